@@ -1,0 +1,255 @@
+//! Typed configuration, layered: built-in defaults → `HOME/config.toml` (or `--config FILE`)
+//! → environment (`KIKI_STORE_URL`) → what the embedding code sets (tests build a [`Config`]
+//! in code). Every key is optional.
+//!
+//! ```toml
+//! [store]
+//! url = "sqlite://…"            # default: HOME/kiki.db
+//!
+//! [thread_communication]
+//! enabled = true                # unset: off by default, threads opt in
+//!
+//! [turns]
+//! max_output_bytes = 10485760   # exec output beyond this fails the turn
+//!
+//! [profiles.claude]
+//! executor = "exec"             # "echo" | "exec"
+//! command = ["claude", "-p"]
+//! default = true                # at most one profile; otherwise `echo` is the default
+//! enabled = true
+//! ```
+//!
+//! Unknown keys are reported as warnings (they may belong to a newer kiki); invalid values
+//! are errors, all reported at once.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The name of the built-in deterministic profile, always available.
+pub const ECHO_PROFILE: &str = "echo";
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub store: StoreConfig,
+    pub thread_communication: ThreadCommunicationConfig,
+    pub turns: TurnsConfig,
+    /// Named executors; `echo` exists even when not listed.
+    pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct StoreConfig {
+    /// `sqlite://PATH` (or a bare path). Default: `HOME/kiki.db`.
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ThreadCommunicationConfig {
+    /// `false`: peer communication off completely. `true`: on by default.
+    /// Unset: off by default, a thread opts in.
+    pub enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct TurnsConfig {
+    /// An `exec` turn whose stdout grows past this many bytes is stopped and marked failed,
+    /// so a runaway agent cannot exhaust the daemon's memory. Default 10 MiB.
+    pub max_output_bytes: usize,
+}
+
+impl Default for TurnsConfig {
+    fn default() -> Self {
+        Self { max_output_bytes: 10 * 1024 * 1024 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// Built-in, deterministic: one `echo: …` line per input item.
+    Echo,
+    /// Runs `command` per turn with the input on stdin; stdout is the output.
+    Exec,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileConfig {
+    pub executor: ExecutorKind,
+    /// Program and arguments for `exec` (no shell is involved).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Makes this the profile used when ThreadCreate names none.
+    #[serde(default)]
+    pub default: bool,
+    /// A disabled profile cannot be chosen for new threads.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Every problem found in a config, reported together.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration{}:\n  - {}", source_name.as_deref().map(|s| format!(" in {s}")).unwrap_or_default(), problems.join("\n  - "))]
+pub struct ConfigError {
+    pub source_name: Option<String>,
+    pub problems: Vec<String>,
+}
+
+impl Config {
+    /// Reads `file` if it exists (a missing default file is not an error), then applies the
+    /// environment. Returns the config and the unknown keys it ignored.
+    pub fn load(file: &Path, must_exist: bool) -> Result<(Self, Vec<String>), ConfigError> {
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => String::new(),
+            Err(e) => {
+                return Err(ConfigError {
+                    source_name: Some(file.display().to_string()),
+                    problems: vec![format!("cannot read: {e}")],
+                });
+            }
+        };
+        let (mut config, unknown) = Self::parse(&text).map_err(|mut e| {
+            e.source_name = Some(file.display().to_string());
+            e
+        })?;
+        config.apply_env();
+        Ok((config, unknown))
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<(Self, Vec<String>), ConfigError> {
+        let mut unknown = Vec::new();
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| ConfigError { source_name: None, problems: vec![e.to_string()] })?;
+        let config: Config = serde_ignored::deserialize(de, |path| unknown.push(path.to_string()))
+            .map_err(|e| ConfigError { source_name: None, problems: vec![e.to_string()] })?;
+        config.validate()?;
+        Ok((config, unknown))
+    }
+
+    fn apply_env(&mut self) {
+        if let Some(url) = std::env::var("KIKI_STORE_URL").ok().filter(|u| !u.is_empty()) {
+            self.store.url = Some(url);
+        }
+    }
+
+    /// Checks the rules serde cannot express; every violation is listed.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut defaults = Vec::new();
+        for (name, profile) in &self.profiles {
+            if !valid_profile_name(name) {
+                problems.push(format!(
+                    "profiles.{name}: a profile name is 1-64 characters of a-z, 0-9, '-' and '_'"
+                ));
+            }
+            match profile.executor {
+                ExecutorKind::Exec if profile.command.is_empty() => {
+                    problems.push(format!("profiles.{name}.command: an exec profile needs a command"))
+                }
+                ExecutorKind::Echo if !profile.command.is_empty() => {
+                    problems.push(format!("profiles.{name}.command: the echo executor takes no command"))
+                }
+                _ => {}
+            }
+            if profile.default {
+                defaults.push(name.as_str());
+                if !profile.enabled {
+                    problems.push(format!("profiles.{name}: the default profile must be enabled"));
+                }
+            }
+        }
+        if defaults.len() > 1 {
+            problems.push(format!(
+                "profiles: at most one profile may be the default, found {}",
+                defaults.join(", ")
+            ));
+        }
+        if self.turns.max_output_bytes == 0 {
+            problems.push("turns.max_output_bytes: must be at least 1".into());
+        }
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
+    }
+
+    /// The profile ThreadCreate uses when none is named.
+    pub fn default_profile(&self) -> &str {
+        self.profiles.iter().find(|(_, p)| p.default).map(|(name, _)| name.as_str()).unwrap_or(ECHO_PROFILE)
+    }
+
+    /// The profile called `name`, with the built-in `echo` when not overridden.
+    pub fn profile(&self, name: &str) -> Option<ProfileConfig> {
+        match self.profiles.get(name) {
+            Some(p) => Some(p.clone()),
+            None if name == ECHO_PROFILE => Some(ProfileConfig {
+                executor: ExecutorKind::Echo,
+                command: Vec::new(),
+                default: false,
+                enabled: true,
+            }),
+            None => None,
+        }
+    }
+
+    /// Names of all profiles, the built-in one included.
+    pub fn profile_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.profiles.keys().cloned().collect();
+        if !self.profiles.contains_key(ECHO_PROFILE) {
+            names.push(ECHO_PROFILE.to_string());
+            names.sort();
+        }
+        names
+    }
+}
+
+fn valid_profile_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_defaults_to_echo() {
+        let (config, unknown) = Config::parse("").expect("valid");
+        assert!(unknown.is_empty());
+        assert_eq!(config.default_profile(), "echo");
+        assert!(config.profile("echo").is_some());
+        assert!(config.profile("nope").is_none());
+    }
+
+    #[test]
+    fn exec_profile_and_default() {
+        let text = "[profiles.cat]\nexecutor = \"exec\"\ncommand = [\"cat\"]\ndefault = true\n";
+        let (config, _) = Config::parse(text).expect("valid");
+        assert_eq!(config.default_profile(), "cat");
+        assert_eq!(config.profile_names(), vec!["cat".to_string(), "echo".to_string()]);
+    }
+
+    #[test]
+    fn all_problems_reported_at_once() {
+        let text = "[profiles.a]\nexecutor = \"exec\"\ndefault = true\n[profiles.B]\nexecutor = \"echo\"\ndefault = true\n";
+        let err = Config::parse(text).expect_err("invalid");
+        assert_eq!(err.problems.len(), 3, "{err}");
+        assert!(err.to_string().contains("profiles.a.command"));
+        assert!(err.to_string().contains("at most one profile"));
+    }
+
+    #[test]
+    fn unknown_keys_are_reported_not_fatal() {
+        let (_, unknown) = Config::parse("[otel]\nendpoint = \"x\"\n").expect("valid");
+        assert_eq!(unknown, vec!["otel".to_string()]);
+    }
+}

@@ -1,0 +1,98 @@
+//! Executors run one turn of a thread's agent: `echo` (built-in, deterministic) or `exec`
+//! (any agent CLI, one process per turn). See contract §6.
+
+mod exec;
+
+use std::path::Path;
+
+use crate::config::{ExecutorKind, ProfileConfig};
+use crate::store::{InputKind, InputRecord};
+
+/// What an executor gets for one turn.
+#[derive(Debug)]
+pub struct TurnInput<'a> {
+    /// The turn's items, in order.
+    pub items: &'a [InputRecord],
+    /// The same items rendered as one text (see [`render`]); `exec` writes it to stdin.
+    pub rendered: &'a str,
+    pub cwd: &'a Path,
+    /// `KIKI_HOME`, `KIKI_THREAD_ID`, `KIKI_TOKEN`.
+    pub env: Vec<(&'static str, String)>,
+    pub max_output_bytes: usize,
+}
+
+/// A turn that did not complete: what it printed before failing, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnFailure {
+    pub output: String,
+    pub error: String,
+}
+
+/// Runs one turn with `profile`'s executor; `Ok` is the turn's output.
+pub async fn run(profile: &ProfileConfig, input: TurnInput<'_>) -> Result<String, TurnFailure> {
+    match profile.executor {
+        ExecutorKind::Echo => Ok(echo(input.items)),
+        ExecutorKind::Exec => exec::run(&profile.command, input).await,
+    }
+}
+
+/// The `echo` executor: one line `echo: CONTENT` per item (messages without their header).
+pub fn echo(items: &[InputRecord]) -> String {
+    items.iter().map(|item| format!("echo: {}", item.content)).collect::<Vec<_>>().join("\n")
+}
+
+/// The input text of a turn: user text as is; each delivered message after a header line
+/// naming its id and source, so the agent knows whom to answer. Items are separated by a
+/// blank line.
+pub fn render(items: &[InputRecord]) -> String {
+    items
+        .iter()
+        .map(|item| match item.kind {
+            InputKind::User => item.content.clone(),
+            InputKind::Message => {
+                let source = match &item.source {
+                    Some(s) if s.host_id.is_empty() => s.thread_id.clone(),
+                    Some(s) => format!("{}/{}", s.host_id, s.thread_id),
+                    None => "an external client".to_string(),
+                };
+                format!(
+                    "[kiki message {} from {source}]\n{}",
+                    item.message_id.as_deref().unwrap_or("?"),
+                    item.content
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SourceRef;
+
+    fn item(kind: InputKind, content: &str) -> InputRecord {
+        InputRecord {
+            id: "in_1".into(),
+            kind,
+            content: content.into(),
+            message_id: (kind == InputKind::Message).then(|| "msg_1".to_string()),
+            source: (kind == InputKind::Message)
+                .then(|| SourceRef { host_id: String::new(), thread_id: "th_a".into() }),
+            now: 0,
+        }
+    }
+
+    #[test]
+    fn echo_prints_one_line_per_item_without_headers() {
+        let items = [item(InputKind::User, "hi"), item(InputKind::Message, "ping")];
+        assert_eq!(echo(&items), "echo: hi\necho: ping");
+    }
+
+    #[test]
+    fn render_keeps_user_text_and_heads_messages() {
+        assert_eq!(render(&[item(InputKind::User, "just text")]), "just text");
+        let both = render(&[item(InputKind::User, "a"), item(InputKind::Message, "b")]);
+        assert_eq!(both, "a\n\n[kiki message msg_1 from th_a]\nb");
+    }
+}

@@ -1,0 +1,119 @@
+//! `kiki.v1.HomeService`: the owner's actions on the home.
+
+use std::sync::Arc;
+
+use kiki_proto as pb;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tracing::{info, instrument};
+
+use super::{caller, status, thread_to_pb};
+use crate::error::Error;
+use crate::threads::Threads;
+
+/// What `Status` reports that does not change while the daemon runs.
+#[derive(Debug, Clone)]
+pub struct HomeInfo {
+    pub home_id: String,
+    pub home: String,
+    pub socket: String,
+    pub store: String,
+    pub started_at: String,
+    pub default_profile: String,
+    pub profiles: Vec<String>,
+}
+
+pub struct HomeServiceImpl {
+    threads: Threads,
+    info: Arc<HomeInfo>,
+    shutdown: CancellationToken,
+}
+
+impl HomeServiceImpl {
+    pub fn new(threads: Threads, info: Arc<HomeInfo>, shutdown: CancellationToken) -> Self {
+        Self { threads, info, shutdown }
+    }
+
+    /// Owner actions are not agent tools: a call carrying a turn token is refused.
+    fn owner_only<T>(&self, request: &Request<T>, what: &str) -> Result<(), Status> {
+        match caller(&self.threads, request)? {
+            None => Ok(()),
+            Some(_) => {
+                Err(status(Error::PermissionDenied(format!("{what} is an owner action, not an agent tool"))))
+            }
+        }
+    }
+}
+
+fn target(r: Option<pb::ThreadRef>) -> Result<pb::ThreadRef, Status> {
+    r.ok_or_else(|| status(Error::invalid("target", "required")))
+}
+
+#[tonic::async_trait]
+impl pb::home_service_server::HomeService for HomeServiceImpl {
+    async fn status(
+        &self,
+        _request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let store = self.threads.store();
+        let threads = store.count_threads().await.map_err(|e| status(e.into()))?;
+        let running_turns = store.running_turns().await.map_err(|e| status(e.into()))?;
+        let i = &self.info;
+        Ok(Response::new(pb::StatusResponse {
+            home_id: i.home_id.clone(),
+            home: i.home.clone(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            socket: i.socket.clone(),
+            store: i.store.clone(),
+            started_at: i.started_at.clone(),
+            threads,
+            running_turns,
+            default_profile: i.default_profile.clone(),
+            profiles: i.profiles.clone(),
+        }))
+    }
+
+    async fn shutdown(
+        &self,
+        request: Request<pb::ShutdownRequest>,
+    ) -> Result<Response<pb::ShutdownResponse>, Status> {
+        self.owner_only(&request, "shutdown")?;
+        info!("shutdown requested over the API");
+        self.shutdown.cancel();
+        Ok(Response::new(pb::ShutdownResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn thread_say(
+        &self,
+        request: Request<pb::ThreadSayRequest>,
+    ) -> Result<Response<pb::ThreadSayResponse>, Status> {
+        self.owner_only(&request, "thread say")?;
+        let r = request.into_inner();
+        let t = target(r.target)?;
+        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
+        let (turn_started, input_id) = self.threads.say(&thread, &r.content).await.map_err(status)?;
+        Ok(Response::new(pb::ThreadSayResponse { turn_started, input_id }))
+    }
+
+    #[instrument(skip_all)]
+    async fn thread_archive(
+        &self,
+        request: Request<pb::ThreadArchiveRequest>,
+    ) -> Result<Response<pb::ThreadArchiveResponse>, Status> {
+        self.owner_only(&request, "thread archive")?;
+        let r = request.into_inner();
+        let t = target(r.target)?;
+        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
+        let (thread, changed) = self.threads.set_archived(&thread.id, r.archived).await.map_err(status)?;
+        Ok(Response::new(pb::ThreadArchiveResponse { thread: Some(thread_to_pb(&thread, "")), changed }))
+    }
+
+    async fn thread_set(
+        &self,
+        _request: Request<pb::ThreadSetRequest>,
+    ) -> Result<Response<pb::ThreadSetResponse>, Status> {
+        Err(status(Error::Unimplemented("thread set is not implemented yet (mailbox)".into())))
+    }
+}

@@ -1,0 +1,164 @@
+//! The gRPC surface: one file per service, the one `Error` → `tonic::Status` mapping, and
+//! the conversions from store records to `kiki.v1` messages.
+
+mod home_service;
+mod thread_service;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kiki_proto as pb;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Status};
+
+use crate::error::Error;
+use crate::store::{CommunicationSetting, InputKind, ThreadRecord, TurnStatus};
+use crate::threads::runner::TurnCaller;
+use crate::threads::{Threads, TurnView};
+use crate::time::rfc3339;
+
+pub use home_service::{HomeInfo, HomeServiceImpl};
+pub use thread_service::ThreadServiceImpl;
+
+/// Concurrent calls served per connection; more wait in the connection's queue (HTTP/2
+/// flow control pushes back on the client) instead of piling up in the daemon.
+const CALLS_PER_CONNECTION: usize = 64;
+
+/// Serves the home's API on `listener` until `shutdown` resolves; in-flight calls finish.
+pub async fn serve(
+    listener: UnixListener,
+    threads: Threads,
+    info: Arc<HomeInfo>,
+    shutdown: impl Future<Output = ()> + Send,
+    request_shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), ServeError> {
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(CALLS_PER_CONNECTION)
+        .add_service(pb::thread_service_server::ThreadServiceServer::new(ThreadServiceImpl::new(
+            threads.clone(),
+        )))
+        .add_service(pb::home_service_server::HomeServiceServer::new(HomeServiceImpl::new(
+            threads,
+            info,
+            request_shutdown,
+        )))
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// The one mapping from daemon errors to gRPC status codes.
+pub fn status(e: Error) -> Status {
+    match e {
+        Error::InvalidArgument { .. } => Status::invalid_argument(e.to_string()),
+        Error::NotFound(m) => Status::not_found(m),
+        Error::Conflict(m) => Status::already_exists(m),
+        Error::FailedPrecondition(m) => Status::failed_precondition(m),
+        Error::PermissionDenied(m) => Status::permission_denied(m),
+        Error::Unimplemented(m) => Status::unimplemented(m),
+        Error::Store(e) => {
+            tracing::error!(error = %e, "store failure");
+            Status::unavailable(format!("store: {e}"))
+        }
+    }
+}
+
+/// The turn a call acts for, from its `kiki-token` metadata. A token that is not (or no
+/// longer) valid is refused rather than silently treated as external input.
+pub fn caller<T>(threads: &Threads, request: &Request<T>) -> Result<Option<TurnCaller>, Status> {
+    let Some(value) = request.metadata().get(pb::TOKEN_METADATA_KEY) else {
+        return Ok(None);
+    };
+    let token = value.to_str().map_err(|_| Status::unauthenticated("kiki-token: not valid ASCII"))?;
+    threads.runner().caller(token).map(Some).ok_or_else(|| {
+        Status::unauthenticated("KIKI_TOKEN is not valid: a turn's token stops working when its turn ends")
+    })
+}
+
+pub fn thread_to_pb(t: &ThreadRecord, host_id: &str) -> pb::Thread {
+    pb::Thread {
+        id: t.id.clone(),
+        workspace_id: t.workspace_id.clone(),
+        cwd: t.cwd.clone(),
+        title: t.title.clone(),
+        profile: t.profile.clone(),
+        created_at: rfc3339(t.created_at),
+        updated_at: rfc3339(t.updated_at),
+        archived: t.archived,
+        enabled: t.enabled,
+        state: if t.running { pb::ThreadState::Running } else { pb::ThreadState::Idle } as i32,
+        communication: match t.communication {
+            CommunicationSetting::Default => pb::Communication::Default,
+            CommunicationSetting::On => pb::Communication::On,
+            CommunicationSetting::Off => pb::Communication::Off,
+        } as i32,
+        host_id: host_id.to_string(),
+    }
+}
+
+fn turn_status_to_pb(s: TurnStatus) -> pb::TurnStatus {
+    match s {
+        TurnStatus::Running => pb::TurnStatus::Running,
+        TurnStatus::Completed => pb::TurnStatus::Completed,
+        TurnStatus::Failed => pb::TurnStatus::Failed,
+        TurnStatus::Cancelled => pb::TurnStatus::Cancelled,
+    }
+}
+
+pub fn turn_to_pb(v: TurnView) -> pb::Turn {
+    let t = v.turn;
+    pb::Turn {
+        id: t.id,
+        seq: t.seq as u64,
+        status: turn_status_to_pb(t.status) as i32,
+        input: t.input,
+        output: t.output,
+        input_truncated: v.input_truncated,
+        output_truncated: v.output_truncated,
+        content_refs: v
+            .content_refs
+            .into_iter()
+            .map(|(content_ref, field, len)| pb::ContentRef {
+                content_ref,
+                field: field.to_string(),
+                utf16_length: len as u64,
+            })
+            .collect(),
+        inputs: t
+            .items
+            .into_iter()
+            .map(|item| pb::TurnInput {
+                kind: match item.kind {
+                    InputKind::User => pb::InputKind::User,
+                    InputKind::Message => pb::InputKind::Message,
+                } as i32,
+                message_id: item.message_id.unwrap_or_default(),
+                source: item.source.map(|s| pb::ThreadRef {
+                    host_id: s.host_id,
+                    workspace_id: String::new(),
+                    session_id: s.thread_id,
+                }),
+            })
+            .collect(),
+        started_at: rfc3339(t.started_at),
+        ended_at: t.ended_at.map(rfc3339).unwrap_or_default(),
+        error: t.error,
+    }
+}

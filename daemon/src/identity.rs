@@ -1,0 +1,112 @@
+//! The home's identity: one private key, created on first start, whose public key's
+//! fingerprint is the home id (like a Syncthing device id). Bridges will present a
+//! self-signed certificate of this key and peers pin the fingerprint.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// The home's key pair and the id derived from it.
+pub struct Identity {
+    key: rcgen::KeyPair,
+    home_id: String,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity").field("home_id", &self.home_id).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("identity key {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("identity key {path} is not a valid key: {message}")]
+    Invalid { path: String, message: String },
+    #[error("identity key {path} is readable by others (mode {mode:o}); run `chmod 600 {path}`")]
+    Exposed { path: String, mode: u32 },
+}
+
+impl Identity {
+    /// Loads the key at `path`, creating it (0600) if it does not exist.
+    pub fn load_or_create(path: &Path) -> Result<Self, IdentityError> {
+        let shown = path.display().to_string();
+        let io = |source| IdentityError::Io { path: shown.clone(), source };
+        match std::fs::read_to_string(path) {
+            Ok(pem) => {
+                let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
+                if mode & 0o077 != 0 {
+                    return Err(IdentityError::Exposed { path: shown, mode });
+                }
+                let key = rcgen::KeyPair::from_pem(&pem)
+                    .map_err(|e| IdentityError::Invalid { path: shown.clone(), message: e.to_string() })?;
+                Ok(Self::from_key(key))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let key = rcgen::KeyPair::generate()
+                    .map_err(|e| IdentityError::Invalid { path: shown.clone(), message: e.to_string() })?;
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path)
+                    .map_err(io)?;
+                file.write_all(key.serialize_pem().as_bytes()).map_err(io)?;
+                file.sync_all().map_err(io)?;
+                Ok(Self::from_key(key))
+            }
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    fn from_key(key: rcgen::KeyPair) -> Self {
+        let home_id = home_id_of(&rcgen::PublicKeyData::subject_public_key_info(&key));
+        Self { key, home_id }
+    }
+
+    /// Base32 (RFC 4648, no padding) of the SHA-256 of the public key's
+    /// SubjectPublicKeyInfo DER: 52 characters, stable for the key's lifetime.
+    pub fn home_id(&self) -> &str {
+        &self.home_id
+    }
+
+    /// The key pair, for the bridge's self-signed certificate.
+    pub fn key(&self) -> &rcgen::KeyPair {
+        &self.key
+    }
+}
+
+/// The home id of a public key (SubjectPublicKeyInfo DER).
+pub fn home_id_of(spki_der: &[u8]) -> String {
+    data_encoding::BASE32_NOPAD.encode(&Sha256::digest(spki_der))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_once_then_stable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("identity.key");
+        let first = Identity::load_or_create(&path).expect("create");
+        let again = Identity::load_or_create(&path).expect("load");
+        assert_eq!(first.home_id(), again.home_id());
+        assert_eq!(first.home_id().len(), 52);
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn refuses_a_world_readable_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("identity.key");
+        Identity::load_or_create(&path).expect("create");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let err = Identity::load_or_create(&path).expect_err("exposed");
+        assert!(err.to_string().contains("chmod 600"), "{err}");
+    }
+}

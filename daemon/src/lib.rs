@@ -1,0 +1,252 @@
+//! kiki-daemon: one kiki **home** — its identity, store, threads, executors and the gRPC API
+//! on an owner-only Unix socket. The `kikid` binary is a thin wrapper around [`Daemon`].
+//!
+//! # Layout
+//!
+//! - [`config`]: typed `config.toml`, layered defaults → file → env → code.
+//! - [`home`]: the home directory's files and the single-daemon lock.
+//! - [`identity`]: the home's key and the home id derived from it.
+//! - [`store`]: the [`store::Store`] trait and its SQLite backend, with migrations.
+//! - [`threads`]: thread rules (limits, cursors, content refs) and the turn runner.
+//! - [`executors`]: `echo` and `exec`, which run one turn.
+//! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
+//!
+//! # Boot and shutdown
+//!
+//! [`DaemonBuilder::start`] reads like a startup script: create and lock the home, load the
+//! config, load the identity, open the store, fail turns a crash interrupted, start the
+//! runner and queued turns, bind the socket (0600), serve. [`DaemonHandle::shutdown`] stops
+//! in reverse: stop accepting calls and let in-flight ones finish, stop running turns
+//! (recorded as failed), close the store, remove the socket, release the lock.
+
+pub mod config;
+pub mod error;
+pub mod executors;
+pub mod grpc;
+pub mod home;
+pub mod identity;
+pub mod store;
+pub mod threads;
+pub mod time;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use config::{Config, ConfigError};
+use home::{HomeDir, LockError};
+use identity::{Identity, IdentityError};
+use store::{SqliteStore, Store, StoreError};
+use threads::Threads;
+use threads::runner::{INTERRUPTED, TurnRunner};
+
+/// Why a daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create the home {path}: {source}")]
+    Home { path: String, source: std::io::Error },
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {path}: {source}")]
+    Listen { path: String, source: std::io::Error },
+}
+
+/// Entry point: `Daemon::builder().home(dir).start().await`.
+#[derive(Debug)]
+pub struct Daemon;
+
+impl Daemon {
+    pub fn builder() -> DaemonBuilder {
+        DaemonBuilder::default()
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct DaemonBuilder {
+    home: Option<PathBuf>,
+    config: Option<Config>,
+    config_file: Option<PathBuf>,
+}
+
+impl DaemonBuilder {
+    /// The home directory (default: `KIKI_HOME`, else `~/.kiki`).
+    pub fn home(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.home = Some(dir.into());
+        self
+    }
+
+    /// Use this config instead of reading a file (tests build config in code).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// Read this file instead of `HOME/config.toml`; it must exist.
+    pub fn config_file(mut self, file: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(file.into());
+        self
+    }
+
+    pub async fn start(self) -> Result<DaemonHandle, StartError> {
+        let home = HomeDir::resolve(self.home)
+            .map_err(|source| StartError::Home { path: "(unset)".into(), source })?;
+        home.create()
+            .map_err(|source| StartError::Home { path: home.root().display().to_string(), source })?;
+        let lock = home.lock()?;
+
+        let config = match self.config {
+            Some(config) => {
+                config.validate()?;
+                config
+            }
+            None => {
+                let (file, must_exist) = match self.config_file {
+                    Some(file) => (file, true),
+                    None => (home.config_file(), false),
+                };
+                let (config, unknown) = Config::load(&file, must_exist)?;
+                for key in unknown {
+                    warn!(key, file = %file.display(), "unknown config key ignored");
+                }
+                config
+            }
+        };
+        let config = Arc::new(config);
+
+        let identity = Identity::load_or_create(&home.identity_file())?;
+        info!(home_id = identity.home_id(), home = %home.root().display(), "home identity loaded");
+
+        let store: Arc<dyn Store> = match &config.store.url {
+            Some(url) => Arc::new(SqliteStore::open(url).await?),
+            None => Arc::new(SqliteStore::open_path(&home.sqlite_file()).await?),
+        };
+        let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
+        if interrupted > 0 {
+            warn!(turns = interrupted, "marked turns interrupted by the last stop as failed");
+        }
+
+        let runner = TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf());
+        let threads =
+            Threads::new(store.clone(), config.clone(), runner.clone(), identity.home_id().to_string());
+        for thread_id in store.threads_with_queued_input().await? {
+            runner.kick(&thread_id);
+        }
+
+        let socket = home.socket();
+        let listener = bind_owner_only(&socket)?;
+        let info = Arc::new(grpc::HomeInfo {
+            home_id: identity.home_id().to_string(),
+            home: home.root().display().to_string(),
+            socket: socket.display().to_string(),
+            store: store.describe(),
+            started_at: time::rfc3339(time::now_ms()),
+            default_profile: config.default_profile().to_string(),
+            profiles: config.profile_names(),
+        });
+
+        let shutdown = CancellationToken::new();
+        let stopped = CancellationToken::new();
+        let serving = {
+            let shutdown = shutdown.clone();
+            let stopped = stopped.clone();
+            let threads = threads.clone();
+            let info = info.clone();
+            tokio::spawn(async move {
+                let result = grpc::serve(
+                    listener,
+                    threads,
+                    info,
+                    shutdown.clone().cancelled_owned(),
+                    shutdown.clone(),
+                )
+                .await;
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "gRPC server failed");
+                }
+                info!("stopped accepting calls; stopping turns");
+                runner.shutdown().await;
+                info!("closing the store");
+                store.close().await;
+                let _ = std::fs::remove_file(&socket);
+                drop(lock);
+                info!("home stopped");
+                stopped.cancel();
+            })
+        };
+        drop(serving);
+        info!(socket = %info.socket, "kikid is serving");
+        Ok(DaemonHandle { inner: Arc::new(HandleInner { shutdown, stopped, info, identity }) })
+    }
+}
+
+/// Binds the socket so that only the owner can connect: the home directory is 0700 and the
+/// socket is made 0600 before the first call can be accepted. A stale socket left by a
+/// crashed daemon is removed (we hold the home's lock, so nobody else serves it).
+fn bind_owner_only(path: &std::path::Path) -> Result<tokio::net::UnixListener, StartError> {
+    let err = |source| StartError::Listen { path: path.display().to_string(), source };
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(listener)
+}
+
+/// A running home. Cheap to clone.
+#[derive(Clone)]
+pub struct DaemonHandle {
+    inner: Arc<HandleInner>,
+}
+
+struct HandleInner {
+    shutdown: CancellationToken,
+    stopped: CancellationToken,
+    info: Arc<grpc::HomeInfo>,
+    identity: Identity,
+}
+
+impl std::fmt::Debug for DaemonHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonHandle").field("home_id", &self.inner.info.home_id).finish_non_exhaustive()
+    }
+}
+
+impl DaemonHandle {
+    pub fn home_id(&self) -> &str {
+        self.inner.identity.home_id()
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        PathBuf::from(&self.inner.info.socket)
+    }
+
+    pub fn home_dir(&self) -> PathBuf {
+        PathBuf::from(&self.inner.info.home)
+    }
+
+    /// Asks the daemon to stop; returns at once. See [`DaemonHandle::stopped`].
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    /// Resolves once the daemon has fully stopped (store closed, lock released).
+    pub async fn stopped(&self) {
+        self.inner.stopped.cancelled().await;
+    }
+
+    /// True once a shutdown was asked for (signal, API or [`DaemonHandle::shutdown`]).
+    pub fn is_stopping(&self) -> bool {
+        self.inner.shutdown.is_cancelled()
+    }
+}

@@ -1,0 +1,59 @@
+//! `kikid`: runs one kiki home in the foreground until SIGINT, SIGTERM or `kiki down`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use kiki_daemon::Daemon;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "kikid", version, about = "Run a kiki home in the foreground")]
+struct Args {
+    /// The home directory (default: $KIKI_HOME, else ~/.kiki). Created on first start.
+    #[arg(long, env = "KIKI_HOME")]
+    home: Option<PathBuf>,
+    /// Read this config file instead of HOME/config.toml.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_env("KIKI_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut builder = Daemon::builder();
+    if let Some(home) = args.home {
+        builder = builder.home(home);
+    }
+    if let Some(config) = args.config {
+        builder = builder.config_file(config);
+    }
+    let handle = match builder.start().await {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("kikid: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (Ok(mut interrupt), Ok(mut terminate)) =
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        eprintln!("kikid: cannot install signal handlers");
+        handle.shutdown();
+        handle.stopped().await;
+        return ExitCode::FAILURE;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        () = handle.stopped() => {}
+    }
+    handle.shutdown();
+    handle.stopped().await;
+    ExitCode::SUCCESS
+}

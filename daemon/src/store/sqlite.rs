@@ -1,0 +1,524 @@
+//! The embedded default store: one SQLite file in WAL mode.
+//!
+//! Writes go through a pool of exactly one connection, so they are serialised in the
+//! process instead of fighting over SQLite's write lock; reads use a separate read-only
+//! pool and never wait for a write. `synchronous = FULL`: a commit is on disk when it
+//! returns.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, SqlitePool};
+
+use super::*;
+
+/// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
+const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "threads", include_str!("migrations/sqlite/0001_threads.sql"))];
+
+/// Readers in parallel with the single writer; a home's reads are short.
+const READ_CONNECTIONS: u32 = 4;
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+fn backend(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict(db.message().to_string())
+        }
+        _ => StoreError::Backend(e.to_string()),
+    }
+}
+
+const THREAD_COLUMNS: &str = "seq, id, workspace_id, cwd, title, profile, created_at, updated_at, archived, enabled, running, communication";
+const TURN_COLUMNS: &str = "id, thread_id, seq, status, input, output, error, started_at, ended_at";
+
+fn thread_from(row: &SqliteRow) -> StoreResult<ThreadRecord> {
+    let communication: String = row.try_get("communication").map_err(backend)?;
+    Ok(ThreadRecord {
+        seq: row.try_get("seq").map_err(backend)?,
+        id: row.try_get("id").map_err(backend)?,
+        workspace_id: row.try_get("workspace_id").map_err(backend)?,
+        cwd: row.try_get("cwd").map_err(backend)?,
+        title: row.try_get("title").map_err(backend)?,
+        profile: row.try_get("profile").map_err(backend)?,
+        created_at: row.try_get("created_at").map_err(backend)?,
+        updated_at: row.try_get("updated_at").map_err(backend)?,
+        archived: row.try_get("archived").map_err(backend)?,
+        enabled: row.try_get("enabled").map_err(backend)?,
+        running: row.try_get("running").map_err(backend)?,
+        communication: CommunicationSetting::parse(&communication)
+            .ok_or_else(|| StoreError::Backend(format!("unknown communication setting {communication:?}")))?,
+    })
+}
+
+fn turn_from(row: &SqliteRow) -> StoreResult<TurnRecord> {
+    let status: String = row.try_get("status").map_err(backend)?;
+    Ok(TurnRecord {
+        id: row.try_get("id").map_err(backend)?,
+        thread_id: row.try_get("thread_id").map_err(backend)?,
+        seq: row.try_get("seq").map_err(backend)?,
+        status: TurnStatus::parse(&status)?,
+        input: row.try_get("input").map_err(backend)?,
+        output: row.try_get("output").map_err(backend)?,
+        error: row.try_get("error").map_err(backend)?,
+        started_at: row.try_get("started_at").map_err(backend)?,
+        ended_at: row.try_get("ended_at").map_err(backend)?,
+        items: Vec::new(),
+    })
+}
+
+fn input_from(row: &SqliteRow) -> StoreResult<InputRecord> {
+    let kind: String = row.try_get("kind").map_err(backend)?;
+    let source_thread: Option<String> = row.try_get("source_thread").map_err(backend)?;
+    let source_host: Option<String> = row.try_get("source_host").map_err(backend)?;
+    Ok(InputRecord {
+        id: row.try_get("id").map_err(backend)?,
+        kind: InputKind::parse(&kind)?,
+        content: row.try_get("content").map_err(backend)?,
+        message_id: row.try_get("message_id").map_err(backend)?,
+        source: source_thread
+            .map(|thread_id| SourceRef { host_id: source_host.unwrap_or_default(), thread_id }),
+        now: row.try_get("created_at").map_err(backend)?,
+    })
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `url` — `sqlite://PATH` or a plain path —
+    /// and applies pending migrations.
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        let path = PathBuf::from(
+            url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url),
+        );
+        if path.as_os_str().is_empty() || url.contains("://") && !url.starts_with("sqlite://") {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        }
+        Self::open_path(&path).await
+    }
+
+    pub async fn open_path(path: &Path) -> StoreResult<Self> {
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(backend)?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .connect_with(options.clone())
+            .await
+            .map_err(backend)?;
+        let store_for_migrations = writer.clone();
+        migrate(&store_for_migrations).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(READ_CONNECTIONS)
+            .min_connections(0)
+            .idle_timeout(Duration::from_secs(60))
+            .connect_with(options.read_only(true))
+            .await
+            .map_err(backend)?;
+        Ok(Self { path: path.to_path_buf(), writer, reader })
+    }
+
+    async fn items_of(&self, turn_id: &str) -> StoreResult<Vec<TurnItem>> {
+        let rows = sqlx::query(
+            "SELECT id, kind, '' AS content, message_id, source_host, source_thread, created_at
+             FROM inputs WHERE turn_id = ? ORDER BY seq",
+        )
+        .bind(turn_id)
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)?;
+        rows.iter()
+            .map(|row| {
+                let input = input_from(row)?;
+                Ok(TurnItem { kind: input.kind, message_id: input.message_id, source: input.source })
+            })
+            .collect()
+    }
+}
+
+async fn migrate(pool: &SqlitePool) -> StoreResult<()> {
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+    )
+    .execute(pool)
+    .await
+    .map_err(backend)?;
+    for &(version, name, sql) in MIGRATIONS {
+        let mut tx = pool.begin().await.map_err(backend)?;
+        let applied: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = ?")
+                .bind(version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+        if applied.is_some() {
+            continue;
+        }
+        let failed = |e: sqlx::Error| StoreError::Migration { version, name, message: e.to_string() };
+        sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(failed)?;
+        sqlx::query(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, strftime('%s','now'))",
+        )
+        .bind(version)
+        .bind(name)
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+    }
+    Ok(())
+}
+
+async fn insert_input(
+    conn: &mut sqlx::SqliteConnection,
+    thread_id: &str,
+    input: &NewInput,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&input.id)
+    .bind(thread_id)
+    .bind(input.kind.as_str())
+    .bind(&input.content)
+    .bind(&input.message_id)
+    .bind(input.source.as_ref().map(|s| s.host_id.clone()))
+    .bind(input.source.as_ref().map(|s| s.thread_id.clone()))
+    .bind(input.now)
+    .execute(conn)
+    .await
+    .map_err(backend)?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn describe(&self) -> String {
+        format!("sqlite://{}", self.path.display())
+    }
+
+    async fn create_thread(
+        &self,
+        thread: &NewThread,
+        first_input: Option<&NewInput>,
+    ) -> StoreResult<ThreadRecord> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let row = sqlx::query(&format!(
+            "INSERT INTO threads (id, workspace_id, cwd, title, profile, created_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING {THREAD_COLUMNS}"
+        ))
+        .bind(&thread.id)
+        .bind(&thread.workspace_id)
+        .bind(&thread.cwd)
+        .bind(&thread.title)
+        .bind(&thread.profile)
+        .bind(thread.now)
+        .bind(thread.now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let record = thread_from(&row)?;
+        if let Some(input) = first_input {
+            insert_input(&mut tx, &thread.id, input).await?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(record)
+    }
+
+    async fn thread(&self, id: &str) -> StoreResult<Option<ThreadRecord>> {
+        let row = sqlx::query(&format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(backend)?;
+        row.as_ref().map(thread_from).transpose()
+    }
+
+    async fn list_threads(&self, query: &ThreadQuery) -> StoreResult<Vec<ThreadRecord>> {
+        let before = query.before_seq.unwrap_or(i64::MAX);
+        let rows = match &query.workspace_id {
+            Some(workspace) => {
+                sqlx::query(&format!(
+                    "SELECT {THREAD_COLUMNS} FROM threads INDEXED BY threads_listed_by_workspace
+                 WHERE archived = 0 AND enabled = 1 AND workspace_id = ? AND seq < ?
+                 ORDER BY seq DESC LIMIT ?"
+                ))
+                .bind(workspace)
+                .bind(before)
+                .bind(query.limit)
+                .fetch_all(&self.reader)
+                .await
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {THREAD_COLUMNS} FROM threads INDEXED BY threads_listed
+                 WHERE archived = 0 AND enabled = 1 AND seq < ?
+                 ORDER BY seq DESC LIMIT ?"
+                ))
+                .bind(before)
+                .bind(query.limit)
+                .fetch_all(&self.reader)
+                .await
+            }
+        }
+        .map_err(backend)?;
+        rows.iter().map(thread_from).collect()
+    }
+
+    async fn count_threads(&self) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM threads")
+            .fetch_one(&self.reader)
+            .await
+            .map_err(backend)?;
+        Ok(n as u64)
+    }
+
+    async fn set_archived(
+        &self,
+        id: &str,
+        archived: bool,
+        now: Millis,
+    ) -> StoreResult<Option<(ThreadRecord, bool)>> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let changed =
+            sqlx::query("UPDATE threads SET archived = ?, updated_at = ? WHERE id = ? AND archived <> ?")
+                .bind(archived)
+                .bind(now)
+                .bind(id)
+                .bind(archived)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?
+                .rows_affected()
+                > 0;
+        let row = sqlx::query(&format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(row.as_ref().map(thread_from).transpose()?.map(|t| (t, changed)))
+    }
+
+    async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT seq FROM threads WHERE id = ?")
+            .bind(thread_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if exists.is_none() {
+            return Ok(false);
+        }
+        insert_input(&mut tx, thread_id, input).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(true)
+    }
+
+    async fn claim_turn(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+        render: RenderInput,
+        now: Millis,
+    ) -> StoreResult<Option<ClaimedTurn>> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let thread: Option<(bool, i64)> =
+            sqlx::query_as("SELECT running, turn_count FROM threads WHERE id = ?")
+                .bind(thread_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+        let Some((false, turn_count)) = thread else {
+            return Ok(None);
+        };
+        let rows = sqlx::query(
+            "SELECT id, kind, content, message_id, source_host, source_thread, created_at
+             FROM inputs WHERE thread_id = ? AND turn_id IS NULL ORDER BY seq",
+        )
+        .bind(thread_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let inputs = rows.iter().map(input_from).collect::<StoreResult<Vec<_>>>()?;
+        let seq = turn_count + 1;
+        let rendered = render(&inputs);
+        sqlx::query("INSERT INTO turns (id, thread_id, seq, status, input, started_at) VALUES (?, ?, ?, 'running', ?, ?)")
+            .bind(turn_id)
+            .bind(thread_id)
+            .bind(seq)
+            .bind(&rendered)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        sqlx::query("UPDATE inputs SET turn_id = ? WHERE thread_id = ? AND turn_id IS NULL")
+            .bind(turn_id)
+            .bind(thread_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        sqlx::query("UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?")
+            .bind(seq)
+            .bind(now)
+            .bind(thread_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        let items = inputs
+            .iter()
+            .map(|i| TurnItem { kind: i.kind, message_id: i.message_id.clone(), source: i.source.clone() })
+            .collect();
+        Ok(Some(ClaimedTurn {
+            turn: TurnRecord {
+                id: turn_id.to_string(),
+                thread_id: thread_id.to_string(),
+                seq,
+                status: TurnStatus::Running,
+                input: rendered,
+                output: String::new(),
+                error: String::new(),
+                started_at: now,
+                ended_at: None,
+                items,
+            },
+            inputs,
+        }))
+    }
+
+    async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let thread_id: Option<String> = sqlx::query_scalar(
+            "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?
+             WHERE id = ? AND status = 'running' RETURNING thread_id",
+        )
+        .bind(outcome.status.as_str())
+        .bind(&outcome.output)
+        .bind(&outcome.error)
+        .bind(outcome.now)
+        .bind(&outcome.turn_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if let Some(thread_id) = thread_id {
+            sqlx::query("UPDATE threads SET running = 0, updated_at = ? WHERE id = ?")
+                .bind(outcome.now)
+                .bind(thread_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(())
+    }
+
+    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<u64> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let failed = sqlx::query(
+            "UPDATE turns SET status = 'failed', error = ?, ended_at = ? WHERE status = 'running'",
+        )
+        .bind(reason)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?
+        .rows_affected();
+        sqlx::query("UPDATE threads SET running = 0, updated_at = ? WHERE running = 1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(failed)
+    }
+
+    async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT DISTINCT i.thread_id FROM inputs i JOIN threads t ON t.id = i.thread_id
+             WHERE i.turn_id IS NULL AND t.running = 0",
+        )
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)
+    }
+
+    async fn running_turns(&self) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM turns WHERE status = 'running'")
+            .fetch_one(&self.reader)
+            .await
+            .map_err(backend)?;
+        Ok(n as u64)
+    }
+
+    async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TURN_COLUMNS} FROM turns
+             WHERE thread_id = ? AND seq > ? AND status <> 'running' ORDER BY seq LIMIT ?"
+        ))
+        .bind(thread_id)
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)?;
+        let mut turns = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut turn = turn_from(row)?;
+            turn.items = self.items_of(&turn.id).await?;
+            turns.push(turn);
+        }
+        Ok(turns)
+    }
+
+    async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>> {
+        let row = sqlx::query(&format!("SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = ? AND id = ?"))
+            .bind(thread_id)
+            .bind(turn_id)
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(backend)?;
+        let Some(row) = row else { return Ok(None) };
+        let mut turn = turn_from(&row)?;
+        turn.items = self.items_of(&turn.id).await?;
+        Ok(Some(turn))
+    }
+
+    async fn ended_turn_exists(&self, thread_id: &str, seq: i64) -> StoreResult<bool> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT seq FROM turns WHERE thread_id = ? AND seq = ? AND status <> 'running'",
+        )
+        .bind(thread_id)
+        .bind(seq)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend)?;
+        Ok(found.is_some())
+    }
+
+    async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+}

@@ -1,0 +1,389 @@
+//! Threads: create, list, read, user input and archive — the rules of contract §2 on top of
+//! the store. The gRPC layer only translates; every check lives here.
+
+pub mod content;
+pub mod cursor;
+pub mod limits;
+pub mod runner;
+pub mod workspace;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracing::instrument;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::store::{InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord, TurnRecord};
+use crate::time::now_ms;
+use runner::{TurnCaller, TurnRunner};
+
+/// Title of a thread created with neither a title nor a prompt.
+pub const DEFAULT_TITLE: &str = "New thread";
+
+/// The thread operations of one home.
+#[derive(Clone)]
+pub struct Threads {
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+    runner: TurnRunner,
+    home_id: String,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct CreateRequest {
+    pub cwd: Option<String>,
+    pub profile: Option<String>,
+    pub prompt: Option<String>,
+    pub title: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Created {
+    pub thread: ThreadRecord,
+    pub prompt_started: bool,
+}
+
+#[derive(Debug)]
+pub struct ThreadPage {
+    pub threads: Vec<ThreadRecord>,
+    pub next_cursor: Option<String>,
+}
+
+/// A turn as ThreadRead shows it: oversized fields cut to a preview.
+#[derive(Debug)]
+pub struct TurnView {
+    pub turn: TurnRecord,
+    pub input_truncated: bool,
+    pub output_truncated: bool,
+    /// (content_ref, field, full UTF-16 length) of each cut field.
+    pub content_refs: Vec<(String, &'static str, usize)>,
+}
+
+#[derive(Debug)]
+pub struct TurnPage {
+    pub thread: ThreadRecord,
+    pub turns: Vec<TurnView>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Segment {
+    pub thread: ThreadRecord,
+    pub content_ref: String,
+    pub text: String,
+    pub offset: usize,
+    pub total: usize,
+    pub next: Option<String>,
+}
+
+impl Threads {
+    pub fn new(store: Arc<dyn Store>, config: Arc<Config>, runner: TurnRunner, home_id: String) -> Self {
+        Self { store, config, runner, home_id }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn runner(&self) -> &TurnRunner {
+        &self.runner
+    }
+
+    /// Accepts an empty host, `local`, or this home's id; other homes need a bridge.
+    pub fn resolve_host(&self, host_id: &str) -> Result<()> {
+        if host_id.is_empty() || host_id == "local" || host_id == self.home_id {
+            Ok(())
+        } else {
+            Err(Error::NotFound(format!("host {host_id:?}: not this home and no bridge by that name or id")))
+        }
+    }
+
+    /// The thread a reference names, checking the optional workspace.
+    pub async fn get(&self, host_id: &str, workspace_id: &str, session_id: &str) -> Result<ThreadRecord> {
+        self.resolve_host(host_id)?;
+        if session_id.is_empty() {
+            return Err(Error::invalid("target.session_id", "must not be empty"));
+        }
+        match self.store.thread(session_id).await? {
+            Some(t) if workspace_id.is_empty() || workspace_id == t.workspace_id => Ok(t),
+            Some(_) => {
+                Err(Error::NotFound(format!("thread {session_id} is not in workspace {workspace_id}")))
+            }
+            None => Err(Error::NotFound(format!("no thread {session_id} in this home"))),
+        }
+    }
+
+    #[instrument(skip_all)]
+    pub async fn create(&self, caller: Option<&TurnCaller>, req: CreateRequest) -> Result<Created> {
+        if let Some(prompt) = &req.prompt {
+            limits::text("prompt", prompt, limits::PROMPT_MAX_CHARS)?;
+        }
+        if let Some(title) = &req.title {
+            limits::text("title", title, limits::TITLE_MAX_CHARS)?;
+        }
+        let profile = match &req.profile {
+            Some(name) => match self.config.profile(name) {
+                Some(p) if p.enabled => name.clone(),
+                Some(_) => return Err(Error::invalid("profile", format!("profile {name:?} is disabled"))),
+                None => {
+                    return Err(Error::invalid(
+                        "profile",
+                        format!(
+                            "no profile {name:?}; this home has: {}",
+                            self.config.profile_names().join(", ")
+                        ),
+                    ));
+                }
+            },
+            None => self.config.default_profile().to_string(),
+        };
+        let cwd = match &req.cwd {
+            Some(cwd) => checked_dir(cwd)?,
+            None => match caller {
+                Some(caller) => {
+                    let parent = self.get("", "", &caller.thread_id).await?;
+                    workspace::root_of(Path::new(&parent.cwd))
+                }
+                None => {
+                    return Err(Error::invalid(
+                        "cwd",
+                        "required when the caller is not a thread (the kiki CLI sends its working directory)",
+                    ));
+                }
+            },
+        };
+        let title = match (&req.title, &req.prompt) {
+            (Some(title), _) => title.clone(),
+            (None, Some(prompt)) => title_from_prompt(prompt),
+            (None, None) => DEFAULT_TITLE.to_string(),
+        };
+        let now = now_ms();
+        let new = NewThread {
+            id: new_id("th"),
+            workspace_id: workspace::id_of(&workspace::root_of(&cwd)),
+            cwd: cwd.display().to_string(),
+            title,
+            profile,
+            now,
+        };
+        let first = req.prompt.as_ref().map(|prompt| user_input(prompt, now));
+        let thread = self.store.create_thread(&new, first.as_ref()).await?;
+        if first.is_some() {
+            self.runner.kick(&thread.id);
+        }
+        Ok(Created { thread, prompt_started: first.is_some() })
+    }
+
+    #[instrument(skip_all)]
+    pub async fn list(
+        &self,
+        workspace_id: Option<String>,
+        limit: Option<u32>,
+        cursor: &str,
+    ) -> Result<ThreadPage> {
+        let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
+        let before_seq = if cursor.is_empty() {
+            None
+        } else {
+            let parts = cursor::decode("cursor", "list", cursor, 1)?;
+            Some(cursor::decode_number("cursor", "list", &parts[0])?)
+        };
+        let query = ThreadQuery {
+            workspace_id: workspace_id.filter(|w| !w.is_empty()),
+            before_seq,
+            limit: limit + 1,
+        };
+        let mut threads = self.store.list_threads(&query).await?;
+        let next_cursor = if threads.len() > limit as usize {
+            threads.truncate(limit as usize);
+            threads.last().map(|t| cursor::encode("list", &[&t.seq.to_string()]))
+        } else {
+            None
+        };
+        Ok(ThreadPage { threads, next_cursor })
+    }
+
+    /// A page of ended turns, oldest first. Never starts or wakes anything.
+    #[instrument(skip_all, fields(thread_id = %thread.id))]
+    pub async fn read(&self, thread: ThreadRecord, limit: Option<u32>, cursor: &str) -> Result<TurnPage> {
+        let limit = limits::page_limit("limit", limit, limits::READ_LIMIT_DEFAULT)?;
+        let after = if cursor.is_empty() {
+            0
+        } else {
+            let parts = cursor::decode("cursor", "read", cursor, 2)?;
+            if parts[0] != thread.id {
+                return Err(Error::invalid(
+                    "cursor",
+                    "belongs to another thread; restart from the first page",
+                ));
+            }
+            let seq = cursor::decode_number("cursor", "read", &parts[1])?;
+            if !self.store.ended_turn_exists(&thread.id, seq).await? {
+                return Err(Error::FailedPrecondition(
+                    "cursor: the thread's history was rewritten since this cursor was made; restart from the first page"
+                        .into(),
+                ));
+            }
+            seq
+        };
+        let mut turns = self.store.ended_turns(&thread.id, after, limit + 1).await?;
+        let next_cursor = if turns.len() > limit as usize {
+            turns.truncate(limit as usize);
+            turns.last().map(|t| cursor::encode("read", &[&thread.id, &t.seq.to_string()]))
+        } else {
+            None
+        };
+        let turns = turns.into_iter().map(view).collect();
+        Ok(TurnPage { thread, turns, next_cursor })
+    }
+
+    /// One segment of an oversized turn field.
+    #[instrument(skip_all, fields(thread_id = %thread.id))]
+    pub async fn read_content(
+        &self,
+        thread: ThreadRecord,
+        content_ref: &str,
+        cursor: &str,
+    ) -> Result<Segment> {
+        let (turn_id, field) = content_ref
+            .rsplit_once('.')
+            .filter(|(t, f)| !t.is_empty() && (*f == "input" || *f == "output"))
+            .ok_or_else(|| Error::invalid("content_ref", "not a content ref returned by ThreadRead"))?;
+        let turn = self
+            .store
+            .turn(&thread.id, turn_id)
+            .await?
+            .filter(|t| t.status != crate::store::TurnStatus::Running)
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "content ref {content_ref}: no such ended turn in thread {}",
+                    thread.id
+                ))
+            })?;
+        let text = if field == "input" { turn.input } else { turn.output };
+        let total = content::utf16_len(&text);
+        let offset = if cursor.is_empty() {
+            0
+        } else {
+            let parts = cursor::decode("cursor", "segment", cursor, 2)?;
+            if parts[1] != content_ref {
+                return Err(Error::invalid(
+                    "cursor",
+                    "belongs to another content ref; restart without a cursor",
+                ));
+            }
+            cursor::decode_number("cursor", "segment", &parts[0])? as usize
+        };
+        let start = content::byte_index(&text, offset).ok_or_else(|| {
+            Error::invalid("cursor", "does not point into this content; restart without a cursor")
+        })?;
+        let piece = content::prefix(&text[start..], limits::SEGMENT_UTF16);
+        let end = offset + content::utf16_len(piece);
+        let next = (end < total).then(|| cursor::encode("segment", &[&end.to_string(), content_ref]));
+        Ok(Segment {
+            thread,
+            content_ref: content_ref.to_string(),
+            text: piece.to_string(),
+            offset,
+            total,
+            next,
+        })
+    }
+
+    /// External user input: queued durably, then a turn starts (or it waits for the
+    /// running one). Returns whether the thread was idle and the input id.
+    #[instrument(skip_all, fields(thread_id = %thread.id))]
+    pub async fn say(&self, thread: &ThreadRecord, content: &str) -> Result<(bool, String)> {
+        limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
+        if thread.archived {
+            return Err(Error::FailedPrecondition(format!(
+                "thread {} is archived; unarchive it first",
+                thread.id
+            )));
+        }
+        let input = user_input(content, now_ms());
+        if !self.store.enqueue_input(&thread.id, &input).await? {
+            return Err(Error::NotFound(format!("no thread {} in this home", thread.id)));
+        }
+        self.runner.kick(&thread.id);
+        Ok((!thread.running, input.id))
+    }
+
+    #[instrument(skip_all, fields(thread_id = %thread_id))]
+    pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<(ThreadRecord, bool)> {
+        self.store
+            .set_archived(thread_id, archived, now_ms())
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no thread {thread_id} in this home")))
+    }
+}
+
+fn view(turn: TurnRecord) -> TurnView {
+    let mut content_refs = Vec::new();
+    let mut cut = |text: &mut String, field: &'static str, turn_id: &str| {
+        let len = content::utf16_len(text);
+        if len <= limits::SEGMENT_UTF16 {
+            return false;
+        }
+        content_refs.push((format!("{turn_id}.{field}"), field, len));
+        let preview = content::prefix(text, limits::PREVIEW_UTF16).len();
+        text.truncate(preview);
+        true
+    };
+    let mut turn = turn;
+    let id = turn.id.clone();
+    let input_truncated = cut(&mut turn.input, "input", &id);
+    let output_truncated = cut(&mut turn.output, "output", &id);
+    TurnView { turn, input_truncated, output_truncated, content_refs }
+}
+
+fn user_input(content: &str, now: i64) -> NewInput {
+    NewInput {
+        id: new_id("in"),
+        kind: InputKind::User,
+        content: content.to_string(),
+        message_id: None,
+        source: None,
+        now,
+    }
+}
+
+/// `PREFIX_` + a lower-case ULID: unique, and sorts by creation time.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", ulid::Ulid::new().to_string().to_lowercase())
+}
+
+/// The first non-blank line of the prompt, trimmed and cut to 80 characters.
+fn title_from_prompt(prompt: &str) -> String {
+    let line = prompt.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(DEFAULT_TITLE);
+    line.chars().take(limits::DERIVED_TITLE_CHARS).collect()
+}
+
+/// An absolute path to an existing directory, canonicalised.
+fn checked_dir(cwd: &str) -> Result<PathBuf> {
+    let path = Path::new(cwd);
+    if !path.is_absolute() {
+        return Err(Error::invalid("cwd", format!("must be an absolute path, got {cwd:?}")));
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            path.canonicalize().map_err(|e| Error::invalid("cwd", format!("cannot resolve {cwd:?}: {e}")))
+        }
+        Ok(_) => Err(Error::invalid("cwd", format!("{cwd:?} is not a directory"))),
+        Err(_) => Err(Error::invalid("cwd", format!("{cwd:?} does not exist"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn title_is_first_line_cut_to_80() {
+        assert_eq!(title_from_prompt("fix the build\nthen tests"), "fix the build");
+        assert_eq!(title_from_prompt("\n  \n  second  \n"), "second");
+        let long = "é".repeat(100);
+        assert_eq!(title_from_prompt(&long).chars().count(), 80);
+    }
+}

@@ -1,0 +1,43 @@
+//! Compiles `kiki/v1/kiki.proto` with protox (pure Rust, no system `protoc`) and generates
+//! the tonic services; the encoded descriptor set is kept for gRPC reflection.
+
+use std::path::PathBuf;
+
+use protox::prost::Message;
+
+const PROTOS: &[&str] = &["kiki/v1/kiki.proto"];
+const INCLUDES: &[&str] = &["."];
+
+/// Enum-typed fields print as their lower-case value name in `--json` output
+/// (`"state": "idle"`, not `"state": 1`).
+const ENUM_FIELDS: &[(&str, &str)] = &[
+    ("kiki.v1.Thread.state", "thread_state"),
+    ("kiki.v1.Thread.communication", "communication"),
+    ("kiki.v1.Turn.status", "turn_status"),
+    ("kiki.v1.TurnInput.kind", "input_kind"),
+    ("kiki.v1.ThreadSendResponse.status", "send_status"),
+    ("kiki.v1.Event.kind", "event_kind"),
+    ("kiki.v1.Event.turn_status", "turn_status"),
+    ("kiki.v1.ThreadSetRequest.communication", "communication"),
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let descriptors = protox::compile(PROTOS, INCLUDES)?;
+    let descriptor_path =
+        PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR not set")?).join("kiki_descriptor.bin");
+    std::fs::write(&descriptor_path, descriptors.encode_to_vec())?;
+
+    let mut builder = tonic_prost_build::configure()
+        .type_attribute(".kiki.v1", "#[derive(serde::Serialize)]")
+        .file_descriptor_set_path(&descriptor_path)
+        .skip_protoc_run();
+    for (field, serializer) in ENUM_FIELDS {
+        builder = builder
+            .field_attribute(field, format!("#[serde(serialize_with = \"crate::json::{serializer}\")]"));
+    }
+    builder.compile_protos(PROTOS, INCLUDES)?;
+    Ok(())
+}
