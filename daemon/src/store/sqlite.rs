@@ -122,8 +122,8 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await
             .map_err(backend)?;
-        let store_for_migrations = writer.clone();
-        migrate(&store_for_migrations).await?;
+        migrate(&writer).await?;
+        owner_only(path);
         let reader = SqlitePoolOptions::new()
             .max_connections(READ_CONNECTIONS)
             .min_connections(0)
@@ -149,6 +149,16 @@ impl SqliteStore {
                 Ok(TurnItem { kind: input.kind, message_id: input.message_id, source: input.source })
             })
             .collect()
+    }
+}
+
+/// The database and its WAL are the home's data: owner-only, like the home directory.
+fn owner_only(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
     }
 }
 

@@ -1,0 +1,263 @@
+//! The `kiki` commands (contract §4) and what each prints.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use kiki_client::{Client, home_dir};
+use kiki_proto as pb;
+
+use crate::output::{UsageError, print_json};
+use crate::up;
+
+#[derive(Parser)]
+#[command(name = "kiki", version, about = "Talk to a kiki home: threads, rooms and bridges between agents")]
+pub struct Args {
+    /// The home directory (default: $KIKI_HOME, else ~/.kiki).
+    #[arg(long, global = true)]
+    pub home: Option<PathBuf>,
+    /// Print exactly one JSON document on stdout (errors too).
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Start the home's daemon (creating the home on first use); returns once it answers.
+    Up,
+    /// Stop the home's daemon.
+    Down,
+    /// Describe the running home.
+    Status,
+    /// Threads: agent sessions of this home.
+    #[command(subcommand)]
+    Thread(ThreadCommand),
+}
+
+#[derive(Subcommand)]
+pub enum ThreadCommand {
+    /// Create a thread; with a prompt its first turn starts at once.
+    Create {
+        /// Absolute path of an existing directory (default: the current directory).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        #[arg(long)]
+        profile: Option<String>,
+        #[arg(long)]
+        title: Option<String>,
+        #[arg(long, conflicts_with = "prompt_file")]
+        prompt: Option<String>,
+        /// Read the prompt from a file ('-' for stdin).
+        #[arg(long)]
+        prompt_file: Option<PathBuf>,
+    },
+    /// List enabled, unarchived threads, newest first.
+    List {
+        #[arg(long)]
+        bridge: Option<String>,
+        #[arg(long)]
+        workspace: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Read a thread's ended turns, oldest first (or one content ref in segments).
+    Read {
+        /// SESSION or HOST/SESSION.
+        reference: String,
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        content_ref: Option<String>,
+    },
+    /// User input to a thread: starts a turn (or waits for the running one).
+    Say {
+        reference: String,
+        text: String,
+    },
+    /// Archive a thread: it leaves ThreadList, keeps its history.
+    Archive { reference: String },
+    /// Bring an archived thread back.
+    Unarchive { reference: String },
+}
+
+pub async fn run(args: Args) -> Result<()> {
+    let home = home_dir(args.home.clone())?;
+    let json = args.json;
+    match args.command {
+        Command::Up => up::up(&home, json).await,
+        Command::Down => up::down(&home, json).await,
+        Command::Status => {
+            let status = connect(&home).await?.home().status(pb::StatusRequest {}).await?.into_inner();
+            show_status(&status, json);
+            Ok(())
+        }
+        Command::Thread(command) => thread(&home, command, json).await,
+    }
+}
+
+/// Connects to the home, acting as the calling turn when `KIKI_TOKEN` is set.
+pub async fn connect(home: &std::path::Path) -> Result<Client> {
+    let client = Client::connect(&home.join("kikid.sock")).await?;
+    Ok(match std::env::var("KIKI_TOKEN").ok().filter(|t| !t.is_empty()) {
+        Some(token) => client.with_token(&token)?,
+        None => client,
+    })
+}
+
+fn reference(text: &str) -> Result<pb::ThreadRef> {
+    Ok(pb::parse_ref(text).map_err(|e| UsageError(e.to_string()))?)
+}
+
+fn read_text(path: &std::path::Path) -> Result<String> {
+    if path.as_os_str() == "-" {
+        return std::io::read_to_string(std::io::stdin()).context("reading stdin");
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> Result<()> {
+    let client = connect(home).await?;
+    match command {
+        ThreadCommand::Create { cwd, profile, title, prompt, prompt_file } => {
+            let prompt = match prompt_file {
+                Some(file) => Some(read_text(&file)?),
+                None => prompt,
+            };
+            let cwd = match cwd {
+                Some(dir) => dir,
+                None => std::env::current_dir().context("the current directory")?,
+            };
+            let request = pb::ThreadCreateRequest {
+                cwd: Some(cwd.display().to_string()),
+                profile,
+                prompt,
+                title,
+            };
+            let created = client.threads().thread_create(request).await?.into_inner();
+            if json {
+                print_json(&created);
+            } else {
+                println!("{}  {}", created.id, created.title);
+                println!("  profile {}, cwd {}", created.profile, created.cwd);
+                if created.prompt_started {
+                    println!("  first turn started");
+                }
+            }
+        }
+        ThreadCommand::List { bridge, workspace, limit, cursor } => {
+            let request = pb::ThreadListRequest {
+                bridge: bridge.unwrap_or_default(),
+                workspace_id: workspace.unwrap_or_default(),
+                limit,
+                cursor: cursor.unwrap_or_default(),
+            };
+            let page = client.threads().thread_list(request).await?.into_inner();
+            if json {
+                print_json(&page);
+            } else {
+                for t in &page.threads {
+                    let state = pb::json::enum_word(t.state().as_str_name(), "THREAD_STATE_");
+                    println!("{}  {:<7}  {:<8}  {}  ({})", t.id, state, t.profile, t.title, t.cwd);
+                }
+                if let Some(next) = &page.next_cursor {
+                    println!("more: --cursor {next}");
+                }
+            }
+        }
+        ThreadCommand::Read { reference: r, limit, cursor, content_ref } => {
+            let request = pb::ThreadReadRequest {
+                target: Some(reference(&r)?),
+                limit,
+                cursor: cursor.unwrap_or_default(),
+                content_ref: content_ref.unwrap_or_default(),
+            };
+            let page = client.threads().thread_read(request).await?.into_inner();
+            if json {
+                print_json(&page);
+            } else if let Some(segment) = &page.segment {
+                print!("{}", segment.text);
+                if let Some(next) = &segment.next {
+                    eprintln!("\nmore: --content-ref {} --cursor {next}", segment.content_ref);
+                }
+            } else {
+                show_turns(&page);
+            }
+        }
+        ThreadCommand::Say { reference: r, text } => {
+            let request = pb::ThreadSayRequest { target: Some(reference(&r)?), content: text };
+            let said = client.home().thread_say(request).await?.into_inner();
+            if json {
+                print_json(&said);
+            } else if said.turn_started {
+                println!("turn started");
+            } else {
+                println!("queued: the next turn takes it");
+            }
+        }
+        ThreadCommand::Archive { reference: r } => archive(&client, &r, true, json).await?,
+        ThreadCommand::Unarchive { reference: r } => archive(&client, &r, false, json).await?,
+    }
+    Ok(())
+}
+
+async fn archive(client: &Client, r: &str, archived: bool, json: bool) -> Result<()> {
+    let request = pb::ThreadArchiveRequest { target: Some(reference(r)?), archived };
+    let done = client.home().thread_archive(request).await?.into_inner();
+    if json {
+        print_json(&done);
+    } else {
+        let word = if archived { "archived" } else { "unarchived" };
+        match (done.changed, &done.thread) {
+            (true, Some(t)) => println!("{word} {}", t.id),
+            (false, Some(t)) => println!("{} was already {word}", t.id),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn show_turns(page: &pb::ThreadReadResponse) {
+    for turn in &page.turns {
+        let status = pb::json::enum_word(turn.status().as_str_name(), "TURN_STATUS_");
+        println!("── turn {} · {} · {}", turn.seq, status, turn.ended_at);
+        for line in turn.input.lines() {
+            println!("> {line}");
+        }
+        if turn.input_truncated {
+            println!("> … (input cut; read it with --content-ref {}.input)", turn.id);
+        }
+        println!("{}", turn.output);
+        if turn.output_truncated {
+            println!("… (output cut; read it with --content-ref {}.output)", turn.id);
+        }
+        if !turn.error.is_empty() {
+            println!("error: {}", turn.error);
+        }
+    }
+    if page.turns.is_empty() {
+        println!("(no ended turns)");
+    }
+    if let Some(next) = &page.next_cursor {
+        println!("more: --cursor {next}");
+    }
+}
+
+pub fn show_status(s: &pb::StatusResponse, json: bool) {
+    if json {
+        print_json(s);
+        return;
+    }
+    println!("home      {}", s.home);
+    println!("home id   {}", s.home_id);
+    println!("kikid     pid {} · version {} · since {}", s.pid, s.version, s.started_at);
+    println!("socket    {}", s.socket);
+    println!("store     {}", s.store);
+    println!("threads   {} ({} running turns)", s.threads, s.running_turns);
+    println!("profiles  {} (default {})", s.profiles.join(", "), s.default_profile);
+}
