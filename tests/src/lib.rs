@@ -1,1 +1,197 @@
+//! kiki's test support: the in-process [`TestHome`] harness, the store conformance suite
+//! ([`conformance`]) and helpers for the smoke tier that runs the real binaries
+//! ([`binaries`]). The suites themselves are in `tests/tests/`, the benchmark in
+//! `tests/benches/`.
 
+pub mod binaries;
+pub mod conformance;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kiki_client::Client;
+use kiki_daemon::config::{Config, ExecutorKind, ProfileConfig};
+use kiki_daemon::{Daemon, DaemonHandle};
+use kiki_proto as pb;
+use tempfile::TempDir;
+
+/// How long helpers wait for something that should happen in milliseconds.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A home running in this process, in its own temporary directory.
+pub struct TestHome {
+    dir: TempDir,
+    config: Config,
+    handle: DaemonHandle,
+    client: Client,
+}
+
+pub struct TestHomeBuilder {
+    config: Config,
+}
+
+impl TestHomeBuilder {
+    /// Adds an `exec` profile running `sh -c SCRIPT`.
+    pub fn shell_profile(mut self, name: &str, script: &str) -> Self {
+        self.config.profiles.insert(
+            name.to_string(),
+            ProfileConfig {
+                executor: ExecutorKind::Exec,
+                command: vec!["sh".into(), "-c".into(), script.into()],
+                default: false,
+                enabled: true,
+            },
+        );
+        self
+    }
+
+    pub fn config(mut self, edit: impl FnOnce(&mut Config)) -> Self {
+        edit(&mut self.config);
+        self
+    }
+
+    pub async fn start(self) -> TestHome {
+        let dir = tempfile::Builder::new().prefix("kiki-test-").tempdir().expect("temp dir");
+        let (handle, client) = boot(dir.path(), self.config.clone()).await;
+        TestHome { dir, config: self.config, handle, client }
+    }
+}
+
+async fn boot(dir: &Path, config: Config) -> (DaemonHandle, Client) {
+    let handle = Daemon::builder().home(dir).config(config).start().await.expect("home starts");
+    let client = Client::connect(&handle.socket_path()).await.expect("client connects");
+    (handle, client)
+}
+
+impl TestHome {
+    pub fn builder() -> TestHomeBuilder {
+        TestHomeBuilder { config: Config::default() }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn handle(&self) -> &DaemonHandle {
+        &self.handle
+    }
+
+    /// A directory inside the home's temp dir, for threads to work in.
+    pub fn workdir(&self, name: &str) -> PathBuf {
+        let dir = self.dir.path().join("work").join(name);
+        std::fs::create_dir_all(&dir).expect("workdir");
+        dir.canonicalize().expect("canonical workdir")
+    }
+
+    /// Stops the daemon cleanly and starts it again on the same directory.
+    pub async fn restart(&mut self) {
+        self.handle.shutdown();
+        self.handle.stopped().await;
+        let (handle, client) = boot(self.dir.path(), self.config.clone()).await;
+        self.handle = handle;
+        self.client = client;
+    }
+
+    pub async fn create(&self, request: pb::ThreadCreateRequest) -> Result<pb::ThreadCreateResponse, tonic::Status> {
+        self.client.threads().thread_create(request).await.map(|r| r.into_inner())
+    }
+
+    /// Creates a thread in a fresh workdir with `profile` and optional prompt.
+    pub async fn thread(&self, profile: &str, prompt: Option<&str>) -> pb::ThreadCreateResponse {
+        self.create(pb::ThreadCreateRequest {
+            cwd: Some(self.workdir("default").display().to_string()),
+            profile: Some(profile.into()),
+            prompt: prompt.map(str::to_string),
+            title: None,
+        })
+        .await
+        .expect("thread created")
+    }
+
+    pub async fn say(&self, thread_id: &str, content: &str) -> Result<pb::ThreadSayResponse, tonic::Status> {
+        let request = pb::ThreadSayRequest { target: Some(local(thread_id)), content: content.into() };
+        self.client.home().thread_say(request).await.map(|r| r.into_inner())
+    }
+
+    pub async fn read(&self, request: pb::ThreadReadRequest) -> Result<pb::ThreadReadResponse, tonic::Status> {
+        self.client.threads().thread_read(request).await.map(|r| r.into_inner())
+    }
+
+    /// All ended turns of a thread, following cursors.
+    pub async fn all_turns(&self, thread_id: &str) -> Vec<pb::Turn> {
+        read_all_turns(&self.client, thread_id).await
+    }
+
+    /// Waits until the thread has `n` ended turns and is idle; returns them.
+    pub async fn wait_turns(&self, thread_id: &str, n: usize) -> Vec<pb::Turn> {
+        wait_turns(&self.client, thread_id, n).await
+    }
+
+    pub async fn thread_record(&self, thread_id: &str) -> pb::Thread {
+        let page = self
+            .read(pb::ThreadReadRequest { target: Some(local(thread_id)), limit: Some(1), ..Default::default() })
+            .await
+            .expect("read");
+        page.thread.expect("thread in read response")
+    }
+}
+
+/// A reference to a thread of the executing home.
+pub fn local(thread_id: &str) -> pb::ThreadRef {
+    pb::ThreadRef { host_id: String::new(), workspace_id: String::new(), session_id: thread_id.into() }
+}
+
+pub async fn read_all_turns(client: &Client, thread_id: &str) -> Vec<pb::Turn> {
+    let mut turns = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let page = client
+            .threads()
+            .thread_read(pb::ThreadReadRequest {
+                target: Some(local(thread_id)),
+                limit: Some(100),
+                cursor: cursor.clone(),
+                content_ref: String::new(),
+            })
+            .await
+            .expect("read")
+            .into_inner();
+        turns.extend(page.turns);
+        match page.next_cursor {
+            Some(next) => cursor = next,
+            None => return turns,
+        }
+    }
+}
+
+pub async fn wait_turns(client: &Client, thread_id: &str, n: usize) -> Vec<pb::Turn> {
+    let started = Instant::now();
+    loop {
+        let turns = read_all_turns(client, thread_id).await;
+        if turns.len() >= n {
+            return turns;
+        }
+        assert!(started.elapsed() < PATIENCE, "thread {thread_id} has {} of {n} turns after {PATIENCE:?}", turns.len());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls `check` until it returns `Some`.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(started.elapsed() < PATIENCE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
