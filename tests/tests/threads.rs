@@ -1,0 +1,502 @@
+//! Threads in one home, in process: every limit and default of ThreadCreate, ThreadList and
+//! ThreadRead, paging, content refs, archive, user input, and the executors.
+
+use std::time::Duration;
+
+use kiki_proto as pb;
+use kiki_tests::{TestHome, eventually, local};
+use tonic::Code;
+
+fn create_in(cwd: &std::path::Path) -> pb::ThreadCreateRequest {
+    pb::ThreadCreateRequest { cwd: Some(cwd.display().to_string()), ..Default::default() }
+}
+
+fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str, limit: &str) {
+    let status = result.expect_err("must be refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let message = status.message();
+    assert!(message.starts_with(&format!("{field}:")), "names the field {field}: {message}");
+    assert!(message.contains(limit), "names the limit {limit}: {message}");
+}
+
+async fn count_threads(home: &TestHome) -> u64 {
+    home.client().home().status(pb::StatusRequest {}).await.expect("status").into_inner().threads
+}
+
+#[tokio::test]
+async fn create_with_prompt_runs_echo_and_derives_the_title() {
+    let home = TestHome::builder().start().await;
+    let cwd = home.workdir("a");
+    let mut request = create_in(&cwd);
+    request.prompt = Some(format!("{}\nsecond line", "x".repeat(120)));
+    let created = home.create(request).await.expect("created");
+    assert!(created.prompt_started);
+    assert_eq!(created.profile, "echo", "the default profile");
+    assert_eq!(created.title, "x".repeat(80), "first line cut to 80 characters");
+    assert_eq!(created.cwd, cwd.display().to_string());
+    let turns = home.wait_turns(&created.id, 1).await;
+    assert_eq!(turns[0].status(), pb::TurnStatus::Completed);
+    assert_eq!(turns[0].output, format!("echo: {}\nsecond line", "x".repeat(120)));
+    assert_eq!(turns[0].inputs.len(), 1);
+    assert_eq!(turns[0].inputs[0].kind(), pb::InputKind::User);
+    assert!(turns[0].inputs[0].source.is_none(), "user input has no peer attribution");
+}
+
+#[tokio::test]
+async fn create_without_prompt_stays_empty() {
+    let home = TestHome::builder().start().await;
+    let created = home.create(create_in(&home.workdir("a"))).await.expect("created");
+    assert!(!created.prompt_started);
+    assert_eq!(created.title, "New thread");
+    let mut titled = create_in(&home.workdir("a"));
+    titled.title = Some("My title".into());
+    titled.prompt = Some("a prompt".into());
+    assert_eq!(home.create(titled).await.expect("created").title, "My title", "title overrides the prompt");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(home.all_turns(&created.id).await.is_empty(), "no turn without a prompt");
+}
+
+#[tokio::test]
+async fn create_limits_are_checked_and_leave_no_trace() {
+    let home = TestHome::builder().config(|c| {
+        c.profiles.insert(
+            "off".into(),
+            kiki_daemon::config::ProfileConfig {
+                executor: kiki_daemon::config::ExecutorKind::Echo,
+                command: vec![],
+                default: false,
+                enabled: false,
+            },
+        );
+    })
+    .start()
+    .await;
+    let cwd = home.workdir("a");
+
+    let mut r = create_in(&cwd);
+    r.prompt = Some("p".repeat(100_001));
+    assert_invalid(home.create(r).await, "prompt", "100000 characters");
+    let mut r = create_in(&cwd);
+    r.prompt = Some("é".repeat(100_000));
+    home.create(r).await.expect("exactly 100,000 characters (not bytes) is fine");
+
+    let mut r = create_in(&cwd);
+    r.prompt = Some(String::new());
+    assert_invalid(home.create(r).await, "prompt", "empty");
+    let r = pb::ThreadCreateRequest { cwd: Some("relative/dir".into()), ..Default::default() };
+    assert_invalid(home.create(r).await, "cwd", "absolute");
+    let r = pb::ThreadCreateRequest { cwd: Some("/no/such/dir/kiki".into()), ..Default::default() };
+    assert_invalid(home.create(r).await, "cwd", "does not exist");
+    let file = home.dir().join("a-file");
+    std::fs::write(&file, "x").expect("file");
+    let r = pb::ThreadCreateRequest { cwd: Some(file.display().to_string()), ..Default::default() };
+    assert_invalid(home.create(r).await, "cwd", "not a directory");
+    let r = pb::ThreadCreateRequest::default();
+    assert_invalid(home.create(r).await, "cwd", "required");
+    let mut r = create_in(&cwd);
+    r.profile = Some("nope".into());
+    assert_invalid(home.create(r).await, "profile", "no profile");
+    let mut r = create_in(&cwd);
+    r.profile = Some("off".into());
+    assert_invalid(home.create(r).await, "profile", "disabled");
+    let mut r = create_in(&cwd);
+    r.title = Some("t".repeat(201));
+    assert_invalid(home.create(r).await, "title", "200 characters");
+
+    assert_eq!(count_threads(&home).await, 1, "only the valid create wrote anything");
+}
+
+#[tokio::test]
+async fn list_pages_newest_first_over_many_threads() {
+    let home = TestHome::builder().start().await;
+    let cwd = home.workdir("a");
+    let mut ids = Vec::new();
+    for _ in 0..230 {
+        ids.push(home.create(create_in(&cwd)).await.expect("create").id);
+    }
+    ids.reverse(); // newest first
+
+    let list = |limit: Option<u32>, cursor: String| {
+        let client = home.client().clone();
+        async move {
+            client
+                .threads()
+                .thread_list(pb::ThreadListRequest { limit, cursor, ..Default::default() })
+                .await
+                .map(|r| r.into_inner())
+        }
+    };
+    let first = list(None, String::new()).await.expect("list");
+    assert_eq!(first.threads.len(), 50, "default limit");
+    let mut seen: Vec<String> = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let page = list(Some(100), cursor.clone()).await.expect("list");
+        seen.extend(page.threads.iter().map(|t| t.id.clone()));
+        match page.next_cursor {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "every thread exactly once, newest first");
+
+    assert_invalid(list(Some(0), String::new()).await, "limit", "between 1 and 100");
+    assert_invalid(list(Some(101), String::new()).await, "limit", "between 1 and 100");
+    assert_invalid(list(None, "not-a-cursor".into()).await, "cursor", "restart from the first page");
+}
+
+#[tokio::test]
+async fn list_filters_by_workspace_and_hides_archived() {
+    let home = TestHome::builder().start().await;
+    let repo = home.workdir("repo");
+    std::fs::create_dir_all(repo.join(".git")).expect(".git");
+    std::fs::create_dir_all(repo.join("src")).expect("src");
+    let a = home.create(create_in(&repo)).await.expect("create");
+    let b = home.create(create_in(&repo.join("src"))).await.expect("create");
+    let other = home.create(create_in(&home.workdir("other"))).await.expect("create");
+    assert_eq!(a.workspace_id, b.workspace_id, "same repository, same workspace");
+    assert_ne!(a.workspace_id, other.workspace_id);
+
+    let page = home
+        .client()
+        .threads()
+        .thread_list(pb::ThreadListRequest { workspace_id: a.workspace_id.clone(), ..Default::default() })
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(page.threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), vec![b.id.clone(), a.id.clone()]);
+
+    let archive = |id: &str, archived| pb::ThreadArchiveRequest { target: Some(local(id)), archived };
+    let done = home.client().home().thread_archive(archive(&b.id, true)).await.expect("archive").into_inner();
+    assert!(done.changed && done.thread.expect("thread").archived);
+    let again = home.client().home().thread_archive(archive(&b.id, true)).await.expect("archive").into_inner();
+    assert!(!again.changed, "archiving twice changes nothing");
+    let ids = |page: pb::ThreadListResponse| page.threads.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    let all = home.client().threads().thread_list(pb::ThreadListRequest::default()).await.expect("list");
+    assert_eq!(ids(all.into_inner()), vec![other.id.clone(), a.id.clone()]);
+    // An archived thread keeps its history and can still be read.
+    home.read(pb::ThreadReadRequest { target: Some(local(&b.id)), ..Default::default() }).await.expect("read");
+    let say = home.say(&b.id, "hello").await.expect_err("archived threads take no input");
+    assert_eq!(say.code(), Code::FailedPrecondition);
+    home.client().home().thread_archive(archive(&b.id, false)).await.expect("unarchive");
+    let all = home.client().threads().thread_list(pb::ThreadListRequest::default()).await.expect("list");
+    assert_eq!(ids(all.into_inner()).len(), 3);
+}
+
+#[tokio::test]
+async fn read_pages_turns_in_chronological_order() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", Some("m0")).await;
+    home.wait_turns(&t.id, 1).await;
+    for i in 1..25 {
+        home.say(&t.id, &format!("m{i}")).await.expect("say");
+        home.wait_turns(&t.id, i + 1).await;
+    }
+    let read = |limit: Option<u32>, cursor: String| {
+        home.read(pb::ThreadReadRequest { target: Some(local(&t.id)), limit, cursor, content_ref: String::new() })
+    };
+    let first = read(None, String::new()).await.expect("read");
+    assert_eq!(first.turns.len(), 20, "default limit");
+    assert_eq!(first.turns[0].output, "echo: m0", "oldest first");
+    let second = read(None, first.next_cursor.clone().expect("more")).await.expect("read");
+    assert_eq!(second.turns.iter().map(|t| t.seq).collect::<Vec<_>>(), (21..=25).collect::<Vec<_>>());
+    assert!(second.next_cursor.is_none());
+
+    assert_invalid(read(Some(0), String::new()).await, "limit", "between 1 and 100");
+    assert_invalid(read(Some(101), String::new()).await, "limit", "between 1 and 100");
+    assert_invalid(read(None, "garbage".into()).await, "cursor", "restart from the first page");
+    let other = home.thread("echo", None).await;
+    let foreign = home
+        .read(pb::ThreadReadRequest {
+            target: Some(local(&other.id)),
+            cursor: first.next_cursor.expect("cursor"),
+            ..Default::default()
+        })
+        .await;
+    assert_invalid(foreign, "cursor", "another thread");
+
+    let missing = home.read(pb::ThreadReadRequest { target: Some(local("th_nope")), ..Default::default() }).await;
+    assert_eq!(missing.expect_err("missing").code(), Code::NotFound);
+    let mut elsewhere = local(&t.id);
+    elsewhere.host_id = "some-other-home".into();
+    let remote = home.read(pb::ThreadReadRequest { target: Some(elsewhere), ..Default::default() }).await;
+    assert_eq!(remote.expect_err("no bridge").code(), Code::NotFound);
+    let mut wrong_ws = local(&t.id);
+    wrong_ws.workspace_id = "ws_0000000000000000".into();
+    let wrong = home.read(pb::ThreadReadRequest { target: Some(wrong_ws), ..Default::default() }).await;
+    assert_eq!(wrong.expect_err("wrong workspace").code(), Code::NotFound);
+}
+
+/// A 40,000-character output (with characters outside the BMP, two UTF-16 units each) comes
+/// back as a preview plus a content ref whose segments reassemble it exactly.
+#[tokio::test]
+async fn oversized_output_is_read_back_exactly_through_content_refs() {
+    let home = TestHome::builder().shell_profile("cat", "cat").start().await;
+    let unit = "kiki 😀 ünïcode ";
+    let mut text = String::new();
+    while text.chars().count() < 40_000 {
+        text.push_str(unit);
+    }
+    let text: String = text.chars().take(40_000).collect();
+    let t = home.thread("cat", Some(&text)).await;
+    let turns = home.wait_turns(&t.id, 1).await;
+    let turn = &turns[0];
+    assert_eq!(turn.status(), pb::TurnStatus::Completed, "{}", turn.error);
+    assert!(turn.output_truncated && turn.input_truncated);
+    assert!(turn.output.chars().count() < 16_384, "a preview only");
+    assert!(text.starts_with(&turn.output));
+    let output_ref = turn.content_refs.iter().find(|r| r.field == "output").expect("output ref");
+    let total_units = text.encode_utf16().count() as u64;
+    assert_eq!(output_ref.utf16_length, total_units);
+
+    let mut assembled = String::new();
+    let mut cursor = String::new();
+    let mut segments = 0;
+    loop {
+        let page = home
+            .read(pb::ThreadReadRequest {
+                target: Some(local(&t.id)),
+                content_ref: output_ref.content_ref.clone(),
+                cursor: cursor.clone(),
+                limit: None,
+            })
+            .await
+            .expect("segment");
+        let segment = page.segment.expect("segment");
+        assert!(segment.text.encode_utf16().count() <= 16_384, "segments are at most 16,384 UTF-16 units");
+        assert_eq!(segment.offset, assembled.encode_utf16().count() as u64);
+        assembled.push_str(&segment.text);
+        segments += 1;
+        match segment.next {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    assert_eq!(assembled, text, "reassembled exactly");
+    assert!(segments >= 3);
+    // The ref is stable: reading again gives the same first segment.
+    let again = home
+        .read(pb::ThreadReadRequest {
+            target: Some(local(&t.id)),
+            content_ref: output_ref.content_ref.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("segment");
+    assert!(text.starts_with(&again.segment.expect("segment").text));
+
+    let bad = home
+        .read(pb::ThreadReadRequest {
+            target: Some(local(&t.id)),
+            content_ref: "tu_nope.output".into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(bad.expect_err("unknown ref").code(), Code::NotFound);
+    let bad = home
+        .read(pb::ThreadReadRequest { target: Some(local(&t.id)), content_ref: "nonsense".into(), ..Default::default() })
+        .await;
+    assert_invalid(bad, "content_ref", "not a content ref");
+}
+
+#[tokio::test]
+async fn say_limits_and_queueing() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    assert_invalid(home.say(&t.id, "").await, "content", "empty");
+    assert_invalid(home.say(&t.id, &"c".repeat(100_001)).await, "content", "100000 characters");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(home.all_turns(&t.id).await.is_empty(), "refused input leaves no trace");
+    let said = home.say(&t.id, "hello").await.expect("say");
+    assert!(said.turn_started);
+    let turns = home.wait_turns(&t.id, 1).await;
+    assert_eq!(turns[0].output, "echo: hello");
+    assert_eq!(home.say("th_missing", "x").await.expect_err("missing").code(), Code::NotFound);
+}
+
+/// The exec executor: cwd, stdin, stdout, environment, exit status.
+#[tokio::test]
+async fn exec_runs_in_cwd_with_input_on_stdin_and_the_turn_environment() {
+    let script = r#"input=$(cat); printf 'pwd=%s\nin=%s\nhome=%s\nthread=%s\ntoken=%s' "$(pwd)" "$input" "$KIKI_HOME" "$KIKI_THREAD_ID" "${#KIKI_TOKEN}""#;
+    let home = TestHome::builder().shell_profile("env", script).shell_profile("fail", "cat >/dev/null; echo partial; echo broken >&2; exit 3").start().await;
+    let t = home.thread("env", Some("hi there")).await;
+    let turn = home.wait_turns(&t.id, 1).await.remove(0);
+    assert_eq!(turn.status(), pb::TurnStatus::Completed, "{}", turn.error);
+    let expected = format!(
+        "pwd={}\nin=hi there\nhome={}\nthread={}\ntoken=64",
+        home.workdir("default").display(),
+        home.dir().display(),
+        t.id
+    );
+    assert_eq!(turn.output, expected);
+
+    let f = home.thread("fail", Some("x")).await;
+    let turn = home.wait_turns(&f.id, 1).await.remove(0);
+    assert_eq!(turn.status(), pb::TurnStatus::Failed);
+    assert_eq!(turn.output, "partial\n");
+    assert!(turn.error.contains("status 3") && turn.error.contains("broken"), "{}", turn.error);
+    let record = home.thread_record(&f.id).await;
+    assert_eq!(record.state(), pb::ThreadState::Idle, "a failed turn leaves the thread idle");
+}
+
+#[tokio::test]
+async fn a_missing_command_fails_the_turn_with_a_reason() {
+    let home = TestHome::builder().config(|c| {
+        c.profiles.insert(
+            "ghost".into(),
+            kiki_daemon::config::ProfileConfig {
+                executor: kiki_daemon::config::ExecutorKind::Exec,
+                command: vec!["/no/such/agent-cli".into()],
+                default: false,
+                enabled: true,
+            },
+        );
+    })
+    .start()
+    .await;
+    let t = home.thread("ghost", Some("x")).await;
+    let turn = home.wait_turns(&t.id, 1).await.remove(0);
+    assert_eq!(turn.status(), pb::TurnStatus::Failed);
+    assert!(turn.error.contains("cannot start"), "{}", turn.error);
+}
+
+/// Turns of one thread never overlap; queued inputs are taken together by the next turn.
+#[tokio::test]
+async fn turns_of_one_thread_run_one_at_a_time() {
+    let log = tempfile::NamedTempFile::new().expect("log");
+    let script = format!("echo start >> {0}; sleep 0.3; cat; echo end >> {0}", log.path().display());
+    let home = TestHome::builder().shell_profile("slow", &script).start().await;
+    let t = home.thread("slow", Some("one")).await;
+    eventually("the first turn to run", || async {
+        (home.thread_record(&t.id).await.state() == pb::ThreadState::Running).then_some(())
+    })
+    .await;
+    let second = home.say(&t.id, "two").await.expect("say");
+    assert!(!second.turn_started, "a busy thread queues input");
+    home.say(&t.id, "three").await.expect("say");
+    let turns = home.wait_turns(&t.id, 2).await;
+    assert_eq!(turns[0].output, "one");
+    assert_eq!(turns[1].input, "two\n\nthree", "the next turn takes every queued input, in order");
+    let log = std::fs::read_to_string(log.path()).expect("log");
+    assert_eq!(log, "start\nend\nstart\nend\n", "never two turns of one thread at once");
+}
+
+/// Two threads' turns run at the same time: each waits for the other's marker file, which
+/// only works if both run concurrently (run serially, the first one gives up and fails).
+#[tokio::test]
+async fn different_threads_run_concurrently() {
+    let dir = tempfile::tempdir().expect("dir");
+    let script = format!(
+        r#"me=$(cat); touch {0}/$me; other=$([ "$me" = a ] && echo b || echo a); i=0; while [ ! -e {0}/$other ]; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done; echo ok"#,
+        dir.path().display()
+    );
+    let home = TestHome::builder().shell_profile("meet", &script).start().await;
+    let a = home.thread("meet", Some("a")).await;
+    let b = home.thread("meet", Some("b")).await;
+    let ta = home.wait_turns(&a.id, 1).await.remove(0);
+    let tb = home.wait_turns(&b.id, 1).await.remove(0);
+    assert_eq!((ta.status(), tb.status()), (pb::TurnStatus::Completed, pb::TurnStatus::Completed));
+}
+
+#[tokio::test]
+async fn threads_and_turns_survive_a_restart() {
+    let mut home = TestHome::builder().start().await;
+    let t = home.thread("echo", Some("before")).await;
+    home.wait_turns(&t.id, 1).await;
+    let id = home.handle().home_id().to_string();
+    home.restart().await;
+    assert_eq!(home.handle().home_id(), id, "the home id is stable across restarts");
+    let turns = home.all_turns(&t.id).await;
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].output, "echo: before");
+    home.say(&t.id, "after").await.expect("say");
+    assert_eq!(home.wait_turns(&t.id, 2).await[1].output, "echo: after");
+}
+
+/// A clean stop with a turn in flight records it as failed; input queued behind it runs
+/// after the restart. (The kill -9 variant is in the smoke tier.)
+#[tokio::test]
+async fn a_turn_in_flight_at_shutdown_is_failed_and_the_queue_survives() {
+    let mut home = TestHome::builder().shell_profile("slow", "read line; [ \"$line\" = quick ] && echo fast || sleep 30").start().await;
+    let t = home.thread("slow", Some("slow")).await;
+    eventually("the turn to run", || async {
+        (home.thread_record(&t.id).await.state() == pb::ThreadState::Running).then_some(())
+    })
+    .await;
+    home.say(&t.id, "quick").await.expect("queued");
+    home.restart().await;
+    let turns = home.wait_turns(&t.id, 2).await;
+    assert_eq!(turns[0].status(), pb::TurnStatus::Failed);
+    assert!(turns[0].error.contains("kikid stopped"), "{}", turns[0].error);
+    assert_eq!(turns[1].status(), pb::TurnStatus::Completed, "{}", turns[1].error);
+    assert_eq!(turns[1].output, "fast\n");
+}
+
+#[tokio::test]
+async fn a_turn_token_acts_as_its_thread_and_expires_with_the_turn() {
+    let kiki = kiki_tests::binaries::binary("kiki");
+    // Inside the turn: create a thread without --cwd (the parent's workspace root), and
+    // keep the token to try it after the turn.
+    let script = format!(
+        "cd /; echo \"$KIKI_TOKEN\" > \"$KIKI_HOME/token\"; {} thread create --json --title child | grep '\"cwd\"'",
+        kiki.display()
+    );
+    let home = TestHome::builder().shell_profile("agent", &script).start().await;
+    let repo = home.workdir("repo");
+    std::fs::create_dir_all(repo.join(".git")).expect("git");
+    std::fs::create_dir_all(repo.join("sub")).expect("sub");
+    let t = home
+        .create(pb::ThreadCreateRequest {
+            cwd: Some(repo.join("sub").display().to_string()),
+            profile: Some("agent".into()),
+            prompt: Some("go".into()),
+            title: None,
+        })
+        .await
+        .expect("create");
+    let turn = home.wait_turns(&t.id, 1).await.remove(0);
+    assert_eq!(turn.status(), pb::TurnStatus::Completed, "{}", turn.error);
+    // The CLI sends its working directory (here /), so the child lands there; a raw API
+    // call without cwd from the turn lands in the parent's workspace root.
+    assert!(turn.output.contains("\"cwd\": \"/\""), "{}", turn.output);
+
+    let token = std::fs::read_to_string(home.dir().join("token")).expect("token").trim().to_string();
+    let stale = home.client().clone().with_token(&token).expect("token");
+    let err = stale
+        .threads()
+        .thread_create(pb::ThreadCreateRequest::default())
+        .await
+        .expect_err("the token ended with its turn");
+    assert_eq!(err.code(), Code::Unauthenticated);
+    assert!(err.message().contains("turn ends"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn an_api_create_without_cwd_from_a_turn_uses_the_parent_workspace_root() {
+    // The agent calls the API directly (as an MCP server would) with its token.
+    let home_dir_probe = "read _; echo \"$KIKI_TOKEN\" > \"$KIKI_HOME/token\"; sleep 5";
+    let home = TestHome::builder().shell_profile("hold", home_dir_probe).start().await;
+    let repo = home.workdir("repo");
+    std::fs::create_dir_all(repo.join(".git")).expect("git");
+    std::fs::create_dir_all(repo.join("sub")).expect("sub");
+    let t = home
+        .create(pb::ThreadCreateRequest {
+            cwd: Some(repo.join("sub").display().to_string()),
+            profile: Some("hold".into()),
+            prompt: Some("go".into()),
+            title: None,
+        })
+        .await
+        .expect("create");
+    let token = eventually("the turn's token", || async {
+        std::fs::read_to_string(home.dir().join("token")).ok().filter(|t| t.ends_with('\n'))
+    })
+    .await;
+    let agent = home.client().clone().with_token(token.trim()).expect("token");
+    let child = agent.threads().thread_create(pb::ThreadCreateRequest::default()).await.expect("create").into_inner();
+    assert_eq!(child.cwd, repo.display().to_string(), "the caller's workspace root");
+    assert_eq!(child.workspace_id, t.workspace_id);
+    // Owner actions are not agent tools.
+    let say = agent.home().thread_say(pb::ThreadSayRequest { target: Some(local(&child.id)), content: "x".into() }).await;
+    assert_eq!(say.expect_err("owner only").code(), Code::PermissionDenied);
+}
