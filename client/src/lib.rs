@@ -96,6 +96,11 @@ impl Client {
         Ok(self)
     }
 
+    /// The underlying channel, for other services on the same socket (e.g. reflection).
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
     pub fn threads(&self) -> ThreadClient {
         pb::thread_service_client::ThreadServiceClient::with_interceptor(self.channel.clone(), self.interceptor.clone())
             .max_decoding_message_size(MAX_RESPONSE_BYTES)

@@ -1,0 +1,259 @@
+//! The smoke tier: the real `kikid` and `kiki` binaries, real processes, real signals.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kiki_tests::binaries::{binary, kiki, kiki_json};
+use tokio_stream_shim::next_message;
+
+/// A fresh home directory path (not created: `kiki up` creates it).
+fn new_home() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new().prefix("kiki-smoke-").tempdir().expect("temp dir");
+    let home = dir.path().join("home");
+    (dir, home)
+}
+
+/// Stops the home's daemon when the test ends, whatever happened.
+struct Down<'a>(&'a Path);
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = kiki(self.0, &["down"]);
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+fn pid_of(home: &Path) -> String {
+    kiki_json(home, &["status"])["pid"].to_string()
+}
+
+fn kill_9(pid: &str) {
+    let ok = Command::new("kill").args(["-9", pid]).status().expect("kill").success();
+    assert!(ok, "kill -9 {pid}");
+    // Wait until the process is gone (it is `kiki up`'s orphan, reaped by init).
+    let started = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.contains(") Z ") {
+            break; // a zombie holds no locks or sockets
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "pid {pid} did not die");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_for_turns(home: &Path, thread: &str, n: usize) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let page = kiki_json(home, &["thread", "read", thread, "--limit", "100"]);
+        if page["turns"].as_array().map(Vec::len).unwrap_or(0) >= n {
+            return page;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "thread {thread} never reached {n} turns: {page}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn up_status_down_and_an_owner_only_home() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    let up = kiki_json(&home, &["up"]);
+    assert_eq!(up["home_id"].as_str().map(str::len), Some(52));
+    // `kiki up` returned, so the daemon answers now.
+    let status = kiki_json(&home, &["status"]);
+    assert_eq!(status["home_id"], up["home_id"]);
+    assert_eq!(status["default_profile"], "echo");
+    assert_eq!(mode(&home), 0o700, "home directory is owner-only");
+    assert_eq!(mode(&home.join("kikid.sock")), 0o600, "socket is owner-only");
+    assert_eq!(mode(&home.join("identity.key")), 0o600);
+    let again = kiki_json(&home, &["up"]);
+    assert_eq!(again["pid"], status["pid"], "a second `up` finds the running daemon");
+
+    kiki_json(&home, &["down"]);
+    let out = kiki(&home, &["--json", "status"]);
+    assert_eq!(out.status.code(), Some(4), "unreachable home");
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json error");
+    assert_eq!(error["error"]["code"], "unavailable");
+    assert!(error["error"]["message"].as_str().unwrap_or_default().contains("kiki up"));
+
+    // The identity survives a restart.
+    let up2 = kiki_json(&home, &["up"]);
+    assert_eq!(up2["home_id"], up["home_id"]);
+}
+
+#[test]
+fn a_second_daemon_on_the_same_home_is_refused() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    let out = Command::new(binary("kikid")).arg("--home").arg(&home).stderr(Stdio::piped()).output().expect("kikid");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("already served by another kikid"), "{stderr}");
+    kiki_json(&home, &["status"]); // the first one is unharmed
+}
+
+#[test]
+fn cli_errors_are_json_with_codes_and_leave_no_trace() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    let out = kiki(&home, &["--json", "thread", "list", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(error["error"]["code"], "invalid_argument");
+    assert_eq!(error["error"]["message"], "limit: must be between 1 and 100, got 0");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("limit"), "also on stderr");
+
+    let long = "x".repeat(100_001);
+    let out = kiki(&home, &["--json", "thread", "create", "--prompt", &long]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(kiki_json(&home, &["status"])["threads"], 0, "nothing written");
+
+    let out = kiki(&home, &["--json", "thread", "read", "th_nope"]);
+    assert_eq!(out.status.code(), Some(3));
+    let out = kiki(&home, &["--json", "thread", "read", "a/b/c"]);
+    assert_eq!(out.status.code(), Some(2), "malformed reference");
+    let out = kiki(&home, &["--json", "thread", "frobnicate"]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("usage errors are JSON too");
+    assert_eq!(error["error"]["code"], "invalid_argument");
+}
+
+#[test]
+fn thread_commands_end_to_end() {
+    let (dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    let prompt_file = dir.path().join("prompt.txt");
+    std::fs::write(&prompt_file, "from a file\nline two").expect("prompt");
+    let created = kiki_json(&home, &["thread", "create", "--prompt-file", prompt_file.to_str().expect("utf8")]);
+    let id = created["id"].as_str().expect("id").to_string();
+    assert_eq!(created["title"], "from a file");
+    assert_eq!(created["prompt_started"], true);
+    assert_eq!(created["cwd"], std::env::current_dir().expect("cwd").display().to_string());
+    let page = wait_for_turns(&home, &id, 1);
+    assert_eq!(page["turns"][0]["output"], "echo: from a file\nline two");
+    assert_eq!(page["turns"][0]["status"], "completed");
+
+    let said = kiki_json(&home, &["thread", "say", &id, "second"]);
+    assert_eq!(said["turn_started"], true);
+    wait_for_turns(&home, &id, 2);
+    let text = kiki(&home, &["thread", "read", &id]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("echo: second"), "{text}");
+
+    let list = kiki_json(&home, &["thread", "list"]);
+    assert_eq!(list["threads"][0]["id"], id.as_str());
+    assert_eq!(list["threads"][0]["state"], "idle");
+    let archived = kiki_json(&home, &["thread", "archive", &id]);
+    assert_eq!(archived["changed"], true);
+    assert_eq!(kiki_json(&home, &["thread", "list"])["threads"].as_array().map(Vec::len), Some(0));
+    kiki_json(&home, &["thread", "unarchive", &id]);
+    assert_eq!(kiki_json(&home, &["thread", "list"])["threads"].as_array().map(Vec::len), Some(1));
+}
+
+/// kill -9 right after answers: what was answered is there after the restart; the turn the
+/// crash interrupted is failed (never re-run), and the input queued behind it runs.
+#[test]
+fn kill_9_keeps_answered_writes_and_fails_the_interrupted_turn() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(
+        home.join("config.toml"),
+        "[profiles.slow]\nexecutor = \"exec\"\ncommand = [\"sh\", \"-c\", \"read line; [ \\\"$line\\\" = quick ] && echo fast || sleep 30\"]\n",
+    )
+    .expect("config");
+    kiki_json(&home, &["up"]);
+    let quick = kiki_json(&home, &["thread", "create", "--title", "kept"]);
+    let slow = kiki_json(&home, &["thread", "create", "--profile", "slow", "--prompt", "slow"]);
+    let slow_id = slow["id"].as_str().expect("id").to_string();
+    let started = Instant::now();
+    while kiki_json(&home, &["thread", "list"])["threads"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["id"] == slow_id.as_str()))
+        .map(|t| t["state"] != "running")
+        .unwrap_or(true)
+    {
+        assert!(started.elapsed() < Duration::from_secs(20), "the slow turn never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let queued = kiki_json(&home, &["thread", "say", &slow_id, "quick"]);
+    assert_eq!(queued["turn_started"], false);
+    kill_9(&pid_of(&home));
+
+    kiki_json(&home, &["up"]);
+    let list = kiki_json(&home, &["thread", "list"]);
+    let ids: Vec<&str> = list["threads"].as_array().expect("threads").iter().filter_map(|t| t["id"].as_str()).collect();
+    assert!(ids.contains(&quick["id"].as_str().expect("id")), "an answered create survives kill -9");
+    let page = wait_for_turns(&home, &slow_id, 2);
+    assert_eq!(page["turns"][0]["status"], "failed");
+    assert!(page["turns"][0]["error"].as_str().unwrap_or_default().contains("kikid stopped"));
+    assert_eq!(page["turns"][1]["status"], "completed");
+    assert_eq!(page["turns"][1]["output"], "fast\n");
+}
+
+#[test]
+fn sigterm_stops_cleanly() {
+    let (_dir, home) = new_home();
+    let mut child = Command::new(binary("kikid")).arg("--home").arg(&home).stderr(Stdio::null()).spawn().expect("kikid");
+    let started = Instant::now();
+    while kiki(&home, &["status"]).status.code() != Some(0) {
+        assert!(started.elapsed() < Duration::from_secs(20), "kikid never answered");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ok = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success();
+    assert!(ok);
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "clean exit on SIGTERM: {status}");
+    assert!(!home.join("kikid.sock").exists(), "socket removed");
+}
+
+/// gRPC reflection is served in both its v1 and v1alpha forms, so generic clients work.
+#[tokio::test]
+async fn reflection_lists_the_services_in_both_versions() {
+    let home = kiki_tests::TestHome::builder().start().await;
+    let channel = home.client().channel();
+
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let request = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+    let mut client = ServerReflectionClient::new(channel.clone());
+    let mut stream = client.server_reflection_info(tokio_stream_shim::once(request)).await.expect("v1").into_inner();
+    let response = next_message(&mut stream).await;
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else { panic!("no list") };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(names.contains(&"kiki.v1.ThreadService".to_string()), "{names:?}");
+    assert!(names.contains(&"kiki.v1.HomeService".to_string()), "{names:?}");
+
+    use tonic_reflection::pb::v1alpha::{
+        ServerReflectionRequest as AlphaRequest, server_reflection_client::ServerReflectionClient as AlphaClient,
+        server_reflection_request::MessageRequest as AlphaMessage,
+        server_reflection_response::MessageResponse as AlphaResponse,
+    };
+    let request = AlphaRequest { host: String::new(), message_request: Some(AlphaMessage::ListServices(String::new())) };
+    let mut client = AlphaClient::new(channel);
+    let mut stream = client.server_reflection_info(tokio_stream_shim::once(request)).await.expect("v1alpha").into_inner();
+    let response = next_message(&mut stream).await;
+    let Some(AlphaResponse::ListServicesResponse(list)) = response.message_response else { panic!("no list") };
+    assert!(list.service.iter().any(|s| s.name == "kiki.v1.ThreadService"));
+}
+
+/// Minimal stream helpers so the test needs no extra stream crate.
+mod tokio_stream_shim {
+    pub fn once<T: Send + 'static>(item: T) -> impl tonic::codegen::tokio_stream::Stream<Item = T> + Send + 'static {
+        tonic::codegen::tokio_stream::iter(vec![item])
+    }
+
+    pub async fn next_message<T>(stream: &mut tonic::Streaming<T>) -> T {
+        stream.message().await.expect("reflection answer").expect("one message")
+    }
+}
