@@ -76,10 +76,7 @@ pub enum ThreadCommand {
         content_ref: Option<String>,
     },
     /// User input to a thread: starts a turn (or waits for the running one).
-    Say {
-        reference: String,
-        text: String,
-    },
+    Say { reference: String, text: String },
     /// Archive a thread: it leaves ThreadList, keeps its history.
     Archive { reference: String },
     /// Bring an archived thread back.
@@ -133,12 +130,8 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
                 Some(dir) => dir,
                 None => std::env::current_dir().context("the current directory")?,
             };
-            let request = pb::ThreadCreateRequest {
-                cwd: Some(cwd.display().to_string()),
-                profile,
-                prompt,
-                title,
-            };
+            let request =
+                pb::ThreadCreateRequest { cwd: Some(cwd.display().to_string()), profile, prompt, title };
             let created = client.threads().thread_create(request).await?.into_inner();
             if json {
                 print_json(&created);

@@ -42,7 +42,8 @@ pub fn home_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
     if let Some(dir) = flag.or_else(|| std::env::var_os("KIKI_HOME").map(PathBuf::from)) {
         return Ok(dir);
     }
-    let home = std::env::var_os("HOME").ok_or_else(|| ClientError::Home("neither --home, KIKI_HOME nor HOME is set".into()))?;
+    let home = std::env::var_os("HOME")
+        .ok_or_else(|| ClientError::Home("neither --home, KIKI_HOME nor HOME is set".into()))?;
     Ok(PathBuf::from(home).join(".kiki"))
 }
 
@@ -61,8 +62,10 @@ impl Interceptor for TokenInterceptor {
     }
 }
 
-pub type ThreadClient = pb::thread_service_client::ThreadServiceClient<InterceptedService<Channel, TokenInterceptor>>;
-pub type HomeClient = pb::home_service_client::HomeServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+pub type ThreadClient =
+    pb::thread_service_client::ThreadServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+pub type HomeClient =
+    pb::home_service_client::HomeServiceClient<InterceptedService<Channel, TokenInterceptor>>;
 
 /// A connection to one home. Cheap to clone; calls may run concurrently.
 #[derive(Clone)]
@@ -77,16 +80,19 @@ impl Client {
         let path = socket.to_path_buf();
         // The URI is required by the API but unused: the connector dials the socket. Its
         // authority is what HTTP/2 sends as `:authority`, so it must be a valid host.
-        let channel = Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-            }))
-            .await
-            .map_err(|e| ClientError::Unreachable {
-                socket: socket.display().to_string(),
-                message: source_message(&e),
-            })?;
+        let channel =
+            Endpoint::from_static("http://localhost")
+                .connect_with_connector(tower::service_fn(move |_| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                    }
+                }))
+                .await
+                .map_err(|e| ClientError::Unreachable {
+                    socket: socket.display().to_string(),
+                    message: source_message(&e),
+                })?;
         Ok(Self { channel, interceptor: TokenInterceptor::default() })
     }
 
@@ -102,13 +108,19 @@ impl Client {
     }
 
     pub fn threads(&self) -> ThreadClient {
-        pb::thread_service_client::ThreadServiceClient::with_interceptor(self.channel.clone(), self.interceptor.clone())
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+        pb::thread_service_client::ThreadServiceClient::with_interceptor(
+            self.channel.clone(),
+            self.interceptor.clone(),
+        )
+        .max_decoding_message_size(MAX_RESPONSE_BYTES)
     }
 
     pub fn home(&self) -> HomeClient {
-        pb::home_service_client::HomeServiceClient::with_interceptor(self.channel.clone(), self.interceptor.clone())
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+        pb::home_service_client::HomeServiceClient::with_interceptor(
+            self.channel.clone(),
+            self.interceptor.clone(),
+        )
+        .max_decoding_message_size(MAX_RESPONSE_BYTES)
     }
 }
 

@@ -42,6 +42,9 @@ pub fn kiki_json(home: &Path, args: &[&str]) -> serde_json::Value {
         String::from_utf8_lossy(&out.stdout)
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("kiki {args:?} printed no single JSON document ({e}): {}", String::from_utf8_lossy(&out.stdout))
+        panic!(
+            "kiki {args:?} printed no single JSON document ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
     })
 }

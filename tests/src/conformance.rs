@@ -39,7 +39,14 @@ fn new_thread(id: &str, workspace: &str, now: i64) -> NewThread {
 }
 
 fn user(id: &str, content: &str) -> NewInput {
-    NewInput { id: id.into(), kind: InputKind::User, content: content.into(), message_id: None, source: None, now: 1 }
+    NewInput {
+        id: id.into(),
+        kind: InputKind::User,
+        content: content.into(),
+        message_id: None,
+        source: None,
+        now: 1,
+    }
 }
 
 async fn finish(store: &dyn Store, turn_id: &str, output: &str) {
@@ -68,7 +75,8 @@ pub async fn thread_round_trip(store: &dyn Store) {
 
 pub async fn duplicate_thread_id_is_a_conflict(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
-    let err = store.create_thread(&new_thread("th_a", "ws", 2), Some(&user("in_x", "x"))).await.expect_err("dup");
+    let err =
+        store.create_thread(&new_thread("th_a", "ws", 2), Some(&user("in_x", "x"))).await.expect_err("dup");
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
     assert_eq!(store.count_threads().await.expect("count"), 1);
     assert!(store.threads_with_queued_input().await.expect("queued").is_empty(), "the input rolled back too");
@@ -164,7 +172,11 @@ pub async fn ended_turns_page_and_exclude_the_running_turn(store: &dyn Store) {
     let page = store.ended_turns("th_a", 0, 2).await.expect("page");
     assert_eq!(page.iter().map(|t| t.seq).collect::<Vec<_>>(), [1, 2]);
     let rest = store.ended_turns("th_a", 2, 10).await.expect("page");
-    assert_eq!(rest.iter().map(|t| t.output.as_str()).collect::<Vec<_>>(), ["out3"], "running turn 4 not shown");
+    assert_eq!(
+        rest.iter().map(|t| t.output.as_str()).collect::<Vec<_>>(),
+        ["out3"],
+        "running turn 4 not shown"
+    );
     assert!(store.ended_turn_exists("th_a", 3).await.expect("exists"));
     assert!(!store.ended_turn_exists("th_a", 4).await.expect("exists"), "running");
     assert!(!store.ended_turn_exists("th_b", 1).await.expect("exists"));

@@ -96,7 +96,10 @@ impl TestHome {
         self.client = client;
     }
 
-    pub async fn create(&self, request: pb::ThreadCreateRequest) -> Result<pb::ThreadCreateResponse, tonic::Status> {
+    pub async fn create(
+        &self,
+        request: pb::ThreadCreateRequest,
+    ) -> Result<pb::ThreadCreateResponse, tonic::Status> {
         self.client.threads().thread_create(request).await.map(|r| r.into_inner())
     }
 
@@ -117,7 +120,10 @@ impl TestHome {
         self.client.home().thread_say(request).await.map(|r| r.into_inner())
     }
 
-    pub async fn read(&self, request: pb::ThreadReadRequest) -> Result<pb::ThreadReadResponse, tonic::Status> {
+    pub async fn read(
+        &self,
+        request: pb::ThreadReadRequest,
+    ) -> Result<pb::ThreadReadResponse, tonic::Status> {
         self.client.threads().thread_read(request).await.map(|r| r.into_inner())
     }
 
@@ -133,7 +139,11 @@ impl TestHome {
 
     pub async fn thread_record(&self, thread_id: &str) -> pb::Thread {
         let page = self
-            .read(pb::ThreadReadRequest { target: Some(local(thread_id)), limit: Some(1), ..Default::default() })
+            .read(pb::ThreadReadRequest {
+                target: Some(local(thread_id)),
+                limit: Some(1),
+                ..Default::default()
+            })
             .await
             .expect("read");
         page.thread.expect("thread in read response")
@@ -175,7 +185,11 @@ pub async fn wait_turns(client: &Client, thread_id: &str, n: usize) -> Vec<pb::T
         if turns.len() >= n {
             return turns;
         }
-        assert!(started.elapsed() < PATIENCE, "thread {thread_id} has {} of {n} turns after {PATIENCE:?}", turns.len());
+        assert!(
+            started.elapsed() < PATIENCE,
+            "thread {thread_id} has {} of {n} turns after {PATIENCE:?}",
+            turns.len()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -53,7 +53,10 @@ fn wait_for_turns(home: &Path, thread: &str, n: usize) -> serde_json::Value {
         if page["turns"].as_array().map(Vec::len).unwrap_or(0) >= n {
             return page;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "thread {thread} never reached {n} turns: {page}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "thread {thread} never reached {n} turns: {page}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -91,7 +94,12 @@ fn a_second_daemon_on_the_same_home_is_refused() {
     let (_dir, home) = new_home();
     let _down = Down(&home);
     kiki_json(&home, &["up"]);
-    let out = Command::new(binary("kikid")).arg("--home").arg(&home).stderr(Stdio::piped()).output().expect("kikid");
+    let out = Command::new(binary("kikid"))
+        .arg("--home")
+        .arg(&home)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("kikid");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("already served by another kikid"), "{stderr}");
@@ -132,7 +140,8 @@ fn thread_commands_end_to_end() {
     kiki_json(&home, &["up"]);
     let prompt_file = dir.path().join("prompt.txt");
     std::fs::write(&prompt_file, "from a file\nline two").expect("prompt");
-    let created = kiki_json(&home, &["thread", "create", "--prompt-file", prompt_file.to_str().expect("utf8")]);
+    let created =
+        kiki_json(&home, &["thread", "create", "--prompt-file", prompt_file.to_str().expect("utf8")]);
     let id = created["id"].as_str().expect("id").to_string();
     assert_eq!(created["title"], "from a file");
     assert_eq!(created["prompt_started"], true);
@@ -190,7 +199,8 @@ fn kill_9_keeps_answered_writes_and_fails_the_interrupted_turn() {
 
     kiki_json(&home, &["up"]);
     let list = kiki_json(&home, &["thread", "list"]);
-    let ids: Vec<&str> = list["threads"].as_array().expect("threads").iter().filter_map(|t| t["id"].as_str()).collect();
+    let ids: Vec<&str> =
+        list["threads"].as_array().expect("threads").iter().filter_map(|t| t["id"].as_str()).collect();
     assert!(ids.contains(&quick["id"].as_str().expect("id")), "an answered create survives kill -9");
     let page = wait_for_turns(&home, &slow_id, 2);
     assert_eq!(page["turns"][0]["status"], "failed");
@@ -202,7 +212,8 @@ fn kill_9_keeps_answered_writes_and_fails_the_interrupted_turn() {
 #[test]
 fn sigterm_stops_cleanly() {
     let (_dir, home) = new_home();
-    let mut child = Command::new(binary("kikid")).arg("--home").arg(&home).stderr(Stdio::null()).spawn().expect("kikid");
+    let mut child =
+        Command::new(binary("kikid")).arg("--home").arg(&home).stderr(Stdio::null()).spawn().expect("kikid");
     let started = Instant::now();
     while kiki(&home, &["status"]).status.code() != Some(0) {
         assert!(started.elapsed() < Duration::from_secs(20), "kikid never answered");
@@ -225,31 +236,46 @@ async fn reflection_lists_the_services_in_both_versions() {
         ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
         server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
     };
-    let request = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
     let mut client = ServerReflectionClient::new(channel.clone());
-    let mut stream = client.server_reflection_info(tokio_stream_shim::once(request)).await.expect("v1").into_inner();
+    let mut stream =
+        client.server_reflection_info(tokio_stream_shim::once(request)).await.expect("v1").into_inner();
     let response = next_message(&mut stream).await;
-    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else { panic!("no list") };
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("no list")
+    };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
     assert!(names.contains(&"kiki.v1.ThreadService".to_string()), "{names:?}");
     assert!(names.contains(&"kiki.v1.HomeService".to_string()), "{names:?}");
 
     use tonic_reflection::pb::v1alpha::{
-        ServerReflectionRequest as AlphaRequest, server_reflection_client::ServerReflectionClient as AlphaClient,
+        ServerReflectionRequest as AlphaRequest,
+        server_reflection_client::ServerReflectionClient as AlphaClient,
         server_reflection_request::MessageRequest as AlphaMessage,
         server_reflection_response::MessageResponse as AlphaResponse,
     };
-    let request = AlphaRequest { host: String::new(), message_request: Some(AlphaMessage::ListServices(String::new())) };
+    let request = AlphaRequest {
+        host: String::new(),
+        message_request: Some(AlphaMessage::ListServices(String::new())),
+    };
     let mut client = AlphaClient::new(channel);
-    let mut stream = client.server_reflection_info(tokio_stream_shim::once(request)).await.expect("v1alpha").into_inner();
+    let mut stream =
+        client.server_reflection_info(tokio_stream_shim::once(request)).await.expect("v1alpha").into_inner();
     let response = next_message(&mut stream).await;
-    let Some(AlphaResponse::ListServicesResponse(list)) = response.message_response else { panic!("no list") };
+    let Some(AlphaResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("no list")
+    };
     assert!(list.service.iter().any(|s| s.name == "kiki.v1.ThreadService"));
 }
 
 /// Minimal stream helpers so the test needs no extra stream crate.
 mod tokio_stream_shim {
-    pub fn once<T: Send + 'static>(item: T) -> impl tonic::codegen::tokio_stream::Stream<Item = T> + Send + 'static {
+    pub fn once<T: Send + 'static>(
+        item: T,
+    ) -> impl tonic::codegen::tokio_stream::Stream<Item = T> + Send + 'static {
         tonic::codegen::tokio_stream::iter(vec![item])
     }
 

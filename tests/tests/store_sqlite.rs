@@ -16,19 +16,20 @@ kiki_tests::store_conformance!(sqlite());
 #[tokio::test]
 async fn data_survives_reopening_and_migrations_run_once() {
     let (store, dir) = sqlite().await;
-    store.create_thread(
-        &kiki_daemon::store::NewThread {
-            id: "th_a".into(),
-            workspace_id: "ws".into(),
-            cwd: "/".into(),
-            title: "t".into(),
-            profile: "echo".into(),
-            now: 1,
-        },
-        None,
-    )
-    .await
-    .expect("create");
+    store
+        .create_thread(
+            &kiki_daemon::store::NewThread {
+                id: "th_a".into(),
+                workspace_id: "ws".into(),
+                cwd: "/".into(),
+                title: "t".into(),
+                profile: "echo".into(),
+                now: 1,
+            },
+            None,
+        )
+        .await
+        .expect("create");
     store.close().await;
     let reopened = SqliteStore::open_path(&dir.path().join("kiki.db")).await.expect("reopen");
     assert!(reopened.thread("th_a").await.expect("read").is_some());

@@ -58,19 +58,20 @@ async fn create_without_prompt_stays_empty() {
 
 #[tokio::test]
 async fn create_limits_are_checked_and_leave_no_trace() {
-    let home = TestHome::builder().config(|c| {
-        c.profiles.insert(
-            "off".into(),
-            kiki_daemon::config::ProfileConfig {
-                executor: kiki_daemon::config::ExecutorKind::Echo,
-                command: vec![],
-                default: false,
-                enabled: false,
-            },
-        );
-    })
-    .start()
-    .await;
+    let home = TestHome::builder()
+        .config(|c| {
+            c.profiles.insert(
+                "off".into(),
+                kiki_daemon::config::ProfileConfig {
+                    executor: kiki_daemon::config::ExecutorKind::Echo,
+                    command: vec![],
+                    default: false,
+                    enabled: false,
+                },
+            );
+        })
+        .start()
+        .await;
     let cwd = home.workdir("a");
 
     let mut r = create_in(&cwd);
@@ -164,18 +165,24 @@ async fn list_filters_by_workspace_and_hides_archived() {
         .await
         .expect("list")
         .into_inner();
-    assert_eq!(page.threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), vec![b.id.clone(), a.id.clone()]);
+    assert_eq!(
+        page.threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(),
+        vec![b.id.clone(), a.id.clone()]
+    );
 
     let archive = |id: &str, archived| pb::ThreadArchiveRequest { target: Some(local(id)), archived };
     let done = home.client().home().thread_archive(archive(&b.id, true)).await.expect("archive").into_inner();
     assert!(done.changed && done.thread.expect("thread").archived);
-    let again = home.client().home().thread_archive(archive(&b.id, true)).await.expect("archive").into_inner();
+    let again =
+        home.client().home().thread_archive(archive(&b.id, true)).await.expect("archive").into_inner();
     assert!(!again.changed, "archiving twice changes nothing");
     let ids = |page: pb::ThreadListResponse| page.threads.into_iter().map(|t| t.id).collect::<Vec<_>>();
     let all = home.client().threads().thread_list(pb::ThreadListRequest::default()).await.expect("list");
     assert_eq!(ids(all.into_inner()), vec![other.id.clone(), a.id.clone()]);
     // An archived thread keeps its history and can still be read.
-    home.read(pb::ThreadReadRequest { target: Some(local(&b.id)), ..Default::default() }).await.expect("read");
+    home.read(pb::ThreadReadRequest { target: Some(local(&b.id)), ..Default::default() })
+        .await
+        .expect("read");
     let say = home.say(&b.id, "hello").await.expect_err("archived threads take no input");
     assert_eq!(say.code(), Code::FailedPrecondition);
     home.client().home().thread_archive(archive(&b.id, false)).await.expect("unarchive");
@@ -193,7 +200,12 @@ async fn read_pages_turns_in_chronological_order() {
         home.wait_turns(&t.id, i + 1).await;
     }
     let read = |limit: Option<u32>, cursor: String| {
-        home.read(pb::ThreadReadRequest { target: Some(local(&t.id)), limit, cursor, content_ref: String::new() })
+        home.read(pb::ThreadReadRequest {
+            target: Some(local(&t.id)),
+            limit,
+            cursor,
+            content_ref: String::new(),
+        })
     };
     let first = read(None, String::new()).await.expect("read");
     assert_eq!(first.turns.len(), 20, "default limit");
@@ -215,7 +227,8 @@ async fn read_pages_turns_in_chronological_order() {
         .await;
     assert_invalid(foreign, "cursor", "another thread");
 
-    let missing = home.read(pb::ThreadReadRequest { target: Some(local("th_nope")), ..Default::default() }).await;
+    let missing =
+        home.read(pb::ThreadReadRequest { target: Some(local("th_nope")), ..Default::default() }).await;
     assert_eq!(missing.expect_err("missing").code(), Code::NotFound);
     let mut elsewhere = local(&t.id);
     elsewhere.host_id = "some-other-home".into();
@@ -294,7 +307,11 @@ async fn oversized_output_is_read_back_exactly_through_content_refs() {
         .await;
     assert_eq!(bad.expect_err("unknown ref").code(), Code::NotFound);
     let bad = home
-        .read(pb::ThreadReadRequest { target: Some(local(&t.id)), content_ref: "nonsense".into(), ..Default::default() })
+        .read(pb::ThreadReadRequest {
+            target: Some(local(&t.id)),
+            content_ref: "nonsense".into(),
+            ..Default::default()
+        })
         .await;
     assert_invalid(bad, "content_ref", "not a content ref");
 }
@@ -318,7 +335,11 @@ async fn say_limits_and_queueing() {
 #[tokio::test]
 async fn exec_runs_in_cwd_with_input_on_stdin_and_the_turn_environment() {
     let script = r#"input=$(cat); printf 'pwd=%s\nin=%s\nhome=%s\nthread=%s\ntoken=%s' "$(pwd)" "$input" "$KIKI_HOME" "$KIKI_THREAD_ID" "${#KIKI_TOKEN}""#;
-    let home = TestHome::builder().shell_profile("env", script).shell_profile("fail", "cat >/dev/null; echo partial; echo broken >&2; exit 3").start().await;
+    let home = TestHome::builder()
+        .shell_profile("env", script)
+        .shell_profile("fail", "cat >/dev/null; echo partial; echo broken >&2; exit 3")
+        .start()
+        .await;
     let t = home.thread("env", Some("hi there")).await;
     let turn = home.wait_turns(&t.id, 1).await.remove(0);
     assert_eq!(turn.status(), pb::TurnStatus::Completed, "{}", turn.error);
@@ -341,19 +362,20 @@ async fn exec_runs_in_cwd_with_input_on_stdin_and_the_turn_environment() {
 
 #[tokio::test]
 async fn a_missing_command_fails_the_turn_with_a_reason() {
-    let home = TestHome::builder().config(|c| {
-        c.profiles.insert(
-            "ghost".into(),
-            kiki_daemon::config::ProfileConfig {
-                executor: kiki_daemon::config::ExecutorKind::Exec,
-                command: vec!["/no/such/agent-cli".into()],
-                default: false,
-                enabled: true,
-            },
-        );
-    })
-    .start()
-    .await;
+    let home = TestHome::builder()
+        .config(|c| {
+            c.profiles.insert(
+                "ghost".into(),
+                kiki_daemon::config::ProfileConfig {
+                    executor: kiki_daemon::config::ExecutorKind::Exec,
+                    command: vec!["/no/such/agent-cli".into()],
+                    default: false,
+                    enabled: true,
+                },
+            );
+        })
+        .start()
+        .await;
     let t = home.thread("ghost", Some("x")).await;
     let turn = home.wait_turns(&t.id, 1).await.remove(0);
     assert_eq!(turn.status(), pb::TurnStatus::Failed);
@@ -417,7 +439,10 @@ async fn threads_and_turns_survive_a_restart() {
 /// after the restart. (The kill -9 variant is in the smoke tier.)
 #[tokio::test]
 async fn a_turn_in_flight_at_shutdown_is_failed_and_the_queue_survives() {
-    let mut home = TestHome::builder().shell_profile("slow", "read line; [ \"$line\" = quick ] && echo fast || sleep 30").start().await;
+    let mut home = TestHome::builder()
+        .shell_profile("slow", "read line; [ \"$line\" = quick ] && echo fast || sleep 30")
+        .start()
+        .await;
     let t = home.thread("slow", Some("slow")).await;
     eventually("the turn to run", || async {
         (home.thread_record(&t.id).await.state() == pb::ThreadState::Running).then_some(())
@@ -493,10 +518,14 @@ async fn an_api_create_without_cwd_from_a_turn_uses_the_parent_workspace_root() 
     })
     .await;
     let agent = home.client().clone().with_token(token.trim()).expect("token");
-    let child = agent.threads().thread_create(pb::ThreadCreateRequest::default()).await.expect("create").into_inner();
+    let child =
+        agent.threads().thread_create(pb::ThreadCreateRequest::default()).await.expect("create").into_inner();
     assert_eq!(child.cwd, repo.display().to_string(), "the caller's workspace root");
     assert_eq!(child.workspace_id, t.workspace_id);
     // Owner actions are not agent tools.
-    let say = agent.home().thread_say(pb::ThreadSayRequest { target: Some(local(&child.id)), content: "x".into() }).await;
+    let say = agent
+        .home()
+        .thread_say(pb::ThreadSayRequest { target: Some(local(&child.id)), content: "x".into() })
+        .await;
     assert_eq!(say.expect_err("owner only").code(), Code::PermissionDenied);
 }
