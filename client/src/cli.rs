@@ -34,6 +34,11 @@ pub enum Command {
     /// Threads: agent sessions of this home.
     #[command(subcommand)]
     Thread(ThreadCommand),
+    /// Inside a turn: ask for the user (ThreadWait reports an `attention` event).
+    Attention {
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -75,6 +80,35 @@ pub enum ThreadCommand {
         #[arg(long)]
         content_ref: Option<String>,
     },
+    /// Send a message to a thread: durable, idempotent by --key. From inside a turn the
+    /// message is attributed to that turn's thread.
+    Send {
+        reference: String,
+        /// Idempotency key: a retry with the same key and content never sends twice.
+        #[arg(long)]
+        key: String,
+        #[arg(long, conflicts_with = "content_file", required_unless_present = "content_file")]
+        content: Option<String>,
+        /// Read the content from a file ('-' for stdin).
+        #[arg(long)]
+        content_file: Option<PathBuf>,
+    },
+    /// Wait for events (terminal, attention, lifecycle, undeliverable) on 1-8 threads.
+    Wait {
+        #[arg(required = true)]
+        references: Vec<String>,
+        #[arg(long)]
+        timeout_ms: Option<u32>,
+        /// REF=CURSOR from a previous wait (split at the first '='); repeat per thread.
+        #[arg(long = "cursor")]
+        cursors: Vec<String>,
+    },
+    /// Set a thread's peer-communication switch.
+    Set {
+        reference: String,
+        #[arg(long, value_parser = ["on", "off", "default"])]
+        communication: String,
+    },
     /// User input to a thread: starts a turn (or waits for the running one).
     Say { reference: String, text: String },
     /// Archive a thread: it leaves ThreadList, keeps its history.
@@ -95,6 +129,15 @@ pub async fn run(args: Args) -> Result<()> {
             Ok(())
         }
         Command::Thread(command) => thread(&home, command, json).await,
+        Command::Attention { reason } => {
+            connect(&home).await?.threads().attention(pb::AttentionRequest { reason }).await?;
+            if json {
+                print_json(&pb::AttentionResponse {});
+            } else {
+                println!("attention asked");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -182,6 +225,58 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
                 show_turns(&page);
             }
         }
+        ThreadCommand::Send { reference: r, key, content, content_file } => {
+            let content = match content_file {
+                Some(file) => read_text(&file)?,
+                None => content.unwrap_or_default(),
+            };
+            let request = pb::ThreadSendRequest {
+                target: Some(reference(&r)?),
+                content,
+                idempotency_key: key,
+                ..Default::default()
+            };
+            let sent = client.threads().thread_send(request).await?.into_inner();
+            if json {
+                print_json(&sent);
+            } else {
+                let status = pb::json::enum_word(sent.status().as_str_name(), "SEND_STATUS_");
+                let replay = if sent.replayed { " (replayed: sent before with this key)" } else { "" };
+                println!("{} {status}{replay}", sent.message_id);
+            }
+        }
+        ThreadCommand::Wait { references, timeout_ms, cursors } => {
+            let targets = references.iter().map(|r| reference(r)).collect::<Result<Vec<_>>>()?;
+            let mut map = std::collections::HashMap::new();
+            for pair in &cursors {
+                let (r, c) = pair
+                    .split_once('=')
+                    .ok_or_else(|| UsageError(format!("--cursor {pair:?}: expected REF=CURSOR")))?;
+                map.insert(r.to_string(), c.to_string());
+            }
+            let request = pb::ThreadWaitRequest { targets, timeout_ms, cursors: map };
+            let waited = client.threads().thread_wait(request).await?.into_inner();
+            if json {
+                print_json(&waited);
+            } else {
+                show_wait(&waited);
+            }
+        }
+        ThreadCommand::Set { reference: r, communication } => {
+            let setting = match communication.as_str() {
+                "on" => pb::Communication::On,
+                "off" => pb::Communication::Off,
+                _ => pb::Communication::Default,
+            };
+            let request =
+                pb::ThreadSetRequest { target: Some(reference(&r)?), communication: setting as i32 };
+            let set = client.home().thread_set(request).await?.into_inner();
+            if json {
+                print_json(&set);
+            } else if let Some(t) = set.thread {
+                println!("{}: communication {}", t.id, communication);
+            }
+        }
         ThreadCommand::Say { reference: r, text } => {
             let request = pb::ThreadSayRequest { target: Some(reference(&r)?), content: text };
             let said = client.home().thread_say(request).await?.into_inner();
@@ -238,6 +333,29 @@ fn show_turns(page: &pb::ThreadReadResponse) {
     }
     if let Some(next) = &page.next_cursor {
         println!("more: --cursor {next}");
+    }
+}
+
+fn show_wait(w: &pb::ThreadWaitResponse) {
+    for result in &w.results {
+        let target = result.target.as_ref().map(pb::format_ref).unwrap_or_default();
+        for e in &result.events {
+            let kind = pb::json::enum_word(e.kind().as_str_name(), "EVENT_KIND_");
+            let detail = match e.kind() {
+                pb::EventKind::Terminal => {
+                    let status = pb::json::enum_word(e.turn_status().as_str_name(), "TURN_STATUS_");
+                    format!("turn {} {status}", e.turn_id)
+                }
+                pb::EventKind::Lifecycle => e.lifecycle.clone(),
+                pb::EventKind::Undeliverable => format!("message {}: {}", e.message_id, e.reason),
+                _ => e.reason.clone(),
+            };
+            println!("{target}  {}  {kind}  {detail}", e.at);
+        }
+        println!("--cursor {target}={}", result.cursor);
+    }
+    if w.timed_out {
+        println!("(timed out)");
     }
 }
 

@@ -12,11 +12,16 @@
 //! [turns]
 //! max_output_bytes = 10485760   # exec output beyond this fails the turn
 //!
+//! [mailbox]
+//! delivery_wait = "3s"          # ThreadSend answers `pending` after this
+//! key_retention = "7d"          # idempotency keys are kept this long (>= 24h)
+//!
 //! [profiles.claude]
 //! executor = "exec"             # "echo" | "exec"
 //! command = ["claude", "-p"]
 //! default = true                # at most one profile; otherwise `echo` is the default
 //! enabled = true
+//! thread_communication = true   # this profile's threads opt in to peer communication
 //! ```
 //!
 //! Unknown keys are reported as warnings (they may belong to a newer kiki); invalid values
@@ -24,6 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -36,6 +42,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub thread_communication: ThreadCommunicationConfig,
     pub turns: TurnsConfig,
+    pub mailbox: MailboxConfig,
     /// Named executors; `echo` exists even when not listed.
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
@@ -69,6 +76,36 @@ impl Default for TurnsConfig {
     }
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct MailboxConfig {
+    /// How long ThreadSend waits for the message to enter the target's prompt before it
+    /// answers `pending` (delivery goes on in the background). Default `3s`.
+    #[serde(with = "duration")]
+    pub delivery_wait: Duration,
+    /// How long idempotency keys are kept (at least 24 h). Default `7d`.
+    #[serde(with = "duration")]
+    pub key_retention: Duration,
+}
+
+impl Default for MailboxConfig {
+    fn default() -> Self {
+        Self { delivery_wait: Duration::from_secs(3), key_retention: Duration::from_secs(7 * 24 * 3600) }
+    }
+}
+
+/// Durations written the human way: `"3s"`, `"250ms"`, `"15m"`, `"7d"`.
+mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ExecutorKind {
@@ -91,6 +128,10 @@ pub struct ProfileConfig {
     /// A disabled profile cannot be chosen for new threads.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// Opens (or closes) peer communication for this profile's threads when the home's
+    /// `[thread_communication] enabled` is not `false` and the thread has no switch of its own.
+    #[serde(default)]
+    pub thread_communication: Option<bool>,
 }
 
 fn yes() -> bool {
@@ -176,6 +217,12 @@ impl Config {
                 defaults.join(", ")
             ));
         }
+        if self.mailbox.key_retention < Duration::from_secs(24 * 3600) {
+            problems.push("mailbox.key_retention: must be at least 24h".into());
+        }
+        if self.mailbox.delivery_wait > Duration::from_secs(60) {
+            problems.push("mailbox.delivery_wait: must be at most 60s".into());
+        }
         if self.turns.max_output_bytes == 0 {
             problems.push("turns.max_output_bytes: must be at least 1".into());
         }
@@ -196,6 +243,7 @@ impl Config {
                 command: Vec::new(),
                 default: false,
                 enabled: true,
+                thread_communication: None,
             }),
             None => None,
         }

@@ -22,6 +22,9 @@ pub enum Error {
     PermissionDenied(String),
     #[error("{0}")]
     Unimplemented(String),
+    /// A bounded queue is full; the caller should retry (with the same idempotency key).
+    #[error("{0}")]
+    Overloaded(String),
     #[error("store: {0}")]
     Store(#[from] StoreError),
 }

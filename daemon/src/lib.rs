@@ -9,6 +9,7 @@
 //! - [`store`]: the [`store::Store`] trait and its SQLite backend, with migrations.
 //! - [`threads`]: thread rules (limits, cursors, content refs) and the turn runner.
 //! - [`executors`]: `echo` and `exec`, which run one turn.
+//! - [`mailbox`]: ThreadSend (group commit, idempotency), ThreadWait, switches, attention.
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
 //!
 //! # Boot and shutdown
@@ -25,6 +26,7 @@ pub mod executors;
 pub mod grpc;
 pub mod home;
 pub mod identity;
+pub mod mailbox;
 pub mod store;
 pub mod threads;
 pub mod time;
@@ -130,13 +132,16 @@ impl DaemonBuilder {
             None => Arc::new(SqliteStore::open_path(&home.sqlite_file()).await?),
         };
         let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
-        if interrupted > 0 {
-            warn!(turns = interrupted, "marked turns interrupted by the last stop as failed");
+        if !interrupted.is_empty() {
+            warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
         }
 
-        let runner = TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf());
+        let signals = mailbox::signals::Signals::default();
+        let runner =
+            TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), signals.clone());
         let threads =
             Threads::new(store.clone(), config.clone(), runner.clone(), identity.home_id().to_string());
+        let mailbox = mailbox::Mailbox::new(threads.clone(), config.clone(), signals);
         for thread_id in store.threads_with_queued_input().await? {
             runner.kick(&thread_id);
         }
@@ -155,15 +160,16 @@ impl DaemonBuilder {
 
         let shutdown = CancellationToken::new();
         let stopped = CancellationToken::new();
+        tokio::spawn(prune_keys(store.clone(), config.mailbox.key_retention, shutdown.clone()));
         let serving = {
             let shutdown = shutdown.clone();
             let stopped = stopped.clone();
-            let threads = threads.clone();
             let info = info.clone();
             tokio::spawn(async move {
                 let result = grpc::serve(
                     listener,
                     threads,
+                    mailbox,
                     info,
                     shutdown.clone().cancelled_owned(),
                     shutdown.clone(),
@@ -185,6 +191,23 @@ impl DaemonBuilder {
         drop(serving);
         info!(socket = %info.socket, "kikid is serving");
         Ok(DaemonHandle { inner: Arc::new(HandleInner { shutdown, stopped, info, identity }) })
+    }
+}
+
+/// Forgets idempotency keys older than the retention, hourly, until shutdown.
+async fn prune_keys(store: Arc<dyn Store>, retention: std::time::Duration, shutdown: CancellationToken) {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+    loop {
+        let before = time::now_ms() - retention.as_millis() as i64;
+        match store.prune_keys(before).await {
+            Ok(0) => {}
+            Ok(n) => info!(keys = n, "pruned expired idempotency keys"),
+            Err(e) => warn!(error = %e, "cannot prune idempotency keys"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(EVERY) => {}
+        }
     }
 }
 

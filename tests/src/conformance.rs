@@ -4,7 +4,8 @@
 
 use kiki_daemon::executors::render;
 use kiki_daemon::store::{
-    InputKind, NewInput, NewThread, SourceRef, Store, StoreError, ThreadQuery, TurnOutcome, TurnStatus,
+    CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, NewInput, NewMessage, NewThread,
+    SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnOutcome, TurnStatus,
 };
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
@@ -16,7 +17,9 @@ macro_rules! store_conformance {
             list_skips_archived_and_filters_by_workspace, archive_reports_change,
             a_turn_takes_all_queued_input_in_order, one_turn_at_a_time_per_thread,
             ended_turns_page_and_exclude_the_running_turn, interrupted_turns_fail_and_queue_survives,
-            input_for_a_missing_thread_is_refused);
+            input_for_a_missing_thread_is_refused, a_batch_of_sends_commits_together_with_keys,
+            held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
+            events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -110,13 +113,16 @@ pub async fn list_skips_archived_and_filters_by_workspace(store: &dyn Store) {
 
 pub async fn archive_reports_change(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
-    let (t, changed) = store.set_archived("th_a", true, 7).await.expect("archive").expect("exists");
-    assert!(t.archived && changed);
-    assert_eq!(t.updated_at, 7);
-    let (_, changed) = store.set_archived("th_a", true, 8).await.expect("archive").expect("exists");
-    assert!(!changed, "already archived");
-    let (t, changed) = store.set_archived("th_a", false, 9).await.expect("unarchive").expect("exists");
-    assert!(!t.archived && changed);
+    let done = store.set_archived("th_a", true, 7).await.expect("archive").expect("exists");
+    assert!(done.thread.archived && done.changed);
+    assert_eq!(done.thread.updated_at, 7);
+    let again = store.set_archived("th_a", true, 8).await.expect("archive").expect("exists");
+    assert!(!again.changed, "already archived");
+    let back = store.set_archived("th_a", false, 9).await.expect("unarchive").expect("exists");
+    assert!(!back.thread.archived && back.changed);
+    let lifecycle: Vec<String> =
+        store.events_after("th_a", 0, 10).await.expect("events").into_iter().map(|e| e.lifecycle).collect();
+    assert_eq!(lifecycle, ["created", "archived", "unarchived"], "each change logged once");
     assert!(store.set_archived("th_missing", true, 9).await.expect("archive").is_none());
 }
 
@@ -132,7 +138,7 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
     };
     assert!(store.enqueue_input("th_a", &message).await.expect("enqueue"));
     assert_eq!(store.threads_with_queued_input().await.expect("queued"), vec!["th_a".to_string()]);
-    let claimed = store.claim_turn("th_a", "tu_1", render, 3).await.expect("claim").expect("has input");
+    let claimed = store.claim_turn("th_a", "tu_1", true, render, 3).await.expect("claim").expect("has input");
     assert_eq!(claimed.inputs.iter().map(|i| i.content.as_str()).collect::<Vec<_>>(), ["first", "second"]);
     assert_eq!(claimed.turn.seq, 1);
     assert_eq!(claimed.turn.input, render(&claimed.inputs));
@@ -149,26 +155,30 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
 
 pub async fn one_turn_at_a_time_per_thread(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
-    store.claim_turn("th_a", "tu_1", render, 2).await.expect("claim").expect("has input");
+    store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("has input");
     store.enqueue_input("th_a", &user("in_2", "b")).await.expect("enqueue");
-    assert!(store.claim_turn("th_a", "tu_2", render, 3).await.expect("claim").is_none(), "busy thread");
+    assert!(store.claim_turn("th_a", "tu_2", true, render, 3).await.expect("claim").is_none(), "busy thread");
     assert_eq!(store.running_turns().await.expect("running"), 1);
     finish(store, "tu_1", "x").await;
-    let second = store.claim_turn("th_a", "tu_2", render, 4).await.expect("claim").expect("queued input");
+    let second =
+        store.claim_turn("th_a", "tu_2", true, render, 4).await.expect("claim").expect("queued input");
     assert_eq!((second.turn.seq, second.turn.input.as_str()), (2, "b"));
     finish(store, "tu_2", "y").await;
-    assert!(store.claim_turn("th_a", "tu_3", render, 5).await.expect("claim").is_none(), "nothing queued");
+    assert!(
+        store.claim_turn("th_a", "tu_3", true, render, 5).await.expect("claim").is_none(),
+        "nothing queued"
+    );
 }
 
 pub async fn ended_turns_page_and_exclude_the_running_turn(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     for i in 1..=3 {
         store.enqueue_input("th_a", &user(&format!("in_{i}"), &format!("n{i}"))).await.expect("enqueue");
-        store.claim_turn("th_a", &format!("tu_{i}"), render, i).await.expect("claim").expect("input");
+        store.claim_turn("th_a", &format!("tu_{i}"), true, render, i).await.expect("claim").expect("input");
         finish(store, &format!("tu_{i}"), &format!("out{i}")).await;
     }
     store.enqueue_input("th_a", &user("in_4", "n4")).await.expect("enqueue");
-    store.claim_turn("th_a", "tu_4", render, 9).await.expect("claim").expect("input");
+    store.claim_turn("th_a", "tu_4", true, render, 9).await.expect("claim").expect("input");
     let page = store.ended_turns("th_a", 0, 2).await.expect("page");
     assert_eq!(page.iter().map(|t| t.seq).collect::<Vec<_>>(), [1, 2]);
     let rest = store.ended_turns("th_a", 2, 10).await.expect("page");
@@ -184,9 +194,11 @@ pub async fn ended_turns_page_and_exclude_the_running_turn(store: &dyn Store) {
 
 pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
-    store.claim_turn("th_a", "tu_1", render, 2).await.expect("claim").expect("input");
+    store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("input");
     store.enqueue_input("th_a", &user("in_2", "behind")).await.expect("enqueue");
-    assert_eq!(store.fail_interrupted_turns("crashed", 3).await.expect("recover"), 1);
+    assert_eq!(store.fail_interrupted_turns("crashed", 3).await.expect("recover"), vec!["th_a".to_string()]);
+    let terminal = store.events_after("th_a", 0, 10).await.expect("events").pop().expect("terminal event");
+    assert_eq!((terminal.kind, terminal.turn_status), (EventKind::Terminal, Some(TurnStatus::Failed)));
     let turn = store.turn("th_a", "tu_1").await.expect("turn").expect("exists");
     assert_eq!((turn.status, turn.error.as_str(), turn.ended_at), (TurnStatus::Failed, "crashed", Some(3)));
     assert!(!store.thread("th_a").await.expect("read").expect("exists").running);
@@ -199,5 +211,143 @@ pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {
 
 pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {
     assert!(!store.enqueue_input("th_missing", &user("in_1", "x")).await.expect("enqueue"));
-    assert!(store.claim_turn("th_missing", "tu_1", render, 1).await.expect("claim").is_none());
+    assert!(store.claim_turn("th_missing", "tu_1", true, render, 1).await.expect("claim").is_none());
+}
+
+fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMessage {
+    NewMessage {
+        id: id.into(),
+        target_thread: target.into(),
+        source: (!scope.is_empty()).then(|| SourceRef { host_id: String::new(), thread_id: scope.into() }),
+        content: format!("content of {id}"),
+        key_scope: scope.into(),
+        key: key.into(),
+        request_hash: hash.into(),
+        now: 10,
+    }
+}
+
+pub async fn a_batch_of_sends_commits_together_with_keys(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    let batch = [
+        message("msg_1", "th_a", "", "k1", "h1"),
+        message("msg_2", "th_a", "th_peer", "k1", "h2"), // same key, other scope: independent
+        message("msg_3", "th_a", "", "k1", "h1"),        // same key and request: the first one
+        message("msg_4", "th_a", "", "k1", "hX"),        // same key, other request: conflict
+        message("msg_5", "th_missing", "", "k5", "h5"),
+    ];
+    let outcomes = store.accept_messages(&batch).await.expect("commit");
+    assert_eq!(
+        outcomes,
+        vec![
+            SendOutcome::Accepted { message_id: "msg_1".into() },
+            SendOutcome::Accepted { message_id: "msg_2".into() },
+            SendOutcome::Replayed { message_id: "msg_1".into() },
+            SendOutcome::KeyConflict { message_id: "msg_1".into() },
+            SendOutcome::TargetGone,
+        ]
+    );
+    let key = store.find_key("", "k1").await.expect("key").expect("stored");
+    assert_eq!((key.message_id.as_str(), key.request_hash.as_str()), ("msg_1", "h1"));
+    assert!(store.find_key("", "k5").await.expect("key").is_none(), "nothing for a refused send");
+    assert!(store.message("msg_3").await.expect("msg").is_none(), "a replay stores nothing");
+    let m = store.message("msg_2").await.expect("msg").expect("stored");
+    assert_eq!(m.status, MessageStatus::Pending);
+    assert_eq!(m.source.map(|s| s.thread_id), Some("th_peer".to_string()));
+    // Both accepted messages are queued for the target's next turn, which delivers them.
+    let claimed = store.claim_turn("th_a", "tu_1", true, render, 20).await.expect("claim").expect("queued");
+    let ids: Vec<_> = claimed.inputs.iter().filter_map(|i| i.message_id.clone()).collect();
+    assert_eq!(ids, ["msg_1", "msg_2"]);
+    let m = store.message("msg_1").await.expect("msg").expect("stored");
+    assert_eq!(
+        (m.status, m.turn_id.as_deref(), m.delivered_at),
+        (MessageStatus::Delivered, Some("tu_1"), Some(20))
+    );
+}
+
+pub async fn held_back_messages_wait_for_communication(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    store.accept_messages(&[message("msg_1", "th_a", "th_peer", "k", "h")]).await.expect("commit");
+    store.enqueue_input("th_a", &user("in_u", "user text")).await.expect("enqueue");
+    let claimed =
+        store.claim_turn("th_a", "tu_1", false, render, 2).await.expect("claim").expect("user input");
+    assert_eq!(claimed.inputs.len(), 1, "only the user's input");
+    assert_eq!(claimed.inputs[0].kind, InputKind::User);
+    finish(store, "tu_1", "x").await;
+    assert_eq!(store.message("msg_1").await.expect("msg").expect("stored").status, MessageStatus::Pending);
+    assert!(store.claim_turn("th_a", "tu_2", false, render, 3).await.expect("claim").is_none());
+    let claimed =
+        store.claim_turn("th_a", "tu_2", true, render, 4).await.expect("claim").expect("the message");
+    assert_eq!(claimed.inputs[0].message_id.as_deref(), Some("msg_1"));
+}
+
+pub async fn archiving_makes_pending_messages_undeliverable(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    store.create_thread(&new_thread("th_peer", "ws", 1), None).await.expect("create");
+    store.accept_messages(&[message("msg_1", "th_a", "th_peer", "k", "h")]).await.expect("commit");
+    let done = store.set_archived("th_a", true, 5).await.expect("archive").expect("exists");
+    assert!(done.notified.contains(&"th_a".to_string()) && done.notified.contains(&"th_peer".to_string()));
+    let m = store.message("msg_1").await.expect("msg").expect("stored");
+    assert_eq!((m.status, m.reason.as_str()), (MessageStatus::Undeliverable, "thread_archived"));
+    for thread in ["th_a", "th_peer"] {
+        let events = store.events_after(thread, 0, 10).await.expect("events");
+        let undeliverable = events.iter().find(|e| e.kind == EventKind::Undeliverable).expect("event");
+        assert_eq!(undeliverable.message_id.as_deref(), Some("msg_1"));
+    }
+    store.set_archived("th_a", false, 6).await.expect("unarchive");
+    assert!(
+        store.claim_turn("th_a", "tu_1", true, render, 7).await.expect("claim").is_none(),
+        "not delivered later"
+    );
+}
+
+pub async fn events_are_logged_per_thread_in_order(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "x"))).await.expect("create");
+    store.create_thread(&new_thread("th_b", "ws", 1), None).await.expect("create");
+    let attention = EventRecord {
+        seq: 0,
+        thread_id: "th_a".into(),
+        kind: EventKind::Attention,
+        turn_id: Some("tu_1".into()),
+        turn_status: None,
+        reason: "need a decision".into(),
+        lifecycle: String::new(),
+        message_id: None,
+        at: 2,
+    };
+    store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("input");
+    let seq = store.add_event(&attention).await.expect("event");
+    finish(store, "tu_1", "done").await;
+    let events = store.events_after("th_a", 0, 10).await.expect("events");
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Lifecycle, EventKind::Attention, EventKind::Terminal]);
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(events[1].seq, seq);
+    assert_eq!(events[2].turn_status, Some(TurnStatus::Completed));
+    assert_eq!(store.last_event_seq("th_a").await.expect("last"), events[2].seq);
+    let after = store.events_after("th_a", events[1].seq, 10).await.expect("events");
+    assert_eq!(after.len(), 1, "strictly after the cursor");
+    assert_eq!(store.events_after("th_b", 0, 10).await.expect("events").len(), 1, "only th_b's own");
+    assert_eq!(store.last_event_seq("th_none").await.expect("last"), 0);
+}
+
+pub async fn communication_switch_round_trip(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    assert_eq!(
+        store.thread("th_a").await.expect("t").expect("t").communication,
+        CommunicationSetting::Default
+    );
+    let t =
+        store.set_communication("th_a", CommunicationSetting::Off, 3).await.expect("set").expect("exists");
+    assert_eq!(t.communication, CommunicationSetting::Off);
+    assert!(store.set_communication("th_x", CommunicationSetting::On, 3).await.expect("set").is_none());
+}
+
+pub async fn old_keys_are_pruned(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    store.accept_messages(&[message("msg_1", "th_a", "", "old", "h")]).await.expect("commit");
+    assert_eq!(store.prune_keys(5).await.expect("prune"), 0, "younger than the cutoff");
+    assert_eq!(store.prune_keys(11).await.expect("prune"), 1);
+    assert!(store.find_key("", "old").await.expect("key").is_none());
+    assert!(store.message("msg_1").await.expect("msg").is_some(), "the message itself stays");
 }

@@ -40,6 +40,7 @@ impl TestHomeBuilder {
                 command: vec!["sh".into(), "-c".into(), script.into()],
                 default: false,
                 enabled: true,
+                thread_communication: None,
             },
         );
         self

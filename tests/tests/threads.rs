@@ -371,6 +371,7 @@ async fn a_missing_command_fails_the_turn_with_a_reason() {
                     command: vec!["/no/such/agent-cli".into()],
                     default: false,
                     enabled: true,
+                    thread_communication: None,
                 },
             );
         })

@@ -7,8 +7,9 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
-use super::{caller, status, thread_to_pb};
+use super::{caller, communication_from_pb, status, thread_to_pb};
 use crate::error::Error;
+use crate::mailbox::Mailbox;
 use crate::threads::Threads;
 
 /// What `Status` reports that does not change while the daemon runs.
@@ -25,13 +26,14 @@ pub struct HomeInfo {
 
 pub struct HomeServiceImpl {
     threads: Threads,
+    mailbox: Mailbox,
     info: Arc<HomeInfo>,
     shutdown: CancellationToken,
 }
 
 impl HomeServiceImpl {
-    pub fn new(threads: Threads, info: Arc<HomeInfo>, shutdown: CancellationToken) -> Self {
-        Self { threads, info, shutdown }
+    pub fn new(threads: Threads, mailbox: Mailbox, info: Arc<HomeInfo>, shutdown: CancellationToken) -> Self {
+        Self { threads, mailbox, info, shutdown }
     }
 
     /// Owner actions are not agent tools: a call carrying a turn token is refused.
@@ -106,14 +108,24 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let r = request.into_inner();
         let t = target(r.target)?;
         let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
-        let (thread, changed) = self.threads.set_archived(&thread.id, r.archived).await.map_err(status)?;
-        Ok(Response::new(pb::ThreadArchiveResponse { thread: Some(thread_to_pb(&thread, "")), changed }))
+        let done = self.mailbox.set_archived(&thread.id, r.archived).await.map_err(status)?;
+        Ok(Response::new(pb::ThreadArchiveResponse {
+            thread: Some(thread_to_pb(&done.thread, "")),
+            changed: done.changed,
+        }))
     }
 
+    #[instrument(skip_all)]
     async fn thread_set(
         &self,
-        _request: Request<pb::ThreadSetRequest>,
+        request: Request<pb::ThreadSetRequest>,
     ) -> Result<Response<pb::ThreadSetResponse>, Status> {
-        Err(status(Error::Unimplemented("thread set is not implemented yet (mailbox)".into())))
+        self.owner_only(&request, "thread set")?;
+        let r = request.into_inner();
+        let setting = communication_from_pb(r.communication)?;
+        let t = target(r.target)?;
+        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
+        let thread = self.mailbox.set_communication(&thread, setting).await.map_err(status)?;
+        Ok(Response::new(pb::ThreadSetResponse { thread: Some(thread_to_pb(&thread, "")) }))
     }
 }

@@ -13,7 +13,8 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Status};
 
 use crate::error::Error;
-use crate::store::{CommunicationSetting, InputKind, ThreadRecord, TurnStatus};
+use crate::mailbox::{Mailbox, WaitResult};
+use crate::store::{CommunicationSetting, EventKind, EventRecord, InputKind, ThreadRecord, TurnStatus};
 use crate::threads::runner::TurnCaller;
 use crate::threads::{Threads, TurnView};
 use crate::time::rfc3339;
@@ -29,6 +30,7 @@ const CALLS_PER_CONNECTION: usize = 64;
 pub async fn serve(
     listener: UnixListener,
     threads: Threads,
+    mailbox: Mailbox,
     info: Arc<HomeInfo>,
     shutdown: impl Future<Output = ()> + Send,
     request_shutdown: tokio_util::sync::CancellationToken,
@@ -43,9 +45,11 @@ pub async fn serve(
         .concurrency_limit_per_connection(CALLS_PER_CONNECTION)
         .add_service(pb::thread_service_server::ThreadServiceServer::new(ThreadServiceImpl::new(
             threads.clone(),
+            mailbox.clone(),
         )))
         .add_service(pb::home_service_server::HomeServiceServer::new(HomeServiceImpl::new(
             threads,
+            mailbox,
             info,
             request_shutdown,
         )))
@@ -73,6 +77,7 @@ pub fn status(e: Error) -> Status {
         Error::FailedPrecondition(m) => Status::failed_precondition(m),
         Error::PermissionDenied(m) => Status::permission_denied(m),
         Error::Unimplemented(m) => Status::unimplemented(m),
+        Error::Overloaded(m) => Status::resource_exhausted(m),
         Error::Store(e) => {
             tracing::error!(error = %e, "store failure");
             Status::unavailable(format!("store: {e}"))
@@ -160,5 +165,40 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
         started_at: rfc3339(t.started_at),
         ended_at: t.ended_at.map(rfc3339).unwrap_or_default(),
         error: t.error,
+    }
+}
+
+pub fn communication_from_pb(value: i32) -> Result<CommunicationSetting, Status> {
+    match pb::Communication::try_from(value) {
+        Ok(pb::Communication::Default) => Ok(CommunicationSetting::Default),
+        Ok(pb::Communication::On) => Ok(CommunicationSetting::On),
+        Ok(pb::Communication::Off) => Ok(CommunicationSetting::Off),
+        _ => Err(status(Error::invalid("communication", "must be default, on or off"))),
+    }
+}
+
+fn event_to_pb(e: EventRecord) -> pb::Event {
+    pb::Event {
+        seq: e.seq as u64,
+        kind: match e.kind {
+            EventKind::Terminal => pb::EventKind::Terminal,
+            EventKind::Attention => pb::EventKind::Attention,
+            EventKind::Lifecycle => pb::EventKind::Lifecycle,
+            EventKind::Undeliverable => pb::EventKind::Undeliverable,
+        } as i32,
+        at: rfc3339(e.at),
+        turn_id: e.turn_id.unwrap_or_default(),
+        turn_status: e.turn_status.map(turn_status_to_pb).unwrap_or(pb::TurnStatus::Unspecified) as i32,
+        reason: e.reason,
+        lifecycle: e.lifecycle,
+        message_id: e.message_id.unwrap_or_default(),
+    }
+}
+
+pub fn wait_result_to_pb(r: WaitResult) -> pb::WaitResult {
+    pb::WaitResult {
+        target: Some(r.target),
+        events: r.events.into_iter().map(event_to_pb).collect(),
+        cursor: r.cursor,
     }
 }

@@ -4,17 +4,19 @@ use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{caller, status, thread_to_pb, turn_to_pb};
+use super::{caller, status, thread_to_pb, turn_to_pb, wait_result_to_pb};
 use crate::error::Error;
+use crate::mailbox::Mailbox;
 use crate::threads::{CreateRequest, Threads};
 
 pub struct ThreadServiceImpl {
     threads: Threads,
+    mailbox: Mailbox,
 }
 
 impl ThreadServiceImpl {
-    pub fn new(threads: Threads) -> Self {
-        Self { threads }
+    pub fn new(threads: Threads, mailbox: Mailbox) -> Self {
+        Self { threads, mailbox }
     }
 }
 
@@ -108,18 +110,44 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         }))
     }
 
+    #[instrument(skip_all)]
     async fn thread_send(
         &self,
-        _request: Request<pb::ThreadSendRequest>,
+        request: Request<pb::ThreadSendRequest>,
     ) -> Result<Response<pb::ThreadSendResponse>, Status> {
-        Err(status(Error::Unimplemented("ThreadSend is not implemented yet (mailbox)".into())))
+        let caller = caller(&self.threads, &request)?;
+        let r = request.into_inner();
+        if !r.room.is_empty() {
+            return Err(status(Error::Unimplemented("rooms are not implemented yet".into())));
+        }
+        if !r.mentions.is_empty() {
+            return Err(status(Error::invalid("mentions", "only for room sends")));
+        }
+        let target = target(r.target)?;
+        let sent = self
+            .mailbox
+            .send(caller.as_ref(), &target, &r.content, &r.idempotency_key)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ThreadSendResponse {
+            message_id: sent.message_id,
+            status: if sent.delivered { pb::SendStatus::Delivered } else { pb::SendStatus::Pending } as i32,
+            replayed: sent.replayed,
+        }))
     }
 
+    #[instrument(skip_all)]
     async fn thread_wait(
         &self,
-        _request: Request<pb::ThreadWaitRequest>,
+        request: Request<pb::ThreadWaitRequest>,
     ) -> Result<Response<pb::ThreadWaitResponse>, Status> {
-        Err(status(Error::Unimplemented("ThreadWait is not implemented yet (mailbox)".into())))
+        let r = request.into_inner();
+        let (results, timed_out) =
+            self.mailbox.wait(&r.targets, r.timeout_ms, &r.cursors).await.map_err(status)?;
+        Ok(Response::new(pb::ThreadWaitResponse {
+            results: results.into_iter().map(wait_result_to_pb).collect(),
+            timed_out,
+        }))
     }
 
     async fn room_read(
@@ -138,8 +166,10 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
 
     async fn attention(
         &self,
-        _request: Request<pb::AttentionRequest>,
+        request: Request<pb::AttentionRequest>,
     ) -> Result<Response<pb::AttentionResponse>, Status> {
-        Err(status(Error::Unimplemented("attention is not implemented yet (mailbox)".into())))
+        let caller = caller(&self.threads, &request)?;
+        self.mailbox.attention(caller.as_ref(), &request.into_inner().reason).await.map_err(status)?;
+        Ok(Response::new(pb::AttentionResponse {}))
     }
 }

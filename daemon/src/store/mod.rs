@@ -159,7 +159,7 @@ impl TurnStatus {
             Self::Cancelled => "cancelled",
         }
     }
-    fn parse(s: &str) -> StoreResult<Self> {
+    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
         Ok(match s {
             "running" => Self::Running,
             "completed" => Self::Completed,
@@ -187,6 +187,121 @@ pub struct TurnRecord {
     pub items: Vec<TurnItem>,
 }
 
+/// A ThreadSend to a thread of this home, ready to commit.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub id: String,
+    pub target_thread: String,
+    pub source: Option<SourceRef>,
+    pub content: String,
+    /// Idempotency scope: the source thread id, or "" for external clients.
+    pub key_scope: String,
+    pub key: String,
+    /// Hash of target and content; the same key with another hash is a conflict.
+    pub request_hash: String,
+    pub now: Millis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageStatus {
+    Pending,
+    Delivered,
+    Undeliverable,
+}
+
+impl MessageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Delivered => "delivered",
+            Self::Undeliverable => "undeliverable",
+        }
+    }
+    fn parse(s: &str) -> StoreResult<Self> {
+        Ok(match s {
+            "pending" => Self::Pending,
+            "delivered" => Self::Delivered,
+            "undeliverable" => Self::Undeliverable,
+            other => return Err(StoreError::Backend(format!("unknown message status {other:?}"))),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageRecord {
+    pub id: String,
+    pub target_thread: String,
+    pub source: Option<SourceRef>,
+    pub content: String,
+    pub status: MessageStatus,
+    pub reason: String,
+    pub created_at: Millis,
+    pub delivered_at: Option<Millis>,
+    pub turn_id: Option<String>,
+}
+
+/// What committing one message of a batch came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// Newly stored (and queued for the target's next turn).
+    Accepted { message_id: String },
+    /// The key was used before for this same request: the original message.
+    Replayed { message_id: String },
+    /// The key was used before for another request.
+    KeyConflict { message_id: String },
+    /// The target does not exist or is archived.
+    TargetGone,
+}
+
+/// An idempotency key already stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub request_hash: String,
+    pub message_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Terminal,
+    Attention,
+    Lifecycle,
+    Undeliverable,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Terminal => "terminal",
+            Self::Attention => "attention",
+            Self::Lifecycle => "lifecycle",
+            Self::Undeliverable => "undeliverable",
+        }
+    }
+    fn parse(s: &str) -> StoreResult<Self> {
+        Ok(match s {
+            "terminal" => Self::Terminal,
+            "attention" => Self::Attention,
+            "lifecycle" => Self::Lifecycle,
+            "undeliverable" => Self::Undeliverable,
+            other => return Err(StoreError::Backend(format!("unknown event kind {other:?}"))),
+        })
+    }
+}
+
+/// One entry of a thread's event log (ThreadWait).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    pub seq: i64,
+    pub thread_id: String,
+    pub kind: EventKind,
+    pub turn_id: Option<String>,
+    pub turn_status: Option<TurnStatus>,
+    pub reason: String,
+    pub lifecycle: String,
+    pub message_id: Option<String>,
+    pub at: Millis,
+}
+
 /// How a turn ended.
 #[derive(Debug, Clone)]
 pub struct TurnOutcome {
@@ -199,6 +314,16 @@ pub struct TurnOutcome {
 
 /// Renders the items a turn takes into the input its executor receives.
 pub type RenderInput = fn(&[InputRecord]) -> String;
+
+/// What archiving or unarchiving did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archived {
+    pub thread: ThreadRecord,
+    /// False if the thread already was in that state.
+    pub changed: bool,
+    /// Threads that got events (the thread, and sources of messages made undeliverable).
+    pub notified: Vec<String>,
+}
 
 /// One page of threads, newest first.
 #[derive(Debug, Clone, Default)]
@@ -214,7 +339,8 @@ pub trait Store: Send + Sync + 'static {
     /// Where the data lives, with any secret removed (for `kiki status`).
     fn describe(&self) -> String;
 
-    /// Creates a thread and, in the same transaction, its first input.
+    /// Creates a thread, its `created` lifecycle event and, in the same transaction, its
+    /// first input.
     async fn create_thread(
         &self,
         thread: &NewThread,
@@ -224,30 +350,31 @@ pub trait Store: Send + Sync + 'static {
     /// Enabled, unarchived threads, newest first.
     async fn list_threads(&self, query: &ThreadQuery) -> StoreResult<Vec<ThreadRecord>>;
     async fn count_threads(&self) -> StoreResult<u64>;
-    /// Sets `archived`; `None` if the thread does not exist. The bool says whether it changed.
-    async fn set_archived(
-        &self,
-        id: &str,
-        archived: bool,
-        now: Millis,
-    ) -> StoreResult<Option<(ThreadRecord, bool)>>;
+    /// Sets `archived` and logs a `lifecycle` event if it changed; `None` if the thread does
+    /// not exist. Archiving makes the thread's pending messages undeliverable
+    /// (`thread_archived`), with an `undeliverable` event on the target and on each source
+    /// thread.
+    async fn set_archived(&self, id: &str, archived: bool, now: Millis) -> StoreResult<Option<Archived>>;
 
     /// Queues input for the thread's next turn. `Ok(false)` if the thread does not exist.
     async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<bool>;
     /// If the thread has no running turn and has queued input, starts a turn with all of it
-    /// (in order) and marks the thread running.
+    /// (in order), marks the thread running and its messages delivered. Peer messages are
+    /// taken only if `take_messages` (the thread's communication is on); otherwise they stay
+    /// queued.
     async fn claim_turn(
         &self,
         thread_id: &str,
         turn_id: &str,
+        take_messages: bool,
         render: RenderInput,
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>>;
-    /// Records how a running turn ended and marks its thread idle.
+    /// Records how a running turn ended, marks its thread idle and logs a `terminal` event.
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()>;
-    /// Marks every turn still `running` as failed with `reason` (startup after a crash).
-    /// Returns how many there were.
-    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<u64>;
+    /// Marks every turn still `running` as failed with `reason` (startup after a crash),
+    /// with a `terminal` event each. Returns the threads concerned.
+    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>>;
     /// Threads with queued input and no running turn.
     async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>>;
     async fn running_turns(&self) -> StoreResult<u64>;
@@ -257,6 +384,27 @@ pub trait Store: Send + Sync + 'static {
     async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>>;
     /// The `seq` of the thread's turn that ended at `seq` exists (cursor validation).
     async fn ended_turn_exists(&self, thread_id: &str, seq: i64) -> StoreResult<bool>;
+
+    /// Commits a batch of sends in ONE transaction (group commit: one fsync for all). Each
+    /// accepted message is stored with its key and queued as input of its target.
+    async fn accept_messages(&self, batch: &[NewMessage]) -> StoreResult<Vec<SendOutcome>>;
+    /// A stored key, read without writing (the replay fast path).
+    async fn find_key(&self, scope: &str, key: &str) -> StoreResult<Option<KeyRecord>>;
+    async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
+    /// Forgets keys created before `before` (they are kept far longer than any retry).
+    async fn prune_keys(&self, before: Millis) -> StoreResult<u64>;
+    async fn set_communication(
+        &self,
+        thread_id: &str,
+        setting: CommunicationSetting,
+        now: Millis,
+    ) -> StoreResult<Option<ThreadRecord>>;
+    /// Appends an event to a thread's log; returns its seq.
+    async fn add_event(&self, event: &EventRecord) -> StoreResult<i64>;
+    /// The thread's events with `seq > after`, oldest first.
+    async fn events_after(&self, thread_id: &str, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>>;
+    /// The seq of the thread's newest event (0 if none).
+    async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64>;
 
     /// Flushes and closes; later calls fail.
     async fn close(&self);

@@ -18,8 +18,10 @@ use sqlx::{Row, SqlitePool};
 use super::*;
 
 /// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "threads", include_str!("migrations/sqlite/0001_threads.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "threads", include_str!("migrations/sqlite/0001_threads.sql")),
+    (2, "mailbox", include_str!("migrations/sqlite/0002_mailbox.sql")),
+];
 
 /// Readers in parallel with the single writer; a home's reads are short.
 const READ_CONNECTIONS: u32 = 4;
@@ -196,6 +198,133 @@ async fn migrate(pool: &SqlitePool) -> StoreResult<()> {
     Ok(())
 }
 
+/// An event about to be logged (its seq is assigned by the insert).
+fn event(thread_id: &str, kind: EventKind, now: Millis) -> EventRecord {
+    EventRecord {
+        seq: 0,
+        thread_id: thread_id.to_string(),
+        kind,
+        turn_id: None,
+        turn_status: None,
+        reason: String::new(),
+        lifecycle: String::new(),
+        message_id: None,
+        at: now,
+    }
+}
+
+async fn insert_event(conn: &mut sqlx::SqliteConnection, e: &EventRecord) -> StoreResult<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO events (thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+    )
+    .bind(&e.thread_id)
+    .bind(e.kind.as_str())
+    .bind(&e.turn_id)
+    .bind(e.turn_status.map(TurnStatus::as_str))
+    .bind(&e.reason)
+    .bind(&e.lifecycle)
+    .bind(&e.message_id)
+    .bind(e.at)
+    .fetch_one(conn)
+    .await
+    .map_err(backend)
+}
+
+fn event_from(row: &SqliteRow) -> StoreResult<EventRecord> {
+    let kind: String = row.try_get("kind").map_err(backend)?;
+    let turn_status: Option<String> = row.try_get("turn_status").map_err(backend)?;
+    Ok(EventRecord {
+        seq: row.try_get("seq").map_err(backend)?,
+        thread_id: row.try_get("thread_id").map_err(backend)?,
+        kind: EventKind::parse(&kind)?,
+        turn_id: row.try_get("turn_id").map_err(backend)?,
+        turn_status: turn_status.as_deref().map(TurnStatus::parse).transpose()?,
+        reason: row.try_get("reason").map_err(backend)?,
+        lifecycle: row.try_get("lifecycle").map_err(backend)?,
+        message_id: row.try_get("message_id").map_err(backend)?,
+        at: row.try_get("at").map_err(backend)?,
+    })
+}
+
+fn message_from(row: &SqliteRow) -> StoreResult<MessageRecord> {
+    let status: String = row.try_get("status").map_err(backend)?;
+    let source_thread: Option<String> = row.try_get("source_thread").map_err(backend)?;
+    let source_host: Option<String> = row.try_get("source_host").map_err(backend)?;
+    Ok(MessageRecord {
+        id: row.try_get("id").map_err(backend)?,
+        target_thread: row.try_get("target_thread").map_err(backend)?,
+        source: source_thread
+            .map(|thread_id| SourceRef { host_id: source_host.unwrap_or_default(), thread_id }),
+        content: row.try_get("content").map_err(backend)?,
+        status: MessageStatus::parse(&status)?,
+        reason: row.try_get("reason").map_err(backend)?,
+        created_at: row.try_get("created_at").map_err(backend)?,
+        delivered_at: row.try_get("delivered_at").map_err(backend)?,
+        turn_id: row.try_get("turn_id").map_err(backend)?,
+    })
+}
+
+/// Commits one message of a batch inside the batch's transaction.
+async fn accept_one(conn: &mut sqlx::SqliteConnection, m: &NewMessage) -> StoreResult<SendOutcome> {
+    let existing: Option<(String, String)> =
+        sqlx::query_as("SELECT request_hash, message_id FROM idempotency_keys WHERE scope = ? AND key = ?")
+            .bind(&m.key_scope)
+            .bind(&m.key)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(backend)?;
+    if let Some((hash, message_id)) = existing {
+        return Ok(if hash == m.request_hash {
+            SendOutcome::Replayed { message_id }
+        } else {
+            SendOutcome::KeyConflict { message_id }
+        });
+    }
+    let live: Option<i64> = sqlx::query_scalar("SELECT seq FROM threads WHERE id = ? AND archived = 0")
+        .bind(&m.target_thread)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(backend)?;
+    if live.is_none() {
+        return Ok(SendOutcome::TargetGone);
+    }
+    sqlx::query(
+        "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at)
+         VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+    )
+    .bind(&m.id)
+    .bind(&m.target_thread)
+    .bind(m.source.as_ref().map(|s| s.host_id.clone()))
+    .bind(m.source.as_ref().map(|s| s.thread_id.clone()))
+    .bind(&m.content)
+    .bind(m.now)
+    .execute(&mut *conn)
+    .await
+    .map_err(backend)?;
+    sqlx::query(
+        "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(&m.key_scope)
+    .bind(&m.key)
+    .bind(&m.request_hash)
+    .bind(&m.id)
+    .bind(m.now)
+    .execute(&mut *conn)
+    .await
+    .map_err(backend)?;
+    let input = NewInput {
+        id: format!("in_{}", &m.id),
+        kind: InputKind::Message,
+        content: m.content.clone(),
+        message_id: Some(m.id.clone()),
+        source: m.source.clone(),
+        now: m.now,
+    };
+    insert_input(conn, &m.target_thread, &input).await?;
+    Ok(SendOutcome::Accepted { message_id: m.id.clone() })
+}
+
 async fn insert_input(
     conn: &mut sqlx::SqliteConnection,
     thread_id: &str,
@@ -246,6 +375,9 @@ impl Store for SqliteStore {
         .await
         .map_err(backend)?;
         let record = thread_from(&row)?;
+        let mut created = event(&thread.id, EventKind::Lifecycle, thread.now);
+        created.lifecycle = "created".into();
+        insert_event(&mut tx, &created).await?;
         if let Some(input) = first_input {
             insert_input(&mut tx, &thread.id, input).await?;
         }
@@ -301,12 +433,7 @@ impl Store for SqliteStore {
         Ok(n as u64)
     }
 
-    async fn set_archived(
-        &self,
-        id: &str,
-        archived: bool,
-        now: Millis,
-    ) -> StoreResult<Option<(ThreadRecord, bool)>> {
+    async fn set_archived(&self, id: &str, archived: bool, now: Millis) -> StoreResult<Option<Archived>> {
         let mut tx = self.writer.begin().await.map_err(backend)?;
         let changed =
             sqlx::query("UPDATE threads SET archived = ?, updated_at = ? WHERE id = ? AND archived <> ?")
@@ -319,13 +446,44 @@ impl Store for SqliteStore {
                 .map_err(backend)?
                 .rows_affected()
                 > 0;
+        if changed {
+            let mut lifecycle = event(id, EventKind::Lifecycle, now);
+            lifecycle.lifecycle = if archived { "archived" } else { "unarchived" }.into();
+            insert_event(&mut tx, &lifecycle).await?;
+        }
+        let mut notified = vec![id.to_string()];
+        if changed && archived {
+            let undeliverable: Vec<(String, Option<String>)> = sqlx::query_as(
+                "UPDATE messages SET status = 'undeliverable', reason = 'thread_archived'
+                 WHERE target_thread = ? AND status = 'pending' RETURNING id, source_thread",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+            for (message_id, source) in undeliverable {
+                sqlx::query("DELETE FROM inputs WHERE message_id = ? AND turn_id IS NULL")
+                    .bind(&message_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                notified.extend(source.clone());
+                for thread in std::iter::once(id.to_string()).chain(source) {
+                    let mut e = event(&thread, EventKind::Undeliverable, now);
+                    e.reason = "thread_archived".into();
+                    e.message_id = Some(message_id.clone());
+                    insert_event(&mut tx, &e).await?;
+                }
+            }
+        }
         let row = sqlx::query(&format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"))
             .bind(id)
             .fetch_optional(&mut *tx)
             .await
             .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        Ok(row.as_ref().map(thread_from).transpose()?.map(|t| (t, changed)))
+        notified.dedup();
+        Ok(row.as_ref().map(thread_from).transpose()?.map(|thread| Archived { thread, changed, notified }))
     }
 
     async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<bool> {
@@ -347,6 +505,7 @@ impl Store for SqliteStore {
         &self,
         thread_id: &str,
         turn_id: &str,
+        take_messages: bool,
         render: RenderInput,
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>> {
@@ -362,9 +521,10 @@ impl Store for SqliteStore {
         };
         let rows = sqlx::query(
             "SELECT id, kind, content, message_id, source_host, source_thread, created_at
-             FROM inputs WHERE thread_id = ? AND turn_id IS NULL ORDER BY seq",
+             FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND (? OR kind = 'user') ORDER BY seq",
         )
         .bind(thread_id)
+        .bind(take_messages)
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
@@ -383,12 +543,25 @@ impl Store for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
-        sqlx::query("UPDATE inputs SET turn_id = ? WHERE thread_id = ? AND turn_id IS NULL")
-            .bind(turn_id)
-            .bind(thread_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+        sqlx::query(
+            "UPDATE inputs SET turn_id = ? WHERE thread_id = ? AND turn_id IS NULL AND (? OR kind = 'user')",
+        )
+        .bind(turn_id)
+        .bind(thread_id)
+        .bind(take_messages)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+        sqlx::query(
+            "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
+             WHERE id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
+        )
+        .bind(now)
+        .bind(turn_id)
+        .bind(turn_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
         sqlx::query("UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?")
             .bind(seq)
             .bind(now)
@@ -435,33 +608,45 @@ impl Store for SqliteStore {
         if let Some(thread_id) = thread_id {
             sqlx::query("UPDATE threads SET running = 0, updated_at = ? WHERE id = ?")
                 .bind(outcome.now)
-                .bind(thread_id)
+                .bind(&thread_id)
                 .execute(&mut *tx)
                 .await
                 .map_err(backend)?;
+            let mut terminal = event(&thread_id, EventKind::Terminal, outcome.now);
+            terminal.turn_id = Some(outcome.turn_id.clone());
+            terminal.turn_status = Some(outcome.status);
+            terminal.reason = outcome.error.clone();
+            insert_event(&mut tx, &terminal).await?;
         }
         tx.commit().await.map_err(backend)?;
         Ok(())
     }
 
-    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<u64> {
+    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>> {
         let mut tx = self.writer.begin().await.map_err(backend)?;
-        let failed = sqlx::query(
-            "UPDATE turns SET status = 'failed', error = ?, ended_at = ? WHERE status = 'running'",
+        let failed: Vec<(String, String)> = sqlx::query_as(
+            "UPDATE turns SET status = 'failed', error = ?, ended_at = ? WHERE status = 'running'
+             RETURNING id, thread_id",
         )
         .bind(reason)
         .bind(now)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await
-        .map_err(backend)?
-        .rows_affected();
+        .map_err(backend)?;
         sqlx::query("UPDATE threads SET running = 0, updated_at = ? WHERE running = 1")
             .bind(now)
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
+        for (turn_id, thread_id) in &failed {
+            let mut terminal = event(thread_id, EventKind::Terminal, now);
+            terminal.turn_id = Some(turn_id.clone());
+            terminal.turn_status = Some(TurnStatus::Failed);
+            terminal.reason = reason.to_string();
+            insert_event(&mut tx, &terminal).await?;
+        }
         tx.commit().await.map_err(backend)?;
-        Ok(failed)
+        Ok(failed.into_iter().map(|(_, thread_id)| thread_id).collect())
     }
 
     async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>> {
@@ -525,6 +710,95 @@ impl Store for SqliteStore {
         .await
         .map_err(backend)?;
         Ok(found.is_some())
+    }
+
+    async fn accept_messages(&self, batch: &[NewMessage]) -> StoreResult<Vec<SendOutcome>> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for message in batch {
+            outcomes.push(accept_one(&mut tx, message).await?);
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(outcomes)
+    }
+
+    async fn find_key(&self, scope: &str, key: &str) -> StoreResult<Option<KeyRecord>> {
+        let row: Option<(String, String)> = sqlx::query_as(
+            "SELECT request_hash, message_id FROM idempotency_keys WHERE scope = ? AND key = ?",
+        )
+        .bind(scope)
+        .bind(key)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend)?;
+        Ok(row.map(|(request_hash, message_id)| KeyRecord { request_hash, message_id }))
+    }
+
+    async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
+        let row = sqlx::query(
+            "SELECT id, target_thread, source_host, source_thread, content, status, reason, created_at,
+                    delivered_at, turn_id FROM messages WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(backend)?;
+        row.as_ref().map(message_from).transpose()
+    }
+
+    async fn prune_keys(&self, before: Millis) -> StoreResult<u64> {
+        let result = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < ?")
+            .bind(before)
+            .execute(&self.writer)
+            .await
+            .map_err(backend)?;
+        Ok(result.rows_affected())
+    }
+
+    async fn set_communication(
+        &self,
+        thread_id: &str,
+        setting: CommunicationSetting,
+        now: Millis,
+    ) -> StoreResult<Option<ThreadRecord>> {
+        let row = sqlx::query(&format!(
+            "UPDATE threads SET communication = ?, updated_at = ? WHERE id = ? RETURNING {THREAD_COLUMNS}"
+        ))
+        .bind(setting.as_str())
+        .bind(now)
+        .bind(thread_id)
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(backend)?;
+        row.as_ref().map(thread_from).transpose()
+    }
+
+    async fn add_event(&self, e: &EventRecord) -> StoreResult<i64> {
+        let mut conn = self.writer.acquire().await.map_err(backend)?;
+        insert_event(&mut conn, e).await
+    }
+
+    async fn events_after(&self, thread_id: &str, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at
+             FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(thread_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)?;
+        rows.iter().map(event_from).collect()
+    }
+
+    async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
+        let seq: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE thread_id = ?")
+            .bind(thread_id)
+            .fetch_one(&self.reader)
+            .await
+            .map_err(backend)?;
+        Ok(seq.unwrap_or(0))
     }
 
     async fn close(&self) {

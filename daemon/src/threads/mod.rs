@@ -14,7 +14,7 @@ use tracing::instrument;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::{InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord, TurnRecord};
+use crate::store::{Archived, InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord, TurnRecord};
 use crate::time::now_ms;
 use runner::{TurnCaller, TurnRunner};
 
@@ -311,7 +311,7 @@ impl Threads {
     }
 
     #[instrument(skip_all, fields(thread_id = %thread_id))]
-    pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<(ThreadRecord, bool)> {
+    pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<Archived> {
         self.store
             .set_archived(thread_id, archived, now_ms())
             .await?

@@ -22,7 +22,10 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::Config;
 use crate::executors::{self, TurnFailure, TurnInput};
+use crate::mailbox::signals::Signals;
+use crate::mailbox::switches;
 use crate::store::{ClaimedTurn, Store, TurnOutcome, TurnStatus};
+use crate::threads::new_id;
 use crate::time::now_ms;
 
 /// Recorded as the error of a turn that was running when its daemon stopped.
@@ -48,12 +51,14 @@ struct Inner {
     active: Mutex<HashMap<String, bool>>,
     /// Live turn tokens → their turn. In memory only: a restart ends every turn.
     tokens: Mutex<HashMap<String, TurnCaller>>,
+    /// Wakes callers parked on a thread when its turn takes messages or ends.
+    signals: Signals,
     tasks: TaskTracker,
     stop: CancellationToken,
 }
 
 impl TurnRunner {
-    pub fn new(store: Arc<dyn Store>, config: Arc<Config>, home: PathBuf) -> Self {
+    pub fn new(store: Arc<dyn Store>, config: Arc<Config>, home: PathBuf, signals: Signals) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -61,6 +66,7 @@ impl TurnRunner {
                 home,
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
+                signals,
                 tasks: TaskTracker::new(),
                 stop: CancellationToken::new(),
             }),
@@ -117,9 +123,26 @@ impl Inner {
                 if self.stop.is_cancelled() {
                     break;
                 }
-                let turn_id = format!("tu_{}", ulid::Ulid::new().to_string().to_lowercase());
-                match self.store.claim_turn(&thread_id, &turn_id, executors::render, now_ms()).await {
-                    Ok(Some(turn)) => self.run(turn).await,
+                let turn_id = new_id("tu");
+                // Peer messages wait while the thread's communication is off.
+                let take_messages = match self.store.thread(&thread_id).await {
+                    Ok(Some(thread)) => switches::communication(&self.config, &thread).is_ok(),
+                    Ok(None) => break,
+                    Err(e) => {
+                        error!(error = %e, "cannot read the thread; will retry on the next input");
+                        break;
+                    }
+                };
+                let claimed = self
+                    .store
+                    .claim_turn(&thread_id, &turn_id, take_messages, executors::render, now_ms())
+                    .await;
+                match claimed {
+                    Ok(Some(turn)) => {
+                        self.signals.notify(&thread_id);
+                        self.run(turn).await;
+                        self.signals.notify(&thread_id);
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         error!(error = %e, "cannot start a turn; will retry on the next input");

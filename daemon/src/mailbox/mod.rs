@@ -1,0 +1,321 @@
+//! The mailbox: durable, idempotent ThreadSend between threads of this home, ThreadWait on
+//! their event logs, `attention`, and the communication switches.
+//!
+//! A send is validated, checked against its idempotency key (a read: a replay costs no
+//! write and no fsync), then committed — message, key and queued input in one transaction,
+//! grouped with concurrent sends ([`commit`]). The target is kicked; the caller waits up to
+//! `[mailbox] delivery_wait` for the message to enter a turn's input (`delivered`), else it
+//! answers `pending` and delivery goes on. Waiters park on per-thread [`signals`].
+
+pub mod commit;
+pub mod signals;
+pub mod switches;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiki_proto as pb;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+use tracing::instrument;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::store::{
+    Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, SendOutcome,
+    SourceRef, Store, ThreadRecord,
+};
+use crate::threads::runner::{TurnCaller, TurnRunner};
+use crate::threads::{Threads, cursor, limits, new_id};
+use crate::time::now_ms;
+use commit::{CommitError, GroupCommit};
+use signals::Signals;
+
+pub const KEY_MAX_CHARS: usize = 256;
+pub const WAIT_TARGETS_MAX: usize = 8;
+pub const WAIT_TIMEOUT_MAX_MS: u32 = 60_000;
+pub const WAIT_TIMEOUT_DEFAULT_MS: u32 = 30_000;
+pub const ATTENTION_REASON_MAX_CHARS: usize = 2_000;
+/// Events returned per target per ThreadWait call; the cursor carries on from there.
+const EVENTS_PER_TARGET: u32 = 100;
+
+#[derive(Clone)]
+pub struct Mailbox {
+    threads: Threads,
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+    runner: TurnRunner,
+    signals: Signals,
+    commit: GroupCommit,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub message_id: String,
+    pub delivered: bool,
+    pub replayed: bool,
+}
+
+/// One target's answer to ThreadWait.
+#[derive(Debug)]
+pub struct WaitResult {
+    pub target: pb::ThreadRef,
+    pub events: Vec<EventRecord>,
+    pub cursor: String,
+}
+
+impl Mailbox {
+    pub fn new(threads: Threads, config: Arc<Config>, signals: Signals) -> Self {
+        let store = threads.store().clone();
+        let runner = threads.runner().clone();
+        let commit = GroupCommit::start(store.clone());
+        Self { threads, store, config, runner, signals, commit }
+    }
+
+    /// ThreadSend to a thread of this home.
+    #[instrument(skip_all, fields(thread_id = %target.session_id))]
+    pub async fn send(
+        &self,
+        caller: Option<&TurnCaller>,
+        target: &pb::ThreadRef,
+        content: &str,
+        key: &str,
+    ) -> Result<Sent> {
+        limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
+        limits::text("idempotency_key", key, KEY_MAX_CHARS)?;
+        let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;
+        let source = match caller {
+            Some(caller) => {
+                let sender = self.threads.get("", "", &caller.thread_id).await?;
+                switches::communication(&self.config, &sender)
+                    .map_err(|why| Error::PermissionDenied(format!("ThreadSend refused: {why}")))?;
+                Some(SourceRef { host_id: String::new(), thread_id: caller.thread_id.clone() })
+            }
+            None => None,
+        };
+        let scope = source.as_ref().map(|s| s.thread_id.clone()).unwrap_or_default();
+        let request_hash = request_hash(&thread.id, content);
+
+        // Replays answer from a read: no write, no fsync.
+        if let Some(found) = self.store.find_key(&scope, key).await? {
+            return self.replay(&found.message_id, found.request_hash == request_hash).await;
+        }
+        if thread.archived {
+            return Err(Error::FailedPrecondition(format!(
+                "thread {} is archived; unarchive it first",
+                thread.id
+            )));
+        }
+        if source.is_some() {
+            switches::communication(&self.config, &thread).map_err(|why| {
+                Error::FailedPrecondition(format!("communication_disabled: the target cannot receive: {why}"))
+            })?;
+        }
+        let message = NewMessage {
+            id: new_id("msg"),
+            target_thread: thread.id.clone(),
+            source,
+            content: content.to_string(),
+            key_scope: scope,
+            key: key.to_string(),
+            request_hash,
+            now: now_ms(),
+        };
+        // Subscribe before the message can be delivered, so the delivery is not missed.
+        let subscription = self.signals.subscribe(std::slice::from_ref(&thread.id));
+        let message_id = match self.commit.commit(message).await.map_err(commit_error)? {
+            SendOutcome::Accepted { message_id } => message_id,
+            SendOutcome::Replayed { message_id } => return self.replay(&message_id, true).await,
+            SendOutcome::KeyConflict { message_id } => return self.replay(&message_id, false).await,
+            SendOutcome::TargetGone => {
+                return Err(Error::FailedPrecondition(format!(
+                    "thread {} was archived or removed meanwhile",
+                    thread.id
+                )));
+            }
+        };
+        self.runner.kick(&thread.id);
+        let deadline = Instant::now() + self.config.mailbox.delivery_wait;
+        loop {
+            if self.is_delivered(&message_id).await? {
+                return Ok(Sent { message_id, delivered: true, replayed: false });
+            }
+            if tokio::time::timeout_at(deadline, subscription.changed()).await.is_err() {
+                return Ok(Sent { message_id, delivered: false, replayed: false });
+            }
+        }
+    }
+
+    async fn is_delivered(&self, message_id: &str) -> Result<bool> {
+        Ok(self.store.message(message_id).await?.is_some_and(|m| m.status == MessageStatus::Delivered))
+    }
+
+    /// The answer to a key seen before: the original message, or a conflict.
+    async fn replay(&self, message_id: &str, same_request: bool) -> Result<Sent> {
+        if !same_request {
+            return Err(Error::Conflict(format!(
+                "idempotency_key: already used for a different message ({message_id}); \
+                 reuse a key only for the same target and content"
+            )));
+        }
+        let message = self
+            .store
+            .message(message_id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("message {message_id} is gone")))?;
+        match message.status {
+            MessageStatus::Delivered => Ok(Sent { message_id: message.id, delivered: true, replayed: true }),
+            MessageStatus::Pending => Ok(Sent { message_id: message.id, delivered: false, replayed: true }),
+            MessageStatus::Undeliverable => Err(Error::FailedPrecondition(format!(
+                "message {} was undeliverable: {}",
+                message.id, message.reason
+            ))),
+        }
+    }
+
+    /// ThreadWait on threads of this home.
+    #[instrument(skip_all)]
+    pub async fn wait(
+        &self,
+        targets: &[pb::ThreadRef],
+        timeout_ms: Option<u32>,
+        cursors: &HashMap<String, String>,
+    ) -> Result<(Vec<WaitResult>, bool)> {
+        if targets.is_empty() || targets.len() > WAIT_TARGETS_MAX {
+            return Err(Error::invalid(
+                "targets",
+                format!("must name between 1 and {WAIT_TARGETS_MAX} threads, got {}", targets.len()),
+            ));
+        }
+        let timeout = timeout_ms.unwrap_or(WAIT_TIMEOUT_DEFAULT_MS);
+        if timeout > WAIT_TIMEOUT_MAX_MS {
+            return Err(Error::invalid(
+                "timeout_ms",
+                format!("must be between 0 and {WAIT_TIMEOUT_MAX_MS}, got {timeout}"),
+            ));
+        }
+        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout));
+        let mut watched: Vec<(pb::ThreadRef, ThreadRecord, i64)> = Vec::with_capacity(targets.len());
+        let mut used_cursors = 0;
+        for target in targets {
+            let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;
+            if watched.iter().any(|(_, t, _)| t.id == thread.id) {
+                return Err(Error::invalid(
+                    "targets",
+                    format!("must be distinct; {} appears twice", thread.id),
+                ));
+            }
+            let text = pb::format_ref(target);
+            let given = cursors.get(&text).or_else(|| cursors.get(&thread.id));
+            let after = match given {
+                Some(c) => {
+                    used_cursors += 1;
+                    let parts = cursor::decode("cursors", "wait", c, 2)?;
+                    if parts[0] != thread.id {
+                        return Err(Error::invalid(
+                            "cursors",
+                            format!("the cursor for {text} belongs to another thread"),
+                        ));
+                    }
+                    cursor::decode_number("cursors", "wait", &parts[1])?
+                }
+                // No cursor: from now on.
+                None => self.store.last_event_seq(&thread.id).await?,
+            };
+            watched.push((target.clone(), thread, after));
+        }
+        if used_cursors < cursors.len() {
+            return Err(Error::invalid("cursors", "has a key that is not one of the targets"));
+        }
+        let ids: Vec<String> = watched.iter().map(|(_, t, _)| t.id.clone()).collect();
+        let subscription = self.signals.subscribe(&ids);
+        loop {
+            let mut results = Vec::with_capacity(watched.len());
+            let mut any = false;
+            for (target, thread, after) in &watched {
+                let events = self.store.events_after(&thread.id, *after, EVENTS_PER_TARGET).await?;
+                let last = events.last().map(|e| e.seq).unwrap_or(*after);
+                any |= !events.is_empty();
+                results.push(WaitResult {
+                    target: target.clone(),
+                    events,
+                    cursor: cursor::encode("wait", &[&thread.id, &last.to_string()]),
+                });
+            }
+            if any {
+                return Ok((results, false));
+            }
+            if tokio::time::timeout_at(deadline, subscription.changed()).await.is_err() {
+                return Ok((results, true));
+            }
+        }
+    }
+
+    /// `kiki attention --reason`: the calling turn's agent asks for its user.
+    pub async fn attention(&self, caller: Option<&TurnCaller>, reason: &str) -> Result<()> {
+        let caller = caller.ok_or_else(|| {
+            Error::FailedPrecondition(
+                "attention is asked from inside a turn (it needs the turn's KIKI_TOKEN)".into(),
+            )
+        })?;
+        limits::text("reason", reason, ATTENTION_REASON_MAX_CHARS)?;
+        let event = EventRecord {
+            seq: 0,
+            thread_id: caller.thread_id.clone(),
+            kind: EventKind::Attention,
+            turn_id: Some(caller.turn_id.clone()),
+            turn_status: None,
+            reason: reason.to_string(),
+            lifecycle: String::new(),
+            message_id: None,
+            at: now_ms(),
+        };
+        self.store.add_event(&event).await?;
+        self.signals.notify(&caller.thread_id);
+        Ok(())
+    }
+
+    /// `kiki thread set REF --communication on|off|default`.
+    pub async fn set_communication(
+        &self,
+        thread: &ThreadRecord,
+        setting: CommunicationSetting,
+    ) -> Result<ThreadRecord> {
+        let updated = self
+            .store
+            .set_communication(&thread.id, setting, now_ms())
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no thread {} in this home", thread.id)))?;
+        // Messages held back while it was off may be deliverable now.
+        self.runner.kick(&thread.id);
+        Ok(updated)
+    }
+
+    /// Archive/unarchive with the events and wake-ups they cause.
+    pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<Archived> {
+        let done = self.threads.set_archived(thread_id, archived).await?;
+        for thread in &done.notified {
+            self.signals.notify(thread);
+        }
+        Ok(done)
+    }
+}
+
+fn commit_error(e: CommitError) -> Error {
+    match e {
+        CommitError::Busy => Error::Overloaded(e.to_string()),
+        CommitError::Closed => Error::FailedPrecondition(e.to_string()),
+        CommitError::Store(e) => Error::Store(e),
+    }
+}
+
+/// Identifies a request for idempotency: the same key must come with the same target and
+/// content.
+fn request_hash(target: &str, content: &str) -> String {
+    let mut hash = Sha256::new();
+    hash.update(target.as_bytes());
+    hash.update([0]);
+    hash.update(content.as_bytes());
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}

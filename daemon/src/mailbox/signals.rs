@@ -1,0 +1,106 @@
+//! Per-thread wake-ups for parked callers (ThreadWait, and ThreadSend waiting for delivery).
+//!
+//! A caller registers one `Notify` under each thread it waits on; a change to a thread
+//! wakes only the callers registered for that thread (no thundering herd). `notify_one`
+//! stores a permit when the caller is not parked yet, so a change that lands between the
+//! caller's check of the store and its wait is never lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+#[derive(Clone, Default)]
+pub struct Signals {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: AtomicU64,
+    /// thread id → parked callers (by registration id).
+    waiters: Mutex<HashMap<String, HashMap<u64, Arc<Notify>>>>,
+}
+
+/// A caller's registration; dropping it unregisters.
+pub struct Subscription {
+    signals: Signals,
+    id: u64,
+    threads: Vec<String>,
+    notify: Arc<Notify>,
+}
+
+impl Signals {
+    /// Registers for changes to any of `threads`.
+    pub fn subscribe(&self, threads: &[String]) -> Subscription {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        let mut waiters = self.lock();
+        for thread in threads {
+            waiters.entry(thread.clone()).or_default().insert(id, notify.clone());
+        }
+        Subscription { signals: self.clone(), id, threads: threads.to_vec(), notify }
+    }
+
+    /// Something about `thread` changed: wake the callers waiting on it.
+    pub fn notify(&self, thread: &str) {
+        if let Some(parked) = self.lock().get(thread) {
+            for notify in parked.values() {
+                notify.notify_one();
+            }
+        }
+    }
+
+    /// How many threads have parked callers (for tests and metrics).
+    pub fn watched_threads(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<u64, Arc<Notify>>>> {
+        self.inner.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Subscription {
+    /// Resolves after a change to one of the threads (at once if one happened since the
+    /// last call).
+    pub async fn changed(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut waiters = self.signals.lock();
+        for thread in &self.threads {
+            if let Some(parked) = waiters.get_mut(thread) {
+                parked.remove(&self.id);
+                if parked.is_empty() {
+                    waiters.remove(thread);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn wakes_only_subscribers_of_the_thread_and_keeps_early_permits() {
+        let signals = Signals::default();
+        let a = signals.subscribe(&["th_a".into()]);
+        let b = signals.subscribe(&["th_b".into()]);
+        signals.notify("th_a"); // before anyone waits: kept as a permit
+        tokio::time::timeout(Duration::from_secs(1), a.changed()).await.expect("a woken");
+        let b_woken = tokio::time::timeout(Duration::from_millis(50), b.changed()).await;
+        assert!(b_woken.is_err(), "b waits on another thread");
+        assert_eq!(signals.watched_threads(), 2);
+        drop(a);
+        drop(b);
+        assert_eq!(signals.watched_threads(), 0, "unregistered on drop");
+    }
+}

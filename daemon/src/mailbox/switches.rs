@@ -1,0 +1,93 @@
+//! The peer-communication switches of contract §2, evaluated for one thread:
+//!
+//! 1. `[thread_communication] enabled = false` in the home config: off, whatever else says.
+//! 2. The thread's own switch (`kiki thread set REF --communication on|off`), if set.
+//! 3. The thread's profile (`[profiles.NAME] thread_communication = true|false`), if set.
+//! 4. `[thread_communication] enabled = true`: on. Unset: off by default.
+//!
+//! A refusal names the switch that refused, so the user knows which one to change.
+
+use crate::config::Config;
+use crate::store::{CommunicationSetting, ThreadRecord};
+
+/// `Ok` if the thread may take part in peer communication; else which switch says no.
+pub fn communication(config: &Config, thread: &ThreadRecord) -> Result<(), String> {
+    if config.thread_communication.enabled == Some(false) {
+        return Err("the home's [thread_communication] enabled = false turns peer communication off".into());
+    }
+    match thread.communication {
+        CommunicationSetting::On => return Ok(()),
+        CommunicationSetting::Off => {
+            return Err(format!("thread {}'s communication switch is off", thread.id));
+        }
+        CommunicationSetting::Default => {}
+    }
+    match config.profile(&thread.profile).and_then(|p| p.thread_communication) {
+        Some(true) => return Ok(()),
+        Some(false) => {
+            return Err(format!("profile {:?} has thread_communication = false", thread.profile));
+        }
+        None => {}
+    }
+    if config.thread_communication.enabled == Some(true) {
+        Ok(())
+    } else {
+        Err(format!(
+            "peer communication is off by default and thread {} has not opted in \
+             (kiki thread set {} --communication on)",
+            thread.id, thread.id
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ExecutorKind, ProfileConfig};
+
+    fn thread(setting: CommunicationSetting, profile: &str) -> ThreadRecord {
+        ThreadRecord {
+            seq: 1,
+            id: "th_a".into(),
+            workspace_id: "ws".into(),
+            cwd: "/".into(),
+            title: "t".into(),
+            profile: profile.into(),
+            created_at: 0,
+            updated_at: 0,
+            archived: false,
+            enabled: true,
+            running: false,
+            communication: setting,
+        }
+    }
+
+    #[test]
+    fn precedence_home_off_then_thread_then_profile_then_home_default() {
+        use CommunicationSetting::*;
+        let mut config = Config::default();
+        config.profiles.insert(
+            "social".into(),
+            ProfileConfig {
+                executor: ExecutorKind::Echo,
+                command: vec![],
+                default: false,
+                enabled: true,
+                thread_communication: Some(true),
+            },
+        );
+        // Unset: off by default; a thread or its profile opts in.
+        assert!(communication(&config, &thread(Default, "echo")).unwrap_err().contains("off by default"));
+        assert!(communication(&config, &thread(On, "echo")).is_ok());
+        assert!(communication(&config, &thread(Default, "social")).is_ok());
+        assert!(communication(&config, &thread(Off, "social")).unwrap_err().contains("switch is off"));
+        // true: on by default, a thread can still close itself.
+        config.thread_communication.enabled = Some(true);
+        assert!(communication(&config, &thread(Default, "echo")).is_ok());
+        assert!(communication(&config, &thread(Off, "echo")).is_err());
+        // false: off completely.
+        config.thread_communication.enabled = Some(false);
+        let err = communication(&config, &thread(On, "social")).unwrap_err();
+        assert!(err.contains("enabled = false"), "{err}");
+    }
+}
