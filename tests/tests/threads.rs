@@ -67,6 +67,7 @@ async fn create_limits_are_checked_and_leave_no_trace() {
                     command: vec![],
                     default: false,
                     enabled: false,
+                    thread_communication: None,
                 },
             );
         })
