@@ -359,9 +359,9 @@ pub trait Store: Send + Sync + 'static {
     /// Queues input for the thread's next turn. `Ok(false)` if the thread does not exist.
     async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<bool>;
     /// If the thread has no running turn and has queued input, starts a turn with all of it
-    /// (in order), marks the thread running and its messages delivered. Peer messages are
-    /// taken only if `take_messages` (the thread's communication is on); otherwise they stay
-    /// queued.
+    /// (in order), marks the thread running and its messages delivered. Peer messages (with a
+    /// source thread) are taken only if `take_messages` (the thread's communication is on);
+    /// otherwise they stay queued. User input and external messages are always taken.
     async fn claim_turn(
         &self,
         thread_id: &str,

@@ -521,7 +521,7 @@ impl Store for SqliteStore {
         };
         let rows = sqlx::query(
             "SELECT id, kind, content, message_id, source_host, source_thread, created_at
-             FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND (? OR kind = 'user') ORDER BY seq",
+             FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL) ORDER BY seq",
         )
         .bind(thread_id)
         .bind(take_messages)
@@ -544,7 +544,7 @@ impl Store for SqliteStore {
             .await
             .map_err(backend)?;
         sqlx::query(
-            "UPDATE inputs SET turn_id = ? WHERE thread_id = ? AND turn_id IS NULL AND (? OR kind = 'user')",
+            "UPDATE inputs SET turn_id = ? WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)",
         )
         .bind(turn_id)
         .bind(thread_id)

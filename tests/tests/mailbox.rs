@@ -1,0 +1,429 @@
+//! The mailbox in one home, in process: ThreadSend (limits, idempotency, attribution,
+//! delivery and queueing), ThreadWait (limits, events, cursors), switches and attention.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use kiki_proto as pb;
+use kiki_tests::{TestHome, binaries::binary, eventually, local};
+use tonic::Code;
+
+fn send(target: &str, content: &str, key: &str) -> pb::ThreadSendRequest {
+    pb::ThreadSendRequest {
+        target: Some(local(target)),
+        content: content.into(),
+        idempotency_key: key.into(),
+        ..Default::default()
+    }
+}
+
+async fn wait_req(
+    home: &TestHome,
+    targets: &[&str],
+    timeout_ms: Option<u32>,
+    cursors: HashMap<String, String>,
+) -> Result<pb::ThreadWaitResponse, tonic::Status> {
+    let request =
+        pb::ThreadWaitRequest { targets: targets.iter().map(|t| local(t)).collect(), timeout_ms, cursors };
+    home.client().threads().thread_wait(request).await.map(|r| r.into_inner())
+}
+
+fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str, limit: &str) {
+    let status = result.expect_err("must be refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().starts_with(&format!("{field}:")), "names {field}: {}", status.message());
+    assert!(status.message().contains(limit), "names the limit {limit}: {}", status.message());
+}
+
+/// A home whose threads may talk (the home switch on) plus an exec profile `agent` that
+/// runs `kiki` from inside its turn with the given shell script.
+async fn talking_home(agent_script: &str) -> TestHome {
+    TestHome::builder()
+        .config(|c| c.thread_communication.enabled = Some(true))
+        .shell_profile("agent", agent_script)
+        .shell_profile("slow", "cat; sleep 0.5")
+        .start()
+        .await
+}
+
+#[tokio::test]
+async fn send_limits_name_the_field_and_leave_no_trace() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    let threads = home.client().threads();
+    assert_invalid(threads.clone().thread_send(send(&t.id, "", "k")).await, "content", "empty");
+    assert_invalid(
+        threads.clone().thread_send(send(&t.id, &"c".repeat(100_001), "k")).await,
+        "content",
+        "100000",
+    );
+    assert_invalid(threads.clone().thread_send(send(&t.id, "hi", "")).await, "idempotency_key", "empty");
+    assert_invalid(
+        threads.clone().thread_send(send(&t.id, "hi", &"k".repeat(257))).await,
+        "idempotency_key",
+        "256",
+    );
+    threads
+        .clone()
+        .thread_send(send(&t.id, &"é".repeat(100_000), &"k".repeat(256)))
+        .await
+        .expect("at the limits");
+    let turns = home.wait_turns(&t.id, 1).await;
+    assert_eq!(turns.len(), 1, "only the valid send made a message");
+    let missing = threads.clone().thread_send(send("th_nope", "hi", "k2")).await;
+    assert_eq!(missing.expect_err("missing").code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn an_external_send_is_delivered_unattributed_and_echo_drops_the_header() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    let sent =
+        home.client().threads().thread_send(send(&t.id, "ping", "k1")).await.expect("send").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Delivered, "an idle thread takes it at once");
+    assert!(!sent.replayed);
+    let turn = home.wait_turns(&t.id, 1).await.remove(0);
+    assert_eq!(turn.output, "echo: ping", "echo prints the content without the header");
+    assert!(
+        turn.input.contains(&sent.message_id) && turn.input.contains("external client"),
+        "{}",
+        turn.input
+    );
+    assert_eq!(turn.inputs[0].kind(), pb::InputKind::Message);
+    assert_eq!(turn.inputs[0].message_id, sent.message_id);
+    assert!(turn.inputs[0].source.is_none(), "no token, no peer attribution");
+}
+
+#[tokio::test]
+async fn the_same_key_replays_and_other_content_conflicts() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    let other = home.thread("echo", None).await;
+    let threads = home.client().threads();
+    let first = threads.clone().thread_send(send(&t.id, "once", "key-1")).await.expect("send").into_inner();
+    let again = threads.clone().thread_send(send(&t.id, "once", "key-1")).await.expect("replay").into_inner();
+    assert_eq!(again.message_id, first.message_id);
+    assert!(again.replayed);
+    assert_eq!(again.status(), pb::SendStatus::Delivered);
+    let conflict =
+        threads.clone().thread_send(send(&t.id, "different", "key-1")).await.expect_err("conflict");
+    assert_eq!(conflict.code(), Code::AlreadyExists);
+    assert!(conflict.message().contains("idempotency_key"), "{}", conflict.message());
+    let elsewhere =
+        threads.clone().thread_send(send(&other.id, "once", "key-1")).await.expect_err("other target");
+    assert_eq!(elsewhere.code(), Code::AlreadyExists);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(home.all_turns(&t.id).await.len(), 1, "one message, one turn");
+}
+
+#[tokio::test]
+async fn concurrent_duplicate_sends_make_exactly_one_message() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let mut threads = home.client().threads();
+        let request = send(&t.id, "exactly once", "dup-key");
+        tasks.push(tokio::spawn(async move { threads.thread_send(request).await.map(|r| r.into_inner()) }));
+    }
+    let mut ids = std::collections::HashSet::new();
+    for task in tasks {
+        ids.insert(task.await.expect("task").expect("send").message_id);
+    }
+    assert_eq!(ids.len(), 1, "every caller got the same message");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let turns = home.all_turns(&t.id).await;
+    let messages: usize = turns.iter().map(|t| t.inputs.len()).sum();
+    assert_eq!(messages, 1, "and only one message reached the thread");
+}
+
+#[tokio::test]
+async fn a_send_from_a_turn_is_attributed_to_its_thread() {
+    let kiki = binary("kiki");
+    let script = format!(
+        "read target; {} thread send \"$target\" --key from-agent --content 'hello peer' --json",
+        kiki.display()
+    );
+    let home = talking_home(&script).await;
+    let target = home.thread("echo", None).await;
+    let agent = home.thread("agent", Some(&target.id)).await;
+    let turn = home.wait_turns(&agent.id, 1).await.remove(0);
+    assert_eq!(turn.status(), pb::TurnStatus::Completed, "{} {}", turn.error, turn.output);
+    let sent: serde_json::Value = serde_json::from_str(&turn.output).expect("json");
+    let got = home.wait_turns(&target.id, 1).await.remove(0);
+    assert_eq!(got.inputs[0].message_id, sent["message_id"].as_str().expect("id"));
+    let source = got.inputs[0].source.clone().expect("verified source");
+    assert_eq!(source.session_id, agent.id);
+    assert!(got.input.contains(&format!("from {}", agent.id)), "the header names the source: {}", got.input);
+    assert_eq!(got.output, "echo: hello peer");
+}
+
+#[tokio::test]
+async fn a_busy_target_queues_and_a_slow_delivery_answers_pending() {
+    let home = TestHome::builder()
+        .config(|c| c.mailbox.delivery_wait = Duration::from_millis(100))
+        .shell_profile("slow", "cat; sleep 0.5")
+        .start()
+        .await;
+    let t = home.thread("slow", Some("first")).await;
+    eventually("the first turn", || async {
+        (home.thread_record(&t.id).await.state() == pb::ThreadState::Running).then_some(())
+    })
+    .await;
+    let threads = home.client().threads();
+    let started = Instant::now();
+    let a = threads.clone().thread_send(send(&t.id, "m1", "a")).await.expect("send").into_inner();
+    assert!(started.elapsed() < Duration::from_millis(450), "answered after the bounded wait, not the turn");
+    let b = threads.clone().thread_send(send(&t.id, "m2", "b")).await.expect("send").into_inner();
+    assert_eq!((a.status(), b.status()), (pb::SendStatus::Pending, pb::SendStatus::Pending));
+    let turns = home.wait_turns(&t.id, 2).await;
+    let ids: Vec<&str> = turns[1].inputs.iter().map(|i| i.message_id.as_str()).collect();
+    assert_eq!(ids, [a.message_id.as_str(), b.message_id.as_str()], "the next turn takes all, in order");
+    let replay = threads.clone().thread_send(send(&t.id, "m1", "a")).await.expect("replay").into_inner();
+    assert_eq!(replay.status(), pb::SendStatus::Delivered, "a replay reports where the message is now");
+}
+
+#[tokio::test]
+async fn switches_refuse_and_say_which() {
+    let kiki = binary("kiki");
+    let script = format!("read target; {} thread send \"$target\" --key k --content hi", kiki.display());
+    // Unset home switch: off by default.
+    let home = TestHome::builder().shell_profile("agent", &script).start().await;
+    let target = home.thread("echo", None).await;
+    let agent = home.thread("agent", Some(&target.id)).await;
+    let turn = home.wait_turns(&agent.id, 1).await.remove(0);
+    assert_eq!(turn.status(), pb::TurnStatus::Failed);
+    assert!(turn.error.contains("off by default"), "{}", turn.error);
+    // The agent opts in; the target has not: the target's switch refuses.
+    let on = |id: &str, c: pb::Communication| pb::ThreadSetRequest {
+        target: Some(local(id)),
+        communication: c as i32,
+    };
+    home.client().home().thread_set(on(&agent.id, pb::Communication::On)).await.expect("set");
+    home.say(&agent.id, &target.id).await.expect("say");
+    let turn = home.wait_turns(&agent.id, 2).await.remove(1);
+    assert!(turn.error.contains("communication_disabled"), "{}", turn.error);
+    home.client().home().thread_set(on(&target.id, pb::Communication::On)).await.expect("set");
+    home.say(&agent.id, &target.id).await.expect("say");
+    let turn = home.wait_turns(&agent.id, 3).await.remove(2);
+    assert_eq!(turn.status(), pb::TurnStatus::Completed, "{}", turn.error);
+    assert_eq!(home.wait_turns(&target.id, 1).await[0].output, "echo: hi");
+    // External sends are user input, not peer communication: no switch applies.
+    home.client().home().thread_set(on(&target.id, pb::Communication::Off)).await.expect("set");
+    home.client()
+        .threads()
+        .thread_send(send(&target.id, "from the user", "ext"))
+        .await
+        .expect("external send");
+
+    let off = TestHome::builder()
+        .config(|c| c.thread_communication.enabled = Some(false))
+        .shell_profile("agent", &script)
+        .start()
+        .await;
+    let target = off.thread("echo", None).await;
+    let agent = off.thread("agent", None).await;
+    off.client().home().thread_set(on(&agent.id, pb::Communication::On)).await.expect("set");
+    off.say(&agent.id, &target.id).await.expect("say");
+    let turn = off.wait_turns(&agent.id, 1).await.remove(0);
+    assert!(turn.error.contains("enabled = false"), "the home switch wins: {}", turn.error);
+}
+
+/// Turning a target's communication off holds accepted messages back without deleting
+/// them; turning it on again delivers them.
+#[tokio::test]
+async fn disabling_communication_holds_messages_until_it_is_on_again() {
+    let kiki = binary("kiki");
+    let script =
+        format!("read target; {} thread send \"$target\" --key held --content later", kiki.display());
+    let home = talking_home(&script).await;
+    let target = home.thread("slow", Some("busy")).await;
+    eventually("the target to be busy", || async {
+        (home.thread_record(&target.id).await.state() == pb::ThreadState::Running).then_some(())
+    })
+    .await;
+    let agent = home.thread("agent", Some(&target.id)).await;
+    assert_eq!(home.wait_turns(&agent.id, 1).await[0].status(), pb::TurnStatus::Completed);
+    let set = |c: pb::Communication| pb::ThreadSetRequest {
+        target: Some(local(&target.id)),
+        communication: c as i32,
+    };
+    home.client().home().thread_set(set(pb::Communication::Off)).await.expect("off");
+    home.wait_turns(&target.id, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(home.all_turns(&target.id).await.len(), 1, "held back while off");
+    home.client().home().thread_set(set(pb::Communication::On)).await.expect("on");
+    let turns = home.wait_turns(&target.id, 2).await;
+    assert_eq!(turns[1].inputs[0].source.as_ref().map(|s| s.session_id.clone()), Some(agent.id.clone()));
+}
+
+#[tokio::test]
+async fn wait_limits() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    assert_invalid(wait_req(&home, &[], None, HashMap::new()).await, "targets", "between 1 and 8");
+    let mut nine = Vec::new();
+    for _ in 0..9 {
+        nine.push(home.thread("echo", None).await.id);
+    }
+    let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
+    assert_invalid(wait_req(&home, &nine, Some(0), HashMap::new()).await, "targets", "between 1 and 8");
+    wait_req(&home, &nine[..8], Some(0), HashMap::new()).await.expect("eight is fine");
+    assert_invalid(wait_req(&home, &[&t.id, &t.id], Some(0), HashMap::new()).await, "targets", "distinct");
+    assert_invalid(
+        wait_req(&home, &[&t.id], Some(60_001), HashMap::new()).await,
+        "timeout_ms",
+        "between 0 and 60000",
+    );
+    let bad = HashMap::from([(t.id.clone(), "junk".to_string())]);
+    assert_invalid(wait_req(&home, &[&t.id], Some(0), bad).await, "cursors", "restart");
+    let stray = HashMap::from([("th_other".to_string(), "x".to_string())]);
+    assert_invalid(wait_req(&home, &[&t.id], Some(0), stray).await, "cursors", "not one of the targets");
+
+    let started = Instant::now();
+    let checked = wait_req(&home, &[&t.id], Some(0), HashMap::new()).await.expect("check once");
+    assert!(checked.timed_out && started.elapsed() < Duration::from_millis(500));
+    let started = Instant::now();
+    let waited = wait_req(&home, &[&t.id], Some(300), HashMap::new()).await.expect("wait");
+    assert!(waited.timed_out);
+    assert!(started.elapsed() >= Duration::from_millis(300), "the server holds the call for the timeout");
+}
+
+#[tokio::test]
+async fn wait_reports_each_event_once_across_calls() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    let first = wait_req(&home, &[&t.id], Some(0), HashMap::new()).await.expect("cursor");
+    let cursor = first.results[0].cursor.clone();
+    home.say(&t.id, "go").await.expect("say");
+    let cursors = HashMap::from([(t.id.clone(), cursor)]);
+    let got = wait_req(&home, &[&t.id], Some(10_000), cursors).await.expect("wait");
+    assert!(!got.timed_out);
+    let events = &got.results[0].events;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].kind(), pb::EventKind::Terminal);
+    assert_eq!(events[0].turn_status(), pb::TurnStatus::Completed);
+    let cursors = HashMap::from([(t.id.clone(), got.results[0].cursor.clone())]);
+    let again = wait_req(&home, &[&t.id], Some(0), cursors.clone()).await.expect("wait");
+    assert!(again.results[0].events.is_empty(), "nothing repeated");
+    home.client()
+        .home()
+        .thread_archive(pb::ThreadArchiveRequest { target: Some(local(&t.id)), archived: true })
+        .await
+        .expect("archive");
+    let lifecycle = wait_req(&home, &[&t.id], Some(5_000), cursors).await.expect("wait");
+    assert_eq!(lifecycle.results[0].events[0].lifecycle, "archived");
+}
+
+#[tokio::test]
+async fn a_waiter_wakes_only_for_its_threads() {
+    let home = TestHome::builder().start().await;
+    let a = home.thread("echo", None).await;
+    let b = home.thread("echo", None).await;
+    let client = home.client().clone();
+    let b_id = b.id.clone();
+    let waiter_b = tokio::spawn(async move {
+        let request = pb::ThreadWaitRequest {
+            targets: vec![local(&b_id)],
+            timeout_ms: Some(700),
+            ..Default::default()
+        };
+        client.threads().thread_wait(request).await.map(|r| r.into_inner())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    home.say(&a.id, "only a").await.expect("say");
+    let started = Instant::now();
+    let waited_a = wait_req(&home, &[&a.id, &b.id], Some(5_000), HashMap::new()).await.expect("wait a");
+    let b_result = waiter_b.await.expect("task").expect("wait b");
+    assert!(b_result.timed_out && b_result.results[0].events.is_empty(), "b saw nothing of a");
+    // The combined waiter got a's terminal event (it may have come before the call: the
+    // "from now" default then yields nothing and the call times out only after 5 s).
+    if !waited_a.timed_out {
+        assert_eq!(waited_a.results[0].events[0].kind(), pb::EventKind::Terminal);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[tokio::test]
+async fn attention_and_undeliverable_events() {
+    let kiki = binary("kiki");
+    let script =
+        format!("cat >/dev/null; {} attention --reason 'need a decision'; sleep 0.3", kiki.display());
+    let home = TestHome::builder()
+        .config(|c| {
+            c.thread_communication.enabled = Some(true);
+            c.mailbox.delivery_wait = Duration::from_millis(50);
+        })
+        .shell_profile("asker", &script)
+        .start()
+        .await;
+    let t = home.thread("asker", None).await;
+    let cursor =
+        wait_req(&home, &[&t.id], Some(0), HashMap::new()).await.expect("cursor").results[0].cursor.clone();
+    home.say(&t.id, "go").await.expect("say");
+    let got =
+        wait_req(&home, &[&t.id], Some(10_000), HashMap::from([(t.id.clone(), cursor)])).await.expect("wait");
+    let attention = &got.results[0].events[0];
+    assert_eq!(attention.kind(), pb::EventKind::Attention);
+    assert_eq!(attention.reason, "need a decision");
+    let outside = home.client().threads().attention(pb::AttentionRequest { reason: "x".into() }).await;
+    assert_eq!(outside.expect_err("needs a turn").code(), Code::FailedPrecondition);
+
+    // A message pending for a thread that gets archived is undeliverable, and says so.
+    let busy = home.thread("asker", Some("busy")).await;
+    eventually("busy", || async {
+        (home.thread_record(&busy.id).await.state() == pb::ThreadState::Running).then_some(())
+    })
+    .await;
+    let sent = home.client().threads().thread_send(send(&busy.id, "too late", "late")).await.expect("send");
+    assert_eq!(sent.get_ref().status(), pb::SendStatus::Pending);
+    let cursor =
+        wait_req(&home, &[&busy.id], Some(0), HashMap::new()).await.expect("c").results[0].cursor.clone();
+    home.client()
+        .home()
+        .thread_archive(pb::ThreadArchiveRequest { target: Some(local(&busy.id)), archived: true })
+        .await
+        .expect("archive");
+    let got = wait_req(&home, &[&busy.id], Some(5_000), HashMap::from([(busy.id.clone(), cursor)]))
+        .await
+        .expect("w");
+    let undeliverable = got.results[0]
+        .events
+        .iter()
+        .find(|e| e.kind() == pb::EventKind::Undeliverable)
+        .expect("undeliverable event");
+    assert_eq!(undeliverable.message_id, sent.get_ref().message_id);
+    assert_eq!(undeliverable.reason, "thread_archived");
+}
+
+#[tokio::test]
+async fn wait_cursors_survive_a_restart() {
+    let mut home = TestHome::builder().start().await;
+    let t = home.thread("echo", Some("one")).await;
+    home.wait_turns(&t.id, 1).await;
+    let cursor =
+        wait_req(&home, &[&t.id], Some(0), HashMap::new()).await.expect("cursor").results[0].cursor.clone();
+    home.restart().await;
+    home.say(&t.id, "two").await.expect("say");
+    home.wait_turns(&t.id, 2).await;
+    home.restart().await;
+    let got =
+        wait_req(&home, &[&t.id], Some(0), HashMap::from([(t.id.clone(), cursor)])).await.expect("wait");
+    let events = &got.results[0].events;
+    assert_eq!(events.len(), 1, "exactly the event after the cursor: {events:?}");
+    assert_eq!(events[0].kind(), pb::EventKind::Terminal);
+}
+
+#[tokio::test]
+async fn a_turn_token_is_refused_for_send_after_its_turn() {
+    let home = TestHome::builder()
+        .config(|c| c.thread_communication.enabled = Some(true))
+        .shell_profile("leak", "cat >/dev/null; echo \"$KIKI_TOKEN\"")
+        .start()
+        .await;
+    let t = home.thread("leak", Some("x")).await;
+    let token = home.wait_turns(&t.id, 1).await[0].output.trim().to_string();
+    let stale = home.client().clone().with_token(&token).expect("token");
+    let err = stale.threads().thread_send(send(&t.id, "hi", "k")).await.expect_err("expired token");
+    assert_eq!(err.code(), Code::Unauthenticated);
+}
