@@ -283,3 +283,41 @@ mod tokio_stream_shim {
         stream.message().await.expect("reflection answer").expect("one message")
     }
 }
+
+/// ThreadSend answered `pending` (the target is busy), then kill -9: after the restart the
+/// message is delivered exactly once, and a retry with the same key replays it.
+#[test]
+fn kill_9_after_a_send_answers_loses_nothing_and_delivers_once() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(
+        home.join("config.toml"),
+        "[mailbox]\ndelivery_wait = \"50ms\"\n[profiles.slow]\nexecutor = \"exec\"\ncommand = [\"sh\", \"-c\", \"read line; [ \\\"$line\\\" = busy ] && sleep 30; echo done\"]\n",
+    )
+    .expect("config");
+    kiki_json(&home, &["up"]);
+    let target = kiki_json(&home, &["thread", "create", "--profile", "slow", "--prompt", "busy"]);
+    let id = target["id"].as_str().expect("id").to_string();
+    let started = Instant::now();
+    while kiki_json(&home, &["thread", "list"])["threads"][0]["state"] != "running" {
+        assert!(started.elapsed() < Duration::from_secs(20), "the busy turn never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = kiki_json(&home, &["thread", "send", &id, "--key", "survive", "--content", "after the crash"]);
+    assert_eq!(sent["status"], "pending");
+    kill_9(&pid_of(&home));
+
+    kiki_json(&home, &["up"]);
+    let page = wait_for_turns(&home, &id, 2);
+    assert_eq!(page["turns"][0]["status"], "failed", "the interrupted turn");
+    let second = &page["turns"][1];
+    assert_eq!(second["inputs"][0]["message_id"], sent["message_id"]);
+    assert_eq!(second["inputs"].as_array().map(Vec::len), Some(1));
+    let replay = kiki_json(&home, &["thread", "send", &id, "--key", "survive", "--content", "after the crash"]);
+    assert_eq!(replay["message_id"], sent["message_id"]);
+    assert_eq!(replay["replayed"], true);
+    std::thread::sleep(Duration::from_millis(300));
+    let page = kiki_json(&home, &["thread", "read", &id]);
+    assert_eq!(page["turns"].as_array().map(Vec::len), Some(2), "delivered exactly once");
+}
