@@ -314,7 +314,8 @@ fn kill_9_after_a_send_answers_loses_nothing_and_delivers_once() {
     let second = &page["turns"][1];
     assert_eq!(second["inputs"][0]["message_id"], sent["message_id"]);
     assert_eq!(second["inputs"].as_array().map(Vec::len), Some(1));
-    let replay = kiki_json(&home, &["thread", "send", &id, "--key", "survive", "--content", "after the crash"]);
+    let replay =
+        kiki_json(&home, &["thread", "send", &id, "--key", "survive", "--content", "after the crash"]);
     assert_eq!(replay["message_id"], sent["message_id"]);
     assert_eq!(replay["replayed"], true);
     std::thread::sleep(Duration::from_millis(300));

@@ -265,64 +265,114 @@ fn message_from(row: &SqliteRow) -> StoreResult<MessageRecord> {
     })
 }
 
-/// Commits one message of a batch inside the batch's transaction.
-async fn accept_one(conn: &mut sqlx::SqliteConnection, m: &NewMessage) -> StoreResult<SendOutcome> {
-    let existing: Option<(String, String)> =
-        sqlx::query_as("SELECT request_hash, message_id FROM idempotency_keys WHERE scope = ? AND key = ?")
-            .bind(&m.key_scope)
-            .bind(&m.key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(backend)?;
-    if let Some((hash, message_id)) = existing {
-        return Ok(if hash == m.request_hash {
-            SendOutcome::Replayed { message_id }
+/// Decides every message of a batch, then writes the accepted ones with one multi-row
+/// INSERT per table: a batch costs a handful of statements, not a few per message.
+async fn accept_batch(
+    conn: &mut sqlx::SqliteConnection,
+    batch: &[NewMessage],
+) -> StoreResult<Vec<SendOutcome>> {
+    use std::collections::{HashMap, HashSet};
+
+    // Keys already stored, for every (scope, key) of the batch.
+    let mut stored: HashMap<(String, String), (String, String)> = HashMap::new();
+    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "SELECT scope, key, request_hash, message_id FROM idempotency_keys WHERE (scope, key) IN (",
+    );
+    let mut list = query.separated(", ");
+    for m in batch {
+        list.push("(").push_bind_unseparated(&m.key_scope).push_unseparated(", ");
+        list.push_bind_unseparated(&m.key).push_unseparated(")");
+    }
+    query.push(")");
+    let rows: Vec<(String, String, String, String)> =
+        query.build_query_as().fetch_all(&mut *conn).await.map_err(backend)?;
+    for (scope, key, hash, message_id) in rows {
+        stored.insert((scope, key), (hash, message_id));
+    }
+    // Targets that can take input.
+    let mut query =
+        sqlx::QueryBuilder::<sqlx::Sqlite>::new("SELECT id FROM threads WHERE archived = 0 AND id IN (");
+    let mut list = query.separated(", ");
+    for m in batch {
+        list.push_bind(&m.target_thread);
+    }
+    query.push(")");
+    let live: HashSet<String> =
+        query.build_query_scalar().fetch_all(&mut *conn).await.map_err(backend)?.into_iter().collect();
+
+    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut accepted: Vec<&NewMessage> = Vec::new();
+    for m in batch {
+        let slot = (m.key_scope.clone(), m.key.clone());
+        // A key seen before — stored, or earlier in this very batch — decides the outcome.
+        if let Some((hash, message_id)) = stored.get(&slot) {
+            let message_id = message_id.clone();
+            outcomes.push(if *hash == m.request_hash {
+                SendOutcome::Replayed { message_id }
+            } else {
+                SendOutcome::KeyConflict { message_id }
+            });
+        } else if !live.contains(&m.target_thread) {
+            outcomes.push(SendOutcome::TargetGone);
         } else {
-            SendOutcome::KeyConflict { message_id }
-        });
+            stored.insert(slot, (m.request_hash.clone(), m.id.clone()));
+            accepted.push(m);
+            outcomes.push(SendOutcome::Accepted { message_id: m.id.clone() });
+        }
     }
-    let live: Option<i64> = sqlx::query_scalar("SELECT seq FROM threads WHERE id = ? AND archived = 0")
-        .bind(&m.target_thread)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(backend)?;
-    if live.is_none() {
-        return Ok(SendOutcome::TargetGone);
+    if accepted.is_empty() {
+        return Ok(outcomes);
     }
-    sqlx::query(
-        "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at)
-         VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+    let source_host = |m: &NewMessage| m.source.as_ref().map(|s| s.host_id.clone());
+    let source_thread = |m: &NewMessage| m.source.as_ref().map(|s| s.thread_id.clone());
+    sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at) ",
     )
-    .bind(&m.id)
-    .bind(&m.target_thread)
-    .bind(m.source.as_ref().map(|s| s.host_id.clone()))
-    .bind(m.source.as_ref().map(|s| s.thread_id.clone()))
-    .bind(&m.content)
-    .bind(m.now)
+    .push_values(&accepted, |mut row, m| {
+        row.push_bind(&m.id)
+            .push_bind(&m.target_thread)
+            .push_bind(source_host(m))
+            .push_bind(source_thread(m))
+            .push_bind(&m.content)
+            .push_bind("pending")
+            .push_bind(m.now);
+    })
+    .build()
     .execute(&mut *conn)
     .await
     .map_err(backend)?;
-    sqlx::query(
-        "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
+    sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) ",
     )
-    .bind(&m.key_scope)
-    .bind(&m.key)
-    .bind(&m.request_hash)
-    .bind(&m.id)
-    .bind(m.now)
+    .push_values(&accepted, |mut row, m| {
+        row.push_bind(&m.key_scope)
+            .push_bind(&m.key)
+            .push_bind(&m.request_hash)
+            .push_bind(&m.id)
+            .push_bind(m.now);
+    })
+    .build()
     .execute(&mut *conn)
     .await
     .map_err(backend)?;
-    let input = NewInput {
-        id: format!("in_{}", &m.id),
-        kind: InputKind::Message,
-        content: m.content.clone(),
-        message_id: Some(m.id.clone()),
-        source: m.source.clone(),
-        now: m.now,
-    };
-    insert_input(conn, &m.target_thread, &input).await?;
-    Ok(SendOutcome::Accepted { message_id: m.id.clone() })
+    sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread, created_at) ",
+    )
+    .push_values(&accepted, |mut row, m| {
+        row.push_bind(format!("in_{}", m.id))
+            .push_bind(&m.target_thread)
+            .push_bind(InputKind::Message.as_str())
+            .push_bind(&m.content)
+            .push_bind(&m.id)
+            .push_bind(source_host(m))
+            .push_bind(source_thread(m))
+            .push_bind(m.now);
+    })
+    .build()
+    .execute(&mut *conn)
+    .await
+    .map_err(backend)?;
+    Ok(outcomes)
 }
 
 async fn insert_input(
@@ -713,11 +763,11 @@ impl Store for SqliteStore {
     }
 
     async fn accept_messages(&self, batch: &[NewMessage]) -> StoreResult<Vec<SendOutcome>> {
-        let mut tx = self.writer.begin().await.map_err(backend)?;
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for message in batch {
-            outcomes.push(accept_one(&mut tx, message).await?);
+        if batch.is_empty() {
+            return Ok(Vec::new());
         }
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let outcomes = accept_batch(&mut tx, batch).await?;
         tx.commit().await.map_err(backend)?;
         Ok(outcomes)
     }

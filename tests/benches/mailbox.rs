@@ -1,0 +1,242 @@
+//! Issue #3's numbers, printed next to this machine's fsync floor measured in the same run
+//! (never asserted). Run with a release build of the binaries:
+//!
+//! ```sh
+//! cargo build --release --workspace --bins && cargo bench -p kiki-tests --bench mailbox
+//! ```
+//!
+//! - durable sends: 64 concurrent senders vs one (target ≥ 10×, by group commit)
+//! - a replayed key answers without an fsync (no WAL growth, latency below the fsync floor)
+//! - wake latency, send answered → ThreadWait returns (target p50 < 1 ms)
+//! - 10,000 parked ThreadWait calls (target < 50 MB extra RSS)
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kiki_client::Client;
+use kiki_proto as pb;
+use kiki_tests::binaries::binary;
+use kiki_tests::local;
+
+const SINGLE_SENDS: usize = 300;
+const SENDERS: usize = 64;
+const SENDS_PER_SENDER: usize = 30;
+const REPLAYS: usize = 1_000;
+const WAKES: usize = 200;
+const PARKED: usize = 10_000;
+const PARKED_PER_CONNECTION: usize = 50;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+fn kiki(home: &Path, args: &[&str]) -> String {
+    let out = Command::new(binary("kiki"))
+        .arg("--home")
+        .arg(home)
+        .arg("--json")
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("kiki");
+    assert!(out.status.success(), "kiki {args:?} failed");
+    String::from_utf8(out.stdout).expect("utf8")
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// p50 of write-4-KiB + fsync on the home's filesystem: the floor any durable commit pays.
+fn fsync_floor(dir: &Path) -> Duration {
+    let mut file = std::fs::File::create(dir.join("fsync-probe")).expect("probe");
+    let block = [7u8; 4096];
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        file.write_all(&block).expect("write");
+        file.sync_all().expect("fsync");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    percentile(&times, 0.5)
+}
+
+fn send(target: &str, content: String, key: String) -> pb::ThreadSendRequest {
+    pb::ThreadSendRequest { target: Some(local(target)), content, idempotency_key: key, ..Default::default() }
+}
+
+fn id_of(json: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(json).expect("json");
+    v["id"].as_str().expect("id").to_string()
+}
+
+#[tokio::main]
+async fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    // `hold` keeps its thread busy so sends queue (acceptance is measured, not turns);
+    // a short delivery wait makes a queued send answer as soon as it is durable.
+    std::fs::write(
+        home.join("config.toml"),
+        "[mailbox]\ndelivery_wait = \"0s\"\n[profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"600\"]\n",
+    )
+    .expect("config");
+    let floor = fsync_floor(dir.path());
+    kiki(&home, &["up"]);
+    let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
+    let pid = client.home().status(pb::StatusRequest {}).await.expect("status").into_inner().pid;
+    let held = id_of(&kiki(&home, &["thread", "create", "--profile", "hold", "--prompt", "hold"]));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // One sender, one durable send at a time.
+    let mut threads = client.threads();
+    let t = Instant::now();
+    for i in 0..SINGLE_SENDS {
+        threads.thread_send(send(&held, format!("single {i}"), format!("single-{i}"))).await.expect("send");
+    }
+    let single_rate = SINGLE_SENDS as f64 / t.elapsed().as_secs_f64();
+
+    // 64 senders at once, each on its own connection.
+    let mut tasks = Vec::new();
+    let t = Instant::now();
+    for s in 0..SENDERS {
+        let socket = home.join("kikid.sock");
+        let held = held.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut threads = Client::connect(&socket).await.expect("connect").threads();
+            for i in 0..SENDS_PER_SENDER {
+                threads
+                    .thread_send(send(&held, format!("c {s} {i}"), format!("c-{s}-{i}")))
+                    .await
+                    .expect("send");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("sender");
+    }
+    let concurrent_rate = (SENDERS * SENDS_PER_SENDER) as f64 / t.elapsed().as_secs_f64();
+
+    // Replays: the same key and content again.
+    let wal = home.join("kiki.db-wal");
+    let wal_before = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let mut replays = Vec::with_capacity(REPLAYS);
+    for i in 0..REPLAYS {
+        let n = i % SINGLE_SENDS;
+        let t = Instant::now();
+        let r = threads
+            .thread_send(send(&held, format!("single {n}"), format!("single-{n}")))
+            .await
+            .expect("replay");
+        replays.push(t.elapsed());
+        assert!(r.into_inner().replayed);
+    }
+    replays.sort();
+    let wal_after = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+
+    // Wake latency: a waiter parked on an echo thread returns when the turn the message
+    // started has ended.
+    let echo = id_of(&kiki(&home, &["thread", "create", "--title", "echo"]));
+    let mut wakes = Vec::with_capacity(WAKES);
+    for i in 0..WAKES {
+        let cursor = threads
+            .thread_wait(pb::ThreadWaitRequest {
+                targets: vec![local(&echo)],
+                timeout_ms: Some(0),
+                ..Default::default()
+            })
+            .await
+            .expect("cursor")
+            .into_inner()
+            .results[0]
+            .cursor
+            .clone();
+        let mut waiter = client.threads();
+        let echo_ref = echo.clone();
+        let (answered_tx, answered_rx) = tokio::sync::oneshot::channel::<Instant>();
+        let wait = tokio::spawn(async move {
+            let request = pb::ThreadWaitRequest {
+                targets: vec![local(&echo_ref)],
+                timeout_ms: Some(10_000),
+                cursors: [(echo_ref.clone(), cursor)].into_iter().collect(),
+            };
+            waiter.thread_wait(request).await.expect("wait");
+            let returned = Instant::now();
+            let answered = answered_rx.await.expect("send time");
+            returned.saturating_duration_since(answered)
+        });
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        threads.thread_send(send(&echo, format!("wake {i}"), format!("wake-{i}"))).await.expect("send");
+        let _ = answered_tx.send(Instant::now());
+        wakes.push(wait.await.expect("waiter"));
+    }
+    wakes.sort();
+
+    // Parked waiters: 10,000 ThreadWait calls held open at once.
+    let rss_before = rss_kb(pid);
+    let mut parked = Vec::new();
+    let mut connections = Vec::new();
+    for _ in 0..PARKED / PARKED_PER_CONNECTION {
+        connections.push(Client::connect(&home.join("kikid.sock")).await.expect("connect"));
+    }
+    for i in 0..PARKED {
+        let mut threads = connections[i % connections.len()].threads();
+        let target = held.clone();
+        parked.push(tokio::spawn(async move {
+            let request = pb::ThreadWaitRequest {
+                targets: vec![local(&target)],
+                timeout_ms: Some(30_000),
+                ..Default::default()
+            };
+            let _ = threads.thread_wait(request).await;
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_parked = rss_kb(pid);
+    for task in &parked {
+        task.abort();
+    }
+    drop(connections);
+    kiki(&home, &["down"]);
+
+    println!("kiki mailbox benchmark");
+    println!("  fsync floor (4 KiB write + fsync), p50     {:>10}", us(floor));
+    println!("  durable sends, 1 sender                    {:>10.0} /s", single_rate);
+    println!("  durable sends, {SENDERS} senders                  {:>10.0} /s", concurrent_rate);
+    println!(
+        "  ratio 64 senders / 1 sender                {:>10.1} x   (target >= 10x)",
+        concurrent_rate / single_rate
+    );
+    println!(
+        "  replayed key, p50                          {:>10}   (fsync floor {})",
+        us(percentile(&replays, 0.5)),
+        us(floor)
+    );
+    println!(
+        "  WAL bytes written by {REPLAYS} replays          {:>10}   (target 0: no write, no fsync)",
+        wal_after.saturating_sub(wal_before)
+    );
+    println!(
+        "  wake latency send answered -> wait returns, p50 {:>6}   (target < 1 ms)",
+        us(percentile(&wakes, 0.5))
+    );
+    println!("  wake latency, p99                          {:>10}", us(percentile(&wakes, 0.99)));
+    println!("  kikid RSS idle / with {PARKED} parked waits   {:>7} kB / {} kB", rss_before, rss_parked);
+    println!(
+        "  extra RSS for {PARKED} parked waiters          {:>7} kB   (target < 51,200 kB)",
+        rss_parked.saturating_sub(rss_before)
+    );
+}
