@@ -77,17 +77,21 @@ mod tests {
             },
         );
         // Unset: off by default; a thread or its profile opts in.
-        assert!(communication(&config, &thread(Default, "echo")).unwrap_err().contains("off by default"));
+        assert!(
+            communication(&config, &thread(Default, "echo")).expect_err("refused").contains("off by default")
+        );
         assert!(communication(&config, &thread(On, "echo")).is_ok());
         assert!(communication(&config, &thread(Default, "social")).is_ok());
-        assert!(communication(&config, &thread(Off, "social")).unwrap_err().contains("switch is off"));
+        assert!(
+            communication(&config, &thread(Off, "social")).expect_err("refused").contains("switch is off")
+        );
         // true: on by default, a thread can still close itself.
         config.thread_communication.enabled = Some(true);
         assert!(communication(&config, &thread(Default, "echo")).is_ok());
         assert!(communication(&config, &thread(Off, "echo")).is_err());
         // false: off completely.
         config.thread_communication.enabled = Some(false);
-        let err = communication(&config, &thread(On, "social")).unwrap_err();
+        let err = communication(&config, &thread(On, "social")).expect_err("refused");
         assert!(err.contains("enabled = false"), "{err}");
     }
 }
