@@ -62,6 +62,10 @@ pub enum StartError {
     Listen { path: String, source: std::io::Error },
 }
 
+/// How long a stopping daemon lets in-flight calls finish before it closes them. Parked
+/// ThreadWait/ThreadSend calls answer at once on shutdown, so this only bounds slow ones.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Entry point: `Daemon::builder().home(dir).start().await`.
 #[derive(Debug)]
 pub struct Daemon;
@@ -141,7 +145,8 @@ impl DaemonBuilder {
             TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), signals.clone());
         let threads =
             Threads::new(store.clone(), config.clone(), runner.clone(), identity.home_id().to_string());
-        let mailbox = mailbox::Mailbox::new(threads.clone(), config.clone(), signals);
+        let shutdown = CancellationToken::new();
+        let mailbox = mailbox::Mailbox::new(threads.clone(), config.clone(), signals, shutdown.clone());
         for thread_id in store.threads_with_queued_input().await? {
             runner.kick(&thread_id);
         }
@@ -158,7 +163,6 @@ impl DaemonBuilder {
             profiles: config.profile_names(),
         });
 
-        let shutdown = CancellationToken::new();
         let stopped = CancellationToken::new();
         tokio::spawn(prune_keys(store.clone(), config.mailbox.key_retention, shutdown.clone()));
         let serving = {
@@ -166,17 +170,23 @@ impl DaemonBuilder {
             let stopped = stopped.clone();
             let info = info.clone();
             tokio::spawn(async move {
-                let result = grpc::serve(
+                let serving = grpc::serve(
                     listener,
                     threads,
                     mailbox,
                     info,
                     shutdown.clone().cancelled_owned(),
                     shutdown.clone(),
-                )
-                .await;
-                if let Err(e) = result {
-                    tracing::error!(error = %e, "gRPC server failed");
+                );
+                let grace = async {
+                    shutdown.cancelled().await;
+                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                };
+                tokio::select! {
+                    result = serving => if let Err(e) = result {
+                        tracing::error!(error = %e, "gRPC server failed");
+                    },
+                    () = grace => warn!(grace = ?SHUTDOWN_GRACE, "calls still in flight after the grace period; closing them"),
                 }
                 info!("stopped accepting calls; stopping turns");
                 runner.shutdown().await;

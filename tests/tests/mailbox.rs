@@ -427,3 +427,27 @@ async fn a_turn_token_is_refused_for_send_after_its_turn() {
     let err = stale.threads().thread_send(send(&t.id, "hi", "k")).await.expect_err("expired token");
     assert_eq!(err.code(), Code::Unauthenticated);
 }
+
+/// A parked ThreadWait answers when the daemon stops instead of holding the shutdown.
+#[tokio::test]
+async fn a_parked_wait_does_not_hold_up_shutdown() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    let client = home.client().clone();
+    let id = t.id.clone();
+    let parked = tokio::spawn(async move {
+        let request = pb::ThreadWaitRequest {
+            targets: vec![local(&id)],
+            timeout_ms: Some(60_000),
+            ..Default::default()
+        };
+        client.threads().thread_wait(request).await.map(|r| r.into_inner())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    home.handle().shutdown();
+    tokio::time::timeout(Duration::from_secs(10), home.handle().stopped()).await.expect("stopped promptly");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    let answer = parked.await.expect("task").expect("the wait answered");
+    assert!(answer.timed_out && answer.results[0].events.is_empty());
+}

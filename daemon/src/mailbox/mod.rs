@@ -18,6 +18,7 @@ use std::time::Duration;
 use kiki_proto as pb;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
 use crate::config::Config;
@@ -48,6 +49,9 @@ pub struct Mailbox {
     runner: TurnRunner,
     signals: Signals,
     commit: GroupCommit,
+    /// Cancelled when the daemon stops: parked calls answer at once instead of holding the
+    /// shutdown for up to a minute.
+    stopping: CancellationToken,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,11 +70,20 @@ pub struct WaitResult {
 }
 
 impl Mailbox {
-    pub fn new(threads: Threads, config: Arc<Config>, signals: Signals) -> Self {
+    pub fn new(threads: Threads, config: Arc<Config>, signals: Signals, stopping: CancellationToken) -> Self {
         let store = threads.store().clone();
         let runner = threads.runner().clone();
         let commit = GroupCommit::start(store.clone());
-        Self { threads, store, config, runner, signals, commit }
+        Self { threads, store, config, runner, signals, commit, stopping }
+    }
+
+    /// Parks until one of the subscribed threads changes; `false` at the deadline or when
+    /// the daemon stops.
+    async fn park(&self, subscription: &signals::Subscription, deadline: Instant) -> bool {
+        tokio::select! {
+            changed = tokio::time::timeout_at(deadline, subscription.changed()) => changed.is_ok(),
+            () = self.stopping.cancelled() => false,
+        }
     }
 
     /// ThreadSend to a thread of this home.
@@ -141,7 +154,7 @@ impl Mailbox {
             if self.is_delivered(&message_id).await? {
                 return Ok(Sent { message_id, delivered: true, replayed: false });
             }
-            if tokio::time::timeout_at(deadline, subscription.changed()).await.is_err() {
+            if !self.park(&subscription, deadline).await {
                 return Ok(Sent { message_id, delivered: false, replayed: false });
             }
         }
@@ -246,7 +259,7 @@ impl Mailbox {
             if any {
                 return Ok((results, false));
             }
-            if tokio::time::timeout_at(deadline, subscription.changed()).await.is_err() {
+            if !self.park(&subscription, deadline).await {
                 return Ok((results, true));
             }
         }
