@@ -19,12 +19,21 @@ fn header(bytes: &[u8]) -> Option<(u8, usize, usize)> {
     Some((tag, 2 + count, len))
 }
 
-/// The complete TLV at the start of `bytes` and what follows it.
-fn split(bytes: &[u8]) -> Option<(u8, &[u8], &[u8], &[u8])> {
+/// One element at the start of a byte string.
+struct Tlv<'a> {
+    tag: u8,
+    /// The element with its header.
+    whole: &'a [u8],
+    content: &'a [u8],
+    /// What follows the element.
+    rest: &'a [u8],
+}
+
+fn split(bytes: &[u8]) -> Option<Tlv<'_>> {
     let (tag, head, len) = header(bytes)?;
     let end = head.checked_add(len)?;
     let whole = bytes.get(..end)?;
-    Some((tag, whole, &whole[head..], &bytes[end..]))
+    Some(Tlv { tag, whole, content: &whole[head..], rest: &bytes[end..] })
 }
 
 const SEQUENCE: u8 = 0x30;
@@ -33,24 +42,17 @@ const VERSION: u8 = 0xa0;
 
 /// The DER of `Certificate.tbsCertificate.subjectPublicKeyInfo` (RFC 5280 §4.1).
 pub fn subject_public_key_info(certificate: &[u8]) -> Option<&[u8]> {
-    let (tag, _, cert, _) = split(certificate)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let (tag, _, tbs, _) = split(cert)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let mut rest = tbs;
+    let cert = split(certificate).filter(|t| t.tag == SEQUENCE)?;
+    let tbs = split(cert.content).filter(|t| t.tag == SEQUENCE)?;
+    let mut rest = tbs.content;
     if rest.first() == Some(&VERSION) {
-        rest = split(rest)?.3;
+        rest = split(rest)?.rest;
     }
     // serialNumber, signature, issuer, validity, subject, then subjectPublicKeyInfo.
     for _ in 0..5 {
-        rest = split(rest)?.3;
+        rest = split(rest)?.rest;
     }
-    let (tag, spki, _, _) = split(rest)?;
-    (tag == SEQUENCE).then_some(spki)
+    split(rest).filter(|t| t.tag == SEQUENCE).map(|t| t.whole)
 }
 
 #[cfg(test)]
