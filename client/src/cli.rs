@@ -170,7 +170,7 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
                 None => prompt,
             };
             let cwd = match cwd {
-                Some(dir) => dir,
+                Some(dir) => std::path::absolute(&dir).with_context(|| format!("--cwd {}", dir.display()))?,
                 None => std::env::current_dir().context("the current directory")?,
             };
             let request =

@@ -40,7 +40,7 @@ pub enum ClientError {
 /// `--home DIR`, else `KIKI_HOME`, else `~/.kiki` (the same rule as `kikid`).
 pub fn home_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
     if let Some(dir) = flag.or_else(|| std::env::var_os("KIKI_HOME").map(PathBuf::from)) {
-        return Ok(dir);
+        return std::path::absolute(&dir).map_err(|e| ClientError::Home(format!("{}: {e}", dir.display())));
     }
     let home = std::env::var_os("HOME")
         .ok_or_else(|| ClientError::Home("neither --home, KIKI_HOME nor HOME is set".into()))?;

@@ -33,7 +33,8 @@ impl HomeDir {
                 PathBuf::from(home).join(".kiki")
             }
         };
-        Ok(Self::new(root))
+        // Absolute: the path is handed to agents (KIKI_HOME), which run in other directories.
+        Ok(Self::new(std::path::absolute(&root)?))
     }
 
     pub fn new(root: impl Into<PathBuf>) -> Self {
@@ -62,9 +63,14 @@ impl HomeDir {
         self.root.join("kikid.log")
     }
 
-    /// Creates the directory owner-only (0700) if it does not exist yet.
+    /// Creates the directory owner-only (0700), or makes an existing one owner-only: the
+    /// socket and the store inside rely on it.
     pub fn create(&self) -> std::io::Result<()> {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root)?;
+        let mode = std::fs::metadata(&self.root)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))?;
+        }
         Ok(())
     }
 

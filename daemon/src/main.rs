@@ -21,6 +21,8 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Everything kikid creates (socket, store, logs) is for its owner only.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_env("KIKI_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)

@@ -19,7 +19,8 @@ macro_rules! store_conformance {
             ended_turns_page_and_exclude_the_running_turn, interrupted_turns_fail_and_queue_survives,
             input_for_a_missing_thread_is_refused, a_batch_of_sends_commits_together_with_keys,
             held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
-            events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned);
+            events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
+            archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -136,7 +137,11 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
         source: Some(SourceRef { host_id: String::new(), thread_id: "th_peer".into() }),
         now: 2,
     };
-    assert!(store.enqueue_input("th_a", &message).await.expect("enqueue"));
+    assert_eq!(
+        store.enqueue_input("th_a", &message).await.expect("enqueue"),
+        Some(false),
+        "queued, thread idle"
+    );
     assert_eq!(store.threads_with_queued_input().await.expect("queued"), vec!["th_a".to_string()]);
     let claimed = store.claim_turn("th_a", "tu_1", true, render, 3).await.expect("claim").expect("has input");
     assert_eq!(claimed.inputs.iter().map(|i| i.content.as_str()).collect::<Vec<_>>(), ["first", "second"]);
@@ -156,7 +161,7 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
 pub async fn one_turn_at_a_time_per_thread(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
     store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("has input");
-    store.enqueue_input("th_a", &user("in_2", "b")).await.expect("enqueue");
+    assert_eq!(store.enqueue_input("th_a", &user("in_2", "b")).await.expect("enqueue"), Some(true), "busy");
     assert!(store.claim_turn("th_a", "tu_2", true, render, 3).await.expect("claim").is_none(), "busy thread");
     assert_eq!(store.running_turns().await.expect("running"), 1);
     finish(store, "tu_1", "x").await;
@@ -210,7 +215,7 @@ pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {
 }
 
 pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {
-    assert!(!store.enqueue_input("th_missing", &user("in_1", "x")).await.expect("enqueue"));
+    assert_eq!(store.enqueue_input("th_missing", &user("in_1", "x")).await.expect("enqueue"), None);
     assert!(store.claim_turn("th_missing", "tu_1", true, render, 1).await.expect("claim").is_none());
 }
 
@@ -350,4 +355,29 @@ pub async fn old_keys_are_pruned(store: &dyn Store) {
     assert_eq!(store.prune_keys(11).await.expect("prune"), 1);
     assert!(store.find_key("", "old").await.expect("key").is_none());
     assert!(store.message("msg_1").await.expect("msg").is_some(), "the message itself stays");
+}
+
+pub async fn archived_threads_start_no_turns(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "queued"))).await.expect("create");
+    store.set_archived("th_a", true, 2).await.expect("archive");
+    assert!(store.claim_turn("th_a", "tu_1", true, render, 3).await.expect("claim").is_none());
+    store.set_archived("th_a", false, 4).await.expect("unarchive");
+    assert!(
+        store.claim_turn("th_a", "tu_1", true, render, 5).await.expect("claim").is_some(),
+        "kept for later"
+    );
+}
+
+pub async fn messages_of_a_turn_whose_agent_never_started_are_undeliverable(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    store.accept_messages(&[message("msg_1", "th_a", "th_peer", "k", "h")]).await.expect("commit");
+    store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("the message");
+    let mut notified = store.undeliver_turn_messages("tu_1", "executor_failed", 3).await.expect("undeliver");
+    notified.sort();
+    assert_eq!(notified, ["th_a", "th_peer"]);
+    let m = store.message("msg_1").await.expect("msg").expect("stored");
+    assert_eq!((m.status, m.reason.as_str()), (MessageStatus::Undeliverable, "executor_failed"));
+    let events = store.events_after("th_peer", 0, 10).await.expect("events");
+    assert_eq!(events.iter().filter(|e| e.kind == EventKind::Undeliverable).count(), 1);
+    assert!(store.undeliver_turn_messages("tu_1", "again", 4).await.expect("idempotent").is_empty());
 }

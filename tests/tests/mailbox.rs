@@ -277,6 +277,17 @@ async fn wait_limits() {
     );
     let bad = HashMap::from([(t.id.clone(), "junk".to_string())]);
     assert_invalid(wait_req(&home, &[&t.id], Some(0), bad).await, "cursors", "restart");
+    let first =
+        wait_req(&home, &[&t.id], Some(0), HashMap::new()).await.expect("cursor").results[0].cursor.clone();
+    let parts = String::from_utf8(data_encoding::BASE64URL_NOPAD.decode(first.as_bytes()).expect("b64"))
+        .expect("utf8");
+    let ahead = parts.rsplit_once(':').map(|(head, _)| format!("{head}:999999")).expect("cursor parts");
+    let ahead = HashMap::from([(t.id.clone(), data_encoding::BASE64URL_NOPAD.encode(ahead.as_bytes()))]);
+    assert_invalid(
+        wait_req(&home, &[&t.id], Some(0), ahead).await,
+        "cursors",
+        "ahead of the thread's events",
+    );
     let stray = HashMap::from([("th_other".to_string(), "x".to_string())]);
     assert_invalid(wait_req(&home, &[&t.id], Some(0), stray).await, "cursors", "not one of the targets");
 

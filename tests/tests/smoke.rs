@@ -322,3 +322,29 @@ fn kill_9_after_a_send_answers_loses_nothing_and_delivers_once() {
     let page = kiki_json(&home, &["thread", "read", &id]);
     assert_eq!(page["turns"].as_array().map(Vec::len), Some(2), "delivered exactly once");
 }
+
+/// Relative paths are made absolute: the home (it is handed to agents, which run elsewhere)
+/// and `--cwd`.
+#[test]
+fn relative_home_and_cwd_are_made_absolute() {
+    let dir = tempfile::tempdir().expect("dir");
+    let run = |args: &[&str]| {
+        let out = Command::new(binary("kiki"))
+            .current_dir(dir.path())
+            .args(["--home", "rel-home", "--json"])
+            .args(args)
+            .env_remove("KIKI_TOKEN")
+            .env_remove("KIKI_HOME")
+            .output()
+            .expect("kiki");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
+    };
+    let status = run(&["up"]);
+    let home = dir.path().canonicalize().expect("canon").join("rel-home");
+    let _down = Down(&home);
+    assert_eq!(status["home"], home.display().to_string());
+    std::fs::create_dir_all(dir.path().join("sub")).expect("sub");
+    let created = run(&["thread", "create", "--cwd", "sub"]);
+    assert_eq!(created["cwd"], dir.path().canonicalize().expect("canon").join("sub").display().to_string());
+}

@@ -382,6 +382,34 @@ async fn a_missing_command_fails_the_turn_with_a_reason() {
     let turn = home.wait_turns(&t.id, 1).await.remove(0);
     assert_eq!(turn.status(), pb::TurnStatus::Failed);
     assert!(turn.error.contains("cannot start"), "{}", turn.error);
+
+    // A message taken by a turn whose agent never started was not delivered after all.
+    let send = pb::ThreadSendRequest {
+        target: Some(local(&t.id)),
+        content: "hello?".into(),
+        idempotency_key: "k".into(),
+        ..Default::default()
+    };
+    home.client().threads().thread_send(send.clone()).await.expect("send");
+    home.wait_turns(&t.id, 2).await;
+    let replay = home.client().threads().thread_send(send).await.expect("replay").into_inner();
+    assert_eq!(replay.status(), pb::SendStatus::Undeliverable);
+}
+
+/// A turn ends when its agent exits, even if something it started in the background
+/// still holds its stdout.
+#[tokio::test]
+async fn a_background_process_does_not_keep_the_turn_open() {
+    let home = TestHome::builder()
+        .shell_profile("daemonize", "cat >/dev/null; sleep 30 & echo started")
+        .start()
+        .await;
+    let t = home.thread("daemonize", Some("go")).await;
+    let started = std::time::Instant::now();
+    let turn = home.wait_turns(&t.id, 1).await.remove(0);
+    assert_eq!(turn.status(), pb::TurnStatus::Completed, "{}", turn.error);
+    assert_eq!(turn.output, "started\n");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
 }
 
 /// Turns of one thread never overlap; queued inputs are taken together by the next turn.

@@ -1,9 +1,16 @@
 //! The `exec` executor: runs the profile's command in the thread's cwd with the turn input
 //! on stdin; stdout is the output, a non-zero exit a failed turn.
+//!
+//! The agent runs in its own process group. When the turn is stopped (daemon shutdown) or
+//! its output overflows, the whole group is killed, so nothing it spawned outlives the turn
+//! by accident. A turn ends when the agent exits: a background process it left holding
+//! stdout does not keep the turn open.
 
 use std::process::Stdio;
 use std::time::Duration;
 
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -11,11 +18,32 @@ use super::{TurnFailure, TurnInput};
 
 /// How much of stderr a failed turn's error keeps (the end, where the reason usually is).
 const STDERR_TAIL_BYTES: usize = 4096;
+/// After the agent exits, how long output still in flight is collected.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
+/// Kills the agent's process group when dropped, unless the agent finished by itself.
+struct GroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl GroupGuard {
+    fn disarm(&mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
 
 pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, TurnFailure> {
-    let fail = |output: String, error: String| TurnFailure { output, error };
-    let (program, args) =
-        command.split_first().ok_or_else(|| fail(String::new(), "the profile has no command".into()))?;
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| TurnFailure::before_agent("the profile has no command".into()))?;
     let mut child = Command::new(program)
         .args(args)
         .current_dir(input.cwd)
@@ -23,10 +51,12 @@ pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, Tur
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Dropping the turn (daemon shutdown) must not leave the agent running.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| fail(String::new(), format!("cannot start {program:?}: {e}")))?;
+        .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
+    let mut guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };
+    let fail = |output: String, error: String| TurnFailure { output, error, agent_started: true };
 
     let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -34,8 +64,8 @@ pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, Tur
         return Err(fail(String::new(), "child process has no stdio pipes".into()));
     };
     // Stdin and stderr are pumped by their own tasks while stdout is read here, so neither
-    // a large input nor a chatty stderr can deadlock the turn, and a runaway output can be
-    // cut off. An agent that exits without reading its input is not an error of the turn.
+    // a large input nor a chatty stderr can deadlock the turn. An agent that exits without
+    // reading its input is not an error of the turn.
     let rendered = input.rendered.as_bytes().to_vec();
     let write = tokio::spawn(async move {
         let _ = stdin.write_all(&rendered).await;
@@ -47,29 +77,43 @@ pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, Tur
     });
     let limit = input.max_output_bytes;
     let mut out = Vec::new();
-    let read = stdout.take(limit as u64 + 1).read_to_end(&mut out).await;
-    if let Err(e) = read {
-        return Err(fail(String::new(), format!("reading the agent's output: {e}")));
-    }
+    let mut reader = stdout.take(limit as u64 + 1);
+    let exited = {
+        let read = reader.read_to_end(&mut out);
+        tokio::pin!(read);
+        tokio::select! {
+            read_result = &mut read => match read_result {
+                Ok(_) => None,
+                Err(e) => return Err(fail(String::new(), format!("reading the agent's output: {e}"))),
+            },
+            status = child.wait() => {
+                // Collect what is still in the pipe, without waiting on leftovers.
+                let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut read).await;
+                Some(status)
+            }
+        }
+    };
+    write.abort();
     if out.len() > limit {
-        let _ = child.kill().await;
-        write.abort();
+        drop(guard); // kills the group
         return Err(fail(
             String::from_utf8_lossy(&out[..limit]).into_owned(),
             format!("output exceeded turns.max_output_bytes ({limit} bytes); the agent was stopped"),
         ));
     }
-    let status =
-        child.wait().await.map_err(|e| fail(String::new(), format!("waiting for the agent: {e}")))?;
+    let status = match exited {
+        Some(status) => status,
+        None => child.wait().await,
+    }
+    .map_err(|e| fail(String::new(), format!("waiting for the agent: {e}")))?;
+    guard.disarm();
     let output = String::from_utf8_lossy(&out).into_owned();
     if status.success() {
-        write.abort();
         read_err.abort();
         return Ok(output);
     }
-    write.abort();
     // A background process the agent left behind may hold stderr open; don't wait for it.
-    let err = match tokio::time::timeout(Duration::from_secs(1), read_err).await {
+    let err = match tokio::time::timeout(DRAIN_AFTER_EXIT, read_err).await {
         Ok(Ok(err)) => err,
         _ => Vec::new(),
     };

@@ -26,6 +26,16 @@ pub struct TurnInput<'a> {
 pub struct TurnFailure {
     pub output: String,
     pub error: String,
+    /// False when the agent never got the input (no profile, the command could not start):
+    /// the turn's messages were then not delivered after all.
+    pub agent_started: bool,
+}
+
+impl TurnFailure {
+    /// A failure before the agent received its input.
+    pub fn before_agent(error: String) -> Self {
+        Self { output: String::new(), error, agent_started: false }
+    }
 }
 
 /// Runs one turn with `profile`'s executor; `Ok` is the turn's output.

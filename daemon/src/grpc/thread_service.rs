@@ -7,6 +7,7 @@ use tracing::instrument;
 use super::{caller, status, thread_to_pb, turn_to_pb, wait_result_to_pb};
 use crate::error::Error;
 use crate::mailbox::Mailbox;
+use crate::store::MessageStatus;
 use crate::threads::{CreateRequest, Threads};
 
 pub struct ThreadServiceImpl {
@@ -131,7 +132,11 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             .map_err(status)?;
         Ok(Response::new(pb::ThreadSendResponse {
             message_id: sent.message_id,
-            status: if sent.delivered { pb::SendStatus::Delivered } else { pb::SendStatus::Pending } as i32,
+            status: match sent.status {
+                MessageStatus::Delivered => pb::SendStatus::Delivered,
+                MessageStatus::Pending => pb::SendStatus::Pending,
+                MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
+            } as i32,
             replayed: sent.replayed,
         }))
     }

@@ -57,7 +57,7 @@ pub struct Mailbox {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
     pub message_id: String,
-    pub delivered: bool,
+    pub status: MessageStatus,
     pub replayed: bool,
 }
 
@@ -152,10 +152,10 @@ impl Mailbox {
         let deadline = Instant::now() + self.config.mailbox.delivery_wait;
         loop {
             if self.is_delivered(&message_id).await? {
-                return Ok(Sent { message_id, delivered: true, replayed: false });
+                return Ok(Sent { message_id, status: MessageStatus::Delivered, replayed: false });
             }
             if !self.park(&subscription, deadline).await {
-                return Ok(Sent { message_id, delivered: false, replayed: false });
+                return Ok(Sent { message_id, status: MessageStatus::Pending, replayed: false });
             }
         }
     }
@@ -177,14 +177,7 @@ impl Mailbox {
             .message(message_id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("message {message_id} is gone")))?;
-        match message.status {
-            MessageStatus::Delivered => Ok(Sent { message_id: message.id, delivered: true, replayed: true }),
-            MessageStatus::Pending => Ok(Sent { message_id: message.id, delivered: false, replayed: true }),
-            MessageStatus::Undeliverable => Err(Error::FailedPrecondition(format!(
-                "message {} was undeliverable: {}",
-                message.id, message.reason
-            ))),
-        }
+        Ok(Sent { message_id: message.id, status: message.status, replayed: true })
     }
 
     /// ThreadWait on threads of this home.
@@ -231,7 +224,16 @@ impl Mailbox {
                             format!("the cursor for {text} belongs to another thread"),
                         ));
                     }
-                    cursor::decode_number("cursors", "wait", &parts[1])?
+                    let after = cursor::decode_number("cursors", "wait", &parts[1])?;
+                    if after > self.store.last_event_seq(&thread.id).await? {
+                        return Err(Error::invalid(
+                            "cursors",
+                            format!(
+                                "the cursor for {text} is ahead of the thread's events; restart without a cursor"
+                            ),
+                        ));
+                    }
+                    after
                 }
                 // No cursor: from now on.
                 None => self.store.last_event_seq(&thread.id).await?,

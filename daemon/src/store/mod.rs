@@ -356,9 +356,11 @@ pub trait Store: Send + Sync + 'static {
     /// thread.
     async fn set_archived(&self, id: &str, archived: bool, now: Millis) -> StoreResult<Option<Archived>>;
 
-    /// Queues input for the thread's next turn. `Ok(false)` if the thread does not exist.
-    async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<bool>;
-    /// If the thread has no running turn and has queued input, starts a turn with all of it
+    /// Queues input for the thread's next turn. `None` if the thread does not exist, else
+    /// whether a turn was running when the input was queued.
+    async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<Option<bool>>;
+    /// If the thread is not archived, has no running turn and has queued input, starts a
+    /// turn with all of it
     /// (in order), marks the thread running and its messages delivered. Peer messages (with a
     /// source thread) are taken only if `take_messages` (the thread's communication is on);
     /// otherwise they stay queued. User input and external messages are always taken.
@@ -385,6 +387,15 @@ pub trait Store: Send + Sync + 'static {
     /// The `seq` of the thread's turn that ended at `seq` exists (cursor validation).
     async fn ended_turn_exists(&self, thread_id: &str, seq: i64) -> StoreResult<bool>;
 
+    /// The turn's agent never received its input: its messages become undeliverable with
+    /// `reason`, with `undeliverable` events on the target and each source thread. Returns
+    /// the threads that got events.
+    async fn undeliver_turn_messages(
+        &self,
+        turn_id: &str,
+        reason: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<String>>;
     /// Commits a batch of sends in ONE transaction (group commit: one fsync for all). Each
     /// accepted message is stored with its key and queued as input of its target.
     async fn accept_messages(&self, batch: &[NewMessage]) -> StoreResult<Vec<SendOutcome>>;

@@ -536,19 +536,19 @@ impl Store for SqliteStore {
         Ok(row.as_ref().map(thread_from).transpose()?.map(|thread| Archived { thread, changed, notified }))
     }
 
-    async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<bool> {
+    async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<Option<bool>> {
         let mut tx = self.writer.begin().await.map_err(backend)?;
-        let exists: Option<i64> = sqlx::query_scalar("SELECT seq FROM threads WHERE id = ?")
+        let running: Option<bool> = sqlx::query_scalar("SELECT running FROM threads WHERE id = ?")
             .bind(thread_id)
             .fetch_optional(&mut *tx)
             .await
             .map_err(backend)?;
-        if exists.is_none() {
-            return Ok(false);
+        if running.is_none() {
+            return Ok(None);
         }
         insert_input(&mut tx, thread_id, input).await?;
         tx.commit().await.map_err(backend)?;
-        Ok(true)
+        Ok(running)
     }
 
     async fn claim_turn(
@@ -561,7 +561,7 @@ impl Store for SqliteStore {
     ) -> StoreResult<Option<ClaimedTurn>> {
         let mut tx = self.writer.begin().await.map_err(backend)?;
         let thread: Option<(bool, i64)> =
-            sqlx::query_as("SELECT running, turn_count FROM threads WHERE id = ?")
+            sqlx::query_as("SELECT running, turn_count FROM threads WHERE id = ? AND archived = 0")
                 .bind(thread_id)
                 .fetch_optional(&mut *tx)
                 .await
@@ -604,7 +604,8 @@ impl Store for SqliteStore {
         .map_err(backend)?;
         sqlx::query(
             "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
-             WHERE id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
+             WHERE status = 'pending'
+               AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
         )
         .bind(now)
         .bind(turn_id)
@@ -760,6 +761,38 @@ impl Store for SqliteStore {
         .await
         .map_err(backend)?;
         Ok(found.is_some())
+    }
+
+    async fn undeliver_turn_messages(
+        &self,
+        turn_id: &str,
+        reason: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let undelivered: Vec<(String, String, Option<String>)> = sqlx::query_as(
+            "UPDATE messages SET status = 'undeliverable', reason = ?
+             WHERE turn_id = ? AND status = 'delivered' RETURNING id, target_thread, source_thread",
+        )
+        .bind(reason)
+        .bind(turn_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let mut notified = Vec::new();
+        for (message_id, target, source) in undelivered {
+            for thread in std::iter::once(target).chain(source) {
+                let mut e = event(&thread, EventKind::Undeliverable, now);
+                e.reason = reason.to_string();
+                e.message_id = Some(message_id.clone());
+                insert_event(&mut tx, &e).await?;
+                if !notified.contains(&thread) {
+                    notified.push(thread);
+                }
+            }
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(notified)
     }
 
     async fn accept_messages(&self, batch: &[NewMessage]) -> StoreResult<Vec<SendOutcome>> {

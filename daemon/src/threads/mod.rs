@@ -303,11 +303,13 @@ impl Threads {
             )));
         }
         let input = user_input(content, now_ms());
-        if !self.store.enqueue_input(&thread.id, &input).await? {
-            return Err(Error::NotFound(format!("no thread {} in this home", thread.id)));
-        }
+        let running = self
+            .store
+            .enqueue_input(&thread.id, &input)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no thread {} in this home", thread.id)))?;
         self.runner.kick(&thread.id);
-        Ok((!thread.running, input.id))
+        Ok((!running, input.id))
     }
 
     #[instrument(skip_all, fields(thread_id = %thread_id))]

@@ -28,6 +28,10 @@ use crate::store::{ClaimedTurn, Store, TurnOutcome, TurnStatus};
 use crate::threads::new_id;
 use crate::time::now_ms;
 
+/// Backoff between retries of a failed store write (doubling up to the cap).
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
 /// Recorded as the error of a turn that was running when its daemon stopped.
 pub const INTERRUPTED: &str = "kikid stopped while the turn was running; the turn was not re-run";
 
@@ -110,6 +114,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Inner {
     async fn drain(&self, thread_id: String) {
+        let mut retry = RETRY_FIRST;
         loop {
             {
                 let mut active = lock(&self.active);
@@ -119,37 +124,44 @@ impl Inner {
                     return;
                 }
             }
-            loop {
-                if self.stop.is_cancelled() {
-                    break;
-                }
-                let turn_id = new_id("tu");
-                // Peer messages wait while the thread's communication is off.
-                let take_messages = match self.store.thread(&thread_id).await {
-                    Ok(Some(thread)) => switches::communication(&self.config, &thread).is_ok(),
-                    Ok(None) => break,
-                    Err(e) => {
-                        error!(error = %e, "cannot read the thread; will retry on the next input");
-                        break;
-                    }
-                };
-                let claimed = self
-                    .store
-                    .claim_turn(&thread_id, &turn_id, take_messages, executors::render, now_ms())
-                    .await;
-                match claimed {
+            while !self.stop.is_cancelled() {
+                match self.claim(&thread_id).await {
                     Ok(Some(turn)) => {
+                        retry = RETRY_FIRST;
                         self.signals.notify(&thread_id);
                         self.run(turn).await;
                         self.signals.notify(&thread_id);
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        error!(error = %e, "cannot start a turn; will retry on the next input");
-                        break;
+                        // Queued input must not be stranded by a passing store error: keep
+                        // the thread active and try again.
+                        error!(error = %e, retry_in = ?retry, "cannot start a turn");
+                        if !self.pause(retry).await {
+                            break;
+                        }
+                        retry = (retry * 2).min(RETRY_MAX);
                     }
                 }
             }
+        }
+    }
+
+    /// Starts the thread's next turn if it has input to take.
+    async fn claim(&self, thread_id: &str) -> Result<Option<ClaimedTurn>, crate::store::StoreError> {
+        let Some(thread) = self.store.thread(thread_id).await? else {
+            return Ok(None);
+        };
+        // Peer messages wait while the thread's communication is off.
+        let take_messages = switches::communication(&self.config, &thread).is_ok();
+        self.store.claim_turn(thread_id, &new_id("tu"), take_messages, executors::render, now_ms()).await
+    }
+
+    /// Sleeps for `delay`; `false` if the daemon is stopping.
+    async fn pause(&self, delay: Duration) -> bool {
+        tokio::select! {
+            () = self.stop.cancelled() => false,
+            () = tokio::time::sleep(delay) => true,
         }
     }
 
@@ -157,12 +169,12 @@ impl Inner {
         let turn = &claimed.turn;
         let thread = match self.store.thread(&turn.thread_id).await {
             Ok(Some(thread)) => thread,
-            Ok(None) => return self.finish(turn_failed(&turn.id, "the thread no longer exists")).await,
-            Err(e) => return self.finish(turn_failed(&turn.id, &format!("store: {e}"))).await,
+            Ok(None) => return self.fail_before_agent(turn, "the thread no longer exists".into()).await,
+            Err(e) => return self.fail_before_agent(turn, format!("store: {e}")).await,
         };
         let Some(profile) = self.config.profile(&thread.profile) else {
             let reason = format!("profile {:?} is not configured in this home", thread.profile);
-            return self.finish(turn_failed(&turn.id, &reason)).await;
+            return self.fail_before_agent(turn, reason).await;
         };
         let token = new_token();
         lock(&self.tokens).insert(
@@ -184,9 +196,14 @@ impl Inner {
         };
         let result = tokio::select! {
             result = executors::run(&profile, input) => result,
-            () = self.stop.cancelled() => Err(TurnFailure { output: String::new(), error: INTERRUPTED.into() }),
+            () = self.stop.cancelled() => Err(TurnFailure { output: String::new(), error: INTERRUPTED.into(), agent_started: true }),
         };
         lock(&self.tokens).remove(&token);
+        if let Err(failure) = &result
+            && !failure.agent_started
+        {
+            return self.fail_before_agent(turn, failure.error.clone()).await;
+        }
         let outcome = match result {
             Ok(output) => TurnOutcome {
                 turn_id: turn.id.clone(),
@@ -207,19 +224,49 @@ impl Inner {
         self.finish(outcome).await;
     }
 
-    /// Records the outcome, retrying briefly: a thread must not stay "running" because one
-    /// write failed. If it still fails, the next start's recovery marks the turn failed.
-    async fn finish(&self, outcome: TurnOutcome) {
-        for attempt in 1..=5u32 {
-            match self.store.finish_turn(&outcome).await {
-                Ok(()) => return,
+    /// The agent never got the turn's input: the turn fails, and its messages — which were
+    /// not delivered after all — become undeliverable, with an event to target and sources.
+    async fn fail_before_agent(&self, turn: &crate::store::TurnRecord, reason: String) {
+        warn!(turn_id = %turn.id, %reason, "the agent could not be started");
+        let mut retry = RETRY_FIRST;
+        loop {
+            match self.store.undeliver_turn_messages(&turn.id, "executor_failed", now_ms()).await {
+                Ok(notified) => {
+                    for thread in notified {
+                        self.signals.notify(&thread);
+                    }
+                    break;
+                }
                 Err(e) => {
-                    warn!(error = %e, attempt, turn_id = %outcome.turn_id, "cannot record the turn's end");
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    warn!(error = %e, "cannot mark the turn's messages undeliverable");
+                    if !self.pause(retry).await {
+                        break;
+                    }
+                    retry = (retry * 2).min(RETRY_MAX);
                 }
             }
         }
-        error!(turn_id = %outcome.turn_id, "gave up recording the turn's end; it is failed at the next start");
+        self.finish(turn_failed(&turn.id, &reason)).await;
+    }
+
+    /// Records the outcome, retrying until it sticks: a thread must not stay "running"
+    /// because a write failed. If the daemon stops first, the next start's recovery marks
+    /// the turn failed.
+    async fn finish(&self, outcome: TurnOutcome) {
+        let mut retry = RETRY_FIRST;
+        loop {
+            match self.store.finish_turn(&outcome).await {
+                Ok(()) => return,
+                Err(e) => {
+                    warn!(error = %e, turn_id = %outcome.turn_id, retry_in = ?retry, "cannot record the turn's end");
+                    if !self.pause(retry).await {
+                        error!(turn_id = %outcome.turn_id, "stopping; the turn is marked failed at the next start");
+                        return;
+                    }
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
+            }
+        }
     }
 }
 
