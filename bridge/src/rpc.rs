@@ -57,28 +57,29 @@ pub async fn call<Req: Message, Resp: Message + Default>(
     read_frame(&mut recv).await
 }
 
-/// Serves one call arriving on `connection` with `handler`. Returns `Ok(false)` when the
-/// peer closed the connection.
-pub async fn serve_one<Req, Resp, F, Fut>(
-    connection: &quinn::Connection,
-    handler: F,
-) -> Result<bool, RpcError>
+/// Serves every call arriving on `connection`, each on its own task, until the peer goes
+/// away. A stream that does not carry a well-formed request is dropped.
+pub async fn serve<Req, Resp, H, Fut>(connection: quinn::Connection, handler: H)
 where
-    Req: Message + Default,
-    Resp: Message,
-    F: FnOnce(Req) -> Fut,
-    Fut: std::future::Future<Output = Resp>,
+    Req: Message + Default + Send + 'static,
+    Resp: Message + Send + 'static,
+    H: Fn(Req) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Resp> + Send + 'static,
 {
-    let (mut send, mut recv) = match connection.accept_bi().await {
-        Ok(streams) => streams,
-        Err(quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::LocallyClosed) => {
-            return Ok(false);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let request = read_frame(&mut recv).await?;
-    let response = handler(request).await;
-    write_frame(&mut send, &response).await?;
-    send.finish()?;
-    Ok(true)
+    while let Ok((mut send, mut recv)) = connection.accept_bi().await {
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let request = match read_frame::<Req>(&mut recv).await {
+                Ok(request) => request,
+                Err(e) => {
+                    tracing::debug!(error = %e, "dropping a malformed bridge call");
+                    return;
+                }
+            };
+            let response = handler(request).await;
+            if write_frame(&mut send, &response).await.is_ok() {
+                let _ = send.finish();
+            }
+        });
+    }
 }

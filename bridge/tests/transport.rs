@@ -96,15 +96,7 @@ async fn framed_calls_round_trip_concurrently() {
     let server = b.clone();
     tokio::spawn(async move {
         let peer = server.accept().await.expect("incoming").expect("handshake");
-        loop {
-            let served = rpc::serve_one(&peer.connection, |r: pb::ThreadRef| async move {
-                pb::ThreadRef { host_id: "answered".into(), ..r }
-            })
-            .await;
-            if !matches!(served, Ok(true)) {
-                break;
-            }
-        }
+        peer.serve(|r: pb::ThreadRef| async move { pb::ThreadRef { host_id: "answered".into(), ..r } }).await;
     });
     let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
     let big = "x".repeat(400_000);

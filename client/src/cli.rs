@@ -34,11 +34,50 @@ pub enum Command {
     /// Threads: agent sessions of this home.
     #[command(subcommand)]
     Thread(ThreadCommand),
+    /// Bridges: owner-approved one-way links to other homes.
+    #[command(subcommand)]
+    Bridge(BridgeCommand),
     /// Inside a turn: ask for the user (ThreadWait reports an `attention` event).
     Attention {
         #[arg(long)]
         reason: String,
     },
+}
+
+#[derive(Subcommand)]
+pub enum BridgeCommand {
+    /// Ask the home at ADDRESS (host:port of its QUIC endpoint) for a bridge.
+    Request {
+        address: String,
+        /// Permissions wanted: read,send,wake,wait.
+        #[arg(long, required = true)]
+        want: Vec<String>,
+        /// Refuse the target unless its home id is this.
+        #[arg(long)]
+        expect: Option<String>,
+        /// Local name for the target, usable as HOST in references.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Pairing requests other homes filed with this one.
+    Pending,
+    /// Grant a request (possibly fewer permissions, possibly limited to workspaces).
+    Approve {
+        request: String,
+        #[arg(long, required = true)]
+        allow: Vec<String>,
+        #[arg(long = "workspace")]
+        workspaces: Vec<String>,
+    },
+    Reject {
+        request: String,
+    },
+    /// Revoke a bridge (id, alias or peer home id); takes effect at once.
+    Revoke {
+        bridge: String,
+    },
+    /// Every bridge with its direction, peer, permissions and link health.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -129,6 +168,7 @@ pub async fn run(args: Args) -> Result<()> {
             Ok(())
         }
         Command::Thread(command) => thread(&home, command, json).await,
+        Command::Bridge(command) => bridge(&home, command, json).await,
         Command::Attention { reason } => {
             connect(&home).await?.threads().attention(pb::AttentionRequest { reason }).await?;
             if json {
@@ -334,6 +374,102 @@ fn show_turns(page: &pb::ThreadReadResponse) {
     if let Some(next) = &page.next_cursor {
         println!("more: --cursor {next}");
     }
+}
+
+async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> Result<()> {
+    let mut bridges = connect(home).await?.bridges();
+    match command {
+        BridgeCommand::Request { address, want, expect, name } => {
+            let request = pb::BridgeRequestRequest {
+                address,
+                want,
+                expect: expect.unwrap_or_default(),
+                name: name.unwrap_or_default(),
+            };
+            let done = bridges.bridge_request(request).await?.into_inner();
+            if json {
+                print_json(&done);
+            } else if let Some(b) = &done.bridge {
+                println!(
+                    "requested {} as {:?} (request {}); waiting for its owner's approval",
+                    b.peer_home_id, b.alias, done.request_id
+                );
+            }
+        }
+        BridgeCommand::Pending => {
+            let pending = bridges.bridge_pending(pb::BridgePendingRequest {}).await?.into_inner();
+            if json {
+                print_json(&pending);
+            } else {
+                for r in &pending.requests {
+                    println!(
+                        "{}  from {} ({})  wants {}  since {}",
+                        r.id,
+                        r.peer_home_id,
+                        r.name,
+                        r.want.join(","),
+                        r.created_at
+                    );
+                }
+                if pending.requests.is_empty() {
+                    println!("(no pending requests)");
+                }
+            }
+        }
+        BridgeCommand::Approve { request, allow, workspaces } => {
+            let approved = bridges
+                .bridge_approve(pb::BridgeApproveRequest { request_id: request, allow, workspaces })
+                .await?
+                .into_inner();
+            if json {
+                print_json(&approved);
+            } else if let Some(b) = &approved.bridge {
+                println!("bridge {} from {}: {}", b.id, b.peer_home_id, b.permissions.join(","));
+            }
+        }
+        BridgeCommand::Reject { request } => {
+            let rejected =
+                bridges.bridge_reject(pb::BridgeRejectRequest { request_id: request }).await?.into_inner();
+            if json {
+                print_json(&rejected);
+            } else {
+                println!("rejected");
+            }
+        }
+        BridgeCommand::Revoke { bridge } => {
+            let revoked = bridges.bridge_revoke(pb::BridgeRevokeRequest { bridge }).await?.into_inner();
+            if json {
+                print_json(&revoked);
+            } else if let Some(b) = &revoked.bridge {
+                println!("revoked {} ({} {})", b.id, b.direction, b.peer_home_id);
+            }
+        }
+        BridgeCommand::List => {
+            let list = bridges.bridge_list(pb::BridgeListRequest {}).await?.into_inner();
+            if json {
+                print_json(&list);
+            } else {
+                println!("listening on {}", list.listen);
+                for b in &list.bridges {
+                    let health = if b.last_error_at > b.last_success {
+                        format!("last error {} ({})", b.last_error_at, b.last_error)
+                    } else {
+                        format!("last success {}", b.last_success)
+                    };
+                    println!(
+                        "{}  {:<8} {:<9} {} ({})  [{}]  {health}",
+                        b.id,
+                        b.direction,
+                        b.state,
+                        b.peer_home_id,
+                        b.alias,
+                        b.permissions.join(",")
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn show_wait(w: &pb::ThreadWaitResponse) {

@@ -64,6 +64,8 @@ impl Interceptor for TokenInterceptor {
 
 pub type ThreadClient =
     pb::thread_service_client::ThreadServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+pub type BridgeClient =
+    pb::bridge_service_client::BridgeServiceClient<InterceptedService<Channel, TokenInterceptor>>;
 pub type HomeClient =
     pb::home_service_client::HomeServiceClient<InterceptedService<Channel, TokenInterceptor>>;
 
@@ -109,6 +111,14 @@ impl Client {
 
     pub fn threads(&self) -> ThreadClient {
         pb::thread_service_client::ThreadServiceClient::with_interceptor(
+            self.channel.clone(),
+            self.interceptor.clone(),
+        )
+        .max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    pub fn bridges(&self) -> BridgeClient {
+        pb::bridge_service_client::BridgeServiceClient::with_interceptor(
             self.channel.clone(),
             self.interceptor.clone(),
         )

@@ -12,6 +12,9 @@
 //! [turns]
 //! max_output_bytes = 10485760   # exec output beyond this fails the turn
 //!
+//! [bridge]
+//! listen = "127.0.0.1:0"        # the QUIC endpoint for bridges (port 0: any free port)
+//!
 //! [mailbox]
 //! delivery_wait = "3s"          # ThreadSend answers `pending` after this
 //! key_retention = "7d"          # idempotency keys are kept this long (>= 24h)
@@ -43,6 +46,7 @@ pub struct Config {
     pub thread_communication: ThreadCommunicationConfig,
     pub turns: TurnsConfig,
     pub mailbox: MailboxConfig,
+    pub bridge: BridgeConfig,
     /// Named executors; `echo` exists even when not listed.
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
@@ -73,6 +77,21 @@ pub struct TurnsConfig {
 impl Default for TurnsConfig {
     fn default() -> Self {
         Self { max_output_bytes: 10 * 1024 * 1024 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BridgeConfig {
+    /// The UDP address of the home's QUIC endpoint; port 0 picks a free one (`kiki status`
+    /// and `kiki bridge list` show the real address). Default `127.0.0.1:0`; use a routable
+    /// address for homes on other machines.
+    pub listen: std::net::SocketAddr,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        Self { listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)) }
     }
 }
 

@@ -9,6 +9,7 @@
 //! - [`store`]: the [`store::Store`] trait and its SQLite backend, with migrations.
 //! - [`threads`]: thread rules (limits, cursors, content refs) and the turn runner.
 //! - [`executors`]: `echo` and `exec`, which run one turn.
+//! - [`bridges`]: pairing and calls between homes over `kiki-bridge`'s QUIC endpoint.
 //! - [`mailbox`]: ThreadSend (group commit, idempotency), ThreadWait, switches, attention.
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
 //!
@@ -20,6 +21,7 @@
 //! in reverse: stop accepting calls and let in-flight ones finish, stop running turns
 //! (recorded as failed), close the store, remove the socket, release the lock.
 
+pub mod bridges;
 pub mod config;
 pub mod error;
 pub mod executors;
@@ -58,6 +60,8 @@ pub enum StartError {
     Identity(#[from] IdentityError),
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
+    #[error("bridge endpoint: {0}")]
+    Bridge(#[from] kiki_bridge::EndpointError),
     #[error("cannot listen on {path}: {source}")]
     Listen { path: String, source: std::io::Error },
 }
@@ -151,6 +155,15 @@ impl DaemonBuilder {
             runner.kick(&thread_id);
         }
 
+        let bridges = bridges::Bridges::start(
+            store.clone(),
+            threads.clone(),
+            &identity.key().serialize_pem(),
+            config.bridge.listen,
+            shutdown.clone(),
+        )?;
+        info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
+
         let socket = home.socket();
         let listener = bind_owner_only(&socket)?;
         let info = Arc::new(grpc::HomeInfo {
@@ -161,6 +174,7 @@ impl DaemonBuilder {
             started_at: time::rfc3339(time::now_ms()),
             default_profile: config.default_profile().to_string(),
             profiles: config.profile_names(),
+            bridge_listen: bridges.listen_addr(),
         });
 
         let stopped = CancellationToken::new();
@@ -174,6 +188,7 @@ impl DaemonBuilder {
                     listener,
                     threads,
                     mailbox,
+                    bridges,
                     info,
                     shutdown.clone().cancelled_owned(),
                     shutdown.clone(),

@@ -22,6 +22,7 @@ pub struct HomeInfo {
     pub started_at: String,
     pub default_profile: String,
     pub profiles: Vec<String>,
+    pub bridge_listen: String,
 }
 
 pub struct HomeServiceImpl {
@@ -73,6 +74,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             running_turns,
             default_profile: i.default_profile.clone(),
             profiles: i.profiles.clone(),
+            bridge_listen: i.bridge_listen.clone(),
         }))
     }
 

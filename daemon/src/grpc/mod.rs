@@ -1,6 +1,7 @@
 //! The gRPC surface: one file per service, the one `Error` → `tonic::Status` mapping, and
 //! the conversions from store records to `kiki.v1` messages.
 
+mod bridge_service;
 mod home_service;
 mod thread_service;
 
@@ -12,6 +13,7 @@ use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Status};
 
+use crate::bridges::Bridges;
 use crate::error::Error;
 use crate::mailbox::{Mailbox, WaitResult};
 use crate::store::{CommunicationSetting, EventKind, EventRecord, InputKind, ThreadRecord, TurnStatus};
@@ -31,6 +33,7 @@ pub async fn serve(
     listener: UnixListener,
     threads: Threads,
     mailbox: Mailbox,
+    bridges: Bridges,
     info: Arc<HomeInfo>,
     shutdown: impl Future<Output = ()> + Send,
     request_shutdown: tokio_util::sync::CancellationToken,
@@ -46,7 +49,11 @@ pub async fn serve(
         .add_service(pb::thread_service_server::ThreadServiceServer::new(ThreadServiceImpl::new(
             threads.clone(),
             mailbox.clone(),
+            bridges.clone(),
         )))
+        .add_service(pb::bridge_service_server::BridgeServiceServer::new(
+            bridge_service::BridgeServiceImpl::new(threads.clone(), bridges),
+        ))
         .add_service(pb::home_service_server::HomeServiceServer::new(HomeServiceImpl::new(
             threads,
             mailbox,
@@ -201,4 +208,40 @@ pub fn wait_result_to_pb(r: WaitResult) -> pb::WaitResult {
         events: r.events.into_iter().map(event_to_pb).collect(),
         cursor: r.cursor,
     }
+}
+
+/// A ThreadRead answer for a thread of this home (local callers and bridge peers alike).
+pub async fn read_response(
+    threads: &Threads,
+    thread: ThreadRecord,
+    limit: Option<u32>,
+    cursor: &str,
+    content_ref: &str,
+    host_id: &str,
+) -> Result<pb::ThreadReadResponse, Error> {
+    if !content_ref.is_empty() {
+        if limit.is_some() {
+            return Err(Error::invalid("limit", "not used with content_ref (segments have a fixed size)"));
+        }
+        let s = threads.read_content(thread, content_ref, cursor).await?;
+        return Ok(pb::ThreadReadResponse {
+            turns: Vec::new(),
+            next_cursor: None,
+            thread: Some(thread_to_pb(&s.thread, host_id)),
+            segment: Some(pb::ContentSegment {
+                content_ref: s.content_ref,
+                text: s.text,
+                offset: s.offset as u64,
+                utf16_length: s.total as u64,
+                next: s.next,
+            }),
+        });
+    }
+    let page = threads.read(thread, limit, cursor).await?;
+    Ok(pb::ThreadReadResponse {
+        thread: Some(thread_to_pb(&page.thread, host_id)),
+        turns: page.turns.into_iter().map(turn_to_pb).collect(),
+        next_cursor: page.next_cursor,
+        segment: None,
+    })
 }

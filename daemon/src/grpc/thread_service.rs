@@ -4,7 +4,8 @@ use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{caller, status, thread_to_pb, turn_to_pb, wait_result_to_pb};
+use super::{caller, read_response, status, thread_to_pb, wait_result_to_pb};
+use crate::bridges::Bridges;
 use crate::error::Error;
 use crate::mailbox::Mailbox;
 use crate::store::MessageStatus;
@@ -13,11 +14,12 @@ use crate::threads::{CreateRequest, Threads};
 pub struct ThreadServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
+    bridges: Bridges,
 }
 
 impl ThreadServiceImpl {
-    pub fn new(threads: Threads, mailbox: Mailbox) -> Self {
-        Self { threads, mailbox }
+    pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges) -> Self {
+        Self { threads, mailbox, bridges }
     }
 }
 
@@ -59,10 +61,11 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         request: Request<pb::ThreadListRequest>,
     ) -> Result<Response<pb::ThreadListResponse>, Status> {
         let r = request.into_inner();
-        if !r.bridge.is_empty() {
-            self.threads.resolve_host(&r.bridge).map_err(status)?;
+        if !r.bridge.is_empty() && self.threads.resolve_host(&r.bridge).is_err() {
+            let page = self.bridges.list_remote(&r.bridge.clone(), r).await.map_err(status)?;
+            return Ok(Response::new(page));
         }
-        let page = self.threads.list(Some(r.workspace_id), r.limit, &r.cursor).await.map_err(status)?;
+        let page = self.threads.list(Some(r.workspace_id), r.limit, &r.cursor, &[]).await.map_err(status)?;
         Ok(Response::new(pb::ThreadListResponse {
             threads: page.threads.iter().map(|t| thread_to_pb(t, "")).collect(),
             next_cursor: page.next_cursor,
@@ -75,40 +78,20 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         request: Request<pb::ThreadReadRequest>,
     ) -> Result<Response<pb::ThreadReadResponse>, Status> {
         let r = request.into_inner();
-        let target = target(r.target)?;
+        let target = target(r.target.clone())?;
+        if self.threads.resolve_host(&target.host_id).is_err() {
+            let page = self.bridges.read_remote(&target.host_id, r).await.map_err(status)?;
+            return Ok(Response::new(page));
+        }
         let thread = self
             .threads
             .get(&target.host_id, &target.workspace_id, &target.session_id)
             .await
             .map_err(status)?;
-        if !r.content_ref.is_empty() {
-            if r.limit.is_some() {
-                return Err(status(Error::invalid(
-                    "limit",
-                    "not used with content_ref (segments have a fixed size)",
-                )));
-            }
-            let s = self.threads.read_content(thread, &r.content_ref, &r.cursor).await.map_err(status)?;
-            return Ok(Response::new(pb::ThreadReadResponse {
-                turns: Vec::new(),
-                next_cursor: None,
-                thread: Some(thread_to_pb(&s.thread, "")),
-                segment: Some(pb::ContentSegment {
-                    content_ref: s.content_ref,
-                    text: s.text,
-                    offset: s.offset as u64,
-                    utf16_length: s.total as u64,
-                    next: s.next,
-                }),
-            }));
-        }
-        let page = self.threads.read(thread, r.limit, &r.cursor).await.map_err(status)?;
-        Ok(Response::new(pb::ThreadReadResponse {
-            thread: Some(thread_to_pb(&page.thread, "")),
-            turns: page.turns.into_iter().map(turn_to_pb).collect(),
-            next_cursor: page.next_cursor,
-            segment: None,
-        }))
+        let page = read_response(&self.threads, thread, r.limit, &r.cursor, &r.content_ref, "")
+            .await
+            .map_err(status)?;
+        Ok(Response::new(page))
     }
 
     #[instrument(skip_all)]

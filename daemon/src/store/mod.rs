@@ -302,6 +302,40 @@ pub struct EventRecord {
     pub at: Millis,
 }
 
+/// One side of a bridge (see `kiki.v1.Bridge`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeRecord {
+    pub id: String,
+    /// "inbound" (the peer acts on this home) or "outbound" (this home acts on the peer).
+    pub direction: String,
+    pub peer_home_id: String,
+    pub alias: String,
+    pub address: String,
+    /// "requested", "active", "rejected" or "revoked".
+    pub state: String,
+    pub permissions: Vec<String>,
+    pub workspaces: Vec<String>,
+    pub request_id: String,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub last_success: Option<Millis>,
+    pub last_error: String,
+    pub last_error_at: Option<Millis>,
+}
+
+/// A pairing request a peer filed with this home.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeRequestRecord {
+    pub id: String,
+    pub peer_home_id: String,
+    pub name: String,
+    pub want: Vec<String>,
+    /// "pending", "approved" or "rejected".
+    pub status: String,
+    pub created_at: Millis,
+    pub decided_at: Option<Millis>,
+}
+
 /// How a turn ended.
 #[derive(Debug, Clone)]
 pub struct TurnOutcome {
@@ -416,6 +450,15 @@ pub trait Store: Send + Sync + 'static {
     async fn events_after(&self, thread_id: &str, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>>;
     /// The seq of the thread's newest event (0 if none).
     async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64>;
+
+    /// Saves (inserts or replaces by id) a bridge and/or a request, in one transaction.
+    async fn save_bridge(
+        &self,
+        bridge: Option<&BridgeRecord>,
+        request: Option<&BridgeRequestRecord>,
+    ) -> StoreResult<()>;
+    async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>>;
+    async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>>;
 
     /// Flushes and closes; later calls fail.
     async fn close(&self);

@@ -21,6 +21,7 @@ use super::*;
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "threads", include_str!("migrations/sqlite/0001_threads.sql")),
     (2, "mailbox", include_str!("migrations/sqlite/0002_mailbox.sql")),
+    (3, "bridges", include_str!("migrations/sqlite/0003_bridges.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -152,6 +153,11 @@ impl SqliteStore {
             })
             .collect()
     }
+}
+
+/// `"a,b"` → `["a", "b"]`; `""` → `[]`.
+fn split_list(text: &str) -> Vec<String> {
+    text.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
 
 /// The database and its WAL are the home's data: owner-only, like the home directory.
@@ -882,6 +888,110 @@ impl Store for SqliteStore {
             .await
             .map_err(backend)?;
         Ok(seq.unwrap_or(0))
+    }
+
+    async fn save_bridge(
+        &self,
+        bridge: Option<&BridgeRecord>,
+        request: Option<&BridgeRequestRecord>,
+    ) -> StoreResult<()> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        if let Some(b) = bridge {
+            sqlx::query(
+                "INSERT OR REPLACE INTO bridges (id, direction, peer_home_id, alias, address, state, permissions,
+                     workspaces, request_id, created_at, updated_at, last_success, last_error, last_error_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&b.id)
+            .bind(&b.direction)
+            .bind(&b.peer_home_id)
+            .bind(&b.alias)
+            .bind(&b.address)
+            .bind(&b.state)
+            .bind(b.permissions.join(","))
+            .bind(b.workspaces.join(","))
+            .bind(&b.request_id)
+            .bind(b.created_at)
+            .bind(b.updated_at)
+            .bind(b.last_success)
+            .bind(&b.last_error)
+            .bind(b.last_error_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        if let Some(r) = request {
+            sqlx::query(
+                "INSERT OR REPLACE INTO bridge_requests (id, peer_home_id, name, want, status, created_at, decided_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&r.id)
+            .bind(&r.peer_home_id)
+            .bind(&r.name)
+            .bind(r.want.join(","))
+            .bind(&r.status)
+            .bind(r.created_at)
+            .bind(r.decided_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(())
+    }
+
+    async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, direction, peer_home_id, alias, address, state, permissions, workspaces, request_id,
+                    created_at, updated_at, last_success, last_error, last_error_at
+             FROM bridges ORDER BY created_at, id",
+        )
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)?;
+        rows.iter()
+            .map(|row| {
+                Ok(BridgeRecord {
+                    id: row.try_get("id").map_err(backend)?,
+                    direction: row.try_get("direction").map_err(backend)?,
+                    peer_home_id: row.try_get("peer_home_id").map_err(backend)?,
+                    alias: row.try_get("alias").map_err(backend)?,
+                    address: row.try_get("address").map_err(backend)?,
+                    state: row.try_get("state").map_err(backend)?,
+                    permissions: split_list(&row.try_get::<String, _>("permissions").map_err(backend)?),
+                    workspaces: split_list(&row.try_get::<String, _>("workspaces").map_err(backend)?),
+                    request_id: row.try_get("request_id").map_err(backend)?,
+                    created_at: row.try_get("created_at").map_err(backend)?,
+                    updated_at: row.try_get("updated_at").map_err(backend)?,
+                    last_success: row.try_get("last_success").map_err(backend)?,
+                    last_error: row.try_get("last_error").map_err(backend)?,
+                    last_error_at: row.try_get("last_error_at").map_err(backend)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, peer_home_id, name, want, status, created_at, decided_at FROM bridge_requests
+             ORDER BY created_at, id",
+        )
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)?;
+        rows.iter()
+            .map(|row| {
+                Ok(BridgeRequestRecord {
+                    id: row.try_get("id").map_err(backend)?,
+                    peer_home_id: row.try_get("peer_home_id").map_err(backend)?,
+                    name: row.try_get("name").map_err(backend)?,
+                    want: split_list(&row.try_get::<String, _>("want").map_err(backend)?),
+                    status: row.try_get("status").map_err(backend)?,
+                    created_at: row.try_get("created_at").map_err(backend)?,
+                    decided_at: row.try_get("decided_at").map_err(backend)?,
+                })
+            })
+            .collect()
     }
 
     async fn close(&self) {

@@ -175,12 +175,15 @@ impl Threads {
         Ok(Created { thread, prompt_started: first.is_some() })
     }
 
+    /// A page of enabled, unarchived threads, newest first. `scope` (a bridge grant limited
+    /// to workspaces) keeps only threads of those workspaces.
     #[instrument(skip_all)]
     pub async fn list(
         &self,
         workspace_id: Option<String>,
         limit: Option<u32>,
         cursor: &str,
+        scope: &[String],
     ) -> Result<ThreadPage> {
         let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
         let before_seq = if cursor.is_empty() {
@@ -189,12 +192,25 @@ impl Threads {
             let parts = cursor::decode("cursor", "list", cursor, 1)?;
             Some(cursor::decode_number("cursor", "list", &parts[0])?)
         };
-        let query = ThreadQuery {
-            workspace_id: workspace_id.filter(|w| !w.is_empty()),
-            before_seq,
-            limit: limit + 1,
-        };
-        let mut threads = self.store.list_threads(&query).await?;
+        let workspace_id = workspace_id.filter(|w| !w.is_empty());
+        if let Some(w) = &workspace_id
+            && !scope.is_empty()
+            && !scope.contains(w)
+        {
+            return Ok(ThreadPage { threads: Vec::new(), next_cursor: None });
+        }
+        let mut query = ThreadQuery { workspace_id, before_seq, limit: limit + 1 };
+        let mut threads = Vec::new();
+        // Keyset pages of the store, filtered to the scope, until a page is full.
+        loop {
+            let page = self.store.list_threads(&query).await?;
+            let exhausted = page.len() < query.limit as usize;
+            query.before_seq = page.last().map(|t| t.seq).or(query.before_seq);
+            threads.extend(page.into_iter().filter(|t| scope.is_empty() || scope.contains(&t.workspace_id)));
+            if exhausted || threads.len() > limit as usize {
+                break;
+            }
+        }
         let next_cursor = if threads.len() > limit as usize {
             threads.truncate(limit as usize);
             threads.last().map(|t| cursor::encode("list", &[&t.seq.to_string()]))

@@ -1,0 +1,651 @@
+//! Bridges: owner-approved, one-way links between homes (contract §3).
+//!
+//! - **Target side** ([`Bridges::handle`]): every call from a peer is checked here, on every
+//!   call, against the inbound bridge approved for the peer's verified home id: an unknown
+//!   peer can only file a pairing request (rate-limited); ThreadList and ThreadRead need
+//!   `read` and stay inside the granted workspaces; a revoked bridge answers
+//!   `bridge_revoked` at once.
+//! - **Source side**: `kiki bridge request` dials the target (pinned with `--expect`), files
+//!   the request and keeps an outbound bridge; remote ThreadList/ThreadRead go over it.
+//!   `kiki bridge list` pings every outbound bridge, so health comes from real round trips.
+//!
+//! Still to come (issue 4): ThreadSend/ThreadWait across bridges, the outbox with retries
+//! and receipts.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiki_bridge::{BridgeEndpoint, BridgeIdentity, PeerConnection};
+use kiki_proto as pb;
+use pb::bridge_call::Call;
+use pb::bridge_reply::Reply;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::error::{Error, Result};
+use crate::store::{BridgeRecord, BridgeRequestRecord, Store};
+use crate::threads::{Threads, new_id};
+use crate::time::now_ms;
+
+/// What a bridge can grant.
+pub const PERMISSIONS: [&str; 4] = ["read", "send", "wake", "wait"];
+/// Pairing requests one peer may file per [`REQUEST_WINDOW`].
+const REQUESTS_PER_WINDOW: usize = 5;
+const REQUEST_WINDOW: Duration = Duration::from_secs(60);
+/// How long `kiki bridge list` waits for each peer's answer.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a remote call may take before it is reported as a link error.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone)]
+pub struct Bridges {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    threads: Threads,
+    endpoint: BridgeEndpoint,
+    /// Open connections to peers we dialed, by peer home id.
+    connections: tokio::sync::Mutex<HashMap<String, PeerConnection>>,
+    /// Serialises pairing decisions so two racing approvals cannot both apply.
+    decisions: tokio::sync::Mutex<()>,
+}
+
+/// Parses and checks a permission list (`read,send` or repeated values).
+pub fn parse_permissions(field: &'static str, values: &[String]) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for value in values.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|v| !v.is_empty()) {
+        if !PERMISSIONS.contains(&value) {
+            return Err(Error::invalid(
+                field,
+                format!("unknown permission {value:?} (read, send, wake, wait)"),
+            ));
+        }
+        if !out.iter().any(|p| p == value) {
+            out.push(value.to_string());
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid(field, "name at least one of read, send, wake, wait"));
+    }
+    Ok(out)
+}
+
+fn wire_error(code: &str, message: impl Into<String>) -> pb::BridgeReply {
+    pb::BridgeReply {
+        reply: Some(Reply::Error(pb::WireError { code: code.into(), message: message.into() })),
+    }
+}
+
+/// A daemon error as the peer sees it.
+fn to_wire(e: Error) -> pb::BridgeReply {
+    let code = match &e {
+        Error::InvalidArgument { .. } => "invalid_argument",
+        Error::NotFound(_) => "thread_not_found",
+        Error::PermissionDenied(_) => "permission_denied",
+        Error::FailedPrecondition(_) => "failed_precondition",
+        _ => "internal",
+    };
+    wire_error(code, e.to_string())
+}
+
+/// A peer's error as this home's caller sees it.
+fn from_wire(host: &str, e: pb::WireError) -> Error {
+    let message = format!("{host}: {}: {}", e.code, e.message);
+    match e.code.as_str() {
+        "thread_not_found" => Error::NotFound(message),
+        "permission_denied" | "bridge_revoked" => Error::PermissionDenied(message),
+        "invalid_argument" => Error::InvalidArgument { field: "remote", message },
+        _ => Error::FailedPrecondition(message),
+    }
+}
+
+impl Bridges {
+    /// Binds the home's QUIC endpoint and starts answering peers until `stop`.
+    pub fn start(
+        store: Arc<dyn Store>,
+        threads: Threads,
+        key_pem: &str,
+        listen: SocketAddr,
+        stop: CancellationToken,
+    ) -> std::result::Result<Self, kiki_bridge::EndpointError> {
+        let identity = BridgeIdentity::from_key_pem(key_pem)
+            .map_err(|e| kiki_bridge::EndpointError::QuicTls(e.to_string()))?;
+        let endpoint = BridgeEndpoint::bind(listen, identity)?;
+        let bridges = Self {
+            inner: Arc::new(Inner {
+                store,
+                threads,
+                endpoint,
+                connections: tokio::sync::Mutex::new(HashMap::new()),
+                decisions: tokio::sync::Mutex::new(()),
+            }),
+        };
+        let accepting = bridges.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    () = stop.cancelled() => break,
+                    next = accepting.inner.endpoint.accept() => next,
+                };
+                let Some(next) = next else { break };
+                let peer = match next {
+                    Ok(peer) => peer,
+                    Err(e) => {
+                        debug!(error = %e, "bridge connection without identity");
+                        continue;
+                    }
+                };
+                let serving = accepting.clone();
+                tokio::spawn(async move {
+                    let peer_id = peer.peer_home_id.clone();
+                    peer.serve(move |call: pb::BridgeCall| {
+                        let serving = serving.clone();
+                        let peer_id = peer_id.clone();
+                        async move { serving.handle(&peer_id, call).await }
+                    })
+                    .await;
+                });
+            }
+            accepting.inner.endpoint.close().await;
+        });
+        Ok(bridges)
+    }
+
+    /// The address the QUIC endpoint is bound to.
+    pub fn listen_addr(&self) -> String {
+        self.inner.endpoint.local_addr().map(|a| a.to_string()).unwrap_or_default()
+    }
+
+    // ----- target side -----------------------------------------------------------------
+
+    /// Answers one call from `peer` (a verified home id).
+    pub async fn handle(&self, peer: &str, call: pb::BridgeCall) -> pb::BridgeReply {
+        let result = match call.call {
+            Some(Call::Pair(pair)) => self.file_request(peer, pair).await.map(Reply::Pair),
+            Some(Call::Ping(_)) => self.ping_reply(peer).await.map(Reply::Ping),
+            Some(Call::ThreadList(request)) => self.serve_list(peer, request).await.map(Reply::ThreadList),
+            Some(Call::ThreadRead(request)) => self.serve_read(peer, request).await.map(Reply::ThreadRead),
+            None => return wire_error("invalid_argument", "empty call"),
+        };
+        match result {
+            Ok(reply) => pb::BridgeReply { reply: Some(reply) },
+            Err(Rejection::Wire(code, message)) => wire_error(code, message),
+            Err(Rejection::Daemon(e)) => to_wire(e),
+        }
+    }
+
+    async fn file_request(
+        &self,
+        peer: &str,
+        pair: pb::PairCall,
+    ) -> std::result::Result<pb::PairReply, Rejection> {
+        let want = parse_permissions("want", &pair.want)?;
+        let now = now_ms();
+        let recent = self
+            .inner
+            .store
+            .bridge_requests()
+            .await
+            .map_err(Error::from)?
+            .into_iter()
+            .filter(|r| r.peer_home_id == peer && r.created_at > now - REQUEST_WINDOW.as_millis() as i64)
+            .count();
+        if recent >= REQUESTS_PER_WINDOW {
+            return Err(Rejection::Wire(
+                "rate_limited",
+                format!("at most {REQUESTS_PER_WINDOW} pairing requests per minute"),
+            ));
+        }
+        let name: String = pair.name.chars().take(64).collect();
+        let request = BridgeRequestRecord {
+            id: new_id("breq"),
+            peer_home_id: peer.to_string(),
+            name,
+            want,
+            status: "pending".into(),
+            created_at: now,
+            decided_at: None,
+        };
+        self.inner.store.save_bridge(None, Some(&request)).await.map_err(Error::from)?;
+        info!(peer, request_id = %request.id, "pairing request filed");
+        Ok(pb::PairReply { request_id: request.id })
+    }
+
+    async fn ping_reply(&self, peer: &str) -> std::result::Result<pb::PingReply, Rejection> {
+        if let Some(b) = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await? {
+            return Ok(pb::PingReply {
+                state: b.state,
+                permissions: b.permissions,
+                workspaces: b.workspaces,
+            });
+        }
+        let requests = self.inner.store.bridge_requests().await.map_err(Error::from)?;
+        let state = match requests.iter().rev().find(|r| r.peer_home_id == peer) {
+            Some(r) if r.status == "rejected" => "rejected",
+            Some(_) => "pending",
+            None => "unknown",
+        };
+        Ok(pb::PingReply { state: state.into(), permissions: Vec::new(), workspaces: Vec::new() })
+    }
+
+    /// The peer's inbound bridge, if active and granting `permission`.
+    async fn granted(&self, peer: &str, permission: &str) -> std::result::Result<BridgeRecord, Rejection> {
+        let bridge = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
+        match bridge {
+            Some(b) if b.state == "revoked" => {
+                Err(Rejection::Wire("bridge_revoked", "the target's owner revoked this bridge".into()))
+            }
+            Some(b) if b.state == "active" && b.permissions.iter().any(|p| p == permission) => Ok(b),
+            Some(b) if b.state == "active" => Err(Rejection::Wire(
+                "permission_denied",
+                format!("this bridge does not grant {permission:?} (granted: {})", b.permissions.join(",")),
+            )),
+            _ => Err(Rejection::Wire(
+                "permission_denied",
+                "no approved bridge from your home; file a request with `kiki bridge request`".into(),
+            )),
+        }
+    }
+
+    async fn serve_list(
+        &self,
+        peer: &str,
+        request: pb::ThreadListRequest,
+    ) -> std::result::Result<pb::ThreadListResponse, Rejection> {
+        let bridge = self.granted(peer, "read").await?;
+        let page = self
+            .inner
+            .threads
+            .list(Some(request.workspace_id), request.limit, &request.cursor, &bridge.workspaces)
+            .await?;
+        let home = self.inner.endpoint.home_id().to_string();
+        Ok(pb::ThreadListResponse {
+            threads: page.threads.iter().map(|t| crate::grpc::thread_to_pb(t, &home)).collect(),
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    async fn serve_read(
+        &self,
+        peer: &str,
+        request: pb::ThreadReadRequest,
+    ) -> std::result::Result<pb::ThreadReadResponse, Rejection> {
+        let bridge = self.granted(peer, "read").await?;
+        let target = request.target.unwrap_or_default();
+        let thread = self.inner.threads.get("", &target.workspace_id, &target.session_id).await?;
+        if !bridge.workspaces.is_empty() && !bridge.workspaces.contains(&thread.workspace_id) {
+            // Outside the grant looks exactly like absent: the scope is not to be probed.
+            return Err(Error::NotFound(format!("no thread {} in this home", target.session_id)).into());
+        }
+        crate::grpc::read_response(
+            &self.inner.threads,
+            thread,
+            request.limit,
+            &request.cursor,
+            &request.content_ref,
+            self.inner.endpoint.home_id(),
+        )
+        .await
+        .map_err(Rejection::Daemon)
+    }
+
+    // ----- owner actions ---------------------------------------------------------------
+
+    async fn bridge(&self, pick: impl Fn(&BridgeRecord) -> bool) -> Result<Option<BridgeRecord>> {
+        Ok(self.inner.store.bridges().await?.into_iter().find(|b| pick(b)))
+    }
+
+    /// `kiki bridge request ADDRESS --want … [--expect ID] [--name ALIAS]`.
+    pub async fn request(
+        &self,
+        address: &str,
+        want: &[String],
+        expect: &str,
+        name: &str,
+    ) -> Result<(BridgeRecord, String)> {
+        let want = parse_permissions("want", want)?;
+        let addr = resolve(address).await?;
+        let expect = (!expect.is_empty()).then_some(expect);
+        let peer = self
+            .inner
+            .endpoint
+            .connect(addr, expect)
+            .await
+            .map_err(|e| Error::FailedPrecondition(format!("cannot reach {address}: {e}")))?;
+        if peer.peer_home_id == self.inner.endpoint.home_id() {
+            return Err(Error::invalid("address", "that is this home"));
+        }
+        let alias =
+            if name.is_empty() { peer.peer_home_id[..8].to_ascii_lowercase() } else { name.to_string() };
+        if alias.contains('/') || alias == "local" {
+            return Err(Error::invalid("name", "must not contain '/' or be \"local\""));
+        }
+        let existing = self.inner.store.bridges().await?;
+        if existing.iter().any(|b| b.alias == alias && b.peer_home_id != peer.peer_home_id) {
+            return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
+        }
+        let pair = pb::BridgeCall {
+            call: Some(Call::Pair(pb::PairCall {
+                name: self.inner.endpoint.home_id()[..8].to_string(),
+                want,
+            })),
+        };
+        let request_id = match peer.call::<_, pb::BridgeReply>(&pair).await {
+            Ok(pb::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
+            Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }) => return Err(from_wire(address, e)),
+            Ok(_) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "{address}: unexpected answer to a pairing request"
+                )));
+            }
+            Err(e) => return Err(Error::FailedPrecondition(format!("{address}: {e}"))),
+        };
+        let now = now_ms();
+        let previous =
+            existing.into_iter().find(|b| b.direction == "outbound" && b.peer_home_id == peer.peer_home_id);
+        let bridge = BridgeRecord {
+            id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
+            direction: "outbound".into(),
+            peer_home_id: peer.peer_home_id.clone(),
+            alias,
+            address: addr.to_string(),
+            state: "requested".into(),
+            permissions: previous.as_ref().map(|b| b.permissions.clone()).unwrap_or_default(),
+            workspaces: previous.as_ref().map(|b| b.workspaces.clone()).unwrap_or_default(),
+            request_id: request_id.clone(),
+            created_at: previous.as_ref().map(|b| b.created_at).unwrap_or(now),
+            updated_at: now,
+            last_success: Some(now),
+            last_error: String::new(),
+            last_error_at: None,
+        };
+        self.inner.store.save_bridge(Some(&bridge), None).await?;
+        self.inner.connections.lock().await.insert(peer.peer_home_id.clone(), peer);
+        Ok((bridge, request_id))
+    }
+
+    pub async fn pending(&self) -> Result<Vec<BridgeRequestRecord>> {
+        Ok(self.inner.store.bridge_requests().await?.into_iter().filter(|r| r.status == "pending").collect())
+    }
+
+    async fn pending_request(&self, request_id: &str) -> Result<BridgeRequestRecord> {
+        let request = self
+            .inner
+            .store
+            .bridge_requests()
+            .await?
+            .into_iter()
+            .find(|r| r.id == request_id)
+            .ok_or_else(|| Error::NotFound(format!("no pairing request {request_id}")))?;
+        if request.status != "pending" {
+            return Err(Error::FailedPrecondition(format!(
+                "request {request_id} is already {}",
+                request.status
+            )));
+        }
+        Ok(request)
+    }
+
+    /// `kiki bridge approve REQUEST --allow … [--workspace W]…`.
+    pub async fn approve(
+        &self,
+        request_id: &str,
+        allow: &[String],
+        workspaces: &[String],
+    ) -> Result<BridgeRecord> {
+        let allow = parse_permissions("allow", allow)?;
+        let _decision = self.inner.decisions.lock().await;
+        let mut request = self.pending_request(request_id).await?;
+        if let Some(extra) = allow.iter().find(|p| !request.want.contains(p)) {
+            return Err(Error::invalid(
+                "allow",
+                format!("{extra:?} was not requested (wanted: {})", request.want.join(",")),
+            ));
+        }
+        let now = now_ms();
+        let previous =
+            self.bridge(|b| b.direction == "inbound" && b.peer_home_id == request.peer_home_id).await?;
+        let bridge = BridgeRecord {
+            id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
+            direction: "inbound".into(),
+            peer_home_id: request.peer_home_id.clone(),
+            alias: request.name.clone(),
+            address: String::new(),
+            state: "active".into(),
+            permissions: allow,
+            workspaces: workspaces.iter().filter(|w| !w.is_empty()).cloned().collect(),
+            request_id: request.id.clone(),
+            created_at: previous.as_ref().map(|b| b.created_at).unwrap_or(now),
+            updated_at: now,
+            last_success: None,
+            last_error: String::new(),
+            last_error_at: None,
+        };
+        request.status = "approved".into();
+        request.decided_at = Some(now);
+        self.inner.store.save_bridge(Some(&bridge), Some(&request)).await?;
+        info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge approved");
+        Ok(bridge)
+    }
+
+    /// `kiki bridge reject REQUEST`.
+    pub async fn reject(&self, request_id: &str) -> Result<BridgeRequestRecord> {
+        let _decision = self.inner.decisions.lock().await;
+        let mut request = self.pending_request(request_id).await?;
+        request.status = "rejected".into();
+        request.decided_at = Some(now_ms());
+        self.inner.store.save_bridge(None, Some(&request)).await?;
+        Ok(request)
+    }
+
+    /// `kiki bridge revoke BRIDGE` (id, alias or peer home id). Takes effect at once: the
+    /// next call over it is refused with `bridge_revoked`.
+    pub async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
+        let bridges = self.inner.store.bridges().await?;
+        let mut matches: Vec<BridgeRecord> = bridges
+            .into_iter()
+            .filter(|b| b.id == name || b.alias == name || b.peer_home_id == name)
+            .collect();
+        // The target's owner revokes an inbound bridge; prefer it when both directions match.
+        matches.sort_by_key(|b| b.direction != "inbound");
+        let mut bridge =
+            matches.into_iter().next().ok_or_else(|| Error::NotFound(format!("no bridge {name:?}")))?;
+        bridge.state = "revoked".into();
+        bridge.updated_at = now_ms();
+        self.inner.store.save_bridge(Some(&bridge), None).await?;
+        warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");
+        Ok(bridge)
+    }
+
+    /// `kiki bridge list`: every bridge, outbound ones refreshed by a real round trip.
+    pub async fn list(&self) -> Result<Vec<BridgeRecord>> {
+        let bridges = self.inner.store.bridges().await?;
+        let mut refreshed = Vec::with_capacity(bridges.len());
+        for bridge in bridges {
+            if bridge.direction == "outbound" && bridge.state != "revoked" {
+                refreshed.push(self.refresh(bridge).await?);
+            } else {
+                refreshed.push(bridge);
+            }
+        }
+        Ok(refreshed)
+    }
+
+    /// Pings the target: records link health and learns what it granted.
+    async fn refresh(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
+        let ping = pb::BridgeCall { call: Some(Call::Ping(pb::PingCall {})) };
+        match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &ping)).await {
+            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
+                bridge.state = match p.state.as_str() {
+                    "active" | "revoked" | "rejected" => p.state,
+                    _ => "requested".into(),
+                };
+                bridge.permissions = p.permissions;
+                bridge.workspaces = p.workspaces;
+                bridge.last_success = Some(now_ms());
+            }
+            Ok(Ok(_)) => self.note_error(&mut bridge, "unexpected answer to a ping".into()),
+            Ok(Err(e)) => self.note_error(&mut bridge, e.to_string()),
+            Err(_) => self.note_error(&mut bridge, format!("no answer within {PING_TIMEOUT:?}")),
+        }
+        bridge.updated_at = now_ms();
+        self.inner.store.save_bridge(Some(&bridge), None).await?;
+        Ok(bridge)
+    }
+
+    fn note_error(&self, bridge: &mut BridgeRecord, error: String) {
+        bridge.last_error = error;
+        bridge.last_error_at = Some(now_ms());
+    }
+
+    // ----- source side: calls over an outbound bridge ----------------------------------
+
+    /// The outbound bridge HOST names (alias, peer home id or bridge id).
+    pub async fn outbound(&self, host: &str) -> Result<BridgeRecord> {
+        self.bridge(|b| {
+            b.direction == "outbound" && (b.alias == host || b.peer_home_id == host || b.id == host)
+        })
+        .await?
+        .ok_or_else(|| {
+            Error::NotFound(format!("host {host:?}: not this home and no bridge by that name or id"))
+        })
+    }
+
+    /// One call over `bridge`, reconnecting once if the cached connection is gone.
+    async fn call(&self, bridge: &BridgeRecord, call: &pb::BridgeCall) -> Result<pb::BridgeReply> {
+        for attempt in 0..2 {
+            let peer = self.connection(bridge, attempt > 0).await?;
+            match tokio::time::timeout(CALL_TIMEOUT, peer.call::<_, pb::BridgeReply>(call)).await {
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(e)) if attempt == 0 => debug!(error = %e, "bridge call failed; reconnecting"),
+                Ok(Err(e)) => return Err(Error::FailedPrecondition(format!("{}: {e}", bridge.alias))),
+                Err(_) => {
+                    return Err(Error::FailedPrecondition(format!(
+                        "{}: no answer within {CALL_TIMEOUT:?}",
+                        bridge.alias
+                    )));
+                }
+            }
+        }
+        unreachable!("the loop returns on its second attempt")
+    }
+
+    async fn connection(&self, bridge: &BridgeRecord, fresh: bool) -> Result<PeerConnection> {
+        let mut connections = self.inner.connections.lock().await;
+        if !fresh
+            && let Some(peer) = connections.get(&bridge.peer_home_id)
+            && !peer.is_closed()
+        {
+            return Ok(peer.clone());
+        }
+        let addr: SocketAddr = bridge
+            .address
+            .parse()
+            .map_err(|_| Error::FailedPrecondition(format!("bridge {} has no usable address", bridge.id)))?;
+        let peer = self
+            .inner
+            .endpoint
+            .connect(addr, Some(&bridge.peer_home_id))
+            .await
+            .map_err(|e| Error::FailedPrecondition(format!("{}: {e}", bridge.alias)))?;
+        connections.insert(bridge.peer_home_id.clone(), peer.clone());
+        Ok(peer)
+    }
+
+    /// A call whose answer must be `expect`ed; other answers and wire errors are errors.
+    async fn remote<T>(&self, host: &str, call: Call, pick: fn(Reply) -> Option<T>) -> Result<T> {
+        let mut bridge = self.outbound(host).await?;
+        if bridge.state == "revoked" {
+            return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
+        }
+        let result = self.call(&bridge, &pb::BridgeCall { call: Some(call) }).await;
+        match &result {
+            Ok(_) => bridge.last_success = Some(now_ms()),
+            Err(e) => self.note_error(&mut bridge, e.to_string()),
+        }
+        let _ = self.inner.store.save_bridge(Some(&bridge), None).await;
+        match result?.reply {
+            Some(Reply::Error(e)) => Err(from_wire(host, e)),
+            Some(reply) => {
+                pick(reply).ok_or_else(|| Error::FailedPrecondition(format!("{host}: unexpected answer")))
+            }
+            None => Err(Error::FailedPrecondition(format!("{host}: empty answer"))),
+        }
+    }
+
+    /// ThreadList of the home behind `host`.
+    pub async fn list_remote(
+        &self,
+        host: &str,
+        mut request: pb::ThreadListRequest,
+    ) -> Result<pb::ThreadListResponse> {
+        request.bridge = String::new();
+        self.remote(host, Call::ThreadList(request), |r| match r {
+            Reply::ThreadList(page) => Some(page),
+            _ => None,
+        })
+        .await
+    }
+
+    /// ThreadRead of a thread behind `host`.
+    pub async fn read_remote(
+        &self,
+        host: &str,
+        mut request: pb::ThreadReadRequest,
+    ) -> Result<pb::ThreadReadResponse> {
+        if let Some(target) = request.target.as_mut() {
+            target.host_id = String::new();
+        }
+        self.remote(host, Call::ThreadRead(request), |r| match r {
+            Reply::ThreadRead(page) => Some(page),
+            _ => None,
+        })
+        .await
+    }
+}
+
+/// Why a peer's call was refused: a wire code and message, or a daemon error to translate.
+enum Rejection {
+    Wire(&'static str, String),
+    Daemon(Error),
+}
+
+impl From<Error> for Rejection {
+    fn from(e: Error) -> Self {
+        Rejection::Daemon(e)
+    }
+}
+
+impl From<crate::store::StoreError> for Rejection {
+    fn from(e: crate::store::StoreError) -> Self {
+        Rejection::Daemon(e.into())
+    }
+}
+
+async fn resolve(address: &str) -> Result<SocketAddr> {
+    if let Ok(addr) = address.parse() {
+        return Ok(addr);
+    }
+    tokio::net::lookup_host(address)
+        .await
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| Error::invalid("address", format!("{address:?} is not host:port")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permissions_are_checked_and_deduplicated() {
+        let p = parse_permissions("want", &["read,send".into(), "read".into()]).expect("valid");
+        assert_eq!(p, ["read", "send"]);
+        assert!(parse_permissions("want", &["fly".into()]).expect_err("unknown").to_string().contains("fly"));
+        assert!(parse_permissions("want", &[]).is_err());
+    }
+}

@@ -1,0 +1,126 @@
+//! `kiki.v1.BridgeService`: the owner's bridge actions (contract §3).
+
+use kiki_proto as pb;
+use tonic::{Request, Response, Status};
+
+use super::{caller, status};
+use crate::bridges::Bridges;
+use crate::error::Error;
+use crate::store::{BridgeRecord, BridgeRequestRecord};
+use crate::threads::Threads;
+use crate::time::rfc3339;
+
+pub struct BridgeServiceImpl {
+    threads: Threads,
+    bridges: Bridges,
+}
+
+impl BridgeServiceImpl {
+    pub fn new(threads: Threads, bridges: Bridges) -> Self {
+        Self { threads, bridges }
+    }
+
+    /// Bridges are the owner's business: an agent's turn token is refused.
+    fn owner_only<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        match caller(&self.threads, request)? {
+            None => Ok(()),
+            Some(_) => Err(status(Error::PermissionDenied(
+                "bridges are managed by the home's owner, not by agents".into(),
+            ))),
+        }
+    }
+}
+
+pub fn bridge_to_pb(b: BridgeRecord, pending: u64) -> pb::Bridge {
+    pb::Bridge {
+        id: b.id,
+        direction: b.direction,
+        peer_home_id: b.peer_home_id,
+        alias: b.alias,
+        address: b.address,
+        state: b.state,
+        permissions: b.permissions,
+        workspaces: b.workspaces,
+        created_at: rfc3339(b.created_at),
+        last_success: b.last_success.map(rfc3339).unwrap_or_default(),
+        last_error: b.last_error,
+        last_error_at: b.last_error_at.map(rfc3339).unwrap_or_default(),
+        pending,
+    }
+}
+
+fn request_to_pb(r: BridgeRequestRecord) -> pb::BridgeRequestRecord {
+    pb::BridgeRequestRecord {
+        id: r.id,
+        peer_home_id: r.peer_home_id,
+        name: r.name,
+        want: r.want,
+        status: r.status,
+        created_at: rfc3339(r.created_at),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
+    async fn bridge_request(
+        &self,
+        request: Request<pb::BridgeRequestRequest>,
+    ) -> Result<Response<pb::BridgeRequestResponse>, Status> {
+        self.owner_only(&request)?;
+        let r = request.into_inner();
+        let (bridge, request_id) =
+            self.bridges.request(&r.address, &r.want, &r.expect, &r.name).await.map_err(status)?;
+        Ok(Response::new(pb::BridgeRequestResponse { bridge: Some(bridge_to_pb(bridge, 0)), request_id }))
+    }
+
+    async fn bridge_pending(
+        &self,
+        request: Request<pb::BridgePendingRequest>,
+    ) -> Result<Response<pb::BridgePendingResponse>, Status> {
+        self.owner_only(&request)?;
+        let requests = self.bridges.pending().await.map_err(status)?;
+        Ok(Response::new(pb::BridgePendingResponse {
+            requests: requests.into_iter().map(request_to_pb).collect(),
+        }))
+    }
+
+    async fn bridge_approve(
+        &self,
+        request: Request<pb::BridgeApproveRequest>,
+    ) -> Result<Response<pb::BridgeApproveResponse>, Status> {
+        self.owner_only(&request)?;
+        let r = request.into_inner();
+        let bridge = self.bridges.approve(&r.request_id, &r.allow, &r.workspaces).await.map_err(status)?;
+        Ok(Response::new(pb::BridgeApproveResponse { bridge: Some(bridge_to_pb(bridge, 0)) }))
+    }
+
+    async fn bridge_reject(
+        &self,
+        request: Request<pb::BridgeRejectRequest>,
+    ) -> Result<Response<pb::BridgeRejectResponse>, Status> {
+        self.owner_only(&request)?;
+        let rejected = self.bridges.reject(&request.into_inner().request_id).await.map_err(status)?;
+        Ok(Response::new(pb::BridgeRejectResponse { request: Some(request_to_pb(rejected)) }))
+    }
+
+    async fn bridge_revoke(
+        &self,
+        request: Request<pb::BridgeRevokeRequest>,
+    ) -> Result<Response<pb::BridgeRevokeResponse>, Status> {
+        self.owner_only(&request)?;
+        let bridge = self.bridges.revoke(&request.into_inner().bridge).await.map_err(status)?;
+        Ok(Response::new(pb::BridgeRevokeResponse { bridge: Some(bridge_to_pb(bridge, 0)) }))
+    }
+
+    async fn bridge_list(
+        &self,
+        request: Request<pb::BridgeListRequest>,
+    ) -> Result<Response<pb::BridgeListResponse>, Status> {
+        self.owner_only(&request)?;
+        let bridges = self.bridges.list().await.map_err(status)?;
+        Ok(Response::new(pb::BridgeListResponse {
+            bridges: bridges.into_iter().map(|b| bridge_to_pb(b, 0)).collect(),
+            listen: self.bridges.listen_addr(),
+        }))
+    }
+}
