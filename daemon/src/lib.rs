@@ -162,6 +162,7 @@ impl DaemonBuilder {
             config.bridge.listen,
             shutdown.clone(),
         )?;
+        bridges.attach_mailbox(mailbox.clone());
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
 
         let socket = home.socket();

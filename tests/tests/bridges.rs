@@ -222,3 +222,50 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
         Code::InvalidArgument
     );
 }
+
+#[tokio::test]
+async fn waiting_across_a_bridge_needs_wait_and_wakes_nothing() {
+    let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "read,wait", "bee").await;
+    let remote =
+        pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: t.id.clone() };
+    let wait = |timeout_ms: u32, cursors: std::collections::HashMap<String, String>| pb::ThreadWaitRequest {
+        targets: vec![remote.clone()],
+        timeout_ms: Some(timeout_ms),
+        cursors,
+    };
+    approve(&b, &request_id, "read", vec![]).await;
+    let err =
+        a.client().threads().thread_wait(wait(0, Default::default())).await.expect_err("no wait permission");
+    assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
+
+    let request_id = request(&a, &b, "read,wait", "bee").await;
+    approve(&b, &request_id, "read,wait", vec![]).await;
+    let first =
+        a.client().threads().thread_wait(wait(0, Default::default())).await.expect("check").into_inner();
+    assert!(first.timed_out);
+    let result = &first.results[0];
+    assert_eq!(result.target.as_ref().map(pb::format_ref), Some(format!("bee/{}", t.id)));
+    assert!(b.all_turns(&t.id).await.is_empty(), "waiting woke nothing");
+
+    let cursors = std::collections::HashMap::from([(format!("bee/{}", t.id), result.cursor.clone())]);
+    let waiter = {
+        let client = a.client().clone();
+        let request = wait(10_000, cursors);
+        tokio::spawn(async move { client.threads().thread_wait(request).await.map(|r| r.into_inner()) })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    b.say(&t.id, "go").await.expect("say");
+    let got = waiter.await.expect("task").expect("wait");
+    assert!(!got.timed_out);
+    assert_eq!(got.results[0].events[0].kind(), pb::EventKind::Terminal);
+
+    let mixed = pb::ThreadWaitRequest {
+        targets: vec![remote.clone(), kiki_tests::local("th_x")],
+        timeout_ms: Some(0),
+        cursors: Default::default(),
+    };
+    let err = a.client().threads().thread_wait(mixed).await.expect_err("mixed homes");
+    assert_eq!(err.code(), Code::InvalidArgument);
+}

@@ -36,8 +36,9 @@ const REQUESTS_PER_WINDOW: usize = 5;
 const REQUEST_WINDOW: Duration = Duration::from_secs(60);
 /// How long `kiki bridge list` waits for each peer's answer.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a remote call may take before it is reported as a link error.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a remote call may take before it is reported as a link error: a ThreadWait
+/// may legitimately be held for up to 60 s.
+const CALL_TIMEOUT: Duration = Duration::from_secs(75);
 
 #[derive(Clone)]
 pub struct Bridges {
@@ -50,6 +51,8 @@ struct Inner {
     endpoint: BridgeEndpoint,
     /// Open connections to peers we dialed, by peer home id.
     connections: tokio::sync::Mutex<HashMap<String, PeerConnection>>,
+    /// Set once at start (the mailbox and the bridges refer to each other).
+    mailbox: std::sync::OnceLock<crate::mailbox::Mailbox>,
     /// Serialises pairing decisions so two racing approvals cannot both apply.
     decisions: tokio::sync::Mutex<()>,
 }
@@ -121,6 +124,7 @@ impl Bridges {
                 threads,
                 endpoint,
                 connections: tokio::sync::Mutex::new(HashMap::new()),
+                mailbox: std::sync::OnceLock::new(),
                 decisions: tokio::sync::Mutex::new(()),
             }),
         };
@@ -155,6 +159,11 @@ impl Bridges {
         Ok(bridges)
     }
 
+    /// Lets peers wait on this home's threads through `mailbox`.
+    pub fn attach_mailbox(&self, mailbox: crate::mailbox::Mailbox) {
+        let _ = self.inner.mailbox.set(mailbox);
+    }
+
     /// The address the QUIC endpoint is bound to.
     pub fn listen_addr(&self) -> String {
         self.inner.endpoint.local_addr().map(|a| a.to_string()).unwrap_or_default()
@@ -169,6 +178,7 @@ impl Bridges {
             Some(Call::Ping(_)) => self.ping_reply(peer).await.map(Reply::Ping),
             Some(Call::ThreadList(request)) => self.serve_list(peer, request).await.map(Reply::ThreadList),
             Some(Call::ThreadRead(request)) => self.serve_read(peer, request).await.map(Reply::ThreadRead),
+            Some(Call::ThreadWait(request)) => self.serve_wait(peer, request).await.map(Reply::ThreadWait),
             None => return wire_error("invalid_argument", "empty call"),
         };
         match result {
@@ -291,6 +301,34 @@ impl Bridges {
         )
         .await
         .map_err(Rejection::Daemon)
+    }
+
+    /// ThreadWait for a peer: needs `wait`, stays inside the scope, never wakes anything.
+    async fn serve_wait(
+        &self,
+        peer: &str,
+        request: pb::ThreadWaitRequest,
+    ) -> std::result::Result<pb::ThreadWaitResponse, Rejection> {
+        let bridge = self.granted(peer, "wait").await?;
+        if !bridge.workspaces.is_empty() {
+            for target in &request.targets {
+                let thread = self.inner.threads.get("", &target.workspace_id, &target.session_id).await?;
+                if !bridge.workspaces.contains(&thread.workspace_id) {
+                    return Err(
+                        Error::NotFound(format!("no thread {} in this home", target.session_id)).into()
+                    );
+                }
+            }
+        }
+        let Some(mailbox) = self.inner.mailbox.get() else {
+            return Err(Error::FailedPrecondition("the home is starting".into()).into());
+        };
+        let (results, timed_out) =
+            mailbox.wait(&request.targets, request.timeout_ms, &request.cursors).await?;
+        Ok(pb::ThreadWaitResponse {
+            results: results.into_iter().map(crate::grpc::wait_result_to_pb).collect(),
+            timed_out,
+        })
     }
 
     // ----- owner actions ---------------------------------------------------------------
@@ -589,6 +627,39 @@ impl Bridges {
             _ => None,
         })
         .await
+    }
+
+    /// ThreadWait on threads behind `host` (all targets on that one home). Cursor keys and
+    /// result targets are translated between `HOST/SESSION` here and `SESSION` there.
+    pub async fn wait_remote(
+        &self,
+        host: &str,
+        targets: &[pb::ThreadRef],
+        timeout_ms: Option<u32>,
+        cursors: &HashMap<String, String>,
+    ) -> Result<pb::ThreadWaitResponse> {
+        let local_targets: Vec<pb::ThreadRef> =
+            targets.iter().map(|t| pb::ThreadRef { host_id: String::new(), ..t.clone() }).collect();
+        let cursors: HashMap<String, String> = cursors
+            .iter()
+            .map(|(key, cursor)| {
+                let session = key.rsplit_once('/').map(|(_, s)| s).unwrap_or(key);
+                (session.to_string(), cursor.clone())
+            })
+            .collect();
+        let request = pb::ThreadWaitRequest { targets: local_targets, timeout_ms, cursors };
+        let mut answer = self
+            .remote(host, Call::ThreadWait(request), |r| match r {
+                Reply::ThreadWait(answer) => Some(answer),
+                _ => None,
+            })
+            .await?;
+        for result in &mut answer.results {
+            if let Some(target) = result.target.as_mut() {
+                target.host_id = host.to_string();
+            }
+        }
+        Ok(answer)
     }
 
     /// ThreadRead of a thread behind `host`.

@@ -130,6 +130,22 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         request: Request<pb::ThreadWaitRequest>,
     ) -> Result<Response<pb::ThreadWaitResponse>, Status> {
         let r = request.into_inner();
+        let hosts: Vec<&str> = r.targets.iter().map(|t| t.host_id.as_str()).collect();
+        if let Some(host) = hosts.iter().find(|h| self.threads.resolve_host(h).is_err()) {
+            if hosts.iter().any(|h| h != host) {
+                return Err(status(Error::invalid(
+                    "targets",
+                    "must all be on one home: this one, or the same bridge",
+                )));
+            }
+            let host = host.to_string();
+            let answer = self
+                .bridges
+                .wait_remote(&host, &r.targets, r.timeout_ms, &r.cursors)
+                .await
+                .map_err(status)?;
+            return Ok(Response::new(answer));
+        }
         let (results, timed_out) =
             self.mailbox.wait(&r.targets, r.timeout_ms, &r.cursors).await.map_err(status)?;
         Ok(Response::new(pb::ThreadWaitResponse {
