@@ -14,6 +14,7 @@
 //!
 //! [bridge]
 //! listen = "127.0.0.1:0"        # the QUIC endpoint for bridges (port 0: any free port)
+//! retry_window = "15m"          # unacknowledged cross-home sends expire after this
 //!
 //! [mailbox]
 //! delivery_wait = "3s"          # ThreadSend answers `pending` after this
@@ -87,11 +88,18 @@ pub struct BridgeConfig {
     /// and `kiki bridge list` show the real address). Default `127.0.0.1:0`; use a routable
     /// address for homes on other machines.
     pub listen: std::net::SocketAddr,
+    /// How long a cross-home send that the target has not acknowledged keeps being retried
+    /// (with its original key) before it becomes `expired`. Default `15m`.
+    #[serde(with = "duration")]
+    pub retry_window: Duration,
 }
 
 impl Default for BridgeConfig {
     fn default() -> Self {
-        Self { listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)) }
+        Self {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            retry_window: Duration::from_secs(15 * 60),
+        }
     }
 }
 

@@ -158,10 +158,11 @@ impl DaemonBuilder {
         let bridges = bridges::Bridges::start(
             store.clone(),
             threads.clone(),
+            config.clone(),
             &identity.key().serialize_pem(),
-            config.bridge.listen,
             shutdown.clone(),
-        )?;
+        )
+        .await?;
         bridges.attach_mailbox(mailbox.clone());
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
 
@@ -185,6 +186,7 @@ impl DaemonBuilder {
             let stopped = stopped.clone();
             let info = info.clone();
             tokio::spawn(async move {
+                let endpoint = bridges.clone();
                 let serving = grpc::serve(
                     listener,
                     threads,
@@ -204,6 +206,9 @@ impl DaemonBuilder {
                     },
                     () = grace => warn!(grace = ?SHUTDOWN_GRACE, "calls still in flight after the grace period; closing them"),
                 }
+                info!("closing the bridge endpoint");
+                endpoint.close().await;
+                drop(endpoint);
                 info!("stopped accepting calls; stopping turns");
                 runner.shutdown().await;
                 info!("closing the store");

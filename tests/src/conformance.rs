@@ -228,6 +228,7 @@ fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMes
         key_scope: scope.into(),
         key: key.into(),
         request_hash: hash.into(),
+        wake: true,
         now: 10,
     }
 }

@@ -269,3 +269,165 @@ async fn waiting_across_a_bridge_needs_wait_and_wakes_nothing() {
     let err = a.client().threads().thread_wait(mixed).await.expect_err("mixed homes");
     assert_eq!(err.code(), Code::InvalidArgument);
 }
+
+fn remote_send(host: &str, session: &str, content: &str, key: &str) -> pb::ThreadSendRequest {
+    pb::ThreadSendRequest {
+        target: Some(pb::ThreadRef {
+            host_id: host.into(),
+            workspace_id: String::new(),
+            session_id: session.into(),
+        }),
+        content: content.into(),
+        idempotency_key: key.into(),
+        ..Default::default()
+    }
+}
+
+async fn receipts(home: &TestHome, bridge: &str) -> Vec<pb::Receipt> {
+    let request = pb::BridgeReceiptsRequest { bridge: bridge.into() };
+    home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner().receipts
+}
+
+/// A home whose threads accept peer messages, listening on a fixed free port (so a restart
+/// keeps its address), with the given retry window for its own sends.
+async fn open_home_with(retry_window: std::time::Duration) -> TestHome {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+    TestHome::builder()
+        .config(move |c| {
+            c.thread_communication.enabled = Some(true);
+            c.bridge.listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            c.bridge.retry_window = retry_window;
+        })
+        .start()
+        .await
+}
+
+async fn open_home() -> TestHome {
+    open_home_with(std::time::Duration::from_secs(60)).await
+}
+
+#[tokio::test]
+async fn a_send_with_send_and_wake_is_delivered_once_and_attributed_to_the_source_home() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "send,wake", "bee").await;
+    approve(&b, &request_id, "send,wake", vec![]).await;
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "over the bridge", "k1")).await;
+    let sent = sent.expect("send").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Delivered);
+    let again = a.client().threads().thread_send(remote_send("bee", &t.id, "over the bridge", "k1")).await;
+    let again = again.expect("replay").into_inner();
+    assert_eq!((again.message_id.as_str(), again.replayed), (sent.message_id.as_str(), true));
+    let conflict = a.client().threads().thread_send(remote_send("bee", &t.id, "other", "k1")).await;
+    assert_eq!(conflict.expect_err("conflict").code(), Code::AlreadyExists);
+
+    let turns = b.wait_turns(&t.id, 1).await;
+    assert_eq!(turns[0].output, "echo: over the bridge");
+    let source = turns[0].inputs[0].source.clone().expect("attributed");
+    assert_eq!(source.host_id, home_id(&a).await, "the target records the source home from TLS");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(b.all_turns(&t.id).await.len(), 1, "delivered exactly once");
+
+    let outbound = receipts(&a, "bee").await;
+    assert_eq!(outbound.len(), 1);
+    assert_eq!((outbound[0].direction.as_str(), outbound[0].status.as_str()), ("outbound", "delivered"));
+    let inbound = receipts(&b, &home_id(&a).await).await;
+    // The replay was answered from the source's outbox: the target saw one send.
+    assert_eq!(inbound.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(), ["delivered"]);
+}
+
+#[tokio::test]
+async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "send", "bee").await;
+    approve(&b, &request_id, "send", vec![]).await;
+    let sent =
+        a.client().threads().thread_send(remote_send("bee", &t.id, "no wake", "k")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(b.all_turns(&t.id).await.is_empty(), "no turn was started for it");
+    b.say(&t.id, "the user speaks").await.expect("say");
+    let turns = b.wait_turns(&t.id, 1).await;
+    assert_eq!(
+        turns[0].output, "echo: no wake\necho: the user speaks",
+        "the next turn takes it, in queue order"
+    );
+}
+
+#[tokio::test]
+async fn refusals_are_final_with_reasons_in_receipts() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "read,send", "bee").await;
+    let bridge = approve(&b, &request_id, "read", vec![]).await;
+    let denied =
+        a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k1")).await.expect("answered");
+    let denied = denied.into_inner();
+    assert_eq!(
+        (denied.status(), denied.reason.as_str()),
+        (pb::SendStatus::Undeliverable, "permission_denied")
+    );
+
+    let request_id = request(&a, &b, "read,send", "bee").await;
+    approve(&b, &request_id, "read,send", vec![]).await;
+    let missing =
+        a.client().threads().thread_send(remote_send("bee", "th_nope", "x", "k2")).await.expect("answered");
+    assert_eq!(missing.into_inner().reason, "thread_not_found");
+    b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
+    let revoked =
+        a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k3")).await.expect("answered");
+    assert_eq!(revoked.into_inner().reason, "bridge_revoked");
+
+    let reasons: Vec<String> =
+        receipts(&a, "bee").await.into_iter().map(|r| format!("{}:{}", r.status, r.reason)).collect();
+    assert_eq!(
+        reasons,
+        ["rejected:permission_denied", "rejected:thread_not_found", "rejected:bridge_revoked"]
+    );
+    let inbound = receipts(&b, &home_id(&a).await).await;
+    assert!(inbound.iter().all(|r| r.status == "rejected"), "{inbound:?}");
+    assert!(b.all_turns(&t.id).await.is_empty(), "nothing reached the thread");
+}
+
+/// The target is down for less than the retry window: the message is delivered, once,
+/// after it comes back.
+#[tokio::test]
+async fn a_send_survives_a_short_outage_of_the_target() {
+    let (a, mut b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "send,wake", "bee").await;
+    approve(&b, &request_id, "send,wake", vec![]).await;
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "while you were out", "k")).await;
+    assert_eq!(sent.expect("durable at the source").into_inner().status(), pb::SendStatus::Pending);
+    b.restart().await;
+    let turns = b.wait_turns(&t.id, 1).await;
+    assert_eq!(turns[0].output, "echo: while you were out");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(b.all_turns(&t.id).await.len(), 1, "once");
+}
+
+/// The target stays away longer than the retry window: the message expires.
+#[tokio::test]
+async fn a_send_expires_after_the_retry_window() {
+    let (a, b) = (open_home_with(std::time::Duration::from_secs(2)).await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "send,wake", "bee").await;
+    approve(&b, &request_id, "send,wake", vec![]).await;
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    let sent =
+        a.client().threads().thread_send(remote_send("bee", &t.id, "too late", "k")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending);
+    let expired = kiki_tests::eventually("the send to expire", || async {
+        receipts(&a, "bee").await.into_iter().find(|r| r.status == "expired")
+    })
+    .await;
+    assert!(expired.attempts >= 1);
+    let replay =
+        a.client().threads().thread_send(remote_send("bee", &t.id, "too late", "k")).await.expect("replay");
+    let replay = replay.into_inner();
+    assert_eq!((replay.status(), replay.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
+}

@@ -24,6 +24,11 @@ use pb::bridge_reply::Reply;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+mod outbox;
+
+pub use outbox::backoff;
+
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, BridgeRequestRecord, Store};
 use crate::threads::{Threads, new_id};
@@ -49,6 +54,7 @@ struct Inner {
     store: Arc<dyn Store>,
     threads: Threads,
     endpoint: BridgeEndpoint,
+    config: Arc<Config>,
     /// Open connections to peers we dialed, by peer home id.
     connections: tokio::sync::Mutex<HashMap<String, PeerConnection>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
@@ -108,26 +114,42 @@ fn from_wire(host: &str, e: pb::WireError) -> Error {
 
 impl Bridges {
     /// Binds the home's QUIC endpoint and starts answering peers until `stop`.
-    pub fn start(
+    pub async fn start(
         store: Arc<dyn Store>,
         threads: Threads,
+        config: Arc<Config>,
         key_pem: &str,
-        listen: SocketAddr,
         stop: CancellationToken,
     ) -> std::result::Result<Self, kiki_bridge::EndpointError> {
+        let listen = config.bridge.listen;
         let identity = BridgeIdentity::from_key_pem(key_pem)
             .map_err(|e| kiki_bridge::EndpointError::QuicTls(e.to_string()))?;
-        let endpoint = BridgeEndpoint::bind(listen, identity)?;
+        // A fixed port may still be held for a moment by this home's previous endpoint.
+        let mut tries = 0;
+        let endpoint = loop {
+            match BridgeEndpoint::bind(listen, identity.clone()) {
+                Ok(endpoint) => break endpoint,
+                Err(kiki_bridge::EndpointError::Bind { source, .. })
+                    if source.kind() == std::io::ErrorKind::AddrInUse && tries < 40 =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let bridges = Self {
             inner: Arc::new(Inner {
                 store,
                 threads,
                 endpoint,
+                config,
                 connections: tokio::sync::Mutex::new(HashMap::new()),
                 mailbox: std::sync::OnceLock::new(),
                 decisions: tokio::sync::Mutex::new(()),
             }),
         };
+        tokio::spawn(bridges.clone().run_outbox(stop.clone()));
         let accepting = bridges.clone();
         tokio::spawn(async move {
             loop {
@@ -159,6 +181,12 @@ impl Bridges {
         Ok(bridges)
     }
 
+    /// Closes every bridge connection and the endpoint (shutdown).
+    pub async fn close(&self) {
+        self.inner.connections.lock().await.clear();
+        self.inner.endpoint.close().await;
+    }
+
     /// Lets peers wait on this home's threads through `mailbox`.
     pub fn attach_mailbox(&self, mailbox: crate::mailbox::Mailbox) {
         let _ = self.inner.mailbox.set(mailbox);
@@ -179,6 +207,7 @@ impl Bridges {
             Some(Call::ThreadList(request)) => self.serve_list(peer, request).await.map(Reply::ThreadList),
             Some(Call::ThreadRead(request)) => self.serve_read(peer, request).await.map(Reply::ThreadRead),
             Some(Call::ThreadWait(request)) => self.serve_wait(peer, request).await.map(Reply::ThreadWait),
+            Some(Call::ThreadSend(request)) => Ok(Reply::ThreadSend(self.serve_send(peer, request).await)),
             None => return wire_error("invalid_argument", "empty call"),
         };
         match result {

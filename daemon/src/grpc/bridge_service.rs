@@ -123,4 +123,13 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
             listen: self.bridges.listen_addr(),
         }))
     }
+
+    async fn bridge_receipts(
+        &self,
+        request: Request<pb::BridgeReceiptsRequest>,
+    ) -> Result<Response<pb::BridgeReceiptsResponse>, Status> {
+        self.owner_only(&request)?;
+        let receipts = self.bridges.receipts(&request.into_inner().bridge).await.map_err(status)?;
+        Ok(Response::new(pb::BridgeReceiptsResponse { receipts }))
+    }
 }

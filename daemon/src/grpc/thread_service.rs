@@ -108,11 +108,25 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             return Err(status(Error::invalid("mentions", "only for room sends")));
         }
         let target = target(r.target)?;
-        let sent = self
-            .mailbox
-            .send(caller.as_ref(), &target, &r.content, &r.idempotency_key)
-            .await
-            .map_err(status)?;
+        let sent = if self.threads.resolve_host(&target.host_id).is_err() {
+            let source = self.mailbox.sender(caller.as_ref()).await.map_err(status)?;
+            let source_thread = source.map(|s| s.thread_id);
+            self.bridges
+                .send_remote(
+                    source_thread,
+                    &target.host_id,
+                    &target.session_id,
+                    &r.content,
+                    &r.idempotency_key,
+                )
+                .await
+                .map_err(status)?
+        } else {
+            self.mailbox
+                .send(caller.as_ref(), &target, &r.content, &r.idempotency_key)
+                .await
+                .map_err(status)?
+        };
         Ok(Response::new(pb::ThreadSendResponse {
             message_id: sent.message_id,
             status: match sent.status {
@@ -121,6 +135,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
                 MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
             } as i32,
             replayed: sent.replayed,
+            reason: sent.reason,
         }))
     }
 

@@ -59,6 +59,20 @@ pub struct Sent {
     pub message_id: String,
     pub status: MessageStatus,
     pub replayed: bool,
+    /// Why an undeliverable message was not delivered.
+    pub reason: String,
+}
+
+/// A send ready to commit: target resolved, limits and switches checked.
+pub struct Delivery<'a> {
+    pub thread: ThreadRecord,
+    pub source: Option<SourceRef>,
+    /// Idempotency scope: the source thread (prefixed by its home for bridged sends).
+    pub scope: String,
+    pub content: &'a str,
+    pub key: &'a str,
+    /// False for a bridge without `wake`.
+    pub wake: bool,
 }
 
 /// One target's answer to ThreadWait.
@@ -98,20 +112,38 @@ impl Mailbox {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, KEY_MAX_CHARS)?;
         let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;
-        let source = match caller {
-            Some(caller) => {
-                let sender = self.threads.get("", "", &caller.thread_id).await?;
-                switches::communication(&self.config, &sender)
-                    .map_err(|why| Error::PermissionDenied(format!("ThreadSend refused: {why}")))?;
-                Some(SourceRef { host_id: String::new(), thread_id: caller.thread_id.clone() })
-            }
-            None => None,
-        };
+        let source = self.sender(caller).await?;
         let scope = source.as_ref().map(|s| s.thread_id.clone()).unwrap_or_default();
-        let request_hash = request_hash(&thread.id, content);
+        if source.is_some() {
+            switches::communication(&self.config, &thread).map_err(|why| {
+                Error::FailedPrecondition(format!("communication_disabled: the target cannot receive: {why}"))
+            })?;
+        }
+        self.deliver(Delivery { thread, source, scope, content, key, wake: true }).await
+    }
 
+    /// The verified source of a send: the caller's thread, whose communication switch must
+    /// be on; `None` for external clients.
+    pub async fn sender(&self, caller: Option<&TurnCaller>) -> Result<Option<SourceRef>> {
+        let Some(caller) = caller else { return Ok(None) };
+        let sender = self.threads.get("", "", &caller.thread_id).await?;
+        switches::communication(&self.config, &sender)
+            .map_err(|why| Error::PermissionDenied(format!("ThreadSend refused: {why}")))?;
+        Ok(Some(SourceRef { host_id: String::new(), thread_id: caller.thread_id.clone() }))
+    }
+
+    /// Whether `thread` may receive peer messages (for bridged sends).
+    pub fn may_receive(&self, thread: &ThreadRecord) -> Result<()> {
+        switches::communication(&self.config, thread).map_err(Error::FailedPrecondition)
+    }
+
+    /// Commits a validated send (or finds the original one for its key) and waits, boundedly,
+    /// for its delivery. Shared by local sends and sends arriving over bridges.
+    pub async fn deliver(&self, d: Delivery<'_>) -> Result<Sent> {
+        let thread = d.thread;
+        let request_hash = request_hash(&thread.id, d.content);
         // Replays answer from a read: no write, no fsync.
-        if let Some(found) = self.store.find_key(&scope, key).await? {
+        if let Some(found) = self.store.find_key(&d.scope, d.key).await? {
             return self.replay(&found.message_id, found.request_hash == request_hash).await;
         }
         if thread.archived {
@@ -120,19 +152,15 @@ impl Mailbox {
                 thread.id
             )));
         }
-        if source.is_some() {
-            switches::communication(&self.config, &thread).map_err(|why| {
-                Error::FailedPrecondition(format!("communication_disabled: the target cannot receive: {why}"))
-            })?;
-        }
         let message = NewMessage {
             id: new_id("msg"),
             target_thread: thread.id.clone(),
-            source,
-            content: content.to_string(),
-            key_scope: scope,
-            key: key.to_string(),
+            source: d.source,
+            content: d.content.to_string(),
+            key_scope: d.scope,
+            key: d.key.to_string(),
             request_hash,
+            wake: d.wake,
             now: now_ms(),
         };
         // Subscribe before the message can be delivered, so the delivery is not missed.
@@ -148,14 +176,26 @@ impl Mailbox {
                 )));
             }
         };
-        self.runner.kick(&thread.id);
+        if d.wake {
+            self.runner.kick(&thread.id);
+        }
         let deadline = Instant::now() + self.config.mailbox.delivery_wait;
         loop {
             if self.is_delivered(&message_id).await? {
-                return Ok(Sent { message_id, status: MessageStatus::Delivered, replayed: false });
+                return Ok(Sent {
+                    message_id,
+                    status: MessageStatus::Delivered,
+                    replayed: false,
+                    reason: String::new(),
+                });
             }
             if !self.park(&subscription, deadline).await {
-                return Ok(Sent { message_id, status: MessageStatus::Pending, replayed: false });
+                return Ok(Sent {
+                    message_id,
+                    status: MessageStatus::Pending,
+                    replayed: false,
+                    reason: String::new(),
+                });
             }
         }
     }
@@ -177,7 +217,7 @@ impl Mailbox {
             .message(message_id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("message {message_id} is gone")))?;
-        Ok(Sent { message_id: message.id, status: message.status, replayed: true })
+        Ok(Sent { message_id: message.id, status: message.status, replayed: true, reason: message.reason })
     }
 
     /// ThreadWait on threads of this home.
@@ -305,6 +345,11 @@ impl Mailbox {
         // Messages held back while it was off may be deliverable now.
         self.runner.kick(&thread.id);
         Ok(updated)
+    }
+
+    /// Wakes callers parked on `thread` (an event was logged for it elsewhere).
+    pub fn notify(&self, thread: &str) {
+        self.signals.notify(thread);
     }
 
     /// Archive/unarchive with the events and wake-ups they cause.

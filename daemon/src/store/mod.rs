@@ -199,7 +199,44 @@ pub struct NewMessage {
     pub key: String,
     /// Hash of target and content; the same key with another hash is a conflict.
     pub request_hash: String,
+    /// False for a bridge without `wake`: the message waits for a turn started by
+    /// something else instead of starting one.
+    pub wake: bool,
     pub now: Millis,
+}
+
+/// A cross-home send on the source side (see migration 0004).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRecord {
+    pub id: String,
+    pub bridge_id: String,
+    pub peer_home_id: String,
+    pub target_session: String,
+    pub source_thread: Option<String>,
+    pub content: String,
+    pub key_scope: String,
+    pub key: String,
+    pub request_hash: String,
+    /// pending, accepted, delivered, rejected or expired.
+    pub status: String,
+    pub reason: String,
+    pub remote_message_id: String,
+    pub attempts: i64,
+    pub next_attempt_at: Millis,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// A bridged send as the target recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiptRecord {
+    pub peer_home_id: String,
+    pub key: String,
+    pub message_id: String,
+    pub target: String,
+    pub status: String,
+    pub reason: String,
+    pub at: Millis,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -459,6 +496,19 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<()>;
     async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>>;
     async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>>;
+
+    /// Stores a new outbox entry; if its (peer, scope, key) exists, returns that entry instead.
+    async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
+    /// Saves an entry's new state, with an event (e.g. `undeliverable`) in the same
+    /// transaction.
+    async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;
+    /// Pending entries due at `now`, oldest first.
+    async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
+    async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>>;
+    /// Makes every pending entry for `peer` due now (the link answered again).
+    async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
+    async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
+    async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>>;
 
     /// Flushes and closes; later calls fail.
     async fn close(&self);

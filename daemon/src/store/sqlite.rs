@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "threads", include_str!("migrations/sqlite/0001_threads.sql")),
     (2, "mailbox", include_str!("migrations/sqlite/0002_mailbox.sql")),
     (3, "bridges", include_str!("migrations/sqlite/0003_bridges.sql")),
+    (4, "outbox", include_str!("migrations/sqlite/0004_outbox.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -153,6 +154,30 @@ impl SqliteStore {
             })
             .collect()
     }
+}
+
+const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
+     request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at";
+
+fn outbox_from(row: &SqliteRow) -> StoreResult<OutboxRecord> {
+    Ok(OutboxRecord {
+        id: row.try_get("id").map_err(backend)?,
+        bridge_id: row.try_get("bridge_id").map_err(backend)?,
+        peer_home_id: row.try_get("peer_home_id").map_err(backend)?,
+        target_session: row.try_get("target_session").map_err(backend)?,
+        source_thread: row.try_get("source_thread").map_err(backend)?,
+        content: row.try_get("content").map_err(backend)?,
+        key_scope: row.try_get("key_scope").map_err(backend)?,
+        key: row.try_get("key").map_err(backend)?,
+        request_hash: row.try_get("request_hash").map_err(backend)?,
+        status: row.try_get("status").map_err(backend)?,
+        reason: row.try_get("reason").map_err(backend)?,
+        remote_message_id: row.try_get("remote_message_id").map_err(backend)?,
+        attempts: row.try_get("attempts").map_err(backend)?,
+        next_attempt_at: row.try_get("next_attempt_at").map_err(backend)?,
+        created_at: row.try_get("created_at").map_err(backend)?,
+        updated_at: row.try_get("updated_at").map_err(backend)?,
+    })
 }
 
 /// `"a,b"` → `["a", "b"]`; `""` → `[]`.
@@ -362,7 +387,7 @@ async fn accept_batch(
     .await
     .map_err(backend)?;
     sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread, created_at) ",
+        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread, created_at, wake) ",
     )
     .push_values(&accepted, |mut row, m| {
         row.push_bind(format!("in_{}", m.id))
@@ -372,7 +397,8 @@ async fn accept_batch(
             .push_bind(&m.id)
             .push_bind(source_host(m))
             .push_bind(source_thread(m))
-            .push_bind(m.now);
+            .push_bind(m.now)
+            .push_bind(m.wake);
     })
     .build()
     .execute(&mut *conn)
@@ -576,7 +602,7 @@ impl Store for SqliteStore {
             return Ok(None);
         };
         let rows = sqlx::query(
-            "SELECT id, kind, content, message_id, source_host, source_thread, created_at
+            "SELECT id, kind, content, message_id, source_host, source_thread, created_at, wake
              FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL) ORDER BY seq",
         )
         .bind(thread_id)
@@ -584,7 +610,9 @@ impl Store for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
-        if rows.is_empty() {
+        let wakes: bool = rows.iter().any(|row| row.try_get::<bool, _>("wake").unwrap_or(true));
+        if !wakes {
+            // Nothing here may start a turn by itself; it waits for one that starts.
             return Ok(None);
         }
         let inputs = rows.iter().map(input_from).collect::<StoreResult<Vec<_>>>()?;
@@ -709,7 +737,7 @@ impl Store for SqliteStore {
     async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>> {
         sqlx::query_scalar(
             "SELECT DISTINCT i.thread_id FROM inputs i JOIN threads t ON t.id = i.thread_id
-             WHERE i.turn_id IS NULL AND t.running = 0",
+             WHERE i.turn_id IS NULL AND i.wake = 1 AND t.running = 0",
         )
         .fetch_all(&self.reader)
         .await
@@ -992,6 +1020,145 @@ impl Store for SqliteStore {
                 })
             })
             .collect()
+    }
+
+    async fn outbox_insert(&self, e: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        let existing = sqlx::query(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE peer_home_id = ? AND key_scope = ? AND key = ?"
+        ))
+        .bind(&e.peer_home_id)
+        .bind(&e.key_scope)
+        .bind(&e.key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if let Some(row) = existing {
+            return Ok(Some(outbox_from(&row)?));
+        }
+        sqlx::query(&format!(
+            "INSERT INTO outbox ({OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        ))
+        .bind(&e.id)
+        .bind(&e.bridge_id)
+        .bind(&e.peer_home_id)
+        .bind(&e.target_session)
+        .bind(&e.source_thread)
+        .bind(&e.content)
+        .bind(&e.key_scope)
+        .bind(&e.key)
+        .bind(&e.request_hash)
+        .bind(&e.status)
+        .bind(&e.reason)
+        .bind(&e.remote_message_id)
+        .bind(e.attempts)
+        .bind(e.next_attempt_at)
+        .bind(e.created_at)
+        .bind(e.updated_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(None)
+    }
+
+    async fn outbox_update(&self, e: &OutboxRecord, ev: Option<&EventRecord>) -> StoreResult<()> {
+        let mut tx = self.writer.begin().await.map_err(backend)?;
+        sqlx::query(
+            "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?, next_attempt_at = ?,
+                 updated_at = ? WHERE id = ?",
+        )
+        .bind(&e.status)
+        .bind(&e.reason)
+        .bind(&e.remote_message_id)
+        .bind(e.attempts)
+        .bind(e.next_attempt_at)
+        .bind(e.updated_at)
+        .bind(&e.id)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if let Some(ev) = ev {
+            insert_event(&mut tx, ev).await?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(())
+    }
+
+    async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' AND next_attempt_at <= ?
+             ORDER BY next_attempt_at LIMIT ?"
+        ))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)?;
+        rows.iter().map(outbox_from).collect()
+    }
+
+    async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE bridge_id = ? ORDER BY created_at, id"
+        ))
+        .bind(bridge_id)
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)?;
+        rows.iter().map(outbox_from).collect()
+    }
+
+    async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()> {
+        sqlx::query("UPDATE outbox SET next_attempt_at = ? WHERE peer_home_id = ? AND status = 'pending' AND next_attempt_at > ?")
+            .bind(now)
+            .bind(peer)
+            .bind(now)
+            .execute(&self.writer)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn add_receipt(&self, r: &ReceiptRecord) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&r.peer_home_id)
+        .bind(&r.key)
+        .bind(&r.message_id)
+        .bind(&r.target)
+        .bind(&r.status)
+        .bind(&r.reason)
+        .bind(r.at)
+        .execute(&self.writer)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>> {
+        let rows: Vec<(String, String, String, String, String, String, i64)> = sqlx::query_as(
+            "SELECT peer_home_id, key, message_id, target, status, reason, at FROM bridge_receipts
+             WHERE peer_home_id = ? ORDER BY seq",
+        )
+        .bind(peer)
+        .fetch_all(&self.reader)
+        .await
+        .map_err(backend)?;
+        Ok(rows
+            .into_iter()
+            .map(|(peer_home_id, key, message_id, target, status, reason, at)| ReceiptRecord {
+                peer_home_id,
+                key,
+                message_id,
+                target,
+                status,
+                reason,
+                at,
+            })
+            .collect())
     }
 
     async fn close(&self) {

@@ -1,0 +1,419 @@
+//! Cross-home ThreadSend: the target's acceptance, and the source's transactional outbox.
+//!
+//! The source commits the send to its outbox before answering (so it survives `kill -9`),
+//! tries to ship it at once, and otherwise a worker retries it with the original key —
+//! jittered exponential backoff capped at 30 s, reset as soon as the peer answers — until
+//! `[bridge] retry_window` runs out (`expired`). The target deduplicates by (source home,
+//! source thread, key), so any number of retries delivers the message once. A final
+//! refusal (`permission_denied`, `bridge_revoked`, `thread_not_found`, `too_large`,
+//! `communication_disabled`, …) stops the retries, and every final failure gives the
+//! sending thread an `undeliverable` event. Both sides keep receipts.
+
+use std::time::Duration;
+
+use rand::Rng;
+use sha2::{Digest, Sha256};
+use tracing::{debug, warn};
+
+use super::*;
+use crate::mailbox::{Delivery, KEY_MAX_CHARS, Sent};
+use crate::store::{EventKind, EventRecord, MessageStatus, OutboxRecord, ReceiptRecord, SourceRef};
+use crate::threads::limits;
+
+/// The longest pause between two attempts.
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+const BACKOFF_FIRST: Duration = Duration::from_millis(250);
+/// How often the worker looks for due entries.
+const TICK: Duration = Duration::from_millis(100);
+/// How long one delivery attempt may take.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Wire codes after which retrying cannot help.
+const FINAL: &[&str] = &[
+    "permission_denied",
+    "bridge_revoked",
+    "thread_not_found",
+    "too_large",
+    "communication_disabled",
+    "invalid_argument",
+    "failed_precondition",
+];
+
+/// The pause before attempt `attempts + 1`: doubling from 250 ms, capped at 30 s, with
+/// ±20 % jitter so many sources do not retry in lockstep.
+pub fn backoff(attempts: u32) -> Duration {
+    let base = BACKOFF_FIRST.saturating_mul(1u32 << attempts.min(16)).min(BACKOFF_CAP);
+    let jitter = rand::rng().random_range(0.8..1.2);
+    base.mul_f64(jitter).min(BACKOFF_CAP)
+}
+
+fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
+    let mut hash = Sha256::new();
+    for part in [peer, target, content] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// How a finished outbox entry answers its sender.
+fn sent_of(entry: &OutboxRecord, replayed: bool) -> Sent {
+    let status = match entry.status.as_str() {
+        "delivered" => MessageStatus::Delivered,
+        "pending" | "accepted" => MessageStatus::Pending,
+        _ => MessageStatus::Undeliverable,
+    };
+    Sent { message_id: entry.id.clone(), status, replayed, reason: entry.reason.clone() }
+}
+
+impl Bridges {
+    // ----- target side -----------------------------------------------------------------
+
+    /// A send arriving from `peer`: checked against the bridge, deduplicated by key,
+    /// delivered into a prompt only with `wake`. Every outcome is a receipt.
+    pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
+        let result = self.accept_from(peer, &call).await;
+        let (response, status, reason) = match result {
+            Ok(sent) => {
+                let status = if sent.replayed { "replayed" } else { sent.status.as_str() };
+                let status = status.to_string();
+                let reason = sent.reason.clone();
+                (
+                    pb::ThreadSendResponse {
+                        message_id: sent.message_id,
+                        status: send_status(sent.status) as i32,
+                        replayed: sent.replayed,
+                        reason: sent.reason,
+                    },
+                    status,
+                    reason,
+                )
+            }
+            Err((code, message)) => {
+                debug!(peer, code, %message, "bridged send refused");
+                (
+                    pb::ThreadSendResponse {
+                        message_id: String::new(),
+                        status: pb::SendStatus::Undeliverable as i32,
+                        replayed: false,
+                        reason: code.to_string(),
+                    },
+                    "rejected".to_string(),
+                    code.to_string(),
+                )
+            }
+        };
+        let receipt = ReceiptRecord {
+            peer_home_id: peer.to_string(),
+            key: call.idempotency_key.clone(),
+            message_id: response.message_id.clone(),
+            target: call.target_session.clone(),
+            status,
+            reason,
+            at: now_ms(),
+        };
+        if let Err(e) = self.inner.store.add_receipt(&receipt).await {
+            warn!(error = %e, "cannot record a bridge receipt");
+        }
+        response
+    }
+
+    async fn accept_from(
+        &self,
+        peer: &str,
+        call: &pb::BridgeSendCall,
+    ) -> std::result::Result<Sent, (&'static str, String)> {
+        let bridge = match self.granted(peer, "send").await {
+            Ok(bridge) => bridge,
+            Err(Rejection::Wire(code, message)) => return Err((code, message)),
+            Err(Rejection::Daemon(e)) => return Err(("internal", e.to_string())),
+        };
+        let chars = call.content.chars().count();
+        if chars > limits::CONTENT_MAX_CHARS {
+            return Err((
+                "too_large",
+                format!("content is {chars} characters; at most {}", limits::CONTENT_MAX_CHARS),
+            ));
+        }
+        if call.content.is_empty()
+            || call.idempotency_key.is_empty()
+            || call.idempotency_key.chars().count() > KEY_MAX_CHARS
+        {
+            return Err(("invalid_argument", "content and a key of 1-256 characters are required".into()));
+        }
+        let thread = match self.inner.threads.get("", "", &call.target_session).await {
+            Ok(t) if bridge.workspaces.is_empty() || bridge.workspaces.contains(&t.workspace_id) => t,
+            _ => return Err(("thread_not_found", format!("no thread {} in this home", call.target_session))),
+        };
+        let Some(mailbox) = self.inner.mailbox.get() else {
+            return Err(("failed_precondition", "the home is starting".into()));
+        };
+        mailbox.may_receive(&thread).map_err(|e| ("communication_disabled", e.to_string()))?;
+        let source_thread = (!call.source_thread.is_empty()).then(|| call.source_thread.clone());
+        let delivery = Delivery {
+            thread,
+            source: Some(SourceRef {
+                host_id: peer.to_string(),
+                thread_id: source_thread.clone().unwrap_or_default(),
+            }),
+            // Keys are the sender's: scoped by its home and thread, they never collide.
+            scope: format!("{peer}/{}", call.source_thread),
+            content: &call.content,
+            key: &call.idempotency_key,
+            wake: bridge.permissions.iter().any(|p| p == "wake"),
+        };
+        mailbox.deliver(delivery).await.map_err(|e| match e {
+            Error::Conflict(m) => ("invalid_argument", m),
+            Error::FailedPrecondition(m) => ("failed_precondition", m),
+            other => ("internal", other.to_string()),
+        })
+    }
+
+    // ----- source side -----------------------------------------------------------------
+
+    /// ThreadSend to `target_session` behind `host`, from `source_thread` (or an external
+    /// client): durable in the outbox before it answers, shipped at once if the link allows.
+    pub async fn send_remote(
+        &self,
+        source_thread: Option<String>,
+        host: &str,
+        target_session: &str,
+        content: &str,
+        key: &str,
+    ) -> Result<Sent> {
+        limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
+        limits::text("idempotency_key", key, KEY_MAX_CHARS)?;
+        let bridge = self.outbound(host).await?;
+        if bridge.state == "revoked" {
+            return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
+        }
+        let now = now_ms();
+        let wait = self.inner.config.mailbox.delivery_wait;
+        let entry = OutboxRecord {
+            id: new_id("msg"),
+            bridge_id: bridge.id.clone(),
+            peer_home_id: bridge.peer_home_id.clone(),
+            target_session: target_session.to_string(),
+            source_thread: source_thread.clone(),
+            content: content.to_string(),
+            key_scope: source_thread.unwrap_or_default(),
+            key: key.to_string(),
+            request_hash: outbox_hash(&bridge.peer_home_id, target_session, content),
+            status: "pending".into(),
+            reason: String::new(),
+            remote_message_id: String::new(),
+            // The first attempt is made right here; the worker takes over afterwards.
+            attempts: 1,
+            next_attempt_at: now + wait.as_millis() as i64,
+            created_at: now,
+            updated_at: now,
+        };
+        if let Some(existing) = self.inner.store.outbox_insert(&entry).await? {
+            if existing.request_hash != entry.request_hash {
+                return Err(Error::Conflict(format!(
+                    "idempotency_key: already used for a different message ({}); reuse a key only for the same target and content",
+                    existing.id
+                )));
+            }
+            return Ok(sent_of(&existing, true));
+        }
+        let attempt = tokio::time::timeout(wait, self.ship(entry.clone(), Some(&bridge))).await;
+        match attempt {
+            Ok(Ok(shipped)) => Ok(sent_of(&shipped, false)),
+            // Durable in the outbox: the worker keeps trying.
+            _ => Ok(sent_of(&entry, false)),
+        }
+    }
+
+    /// One delivery attempt; records and returns the entry's new state.
+    async fn ship(&self, mut entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<OutboxRecord> {
+        let now = now_ms();
+        let bridge = match bridge {
+            Some(b) => b.clone(),
+            None => match self.bridge(|b| b.id == entry.bridge_id).await? {
+                Some(b) => b,
+                None => return self.finish(entry, "rejected", "bridge_removed").await,
+            },
+        };
+        if now > entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 {
+            return self.finish(entry, "expired", "expired").await;
+        }
+        let call = pb::BridgeCall {
+            call: Some(Call::ThreadSend(pb::BridgeSendCall {
+                target_session: entry.target_session.clone(),
+                content: entry.content.clone(),
+                idempotency_key: entry.key.clone(),
+                source_thread: entry.source_thread.clone().unwrap_or_default(),
+            })),
+        };
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &call)).await;
+        match answer {
+            Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
+                self.link_up(&bridge).await;
+                entry.remote_message_id = r.message_id.clone();
+                match r.status() {
+                    pb::SendStatus::Delivered => self.finish(entry, "delivered", "").await,
+                    pb::SendStatus::Pending => self.finish(entry, "accepted", "").await,
+                    _ => {
+                        let reason =
+                            if r.reason.is_empty() { "undeliverable".to_string() } else { r.reason.clone() };
+                        if FINAL.contains(&reason.as_str()) || !r.message_id.is_empty() {
+                            self.finish(entry, "rejected", &reason).await
+                        } else {
+                            self.retry_later(entry, &reason).await
+                        }
+                    }
+                }
+            }
+            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) if FINAL.contains(&e.code.as_str()) => {
+                self.link_up(&bridge).await;
+                self.finish(entry, "rejected", &e.code).await
+            }
+            Ok(Ok(other)) => self.retry_later(entry, &format!("unexpected answer: {other:?}")).await,
+            Ok(Err(e)) => self.retry_later(entry, &e.to_string()).await,
+            Err(_) => self.retry_later(entry, &format!("no answer within {ATTEMPT_TIMEOUT:?}")).await,
+        }
+    }
+
+    /// The peer answered: pending entries for it need not wait out their backoff.
+    async fn link_up(&self, bridge: &BridgeRecord) {
+        let _ = self.inner.store.outbox_retry_now(&bridge.peer_home_id, now_ms()).await;
+    }
+
+    async fn retry_later(&self, mut entry: OutboxRecord, why: &str) -> Result<OutboxRecord> {
+        entry.attempts += 1;
+        debug!(message_id = %entry.id, attempts = entry.attempts, why, "bridged send will be retried");
+        let now = now_ms();
+        entry.status = "pending".into();
+        entry.reason = why.chars().take(200).collect();
+        entry.next_attempt_at = now + backoff(entry.attempts.max(0) as u32).as_millis() as i64;
+        entry.updated_at = now;
+        self.inner.store.outbox_update(&entry, None).await?;
+        Ok(entry)
+    }
+
+    /// A final state; failures give the sending thread an `undeliverable` event.
+    async fn finish(&self, mut entry: OutboxRecord, status: &str, reason: &str) -> Result<OutboxRecord> {
+        let now = now_ms();
+        entry.status = status.to_string();
+        entry.reason = reason.to_string();
+        entry.updated_at = now;
+        let failed = matches!(status, "rejected" | "expired");
+        let event = match (&entry.source_thread, failed) {
+            (Some(thread), true) => Some(EventRecord {
+                seq: 0,
+                thread_id: thread.clone(),
+                kind: EventKind::Undeliverable,
+                turn_id: None,
+                turn_status: None,
+                reason: reason.to_string(),
+                lifecycle: String::new(),
+                message_id: Some(entry.id.clone()),
+                at: now,
+            }),
+            _ => None,
+        };
+        self.inner.store.outbox_update(&entry, event.as_ref()).await?;
+        if let (Some(thread), true, Some(mailbox)) = (&entry.source_thread, failed, self.inner.mailbox.get())
+        {
+            mailbox.notify(thread);
+        }
+        if failed {
+            warn!(message_id = %entry.id, status, reason, "bridged send undeliverable");
+        }
+        Ok(entry)
+    }
+
+    /// The outbox worker: ships due entries until `stop`.
+    pub(super) async fn run_outbox(self, stop: CancellationToken) {
+        loop {
+            match self.inner.store.outbox_due(now_ms(), 32).await {
+                Ok(due) => {
+                    let attempts = due.into_iter().map(|entry| {
+                        let bridges = self.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = bridges.ship(entry, None).await {
+                                warn!(error = %e, "outbox attempt failed to record");
+                            }
+                        })
+                    });
+                    for attempt in attempts.collect::<Vec<_>>() {
+                        let _ = attempt.await;
+                    }
+                }
+                Err(e) => warn!(error = %e, "cannot read the outbox"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(TICK) => {}
+            }
+        }
+    }
+
+    /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it.
+    pub async fn receipts(&self, name: &str) -> Result<Vec<pb::Receipt>> {
+        let bridges = self.inner.store.bridges().await?;
+        let matching: Vec<BridgeRecord> = bridges
+            .into_iter()
+            .filter(|b| b.id == name || b.alias == name || b.peer_home_id == name)
+            .collect();
+        if matching.is_empty() {
+            return Err(Error::NotFound(format!("no bridge {name:?}")));
+        }
+        let mut receipts = Vec::new();
+        for bridge in matching {
+            if bridge.direction == "outbound" {
+                for e in self.inner.store.outbox_for_bridge(&bridge.id).await? {
+                    receipts.push(pb::Receipt {
+                        message_id: e.id,
+                        direction: "outbound".into(),
+                        target: format!("{}/{}", bridge.alias, e.target_session),
+                        idempotency_key: e.key,
+                        status: e.status,
+                        reason: e.reason,
+                        attempts: e.attempts as u32,
+                        at: crate::time::rfc3339(e.updated_at),
+                    });
+                }
+            } else {
+                for r in self.inner.store.receipts_from(&bridge.peer_home_id).await? {
+                    receipts.push(pb::Receipt {
+                        message_id: r.message_id,
+                        direction: "inbound".into(),
+                        target: r.target,
+                        idempotency_key: r.key,
+                        status: r.status,
+                        reason: r.reason,
+                        attempts: 1,
+                        at: crate::time::rfc3339(r.at),
+                    });
+                }
+            }
+        }
+        Ok(receipts)
+    }
+}
+
+fn send_status(status: MessageStatus) -> pb::SendStatus {
+    match status {
+        MessageStatus::Delivered => pb::SendStatus::Delivered,
+        MessageStatus::Pending => pb::SendStatus::Pending,
+        MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_is_capped() {
+        for attempts in 0..40 {
+            let d = backoff(attempts);
+            assert!(d <= BACKOFF_CAP, "{attempts}: {d:?}");
+            let base = BACKOFF_FIRST.saturating_mul(1u32 << attempts.min(16)).min(BACKOFF_CAP);
+            assert!(d >= base.mul_f64(0.8), "{attempts}: {d:?} below {base:?}");
+        }
+        assert!(backoff(0) < Duration::from_millis(400));
+        assert!(backoff(30) >= BACKOFF_CAP.mul_f64(0.8));
+    }
+}
