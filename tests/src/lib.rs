@@ -210,3 +210,65 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A UDP relay between one client and one server, for partitions on loopback: while
+/// `drop` is set, datagrams in both directions are discarded, as by a broken network.
+pub struct UdpRelay {
+    pub addr: std::net::SocketAddr,
+    dropping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl UdpRelay {
+    /// Relays datagrams arriving at a fresh loopback port to `server`.
+    pub async fn start(server: std::net::SocketAddr) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let front = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("relay front"));
+        let back = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("relay back"));
+        back.connect(server).await.expect("relay connect");
+        let addr = front.local_addr().expect("relay addr");
+        let dropping = Arc::new(AtomicBool::new(false));
+        let client: Arc<tokio::sync::Mutex<Option<std::net::SocketAddr>>> = Arc::default();
+        let upstream = {
+            let (front, back, dropping, client) =
+                (front.clone(), back.clone(), dropping.clone(), client.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                while let Ok((n, from)) = front.recv_from(&mut buf).await {
+                    *client.lock().await = Some(from);
+                    if !dropping.load(Ordering::SeqCst) {
+                        let _ = back.send(&buf[..n]).await;
+                    }
+                }
+            })
+        };
+        let downstream = {
+            let (front, back, dropping, client) =
+                (front.clone(), back.clone(), dropping.clone(), client.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = back.recv(&mut buf).await {
+                    let to = *client.lock().await;
+                    if let (Some(to), false) = (to, dropping.load(Ordering::SeqCst)) {
+                        let _ = front.send_to(&buf[..n], to).await;
+                    }
+                }
+            })
+        };
+        Self { addr, dropping, tasks: vec![upstream, downstream] }
+    }
+
+    /// Starts (true) or ends (false) a partition.
+    pub fn partition(&self, on: bool) {
+        self.dropping.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for UdpRelay {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}

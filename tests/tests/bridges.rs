@@ -431,3 +431,98 @@ async fn a_send_expires_after_the_retry_window() {
     let replay = replay.into_inner();
     assert_eq!((replay.status(), replay.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
 }
+
+/// A→B and B→C do not let A reach C: no transitive trust, B forwards nothing.
+#[tokio::test]
+async fn trust_is_not_transitive() {
+    let (a, b, c) = (open_home().await, open_home().await, open_home().await);
+    let on_c = c.thread("echo", None).await;
+    let on_b = b.thread("echo", None).await;
+    let ab = request(&a, &b, "read,send,wake", "bee").await;
+    approve(&b, &ab, "read,send,wake", vec![]).await;
+    let bc = request(&b, &c, "read,send,wake", "cee").await;
+    approve(&c, &bc, "read,send,wake", vec![]).await;
+
+    let listed = a.client().threads().thread_list(list_via("bee")).await.expect("list").into_inner();
+    assert_eq!(listed.threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), vec![on_b.id.clone()]);
+    let through =
+        pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: on_c.id.clone() };
+    let read = pb::ThreadReadRequest { target: Some(through), ..Default::default() };
+    let read = a.client().threads().thread_read(read).await;
+    assert_eq!(read.expect_err("b does not forward").code(), Code::NotFound);
+    let direct = a.client().threads().thread_list(list_via("cee")).await.expect_err("a has no bridge to c");
+    assert_eq!(direct.code(), Code::NotFound);
+    let sent =
+        a.client().threads().thread_send(remote_send("bee", &on_c.id, "to c?", "k")).await.expect("answered");
+    assert_eq!(sent.into_inner().reason, "thread_not_found");
+}
+
+/// Several homes send to one target at once: every message arrives exactly once.
+#[tokio::test]
+async fn many_homes_send_to_one_target() {
+    let target = open_home().await;
+    let t = target.thread("echo", None).await;
+    let mut sources = Vec::new();
+    for i in 0..4 {
+        let source = open_home().await;
+        let id = request(&source, &target, "send,wake", &format!("t{i}")).await;
+        approve(&target, &id, "send,wake", vec![]).await;
+        sources.push(source);
+    }
+    let mut sends = Vec::new();
+    for (i, source) in sources.iter().enumerate() {
+        for n in 0..10 {
+            let client = source.client().clone();
+            let request = remote_send(&format!("t{i}"), &t.id, &format!("from {i} #{n}"), &format!("k{n}"));
+            sends.push(tokio::spawn(async move {
+                client.threads().thread_send(request).await.map(|r| r.into_inner())
+            }));
+        }
+    }
+    for send in sends {
+        let sent = send.await.expect("task").expect("send");
+        assert_ne!(sent.status(), pb::SendStatus::Undeliverable, "{}", sent.reason);
+    }
+    let inputs = kiki_tests::eventually("all 40 messages in turns", || async {
+        let turns = target.all_turns(&t.id).await;
+        let inputs: Vec<String> =
+            turns.iter().flat_map(|t| t.inputs.iter().map(|i| i.message_id.clone())).collect();
+        (inputs.len() >= 40).then_some(inputs)
+    })
+    .await;
+    let unique: std::collections::HashSet<&String> = inputs.iter().collect();
+    assert_eq!((inputs.len(), unique.len()), (40, 40), "each exactly once");
+}
+
+/// A partition shorter than the retry window (datagrams dropped by a relay): the message
+/// is delivered once after the network heals.
+#[tokio::test]
+async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let relay = kiki_tests::UdpRelay::start(listen_addr(&b).await.parse().expect("addr")).await;
+    let pair = pb::BridgeRequestRequest {
+        address: relay.addr.to_string(),
+        want: vec!["send,wake".into()],
+        expect: home_id(&b).await,
+        name: "bee".into(),
+    };
+    let id =
+        a.client().bridges().bridge_request(pair).await.expect("request via relay").into_inner().request_id;
+    approve(&b, &id, "send,wake", vec![]).await;
+
+    relay.partition(true);
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "across the gap", "k")).await;
+    assert_eq!(sent.expect("durable").into_inner().status(), pb::SendStatus::Pending);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(b.all_turns(&t.id).await.is_empty(), "nothing crosses the partition");
+    let healed = std::time::Instant::now();
+    relay.partition(false);
+    let turns = b.wait_turns(&t.id, 1).await;
+    assert_eq!(turns[0].output, "echo: across the gap");
+    assert!(healed.elapsed() < std::time::Duration::from_secs(31), "within the backoff cap + 1 s");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(b.all_turns(&t.id).await.len(), 1, "once");
+    let receipts = receipts(&a, "bee").await;
+    assert!(receipts[0].attempts >= 2, "it was retried: {receipts:?}");
+}

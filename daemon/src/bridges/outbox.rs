@@ -349,6 +349,25 @@ impl Bridges {
         }
     }
 
+    /// Messages waiting on this bridge: unacknowledged sends (outbound), or messages from
+    /// the peer queued at this home's threads (inbound).
+    pub async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
+        if bridge.direction == "outbound" {
+            let entries = self.inner.store.outbox_for_bridge(&bridge.id).await?;
+            return Ok(entries.iter().filter(|e| e.status == "pending").count() as u64);
+        }
+        let receipts = self.inner.store.receipts_from(&bridge.peer_home_id).await?;
+        let mut pending = 0;
+        for r in receipts.iter().filter(|r| r.status == "pending") {
+            if let Some(m) = self.inner.store.message(&r.message_id).await?
+                && m.status == MessageStatus::Pending
+            {
+                pending += 1;
+            }
+        }
+        Ok(pending)
+    }
+
     /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it.
     pub async fn receipts(&self, name: &str) -> Result<Vec<pb::Receipt>> {
         let bridges = self.inner.store.bridges().await?;

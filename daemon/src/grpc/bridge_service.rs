@@ -118,10 +118,12 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
     ) -> Result<Response<pb::BridgeListResponse>, Status> {
         self.owner_only(&request)?;
         let bridges = self.bridges.list().await.map_err(status)?;
-        Ok(Response::new(pb::BridgeListResponse {
-            bridges: bridges.into_iter().map(|b| bridge_to_pb(b, 0)).collect(),
-            listen: self.bridges.listen_addr(),
-        }))
+        let mut listed = Vec::with_capacity(bridges.len());
+        for b in bridges {
+            let pending = self.bridges.pending_count(&b).await.map_err(status)?;
+            listed.push(bridge_to_pb(b, pending));
+        }
+        Ok(Response::new(pb::BridgeListResponse { bridges: listed, listen: self.bridges.listen_addr() }))
     }
 
     async fn bridge_receipts(
