@@ -78,6 +78,10 @@ pub enum BridgeCommand {
     },
     /// Every bridge with its direction, peer, permissions and link health.
     List,
+    /// Every message sent or received over a bridge and what became of it.
+    Receipts {
+        bridge: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -442,6 +446,20 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                 print_json(&revoked);
             } else if let Some(b) = &revoked.bridge {
                 println!("revoked {} ({} {})", b.id, b.direction, b.peer_home_id);
+            }
+        }
+        BridgeCommand::Receipts { bridge } => {
+            let receipts = bridges.bridge_receipts(pb::BridgeReceiptsRequest { bridge }).await?.into_inner();
+            if json {
+                print_json(&receipts);
+            } else {
+                for r in &receipts.receipts {
+                    let reason = if r.reason.is_empty() { String::new() } else { format!(" ({})", r.reason) };
+                    println!(
+                        "{}  {:<8} {}  key {}  {}{reason}  attempts {}  {}",
+                        r.message_id, r.direction, r.target, r.idempotency_key, r.status, r.attempts, r.at
+                    );
+                }
             }
         }
         BridgeCommand::List => {

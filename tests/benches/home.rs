@@ -16,14 +16,11 @@ use std::time::{Duration, Instant};
 use kiki_client::Client;
 use kiki_proto as pb;
 use kiki_tests::binaries::binary;
+use kiki_tests::measure::percentile;
 
 const THREADS: i64 = 100_000;
 const LIST_CALLS: usize = 2_000;
 const UP_RUNS: usize = 10;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)

@@ -10,7 +10,6 @@
 //! - wake latency, send answered → ThreadWait returns (target p50 < 1 ms)
 //! - 10,000 parked ThreadWait calls (target < 50 MB extra RSS)
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,6 +18,7 @@ use kiki_client::Client;
 use kiki_proto as pb;
 use kiki_tests::binaries::binary;
 use kiki_tests::local;
+use kiki_tests::measure::{fsync_floor, percentile, us};
 
 const SINGLE_SENDS: usize = 300;
 const SENDERS: usize = 64;
@@ -27,14 +27,6 @@ const REPLAYS: usize = 1_000;
 const WAKES: usize = 200;
 const PARKED: usize = 10_000;
 const PARKED_PER_CONNECTION: usize = 50;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn us(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
-}
 
 fn kiki(home: &Path, args: &[&str]) -> String {
     let out = Command::new(binary("kiki"))
@@ -56,21 +48,6 @@ fn rss_kb(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS")
-}
-
-/// p50 of write-4-KiB + fsync on the home's filesystem: the floor any durable commit pays.
-fn fsync_floor(dir: &Path) -> Duration {
-    let mut file = std::fs::File::create(dir.join("fsync-probe")).expect("probe");
-    let block = [7u8; 4096];
-    let mut times = Vec::new();
-    for _ in 0..200 {
-        let t = Instant::now();
-        file.write_all(&block).expect("write");
-        file.sync_all().expect("fsync");
-        times.push(t.elapsed());
-    }
-    times.sort();
-    percentile(&times, 0.5)
 }
 
 fn send(target: &str, content: String, key: String) -> pb::ThreadSendRequest {

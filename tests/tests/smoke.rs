@@ -348,3 +348,50 @@ fn relative_home_and_cwd_are_made_absolute() {
     let created = run(&["thread", "create", "--cwd", "sub"]);
     assert_eq!(created["cwd"], dir.path().canonicalize().expect("canon").join("sub").display().to_string());
 }
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
+}
+
+/// Source killed with -9 while its send waits in the outbox (the target is down): after
+/// both come back, the message is delivered exactly once.
+#[test]
+fn kill_9_of_the_source_keeps_its_outbox() {
+    let (_dir_a, a) = new_home();
+    let (_dir_b, b) = new_home();
+    let (_down_a, _down_b) = (Down(&a), Down(&b));
+    for (home, port) in [(&a, free_udp_port()), (&b, free_udp_port())] {
+        std::fs::create_dir_all(home).expect("home");
+        let config = format!(
+            "[bridge]\nlisten = \"127.0.0.1:{port}\"\n[thread_communication]\nenabled = true\n[mailbox]\ndelivery_wait = \"200ms\"\n"
+        );
+        std::fs::write(home.join("config.toml"), config).expect("config");
+    }
+    kiki_json(&a, &["up"]);
+    let b_status = kiki_json(&b, &["up"]);
+    let b_addr = b_status["bridge_listen"].as_str().expect("listen").to_string();
+    let b_id = b_status["home_id"].as_str().expect("id").to_string();
+    let target = kiki_json(&b, &["thread", "create", "--title", "inbox"]);
+    let target = target["id"].as_str().expect("id").to_string();
+    let requested = kiki_json(
+        &a,
+        &["bridge", "request", &b_addr, "--want", "send,wake", "--expect", &b_id, "--name", "bee"],
+    );
+    let request_id = requested["request_id"].as_str().expect("request id").to_string();
+    kiki_json(&b, &["bridge", "approve", &request_id, "--allow", "send,wake"]);
+
+    kiki_json(&b, &["down"]);
+    let sent =
+        kiki_json(&a, &["thread", "send", &format!("bee/{target}"), "--key", "k9", "--content", "survives"]);
+    assert_eq!(sent["status"], "pending");
+    kill_9(&pid_of(&a));
+    kiki_json(&b, &["up"]);
+    kiki_json(&a, &["up"]);
+    let page = wait_for_turns(&b, &target, 1);
+    assert_eq!(page["turns"][0]["output"], "echo: survives");
+    std::thread::sleep(Duration::from_millis(800));
+    let page = kiki_json(&b, &["thread", "read", &target]);
+    assert_eq!(page["turns"].as_array().map(Vec::len), Some(1), "exactly once");
+    let receipts = kiki_json(&a, &["bridge", "receipts", "bee"]);
+    assert_eq!(receipts["receipts"][0]["status"], "delivered");
+}

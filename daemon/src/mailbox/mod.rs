@@ -176,9 +176,16 @@ impl Mailbox {
                 )));
             }
         };
-        if d.wake {
-            self.runner.kick(&thread.id);
+        if !d.wake {
+            // Nothing will start a turn for it: no point waiting for a delivery.
+            return Ok(Sent {
+                message_id,
+                status: MessageStatus::Pending,
+                replayed: false,
+                reason: String::new(),
+            });
         }
+        self.runner.kick(&thread.id);
         let deadline = Instant::now() + self.config.mailbox.delivery_wait;
         loop {
             if self.is_delivered(&message_id).await? {

@@ -1,0 +1,141 @@
+//! Issue #4's numbers, printed next to the fsync and UDP round-trip floors measured in the
+//! same run (never asserted). Homes run in this process, talking real QUIC on loopback:
+//!
+//! ```sh
+//! cargo bench -p kiki-tests --bench bridges
+//! ```
+//!
+//! - cross-home `delivered` latency, p50 (target ≤ 2 fsyncs + 1 QUIC round trip + 0.5 ms)
+//! - cross-home durable sends: 64 concurrent senders vs one (target ≥ 10×)
+//! - first delivery after a partition heals (target ≤ backoff cap 30 s + 1 s)
+
+use std::time::{Duration, Instant};
+
+use kiki_proto as pb;
+use kiki_tests::measure::{fsync_floor, percentile, udp_round_trip_floor, us};
+use kiki_tests::{TestHome, UdpRelay};
+
+const LATENCY_SENDS: usize = 200;
+const SINGLE_SENDS: usize = 200;
+const SENDERS: usize = 64;
+const SENDS_PER_SENDER: usize = 10;
+
+fn send(host: &str, session: &str, content: String, key: String) -> pb::ThreadSendRequest {
+    pb::ThreadSendRequest {
+        target: Some(pb::ThreadRef {
+            host_id: host.into(),
+            workspace_id: String::new(),
+            session_id: session.into(),
+        }),
+        content,
+        idempotency_key: key,
+        ..Default::default()
+    }
+}
+
+async fn home() -> TestHome {
+    TestHome::builder().config(|c| c.thread_communication.enabled = Some(true)).start().await
+}
+
+/// Pairs `source` → `target` at `address` with `allow`, under `name`.
+async fn pair(source: &TestHome, target: &TestHome, address: String, allow: &str, name: &str) {
+    let request = pb::BridgeRequestRequest {
+        address,
+        want: vec![allow.into()],
+        expect: target.handle().home_id().to_string(),
+        name: name.into(),
+    };
+    let id =
+        source.client().bridges().bridge_request(request).await.expect("request").into_inner().request_id;
+    let approve = pb::BridgeApproveRequest { request_id: id, allow: vec![allow.into()], workspaces: vec![] };
+    target.client().bridges().bridge_approve(approve).await.expect("approve");
+}
+
+async fn listen(home: &TestHome) -> String {
+    home.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner().listen
+}
+
+#[tokio::main]
+async fn main() {
+    let dir = tempfile::tempdir().expect("dir");
+    let fsync = fsync_floor(dir.path());
+    let udp = udp_round_trip_floor().await;
+    let (a, b) = (home().await, home().await);
+
+    // Latency: `delivered` answers from an idle echo thread behind a send+wake bridge.
+    pair(&a, &b, listen(&b).await, "send,wake", "wake").await;
+    let echo = b.thread("echo", None).await;
+    let mut threads = a.client().threads();
+    let mut latencies = Vec::with_capacity(LATENCY_SENDS);
+    for i in 0..LATENCY_SENDS {
+        b.wait_turns(&echo.id, i).await; // idle again
+        let t = Instant::now();
+        let sent = threads
+            .thread_send(send("wake", &echo.id, format!("l{i}"), format!("l{i}")))
+            .await
+            .expect("send");
+        latencies.push(t.elapsed());
+        assert_eq!(sent.into_inner().status(), pb::SendStatus::Delivered);
+    }
+    latencies.sort();
+
+    // Throughput: durable acceptance at the target over a send-only bridge (nothing runs).
+    let (c, d) = (home().await, home().await);
+    pair(&c, &d, listen(&d).await, "send", "nowake").await;
+    let inbox = d.thread("echo", None).await;
+    let mut single = c.client().threads();
+    let t = Instant::now();
+    for i in 0..SINGLE_SENDS {
+        single.thread_send(send("nowake", &inbox.id, format!("s{i}"), format!("s{i}"))).await.expect("send");
+    }
+    let single_rate = SINGLE_SENDS as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for s in 0..SENDERS {
+        let mut threads = c.client().threads();
+        let inbox = inbox.id.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..SENDS_PER_SENDER {
+                threads
+                    .thread_send(send("nowake", &inbox, format!("c{s}-{i}"), format!("c{s}-{i}")))
+                    .await
+                    .expect("send");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("sender");
+    }
+    let concurrent_rate = (SENDERS * SENDS_PER_SENDER) as f64 / t.elapsed().as_secs_f64();
+
+    // Partition heal: datagrams dropped for 5 s, then the first delivery.
+    let (e, f) = (home().await, home().await);
+    let relay = UdpRelay::start(listen(&f).await.parse().expect("addr")).await;
+    pair(&e, &f, relay.addr.to_string(), "send,wake", "gap").await;
+    let far = f.thread("echo", None).await;
+    relay.partition(true);
+    e.client().threads().thread_send(send("gap", &far.id, "gap".into(), "gap".into())).await.expect("send");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let healed = Instant::now();
+    relay.partition(false);
+    f.wait_turns(&far.id, 1).await;
+    let heal = healed.elapsed();
+
+    let budget = fsync * 2 + udp + Duration::from_micros(500);
+    println!("kiki bridges benchmark");
+    println!("  fsync floor, p50                            {:>10}", us(fsync));
+    println!("  UDP round trip on loopback, p50             {:>10}", us(udp));
+    println!(
+        "  cross-home delivered, p50                   {:>10}   (target <= {} = 2 fsync + 1 RTT + 0.5 ms)",
+        us(percentile(&latencies, 0.5)),
+        us(budget)
+    );
+    println!("  cross-home delivered, p99                   {:>10}", us(percentile(&latencies, 0.99)));
+    println!("  cross-home durable sends, 1 sender          {:>10.0} /s", single_rate);
+    println!("  cross-home durable sends, {SENDERS} senders        {:>10.0} /s", concurrent_rate);
+    println!(
+        "  ratio                                       {:>10.1} x   (target >= 10x)",
+        concurrent_rate / single_rate
+    );
+    println!("  first delivery after a 5 s partition heals  {:>10}   (target <= 31 s)", us(heal));
+}

@@ -1,0 +1,50 @@
+//! Floors and statistics shared by the benchmarks: each number is printed next to the
+//! floor measured in the same run on the same machine.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The value at quantile `p` (0..=1) of sorted samples.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub fn us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+/// p50 of write-4-KiB + fsync in `dir`: the floor any durable commit pays.
+pub fn fsync_floor(dir: &Path) -> Duration {
+    let mut file = std::fs::File::create(dir.join("fsync-probe")).expect("probe");
+    let block = [7u8; 4096];
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        file.write_all(&block).expect("write");
+        file.sync_all().expect("fsync");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    percentile(&times, 0.5)
+}
+
+/// p50 of a UDP ping-pong on loopback: the floor of one QUIC round trip.
+pub async fn udp_round_trip_floor() -> Duration {
+    let a = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("a");
+    let b = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("b");
+    a.connect(b.local_addr().expect("b addr")).await.expect("connect");
+    b.connect(a.local_addr().expect("a addr")).await.expect("connect");
+    let mut times = Vec::new();
+    let mut buf = [0u8; 1200];
+    for _ in 0..1000 {
+        let t = Instant::now();
+        a.send(&[1u8; 1200]).await.expect("send");
+        b.recv(&mut buf).await.expect("recv");
+        b.send(&[2u8; 1200]).await.expect("send");
+        a.recv(&mut buf).await.expect("recv");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    percentile(&times, 0.5)
+}
