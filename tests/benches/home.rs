@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use kiki_client::Client;
 use kiki_proto as pb;
 use kiki_tests::binaries::binary;
-use kiki_tests::measure::percentile;
+use kiki_tests::measure::{percentile, rss_kb};
 
 const THREADS: i64 = 100_000;
 const LIST_CALLS: usize = 2_000;
@@ -36,15 +36,6 @@ fn kiki(home: &Path, args: &[&str]) {
         .expect("kiki")
         .success();
     assert!(ok, "kiki {args:?} failed");
-}
-
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 /// Seeds `n` threads straight into a stopped home's SQLite file (one statement: 100,000

@@ -18,7 +18,7 @@ use kiki_client::Client;
 use kiki_proto as pb;
 use kiki_tests::binaries::binary;
 use kiki_tests::local;
-use kiki_tests::measure::{fsync_floor, percentile, us};
+use kiki_tests::measure::{fsync_floor, percentile, rss_kb, us};
 
 const SINGLE_SENDS: usize = 300;
 const SENDERS: usize = 64;
@@ -39,15 +39,6 @@ fn kiki(home: &Path, args: &[&str]) -> String {
         .expect("kiki");
     assert!(out.status.success(), "kiki {args:?} failed");
     String::from_utf8(out.stdout).expect("utf8")
-}
-
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 fn send(target: &str, content: String, key: String) -> pb::ThreadSendRequest {

@@ -48,3 +48,13 @@ pub async fn udp_round_trip_floor() -> Duration {
     times.sort();
     percentile(&times, 0.5)
 }
+
+/// Resident memory of process `pid`, in kB.
+pub fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}

@@ -3,9 +3,8 @@
 use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 
-use super::{caller, status};
+use super::{owner_only, status};
 use crate::bridges::Bridges;
-use crate::error::Error;
 use crate::store::{BridgeRecord, BridgeRequestRecord};
 use crate::threads::Threads;
 use crate::time::rfc3339;
@@ -18,16 +17,6 @@ pub struct BridgeServiceImpl {
 impl BridgeServiceImpl {
     pub fn new(threads: Threads, bridges: Bridges) -> Self {
         Self { threads, bridges }
-    }
-
-    /// Bridges are the owner's business: an agent's turn token is refused.
-    fn owner_only<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        match caller(&self.threads, request)? {
-            None => Ok(()),
-            Some(_) => Err(status(Error::PermissionDenied(
-                "bridges are managed by the home's owner, not by agents".into(),
-            ))),
-        }
     }
 }
 
@@ -66,7 +55,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRequestRequest>,
     ) -> Result<Response<pb::BridgeRequestResponse>, Status> {
-        self.owner_only(&request)?;
+        owner_only(&self.threads, &request, "managing bridges")?;
         let r = request.into_inner();
         let (bridge, request_id) =
             self.bridges.request(&r.address, &r.want, &r.expect, &r.name).await.map_err(status)?;
@@ -77,7 +66,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgePendingRequest>,
     ) -> Result<Response<pb::BridgePendingResponse>, Status> {
-        self.owner_only(&request)?;
+        owner_only(&self.threads, &request, "managing bridges")?;
         let requests = self.bridges.pending().await.map_err(status)?;
         Ok(Response::new(pb::BridgePendingResponse {
             requests: requests.into_iter().map(request_to_pb).collect(),
@@ -88,7 +77,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeApproveRequest>,
     ) -> Result<Response<pb::BridgeApproveResponse>, Status> {
-        self.owner_only(&request)?;
+        owner_only(&self.threads, &request, "managing bridges")?;
         let r = request.into_inner();
         let bridge = self.bridges.approve(&r.request_id, &r.allow, &r.workspaces).await.map_err(status)?;
         Ok(Response::new(pb::BridgeApproveResponse { bridge: Some(bridge_to_pb(bridge, 0)) }))
@@ -98,7 +87,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRejectRequest>,
     ) -> Result<Response<pb::BridgeRejectResponse>, Status> {
-        self.owner_only(&request)?;
+        owner_only(&self.threads, &request, "managing bridges")?;
         let rejected = self.bridges.reject(&request.into_inner().request_id).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRejectResponse { request: Some(request_to_pb(rejected)) }))
     }
@@ -107,7 +96,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRevokeRequest>,
     ) -> Result<Response<pb::BridgeRevokeResponse>, Status> {
-        self.owner_only(&request)?;
+        owner_only(&self.threads, &request, "managing bridges")?;
         let bridge = self.bridges.revoke(&request.into_inner().bridge).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRevokeResponse { bridge: Some(bridge_to_pb(bridge, 0)) }))
     }
@@ -116,7 +105,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeListRequest>,
     ) -> Result<Response<pb::BridgeListResponse>, Status> {
-        self.owner_only(&request)?;
+        owner_only(&self.threads, &request, "managing bridges")?;
         let bridges = self.bridges.list().await.map_err(status)?;
         let mut listed = Vec::with_capacity(bridges.len());
         for b in bridges {
@@ -130,7 +119,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeReceiptsRequest>,
     ) -> Result<Response<pb::BridgeReceiptsResponse>, Status> {
-        self.owner_only(&request)?;
+        owner_only(&self.threads, &request, "managing bridges")?;
         let receipts = self.bridges.receipts(&request.into_inner().bridge).await.map_err(status)?;
         Ok(Response::new(pb::BridgeReceiptsResponse { receipts }))
     }

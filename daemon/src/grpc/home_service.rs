@@ -7,8 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
-use super::{caller, communication_from_pb, status, thread_to_pb};
-use crate::error::Error;
+use super::{communication_from_pb, owner_only, status, target, thread_to_pb};
 use crate::mailbox::Mailbox;
 use crate::threads::Threads;
 
@@ -36,20 +35,6 @@ impl HomeServiceImpl {
     pub fn new(threads: Threads, mailbox: Mailbox, info: Arc<HomeInfo>, shutdown: CancellationToken) -> Self {
         Self { threads, mailbox, info, shutdown }
     }
-
-    /// Owner actions are not agent tools: a call carrying a turn token is refused.
-    fn owner_only<T>(&self, request: &Request<T>, what: &str) -> Result<(), Status> {
-        match caller(&self.threads, request)? {
-            None => Ok(()),
-            Some(_) => {
-                Err(status(Error::PermissionDenied(format!("{what} is an owner action, not an agent tool"))))
-            }
-        }
-    }
-}
-
-fn target(r: Option<pb::ThreadRef>) -> Result<pb::ThreadRef, Status> {
-    r.ok_or_else(|| status(Error::invalid("target", "required")))
 }
 
 #[tonic::async_trait]
@@ -82,7 +67,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ShutdownRequest>,
     ) -> Result<Response<pb::ShutdownResponse>, Status> {
-        self.owner_only(&request, "shutdown")?;
+        owner_only(&self.threads, &request, "shutdown")?;
         info!("shutdown requested over the API");
         self.shutdown.cancel();
         Ok(Response::new(pb::ShutdownResponse {}))
@@ -93,7 +78,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadSayRequest>,
     ) -> Result<Response<pb::ThreadSayResponse>, Status> {
-        self.owner_only(&request, "thread say")?;
+        owner_only(&self.threads, &request, "thread say")?;
         let r = request.into_inner();
         let t = target(r.target)?;
         let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
@@ -106,7 +91,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadArchiveRequest>,
     ) -> Result<Response<pb::ThreadArchiveResponse>, Status> {
-        self.owner_only(&request, "thread archive")?;
+        owner_only(&self.threads, &request, "thread archive")?;
         let r = request.into_inner();
         let t = target(r.target)?;
         let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
@@ -122,7 +107,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadSetRequest>,
     ) -> Result<Response<pb::ThreadSetResponse>, Status> {
-        self.owner_only(&request, "thread set")?;
+        owner_only(&self.threads, &request, "thread set")?;
         let r = request.into_inner();
         let setting = communication_from_pb(r.communication)?;
         let t = target(r.target)?;

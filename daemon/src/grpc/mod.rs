@@ -104,6 +104,21 @@ pub fn caller<T>(threads: &Threads, request: &Request<T>) -> Result<Option<TurnC
     })
 }
 
+/// The `target` every thread call needs.
+pub fn target(r: Option<pb::ThreadRef>) -> Result<pb::ThreadRef, Status> {
+    r.ok_or_else(|| status(Error::invalid("target", "required")))
+}
+
+/// Owner actions are not agent tools: a call made with a turn's token is refused.
+pub fn owner_only<T>(threads: &Threads, request: &Request<T>, what: &str) -> Result<(), Status> {
+    match caller(threads, request)? {
+        None => Ok(()),
+        Some(_) => {
+            Err(status(Error::PermissionDenied(format!("{what} is an owner action, not an agent tool"))))
+        }
+    }
+}
+
 pub fn thread_to_pb(t: &ThreadRecord, host_id: &str) -> pb::Thread {
     pb::Thread {
         id: t.id.clone(),

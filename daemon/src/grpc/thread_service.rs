@@ -4,7 +4,7 @@ use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{caller, read_response, status, thread_to_pb, wait_result_to_pb};
+use super::{caller, read_response, status, target, thread_to_pb, wait_result_to_pb};
 use crate::bridges::Bridges;
 use crate::error::Error;
 use crate::mailbox::Mailbox;
@@ -21,10 +21,6 @@ impl ThreadServiceImpl {
     pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges) -> Self {
         Self { threads, mailbox, bridges }
     }
-}
-
-fn target(r: Option<pb::ThreadRef>) -> Result<pb::ThreadRef, Status> {
-    r.ok_or_else(|| status(Error::invalid("target", "required")))
 }
 
 #[tonic::async_trait]
