@@ -5,7 +5,7 @@
 use kiki_daemon::executors::render;
 use kiki_daemon::store::{
     CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, NewInput, NewMessage, NewThread,
-    SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnOutcome, TurnStatus,
+    OutboxRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnOutcome, TurnStatus,
 };
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
@@ -20,7 +20,8 @@ macro_rules! store_conformance {
             input_for_a_missing_thread_is_refused, a_batch_of_sends_commits_together_with_keys,
             held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
             events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
-            archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable);
+            archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
+            outbox_entries_are_unique_per_key_and_come_due);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -381,4 +382,47 @@ pub async fn messages_of_a_turn_whose_agent_never_started_are_undeliverable(stor
     let events = store.events_after("th_peer", 0, 10).await.expect("events");
     assert_eq!(events.iter().filter(|e| e.kind == EventKind::Undeliverable).count(), 1);
     assert!(store.undeliver_turn_messages("tu_1", "again", 4).await.expect("idempotent").is_empty());
+}
+
+fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
+    OutboxRecord {
+        id: id.into(),
+        bridge_id: "br_1".into(),
+        peer_home_id: "PEER".into(),
+        target_session: "th_far".into(),
+        source_thread: Some("th_me".into()),
+        content: "hello".into(),
+        key_scope: "th_me".into(),
+        key: key.into(),
+        request_hash: "h".into(),
+        status: "pending".into(),
+        reason: String::new(),
+        remote_message_id: String::new(),
+        attempts: 1,
+        next_attempt_at: due,
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
+    let stored = store
+        .outbox_insert(&[outbox("msg_1", "k1", 10), outbox("msg_2", "k1", 10), outbox("msg_3", "k3", 50)])
+        .await
+        .expect("insert");
+    assert_eq!(stored[0], None);
+    assert_eq!(stored[1].as_ref().map(|e| e.id.as_str()), Some("msg_1"), "same key in one batch: the first");
+    assert_eq!(stored[2], None);
+    let again = store.outbox_insert(&[outbox("msg_4", "k3", 1)]).await.expect("insert");
+    assert_eq!(again[0].as_ref().map(|e| e.id.as_str()), Some("msg_3"), "same key later: the stored one");
+    let due: Vec<String> = store.outbox_due(20, 10).await.expect("due").into_iter().map(|e| e.id).collect();
+    assert_eq!(due, ["msg_1"]);
+    store.outbox_retry_now("PEER", 20).await.expect("retry now");
+    assert_eq!(store.outbox_due(20, 10).await.expect("due").len(), 2, "a live link makes everything due");
+    let mut done = outbox("msg_1", "k1", 10);
+    done.status = "delivered".into();
+    store.outbox_update(&done, None).await.expect("update");
+    let listed: Vec<String> =
+        store.outbox_for_bridge("br_1").await.expect("list").into_iter().map(|e| e.status).collect();
+    assert_eq!(listed, ["delivered", "pending"]);
 }

@@ -57,6 +57,9 @@ struct Inner {
     config: Arc<Config>,
     /// Open connections to peers we dialed, by peer home id.
     connections: tokio::sync::Mutex<HashMap<String, PeerConnection>>,
+    /// Outbox entries are group-committed like local sends.
+    outbox:
+        crate::mailbox::commit::GroupCommit<crate::store::OutboxRecord, Option<crate::store::OutboxRecord>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
     mailbox: std::sync::OnceLock<crate::mailbox::Mailbox>,
     /// Serialises pairing decisions so two racing approvals cannot both apply.
@@ -138,8 +141,15 @@ impl Bridges {
                 Err(e) => return Err(e),
             }
         };
+        let committing = store.clone();
+        let outbox =
+            crate::mailbox::commit::GroupCommit::start(move |batch: Vec<crate::store::OutboxRecord>| {
+                let store = committing.clone();
+                async move { store.outbox_insert(&batch).await }
+            });
         let bridges = Self {
             inner: Arc::new(Inner {
+                outbox,
                 store,
                 threads,
                 endpoint,

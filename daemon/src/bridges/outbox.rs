@@ -207,7 +207,8 @@ impl Bridges {
             created_at: now,
             updated_at: now,
         };
-        if let Some(existing) = self.inner.store.outbox_insert(&entry).await? {
+        let existing = self.inner.outbox.commit(entry.clone()).await.map_err(crate::mailbox::commit_error)?;
+        if let Some(existing) = existing {
             if existing.request_hash != entry.request_hash {
                 return Err(Error::Conflict(format!(
                     "idempotency_key: already used for a different message ({}); reuse a key only for the same target and content",

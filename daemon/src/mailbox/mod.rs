@@ -48,7 +48,7 @@ pub struct Mailbox {
     config: Arc<Config>,
     runner: TurnRunner,
     signals: Signals,
-    commit: GroupCommit,
+    commit: GroupCommit<NewMessage, SendOutcome>,
     /// Cancelled when the daemon stops: parked calls answer at once instead of holding the
     /// shutdown for up to a minute.
     stopping: CancellationToken,
@@ -87,7 +87,11 @@ impl Mailbox {
     pub fn new(threads: Threads, config: Arc<Config>, signals: Signals, stopping: CancellationToken) -> Self {
         let store = threads.store().clone();
         let runner = threads.runner().clone();
-        let commit = GroupCommit::start(store.clone());
+        let committing = store.clone();
+        let commit = GroupCommit::start(move |batch: Vec<NewMessage>| {
+            let store = committing.clone();
+            async move { store.accept_messages(&batch).await }
+        });
         Self { threads, store, config, runner, signals, commit, stopping }
     }
 
@@ -369,7 +373,7 @@ impl Mailbox {
     }
 }
 
-fn commit_error(e: CommitError) -> Error {
+pub fn commit_error(e: CommitError) -> Error {
     match e {
         CommitError::Busy => Error::Overloaded(e.to_string()),
         CommitError::Closed => Error::FailedPrecondition(e.to_string()),

@@ -497,8 +497,9 @@ pub trait Store: Send + Sync + 'static {
     async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>>;
     async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>>;
 
-    /// Stores a new outbox entry; if its (peer, scope, key) exists, returns that entry instead.
-    async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
+    /// Stores new outbox entries in one transaction. For each, `None` if it was stored, or
+    /// the entry already holding its (peer, scope, key) — stored before or earlier in the batch.
+    async fn outbox_insert(&self, entries: &[OutboxRecord]) -> StoreResult<Vec<Option<OutboxRecord>>>;
     /// Saves an entry's new state, with an event (e.g. `undeliverable`) in the same
     /// transaction.
     async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;

@@ -1022,44 +1022,58 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn outbox_insert(&self, e: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
+    async fn outbox_insert(&self, entries: &[OutboxRecord]) -> StoreResult<Vec<Option<OutboxRecord>>> {
         let mut tx = self.writer.begin().await.map_err(backend)?;
-        let existing = sqlx::query(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE peer_home_id = ? AND key_scope = ? AND key = ?"
-        ))
-        .bind(&e.peer_home_id)
-        .bind(&e.key_scope)
-        .bind(&e.key)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        if let Some(row) = existing {
-            return Ok(Some(outbox_from(&row)?));
+        let mut answers = Vec::with_capacity(entries.len());
+        let mut stored: Vec<&OutboxRecord> = Vec::new();
+        for e in entries {
+            let earlier = stored
+                .iter()
+                .find(|s| s.peer_home_id == e.peer_home_id && s.key_scope == e.key_scope && s.key == e.key);
+            if let Some(earlier) = earlier {
+                answers.push(Some((*earlier).clone()));
+                continue;
+            }
+            let existing = sqlx::query(&format!(
+                "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE peer_home_id = ? AND key_scope = ? AND key = ?"
+            ))
+            .bind(&e.peer_home_id)
+            .bind(&e.key_scope)
+            .bind(&e.key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+            if let Some(row) = existing {
+                answers.push(Some(outbox_from(&row)?));
+                continue;
+            }
+            sqlx::query(&format!(
+                "INSERT INTO outbox ({OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .bind(&e.id)
+            .bind(&e.bridge_id)
+            .bind(&e.peer_home_id)
+            .bind(&e.target_session)
+            .bind(&e.source_thread)
+            .bind(&e.content)
+            .bind(&e.key_scope)
+            .bind(&e.key)
+            .bind(&e.request_hash)
+            .bind(&e.status)
+            .bind(&e.reason)
+            .bind(&e.remote_message_id)
+            .bind(e.attempts)
+            .bind(e.next_attempt_at)
+            .bind(e.created_at)
+            .bind(e.updated_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+            stored.push(e);
+            answers.push(None);
         }
-        sqlx::query(&format!(
-            "INSERT INTO outbox ({OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        ))
-        .bind(&e.id)
-        .bind(&e.bridge_id)
-        .bind(&e.peer_home_id)
-        .bind(&e.target_session)
-        .bind(&e.source_thread)
-        .bind(&e.content)
-        .bind(&e.key_scope)
-        .bind(&e.key)
-        .bind(&e.request_hash)
-        .bind(&e.status)
-        .bind(&e.reason)
-        .bind(&e.remote_message_id)
-        .bind(e.attempts)
-        .bind(e.next_attempt_at)
-        .bind(e.created_at)
-        .bind(e.updated_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        Ok(None)
+        Ok(answers)
     }
 
     async fn outbox_update(&self, e: &OutboxRecord, ev: Option<&EventRecord>) -> StoreResult<()> {
