@@ -421,7 +421,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     assert_eq!(store.outbox_due(20, 10).await.expect("due").len(), 2, "a live link makes everything due");
     let mut done = outbox("msg_1", "k1", 10);
     done.status = "delivered".into();
-    store.outbox_update(&done, None).await.expect("update");
+    store.outbox_update(&[(done, None)]).await.expect("update");
     let listed: Vec<String> =
         store.outbox_for_bridge("br_1").await.expect("list").into_iter().map(|e| e.status).collect();
     assert_eq!(listed, ["delivered", "pending"]);

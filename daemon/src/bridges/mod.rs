@@ -9,8 +9,7 @@
 //!   the request and keeps an outbound bridge; remote ThreadList/ThreadRead go over it.
 //!   `kiki bridge list` pings every outbound bridge, so health comes from real round trips.
 //!
-//! Still to come (issue 4): ThreadSend/ThreadWait across bridges, the outbox with retries
-//! and receipts.
+//! Cross-home ThreadSend and its outbox are in [`outbox`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,7 +29,8 @@ pub use outbox::backoff;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::{BridgeRecord, BridgeRequestRecord, Store};
+use crate::mailbox::commit::GroupCommit;
+use crate::store::{BridgeRecord, BridgeRequestRecord, EventRecord, OutboxRecord, ReceiptRecord, Store};
 use crate::threads::{Threads, new_id};
 use crate::time::now_ms;
 
@@ -57,9 +57,10 @@ struct Inner {
     config: Arc<Config>,
     /// Open connections to peers we dialed, by peer home id.
     connections: tokio::sync::Mutex<HashMap<String, PeerConnection>>,
-    /// Outbox entries are group-committed like local sends.
-    outbox:
-        crate::mailbox::commit::GroupCommit<crate::store::OutboxRecord, Option<crate::store::OutboxRecord>>,
+    /// Outbox entries, their updates and receipts are group-committed like local sends.
+    outbox: GroupCommit<OutboxRecord, Option<OutboxRecord>>,
+    outbox_updates: GroupCommit<(OutboxRecord, Option<EventRecord>), ()>,
+    receipts: GroupCommit<ReceiptRecord, ()>,
     /// Set once at start (the mailbox and the bridges refer to each other).
     mailbox: std::sync::OnceLock<crate::mailbox::Mailbox>,
     /// Serialises pairing decisions so two racing approvals cannot both apply.
@@ -142,14 +143,31 @@ impl Bridges {
             }
         };
         let committing = store.clone();
-        let outbox =
-            crate::mailbox::commit::GroupCommit::start(move |batch: Vec<crate::store::OutboxRecord>| {
-                let store = committing.clone();
-                async move { store.outbox_insert(&batch).await }
-            });
+        let outbox = GroupCommit::start(move |batch: Vec<OutboxRecord>| {
+            let store = committing.clone();
+            async move { store.outbox_insert(&batch).await }
+        });
+        let committing = store.clone();
+        let outbox_updates = GroupCommit::start(move |batch: Vec<(OutboxRecord, Option<EventRecord>)>| {
+            let store = committing.clone();
+            async move {
+                store.outbox_update(&batch).await?;
+                Ok(vec![(); batch.len()])
+            }
+        });
+        let committing = store.clone();
+        let receipts = GroupCommit::start(move |batch: Vec<ReceiptRecord>| {
+            let store = committing.clone();
+            async move {
+                store.add_receipts(&batch).await?;
+                Ok(vec![(); batch.len()])
+            }
+        });
         let bridges = Self {
             inner: Arc::new(Inner {
                 outbox,
+                outbox_updates,
+                receipts,
                 store,
                 threads,
                 endpoint,

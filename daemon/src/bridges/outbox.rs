@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 
 use super::*;
 use crate::mailbox::{Delivery, KEY_MAX_CHARS, Sent};
-use crate::store::{EventKind, EventRecord, MessageStatus, OutboxRecord, ReceiptRecord, SourceRef};
+use crate::store::{EventKind, MessageStatus, SourceRef};
 use crate::threads::limits;
 
 /// The longest pause between two attempts.
@@ -111,7 +111,7 @@ impl Bridges {
             reason,
             at: now_ms(),
         };
-        if let Err(e) = self.inner.store.add_receipt(&receipt).await {
+        if let Err(e) = self.inner.receipts.commit(receipt).await {
             warn!(error = %e, "cannot record a bridge receipt");
         }
         response
@@ -288,7 +288,11 @@ impl Bridges {
         entry.reason = why.chars().take(200).collect();
         entry.next_attempt_at = now + backoff(entry.attempts.max(0) as u32).as_millis() as i64;
         entry.updated_at = now;
-        self.inner.store.outbox_update(&entry, None).await?;
+        self.inner
+            .outbox_updates
+            .commit((entry.clone(), None))
+            .await
+            .map_err(crate::mailbox::commit_error)?;
         Ok(entry)
     }
 
@@ -313,7 +317,11 @@ impl Bridges {
             }),
             _ => None,
         };
-        self.inner.store.outbox_update(&entry, event.as_ref()).await?;
+        self.inner
+            .outbox_updates
+            .commit((entry.clone(), event))
+            .await
+            .map_err(crate::mailbox::commit_error)?;
         if let (Some(thread), true, Some(mailbox)) = (&entry.source_thread, failed, self.inner.mailbox.get())
         {
             mailbox.notify(thread);

@@ -500,15 +500,16 @@ pub trait Store: Send + Sync + 'static {
     /// Stores new outbox entries in one transaction. For each, `None` if it was stored, or
     /// the entry already holding its (peer, scope, key) — stored before or earlier in the batch.
     async fn outbox_insert(&self, entries: &[OutboxRecord]) -> StoreResult<Vec<Option<OutboxRecord>>>;
-    /// Saves an entry's new state, with an event (e.g. `undeliverable`) in the same
+    /// Saves entries' new states, each with an optional event (e.g. `undeliverable`), in one
     /// transaction.
-    async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;
+    async fn outbox_update(&self, updates: &[(OutboxRecord, Option<EventRecord>)]) -> StoreResult<()>;
     /// Pending entries due at `now`, oldest first.
     async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
     async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>>;
     /// Makes every pending entry for `peer` due now (the link answered again).
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
-    async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
+    /// Records receipts in one transaction.
+    async fn add_receipts(&self, receipts: &[ReceiptRecord]) -> StoreResult<()>;
     async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>>;
 
     /// Flushes and closes; later calls fail.

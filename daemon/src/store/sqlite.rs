@@ -1076,24 +1076,26 @@ impl Store for SqliteStore {
         Ok(answers)
     }
 
-    async fn outbox_update(&self, e: &OutboxRecord, ev: Option<&EventRecord>) -> StoreResult<()> {
+    async fn outbox_update(&self, updates: &[(OutboxRecord, Option<EventRecord>)]) -> StoreResult<()> {
         let mut tx = self.writer.begin().await.map_err(backend)?;
-        sqlx::query(
-            "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?, next_attempt_at = ?,
-                 updated_at = ? WHERE id = ?",
-        )
-        .bind(&e.status)
-        .bind(&e.reason)
-        .bind(&e.remote_message_id)
-        .bind(e.attempts)
-        .bind(e.next_attempt_at)
-        .bind(e.updated_at)
-        .bind(&e.id)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
-        if let Some(ev) = ev {
-            insert_event(&mut tx, ev).await?;
+        for (e, event) in updates {
+            sqlx::query(
+                "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
+                     next_attempt_at = ?, updated_at = ? WHERE id = ?",
+            )
+            .bind(&e.status)
+            .bind(&e.reason)
+            .bind(&e.remote_message_id)
+            .bind(e.attempts)
+            .bind(e.next_attempt_at)
+            .bind(e.updated_at)
+            .bind(&e.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+            if let Some(event) = event {
+                insert_event(&mut tx, event).await?;
+            }
         }
         tx.commit().await.map_err(backend)?;
         Ok(())
@@ -1134,18 +1136,23 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn add_receipt(&self, r: &ReceiptRecord) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
+    async fn add_receipts(&self, receipts: &[ReceiptRecord]) -> StoreResult<()> {
+        if receipts.is_empty() {
+            return Ok(());
+        }
+        sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at) ",
         )
-        .bind(&r.peer_home_id)
-        .bind(&r.key)
-        .bind(&r.message_id)
-        .bind(&r.target)
-        .bind(&r.status)
-        .bind(&r.reason)
-        .bind(r.at)
+        .push_values(receipts, |mut row, r| {
+            row.push_bind(&r.peer_home_id)
+                .push_bind(&r.key)
+                .push_bind(&r.message_id)
+                .push_bind(&r.target)
+                .push_bind(&r.status)
+                .push_bind(&r.reason)
+                .push_bind(r.at);
+        })
+        .build()
         .execute(&self.writer)
         .await
         .map_err(backend)?;
