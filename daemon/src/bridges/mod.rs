@@ -39,6 +39,8 @@ pub const PERMISSIONS: [&str; 4] = ["read", "send", "wake", "wait"];
 /// Pairing requests one peer may file per [`REQUEST_WINDOW`].
 const REQUESTS_PER_WINDOW: usize = 5;
 const REQUEST_WINDOW: Duration = Duration::from_secs(60);
+/// How often a busy link's `last_success` is written (every call would be a write).
+const HEALTH_EVERY: Duration = Duration::from_secs(10);
 /// How long `kiki bridge list` waits for each peer's answer.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a remote call may take before it is reported as a link error: a ThreadWait
@@ -61,6 +63,8 @@ struct Inner {
     outbox: GroupCommit<OutboxRecord, Option<OutboxRecord>>,
     outbox_updates: GroupCommit<(OutboxRecord, Option<EventRecord>), ()>,
     receipts: GroupCommit<ReceiptRecord, ()>,
+    /// The bridge table, read through [`Bridges::all`].
+    cache: tokio::sync::Mutex<Option<Vec<BridgeRecord>>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
     mailbox: std::sync::OnceLock<crate::mailbox::Mailbox>,
     /// Serialises pairing decisions so two racing approvals cannot both apply.
@@ -174,6 +178,7 @@ impl Bridges {
                 config,
                 connections: tokio::sync::Mutex::new(HashMap::new()),
                 mailbox: std::sync::OnceLock::new(),
+                cache: tokio::sync::Mutex::new(None),
                 decisions: tokio::sync::Mutex::new(()),
             }),
         };
@@ -277,7 +282,7 @@ impl Bridges {
             created_at: now,
             decided_at: None,
         };
-        self.inner.store.save_bridge(None, Some(&request)).await.map_err(Error::from)?;
+        self.save_bridge(None, Some(&request)).await.map_err(Error::from)?;
         info!(peer, request_id = %request.id, "pairing request filed");
         Ok(pb::PairReply { request_id: request.id })
     }
@@ -390,8 +395,30 @@ impl Bridges {
 
     // ----- owner actions ---------------------------------------------------------------
 
+    /// Every bridge, from memory: the table is read once and re-read after each change, so
+    /// the per-call permission check costs no store read.
+    async fn all(&self) -> crate::store::StoreResult<Vec<BridgeRecord>> {
+        let mut cache = self.inner.cache.lock().await;
+        if cache.is_none() {
+            *cache = Some(self.inner.store.bridges().await?);
+        }
+        Ok(cache.clone().unwrap_or_default())
+    }
+
+    /// Saves a bridge and/or request, then drops the cached table.
+    async fn save_bridge(
+        &self,
+        bridge: Option<&BridgeRecord>,
+        request: Option<&BridgeRequestRecord>,
+    ) -> crate::store::StoreResult<()> {
+        let mut cache = self.inner.cache.lock().await;
+        let saved = self.inner.store.save_bridge(bridge, request).await;
+        *cache = None;
+        saved
+    }
+
     async fn bridge(&self, pick: impl Fn(&BridgeRecord) -> bool) -> Result<Option<BridgeRecord>> {
-        Ok(self.inner.store.bridges().await?.into_iter().find(|b| pick(b)))
+        Ok(self.all().await?.into_iter().find(|b| pick(b)))
     }
 
     /// `kiki bridge request ADDRESS --want … [--expect ID] [--name ALIAS]`.
@@ -419,7 +446,7 @@ impl Bridges {
         if alias.contains('/') || alias == "local" {
             return Err(Error::invalid("name", "must not contain '/' or be \"local\""));
         }
-        let existing = self.inner.store.bridges().await?;
+        let existing = self.all().await?;
         if existing.iter().any(|b| b.alias == alias && b.peer_home_id != peer.peer_home_id) {
             return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
         }
@@ -458,7 +485,7 @@ impl Bridges {
             last_error: String::new(),
             last_error_at: None,
         };
-        self.inner.store.save_bridge(Some(&bridge), None).await?;
+        self.save_bridge(Some(&bridge), None).await?;
         self.inner.connections.lock().await.insert(peer.peer_home_id.clone(), peer);
         Ok((bridge, request_id))
     }
@@ -522,7 +549,7 @@ impl Bridges {
         };
         request.status = "approved".into();
         request.decided_at = Some(now);
-        self.inner.store.save_bridge(Some(&bridge), Some(&request)).await?;
+        self.save_bridge(Some(&bridge), Some(&request)).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge approved");
         Ok(bridge)
     }
@@ -533,14 +560,14 @@ impl Bridges {
         let mut request = self.pending_request(request_id).await?;
         request.status = "rejected".into();
         request.decided_at = Some(now_ms());
-        self.inner.store.save_bridge(None, Some(&request)).await?;
+        self.save_bridge(None, Some(&request)).await?;
         Ok(request)
     }
 
     /// `kiki bridge revoke BRIDGE` (id, alias or peer home id). Takes effect at once: the
     /// next call over it is refused with `bridge_revoked`.
     pub async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
-        let bridges = self.inner.store.bridges().await?;
+        let bridges = self.all().await?;
         let mut matches: Vec<BridgeRecord> = bridges
             .into_iter()
             .filter(|b| b.id == name || b.alias == name || b.peer_home_id == name)
@@ -551,14 +578,14 @@ impl Bridges {
             matches.into_iter().next().ok_or_else(|| Error::NotFound(format!("no bridge {name:?}")))?;
         bridge.state = "revoked".into();
         bridge.updated_at = now_ms();
-        self.inner.store.save_bridge(Some(&bridge), None).await?;
+        self.save_bridge(Some(&bridge), None).await?;
         warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");
         Ok(bridge)
     }
 
     /// `kiki bridge list`: every bridge, outbound ones refreshed by a real round trip.
     pub async fn list(&self) -> Result<Vec<BridgeRecord>> {
-        let bridges = self.inner.store.bridges().await?;
+        let bridges = self.all().await?;
         let mut refreshed = Vec::with_capacity(bridges.len());
         for bridge in bridges {
             if bridge.direction == "outbound" && bridge.state != "revoked" {
@@ -588,7 +615,7 @@ impl Bridges {
             Err(_) => self.note_error(&mut bridge, format!("no answer within {PING_TIMEOUT:?}")),
         }
         bridge.updated_at = now_ms();
-        self.inner.store.save_bridge(Some(&bridge), None).await?;
+        self.save_bridge(Some(&bridge), None).await?;
         Ok(bridge)
     }
 
@@ -658,11 +685,20 @@ impl Bridges {
             return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
         }
         let result = self.call(&bridge, &pb::BridgeCall { call: Some(call) }).await;
+        // Link health is written when it changes, not on every successful call.
+        let now = now_ms();
+        let stale = bridge.last_success.is_none_or(|t| now - t > HEALTH_EVERY.as_millis() as i64);
         match &result {
-            Ok(_) => bridge.last_success = Some(now_ms()),
-            Err(e) => self.note_error(&mut bridge, e.to_string()),
+            Ok(_) if stale || bridge.last_error_at > bridge.last_success => {
+                bridge.last_success = Some(now);
+                let _ = self.save_bridge(Some(&bridge), None).await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.note_error(&mut bridge, e.to_string());
+                let _ = self.save_bridge(Some(&bridge), None).await;
+            }
         }
-        let _ = self.inner.store.save_bridge(Some(&bridge), None).await;
         match result?.reply {
             Some(Reply::Error(e)) => Err(from_wire(host, e)),
             Some(reply) => {

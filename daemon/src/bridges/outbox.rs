@@ -111,9 +111,14 @@ impl Bridges {
             reason,
             at: now_ms(),
         };
-        if let Err(e) = self.inner.receipts.commit(receipt).await {
-            warn!(error = %e, "cannot record a bridge receipt");
-        }
+        // The receipt is written after the answer leaves: it is a record, not part of the
+        // message's durability (the message itself committed before we answered).
+        let receipts = self.inner.receipts.clone();
+        tokio::spawn(async move {
+            if let Err(e) = receipts.commit(receipt).await {
+                warn!(error = %e, "cannot record a bridge receipt");
+            }
+        });
         response
     }
 
@@ -379,7 +384,7 @@ impl Bridges {
 
     /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it.
     pub async fn receipts(&self, name: &str) -> Result<Vec<pb::Receipt>> {
-        let bridges = self.inner.store.bridges().await?;
+        let bridges = self.all().await?;
         let matching: Vec<BridgeRecord> = bridges
             .into_iter()
             .filter(|b| b.id == name || b.alias == name || b.peer_home_id == name)
