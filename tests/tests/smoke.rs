@@ -353,6 +353,30 @@ fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
 }
 
+/// Two real homes on fixed ports, `a` bridged to `b` with send+wake; returns b's thread id.
+fn paired_homes(a: &Path, b: &Path) -> String {
+    for home in [a, b] {
+        std::fs::create_dir_all(home).expect("home");
+        let config = format!(
+            "[bridge]\nlisten = \"127.0.0.1:{}\"\n[thread_communication]\nenabled = true\n[mailbox]\ndelivery_wait = \"200ms\"\n",
+            free_udp_port()
+        );
+        std::fs::write(home.join("config.toml"), config).expect("config");
+    }
+    kiki_json(a, &["up"]);
+    let b_status = kiki_json(b, &["up"]);
+    let b_addr = b_status["bridge_listen"].as_str().expect("listen").to_string();
+    let b_id = b_status["home_id"].as_str().expect("id").to_string();
+    let target = kiki_json(b, &["thread", "create", "--title", "inbox"]);
+    let requested = kiki_json(
+        a,
+        &["bridge", "request", &b_addr, "--want", "send,wake", "--expect", &b_id, "--name", "bee"],
+    );
+    let request_id = requested["request_id"].as_str().expect("request id").to_string();
+    kiki_json(b, &["bridge", "approve", &request_id, "--allow", "send,wake"]);
+    target["id"].as_str().expect("id").to_string()
+}
+
 /// Source killed with -9 while its send waits in the outbox (the target is down): after
 /// both come back, the message is delivered exactly once.
 #[test]
@@ -360,26 +384,7 @@ fn kill_9_of_the_source_keeps_its_outbox() {
     let (_dir_a, a) = new_home();
     let (_dir_b, b) = new_home();
     let (_down_a, _down_b) = (Down(&a), Down(&b));
-    for (home, port) in [(&a, free_udp_port()), (&b, free_udp_port())] {
-        std::fs::create_dir_all(home).expect("home");
-        let config = format!(
-            "[bridge]\nlisten = \"127.0.0.1:{port}\"\n[thread_communication]\nenabled = true\n[mailbox]\ndelivery_wait = \"200ms\"\n"
-        );
-        std::fs::write(home.join("config.toml"), config).expect("config");
-    }
-    kiki_json(&a, &["up"]);
-    let b_status = kiki_json(&b, &["up"]);
-    let b_addr = b_status["bridge_listen"].as_str().expect("listen").to_string();
-    let b_id = b_status["home_id"].as_str().expect("id").to_string();
-    let target = kiki_json(&b, &["thread", "create", "--title", "inbox"]);
-    let target = target["id"].as_str().expect("id").to_string();
-    let requested = kiki_json(
-        &a,
-        &["bridge", "request", &b_addr, "--want", "send,wake", "--expect", &b_id, "--name", "bee"],
-    );
-    let request_id = requested["request_id"].as_str().expect("request id").to_string();
-    kiki_json(&b, &["bridge", "approve", &request_id, "--allow", "send,wake"]);
-
+    let target = paired_homes(&a, &b);
     kiki_json(&b, &["down"]);
     let sent =
         kiki_json(&a, &["thread", "send", &format!("bee/{target}"), "--key", "k9", "--content", "survives"]);
@@ -394,4 +399,54 @@ fn kill_9_of_the_source_keeps_its_outbox() {
     assert_eq!(page["turns"].as_array().map(Vec::len), Some(1), "exactly once");
     let receipts = kiki_json(&a, &["bridge", "receipts", "bee"]);
     assert_eq!(receipts["receipts"][0]["status"], "delivered");
+}
+
+/// The target killed with -9 while sends are arriving: whatever it had acknowledged is kept,
+/// what it had not is retried, and each message is delivered exactly once.
+#[test]
+fn kill_9_of_the_target_mid_send_delivers_each_message_once() {
+    let (_dir_a, a) = new_home();
+    let (_dir_b, b) = new_home();
+    let (_down_a, _down_b) = (Down(&a), Down(&b));
+    let target = paired_homes(&a, &b);
+    let sender = {
+        let a = a.clone();
+        let target = target.clone();
+        std::thread::spawn(move || {
+            for i in 0..20 {
+                let key = format!("k{i}");
+                let content = format!("m{i}");
+                kiki_json(
+                    &a,
+                    &["thread", "send", &format!("bee/{target}"), "--key", &key, "--content", &content],
+                );
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(150));
+    kill_9(&pid_of(&b));
+    sender.join().expect("all 20 sends answered (durable at the source)");
+    kiki_json(&b, &["up"]);
+    let started = Instant::now();
+    loop {
+        let page = kiki_json(&b, &["thread", "read", &target, "--limit", "100"]);
+        let mut ids: Vec<String> = page["turns"]
+            .as_array()
+            .expect("turns")
+            .iter()
+            .flat_map(|t| {
+                t["input"].as_str().unwrap_or_default().lines().map(str::to_string).collect::<Vec<_>>()
+            })
+            .filter(|line| line.starts_with('m'))
+            .collect();
+        ids.sort();
+        let before = ids.len();
+        ids.dedup();
+        assert_eq!(before, ids.len(), "no message twice: {ids:?}");
+        if ids.len() == 20 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "only {} of 20 arrived: {ids:?}", ids.len());
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
