@@ -525,4 +525,5 @@ pub fn show_status(s: &pb::StatusResponse, json: bool) {
     println!("store     {}", s.store);
     println!("threads   {} ({} running turns)", s.threads, s.running_turns);
     println!("profiles  {} (default {})", s.profiles.join(", "), s.default_profile);
+    println!("bridges   listening on {} (QUIC)", s.bridge_listen);
 }

@@ -416,7 +416,7 @@ async fn a_background_process_does_not_keep_the_turn_open() {
 #[tokio::test]
 async fn turns_of_one_thread_run_one_at_a_time() {
     let log = tempfile::NamedTempFile::new().expect("log");
-    let script = format!("echo start >> {0}; sleep 0.3; cat; echo end >> {0}", log.path().display());
+    let script = format!("echo start >> {0}; sleep 1; cat; echo end >> {0}", log.path().display());
     let home = TestHome::builder().shell_profile("slow", &script).start().await;
     let t = home.thread("slow", Some("one")).await;
     eventually("the first turn to run", || async {
