@@ -359,8 +359,7 @@ async fn a_waiter_wakes_only_for_its_threads() {
 #[tokio::test]
 async fn attention_and_undeliverable_events() {
     let kiki = binary("kiki");
-    let script =
-        format!("cat >/dev/null; {} attention --reason 'need a decision'; sleep 2", kiki.display());
+    let script = format!("cat >/dev/null; {} attention --reason 'need a decision'; sleep 2", kiki.display());
     let home = TestHome::builder()
         .config(|c| {
             c.thread_communication.enabled = Some(true);

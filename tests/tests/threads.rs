@@ -497,18 +497,7 @@ async fn a_turn_token_acts_as_its_thread_and_expires_with_the_turn() {
         kiki.display()
     );
     let home = TestHome::builder().shell_profile("agent", &script).start().await;
-    let repo = home.workdir("repo");
-    std::fs::create_dir_all(repo.join(".git")).expect("git");
-    std::fs::create_dir_all(repo.join("sub")).expect("sub");
-    let t = home
-        .create(pb::ThreadCreateRequest {
-            cwd: Some(repo.join("sub").display().to_string()),
-            profile: Some("agent".into()),
-            prompt: Some("go".into()),
-            title: None,
-        })
-        .await
-        .expect("create");
+    let (_, t) = thread_in_repo_subdir(&home, "agent").await;
     let turn = home.wait_turns(&t.id, 1).await.remove(0);
     assert_eq!(turn.status(), pb::TurnStatus::Completed, "{}", turn.error);
     // The CLI sends its working directory (here /), so the child lands there; a raw API
@@ -531,18 +520,7 @@ async fn an_api_create_without_cwd_from_a_turn_uses_the_parent_workspace_root() 
     // The agent calls the API directly (as an MCP server would) with its token.
     let home_dir_probe = "read _; echo \"$KIKI_TOKEN\" > \"$KIKI_HOME/token\"; sleep 5";
     let home = TestHome::builder().shell_profile("hold", home_dir_probe).start().await;
-    let repo = home.workdir("repo");
-    std::fs::create_dir_all(repo.join(".git")).expect("git");
-    std::fs::create_dir_all(repo.join("sub")).expect("sub");
-    let t = home
-        .create(pb::ThreadCreateRequest {
-            cwd: Some(repo.join("sub").display().to_string()),
-            profile: Some("hold".into()),
-            prompt: Some("go".into()),
-            title: None,
-        })
-        .await
-        .expect("create");
+    let (repo, t) = thread_in_repo_subdir(&home, "hold").await;
     let token = eventually("the turn's token", || async {
         std::fs::read_to_string(home.dir().join("token")).ok().filter(|t| t.ends_with('\n'))
     })
@@ -558,4 +536,24 @@ async fn an_api_create_without_cwd_from_a_turn_uses_the_parent_workspace_root() 
         .thread_say(pb::ThreadSayRequest { target: Some(local(&child.id)), content: "x".into() })
         .await;
     assert_eq!(say.expect_err("owner only").code(), Code::PermissionDenied);
+}
+
+/// A repository (`repo/.git`) with a thread on `profile` started in `repo/sub`.
+async fn thread_in_repo_subdir(
+    home: &TestHome,
+    profile: &str,
+) -> (std::path::PathBuf, pb::ThreadCreateResponse) {
+    let repo = home.workdir("repo");
+    std::fs::create_dir_all(repo.join(".git")).expect("git");
+    std::fs::create_dir_all(repo.join("sub")).expect("sub");
+    let t = home
+        .create(pb::ThreadCreateRequest {
+            cwd: Some(repo.join("sub").display().to_string()),
+            profile: Some(profile.into()),
+            prompt: Some("go".into()),
+            title: None,
+        })
+        .await
+        .expect("create");
+    (repo, t)
 }
