@@ -96,32 +96,6 @@ impl BridgeEndpoint {
     }
 }
 
-impl PeerConnection {
-    /// One call to the peer: request out, response back.
-    pub async fn call<Req: prost::Message, Resp: prost::Message + Default>(
-        &self,
-        request: &Req,
-    ) -> Result<Resp, crate::rpc::RpcError> {
-        crate::rpc::call(&self.connection, request).await
-    }
-
-    /// Serves the peer's calls with `handler` until it goes away.
-    pub async fn serve<Req, Resp, H, Fut>(&self, handler: H)
-    where
-        Req: prost::Message + Default + Send + 'static,
-        Resp: prost::Message + Send + 'static,
-        H: Fn(Req) -> Fut + Clone + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Resp> + Send + 'static,
-    {
-        crate::rpc::serve(self.connection.clone(), handler).await;
-    }
-
-    /// True once the connection is closed or lost.
-    pub fn is_closed(&self) -> bool {
-        self.connection.close_reason().is_some()
-    }
-}
-
 fn peer(connection: quinn::Connection) -> Result<PeerConnection, EndpointError> {
     let certificates = connection
         .peer_identity()

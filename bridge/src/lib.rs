@@ -10,6 +10,8 @@
 //! - [`endpoint`]: one QUIC endpoint per home (ALPN `kiki-bridge/1`) that both accepts and
 //!   dials, reporting each connection's verified peer home id.
 //! - [`rpc`]: length-prefixed protobuf frames, one request and one response per stream.
+//! - [`transport`]: the seam the daemon's bridge logic uses ([`Transport`], [`Link`]), so
+//!   that logic can also run over a simulated network.
 //!
 //! Whether a peer may do anything (approved bridge, permissions) is decided by the daemon
 //! on every call, from the peer home id this crate verified.
@@ -19,6 +21,8 @@ pub mod endpoint;
 pub mod identity;
 pub mod rpc;
 pub mod tls;
+pub mod transport;
 
 pub use endpoint::{BridgeEndpoint, EndpointError, PeerConnection};
 pub use identity::{BridgeIdentity, IdentityError, home_id_of, home_id_of_cert};
+pub use transport::{BoxFuture, CallHandler, Link, LinkError, Transport};

@@ -1,8 +1,9 @@
-//! Framed RPC over QUIC streams: each call opens a bidirectional stream, writes one
-//! length-prefixed protobuf request and finishes its side; the peer answers with one
-//! length-prefixed response. Streams are cheap in QUIC, so calls never block each other.
+//! Framed calls over QUIC streams: each call opens a bidirectional stream, writes one
+//! length-prefixed request and finishes its side; the peer answers with one length-prefixed
+//! response. Streams are cheap in QUIC, so calls never block each other. The bytes are
+//! protobuf messages encoded by the caller (see `kiki.v1.BridgeCall`/`BridgeReply`).
 
-use prost::Message;
+use crate::transport::CallHandler;
 
 /// The largest frame either side accepts: a 100,000-character message is at most ~400 KB,
 /// and a ThreadRead page stays well under this.
@@ -18,39 +19,12 @@ pub enum RpcError {
     Read(#[from] quinn::ReadExactError),
     #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
     TooLarge(usize),
-    #[error("cannot decode the frame: {0}")]
-    Decode(#[from] prost::DecodeError),
     #[error("the stream was closed: {0}")]
     Closed(#[from] quinn::ClosedStream),
 }
 
-pub async fn write_frame<M: Message>(send: &mut quinn::SendStream, message: &M) -> Result<(), RpcError> {
-    let body = message.encode_to_vec();
-    if body.len() > MAX_FRAME {
-        return Err(RpcError::TooLarge(body.len()));
-    }
-    send.write_all(&(body.len() as u32).to_be_bytes()).await?;
-    send.write_all(&body).await?;
-    Ok(())
-}
-
-pub async fn read_frame<M: Message + Default>(recv: &mut quinn::RecvStream) -> Result<M, RpcError> {
-    let mut len = [0u8; 4];
-    recv.read_exact(&mut len).await?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(RpcError::TooLarge(len));
-    }
-    let mut body = vec![0u8; len];
-    recv.read_exact(&mut body).await?;
-    Ok(M::decode(body.as_slice())?)
-}
-
 /// One call: request out, response back, on a fresh stream.
-pub async fn call<Req: Message, Resp: Message + Default>(
-    connection: &quinn::Connection,
-    request: &Req,
-) -> Result<Resp, RpcError> {
+pub async fn call_bytes(connection: &quinn::Connection, request: &[u8]) -> Result<Vec<u8>, RpcError> {
     let (mut send, mut recv) = connection.open_bi().await?;
     write_frame(&mut send, request).await?;
     send.finish()?;
@@ -58,18 +32,12 @@ pub async fn call<Req: Message, Resp: Message + Default>(
 }
 
 /// Serves every call arriving on `connection`, each on its own task, until the peer goes
-/// away. A stream that does not carry a well-formed request is dropped.
-pub async fn serve<Req, Resp, H, Fut>(connection: quinn::Connection, handler: H)
-where
-    Req: Message + Default + Send + 'static,
-    Resp: Message + Send + 'static,
-    H: Fn(Req) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Resp> + Send + 'static,
-{
+/// away. A stream that does not carry a well-formed frame is dropped.
+pub async fn serve_bytes(connection: quinn::Connection, handler: CallHandler) {
     while let Ok((mut send, mut recv)) = connection.accept_bi().await {
         let handler = handler.clone();
         tokio::spawn(async move {
-            let request = match read_frame::<Req>(&mut recv).await {
+            let request = match read_frame(&mut recv).await {
                 Ok(request) => request,
                 Err(e) => {
                     tracing::debug!(error = %e, "dropping a malformed bridge call");
@@ -82,4 +50,25 @@ where
             }
         });
     }
+}
+
+async fn write_frame(send: &mut quinn::SendStream, body: &[u8]) -> Result<(), RpcError> {
+    if body.len() > MAX_FRAME {
+        return Err(RpcError::TooLarge(body.len()));
+    }
+    send.write_all(&(body.len() as u32).to_be_bytes()).await?;
+    send.write_all(body).await?;
+    Ok(())
+}
+
+async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, RpcError> {
+    let mut len = [0u8; 4];
+    recv.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(RpcError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    recv.read_exact(&mut body).await?;
+    Ok(body)
 }

@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 
-use kiki_bridge::rpc;
-use kiki_bridge::{BridgeEndpoint, BridgeIdentity};
+use std::sync::Arc;
+
+use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link};
 use kiki_proto as pb;
+use prost::Message;
 
 fn home() -> BridgeEndpoint {
     let key = rcgen::KeyPair::generate().expect("key");
@@ -96,17 +98,25 @@ async fn framed_calls_round_trip_concurrently() {
     let server = b.clone();
     tokio::spawn(async move {
         let peer = server.accept().await.expect("incoming").expect("handshake");
-        peer.serve(|r: pb::ThreadRef| async move { pb::ThreadRef { host_id: "answered".into(), ..r } }).await;
+        let handler: CallHandler = Arc::new(|request: Vec<u8>| {
+            Box::pin(async move {
+                let r = pb::ThreadRef::decode(request.as_slice()).expect("request");
+                pb::ThreadRef { host_id: "answered".into(), ..r }.encode_to_vec()
+            })
+        });
+        peer.serve(handler).await;
     });
     let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
     let big = "x".repeat(400_000);
+    let peer = Arc::new(peer);
     let calls = (0..8).map(|i| {
-        let connection = peer.connection.clone();
+        let peer = peer.clone();
         let session = format!("{i}{big}");
         async move {
             let request =
                 pb::ThreadRef { host_id: String::new(), workspace_id: String::new(), session_id: session };
-            rpc::call::<_, pb::ThreadRef>(&connection, &request).await
+            let reply = peer.call(request.encode_to_vec()).await?;
+            Ok::<_, kiki_bridge::LinkError>(pb::ThreadRef::decode(reply.as_slice()).expect("reply"))
         }
     });
     let mut answers = Vec::new();

@@ -155,14 +155,15 @@ impl DaemonBuilder {
             runner.kick(&thread_id);
         }
 
+        let transport =
+            bridges::quic_transport(&identity.key().serialize_pem(), config.bridge.listen).await?;
         let bridges = bridges::Bridges::start(
             store.clone(),
             threads.clone(),
             config.clone(),
-            &identity.key().serialize_pem(),
+            transport,
             shutdown.clone(),
-        )
-        .await?;
+        );
         bridges.attach_mailbox(mailbox.clone());
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
 

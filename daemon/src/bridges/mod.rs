@@ -16,10 +16,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiki_bridge::{BridgeEndpoint, BridgeIdentity, PeerConnection};
+use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link, Transport};
 use kiki_proto as pb;
 use pb::bridge_call::Call;
 use pb::bridge_reply::Reply;
+use prost::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -55,10 +56,11 @@ pub struct Bridges {
 struct Inner {
     store: Arc<dyn Store>,
     threads: Threads,
-    endpoint: BridgeEndpoint,
+    /// The seam to the network (QUIC in a running home).
+    endpoint: Arc<dyn Transport>,
     config: Arc<Config>,
     /// Open connections to peers we dialed, by peer home id.
-    connections: tokio::sync::Mutex<HashMap<String, PeerConnection>>,
+    connections: tokio::sync::Mutex<HashMap<String, Arc<dyn Link>>>,
     /// Outbox entries, their updates and receipts are group-committed like local sends.
     outbox: GroupCommit<OutboxRecord, Option<OutboxRecord>>,
     outbox_updates: GroupCommit<(OutboxRecord, Option<EventRecord>), ()>,
@@ -121,31 +123,14 @@ fn from_wire(host: &str, e: pb::WireError) -> Error {
 }
 
 impl Bridges {
-    /// Binds the home's QUIC endpoint and starts answering peers until `stop`.
-    pub async fn start(
+    /// Starts answering peers on `endpoint` and shipping the outbox, until `stop`.
+    pub fn start(
         store: Arc<dyn Store>,
         threads: Threads,
         config: Arc<Config>,
-        key_pem: &str,
+        endpoint: Arc<dyn Transport>,
         stop: CancellationToken,
-    ) -> std::result::Result<Self, kiki_bridge::EndpointError> {
-        let listen = config.bridge.listen;
-        let identity = BridgeIdentity::from_key_pem(key_pem)
-            .map_err(|e| kiki_bridge::EndpointError::QuicTls(e.to_string()))?;
-        // A fixed port may still be held for a moment by this home's previous endpoint.
-        let mut tries = 0;
-        let endpoint = loop {
-            match BridgeEndpoint::bind(listen, identity.clone()) {
-                Ok(endpoint) => break endpoint,
-                Err(kiki_bridge::EndpointError::Bind { source, .. })
-                    if source.kind() == std::io::ErrorKind::AddrInUse && tries < 40 =>
-                {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        };
+    ) -> Self {
         let committing = store.clone();
         let outbox = GroupCommit::start(move |batch: Vec<OutboxRecord>| {
             let store = committing.clone();
@@ -199,19 +184,23 @@ impl Bridges {
                     }
                 };
                 let serving = accepting.clone();
-                tokio::spawn(async move {
-                    let peer_id = peer.peer_home_id.clone();
-                    peer.serve(move |call: pb::BridgeCall| {
-                        let serving = serving.clone();
-                        let peer_id = peer_id.clone();
-                        async move { serving.handle(&peer_id, call).await }
+                let peer_id = peer.peer_home_id().to_string();
+                let handler: CallHandler = Arc::new(move |request: Vec<u8>| {
+                    let serving = serving.clone();
+                    let peer_id = peer_id.clone();
+                    Box::pin(async move {
+                        let reply = match pb::BridgeCall::decode(request.as_slice()) {
+                            Ok(call) => serving.handle(&peer_id, call).await,
+                            Err(e) => wire_error("invalid_argument", format!("undecodable call: {e}")),
+                        };
+                        reply.encode_to_vec()
                     })
-                    .await;
                 });
+                tokio::spawn(peer.serve(handler));
             }
             accepting.inner.endpoint.close().await;
         });
-        Ok(bridges)
+        bridges
     }
 
     /// Closes every bridge connection and the endpoint (shutdown).
@@ -227,7 +216,7 @@ impl Bridges {
 
     /// The address the QUIC endpoint is bound to.
     pub fn listen_addr(&self) -> String {
-        self.inner.endpoint.local_addr().map(|a| a.to_string()).unwrap_or_default()
+        self.inner.endpoint.local_addr()
     }
 
     // ----- target side -----------------------------------------------------------------
@@ -438,16 +427,16 @@ impl Bridges {
             .connect(addr, expect)
             .await
             .map_err(|e| Error::FailedPrecondition(format!("cannot reach {address}: {e}")))?;
-        if peer.peer_home_id == self.inner.endpoint.home_id() {
+        let peer_home_id = peer.peer_home_id().to_string();
+        if peer_home_id == self.inner.endpoint.home_id() {
             return Err(Error::invalid("address", "that is this home"));
         }
-        let alias =
-            if name.is_empty() { peer.peer_home_id[..8].to_ascii_lowercase() } else { name.to_string() };
+        let alias = if name.is_empty() { peer_home_id[..8].to_ascii_lowercase() } else { name.to_string() };
         if alias.contains('/') || alias == "local" {
             return Err(Error::invalid("name", "must not contain '/' or be \"local\""));
         }
         let existing = self.all().await?;
-        if existing.iter().any(|b| b.alias == alias && b.peer_home_id != peer.peer_home_id) {
+        if existing.iter().any(|b| b.alias == alias && b.peer_home_id != peer_home_id) {
             return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
         }
         let pair = pb::BridgeCall {
@@ -456,7 +445,7 @@ impl Bridges {
                 want,
             })),
         };
-        let request_id = match peer.call::<_, pb::BridgeReply>(&pair).await {
+        let request_id = match call_link(peer.as_ref(), &pair).await {
             Ok(pb::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
             Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }) => return Err(from_wire(address, e)),
             Ok(_) => {
@@ -468,11 +457,11 @@ impl Bridges {
         };
         let now = now_ms();
         let previous =
-            existing.into_iter().find(|b| b.direction == "outbound" && b.peer_home_id == peer.peer_home_id);
+            existing.into_iter().find(|b| b.direction == "outbound" && b.peer_home_id == peer_home_id);
         let bridge = BridgeRecord {
             id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
             direction: "outbound".into(),
-            peer_home_id: peer.peer_home_id.clone(),
+            peer_home_id: peer_home_id.clone(),
             alias,
             address: addr.to_string(),
             state: "requested".into(),
@@ -486,7 +475,7 @@ impl Bridges {
             last_error_at: None,
         };
         self.save_bridge(Some(&bridge), None).await?;
-        self.inner.connections.lock().await.insert(peer.peer_home_id.clone(), peer);
+        self.inner.connections.lock().await.insert(peer_home_id.clone(), peer);
         Ok((bridge, request_id))
     }
 
@@ -641,7 +630,7 @@ impl Bridges {
     async fn call(&self, bridge: &BridgeRecord, call: &pb::BridgeCall) -> Result<pb::BridgeReply> {
         for attempt in 0..2 {
             let peer = self.connection(bridge, attempt > 0).await?;
-            match tokio::time::timeout(CALL_TIMEOUT, peer.call::<_, pb::BridgeReply>(call)).await {
+            match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call)).await {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) if attempt == 0 => debug!(error = %e, "bridge call failed; reconnecting"),
                 Ok(Err(e)) => return Err(Error::FailedPrecondition(format!("{}: {e}", bridge.alias))),
@@ -656,7 +645,7 @@ impl Bridges {
         unreachable!("the loop returns on its second attempt")
     }
 
-    async fn connection(&self, bridge: &BridgeRecord, fresh: bool) -> Result<PeerConnection> {
+    async fn connection(&self, bridge: &BridgeRecord, fresh: bool) -> Result<Arc<dyn Link>> {
         let mut connections = self.inner.connections.lock().await;
         if !fresh
             && let Some(peer) = connections.get(&bridge.peer_home_id)
@@ -787,6 +776,35 @@ impl From<Error> for Rejection {
 impl From<crate::store::StoreError> for Rejection {
     fn from(e: crate::store::StoreError) -> Self {
         Rejection::Daemon(e.into())
+    }
+}
+
+/// One call over a link: the request encoded, the reply decoded.
+async fn call_link(link: &dyn Link, call: &pb::BridgeCall) -> std::result::Result<pb::BridgeReply, String> {
+    let reply = link.call(call.encode_to_vec()).await.map_err(|e| e.to_string())?;
+    pb::BridgeReply::decode(reply.as_slice()).map_err(|e| format!("undecodable reply: {e}"))
+}
+
+/// Binds the home's QUIC endpoint for bridges. A fixed port may still be held for a moment
+/// by this home's previous endpoint, so binding is retried briefly.
+pub async fn quic_transport(
+    key_pem: &str,
+    listen: SocketAddr,
+) -> std::result::Result<Arc<dyn Transport>, kiki_bridge::EndpointError> {
+    let identity = BridgeIdentity::from_key_pem(key_pem)
+        .map_err(|e| kiki_bridge::EndpointError::QuicTls(e.to_string()))?;
+    let mut tries = 0;
+    loop {
+        match BridgeEndpoint::bind(listen, identity.clone()) {
+            Ok(endpoint) => return Ok(Arc::new(endpoint)),
+            Err(kiki_bridge::EndpointError::Bind { source, .. })
+                if source.kind() == std::io::ErrorKind::AddrInUse && tries < 40 =>
+            {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -1,0 +1,102 @@
+//! The transport seam: bridge logic in the daemon talks to peers only through [`Transport`]
+//! and [`Link`], which carry opaque request/response bytes. The QUIC endpoint implements
+//! them; a deterministic in-memory network can implement them too, so the daemon's bridge
+//! logic can run under simulation where quinn cannot.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::endpoint::{BridgeEndpoint, EndpointError, PeerConnection};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Answers one call: request bytes in, response bytes out.
+pub type CallHandler = Arc<dyn Fn(Vec<u8>) -> BoxFuture<'static, Vec<u8>> + Send + Sync>;
+
+/// A call that did not get an answer (the link failed, or the frame was bad).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct LinkError(pub String);
+
+/// An authenticated connection to one peer home.
+pub trait Link: Send + Sync + Debug {
+    /// The peer's home id, verified by the transport.
+    fn peer_home_id(&self) -> &str;
+    /// One call: request out, response back.
+    fn call(&self, request: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, LinkError>>;
+    /// Serves the peer's calls until it goes away.
+    fn serve(&self, handler: CallHandler) -> BoxFuture<'static, ()>;
+    fn is_closed(&self) -> bool;
+}
+
+/// A home's endpoint for bridges: dials and accepts peers.
+pub trait Transport: Send + Sync + Debug {
+    fn home_id(&self) -> &str;
+    /// Where peers reach this home.
+    fn local_addr(&self) -> String;
+    /// Dials `addr`; with `expect`, only that home is accepted.
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        expect: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Arc<dyn Link>, EndpointError>>;
+    /// The next peer that connected; `None` once closed.
+    fn accept(&self) -> BoxFuture<'_, Option<Result<Arc<dyn Link>, EndpointError>>>;
+    /// Closes every link and stops accepting.
+    fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+impl Link for PeerConnection {
+    fn peer_home_id(&self) -> &str {
+        &self.peer_home_id
+    }
+
+    fn call(&self, request: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, LinkError>> {
+        Box::pin(async move {
+            crate::rpc::call_bytes(&self.connection, &request).await.map_err(|e| LinkError(e.to_string()))
+        })
+    }
+
+    fn serve(&self, handler: CallHandler) -> BoxFuture<'static, ()> {
+        let connection = self.connection.clone();
+        Box::pin(crate::rpc::serve_bytes(connection, handler))
+    }
+
+    fn is_closed(&self) -> bool {
+        self.connection.close_reason().is_some()
+    }
+}
+
+impl Transport for BridgeEndpoint {
+    fn home_id(&self) -> &str {
+        BridgeEndpoint::home_id(self)
+    }
+
+    fn local_addr(&self) -> String {
+        BridgeEndpoint::local_addr(self).map(|a| a.to_string()).unwrap_or_default()
+    }
+
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        expect: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Arc<dyn Link>, EndpointError>> {
+        Box::pin(async move {
+            let peer = BridgeEndpoint::connect(self, addr, expect).await?;
+            Ok(Arc::new(peer) as Arc<dyn Link>)
+        })
+    }
+
+    fn accept(&self) -> BoxFuture<'_, Option<Result<Arc<dyn Link>, EndpointError>>> {
+        Box::pin(async move {
+            BridgeEndpoint::accept(self).await.map(|peer| peer.map(|p| Arc::new(p) as Arc<dyn Link>))
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(BridgeEndpoint::close(self))
+    }
+}
