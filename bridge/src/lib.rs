@@ -11,7 +11,7 @@
 //!   dials, reporting each connection's verified peer home id.
 //! - [`rpc`]: length-prefixed protobuf frames, one request and one response per stream.
 //! - [`transport`]: the seam the daemon's bridge logic uses ([`Transport`], [`Link`]), so
-//!   that logic can also run over a simulated network.
+//!   that logic can also run over a simulated network ([`memory`]).
 //!
 //! Whether a peer may do anything (approved bridge, permissions) is decided by the daemon
 //! on every call, from the peer home id this crate verified.
@@ -19,6 +19,7 @@
 mod der;
 pub mod endpoint;
 pub mod identity;
+pub mod memory;
 pub mod rpc;
 pub mod tls;
 pub mod transport;

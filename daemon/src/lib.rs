@@ -80,11 +80,21 @@ impl Daemon {
     }
 }
 
-#[derive(Debug, Default)]
+/// Makes the bridge transport for a home id (tests: an in-memory network).
+pub type TransportFactory = Arc<dyn Fn(&str) -> Arc<dyn kiki_bridge::Transport> + Send + Sync>;
+
+#[derive(Default)]
 pub struct DaemonBuilder {
     home: Option<PathBuf>,
     config: Option<Config>,
     config_file: Option<PathBuf>,
+    transport: Option<TransportFactory>,
+}
+
+impl std::fmt::Debug for DaemonBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonBuilder").field("home", &self.home).finish_non_exhaustive()
+    }
 }
 
 impl DaemonBuilder {
@@ -97,6 +107,12 @@ impl DaemonBuilder {
     /// Use this config instead of reading a file (tests build config in code).
     pub fn config(mut self, config: Config) -> Self {
         self.config = Some(config);
+        self
+    }
+
+    /// Use this bridge transport instead of a QUIC endpoint on `[bridge] listen`.
+    pub fn bridge_transport(mut self, factory: TransportFactory) -> Self {
+        self.transport = Some(factory);
         self
     }
 
@@ -155,8 +171,10 @@ impl DaemonBuilder {
             runner.kick(&thread_id);
         }
 
-        let transport =
-            bridges::quic_transport(&identity.key().serialize_pem(), config.bridge.listen).await?;
+        let transport = match &self.transport {
+            Some(factory) => factory(identity.home_id()),
+            None => bridges::quic_transport(&identity.key().serialize_pem(), config.bridge.listen).await?,
+        };
         let bridges = bridges::Bridges::start(
             store.clone(),
             threads.clone(),

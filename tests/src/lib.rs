@@ -23,12 +23,14 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 pub struct TestHome {
     dir: TempDir,
     config: Config,
+    transport: Option<kiki_daemon::TransportFactory>,
     handle: DaemonHandle,
     client: Client,
 }
 
 pub struct TestHomeBuilder {
     config: Config,
+    transport: Option<kiki_daemon::TransportFactory>,
 }
 
 impl TestHomeBuilder {
@@ -47,6 +49,15 @@ impl TestHomeBuilder {
         self
     }
 
+    /// Bridges over `network` (deterministic, in memory) instead of QUIC.
+    pub fn memory_network(mut self, network: &std::sync::Arc<kiki_bridge::memory::MemoryNetwork>) -> Self {
+        let network = network.clone();
+        self.transport = Some(std::sync::Arc::new(move |home_id: &str| {
+            network.endpoint(home_id) as std::sync::Arc<dyn kiki_bridge::Transport>
+        }));
+        self
+    }
+
     pub fn config(mut self, edit: impl FnOnce(&mut Config)) -> Self {
         edit(&mut self.config);
         self
@@ -54,20 +65,28 @@ impl TestHomeBuilder {
 
     pub async fn start(self) -> TestHome {
         let dir = tempfile::Builder::new().prefix("kiki-test-").tempdir().expect("temp dir");
-        let (handle, client) = boot(dir.path(), self.config.clone()).await;
-        TestHome { dir, config: self.config, handle, client }
+        let (handle, client) = boot(dir.path(), self.config.clone(), self.transport.clone()).await;
+        TestHome { dir, config: self.config, transport: self.transport, handle, client }
     }
 }
 
-async fn boot(dir: &Path, config: Config) -> (DaemonHandle, Client) {
-    let handle = Daemon::builder().home(dir).config(config).start().await.expect("home starts");
+async fn boot(
+    dir: &Path,
+    config: Config,
+    transport: Option<kiki_daemon::TransportFactory>,
+) -> (DaemonHandle, Client) {
+    let mut builder = Daemon::builder().home(dir).config(config);
+    if let Some(transport) = transport {
+        builder = builder.bridge_transport(transport);
+    }
+    let handle = builder.start().await.expect("home starts");
     let client = Client::connect(&handle.socket_path()).await.expect("client connects");
     (handle, client)
 }
 
 impl TestHome {
     pub fn builder() -> TestHomeBuilder {
-        TestHomeBuilder { config: Config::default() }
+        TestHomeBuilder { config: Config::default(), transport: None }
     }
 
     pub fn client(&self) -> &Client {
@@ -93,7 +112,7 @@ impl TestHome {
     pub async fn restart(&mut self) {
         self.handle.shutdown();
         self.handle.stopped().await;
-        let (handle, client) = boot(self.dir.path(), self.config.clone()).await;
+        let (handle, client) = boot(self.dir.path(), self.config.clone(), self.transport.clone()).await;
         self.handle = handle;
         self.client = client;
     }

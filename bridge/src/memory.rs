@@ -1,0 +1,192 @@
+//! An in-memory network implementing the [`Transport`] seam: homes "listen" on made-up
+//! addresses, links are channels, and a partition between two homes is a switch. It runs the
+//! daemon's real bridge logic deterministically and without sockets, for tests that need
+//! faults QUIC on loopback cannot stage exactly.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::endpoint::EndpointError;
+use crate::tls::WrongPeer;
+use crate::transport::{BoxFuture, CallHandler, Link, LinkError, Transport};
+
+/// Calls waiting on one side of a link.
+const LINK_QUEUE: usize = 256;
+/// Links waiting to be accepted by one endpoint.
+const ACCEPT_QUEUE: usize = 64;
+
+type Call = (Vec<u8>, oneshot::Sender<Vec<u8>>);
+/// A listening home: its id, and where its new links are handed over.
+type Listener = (String, mpsc::Sender<Arc<dyn Link>>);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The network: who listens where, and which pairs of homes are cut off.
+#[derive(Debug, Default)]
+pub struct MemoryNetwork {
+    listeners: Mutex<HashMap<SocketAddr, Listener>>,
+    partitions: Mutex<HashSet<(String, String)>>,
+    next_port: AtomicU16,
+}
+
+impl MemoryNetwork {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self { next_port: AtomicU16::new(1), ..Default::default() })
+    }
+
+    /// A new endpoint for the home `home_id` on a fresh address.
+    pub fn endpoint(self: &Arc<Self>, home_id: &str) -> Arc<MemoryEndpoint> {
+        let port = self.next_port.fetch_add(1, Ordering::Relaxed);
+        let addr = SocketAddr::from(([10, 0, 0, 1], port));
+        let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
+        lock(&self.listeners).insert(addr, (home_id.to_string(), tx));
+        Arc::new(MemoryEndpoint {
+            network: self.clone(),
+            addr,
+            home_id: home_id.to_string(),
+            incoming: tokio::sync::Mutex::new(rx),
+        })
+    }
+
+    /// Cuts (or heals) every link between two homes, both ways.
+    pub fn partition(&self, a: &str, b: &str, cut: bool) {
+        let mut partitions = lock(&self.partitions);
+        for pair in [(a.to_string(), b.to_string()), (b.to_string(), a.to_string())] {
+            if cut {
+                partitions.insert(pair);
+            } else {
+                partitions.remove(&pair);
+            }
+        }
+    }
+
+    fn cut(&self, a: &str, b: &str) -> bool {
+        lock(&self.partitions).contains(&(a.to_string(), b.to_string()))
+    }
+}
+
+#[derive(Debug)]
+pub struct MemoryEndpoint {
+    network: Arc<MemoryNetwork>,
+    addr: SocketAddr,
+    home_id: String,
+    incoming: tokio::sync::Mutex<mpsc::Receiver<Arc<dyn Link>>>,
+}
+
+/// One side of a link between two homes.
+#[derive(Debug)]
+pub struct MemoryLink {
+    network: Arc<MemoryNetwork>,
+    local: String,
+    peer: String,
+    to_peer: mpsc::Sender<Call>,
+    from_peer: Mutex<Option<mpsc::Receiver<Call>>>,
+    closed: Arc<AtomicBool>,
+}
+
+impl Link for MemoryLink {
+    fn peer_home_id(&self) -> &str {
+        &self.peer
+    }
+
+    fn call(&self, request: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, LinkError>> {
+        Box::pin(async move {
+            if self.network.cut(&self.local, &self.peer) {
+                return Err(LinkError(format!("partitioned from {}", self.peer)));
+            }
+            let (reply, answer) = oneshot::channel();
+            self.to_peer.send((request, reply)).await.map_err(|_| LinkError("link closed".into()))?;
+            let response = answer.await.map_err(|_| LinkError("the peer dropped the call".into()))?;
+            if self.network.cut(&self.local, &self.peer) {
+                return Err(LinkError(format!("partitioned from {}", self.peer)));
+            }
+            Ok(response)
+        })
+    }
+
+    fn serve(&self, handler: CallHandler) -> BoxFuture<'static, ()> {
+        let inbox = lock(&self.from_peer).take();
+        Box::pin(async move {
+            let Some(mut inbox) = inbox else { return };
+            while let Some((request, reply)) = inbox.recv().await {
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let _ = reply.send(handler(request).await);
+                });
+            }
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst) || self.to_peer.is_closed()
+    }
+}
+
+impl Transport for MemoryEndpoint {
+    fn home_id(&self) -> &str {
+        &self.home_id
+    }
+
+    fn local_addr(&self) -> String {
+        self.addr.to_string()
+    }
+
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        expect: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Arc<dyn Link>, EndpointError>> {
+        Box::pin(async move {
+            let refused = |message: String| EndpointError::Connect { addr, message };
+            let (peer, accept) = lock(&self.network.listeners)
+                .get(&addr)
+                .cloned()
+                .ok_or_else(|| refused("nobody listens there".into()))?;
+            if self.network.cut(&self.home_id, &peer) {
+                return Err(refused("no answer (partitioned)".into()));
+            }
+            if let Some(expected) = expect
+                && expected != peer
+            {
+                return Err(refused(WrongPeer { expected: expected.to_string(), actual: peer }.to_string()));
+            }
+            let (to_server, server_inbox) = mpsc::channel(LINK_QUEUE);
+            let (to_client, client_inbox) = mpsc::channel(LINK_QUEUE);
+            let closed = Arc::new(AtomicBool::new(false));
+            let server_side = MemoryLink {
+                network: self.network.clone(),
+                local: peer.clone(),
+                peer: self.home_id.clone(),
+                to_peer: to_client,
+                from_peer: Mutex::new(Some(server_inbox)),
+                closed: closed.clone(),
+            };
+            accept.send(Arc::new(server_side)).await.map_err(|_| refused("the endpoint is closed".into()))?;
+            Ok(Arc::new(MemoryLink {
+                network: self.network.clone(),
+                local: self.home_id.clone(),
+                peer,
+                to_peer: to_server,
+                from_peer: Mutex::new(Some(client_inbox)),
+                closed,
+            }) as Arc<dyn Link>)
+        })
+    }
+
+    fn accept(&self) -> BoxFuture<'_, Option<Result<Arc<dyn Link>, EndpointError>>> {
+        Box::pin(async move { self.incoming.lock().await.recv().await.map(Ok) })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            lock(&self.network.listeners).remove(&self.addr);
+            self.incoming.lock().await.close();
+        })
+    }
+}
