@@ -6,8 +6,6 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
 /// The home's key pair and the id derived from it.
 pub struct Identity {
     key: rcgen::KeyPair,
@@ -63,7 +61,7 @@ impl Identity {
     }
 
     fn from_key(key: rcgen::KeyPair) -> Self {
-        let home_id = home_id_of(&rcgen::PublicKeyData::subject_public_key_info(&key));
+        let home_id = kiki_bridge::home_id_of(&rcgen::PublicKeyData::subject_public_key_info(&key));
         Self { key, home_id }
     }
 
@@ -77,11 +75,6 @@ impl Identity {
     pub fn key(&self) -> &rcgen::KeyPair {
         &self.key
     }
-}
-
-/// The home id of a public key (SubjectPublicKeyInfo DER).
-pub fn home_id_of(spki_der: &[u8]) -> String {
-    data_encoding::BASE32_NOPAD.encode(&Sha256::digest(spki_der))
 }
 
 #[cfg(test)]

@@ -317,9 +317,4 @@ impl DaemonHandle {
     pub async fn stopped(&self) {
         self.inner.stopped.cancelled().await;
     }
-
-    /// True once a shutdown was asked for (signal, API or [`DaemonHandle::shutdown`]).
-    pub fn is_stopping(&self) -> bool {
-        self.inner.shutdown.is_cancelled()
-    }
 }

@@ -26,8 +26,6 @@ use tracing::{debug, info, warn};
 
 mod outbox;
 
-pub use outbox::backoff;
-
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mailbox::commit::GroupCommit;

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use super::*;
-use crate::mailbox::{Delivery, KEY_MAX_CHARS, Sent};
+use crate::mailbox::{Delivery, Sent};
 use crate::store::{EventKind, MessageStatus, SourceRef};
 use crate::threads::limits;
 
@@ -141,7 +141,7 @@ impl Bridges {
         }
         if call.content.is_empty()
             || call.idempotency_key.is_empty()
-            || call.idempotency_key.chars().count() > KEY_MAX_CHARS
+            || call.idempotency_key.chars().count() > limits::KEY_MAX_CHARS
         {
             return Err(("invalid_argument", "content and a key of 1-256 characters are required".into()));
         }
@@ -186,7 +186,7 @@ impl Bridges {
         key: &str,
     ) -> Result<Sent> {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
-        limits::text("idempotency_key", key, KEY_MAX_CHARS)?;
+        limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         let bridge = self.outbound(host).await?;
         if bridge.state == "revoked" {
             return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));

@@ -52,7 +52,6 @@ pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, Tur
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
     let mut guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };

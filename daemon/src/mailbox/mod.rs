@@ -33,7 +33,6 @@ use crate::time::now_ms;
 use commit::{CommitError, GroupCommit};
 use signals::Signals;
 
-pub const KEY_MAX_CHARS: usize = 256;
 pub const WAIT_TARGETS_MAX: usize = 8;
 pub const WAIT_TIMEOUT_MAX_MS: u32 = 60_000;
 pub const WAIT_TIMEOUT_DEFAULT_MS: u32 = 30_000;
@@ -114,7 +113,7 @@ impl Mailbox {
         key: &str,
     ) -> Result<Sent> {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
-        limits::text("idempotency_key", key, KEY_MAX_CHARS)?;
+        limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;
         let source = self.sender(caller).await?;
         let scope = source.as_ref().map(|s| s.thread_id.clone()).unwrap_or_default();

@@ -138,21 +138,33 @@ impl SqliteStore {
         Ok(Self { path: path.to_path_buf(), writer, reader })
     }
 
-    async fn items_of(&self, turn_id: &str) -> StoreResult<Vec<TurnItem>> {
-        let rows = sqlx::query(
-            "SELECT id, kind, '' AS content, message_id, source_host, source_thread, created_at
-             FROM inputs WHERE turn_id = ? ORDER BY seq",
-        )
-        .bind(turn_id)
-        .fetch_all(&self.reader)
-        .await
-        .map_err(backend)?;
-        rows.iter()
-            .map(|row| {
-                let input = input_from(row)?;
-                Ok(TurnItem { kind: input.kind, message_id: input.message_id, source: input.source })
-            })
-            .collect()
+    /// Fills in the input items of `turns` with one query (not one per turn).
+    async fn attach_items(&self, turns: &mut [TurnRecord]) -> StoreResult<()> {
+        if turns.is_empty() {
+            return Ok(());
+        }
+        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "SELECT turn_id, id, kind, '' AS content, message_id, source_host, source_thread, created_at
+             FROM inputs WHERE turn_id IN (",
+        );
+        let mut ids = query.separated(", ");
+        for turn in turns.iter() {
+            ids.push_bind(&turn.id);
+        }
+        query.push(") ORDER BY seq");
+        let rows = query.build().fetch_all(&self.reader).await.map_err(backend)?;
+        for row in &rows {
+            let turn_id: String = row.try_get("turn_id").map_err(backend)?;
+            let input = input_from(row)?;
+            if let Some(turn) = turns.iter_mut().find(|t| t.id == turn_id) {
+                turn.items.push(TurnItem {
+                    kind: input.kind,
+                    message_id: input.message_id,
+                    source: input.source,
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -763,12 +775,8 @@ impl Store for SqliteStore {
         .fetch_all(&self.reader)
         .await
         .map_err(backend)?;
-        let mut turns = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut turn = turn_from(row)?;
-            turn.items = self.items_of(&turn.id).await?;
-            turns.push(turn);
-        }
+        let mut turns = rows.iter().map(turn_from).collect::<StoreResult<Vec<_>>>()?;
+        self.attach_items(&mut turns).await?;
         Ok(turns)
     }
 
@@ -780,8 +788,9 @@ impl Store for SqliteStore {
             .await
             .map_err(backend)?;
         let Some(row) = row else { return Ok(None) };
-        let mut turn = turn_from(&row)?;
-        turn.items = self.items_of(&turn.id).await?;
+        let mut turns = [turn_from(&row)?];
+        self.attach_items(&mut turns).await?;
+        let [turn] = turns;
         Ok(Some(turn))
     }
 

@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::executors::{self, TurnFailure, TurnInput};
 use crate::mailbox::signals::Signals;
 use crate::mailbox::switches;
-use crate::store::{ClaimedTurn, Store, TurnOutcome, TurnStatus};
+use crate::store::{ClaimedTurn, Store, ThreadRecord, TurnOutcome, TurnStatus};
 use crate::threads::new_id;
 use crate::time::now_ms;
 
@@ -126,10 +126,10 @@ impl Inner {
             }
             while !self.stop.is_cancelled() {
                 match self.claim(&thread_id).await {
-                    Ok(Some(turn)) => {
+                    Ok(Some((thread, turn))) => {
                         retry = RETRY_FIRST;
                         self.signals.notify(&thread_id);
-                        self.run(turn).await;
+                        self.run(&thread, turn).await;
                         self.signals.notify(&thread_id);
                     }
                     Ok(None) => break,
@@ -148,13 +148,21 @@ impl Inner {
     }
 
     /// Starts the thread's next turn if it has input to take.
-    async fn claim(&self, thread_id: &str) -> Result<Option<ClaimedTurn>, crate::store::StoreError> {
+    /// The thread (read once: its cwd and profile never change) and its new turn, if any.
+    async fn claim(
+        &self,
+        thread_id: &str,
+    ) -> Result<Option<(ThreadRecord, ClaimedTurn)>, crate::store::StoreError> {
         let Some(thread) = self.store.thread(thread_id).await? else {
             return Ok(None);
         };
         // Peer messages wait while the thread's communication is off.
         let take_messages = switches::communication(&self.config, &thread).is_ok();
-        self.store.claim_turn(thread_id, &new_id("tu"), take_messages, executors::render, now_ms()).await
+        let claimed = self
+            .store
+            .claim_turn(thread_id, &new_id("tu"), take_messages, executors::render, now_ms())
+            .await?;
+        Ok(claimed.map(|turn| (thread, turn)))
     }
 
     /// Sleeps for `delay`; `false` if the daemon is stopping.
@@ -165,13 +173,8 @@ impl Inner {
         }
     }
 
-    async fn run(&self, claimed: ClaimedTurn) {
+    async fn run(&self, thread: &ThreadRecord, claimed: ClaimedTurn) {
         let turn = &claimed.turn;
-        let thread = match self.store.thread(&turn.thread_id).await {
-            Ok(Some(thread)) => thread,
-            Ok(None) => return self.fail_before_agent(turn, "the thread no longer exists".into()).await,
-            Err(e) => return self.fail_before_agent(turn, format!("store: {e}")).await,
-        };
         let Some(profile) = self.config.profile(&thread.profile) else {
             let reason = format!("profile {:?} is not configured in this home", thread.profile);
             return self.fail_before_agent(turn, reason).await;
