@@ -40,18 +40,15 @@ fn kiki(home: &Path, args: &[&str]) {
 
 /// Seeds `n` threads straight into a stopped home's SQLite file (one statement: 100,000
 /// creates through the API would measure fsyncs, not ThreadList).
-async fn seed(db: &Path, n: i64) {
-    use sqlx::ConnectOptions;
-    let mut conn = sqlx::sqlite::SqliteConnectOptions::new().filename(db).connect().await.expect("open db");
-    sqlx::query(
+fn seed(db: &Path, n: i64) {
+    let conn = rusqlite::Connection::open(db).expect("open db");
+    conn.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
          INSERT INTO threads (id, workspace_id, cwd, title, profile, created_at, updated_at)
          SELECT printf('th_bench%08d', i), printf('ws_%04d', i % 1000), '/tmp', 'bench thread ' || i, 'echo',
                 1700000000000 + i, 1700000000000 + i FROM n",
+        [n],
     )
-    .bind(n)
-    .execute(&mut conn)
-    .await
     .expect("seed");
 }
 
@@ -81,7 +78,7 @@ async fn main() {
     }
     ups.sort();
 
-    seed(&home.join("kiki.db"), THREADS).await;
+    seed(&home.join("kiki.db"), THREADS);
     kiki(&home, &["up"]);
     let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
     let mut threads = client.threads();
