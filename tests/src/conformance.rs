@@ -17,11 +17,11 @@ macro_rules! store_conformance {
             list_skips_archived_and_filters_by_workspace, archive_reports_change,
             a_turn_takes_all_queued_input_in_order, one_turn_at_a_time_per_thread,
             ended_turns_page_and_exclude_the_running_turn, interrupted_turns_fail_and_queue_survives,
-            input_for_a_missing_thread_is_refused, a_batch_of_sends_commits_together_with_keys,
+            input_for_a_missing_thread_is_refused, concurrent_sends_are_decided_by_key,
             held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
             events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
             archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
-            outbox_entries_are_unique_per_key_and_come_due);
+            outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -234,7 +234,9 @@ fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMes
     }
 }
 
-pub async fn a_batch_of_sends_commits_together_with_keys(store: &dyn Store) {
+/// Sends issued together (so a backend may commit them together) are still decided one by
+/// one, in order, by their keys.
+pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     let batch = [
         message("msg_1", "th_a", "", "k1", "h1"),
@@ -243,7 +245,14 @@ pub async fn a_batch_of_sends_commits_together_with_keys(store: &dyn Store) {
         message("msg_4", "th_a", "", "k1", "hX"),        // same key, other request: conflict
         message("msg_5", "th_missing", "", "k5", "h5"),
     ];
-    let outcomes = store.accept_messages(&batch).await.expect("commit");
+    let (a, b, c, d, e) = tokio::join!(
+        store.accept_message(&batch[0]),
+        store.accept_message(&batch[1]),
+        store.accept_message(&batch[2]),
+        store.accept_message(&batch[3]),
+        store.accept_message(&batch[4]),
+    );
+    let outcomes: Vec<SendOutcome> = [a, b, c, d, e].into_iter().map(|o| o.expect("commit")).collect();
     assert_eq!(
         outcomes,
         vec![
@@ -274,7 +283,7 @@ pub async fn a_batch_of_sends_commits_together_with_keys(store: &dyn Store) {
 
 pub async fn held_back_messages_wait_for_communication(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
-    store.accept_messages(&[message("msg_1", "th_a", "th_peer", "k", "h")]).await.expect("commit");
+    store.accept_message(&message("msg_1", "th_a", "th_peer", "k", "h")).await.expect("commit");
     store.enqueue_input("th_a", &user("in_u", "user text")).await.expect("enqueue");
     let claimed =
         store.claim_turn("th_a", "tu_1", false, render, 2).await.expect("claim").expect("user input");
@@ -291,7 +300,7 @@ pub async fn held_back_messages_wait_for_communication(store: &dyn Store) {
 pub async fn archiving_makes_pending_messages_undeliverable(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     store.create_thread(&new_thread("th_peer", "ws", 1), None).await.expect("create");
-    store.accept_messages(&[message("msg_1", "th_a", "th_peer", "k", "h")]).await.expect("commit");
+    store.accept_message(&message("msg_1", "th_a", "th_peer", "k", "h")).await.expect("commit");
     let done = store.set_archived("th_a", true, 5).await.expect("archive").expect("exists");
     assert!(done.notified.contains(&"th_a".to_string()) && done.notified.contains(&"th_peer".to_string()));
     let m = store.message("msg_1").await.expect("msg").expect("stored");
@@ -352,7 +361,7 @@ pub async fn communication_switch_round_trip(store: &dyn Store) {
 
 pub async fn old_keys_are_pruned(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
-    store.accept_messages(&[message("msg_1", "th_a", "", "old", "h")]).await.expect("commit");
+    store.accept_message(&message("msg_1", "th_a", "", "old", "h")).await.expect("commit");
     assert_eq!(store.prune_keys(5).await.expect("prune"), 0, "younger than the cutoff");
     assert_eq!(store.prune_keys(11).await.expect("prune"), 1);
     assert!(store.find_key("", "old").await.expect("key").is_none());
@@ -372,7 +381,7 @@ pub async fn archived_threads_start_no_turns(store: &dyn Store) {
 
 pub async fn messages_of_a_turn_whose_agent_never_started_are_undeliverable(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
-    store.accept_messages(&[message("msg_1", "th_a", "th_peer", "k", "h")]).await.expect("commit");
+    store.accept_message(&message("msg_1", "th_a", "th_peer", "k", "h")).await.expect("commit");
     store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("the message");
     let mut notified = store.undeliver_turn_messages("tu_1", "executor_failed", 3).await.expect("undeliver");
     notified.sort();
@@ -406,23 +415,42 @@ fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
 }
 
 pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
-    let stored = store
-        .outbox_insert(&[outbox("msg_1", "k1", 10), outbox("msg_2", "k1", 10), outbox("msg_3", "k3", 50)])
-        .await
-        .expect("insert");
-    assert_eq!(stored[0], None);
-    assert_eq!(stored[1].as_ref().map(|e| e.id.as_str()), Some("msg_1"), "same key in one batch: the first");
-    assert_eq!(stored[2], None);
-    let again = store.outbox_insert(&[outbox("msg_4", "k3", 1)]).await.expect("insert");
-    assert_eq!(again[0].as_ref().map(|e| e.id.as_str()), Some("msg_3"), "same key later: the stored one");
+    let entries = [outbox("msg_1", "k1", 10), outbox("msg_2", "k1", 10), outbox("msg_3", "k3", 50)];
+    let (first, second, third) = tokio::join!(
+        store.outbox_insert(&entries[0]),
+        store.outbox_insert(&entries[1]),
+        store.outbox_insert(&entries[2]),
+    );
+    assert_eq!(first.expect("insert"), None);
+    let second = second.expect("insert");
+    assert_eq!(second.as_ref().map(|e| e.id.as_str()), Some("msg_1"), "same key at once: the first");
+    assert_eq!(third.expect("insert"), None);
+    let again = store.outbox_insert(&outbox("msg_4", "k3", 1)).await.expect("insert");
+    assert_eq!(again.as_ref().map(|e| e.id.as_str()), Some("msg_3"), "same key later: the stored one");
     let due: Vec<String> = store.outbox_due(20, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_1"]);
     store.outbox_retry_now("PEER", 20).await.expect("retry now");
     assert_eq!(store.outbox_due(20, 10).await.expect("due").len(), 2, "a live link makes everything due");
     let mut done = outbox("msg_1", "k1", 10);
     done.status = "delivered".into();
-    store.outbox_update(&[(done, None)]).await.expect("update");
+    store.outbox_update(&done, None).await.expect("update");
     let listed: Vec<String> =
         store.outbox_for_bridge("br_1").await.expect("list").into_iter().map(|e| e.status).collect();
     assert_eq!(listed, ["delivered", "pending"]);
+}
+
+/// A write that fails half-way leaves nothing behind, and writes committed with it (a
+/// backend may group them) are unaffected.
+pub async fn a_failed_write_leaves_no_trace_beside_others(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_taken", "x"))).await.expect("create");
+    // th_b's row and event are written before its first input collides with an existing id.
+    let (b, c) = (new_thread("th_b", "ws", 2), new_thread("th_c", "ws", 3));
+    let (b_input, c_input) = (user("in_taken", "y"), user("in_c", "z"));
+    let (failed, fine) =
+        tokio::join!(store.create_thread(&b, Some(&b_input)), store.create_thread(&c, Some(&c_input)));
+    assert!(matches!(failed, Err(StoreError::Conflict(_))), "{failed:?}");
+    fine.expect("the other write commits");
+    assert!(store.thread("th_b").await.expect("read").is_none(), "no half-created thread");
+    assert!(store.events_after("th_b", 0, 10).await.expect("events").is_empty(), "no stray event");
+    assert!(store.thread("th_c").await.expect("read").is_some());
 }

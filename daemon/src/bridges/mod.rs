@@ -28,7 +28,6 @@ mod outbox;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::mailbox::commit::GroupCommit;
 use crate::store::{BridgeRecord, BridgeRequestRecord, EventRecord, OutboxRecord, ReceiptRecord, Store};
 use crate::threads::{Threads, new_id};
 use crate::time::now_ms;
@@ -59,10 +58,6 @@ struct Inner {
     config: Arc<Config>,
     /// Open connections to peers we dialed, by peer home id.
     connections: tokio::sync::Mutex<HashMap<String, Arc<dyn Link>>>,
-    /// Outbox entries, their updates and receipts are group-committed like local sends.
-    outbox: GroupCommit<OutboxRecord, Option<OutboxRecord>>,
-    outbox_updates: GroupCommit<(OutboxRecord, Option<EventRecord>), ()>,
-    receipts: GroupCommit<ReceiptRecord, ()>,
     /// The bridge table, read through [`Bridges::all`].
     cache: tokio::sync::Mutex<Option<Vec<BridgeRecord>>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
@@ -129,32 +124,8 @@ impl Bridges {
         endpoint: Arc<dyn Transport>,
         stop: CancellationToken,
     ) -> Self {
-        let committing = store.clone();
-        let outbox = GroupCommit::start(move |batch: Vec<OutboxRecord>| {
-            let store = committing.clone();
-            async move { store.outbox_insert(&batch).await }
-        });
-        let committing = store.clone();
-        let outbox_updates = GroupCommit::start(move |batch: Vec<(OutboxRecord, Option<EventRecord>)>| {
-            let store = committing.clone();
-            async move {
-                store.outbox_update(&batch).await?;
-                Ok(vec![(); batch.len()])
-            }
-        });
-        let committing = store.clone();
-        let receipts = GroupCommit::start(move |batch: Vec<ReceiptRecord>| {
-            let store = committing.clone();
-            async move {
-                store.add_receipts(&batch).await?;
-                Ok(vec![(); batch.len()])
-            }
-        });
         let bridges = Self {
             inner: Arc::new(Inner {
-                outbox,
-                outbox_updates,
-                receipts,
                 store,
                 threads,
                 endpoint,

@@ -113,9 +113,9 @@ impl Bridges {
         };
         // The receipt is written after the answer leaves: it is a record, not part of the
         // message's durability (the message itself committed before we answered).
-        let receipts = self.inner.receipts.clone();
+        let store = self.inner.store.clone();
         tokio::spawn(async move {
-            if let Err(e) = receipts.commit(receipt).await {
+            if let Err(e) = store.add_receipt(&receipt).await {
                 warn!(error = %e, "cannot record a bridge receipt");
             }
         });
@@ -212,7 +212,7 @@ impl Bridges {
             created_at: now,
             updated_at: now,
         };
-        let existing = self.inner.outbox.commit(entry.clone()).await.map_err(crate::mailbox::commit_error)?;
+        let existing = self.inner.store.outbox_insert(&entry).await?;
         if let Some(existing) = existing {
             if existing.request_hash != entry.request_hash {
                 return Err(Error::Conflict(format!(
@@ -293,11 +293,7 @@ impl Bridges {
         entry.reason = why.chars().take(200).collect();
         entry.next_attempt_at = now + backoff(entry.attempts.max(0) as u32).as_millis() as i64;
         entry.updated_at = now;
-        self.inner
-            .outbox_updates
-            .commit((entry.clone(), None))
-            .await
-            .map_err(crate::mailbox::commit_error)?;
+        self.inner.store.outbox_update(&entry, None).await?;
         Ok(entry)
     }
 
@@ -322,11 +318,7 @@ impl Bridges {
             }),
             _ => None,
         };
-        self.inner
-            .outbox_updates
-            .commit((entry.clone(), event))
-            .await
-            .map_err(crate::mailbox::commit_error)?;
+        self.inner.store.outbox_update(&entry, event.as_ref()).await?;
         if let (Some(thread), true, Some(mailbox)) = (&entry.source_thread, failed, self.inner.mailbox.get())
         {
             mailbox.notify(thread);

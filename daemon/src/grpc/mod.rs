@@ -16,7 +16,9 @@ use tonic::{Request, Status};
 use crate::bridges::Bridges;
 use crate::error::Error;
 use crate::mailbox::{Mailbox, WaitResult};
-use crate::store::{CommunicationSetting, EventKind, EventRecord, InputKind, ThreadRecord, TurnStatus};
+use crate::store::{
+    CommunicationSetting, EventKind, EventRecord, InputKind, StoreError, ThreadRecord, TurnStatus,
+};
 use crate::threads::runner::TurnCaller;
 use crate::threads::{Threads, TurnView};
 use crate::time::rfc3339;
@@ -85,6 +87,7 @@ pub fn status(e: Error) -> Status {
         Error::PermissionDenied(m) => Status::permission_denied(m),
         Error::Unimplemented(m) => Status::unimplemented(m),
         Error::Overloaded(m) => Status::resource_exhausted(m),
+        Error::Store(e @ StoreError::Busy) => Status::resource_exhausted(e.to_string()),
         Error::Store(e) => {
             tracing::error!(error = %e, "store failure");
             Status::unavailable(format!("store: {e}"))

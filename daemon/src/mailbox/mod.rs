@@ -3,11 +3,10 @@
 //!
 //! A send is validated, checked against its idempotency key (a read: a replay costs no
 //! write and no fsync), then committed — message, key and queued input in one transaction,
-//! grouped with concurrent sends ([`commit`]). The target is kicked; the caller waits up to
+//! grouped with concurrent sends by the store's writer. The target is kicked; the caller waits up to
 //! `[mailbox] delivery_wait` for the message to enter a turn's input (`delivered`), else it
 //! answers `pending` and delivery goes on. Waiters park on per-thread [`signals`].
 
-pub mod commit;
 pub mod signals;
 pub mod switches;
 
@@ -30,7 +29,6 @@ use crate::store::{
 use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::{Threads, cursor, limits, new_id};
 use crate::time::now_ms;
-use commit::{CommitError, GroupCommit};
 use signals::Signals;
 
 pub const WAIT_TARGETS_MAX: usize = 8;
@@ -47,7 +45,6 @@ pub struct Mailbox {
     config: Arc<Config>,
     runner: TurnRunner,
     signals: Signals,
-    commit: GroupCommit<NewMessage, SendOutcome>,
     /// Cancelled when the daemon stops: parked calls answer at once instead of holding the
     /// shutdown for up to a minute.
     stopping: CancellationToken,
@@ -86,12 +83,7 @@ impl Mailbox {
     pub fn new(threads: Threads, config: Arc<Config>, signals: Signals, stopping: CancellationToken) -> Self {
         let store = threads.store().clone();
         let runner = threads.runner().clone();
-        let committing = store.clone();
-        let commit = GroupCommit::start(move |batch: Vec<NewMessage>| {
-            let store = committing.clone();
-            async move { store.accept_messages(&batch).await }
-        });
-        Self { threads, store, config, runner, signals, commit, stopping }
+        Self { threads, store, config, runner, signals, stopping }
     }
 
     /// Parks until one of the subscribed threads changes; `false` at the deadline or when
@@ -168,7 +160,7 @@ impl Mailbox {
         };
         // Subscribe before the message can be delivered, so the delivery is not missed.
         let subscription = self.signals.subscribe(std::slice::from_ref(&thread.id));
-        let message_id = match self.commit.commit(message).await.map_err(commit_error)? {
+        let message_id = match self.store.accept_message(&message).await? {
             SendOutcome::Accepted { message_id } => message_id,
             SendOutcome::Replayed { message_id } => return self.replay(&message_id, true).await,
             SendOutcome::KeyConflict { message_id } => return self.replay(&message_id, false).await,
@@ -369,14 +361,6 @@ impl Mailbox {
             self.signals.notify(thread);
         }
         Ok(done)
-    }
-}
-
-pub fn commit_error(e: CommitError) -> Error {
-    match e {
-        CommitError::Busy => Error::Overloaded(e.to_string()),
-        CommitError::Closed => Error::FailedPrecondition(e.to_string()),
-        CommitError::Store(e) => Error::Store(e),
     }
 }
 

@@ -1,8 +1,9 @@
 //! Durable state behind one [`Store`] trait. Each backend has its own SQL and migrations
 //! (`migrations/<backend>/`); the conformance suite in `kiki-tests` runs against every one.
 //!
-//! Every method is one transaction: when it returns `Ok`, its effect has been committed
-//! (SQLite: `synchronous = FULL`, so it also survives power loss, not only `kill -9`).
+//! Every method is atomic: when it returns `Ok`, its effect has been committed (SQLite:
+//! `synchronous = FULL`, so it also survives power loss, not only `kill -9`); when it fails,
+//! nothing of it was written.
 
 mod sqlite;
 
@@ -20,6 +21,9 @@ pub enum StoreError {
     Conflict(String),
     #[error("{0}")]
     Backend(String),
+    /// Too many writes are queued; the caller should retry (sends with the same key).
+    #[error("the store is busy (too many writes queued); retry, with the same idempotency key for a send")]
+    Busy,
     #[error("unsupported store url {0:?} (expected sqlite://PATH or a file path)")]
     UnsupportedUrl(String),
     #[error("migration {version} ({name}) failed: {message}")]
@@ -467,9 +471,10 @@ pub trait Store: Send + Sync + 'static {
         reason: &str,
         now: Millis,
     ) -> StoreResult<Vec<String>>;
-    /// Commits a batch of sends in ONE transaction (group commit: one fsync for all). Each
-    /// accepted message is stored with its key and queued as input of its target.
-    async fn accept_messages(&self, batch: &[NewMessage]) -> StoreResult<Vec<SendOutcome>>;
+    /// Decides a send by its key and, if accepted, stores the message with its key and
+    /// queues it as input of its target. Concurrent calls share commits (SQLite: the
+    /// writer's group commit), so one fsync serves many sends.
+    async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome>;
     /// A stored key, read without writing (the replay fast path).
     async fn find_key(&self, scope: &str, key: &str) -> StoreResult<Option<KeyRecord>>;
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
@@ -497,19 +502,17 @@ pub trait Store: Send + Sync + 'static {
     async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>>;
     async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>>;
 
-    /// Stores new outbox entries in one transaction. For each, `None` if it was stored, or
-    /// the entry already holding its (peer, scope, key) — stored before or earlier in the batch.
-    async fn outbox_insert(&self, entries: &[OutboxRecord]) -> StoreResult<Vec<Option<OutboxRecord>>>;
-    /// Saves entries' new states, each with an optional event (e.g. `undeliverable`), in one
-    /// transaction.
-    async fn outbox_update(&self, updates: &[(OutboxRecord, Option<EventRecord>)]) -> StoreResult<()>;
+    /// Stores a new outbox entry: `None` if it was stored, or the entry already holding its
+    /// (peer, scope, key).
+    async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
+    /// Saves an entry's new state, with an optional event (e.g. `undeliverable`).
+    async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;
     /// Pending entries due at `now`, oldest first.
     async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
     async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>>;
     /// Makes every pending entry for `peer` due now (the link answered again).
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
-    /// Records receipts in one transaction.
-    async fn add_receipts(&self, receipts: &[ReceiptRecord]) -> StoreResult<()>;
+    async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
     async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>>;
 
     /// Flushes and closes; later calls fail.

@@ -2,9 +2,10 @@
 //! is on disk when it returns).
 //!
 //! Each operation runs whole on a connection thread ([`connections`]): writes on the single
-//! writer, reads on read-only connections that never wait for a write. Statements are
-//! prepared once per connection and cached; inside a thread a statement costs microseconds,
-//! so operations loop over rows with single-row statements instead of building SQL.
+//! writer — atomically, each in a savepoint of a group commit — and reads on read-only
+//! connections that never wait for a write. Statements are prepared once per connection and
+//! cached; inside a thread a statement costs microseconds, so operations loop over rows
+//! with single-row statements instead of building SQL.
 
 mod connections;
 
@@ -87,10 +88,6 @@ fn run(conn: &Connection, sql: &str, params: impl Params) -> StoreResult<usize> 
     Ok(conn.prepare_cached(sql)?.execute(params)?)
 }
 
-/// A write transaction that takes the write lock at once (no upgrade from a read).
-fn begin(conn: &mut Connection) -> StoreResult<rusqlite::Transaction<'_>> {
-    Ok(conn.transaction_with_behavior(TransactionBehavior::Immediate)?)
-}
 
 // ----- rows ----------------------------------------------------------------------------
 
@@ -303,7 +300,7 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
              version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
     )?;
     for &(version, name, sql) in MIGRATIONS {
-        let tx = begin(conn)?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let applied = tx
             .query_row("SELECT version FROM schema_migrations WHERE version = ?", [version], |_| Ok(()))
             .optional()?;
@@ -401,9 +398,9 @@ fn attach_items(conn: &Connection, turns: &mut [TurnRecord]) -> StoreResult<()> 
     Ok(())
 }
 
-/// Decides one send of a group commit and, if accepted, writes its message, key and queued
-/// input. Keys written earlier in the same transaction are seen, so a batch carrying one
-/// key twice stores it once.
+/// Decides a send by its key and, if accepted, writes its message, key and queued input.
+/// Writes run one after another on the writer, so of two sends with one key the second
+/// sees the first (even within one group commit) and replays it.
 fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome> {
     let stored = first(
         conn,
@@ -465,9 +462,8 @@ impl Store for SqliteStore {
         let (thread, first_input) = (thread.clone(), first_input.cloned());
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
                 run(
-                    &tx,
+                    conn,
                     "INSERT INTO threads (id, workspace_id, cwd, title, profile, created_at, updated_at)
                      VALUES (?, ?, ?, ?, ?, ?, ?)",
                     params![
@@ -482,13 +478,12 @@ impl Store for SqliteStore {
                 )?;
                 let mut created = event(&thread.id, EventKind::Lifecycle, thread.now);
                 created.lifecycle = "created".into();
-                insert_event(&tx, &created)?;
+                insert_event(conn, &created)?;
                 if let Some(input) = &first_input {
-                    insert_input(&tx, &thread.id, input, true)?;
+                    insert_input(conn, &thread.id, input, true)?;
                 }
-                let record = thread_in(&tx, &thread.id)?
+                let record = thread_in(conn, &thread.id)?
                     .ok_or_else(|| StoreError::Backend("the created thread is missing".into()))?;
-                tx.commit()?;
                 Ok(record)
             })
             .await
@@ -543,39 +538,37 @@ impl Store for SqliteStore {
         let id = id.to_string();
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
                 let changed = run(
-                    &tx,
+                    conn,
                     "UPDATE threads SET archived = ?, updated_at = ? WHERE id = ? AND archived <> ?",
                     params![archived, now, id, archived],
                 )? > 0;
                 if changed {
                     let mut lifecycle = event(&id, EventKind::Lifecycle, now);
                     lifecycle.lifecycle = if archived { "archived" } else { "unarchived" }.into();
-                    insert_event(&tx, &lifecycle)?;
+                    insert_event(conn, &lifecycle)?;
                 }
                 let mut notified = vec![id.clone()];
                 if changed && archived {
                     let undeliverable = all(
-                        &tx,
+                        conn,
                         "UPDATE messages SET status = 'undeliverable', reason = 'thread_archived'
                          WHERE target_thread = ? AND status = 'pending' RETURNING id, source_thread",
                         [&id],
                         |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?)),
                     )?;
                     for (message_id, source) in undeliverable {
-                        run(&tx, "DELETE FROM inputs WHERE message_id = ? AND turn_id IS NULL", [&message_id])?;
+                        run(conn, "DELETE FROM inputs WHERE message_id = ? AND turn_id IS NULL", [&message_id])?;
                         notified.extend(source.clone());
                         for thread in std::iter::once(id.clone()).chain(source) {
                             let mut e = event(&thread, EventKind::Undeliverable, now);
                             e.reason = "thread_archived".into();
                             e.message_id = Some(message_id.clone());
-                            insert_event(&tx, &e)?;
+                            insert_event(conn, &e)?;
                         }
                     }
                 }
-                let thread = thread_in(&tx, &id)?;
-                tx.commit()?;
+                let thread = thread_in(conn, &id)?;
                 notified.dedup();
                 Ok(thread.map(|thread| Archived { thread, changed, notified }))
             })
@@ -586,15 +579,13 @@ impl Store for SqliteStore {
         let (thread_id, input) = (thread_id.to_string(), input.clone());
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
-                let running = first(&tx, "SELECT running FROM threads WHERE id = ?", [&thread_id], |row| {
+                let running = first(conn, "SELECT running FROM threads WHERE id = ?", [&thread_id], |row| {
                     Ok(row.get::<_, bool>(0)?)
                 })?;
                 if running.is_none() {
                     return Ok(None);
                 }
-                insert_input(&tx, &thread_id, &input, true)?;
-                tx.commit()?;
+                insert_input(conn, &thread_id, &input, true)?;
                 Ok(running)
             })
             .await
@@ -611,9 +602,8 @@ impl Store for SqliteStore {
         let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
                 let thread = first(
-                    &tx,
+                    conn,
                     "SELECT running, turn_count FROM threads WHERE id = ? AND archived = 0",
                     [&thread_id],
                     |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?)),
@@ -622,7 +612,7 @@ impl Store for SqliteStore {
                     return Ok(None);
                 };
                 let queued = all(
-                    &tx,
+                    conn,
                     "SELECT id, kind, content, message_id, source_host, source_thread, created_at, wake
                      FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)
                      ORDER BY seq",
@@ -637,30 +627,29 @@ impl Store for SqliteStore {
                 let seq = turn_count + 1;
                 let rendered = render(&inputs);
                 run(
-                    &tx,
+                    conn,
                     "INSERT INTO turns (id, thread_id, seq, status, input, started_at)
                      VALUES (?, ?, ?, 'running', ?, ?)",
                     params![turn_id, thread_id, seq, rendered, now],
                 )?;
                 run(
-                    &tx,
+                    conn,
                     "UPDATE inputs SET turn_id = ?
                      WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)",
                     params![turn_id, thread_id, take_messages],
                 )?;
                 run(
-                    &tx,
+                    conn,
                     "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
                      WHERE status = 'pending'
                        AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
                     params![now, turn_id, turn_id],
                 )?;
                 run(
-                    &tx,
+                    conn,
                     "UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?",
                     params![seq, now, thread_id],
                 )?;
-                tx.commit()?;
                 let items = inputs
                     .iter()
                     .map(|i| TurnItem { kind: i.kind, message_id: i.message_id.clone(), source: i.source.clone() })
@@ -688,9 +677,8 @@ impl Store for SqliteStore {
         let outcome = outcome.clone();
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
                 let thread_id = first(
-                    &tx,
+                    conn,
                     "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?
                      WHERE id = ? AND status = 'running' RETURNING thread_id",
                     params![outcome.status.as_str(), outcome.output, outcome.error, outcome.now, outcome.turn_id],
@@ -698,7 +686,7 @@ impl Store for SqliteStore {
                 )?;
                 if let Some(thread_id) = thread_id {
                     run(
-                        &tx,
+                        conn,
                         "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?",
                         params![outcome.now, thread_id],
                     )?;
@@ -706,9 +694,8 @@ impl Store for SqliteStore {
                     terminal.turn_id = Some(outcome.turn_id.clone());
                     terminal.turn_status = Some(outcome.status);
                     terminal.reason = outcome.error.clone();
-                    insert_event(&tx, &terminal)?;
+                    insert_event(conn, &terminal)?;
                 }
-                tx.commit()?;
                 Ok(())
             })
             .await
@@ -718,23 +705,21 @@ impl Store for SqliteStore {
         let reason = reason.to_string();
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
                 let failed = all(
-                    &tx,
+                    conn,
                     "UPDATE turns SET status = 'failed', error = ?, ended_at = ? WHERE status = 'running'
                      RETURNING id, thread_id",
                     params![reason, now],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )?;
-                run(&tx, "UPDATE threads SET running = 0, updated_at = ? WHERE running = 1", [now])?;
+                run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE running = 1", [now])?;
                 for (turn_id, thread_id) in &failed {
                     let mut terminal = event(thread_id, EventKind::Terminal, now);
                     terminal.turn_id = Some(turn_id.clone());
                     terminal.turn_status = Some(TurnStatus::Failed);
                     terminal.reason = reason.clone();
-                    insert_event(&tx, &terminal)?;
+                    insert_event(conn, &terminal)?;
                 }
-                tx.commit()?;
                 Ok(failed.into_iter().map(|(_, thread_id)| thread_id).collect())
             })
             .await
@@ -827,9 +812,8 @@ impl Store for SqliteStore {
         let (turn_id, reason) = (turn_id.to_string(), reason.to_string());
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
                 let undelivered = all(
-                    &tx,
+                    conn,
                     "UPDATE messages SET status = 'undeliverable', reason = ?
                      WHERE turn_id = ? AND status = 'delivered' RETURNING id, target_thread, source_thread",
                     params![reason, turn_id],
@@ -847,31 +831,20 @@ impl Store for SqliteStore {
                         let mut e = event(&thread, EventKind::Undeliverable, now);
                         e.reason = reason.clone();
                         e.message_id = Some(message_id.clone());
-                        insert_event(&tx, &e)?;
+                        insert_event(conn, &e)?;
                         if !notified.contains(&thread) {
                             notified.push(thread);
                         }
                     }
                 }
-                tx.commit()?;
                 Ok(notified)
             })
             .await
     }
 
-    async fn accept_messages(&self, batch: &[NewMessage]) -> StoreResult<Vec<SendOutcome>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        let batch = batch.to_vec();
-        self.db
-            .write(move |conn| {
-                let tx = begin(conn)?;
-                let outcomes = batch.iter().map(|m| accept_message(&tx, m)).collect::<StoreResult<Vec<_>>>()?;
-                tx.commit()?;
-                Ok(outcomes)
-            })
-            .await
+    async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome> {
+        let message = message.clone();
+        self.db.write(move |conn| accept_message(conn, &message)).await
     }
 
     async fn find_key(&self, scope: &str, key: &str) -> StoreResult<Option<KeyRecord>> {
@@ -967,10 +940,9 @@ impl Store for SqliteStore {
         let (bridge, request) = (bridge.cloned(), request.cloned());
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
                 if let Some(b) = &bridge {
                     run(
-                        &tx,
+                        conn,
                         &format!(
                             "INSERT OR REPLACE INTO bridges ({BRIDGE_COLUMNS})
                              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -995,13 +967,12 @@ impl Store for SqliteStore {
                 }
                 if let Some(r) = &request {
                     run(
-                        &tx,
+                        conn,
                         "INSERT OR REPLACE INTO bridge_requests (id, peer_home_id, name, want, status, created_at, decided_at)
                          VALUES (?, ?, ?, ?, ?, ?, ?)",
                         params![r.id, r.peer_home_id, r.name, r.want.join(","), r.status, r.created_at, r.decided_at],
                     )?;
                 }
-                tx.commit()?;
                 Ok(())
             })
             .await
@@ -1029,84 +1000,64 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn outbox_insert(&self, entries: &[OutboxRecord]) -> StoreResult<Vec<Option<OutboxRecord>>> {
-        let entries = entries.to_vec();
+    async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
+        let e = entry.clone();
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
-                let mut answers = Vec::with_capacity(entries.len());
-                for e in &entries {
-                    // Also finds an entry inserted earlier in this batch.
-                    let existing = first(
-                        &tx,
-                        &format!(
-                            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE peer_home_id = ? AND key_scope = ? AND key = ?"
-                        ),
-                        params![e.peer_home_id, e.key_scope, e.key],
-                        outbox_from,
-                    )?;
-                    if existing.is_some() {
-                        answers.push(existing);
-                        continue;
-                    }
-                    run(
-                        &tx,
-                        &format!(
-                            "INSERT INTO outbox ({OUTBOX_COLUMNS})
-                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                        ),
-                        params![
-                            e.id,
-                            e.bridge_id,
-                            e.peer_home_id,
-                            e.target_session,
-                            e.source_thread,
-                            e.content,
-                            e.key_scope,
-                            e.key,
-                            e.request_hash,
-                            e.status,
-                            e.reason,
-                            e.remote_message_id,
-                            e.attempts,
-                            e.next_attempt_at,
-                            e.created_at,
-                            e.updated_at
-                        ],
-                    )?;
-                    answers.push(None);
+                let existing = first(
+                    conn,
+                    &format!(
+                        "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE peer_home_id = ? AND key_scope = ? AND key = ?"
+                    ),
+                    params![e.peer_home_id, e.key_scope, e.key],
+                    outbox_from,
+                )?;
+                if existing.is_some() {
+                    return Ok(existing);
                 }
-                tx.commit()?;
-                Ok(answers)
+                run(
+                    conn,
+                    &format!(
+                        "INSERT INTO outbox ({OUTBOX_COLUMNS})
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    params![
+                        e.id,
+                        e.bridge_id,
+                        e.peer_home_id,
+                        e.target_session,
+                        e.source_thread,
+                        e.content,
+                        e.key_scope,
+                        e.key,
+                        e.request_hash,
+                        e.status,
+                        e.reason,
+                        e.remote_message_id,
+                        e.attempts,
+                        e.next_attempt_at,
+                        e.created_at,
+                        e.updated_at
+                    ],
+                )?;
+                Ok(None)
             })
             .await
     }
 
-    async fn outbox_update(&self, updates: &[(OutboxRecord, Option<EventRecord>)]) -> StoreResult<()> {
-        let updates = updates.to_vec();
+    async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()> {
+        let (e, event) = (entry.clone(), event.cloned());
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
-                for (e, event) in &updates {
-                    run(
-                        &tx,
-                        "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
-                             next_attempt_at = ?, updated_at = ? WHERE id = ?",
-                        params![
-                            e.status,
-                            e.reason,
-                            e.remote_message_id,
-                            e.attempts,
-                            e.next_attempt_at,
-                            e.updated_at,
-                            e.id
-                        ],
-                    )?;
-                    if let Some(event) = event {
-                        insert_event(&tx, event)?;
-                    }
+                run(
+                    conn,
+                    "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
+                         next_attempt_at = ?, updated_at = ? WHERE id = ?",
+                    params![e.status, e.reason, e.remote_message_id, e.attempts, e.next_attempt_at, e.updated_at, e.id],
+                )?;
+                if let Some(event) = &event {
+                    insert_event(conn, event)?;
                 }
-                tx.commit()?;
                 Ok(())
             })
             .await
@@ -1157,23 +1108,16 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn add_receipts(&self, receipts: &[ReceiptRecord]) -> StoreResult<()> {
-        if receipts.is_empty() {
-            return Ok(());
-        }
-        let receipts = receipts.to_vec();
+    async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()> {
+        let r = receipt.clone();
         self.db
             .write(move |conn| {
-                let tx = begin(conn)?;
-                for r in &receipts {
-                    run(
-                        &tx,
-                        "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-                         VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        params![r.peer_home_id, r.key, r.message_id, r.target, r.status, r.reason, r.at],
-                    )?;
-                }
-                tx.commit()?;
+                run(
+                    conn,
+                    "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    params![r.peer_home_id, r.key, r.message_id, r.target, r.status, r.reason, r.at],
+                )?;
                 Ok(())
             })
             .await

@@ -4,8 +4,11 @@
 //! hop — two context switches — for every `BEGIN`, query and `COMMIT`).
 //!
 //! One writer thread owns the only read-write connection, so writes are serialised in the
-//! process instead of fighting over SQLite's write lock; a few reader threads share a queue
-//! of read-only work and never wait for a write (WAL).
+//! process instead of fighting over SQLite's write lock, and it **group-commits**: whatever
+//! writes are queued when it looks runs as one transaction, one fsync, each write inside its
+//! own savepoint (a write that fails is rolled back alone). Nobody is answered before the
+//! commit, so an answered write is durable. A few reader threads share a queue of read-only
+//! work and never wait for a write (WAL).
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -20,16 +23,25 @@ use tracing::error;
 
 use crate::store::{StoreError, StoreResult};
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// Runs on a connection; says whether it succeeded and how to answer its caller.
+type Job = Box<dyn FnOnce(&mut Connection) -> (bool, Answer) + Send>;
+/// Answers a caller: with its own result, or with the failure of the commit that carried it.
+type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 
 /// Prepared statements kept per connection; more than the store has distinct statements.
 const STATEMENT_CACHE: usize = 128;
 /// How long a connection waits for SQLite's lock (a checkpoint, another process) before
 /// failing the operation.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Writes waiting for the writer. At well under a millisecond per commit this is seconds of
+/// backlog: enough to absorb bursts without holding unbounded memory. Beyond it a write is
+/// refused as busy, and its caller retries (sends with the same idempotency key).
+const WRITE_QUEUE: usize = 4096;
+/// The most writes one transaction carries; bounds a commit's latency.
+const MAX_BATCH: usize = 256;
 
 pub struct Connections {
-    writer: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<mpsc::SyncSender<Job>>>,
     readers: Mutex<Option<mpsc::Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -55,8 +67,8 @@ impl Connections {
         writer.pragma_update(None, "synchronous", "FULL")?;
         setup(&mut writer)?;
         let mut threads = Vec::with_capacity(readers + 1);
-        let (write_queue, write_jobs) = mpsc::channel::<Job>();
-        threads.push(spawn("kiki-store-writer", move || serve(writer, || write_jobs.recv().ok())));
+        let (write_queue, write_jobs) = mpsc::sync_channel::<Job>(WRITE_QUEUE);
+        threads.push(spawn("kiki-store-writer", move || serve_writes(writer, &write_jobs)));
         let (read_queue, read_jobs) = mpsc::channel::<Job>();
         let read_jobs = Arc::new(Mutex::new(read_jobs));
         for n in 0..readers {
@@ -69,7 +81,7 @@ impl Connections {
             // Readers take turns at the shared queue: the one holding the lock waits for the
             // next job, the others wait for the lock.
             let next = move || jobs.lock().unwrap_or_else(PoisonError::into_inner).recv().ok();
-            threads.push(spawn(&format!("kiki-store-reader-{n}"), move || serve(reader, next)));
+            threads.push(spawn(&format!("kiki-store-reader-{n}"), move || serve_reads(reader, next)));
         }
         Ok(Self {
             writer: Mutex::new(Some(write_queue)),
@@ -78,12 +90,22 @@ impl Connections {
         })
     }
 
-    /// Runs `work` on the writer connection.
+    /// Runs `work` on the writer connection, atomically (all of its writes or none), and
+    /// answers once they are committed.
     pub async fn write<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
-        run(&self.writer, work).await
+        let (job, answer) = job(work);
+        let queued = match &*lock(&self.writer) {
+            Some(queue) => queue.try_send(job).map_err(|e| match e {
+                mpsc::TrySendError::Full(_) => StoreError::Busy,
+                mpsc::TrySendError::Disconnected(_) => closed(),
+            }),
+            None => Err(closed()),
+        };
+        queued?;
+        answer.await.map_err(|_| abandoned())?
     }
 
     /// Runs `work` on a read-only connection.
@@ -91,7 +113,13 @@ impl Connections {
         &self,
         work: impl FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
-        run(&self.readers, work).await
+        let (job, answer) = job(work);
+        let queued = match &*lock(&self.readers) {
+            Some(queue) => queue.send(job).map_err(|_| closed()),
+            None => Err(closed()),
+        };
+        queued?;
+        answer.await.map_err(|_| abandoned())?
     }
 
     /// Lets queued work finish, closes every connection (the last one checkpoints the WAL)
@@ -127,30 +155,87 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         .unwrap_or_else(|e| panic!("cannot start the store thread {name}: {e}"))
 }
 
-/// A connection's thread: runs jobs until the queue closes. A job that panics fails only
-/// its own caller (its transaction, if any, rolls back when dropped).
-fn serve(mut conn: Connection, mut next: impl FnMut() -> Option<Job>) {
+fn closed() -> StoreError {
+    StoreError::Backend("the store is closed".into())
+}
+
+fn abandoned() -> StoreError {
+    StoreError::Backend("a store operation was abandoned; see the daemon log".into())
+}
+
+/// Wraps `work` into a job, and the receiver of its answer.
+fn job<T: Send + 'static>(
+    work: impl FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
+) -> (Job, oneshot::Receiver<StoreResult<T>>) {
+    let (reply, answer) = oneshot::channel();
+    let job: Job = Box::new(move |conn| {
+        let result = work(conn);
+        let ok = result.is_ok();
+        let answer: Answer = Box::new(move |commit_failed| {
+            let _ = reply.send(match commit_failed {
+                Some(why) => Err(StoreError::Backend(format!("commit failed: {why}"))),
+                None => result,
+            });
+        });
+        (ok, answer)
+    });
+    (job, answer)
+}
+
+/// Runs a job; `None` if it panicked (its caller then hears that it was abandoned).
+fn attempt(conn: &mut Connection, job: Job) -> Option<(bool, Answer)> {
+    let done = std::panic::catch_unwind(AssertUnwindSafe(|| job(conn)));
+    if done.is_err() {
+        error!("a store operation panicked; it was abandoned");
+    }
+    done.ok()
+}
+
+/// A reader's thread: runs jobs until the queue closes.
+fn serve_reads(mut conn: Connection, mut next: impl FnMut() -> Option<Job>) {
     while let Some(job) = next() {
-        if std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn))).is_err() {
-            error!("a store operation panicked; it was abandoned");
+        if let Some((_, answer)) = attempt(&mut conn, job) {
+            answer(None);
         }
     }
 }
 
-async fn run<T: Send + 'static>(
-    queue: &Mutex<Option<mpsc::Sender<Job>>>,
-    work: impl FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
-) -> StoreResult<T> {
-    let (reply, answer) = oneshot::channel();
-    let job: Job = Box::new(move |conn| {
-        let _ = reply.send(work(conn));
-    });
-    let sent = match &*lock(queue) {
-        Some(queue) => queue.send(job).is_ok(),
-        None => false,
-    };
-    if !sent {
-        return Err(StoreError::Backend("the store is closed".into()));
+/// The writer's thread: takes every queued write (up to [`MAX_BATCH`]), runs each in a
+/// savepoint of one transaction, commits once, then answers them all.
+fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Job>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH
+            && let Ok(job) = jobs.try_recv()
+        {
+            batch.push(job);
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            // Not run: their callers hear that they were abandoned.
+            error!(error = %e, writes = batch.len(), "cannot begin a write transaction");
+            continue;
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        for job in batch {
+            if let Err(e) = conn.execute_batch("SAVEPOINT write") {
+                error!(error = %e, "cannot open a savepoint; the write was abandoned");
+                continue;
+            }
+            let done = attempt(&mut conn, job);
+            let ok = matches!(done, Some((true, _)));
+            let undo = if ok { "RELEASE write" } else { "ROLLBACK TO write; RELEASE write" };
+            if let Err(e) = conn.execute_batch(undo) {
+                error!(error = %e, "cannot close a savepoint");
+            }
+            answers.extend(done.map(|(_, answer)| answer));
+        }
+        let committed = conn.execute_batch("COMMIT");
+        if committed.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        let failure = committed.err().map(|e| e.to_string());
+        for answer in answers {
+            answer(failure.as_deref());
+        }
     }
-    answer.await.map_err(|_| StoreError::Backend("a store operation was abandoned".into()))?
 }
