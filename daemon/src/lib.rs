@@ -30,6 +30,7 @@ pub mod home;
 pub mod identity;
 pub mod mailbox;
 pub mod store;
+pub mod sync;
 pub mod threads;
 pub mod time;
 

@@ -5,7 +5,7 @@
 use kiki_daemon::executors::render;
 use kiki_daemon::store::{
     CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, NewInput, NewMessage, NewThread,
-    OutboxRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnOutcome, TurnStatus,
+    OutboxRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnClaim, TurnOutcome, TurnStatus,
 };
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
@@ -21,7 +21,8 @@ macro_rules! store_conformance {
             held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
             events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
             archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
-            outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others);
+            outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
+            a_send_can_start_an_idle_threads_turn_at_once);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -230,8 +231,44 @@ fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMes
         key: key.into(),
         request_hash: hash.into(),
         wake: true,
+        claim: None,
         now: 10,
     }
+}
+
+fn claim(turn_id: &str) -> Option<TurnClaim> {
+    Some(TurnClaim { turn_id: turn_id.into(), take_messages: true, render })
+}
+
+/// A send asking for a claim starts an idle thread's turn in its own transaction, taking
+/// everything queued; a busy thread only queues it, and a send without `wake` never claims.
+pub async fn a_send_can_start_an_idle_threads_turn_at_once(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_u", "first"))).await.expect("create");
+    let mut m1 = message("msg_1", "th_a", "", "k1", "h1");
+    m1.claim = claim("tu_1");
+    let SendOutcome::Accepted { message_id, turn: Some(claimed) } = store.accept_message(&m1).await.expect("send")
+    else {
+        panic!("an idle thread's turn starts with the message");
+    };
+    assert_eq!(message_id, "msg_1");
+    assert_eq!((claimed.turn.id.as_str(), claimed.turn.seq), ("tu_1", 1));
+    let taken: Vec<_> = claimed.inputs.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(taken, ["in_u", "in_msg_1"], "queued input first, in order");
+    let stored = store.message("msg_1").await.expect("msg").expect("stored");
+    assert_eq!((stored.status, stored.turn_id.as_deref()), (MessageStatus::Delivered, Some("tu_1")));
+    assert!(store.thread("th_a").await.expect("read").expect("exists").running);
+
+    let mut m2 = message("msg_2", "th_a", "", "k2", "h2");
+    m2.claim = claim("tu_2");
+    let busy = store.accept_message(&m2).await.expect("send");
+    assert_eq!(busy, SendOutcome::Accepted { message_id: "msg_2".into(), turn: None }, "busy: queued");
+    finish(store, "tu_1", "done").await;
+
+    let mut m3 = message("msg_3", "th_a", "", "k3", "h3");
+    (m3.wake, m3.claim) = (false, claim("tu_3"));
+    let quiet = store.accept_message(&m3).await.expect("send");
+    assert_eq!(quiet, SendOutcome::Accepted { message_id: "msg_3".into(), turn: None }, "no wake: no claim");
+    assert_eq!(store.message("msg_2").await.expect("msg").expect("stored").status, MessageStatus::Pending);
 }
 
 /// Sends issued together (so a backend may commit them together) are still decided one by
@@ -256,8 +293,8 @@ pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
     assert_eq!(
         outcomes,
         vec![
-            SendOutcome::Accepted { message_id: "msg_1".into() },
-            SendOutcome::Accepted { message_id: "msg_2".into() },
+            SendOutcome::Accepted { message_id: "msg_1".into(), turn: None },
+            SendOutcome::Accepted { message_id: "msg_2".into(), turn: None },
             SendOutcome::Replayed { message_id: "msg_1".into() },
             SendOutcome::KeyConflict { message_id: "msg_1".into() },
             SendOutcome::TargetGone,

@@ -58,6 +58,8 @@ struct Inner {
     config: Arc<Config>,
     /// Open connections to peers we dialed, by peer home id.
     connections: tokio::sync::Mutex<HashMap<String, Arc<dyn Link>>>,
+    /// Peers known to have no outbox entries backing off (see `link_up`).
+    settled: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The bridge table, read through [`Bridges::all`].
     cache: tokio::sync::Mutex<Option<Vec<BridgeRecord>>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
@@ -131,6 +133,7 @@ impl Bridges {
                 endpoint,
                 config,
                 connections: tokio::sync::Mutex::new(HashMap::new()),
+                settled: std::sync::Mutex::new(std::collections::HashSet::new()),
                 mailbox: std::sync::OnceLock::new(),
                 cache: tokio::sync::Mutex::new(None),
                 decisions: tokio::sync::Mutex::new(()),

@@ -18,6 +18,7 @@ use tracing::{debug, warn};
 use super::*;
 use crate::mailbox::{Delivery, Sent};
 use crate::store::{EventKind, MessageStatus, SourceRef};
+use crate::sync::lock;
 use crate::threads::limits;
 
 /// The longest pause between two attempts.
@@ -53,6 +54,27 @@ fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
         hash.update([0]);
     }
     hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An entry's final state; a failure gives the sending thread an `undeliverable` event.
+fn finish(mut entry: OutboxRecord, status: &str, reason: &str) -> (OutboxRecord, Option<EventRecord>) {
+    let now = now_ms();
+    entry.status = status.to_string();
+    entry.reason = reason.to_string();
+    entry.updated_at = now;
+    let failed = matches!(status, "rejected" | "expired");
+    let event = entry.source_thread.clone().filter(|_| failed).map(|thread| EventRecord {
+        seq: 0,
+        thread_id: thread,
+        kind: EventKind::Undeliverable,
+        turn_id: None,
+        turn_status: None,
+        reason: reason.to_string(),
+        lifecycle: String::new(),
+        message_id: Some(entry.id.clone()),
+        at: now,
+    });
+    (entry, event)
 }
 
 /// How a finished outbox entry answers its sender.
@@ -222,26 +244,43 @@ impl Bridges {
             }
             return Ok(sent_of(&existing, true));
         }
-        let attempt = tokio::time::timeout(wait, self.ship(entry.clone(), Some(&bridge))).await;
+        let attempt = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await;
         match attempt {
-            Ok(Ok(shipped)) => Ok(sent_of(&shipped, false)),
+            Ok(Ok((shipped, event))) => {
+                // The answer does not wait for the outcome's write: until it lands the entry
+                // stays pending (not due before `delivery_wait`), and a retry after a crash
+                // is answered by the target's dedup.
+                let bridges = self.clone();
+                let answer = sent_of(&shipped, false);
+                tokio::spawn(async move {
+                    if let Err(e) = bridges.record(&shipped, event).await {
+                        warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");
+                    }
+                });
+                Ok(answer)
+            }
             // Durable in the outbox: the worker keeps trying.
             _ => Ok(sent_of(&entry, false)),
         }
     }
 
-    /// One delivery attempt; records and returns the entry's new state.
-    async fn ship(&self, mut entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<OutboxRecord> {
+    /// One delivery attempt: the entry's new state, and the event a final failure gives its
+    /// sending thread. Nothing is recorded here (see [`Bridges::record`]).
+    async fn attempt(
+        &self,
+        mut entry: OutboxRecord,
+        bridge: Option<&BridgeRecord>,
+    ) -> Result<(OutboxRecord, Option<EventRecord>)> {
         let now = now_ms();
         let bridge = match bridge {
             Some(b) => b.clone(),
             None => match self.bridge(|b| b.id == entry.bridge_id).await? {
                 Some(b) => b,
-                None => return self.finish(entry, "rejected", "bridge_removed").await,
+                None => return Ok(finish(entry, "rejected", "bridge_removed")),
             },
         };
         if now > entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 {
-            return self.finish(entry, "expired", "expired").await;
+            return Ok(finish(entry, "expired", "expired"));
         }
         let call = pb::BridgeCall {
             call: Some(Call::ThreadSend(pb::BridgeSendCall {
@@ -252,40 +291,50 @@ impl Bridges {
             })),
         };
         let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &call)).await;
-        match answer {
+        Ok(match answer {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
                 self.link_up(&bridge).await;
                 entry.remote_message_id = r.message_id.clone();
                 match r.status() {
-                    pb::SendStatus::Delivered => self.finish(entry, "delivered", "").await,
-                    pb::SendStatus::Pending => self.finish(entry, "accepted", "").await,
+                    pb::SendStatus::Delivered => finish(entry, "delivered", ""),
+                    pb::SendStatus::Pending => finish(entry, "accepted", ""),
                     _ => {
                         let reason =
                             if r.reason.is_empty() { "undeliverable".to_string() } else { r.reason.clone() };
                         if FINAL.contains(&reason.as_str()) || !r.message_id.is_empty() {
-                            self.finish(entry, "rejected", &reason).await
+                            finish(entry, "rejected", &reason)
                         } else {
-                            self.retry_later(entry, &reason).await
+                            self.retry_later(entry, &reason)
                         }
                     }
                 }
             }
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) if FINAL.contains(&e.code.as_str()) => {
                 self.link_up(&bridge).await;
-                self.finish(entry, "rejected", &e.code).await
+                finish(entry, "rejected", &e.code)
             }
-            Ok(Ok(other)) => self.retry_later(entry, &format!("unexpected answer: {other:?}")).await,
-            Ok(Err(e)) => self.retry_later(entry, &e.to_string()).await,
-            Err(_) => self.retry_later(entry, &format!("no answer within {ATTEMPT_TIMEOUT:?}")).await,
+            Ok(Ok(other)) => self.retry_later(entry, &format!("unexpected answer: {other:?}")),
+            Ok(Err(e)) => self.retry_later(entry, &e.to_string()),
+            Err(_) => self.retry_later(entry, &format!("no answer within {ATTEMPT_TIMEOUT:?}")),
+        })
+    }
+
+    /// The peer answered: entries for it that are backing off need not wait any longer.
+    /// Written only when some may be (a failed attempt since the last contact, or the first
+    /// contact since the start), not on every answer.
+    async fn link_up(&self, bridge: &BridgeRecord) {
+        let peer = &bridge.peer_home_id;
+        if lock(&self.inner.settled).contains(peer) {
+            return;
+        }
+        if self.inner.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
+            lock(&self.inner.settled).insert(peer.clone());
         }
     }
 
-    /// The peer answered: pending entries for it need not wait out their backoff.
-    async fn link_up(&self, bridge: &BridgeRecord) {
-        let _ = self.inner.store.outbox_retry_now(&bridge.peer_home_id, now_ms()).await;
-    }
-
-    async fn retry_later(&self, mut entry: OutboxRecord, why: &str) -> Result<OutboxRecord> {
+    /// The entry's state for another attempt after a jittered backoff.
+    fn retry_later(&self, mut entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
+        lock(&self.inner.settled).remove(&entry.peer_home_id);
         entry.attempts += 1;
         debug!(message_id = %entry.id, attempts = entry.attempts, why, "bridged send will be retried");
         let now = now_ms();
@@ -293,40 +342,19 @@ impl Bridges {
         entry.reason = why.chars().take(200).collect();
         entry.next_attempt_at = now + backoff(entry.attempts.max(0) as u32).as_millis() as i64;
         entry.updated_at = now;
-        self.inner.store.outbox_update(&entry, None).await?;
-        Ok(entry)
+        (entry, None)
     }
 
-    /// A final state; failures give the sending thread an `undeliverable` event.
-    async fn finish(&self, mut entry: OutboxRecord, status: &str, reason: &str) -> Result<OutboxRecord> {
-        let now = now_ms();
-        entry.status = status.to_string();
-        entry.reason = reason.to_string();
-        entry.updated_at = now;
-        let failed = matches!(status, "rejected" | "expired");
-        let event = match (&entry.source_thread, failed) {
-            (Some(thread), true) => Some(EventRecord {
-                seq: 0,
-                thread_id: thread.clone(),
-                kind: EventKind::Undeliverable,
-                turn_id: None,
-                turn_status: None,
-                reason: reason.to_string(),
-                lifecycle: String::new(),
-                message_id: Some(entry.id.clone()),
-                at: now,
-            }),
-            _ => None,
-        };
-        self.inner.store.outbox_update(&entry, event.as_ref()).await?;
-        if let (Some(thread), true, Some(mailbox)) = (&entry.source_thread, failed, self.inner.mailbox.get())
-        {
-            mailbox.notify(thread);
+    /// Saves an attempt's outcome; a final failure's event wakes the sending thread's waiters.
+    async fn record(&self, entry: &OutboxRecord, event: Option<EventRecord>) -> Result<()> {
+        self.inner.store.outbox_update(entry, event.as_ref()).await?;
+        if let Some(event) = &event {
+            warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, "bridged send undeliverable");
+            if let Some(mailbox) = self.inner.mailbox.get() {
+                mailbox.notify(&event.thread_id);
+            }
         }
-        if failed {
-            warn!(message_id = %entry.id, status, reason, "bridged send undeliverable");
-        }
-        Ok(entry)
+        Ok(())
     }
 
     /// The outbox worker: ships due entries until `stop`.
@@ -337,7 +365,11 @@ impl Bridges {
                     let attempts = due.into_iter().map(|entry| {
                         let bridges = self.clone();
                         tokio::spawn(async move {
-                            if let Err(e) = bridges.ship(entry, None).await {
+                            let done = match bridges.attempt(entry, None).await {
+                                Ok((entry, event)) => bridges.record(&entry, event).await,
+                                Err(e) => Err(e),
+                            };
+                            if let Err(e) = done {
                                 warn!(error = %e, "outbox attempt failed to record");
                             }
                         })

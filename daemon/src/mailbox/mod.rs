@@ -24,8 +24,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
     Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, SendOutcome,
-    SourceRef, Store, ThreadRecord,
+    SourceRef, Store, ThreadRecord, TurnClaim,
 };
+use crate::executors;
 use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::{Threads, cursor, limits, new_id};
 use crate::time::now_ms;
@@ -156,12 +157,27 @@ impl Mailbox {
             key: d.key.to_string(),
             request_hash,
             wake: d.wake,
+            // An idle target starts its turn in the same transaction: one commit delivers.
+            claim: d.wake.then(|| TurnClaim {
+                turn_id: new_id("tu"),
+                take_messages: switches::communication(&self.config, &thread).is_ok(),
+                render: executors::render,
+            }),
             now: now_ms(),
         };
         // Subscribe before the message can be delivered, so the delivery is not missed.
         let subscription = self.signals.subscribe(std::slice::from_ref(&thread.id));
         let message_id = match self.store.accept_message(&message).await? {
-            SendOutcome::Accepted { message_id } => message_id,
+            SendOutcome::Accepted { message_id, turn: Some(turn) } => {
+                self.runner.start_claimed(thread, turn);
+                return Ok(Sent {
+                    message_id,
+                    status: MessageStatus::Delivered,
+                    replayed: false,
+                    reason: String::new(),
+                });
+            }
+            SendOutcome::Accepted { message_id, turn: None } => message_id,
             SendOutcome::Replayed { message_id } => return self.replay(&message_id, true).await,
             SendOutcome::KeyConflict { message_id } => return self.replay(&message_id, false).await,
             SendOutcome::TargetGone => {

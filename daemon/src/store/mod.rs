@@ -140,7 +140,7 @@ pub struct TurnItem {
 }
 
 /// A turn just started, with the full items it took (executors need their text).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedTurn {
     pub turn: TurnRecord,
     pub inputs: Vec<InputRecord>,
@@ -206,7 +206,19 @@ pub struct NewMessage {
     /// False for a bridge without `wake`: the message waits for a turn started by
     /// something else instead of starting one.
     pub wake: bool,
+    /// Start the target's turn in the same transaction if the thread is idle, so delivery
+    /// costs no second commit.
+    pub claim: Option<TurnClaim>,
     pub now: Millis,
+}
+
+/// How to start a turn (see [`Store::claim_turn`]).
+#[derive(Debug, Clone)]
+pub struct TurnClaim {
+    pub turn_id: String,
+    /// Whether peer messages may be taken (the thread's communication is on).
+    pub take_messages: bool,
+    pub render: RenderInput,
 }
 
 /// A cross-home send on the source side (see migration 0004).
@@ -281,11 +293,12 @@ pub struct MessageRecord {
     pub turn_id: Option<String>,
 }
 
-/// What committing one message of a batch came to.
+/// What committing a message came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendOutcome {
-    /// Newly stored (and queued for the target's next turn).
-    Accepted { message_id: String },
+    /// Newly stored and queued for the target's next turn — or, when a claim was asked
+    /// and the thread was idle, taken by the turn started with it.
+    Accepted { message_id: String, turn: Option<ClaimedTurn> },
     /// The key was used before for this same request: the original message.
     Replayed { message_id: String },
     /// The key was used before for another request.

@@ -443,7 +443,83 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         now: m.now,
     };
     insert_input(conn, &m.target_thread, &input, m.wake)?;
-    Ok(SendOutcome::Accepted { message_id: m.id.clone() })
+    let turn = match &m.claim {
+        Some(claim) if m.wake => claim_turn(conn, &m.target_thread, claim.clone(), m.now)?,
+        _ => None,
+    };
+    Ok(SendOutcome::Accepted { message_id: m.id.clone(), turn })
+}
+
+/// Starts the thread's next turn with its queued input, if it is idle (see
+/// [`Store::claim_turn`]).
+fn claim_turn(conn: &Connection, thread_id: &str, claim: TurnClaim, now: Millis) -> StoreResult<Option<ClaimedTurn>> {
+    let TurnClaim { turn_id, take_messages, render } = claim;
+    let thread = first(
+        conn,
+        "SELECT running, turn_count FROM threads WHERE id = ? AND archived = 0",
+        [thread_id],
+        |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?)),
+    )?;
+    let Some((false, turn_count)) = thread else {
+        return Ok(None);
+    };
+    let queued = all(
+        conn,
+        "SELECT id, kind, content, message_id, source_host, source_thread, created_at, wake
+         FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)
+         ORDER BY seq",
+        params![thread_id, take_messages],
+        |row| Ok((input_from(row)?, row.get::<_, bool>("wake")?)),
+    )?;
+    if !queued.iter().any(|(_, wake)| *wake) {
+        // Nothing here may start a turn by itself; it waits for one that starts.
+        return Ok(None);
+    }
+    let inputs: Vec<InputRecord> = queued.into_iter().map(|(input, _)| input).collect();
+    let seq = turn_count + 1;
+    let rendered = render(&inputs);
+    run(
+        conn,
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at) VALUES (?, ?, ?, 'running', ?, ?)",
+        params![turn_id, thread_id, seq, rendered, now],
+    )?;
+    run(
+        conn,
+        "UPDATE inputs SET turn_id = ?
+         WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)",
+        params![turn_id, thread_id, take_messages],
+    )?;
+    run(
+        conn,
+        "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
+         WHERE status = 'pending'
+           AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
+        params![now, turn_id, turn_id],
+    )?;
+    run(
+        conn,
+        "UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?",
+        params![seq, now, thread_id],
+    )?;
+    let items = inputs
+        .iter()
+        .map(|i| TurnItem { kind: i.kind, message_id: i.message_id.clone(), source: i.source.clone() })
+        .collect();
+    Ok(Some(ClaimedTurn {
+        turn: TurnRecord {
+            id: turn_id,
+            thread_id: thread_id.to_string(),
+            seq,
+            status: TurnStatus::Running,
+            input: rendered,
+            output: String::new(),
+            error: String::new(),
+            started_at: now,
+            ended_at: None,
+            items,
+        },
+        inputs,
+    }))
 }
 
 // ----- the store -----------------------------------------------------------------------
@@ -600,77 +676,8 @@ impl Store for SqliteStore {
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>> {
         let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
-        self.db
-            .write(move |conn| {
-                let thread = first(
-                    conn,
-                    "SELECT running, turn_count FROM threads WHERE id = ? AND archived = 0",
-                    [&thread_id],
-                    |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?)),
-                )?;
-                let Some((false, turn_count)) = thread else {
-                    return Ok(None);
-                };
-                let queued = all(
-                    conn,
-                    "SELECT id, kind, content, message_id, source_host, source_thread, created_at, wake
-                     FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)
-                     ORDER BY seq",
-                    params![thread_id, take_messages],
-                    |row| Ok((input_from(row)?, row.get::<_, bool>("wake")?)),
-                )?;
-                if !queued.iter().any(|(_, wake)| *wake) {
-                    // Nothing here may start a turn by itself; it waits for one that starts.
-                    return Ok(None);
-                }
-                let inputs: Vec<InputRecord> = queued.into_iter().map(|(input, _)| input).collect();
-                let seq = turn_count + 1;
-                let rendered = render(&inputs);
-                run(
-                    conn,
-                    "INSERT INTO turns (id, thread_id, seq, status, input, started_at)
-                     VALUES (?, ?, ?, 'running', ?, ?)",
-                    params![turn_id, thread_id, seq, rendered, now],
-                )?;
-                run(
-                    conn,
-                    "UPDATE inputs SET turn_id = ?
-                     WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)",
-                    params![turn_id, thread_id, take_messages],
-                )?;
-                run(
-                    conn,
-                    "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
-                     WHERE status = 'pending'
-                       AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
-                    params![now, turn_id, turn_id],
-                )?;
-                run(
-                    conn,
-                    "UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?",
-                    params![seq, now, thread_id],
-                )?;
-                let items = inputs
-                    .iter()
-                    .map(|i| TurnItem { kind: i.kind, message_id: i.message_id.clone(), source: i.source.clone() })
-                    .collect();
-                Ok(Some(ClaimedTurn {
-                    turn: TurnRecord {
-                        id: turn_id,
-                        thread_id,
-                        seq,
-                        status: TurnStatus::Running,
-                        input: rendered,
-                        output: String::new(),
-                        error: String::new(),
-                        started_at: now,
-                        ended_at: None,
-                        items,
-                    },
-                    inputs,
-                }))
-            })
-            .await
+        let claim = TurnClaim { turn_id, take_messages, render };
+        self.db.write(move |conn| claim_turn(conn, &thread_id, claim, now)).await
     }
 
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {

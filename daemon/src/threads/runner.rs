@@ -3,7 +3,8 @@
 //! Input is queued durably first (`Store::enqueue_input`), then the thread is *kicked*. A
 //! kicked thread gets one task that claims turns until its queue is empty; a kick that
 //! arrives while that task runs marks the thread dirty, so the task looks again before it
-//! exits and no input is stranded.
+//! exits and no input is stranded. A turn claimed elsewhere — a send that started an idle
+//! thread's turn in the transaction that stored it — is *handed over* to that same task.
 //!
 //! A turn in flight when the daemon stops (cleanly or by a crash) is recorded as
 //! **failed**, never re-run: an agent's side effects may already have happened, and
@@ -24,6 +25,7 @@ use crate::config::Config;
 use crate::executors::{self, TurnFailure, TurnInput};
 use crate::mailbox::signals::Signals;
 use crate::mailbox::switches;
+use crate::sync::lock;
 use crate::store::{ClaimedTurn, Store, ThreadRecord, TurnOutcome, TurnStatus};
 use crate::threads::new_id;
 use crate::time::now_ms;
@@ -42,6 +44,16 @@ pub struct TurnCaller {
     pub turn_id: String,
 }
 
+/// What a thread's runner task has yet to look at.
+#[derive(Default)]
+struct Activity {
+    /// Kicked since the task last looked at the queue.
+    dirty: bool,
+    /// A turn claimed elsewhere, to run next. At most one: the thread is marked running
+    /// until that turn ends, so no other claim can succeed before the task takes it.
+    handoff: Option<Box<(ThreadRecord, ClaimedTurn)>>,
+}
+
 #[derive(Clone)]
 pub struct TurnRunner {
     inner: Arc<Inner>,
@@ -51,8 +63,8 @@ struct Inner {
     store: Arc<dyn Store>,
     config: Arc<Config>,
     home: PathBuf,
-    /// Threads with a runner task; `true` if kicked again since the task last looked.
-    active: Mutex<HashMap<String, bool>>,
+    /// Threads with a runner task, and what that task has yet to look at.
+    active: Mutex<HashMap<String, Activity>>,
     /// Live turn tokens → their turn. In memory only: a restart ends every turn.
     tokens: Mutex<HashMap<String, TurnCaller>>,
     /// Wakes callers parked on a thread when its turn takes messages or ends.
@@ -82,12 +94,30 @@ impl TurnRunner {
         if self.inner.stop.is_cancelled() {
             return; // the restart picks the queue up
         }
+        self.wake(thread_id, Activity { dirty: true, handoff: None });
+    }
+
+    /// Runs a turn claimed elsewhere (in the transaction that stored its input), then goes
+    /// on with the thread's queue.
+    pub fn start_claimed(&self, thread: ThreadRecord, claimed: ClaimedTurn) {
+        if self.inner.stop.is_cancelled() {
+            return; // the restart records the turn as interrupted
+        }
+        let id = thread.id.clone();
+        self.wake(&id, Activity { dirty: false, handoff: Some(Box::new((thread, claimed))) });
+    }
+
+    /// Gives `work` to the thread's task, starting one if it has none.
+    fn wake(&self, thread_id: &str, work: Activity) {
         let mut active = lock(&self.inner.active);
-        if let Some(dirty) = active.get_mut(thread_id) {
-            *dirty = true;
+        if let Some(activity) = active.get_mut(thread_id) {
+            activity.dirty |= work.dirty;
+            if work.handoff.is_some() {
+                activity.handoff = work.handoff;
+            }
             return;
         }
-        active.insert(thread_id.to_string(), true);
+        active.insert(thread_id.to_string(), work);
         drop(active);
         let inner = self.inner.clone();
         let thread_id = thread_id.to_string();
@@ -108,21 +138,25 @@ impl TurnRunner {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Inner {
     async fn drain(&self, thread_id: String) {
         let mut retry = RETRY_FIRST;
         loop {
-            {
+            let handoff = {
                 let mut active = lock(&self.active);
-                let dirty = active.get_mut(&thread_id).map(std::mem::take).unwrap_or(false);
-                if !dirty || self.stop.is_cancelled() {
+                let Some(activity) = active.get_mut(&thread_id) else { return };
+                if self.stop.is_cancelled() || !activity.dirty && activity.handoff.is_none() {
                     active.remove(&thread_id);
                     return;
                 }
+                activity.dirty = false;
+                activity.handoff.take()
+            };
+            if let Some(handoff) = handoff {
+                let (thread, turn) = *handoff;
+                self.signals.notify(&thread_id);
+                self.run(&thread, turn).await;
+                self.signals.notify(&thread_id);
             }
             while !self.stop.is_cancelled() {
                 match self.claim(&thread_id).await {
@@ -175,6 +209,10 @@ impl Inner {
 
     async fn run(&self, thread: &ThreadRecord, claimed: ClaimedTurn) {
         let turn = &claimed.turn;
+        if self.stop.is_cancelled() {
+            // A turn handed over as the daemon stops: its agent never gets the input.
+            return self.fail_before_agent(turn, "kikid stopped before the turn started".into()).await;
+        }
         let Some(profile) = self.config.profile(&thread.profile) else {
             let reason = format!("profile {:?} is not configured in this home", thread.profile);
             return self.fail_before_agent(turn, reason).await;

@@ -13,7 +13,7 @@
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use tracing::error;
 
 use crate::store::{StoreError, StoreResult};
+use crate::sync::lock;
 
 /// Runs on a connection; says whether it succeeded and how to answer its caller.
 type Job = Box<dyn FnOnce(&mut Connection) -> (bool, Answer) + Send>;
@@ -80,7 +81,7 @@ impl Connections {
             let jobs = read_jobs.clone();
             // Readers take turns at the shared queue: the one holding the lock waits for the
             // next job, the others wait for the lock.
-            let next = move || jobs.lock().unwrap_or_else(PoisonError::into_inner).recv().ok();
+            let next = move || lock(&jobs).recv().ok();
             threads.push(spawn(&format!("kiki-store-reader-{n}"), move || serve_reads(reader, next)));
         }
         Ok(Self {
@@ -135,10 +136,6 @@ impl Connections {
         });
         let _ = joined.await;
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn configure(conn: &Connection) -> StoreResult<()> {
