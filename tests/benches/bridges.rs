@@ -12,13 +12,13 @@
 use std::time::{Duration, Instant};
 
 use kiki_proto as pb;
-use kiki_tests::measure::{fsync_floor, percentile, udp_round_trip_floor, us};
+use kiki_tests::measure::{cpu_time, fsync_floor, percentile, udp_round_trip_floor, us};
 use kiki_tests::{TestHome, UdpRelay};
 
 const LATENCY_SENDS: usize = 200;
-const SINGLE_SENDS: usize = 200;
+const SINGLE_SENDS: usize = 400;
 const SENDERS: usize = 64;
-const SENDS_PER_SENDER: usize = 10;
+const SENDS_PER_SENDER: usize = 40;
 
 fn send(host: &str, session: &str, content: String, key: String) -> pb::ThreadSendRequest {
     pb::ThreadSendRequest {
@@ -89,7 +89,7 @@ async fn main() {
         single.thread_send(send("nowake", &inbox.id, format!("s{i}"), format!("s{i}"))).await.expect("send");
     }
     let single_rate = SINGLE_SENDS as f64 / t.elapsed().as_secs_f64();
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_time());
     let mut tasks = Vec::new();
     for s in 0..SENDERS {
         let mut threads = c.client().threads();
@@ -107,6 +107,7 @@ async fn main() {
         task.await.expect("sender");
     }
     let concurrent_rate = (SENDERS * SENDS_PER_SENDER) as f64 / t.elapsed().as_secs_f64();
+    let cores_busy = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
 
     // Partition heal: datagrams dropped for 5 s, then the first delivery.
     let (e, f) = (home().await, home().await);
@@ -136,6 +137,11 @@ async fn main() {
     println!(
         "  ratio                                       {:>10.1} x   (target >= 10x)",
         concurrent_rate / single_rate
+    );
+    println!(
+        "  CPU while 64 send (both homes and clients)  {:>10.2} of {} cores",
+        cores_busy,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!("  first delivery after a 5 s partition heals  {:>10}   (target <= 31 s)", us(heal));
 }
