@@ -232,6 +232,7 @@ fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMes
         request_hash: hash.into(),
         wake: true,
         claim: None,
+        receipt: None,
         now: 10,
     }
 }
@@ -300,9 +301,11 @@ pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
             SendOutcome::TargetGone,
         ]
     );
-    let key = store.find_key("", "k1").await.expect("key").expect("stored");
-    assert_eq!((key.message_id.as_str(), key.request_hash.as_str()), ("msg_1", "h1"));
-    assert!(store.find_key("", "k5").await.expect("key").is_none(), "nothing for a refused send");
+    let again = store.accept_message(&message("msg_6", "th_a", "", "k1", "h1")).await.expect("commit");
+    assert_eq!(again, SendOutcome::Replayed { message_id: "msg_1".into() }, "the key stays with msg_1");
+    store.create_thread(&new_thread("th_b", "ws", 1), None).await.expect("create");
+    let refused_key = store.accept_message(&message("msg_7", "th_b", "", "k5", "h5")).await.expect("commit");
+    assert!(matches!(refused_key, SendOutcome::Accepted { .. }), "nothing kept for a refused send");
     assert!(store.message("msg_3").await.expect("msg").is_none(), "a replay stores nothing");
     let m = store.message("msg_2").await.expect("msg").expect("stored");
     assert_eq!(m.status, MessageStatus::Pending);
@@ -401,8 +404,9 @@ pub async fn old_keys_are_pruned(store: &dyn Store) {
     store.accept_message(&message("msg_1", "th_a", "", "old", "h")).await.expect("commit");
     assert_eq!(store.prune_keys(5).await.expect("prune"), 0, "younger than the cutoff");
     assert_eq!(store.prune_keys(11).await.expect("prune"), 1);
-    assert!(store.find_key("", "old").await.expect("key").is_none());
     assert!(store.message("msg_1").await.expect("msg").is_some(), "the message itself stays");
+    let reused = store.accept_message(&message("msg_2", "th_a", "", "old", "h")).await.expect("commit");
+    assert!(matches!(reused, SendOutcome::Accepted { .. }), "a pruned key is free again: {reused:?}");
 }
 
 pub async fn archived_threads_start_no_turns(store: &dyn Store) {

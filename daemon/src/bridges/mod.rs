@@ -58,6 +58,8 @@ struct Inner {
     config: Arc<Config>,
     /// Open connections to peers we dialed, by peer home id.
     connections: tokio::sync::Mutex<HashMap<String, Arc<dyn Link>>>,
+    /// Outcomes of sends already answered whose outbox write is still on its way, by id.
+    recording: std::sync::Mutex<HashMap<String, OutboxRecord>>,
     /// Peers known to have no outbox entries backing off (see `link_up`).
     settled: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The bridge table, read through [`Bridges::all`].
@@ -134,6 +136,7 @@ impl Bridges {
                 config,
                 connections: tokio::sync::Mutex::new(HashMap::new()),
                 settled: std::sync::Mutex::new(std::collections::HashSet::new()),
+                recording: std::sync::Mutex::new(HashMap::new()),
                 mailbox: std::sync::OnceLock::new(),
                 cache: tokio::sync::Mutex::new(None),
                 decisions: tokio::sync::Mutex::new(()),

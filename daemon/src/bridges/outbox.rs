@@ -91,50 +91,36 @@ impl Bridges {
     // ----- target side -----------------------------------------------------------------
 
     /// A send arriving from `peer`: checked against the bridge, deduplicated by key,
-    /// delivered into a prompt only with `wake`. Every outcome is a receipt.
+    /// delivered into a prompt only with `wake`. Every outcome is a receipt: an accepted
+    /// message's is committed with it, the others' are written after the answer leaves.
     pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
-        let result = self.accept_from(peer, &call).await;
-        let (response, status, reason) = match result {
+        let mut receipt = ReceiptRecord {
+            peer_home_id: peer.to_string(),
+            key: call.idempotency_key.clone(),
+            message_id: String::new(),
+            target: call.target_session.clone(),
+            status: String::new(),
+            reason: String::new(),
+            at: now_ms(),
+        };
+        let response = match self.accept_from(peer, &call, receipt.clone()).await {
+            Ok(sent) if !sent.replayed => return response_of(sent),
             Ok(sent) => {
-                let status = if sent.replayed { "replayed" } else { sent.status.as_str() };
-                let status = status.to_string();
-                let reason = sent.reason.clone();
-                (
-                    pb::ThreadSendResponse {
-                        message_id: sent.message_id,
-                        status: send_status(sent.status) as i32,
-                        replayed: sent.replayed,
-                        reason: sent.reason,
-                    },
-                    status,
-                    reason,
-                )
+                (receipt.message_id, receipt.status) = (sent.message_id.clone(), "replayed".into());
+                receipt.reason = sent.reason.clone();
+                response_of(sent)
             }
             Err((code, message)) => {
                 debug!(peer, code, %message, "bridged send refused");
-                (
-                    pb::ThreadSendResponse {
-                        message_id: String::new(),
-                        status: pb::SendStatus::Undeliverable as i32,
-                        replayed: false,
-                        reason: code.to_string(),
-                    },
-                    "rejected".to_string(),
-                    code.to_string(),
-                )
+                (receipt.status, receipt.reason) = ("rejected".into(), code.into());
+                pb::ThreadSendResponse {
+                    message_id: String::new(),
+                    status: pb::SendStatus::Undeliverable as i32,
+                    replayed: false,
+                    reason: code.to_string(),
+                }
             }
         };
-        let receipt = ReceiptRecord {
-            peer_home_id: peer.to_string(),
-            key: call.idempotency_key.clone(),
-            message_id: response.message_id.clone(),
-            target: call.target_session.clone(),
-            status,
-            reason,
-            at: now_ms(),
-        };
-        // The receipt is written after the answer leaves: it is a record, not part of the
-        // message's durability (the message itself committed before we answered).
         let store = self.inner.store.clone();
         tokio::spawn(async move {
             if let Err(e) = store.add_receipt(&receipt).await {
@@ -148,6 +134,7 @@ impl Bridges {
         &self,
         peer: &str,
         call: &pb::BridgeSendCall,
+        receipt: ReceiptRecord,
     ) -> std::result::Result<Sent, (&'static str, String)> {
         let bridge = match self.granted(peer, "send").await {
             Ok(bridge) => bridge,
@@ -187,6 +174,7 @@ impl Bridges {
             content: &call.content,
             key: &call.idempotency_key,
             wake: bridge.permissions.iter().any(|p| p == "wake"),
+            receipt: Some(receipt),
         };
         mailbox.deliver(delivery).await.map_err(|e| match e {
             Error::Conflict(m) => ("invalid_argument", m),
@@ -250,12 +238,16 @@ impl Bridges {
                 // The answer does not wait for the outcome's write: until it lands the entry
                 // stays pending (not due before `delivery_wait`), and a retry after a crash
                 // is answered by the target's dedup.
+                // Meanwhile receipts read the outcome from memory, so what the sender sees
+                // next agrees with the answer it got.
+                lock(&self.inner.recording).insert(shipped.id.clone(), shipped.clone());
                 let bridges = self.clone();
                 let answer = sent_of(&shipped, false);
                 tokio::spawn(async move {
                     if let Err(e) = bridges.record(&shipped, event).await {
                         warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");
                     }
+                    lock(&bridges.inner.recording).remove(&shipped.id);
                 });
                 Ok(answer)
             }
@@ -387,11 +379,23 @@ impl Bridges {
         }
     }
 
+    /// The bridge's outbox entries as they stand, including outcomes still being recorded.
+    async fn outbox_for_bridge(&self, bridge_id: &str) -> Result<Vec<OutboxRecord>> {
+        let mut entries = self.inner.store.outbox_for_bridge(bridge_id).await?;
+        let recording = lock(&self.inner.recording);
+        for entry in &mut entries {
+            if let Some(newer) = recording.get(&entry.id) {
+                entry.clone_from(newer);
+            }
+        }
+        Ok(entries)
+    }
+
     /// Messages waiting on this bridge: unacknowledged sends (outbound), or messages from
     /// the peer queued at this home's threads (inbound).
     pub async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
         if bridge.direction == "outbound" {
-            let entries = self.inner.store.outbox_for_bridge(&bridge.id).await?;
+            let entries = self.outbox_for_bridge(&bridge.id).await?;
             return Ok(entries.iter().filter(|e| e.status == "pending").count() as u64);
         }
         let receipts = self.inner.store.receipts_from(&bridge.peer_home_id).await?;
@@ -419,7 +423,7 @@ impl Bridges {
         let mut receipts = Vec::new();
         for bridge in matching {
             if bridge.direction == "outbound" {
-                for e in self.inner.store.outbox_for_bridge(&bridge.id).await? {
+                for e in self.outbox_for_bridge(&bridge.id).await? {
                     receipts.push(pb::Receipt {
                         message_id: e.id,
                         direction: "outbound".into(),
@@ -447,6 +451,15 @@ impl Bridges {
             }
         }
         Ok(receipts)
+    }
+}
+
+fn response_of(sent: Sent) -> pb::ThreadSendResponse {
+    pb::ThreadSendResponse {
+        message_id: sent.message_id,
+        status: send_status(sent.status) as i32,
+        replayed: sent.replayed,
+        reason: sent.reason,
     }
 }
 

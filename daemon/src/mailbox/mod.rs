@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
     Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, SendOutcome,
-    SourceRef, Store, ThreadRecord, TurnClaim,
+    ReceiptRecord, SourceRef, Store, ThreadRecord, TurnClaim,
 };
 use crate::executors;
 use crate::threads::runner::{TurnCaller, TurnRunner};
@@ -60,6 +60,12 @@ pub struct Sent {
     pub reason: String,
 }
 
+impl Sent {
+    fn new(message_id: String, status: MessageStatus) -> Self {
+        Self { message_id, status, replayed: false, reason: String::new() }
+    }
+}
+
 /// A send ready to commit: target resolved, limits and switches checked.
 pub struct Delivery<'a> {
     pub thread: ThreadRecord,
@@ -70,6 +76,8 @@ pub struct Delivery<'a> {
     pub key: &'a str,
     /// False for a bridge without `wake`.
     pub wake: bool,
+    /// For a bridged send: its receipt, committed with the message.
+    pub receipt: Option<ReceiptRecord>,
 }
 
 /// One target's answer to ThreadWait.
@@ -115,7 +123,7 @@ impl Mailbox {
                 Error::FailedPrecondition(format!("communication_disabled: the target cannot receive: {why}"))
             })?;
         }
-        self.deliver(Delivery { thread, source, scope, content, key, wake: true }).await
+        self.deliver(Delivery { thread, source, scope, content, key, wake: true, receipt: None }).await
     }
 
     /// The verified source of a send: the caller's thread, whose communication switch must
@@ -137,17 +145,6 @@ impl Mailbox {
     /// for its delivery. Shared by local sends and sends arriving over bridges.
     pub async fn deliver(&self, d: Delivery<'_>) -> Result<Sent> {
         let thread = d.thread;
-        let request_hash = request_hash(&thread.id, d.content);
-        // Replays answer from a read: no write, no fsync.
-        if let Some(found) = self.store.find_key(&d.scope, d.key).await? {
-            return self.replay(&found.message_id, found.request_hash == request_hash).await;
-        }
-        if thread.archived {
-            return Err(Error::FailedPrecondition(format!(
-                "thread {} is archived; unarchive it first",
-                thread.id
-            )));
-        }
         let message = NewMessage {
             id: new_id("msg"),
             target_thread: thread.id.clone(),
@@ -155,7 +152,7 @@ impl Mailbox {
             content: d.content.to_string(),
             key_scope: d.scope,
             key: d.key.to_string(),
-            request_hash,
+            request_hash: request_hash(&thread.id, d.content),
             wake: d.wake,
             // An idle target starts its turn in the same transaction: one commit delivers.
             claim: d.wake.then(|| TurnClaim {
@@ -163,23 +160,27 @@ impl Mailbox {
                 take_messages: switches::communication(&self.config, &thread).is_ok(),
                 render: executors::render,
             }),
+            receipt: d.receipt,
             now: now_ms(),
         };
         // Subscribe before the message can be delivered, so the delivery is not missed.
         let subscription = self.signals.subscribe(std::slice::from_ref(&thread.id));
+        // The key decides first: a replay answers with the original message (even if the
+        // thread was archived since) and writes nothing, so it costs no fsync.
         let message_id = match self.store.accept_message(&message).await? {
             SendOutcome::Accepted { message_id, turn: Some(turn) } => {
                 self.runner.start_claimed(thread, turn);
-                return Ok(Sent {
-                    message_id,
-                    status: MessageStatus::Delivered,
-                    replayed: false,
-                    reason: String::new(),
-                });
+                return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
             SendOutcome::Accepted { message_id, turn: None } => message_id,
             SendOutcome::Replayed { message_id } => return self.replay(&message_id, true).await,
             SendOutcome::KeyConflict { message_id } => return self.replay(&message_id, false).await,
+            SendOutcome::TargetGone if thread.archived => {
+                return Err(Error::FailedPrecondition(format!(
+                    "thread {} is archived; unarchive it first",
+                    thread.id
+                )));
+            }
             SendOutcome::TargetGone => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} was archived or removed meanwhile",
@@ -189,31 +190,16 @@ impl Mailbox {
         };
         if !d.wake {
             // Nothing will start a turn for it: no point waiting for a delivery.
-            return Ok(Sent {
-                message_id,
-                status: MessageStatus::Pending,
-                replayed: false,
-                reason: String::new(),
-            });
+            return Ok(Sent::new(message_id, MessageStatus::Pending));
         }
         self.runner.kick(&thread.id);
         let deadline = Instant::now() + self.config.mailbox.delivery_wait;
         loop {
             if self.is_delivered(&message_id).await? {
-                return Ok(Sent {
-                    message_id,
-                    status: MessageStatus::Delivered,
-                    replayed: false,
-                    reason: String::new(),
-                });
+                return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
             if !self.park(&subscription, deadline).await {
-                return Ok(Sent {
-                    message_id,
-                    status: MessageStatus::Pending,
-                    replayed: false,
-                    reason: String::new(),
-                });
+                return Ok(Sent::new(message_id, MessageStatus::Pending));
             }
         }
     }

@@ -209,6 +209,9 @@ pub struct NewMessage {
     /// Start the target's turn in the same transaction if the thread is idle, so delivery
     /// costs no second commit.
     pub claim: Option<TurnClaim>,
+    /// A bridged send's receipt, committed with the message; the store fills in its
+    /// message id and status (`delivered` if the claim started a turn, else `pending`).
+    pub receipt: Option<ReceiptRecord>,
     pub now: Millis,
 }
 
@@ -305,13 +308,6 @@ pub enum SendOutcome {
     KeyConflict { message_id: String },
     /// The target does not exist or is archived.
     TargetGone,
-}
-
-/// An idempotency key already stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyRecord {
-    pub request_hash: String,
-    pub message_id: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -488,8 +484,6 @@ pub trait Store: Send + Sync + 'static {
     /// queues it as input of its target. Concurrent calls share commits (SQLite: the
     /// writer's group commit), so one fsync serves many sends.
     async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome>;
-    /// A stored key, read without writing (the replay fast path).
-    async fn find_key(&self, scope: &str, key: &str) -> StoreResult<Option<KeyRecord>>;
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
     /// Forgets keys created before `before` (they are kept far longer than any retry).
     async fn prune_keys(&self, before: Millis) -> StoreResult<u64>;

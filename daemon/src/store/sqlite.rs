@@ -376,6 +376,16 @@ fn insert_input(conn: &Connection, thread_id: &str, input: &NewInput, wake: bool
     Ok(())
 }
 
+fn insert_receipt(conn: &Connection, r: &ReceiptRecord) -> StoreResult<()> {
+    run(
+        conn,
+        "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+        params![r.peer_home_id, r.key, r.message_id, r.target, r.status, r.reason, r.at],
+    )?;
+    Ok(())
+}
+
 fn thread_in(conn: &Connection, id: &str) -> StoreResult<Option<ThreadRecord>> {
     first(conn, &format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"), [id], thread_from)
 }
@@ -447,6 +457,10 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         Some(claim) if m.wake => claim_turn(conn, &m.target_thread, claim.clone(), m.now)?,
         _ => None,
     };
+    if let Some(receipt) = &m.receipt {
+        let status = if turn.is_some() { "delivered" } else { "pending" };
+        insert_receipt(conn, &ReceiptRecord { message_id: m.id.clone(), status: status.into(), ..receipt.clone() })?;
+    }
     Ok(SendOutcome::Accepted { message_id: m.id.clone(), turn })
 }
 
@@ -854,20 +868,6 @@ impl Store for SqliteStore {
         self.db.write(move |conn| accept_message(conn, &message)).await
     }
 
-    async fn find_key(&self, scope: &str, key: &str) -> StoreResult<Option<KeyRecord>> {
-        let (scope, key) = (scope.to_string(), key.to_string());
-        self.db
-            .read(move |conn| {
-                first(
-                    conn,
-                    "SELECT request_hash, message_id FROM idempotency_keys WHERE scope = ? AND key = ?",
-                    params![scope, key],
-                    |row| Ok(KeyRecord { request_hash: row.get(0)?, message_id: row.get(1)? }),
-                )
-            })
-            .await
-    }
-
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
         let id = id.to_string();
         self.db
@@ -1116,18 +1116,8 @@ impl Store for SqliteStore {
     }
 
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()> {
-        let r = receipt.clone();
-        self.db
-            .write(move |conn| {
-                run(
-                    conn,
-                    "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-                     VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    params![r.peer_home_id, r.key, r.message_id, r.target, r.status, r.reason, r.at],
-                )?;
-                Ok(())
-            })
-            .await
+        let receipt = receipt.clone();
+        self.db.write(move |conn| insert_receipt(conn, &receipt)).await
     }
 
     async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>> {
