@@ -247,7 +247,8 @@ pub async fn a_send_can_start_an_idle_threads_turn_at_once(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_u", "first"))).await.expect("create");
     let mut m1 = message("msg_1", "th_a", "", "k1", "h1");
     m1.claim = claim("tu_1");
-    let SendOutcome::Accepted { message_id, turn: Some(claimed) } = store.accept_message(&m1).await.expect("send")
+    let SendOutcome::Accepted { message_id, turn: Some(claimed) } =
+        store.accept_message(&m1).await.expect("send")
     else {
         panic!("an idle thread's turn starts with the message");
     };

@@ -22,11 +22,11 @@ use tracing::instrument;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::{
-    Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, SendOutcome,
-    ReceiptRecord, SourceRef, Store, ThreadRecord, TurnClaim,
-};
 use crate::executors;
+use crate::store::{
+    Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, ReceiptRecord,
+    SendOutcome, SourceRef, Store, ThreadRecord, TurnClaim,
+};
 use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::{Threads, cursor, limits, new_id};
 use crate::time::now_ms;

@@ -88,15 +88,13 @@ fn run(conn: &Connection, sql: &str, params: impl Params) -> StoreResult<usize> 
     Ok(conn.prepare_cached(sql)?.execute(params)?)
 }
 
-
 // ----- rows ----------------------------------------------------------------------------
 
 const THREAD_COLUMNS: &str = "seq, id, workspace_id, cwd, title, profile, created_at, updated_at, archived, enabled, running, communication";
 const TURN_COLUMNS: &str = "id, thread_id, seq, status, input, output, error, started_at, ended_at";
 const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
      request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at";
-const MESSAGE_COLUMNS: &str =
-    "id, target_thread, source_host, source_thread, content, status, reason, created_at, delivered_at, turn_id";
+const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, content, status, reason, created_at, delivered_at, turn_id";
 const EVENT_COLUMNS: &str = "seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at";
 const BRIDGE_COLUMNS: &str = "id, direction, peer_home_id, alias, address, state, permissions, workspaces, \
      request_id, created_at, updated_at, last_success, last_error, last_error_at";
@@ -425,9 +423,8 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
             SendOutcome::KeyConflict { message_id }
         });
     }
-    let live = first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [&m.target_thread], |_| {
-        Ok(())
-    })?;
+    let live =
+        first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [&m.target_thread], |_| Ok(()))?;
     if live.is_none() {
         return Ok(SendOutcome::TargetGone);
     }
@@ -459,14 +456,22 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     };
     if let Some(receipt) = &m.receipt {
         let status = if turn.is_some() { "delivered" } else { "pending" };
-        insert_receipt(conn, &ReceiptRecord { message_id: m.id.clone(), status: status.into(), ..receipt.clone() })?;
+        insert_receipt(
+            conn,
+            &ReceiptRecord { message_id: m.id.clone(), status: status.into(), ..receipt.clone() },
+        )?;
     }
     Ok(SendOutcome::Accepted { message_id: m.id.clone(), turn })
 }
 
 /// Starts the thread's next turn with its queued input, if it is idle (see
 /// [`Store::claim_turn`]).
-fn claim_turn(conn: &Connection, thread_id: &str, claim: TurnClaim, now: Millis) -> StoreResult<Option<ClaimedTurn>> {
+fn claim_turn(
+    conn: &Connection,
+    thread_id: &str,
+    claim: TurnClaim,
+    now: Millis,
+) -> StoreResult<Option<ClaimedTurn>> {
     let TurnClaim { turn_id, take_messages, render } = claim;
     let thread = first(
         conn,
@@ -648,7 +653,11 @@ impl Store for SqliteStore {
                         |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?)),
                     )?;
                     for (message_id, source) in undeliverable {
-                        run(conn, "DELETE FROM inputs WHERE message_id = ? AND turn_id IS NULL", [&message_id])?;
+                        run(
+                            conn,
+                            "DELETE FROM inputs WHERE message_id = ? AND turn_id IS NULL",
+                            [&message_id],
+                        )?;
                         notified.extend(source.clone());
                         for thread in std::iter::once(id.clone()).chain(source) {
                             let mut e = event(&thread, EventKind::Undeliverable, now);
@@ -702,7 +711,13 @@ impl Store for SqliteStore {
                     conn,
                     "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?
                      WHERE id = ? AND status = 'running' RETURNING thread_id",
-                    params![outcome.status.as_str(), outcome.output, outcome.error, outcome.now, outcome.turn_id],
+                    params![
+                        outcome.status.as_str(),
+                        outcome.output,
+                        outcome.error,
+                        outcome.now,
+                        outcome.turn_id
+                    ],
                     |row| Ok(row.get::<_, String>(0)?),
                 )?;
                 if let Some(thread_id) = thread_id {
@@ -872,7 +887,12 @@ impl Store for SqliteStore {
         let id = id.to_string();
         self.db
             .read(move |conn| {
-                first(conn, &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"), [&id], message_from)
+                first(
+                    conn,
+                    &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"),
+                    [&id],
+                    message_from,
+                )
             })
             .await
     }
@@ -931,9 +951,10 @@ impl Store for SqliteStore {
         let thread_id = thread_id.to_string();
         self.db
             .read(move |conn| {
-                let seq = first(conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
-                    Ok(row.get::<_, Option<i64>>(0)?)
-                })?;
+                let seq =
+                    first(conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
+                        Ok(row.get::<_, Option<i64>>(0)?)
+                    })?;
                 Ok(seq.flatten().unwrap_or(0))
             })
             .await
@@ -988,7 +1009,12 @@ impl Store for SqliteStore {
     async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>> {
         self.db
             .read(|conn| {
-                all(conn, &format!("SELECT {BRIDGE_COLUMNS} FROM bridges ORDER BY created_at, id"), [], bridge_from)
+                all(
+                    conn,
+                    &format!("SELECT {BRIDGE_COLUMNS} FROM bridges ORDER BY created_at, id"),
+                    [],
+                    bridge_from,
+                )
             })
             .await
     }
@@ -1060,7 +1086,15 @@ impl Store for SqliteStore {
                     conn,
                     "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
                          next_attempt_at = ?, updated_at = ? WHERE id = ?",
-                    params![e.status, e.reason, e.remote_message_id, e.attempts, e.next_attempt_at, e.updated_at, e.id],
+                    params![
+                        e.status,
+                        e.reason,
+                        e.remote_message_id,
+                        e.attempts,
+                        e.next_attempt_at,
+                        e.updated_at,
+                        e.id
+                    ],
                 )?;
                 if let Some(event) = &event {
                     insert_event(conn, event)?;
@@ -1092,7 +1126,9 @@ impl Store for SqliteStore {
             .read(move |conn| {
                 all(
                     conn,
-                    &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE bridge_id = ? ORDER BY created_at, id"),
+                    &format!(
+                        "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE bridge_id = ? ORDER BY created_at, id"
+                    ),
                     [&bridge_id],
                     outbox_from,
                 )

@@ -25,8 +25,8 @@ use crate::config::Config;
 use crate::executors::{self, TurnFailure, TurnInput};
 use crate::mailbox::signals::Signals;
 use crate::mailbox::switches;
-use crate::sync::lock;
 use crate::store::{ClaimedTurn, Store, ThreadRecord, TurnOutcome, TurnStatus};
+use crate::sync::lock;
 use crate::threads::new_id;
 use crate::time::now_ms;
 
