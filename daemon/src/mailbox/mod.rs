@@ -169,7 +169,7 @@ impl Mailbox {
         // thread was archived since) and writes nothing, so it costs no fsync.
         let message_id = match self.store.accept_message(&message).await? {
             SendOutcome::Accepted { message_id, turn: Some(turn) } => {
-                self.runner.start_claimed(thread, turn);
+                self.runner.start_claimed(thread, *turn);
                 return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
             SendOutcome::Accepted { message_id, turn: None } => message_id,

@@ -301,7 +301,7 @@ pub struct MessageRecord {
 pub enum SendOutcome {
     /// Newly stored and queued for the target's next turn — or, when a claim was asked
     /// and the thread was idle, taken by the turn started with it.
-    Accepted { message_id: String, turn: Option<ClaimedTurn> },
+    Accepted { message_id: String, turn: Option<Box<ClaimedTurn>> },
     /// The key was used before for this same request: the original message.
     Replayed { message_id: String },
     /// The key was used before for another request.

@@ -461,7 +461,7 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
             &ReceiptRecord { message_id: m.id.clone(), status: status.into(), ..receipt.clone() },
         )?;
     }
-    Ok(SendOutcome::Accepted { message_id: m.id.clone(), turn })
+    Ok(SendOutcome::Accepted { message_id: m.id.clone(), turn: turn.map(Box::new) })
 }
 
 /// Starts the thread's next turn with its queued input, if it is idle (see
