@@ -76,6 +76,15 @@ pub enum BridgeCommand {
     Revoke {
         bridge: String,
     },
+    /// Turn an inbound bridge's access off: calls are refused with `bridge_disabled`,
+    /// messages it brought wait; nothing is deleted and the source keeps retrying.
+    Disable {
+        bridge: String,
+    },
+    /// Turn an inbound bridge's access back on; held messages are delivered.
+    Enable {
+        bridge: String,
+    },
     /// Every bridge with its direction, peer, permissions and link health.
     List,
     /// Every message sent or received over a bridge and what became of it.
@@ -380,6 +389,23 @@ fn show_turns(page: &pb::ThreadReadResponse) {
     }
 }
 
+/// `kiki bridge disable|enable BRIDGE`.
+async fn set_inbound(
+    bridges: &mut kiki_client::BridgeClient,
+    bridge: String,
+    enabled: bool,
+    json: bool,
+) -> Result<()> {
+    let set = bridges.bridge_set_inbound(pb::BridgeSetInboundRequest { bridge, enabled }).await?.into_inner();
+    if json {
+        print_json(&set);
+    } else if let Some(b) = &set.bridge {
+        let done = if enabled { "enabled" } else { "disabled" };
+        println!("{done} {} ({} {})", b.id, b.direction, b.peer_home_id);
+    }
+    Ok(())
+}
+
 async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> Result<()> {
     let mut bridges = connect(home).await?.bridges();
     match command {
@@ -440,6 +466,8 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                 println!("rejected");
             }
         }
+        BridgeCommand::Disable { bridge } => set_inbound(&mut bridges, bridge, false, json).await?,
+        BridgeCommand::Enable { bridge } => set_inbound(&mut bridges, bridge, true, json).await?,
         BridgeCommand::Revoke { bridge } => {
             let revoked = bridges.bridge_revoke(pb::BridgeRevokeRequest { bridge }).await?.into_inner();
             if json {

@@ -22,9 +22,9 @@ pub enum Error {
     PermissionDenied(String),
     #[error("{0}")]
     Unimplemented(String),
-    /// A bounded queue is full; the caller should retry (with the same idempotency key).
+    /// Temporarily refused (e.g. a bridge whose inbound access is off); retrying later may work.
     #[error("{0}")]
-    Overloaded(String),
+    Unavailable(String),
     #[error("store: {0}")]
     Store(#[from] StoreError),
 }

@@ -526,3 +526,90 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     let receipts = receipts(&a, "bee").await;
     assert!(receipts[0].attempts >= 2, "it was retried: {receipts:?}");
 }
+
+async fn set_inbound(target: &TestHome, bridge: &str, enabled: bool) -> pb::Bridge {
+    let request = pb::BridgeSetInboundRequest { bridge: bridge.into(), enabled };
+    let set = target.client().bridges().bridge_set_inbound(request).await.expect("set inbound");
+    set.into_inner().bridge.expect("bridge")
+}
+
+/// Turning a bridge's inbound access off refuses its calls and holds back what it already
+/// brought, deleting nothing; turned back on, the source's retries and the held message are
+/// delivered, each once.
+#[tokio::test]
+async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "read,send", "bee").await;
+    let bridge = approve(&b, &request_id, "read,send", vec![]).await;
+    // Queued before the switch: a send without `wake` waits for a turn started otherwise.
+    let queued = a.client().threads().thread_send(remote_send("bee", &t.id, "held", "k1")).await;
+    assert_eq!(queued.expect("send").into_inner().status(), pb::SendStatus::Pending);
+
+    assert_eq!(set_inbound(&b, &bridge.id, false).await.state, "disabled");
+    let err = a.client().threads().thread_list(list_via("bee")).await.expect_err("refused");
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("bridge_disabled"), "{}", err.message());
+    let retried = a.client().threads().thread_send(remote_send("bee", &t.id, "later", "k2")).await;
+    let retried = retried.expect("answered").into_inner();
+    assert_eq!(retried.status(), pb::SendStatus::Pending, "not final: the source keeps it");
+    b.say(&t.id, "the user speaks").await.expect("say");
+    let turns = b.wait_turns(&t.id, 1).await;
+    assert_eq!(turns[0].output, "echo: the user speaks", "the bridge's message is held back");
+    let pending: Vec<String> = receipts(&a, "bee")
+        .await
+        .into_iter()
+        .map(|r| format!("{}:{}", r.idempotency_key, r.status))
+        .collect();
+    assert_eq!(pending, ["k1:accepted", "k2:pending"]);
+
+    assert_eq!(set_inbound(&b, &bridge.id, true).await.state, "active");
+    a.client().threads().thread_list(list_via("bee")).await.expect("reads again");
+    b.say(&t.id, "again").await.expect("say");
+    let turns = b.wait_turns(&t.id, 2).await;
+    assert!(
+        turns[1].output.starts_with("echo: held\n"),
+        "the held message comes first: {:?}",
+        turns[1].output
+    );
+    // The source's retry of k2 gets through once the bridge is back on.
+    let started = std::time::Instant::now();
+    while !receipts(&a, "bee").await.iter().all(|r| r.status == "accepted") {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "k2 never got through");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    b.say(&t.id, "third").await.expect("say");
+    b.wait_turns(&t.id, 3).await;
+    let contents: Vec<String> = b
+        .all_turns(&t.id)
+        .await
+        .iter()
+        .flat_map(|t| t.output.lines().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    for message in ["echo: held", "echo: later"] {
+        assert_eq!(contents.iter().filter(|c| *c == message).count(), 1, "{message} once: {contents:?}");
+    }
+}
+
+#[tokio::test]
+async fn only_an_approved_inbound_bridge_can_be_turned_off() {
+    let (a, b) = (open_home().await, open_home().await);
+    let request_id = request(&a, &b, "read", "bee").await;
+    let bridge = approve(&b, &request_id, "read", vec![]).await;
+    let on_source = pb::BridgeSetInboundRequest { bridge: "bee".into(), enabled: false };
+    let err = a.client().bridges().bridge_set_inbound(on_source).await.expect_err("outbound");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let unknown = pb::BridgeSetInboundRequest { bridge: "nope".into(), enabled: false };
+    assert_eq!(
+        b.client().bridges().bridge_set_inbound(unknown).await.expect_err("unknown").code(),
+        Code::NotFound
+    );
+    b.client()
+        .bridges()
+        .bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id.clone() })
+        .await
+        .expect("revoke");
+    let revoked = pb::BridgeSetInboundRequest { bridge: bridge.id, enabled: true };
+    let err = b.client().bridges().bridge_set_inbound(revoked).await.expect_err("revoked stays revoked");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+}

@@ -114,6 +114,7 @@ fn from_wire(host: &str, e: pb::WireError) -> Error {
     match e.code.as_str() {
         "thread_not_found" => Error::NotFound(message),
         "permission_denied" | "bridge_revoked" => Error::PermissionDenied(message),
+        "bridge_disabled" => Error::Unavailable(message),
         "invalid_argument" => Error::InvalidArgument { field: "remote", message },
         _ => Error::FailedPrecondition(message),
     }
@@ -275,6 +276,11 @@ impl Bridges {
             Some(b) if b.state == "revoked" => {
                 Err(Rejection::Wire("bridge_revoked", "the target's owner revoked this bridge".into()))
             }
+            Some(b) if b.state == "disabled" => Err(Rejection::Wire(
+                "bridge_disabled",
+                "the target's owner turned this bridge's inbound access off for now; nothing was deleted"
+                    .into(),
+            )),
             Some(b) if b.state == "active" && b.permissions.iter().any(|p| p == permission) => Ok(b),
             Some(b) if b.state == "active" => Err(Rejection::Wire(
                 "permission_denied",
@@ -547,6 +553,46 @@ impl Bridges {
         Ok(bridge)
     }
 
+    /// `kiki bridge disable|enable BRIDGE`: turns an inbound bridge's access off or back on.
+    /// Off, every call over it is refused with `bridge_disabled` (not final: the source
+    /// keeps retrying within its window) and messages it brought wait at their threads;
+    /// nothing is deleted. Back on, held messages are delivered.
+    pub async fn set_inbound(&self, name: &str, enabled: bool) -> Result<BridgeRecord> {
+        let _decision = self.inner.decisions.lock().await;
+        let bridges = self.all().await?;
+        let named = |b: &&BridgeRecord| b.id == name || b.alias == name || b.peer_home_id == name;
+        let Some(bridge) = bridges.iter().filter(named).find(|b| b.direction == "inbound") else {
+            return Err(if bridges.iter().any(|b| named(&b)) {
+                Error::FailedPrecondition(format!(
+                    "{name:?} is an outbound bridge: only its target's owner can turn its access off"
+                ))
+            } else {
+                Error::NotFound(format!("no bridge {name:?}"))
+            });
+        };
+        let mut bridge = bridge.clone();
+        bridge.state = match (bridge.state.as_str(), enabled) {
+            ("active" | "disabled", true) => "active".into(),
+            ("active" | "disabled", false) => "disabled".into(),
+            (state, _) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "bridge {} is {state}; only an approved bridge can be turned off or on",
+                    bridge.id
+                )));
+            }
+        };
+        bridge.updated_at = now_ms();
+        self.save_bridge(Some(&bridge), None).await?;
+        info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
+        if enabled {
+            // Messages held back while it was off may start turns now.
+            for thread in self.inner.store.threads_with_queued_input().await? {
+                self.inner.threads.runner().kick(&thread);
+            }
+        }
+        Ok(bridge)
+    }
+
     /// `kiki bridge list`: every bridge, outbound ones refreshed by a real round trip.
     pub async fn list(&self) -> Result<Vec<BridgeRecord>> {
         let bridges = self.all().await?;
@@ -567,7 +613,7 @@ impl Bridges {
         match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &ping)).await {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
                 bridge.state = match p.state.as_str() {
-                    "active" | "revoked" | "rejected" => p.state,
+                    "active" | "disabled" | "revoked" | "rejected" => p.state,
                     _ => "requested".into(),
                 };
                 bridge.permissions = p.permissions;

@@ -92,6 +92,16 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         Ok(Response::new(pb::BridgeRejectResponse { request: Some(request_to_pb(rejected)) }))
     }
 
+    async fn bridge_set_inbound(
+        &self,
+        request: Request<pb::BridgeSetInboundRequest>,
+    ) -> Result<Response<pb::BridgeSetInboundResponse>, Status> {
+        owner_only(&self.threads, &request, "managing bridges")?;
+        let r = request.into_inner();
+        let bridge = self.bridges.set_inbound(&r.bridge, r.enabled).await.map_err(status)?;
+        Ok(Response::new(pb::BridgeSetInboundResponse { bridge: Some(bridge_to_pb(bridge, 0)) }))
+    }
+
     async fn bridge_revoke(
         &self,
         request: Request<pb::BridgeRevokeRequest>,

@@ -86,7 +86,7 @@ pub fn status(e: Error) -> Status {
         Error::FailedPrecondition(m) => Status::failed_precondition(m),
         Error::PermissionDenied(m) => Status::permission_denied(m),
         Error::Unimplemented(m) => Status::unimplemented(m),
-        Error::Overloaded(m) => Status::resource_exhausted(m),
+        Error::Unavailable(m) => Status::unavailable(m),
         Error::Store(e @ StoreError::Busy) => Status::resource_exhausted(e.to_string()),
         Error::Store(e) => {
             tracing::error!(error = %e, "store failure");

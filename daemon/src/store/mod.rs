@@ -361,7 +361,8 @@ pub struct BridgeRecord {
     pub peer_home_id: String,
     pub alias: String,
     pub address: String,
-    /// "requested", "active", "rejected" or "revoked".
+    /// "requested", "active", "disabled" (inbound access turned off by this home's owner),
+    /// "rejected" or "revoked".
     pub state: String,
     pub permissions: Vec<String>,
     pub workspaces: Vec<String>,
@@ -447,7 +448,8 @@ pub trait Store: Send + Sync + 'static {
     /// turn with all of it
     /// (in order), marks the thread running and its messages delivered. Peer messages (with a
     /// source thread) are taken only if `take_messages` (the thread's communication is on);
-    /// otherwise they stay queued. User input and external messages are always taken.
+    /// otherwise they stay queued. Messages from a peer home whose inbound bridge is
+    /// `disabled` stay queued too. User input and external messages are always taken.
     async fn claim_turn(
         &self,
         thread_id: &str,

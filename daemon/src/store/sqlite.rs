@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "mailbox", include_str!("migrations/sqlite/0002_mailbox.sql")),
     (3, "bridges", include_str!("migrations/sqlite/0003_bridges.sql")),
     (4, "outbox", include_str!("migrations/sqlite/0004_outbox.sql")),
+    (5, "bridge inbound switch", include_str!("migrations/sqlite/0005_bridge_inbound_switch.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -464,6 +465,13 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     Ok(SendOutcome::Accepted { message_id: m.id.clone(), turn: turn.map(Box::new) })
 }
 
+/// Queued input a turn may take: all of it, except peer messages while the thread's
+/// communication is off (`?` = take_messages) and messages brought by a bridge whose
+/// inbound access is off.
+const TAKEABLE: &str = "thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)
+     AND (source_host IS NULL OR source_host NOT IN
+          (SELECT peer_home_id FROM bridges WHERE direction = 'inbound' AND state = 'disabled'))";
+
 /// Starts the thread's next turn with its queued input, if it is idle (see
 /// [`Store::claim_turn`]).
 fn claim_turn(
@@ -484,9 +492,10 @@ fn claim_turn(
     };
     let queued = all(
         conn,
-        "SELECT id, kind, content, message_id, source_host, source_thread, created_at, wake
-         FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)
-         ORDER BY seq",
+        &format!(
+            "SELECT id, kind, content, message_id, source_host, source_thread, created_at, wake
+             FROM inputs WHERE {TAKEABLE} ORDER BY seq"
+        ),
         params![thread_id, take_messages],
         |row| Ok((input_from(row)?, row.get::<_, bool>("wake")?)),
     )?;
@@ -504,8 +513,7 @@ fn claim_turn(
     )?;
     run(
         conn,
-        "UPDATE inputs SET turn_id = ?
-         WHERE thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)",
+        &format!("UPDATE inputs SET turn_id = ? WHERE {TAKEABLE}"),
         params![turn_id, thread_id, take_messages],
     )?;
     run(
