@@ -22,7 +22,7 @@ macro_rules! store_conformance {
             events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
             archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
             outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
-            a_send_can_start_an_idle_threads_turn_at_once);
+            a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -145,7 +145,7 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
         "queued, thread idle"
     );
     assert_eq!(store.threads_with_queued_input().await.expect("queued"), vec!["th_a".to_string()]);
-    let claimed = store.claim_turn("th_a", "tu_1", true, render, 3).await.expect("claim").expect("has input");
+    let claimed = store.claim_turn("th_a", turn("tu_1", true), 3).await.expect("claim").expect("has input");
     assert_eq!(claimed.inputs.iter().map(|i| i.content.as_str()).collect::<Vec<_>>(), ["first", "second"]);
     assert_eq!(claimed.turn.seq, 1);
     assert_eq!(claimed.turn.input, render(&claimed.inputs));
@@ -162,17 +162,16 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
 
 pub async fn one_turn_at_a_time_per_thread(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
-    store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("has input");
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("has input");
     assert_eq!(store.enqueue_input("th_a", &user("in_2", "b")).await.expect("enqueue"), Some(true), "busy");
-    assert!(store.claim_turn("th_a", "tu_2", true, render, 3).await.expect("claim").is_none(), "busy thread");
+    assert!(store.claim_turn("th_a", turn("tu_2", true), 3).await.expect("claim").is_none(), "busy thread");
     assert_eq!(store.running_turns().await.expect("running"), 1);
     finish(store, "tu_1", "x").await;
-    let second =
-        store.claim_turn("th_a", "tu_2", true, render, 4).await.expect("claim").expect("queued input");
+    let second = store.claim_turn("th_a", turn("tu_2", true), 4).await.expect("claim").expect("queued input");
     assert_eq!((second.turn.seq, second.turn.input.as_str()), (2, "b"));
     finish(store, "tu_2", "y").await;
     assert!(
-        store.claim_turn("th_a", "tu_3", true, render, 5).await.expect("claim").is_none(),
+        store.claim_turn("th_a", turn("tu_3", true), 5).await.expect("claim").is_none(),
         "nothing queued"
     );
 }
@@ -181,11 +180,11 @@ pub async fn ended_turns_page_and_exclude_the_running_turn(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     for i in 1..=3 {
         store.enqueue_input("th_a", &user(&format!("in_{i}"), &format!("n{i}"))).await.expect("enqueue");
-        store.claim_turn("th_a", &format!("tu_{i}"), true, render, i).await.expect("claim").expect("input");
+        store.claim_turn("th_a", turn(&format!("tu_{i}"), true), i).await.expect("claim").expect("input");
         finish(store, &format!("tu_{i}"), &format!("out{i}")).await;
     }
     store.enqueue_input("th_a", &user("in_4", "n4")).await.expect("enqueue");
-    store.claim_turn("th_a", "tu_4", true, render, 9).await.expect("claim").expect("input");
+    store.claim_turn("th_a", turn("tu_4", true), 9).await.expect("claim").expect("input");
     let page = store.ended_turns("th_a", 0, 2).await.expect("page");
     assert_eq!(page.iter().map(|t| t.seq).collect::<Vec<_>>(), [1, 2]);
     let rest = store.ended_turns("th_a", 2, 10).await.expect("page");
@@ -201,7 +200,7 @@ pub async fn ended_turns_page_and_exclude_the_running_turn(store: &dyn Store) {
 
 pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
-    store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("input");
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("input");
     store.enqueue_input("th_a", &user("in_2", "behind")).await.expect("enqueue");
     assert_eq!(store.fail_interrupted_turns("crashed", 3).await.expect("recover"), vec!["th_a".to_string()]);
     let terminal = store.events_after("th_a", 0, 10).await.expect("events").pop().expect("terminal event");
@@ -218,7 +217,7 @@ pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {
 
 pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {
     assert_eq!(store.enqueue_input("th_missing", &user("in_1", "x")).await.expect("enqueue"), None);
-    assert!(store.claim_turn("th_missing", "tu_1", true, render, 1).await.expect("claim").is_none());
+    assert!(store.claim_turn("th_missing", turn("tu_1", true), 1).await.expect("claim").is_none());
 }
 
 fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMessage {
@@ -237,8 +236,13 @@ fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMes
     }
 }
 
+/// How a test starts a turn: `take_messages` as the thread's communication switch says.
+fn turn(turn_id: &str, take_messages: bool) -> TurnClaim {
+    TurnClaim { turn_id: turn_id.into(), take_messages, render }
+}
+
 fn claim(turn_id: &str) -> Option<TurnClaim> {
-    Some(TurnClaim { turn_id: turn_id.into(), take_messages: true, render })
+    Some(turn(turn_id, true))
 }
 
 /// A send asking for a claim starts an idle thread's turn in its own transaction, taking
@@ -312,7 +316,7 @@ pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
     assert_eq!(m.status, MessageStatus::Pending);
     assert_eq!(m.source.map(|s| s.thread_id), Some("th_peer".to_string()));
     // Both accepted messages are queued for the target's next turn, which delivers them.
-    let claimed = store.claim_turn("th_a", "tu_1", true, render, 20).await.expect("claim").expect("queued");
+    let claimed = store.claim_turn("th_a", turn("tu_1", true), 20).await.expect("claim").expect("queued");
     let ids: Vec<_> = claimed.inputs.iter().filter_map(|i| i.message_id.clone()).collect();
     assert_eq!(ids, ["msg_1", "msg_2"]);
     let m = store.message("msg_1").await.expect("msg").expect("stored");
@@ -326,15 +330,13 @@ pub async fn held_back_messages_wait_for_communication(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     store.accept_message(&message("msg_1", "th_a", "th_peer", "k", "h")).await.expect("commit");
     store.enqueue_input("th_a", &user("in_u", "user text")).await.expect("enqueue");
-    let claimed =
-        store.claim_turn("th_a", "tu_1", false, render, 2).await.expect("claim").expect("user input");
+    let claimed = store.claim_turn("th_a", turn("tu_1", false), 2).await.expect("claim").expect("user input");
     assert_eq!(claimed.inputs.len(), 1, "only the user's input");
     assert_eq!(claimed.inputs[0].kind, InputKind::User);
     finish(store, "tu_1", "x").await;
     assert_eq!(store.message("msg_1").await.expect("msg").expect("stored").status, MessageStatus::Pending);
-    assert!(store.claim_turn("th_a", "tu_2", false, render, 3).await.expect("claim").is_none());
-    let claimed =
-        store.claim_turn("th_a", "tu_2", true, render, 4).await.expect("claim").expect("the message");
+    assert!(store.claim_turn("th_a", turn("tu_2", false), 3).await.expect("claim").is_none());
+    let claimed = store.claim_turn("th_a", turn("tu_2", true), 4).await.expect("claim").expect("the message");
     assert_eq!(claimed.inputs[0].message_id.as_deref(), Some("msg_1"));
 }
 
@@ -353,7 +355,7 @@ pub async fn archiving_makes_pending_messages_undeliverable(store: &dyn Store) {
     }
     store.set_archived("th_a", false, 6).await.expect("unarchive");
     assert!(
-        store.claim_turn("th_a", "tu_1", true, render, 7).await.expect("claim").is_none(),
+        store.claim_turn("th_a", turn("tu_1", true), 7).await.expect("claim").is_none(),
         "not delivered later"
     );
 }
@@ -372,7 +374,7 @@ pub async fn events_are_logged_per_thread_in_order(store: &dyn Store) {
         message_id: None,
         at: 2,
     };
-    store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("input");
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("input");
     let seq = store.add_event(&attention).await.expect("event");
     finish(store, "tu_1", "done").await;
     let events = store.events_after("th_a", 0, 10).await.expect("events");
@@ -413,10 +415,10 @@ pub async fn old_keys_are_pruned(store: &dyn Store) {
 pub async fn archived_threads_start_no_turns(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "queued"))).await.expect("create");
     store.set_archived("th_a", true, 2).await.expect("archive");
-    assert!(store.claim_turn("th_a", "tu_1", true, render, 3).await.expect("claim").is_none());
+    assert!(store.claim_turn("th_a", turn("tu_1", true), 3).await.expect("claim").is_none());
     store.set_archived("th_a", false, 4).await.expect("unarchive");
     assert!(
-        store.claim_turn("th_a", "tu_1", true, render, 5).await.expect("claim").is_some(),
+        store.claim_turn("th_a", turn("tu_1", true), 5).await.expect("claim").is_some(),
         "kept for later"
     );
 }
@@ -424,7 +426,7 @@ pub async fn archived_threads_start_no_turns(store: &dyn Store) {
 pub async fn messages_of_a_turn_whose_agent_never_started_are_undeliverable(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     store.accept_message(&message("msg_1", "th_a", "th_peer", "k", "h")).await.expect("commit");
-    store.claim_turn("th_a", "tu_1", true, render, 2).await.expect("claim").expect("the message");
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("the message");
     let mut notified = store.undeliver_turn_messages("tu_1", "executor_failed", 3).await.expect("undeliver");
     notified.sort();
     assert_eq!(notified, ["th_a", "th_peer"]);
@@ -495,4 +497,21 @@ pub async fn a_failed_write_leaves_no_trace_beside_others(store: &dyn Store) {
     assert!(store.thread("th_b").await.expect("read").is_none(), "no half-created thread");
     assert!(store.events_after("th_b", 0, 10).await.expect("events").is_empty(), "no stray event");
     assert!(store.thread("th_c").await.expect("read").is_some());
+}
+
+pub async fn pending_messages_are_counted_per_peer_home(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    let from = |id: &str, host: &str, key: &str| {
+        let mut m = message(id, "th_a", "th_far", key, key);
+        m.source = Some(SourceRef { host_id: host.into(), thread_id: "th_far".into() });
+        m.key_scope = format!("{host}/th_far");
+        m
+    };
+    for m in [from("msg_1", "HOME_P", "k1"), from("msg_2", "HOME_P", "k2"), from("msg_3", "HOME_Q", "k3")] {
+        store.accept_message(&m).await.expect("commit");
+    }
+    assert_eq!(store.pending_messages_from("HOME_P").await.expect("count"), 2);
+    assert_eq!(store.pending_messages_from("HOME_Q").await.expect("count"), 1);
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("the messages");
+    assert_eq!(store.pending_messages_from("HOME_P").await.expect("count"), 0, "delivered");
 }

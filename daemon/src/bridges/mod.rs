@@ -538,10 +538,7 @@ impl Bridges {
     /// next call over it is refused with `bridge_revoked`.
     pub async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
         let bridges = self.all().await?;
-        let mut matches: Vec<BridgeRecord> = bridges
-            .into_iter()
-            .filter(|b| b.id == name || b.alias == name || b.peer_home_id == name)
-            .collect();
+        let mut matches: Vec<BridgeRecord> = bridges.into_iter().filter(|b| b.answers_to(name)).collect();
         // The target's owner revokes an inbound bridge; prefer it when both directions match.
         matches.sort_by_key(|b| b.direction != "inbound");
         let mut bridge =
@@ -560,9 +557,8 @@ impl Bridges {
     pub async fn set_inbound(&self, name: &str, enabled: bool) -> Result<BridgeRecord> {
         let _decision = self.inner.decisions.lock().await;
         let bridges = self.all().await?;
-        let named = |b: &&BridgeRecord| b.id == name || b.alias == name || b.peer_home_id == name;
-        let Some(bridge) = bridges.iter().filter(named).find(|b| b.direction == "inbound") else {
-            return Err(if bridges.iter().any(|b| named(&b)) {
+        let Some(bridge) = bridges.iter().find(|b| b.direction == "inbound" && b.answers_to(name)) else {
+            return Err(if bridges.iter().any(|b| b.answers_to(name)) {
                 Error::FailedPrecondition(format!(
                     "{name:?} is an outbound bridge: only its target's owner can turn its access off"
                 ))
@@ -638,11 +634,7 @@ impl Bridges {
 
     /// The outbound bridge HOST names (alias, peer home id or bridge id).
     pub async fn outbound(&self, host: &str) -> Result<BridgeRecord> {
-        self.bridge(|b| {
-            b.direction == "outbound" && (b.alias == host || b.peer_home_id == host || b.id == host)
-        })
-        .await?
-        .ok_or_else(|| {
+        self.bridge(|b| b.direction == "outbound" && b.answers_to(host)).await?.ok_or_else(|| {
             Error::NotFound(format!("host {host:?}: not this home and no bridge by that name or id"))
         })
     }

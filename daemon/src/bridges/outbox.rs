@@ -398,25 +398,13 @@ impl Bridges {
             let entries = self.outbox_for_bridge(&bridge.id).await?;
             return Ok(entries.iter().filter(|e| e.status == "pending").count() as u64);
         }
-        let receipts = self.inner.store.receipts_from(&bridge.peer_home_id).await?;
-        let mut pending = 0;
-        for r in receipts.iter().filter(|r| r.status == "pending") {
-            if let Some(m) = self.inner.store.message(&r.message_id).await?
-                && m.status == MessageStatus::Pending
-            {
-                pending += 1;
-            }
-        }
-        Ok(pending)
+        Ok(self.inner.store.pending_messages_from(&bridge.peer_home_id).await?)
     }
 
     /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it.
     pub async fn receipts(&self, name: &str) -> Result<Vec<pb::Receipt>> {
         let bridges = self.all().await?;
-        let matching: Vec<BridgeRecord> = bridges
-            .into_iter()
-            .filter(|b| b.id == name || b.alias == name || b.peer_home_id == name)
-            .collect();
+        let matching: Vec<BridgeRecord> = bridges.into_iter().filter(|b| b.answers_to(name)).collect();
         if matching.is_empty() {
             return Err(Error::NotFound(format!("no bridge {name:?}")));
         }

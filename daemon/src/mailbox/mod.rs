@@ -22,10 +22,9 @@ use tracing::instrument;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::executors;
 use crate::store::{
     Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, ReceiptRecord,
-    SendOutcome, SourceRef, Store, ThreadRecord, TurnClaim,
+    SendOutcome, SourceRef, Store, ThreadRecord,
 };
 use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::{Threads, cursor, limits, new_id};
@@ -155,11 +154,7 @@ impl Mailbox {
             request_hash: request_hash(&thread.id, d.content),
             wake: d.wake,
             // An idle target starts its turn in the same transaction: one commit delivers.
-            claim: d.wake.then(|| TurnClaim {
-                turn_id: new_id("tu"),
-                take_messages: switches::communication(&self.config, &thread).is_ok(),
-                render: executors::render,
-            }),
+            claim: d.wake.then(|| self.runner.claim_for(&thread)),
             receipt: d.receipt,
             now: now_ms(),
         };

@@ -215,7 +215,7 @@ pub struct NewMessage {
     pub now: Millis,
 }
 
-/// How to start a turn (see [`Store::claim_turn`]).
+/// How to start a turn (see [`Store::claim_turn`]); the runner makes one per thread.
 #[derive(Debug, Clone)]
 pub struct TurnClaim {
     pub turn_id: String,
@@ -374,6 +374,13 @@ pub struct BridgeRecord {
     pub last_error_at: Option<Millis>,
 }
 
+impl BridgeRecord {
+    /// Whether a user naming a bridge by `name` (its id, alias or peer home id) means this one.
+    pub fn answers_to(&self, name: &str) -> bool {
+        self.id == name || self.alias == name || self.peer_home_id == name
+    }
+}
+
 /// A pairing request a peer filed with this home.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgeRequestRecord {
@@ -444,18 +451,16 @@ pub trait Store: Send + Sync + 'static {
     /// Queues input for the thread's next turn. `None` if the thread does not exist, else
     /// whether a turn was running when the input was queued.
     async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<Option<bool>>;
-    /// If the thread is not archived, has no running turn and has queued input, starts a
-    /// turn with all of it
-    /// (in order), marks the thread running and its messages delivered. Peer messages (with a
-    /// source thread) are taken only if `take_messages` (the thread's communication is on);
-    /// otherwise they stay queued. Messages from a peer home whose inbound bridge is
-    /// `disabled` stay queued too. User input and external messages are always taken.
+    /// If the thread is not archived, has no running turn and has queued input, starts the
+    /// turn `claim.turn_id` with all of it (in order), marks the thread running and its
+    /// messages delivered. Peer messages (with a source thread) are taken only if
+    /// `claim.take_messages` (the thread's communication is on); otherwise they stay queued.
+    /// Messages from a peer home whose inbound bridge is `disabled` stay queued too. User
+    /// input and external messages are always taken.
     async fn claim_turn(
         &self,
         thread_id: &str,
-        turn_id: &str,
-        take_messages: bool,
-        render: RenderInput,
+        claim: TurnClaim,
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>>;
     /// Records how a running turn ended, marks its thread idle and logs a `terminal` event.
@@ -523,6 +528,8 @@ pub trait Store: Send + Sync + 'static {
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
     async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>>;
+    /// How many messages from the peer home `peer` wait at this home's threads.
+    async fn pending_messages_from(&self, peer: &str) -> StoreResult<u64>;
 
     /// Flushes and closes; later calls fail.
     async fn close(&self);

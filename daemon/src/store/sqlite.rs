@@ -701,13 +701,10 @@ impl Store for SqliteStore {
     async fn claim_turn(
         &self,
         thread_id: &str,
-        turn_id: &str,
-        take_messages: bool,
-        render: RenderInput,
+        claim: TurnClaim,
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>> {
-        let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
-        let claim = TurnClaim { turn_id, take_messages, render };
+        let thread_id = thread_id.to_string();
         self.db.write(move |conn| claim_turn(conn, &thread_id, claim, now)).await
     }
 
@@ -1175,6 +1172,21 @@ impl Store for SqliteStore {
                     [&peer],
                     receipt_from,
                 )
+            })
+            .await
+    }
+
+    async fn pending_messages_from(&self, peer: &str) -> StoreResult<u64> {
+        let peer = peer.to_string();
+        self.db
+            .read(move |conn| {
+                let n = first(
+                    conn,
+                    "SELECT COUNT(*) FROM messages WHERE source_host = ? AND status = 'pending'",
+                    [&peer],
+                    |row| Ok(row.get::<_, i64>(0)?),
+                )?;
+                Ok(n.unwrap_or(0) as u64)
             })
             .await
     }

@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::executors::{self, TurnFailure, TurnInput};
 use crate::mailbox::signals::Signals;
 use crate::mailbox::switches;
-use crate::store::{ClaimedTurn, Store, ThreadRecord, TurnOutcome, TurnStatus};
+use crate::store::{ClaimedTurn, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus};
 use crate::sync::lock;
 use crate::threads::new_id;
 use crate::time::now_ms;
@@ -125,6 +125,12 @@ impl TurnRunner {
         self.inner.tasks.spawn(async move { inner.drain(thread_id).await }.instrument(span));
     }
 
+    /// How to start `thread`'s next turn, for a claim made outside the runner (see
+    /// [`TurnRunner::start_claimed`]).
+    pub fn claim_for(&self, thread: &ThreadRecord) -> TurnClaim {
+        turn_claim(&self.inner.config, thread)
+    }
+
     /// The running turn a token belongs to.
     pub fn caller(&self, token: &str) -> Option<TurnCaller> {
         lock(&self.inner.tokens).get(token).cloned()
@@ -190,12 +196,7 @@ impl Inner {
         let Some(thread) = self.store.thread(thread_id).await? else {
             return Ok(None);
         };
-        // Peer messages wait while the thread's communication is off.
-        let take_messages = switches::communication(&self.config, &thread).is_ok();
-        let claimed = self
-            .store
-            .claim_turn(thread_id, &new_id("tu"), take_messages, executors::render, now_ms())
-            .await?;
+        let claimed = self.store.claim_turn(thread_id, turn_claim(&self.config, &thread), now_ms()).await?;
         Ok(claimed.map(|turn| (thread, turn)))
     }
 
@@ -308,6 +309,15 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+/// A new turn for `thread`: peer messages wait while its communication is off.
+fn turn_claim(config: &Config, thread: &ThreadRecord) -> TurnClaim {
+    TurnClaim {
+        turn_id: new_id("tu"),
+        take_messages: switches::communication(config, thread).is_ok(),
+        render: executors::render,
     }
 }
 
