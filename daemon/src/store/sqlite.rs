@@ -84,6 +84,12 @@ fn first<T>(
     rows.next()?.map(map).transpose()
 }
 
+/// The number a `SELECT COUNT(*) …` statement answers.
+fn count(conn: &Connection, sql: &str, params: impl Params) -> StoreResult<u64> {
+    let n = first(conn, sql, params, |row| Ok(row.get::<_, i64>(0)?))?;
+    Ok(n.unwrap_or(0) as u64)
+}
+
 /// Runs a cached statement; the number of rows changed.
 fn run(conn: &Connection, sql: &str, params: impl Params) -> StoreResult<usize> {
     Ok(conn.prepare_cached(sql)?.execute(params)?)
@@ -629,12 +635,7 @@ impl Store for SqliteStore {
     }
 
     async fn count_threads(&self) -> StoreResult<u64> {
-        self.db
-            .read(|conn| {
-                let n = first(conn, "SELECT COUNT(*) FROM threads", [], |row| Ok(row.get::<_, i64>(0)?))?;
-                Ok(n.unwrap_or(0) as u64)
-            })
-            .await
+        self.db.read(|conn| count(conn, "SELECT COUNT(*) FROM threads", [])).await
     }
 
     async fn set_archived(&self, id: &str, archived: bool, now: Millis) -> StoreResult<Option<Archived>> {
@@ -781,14 +782,7 @@ impl Store for SqliteStore {
     }
 
     async fn running_turns(&self) -> StoreResult<u64> {
-        self.db
-            .read(|conn| {
-                let n = first(conn, "SELECT COUNT(*) FROM turns WHERE status = 'running'", [], |row| {
-                    Ok(row.get::<_, i64>(0)?)
-                })?;
-                Ok(n.unwrap_or(0) as u64)
-            })
-            .await
+        self.db.read(|conn| count(conn, "SELECT COUNT(*) FROM turns WHERE status = 'running'", [])).await
     }
 
     async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>> {
@@ -1180,13 +1174,11 @@ impl Store for SqliteStore {
         let peer = peer.to_string();
         self.db
             .read(move |conn| {
-                let n = first(
+                count(
                     conn,
                     "SELECT COUNT(*) FROM messages WHERE source_host = ? AND status = 'pending'",
                     [&peer],
-                    |row| Ok(row.get::<_, i64>(0)?),
-                )?;
-                Ok(n.unwrap_or(0) as u64)
+                )
             })
             .await
     }
