@@ -355,8 +355,7 @@ impl Bridges {
         let Some(mailbox) = self.inner.mailbox.get() else {
             return Err(Error::FailedPrecondition("the home is starting".into()).into());
         };
-        let (results, timed_out) =
-            mailbox.wait(&request.targets, request.timeout_ms, &request.cursors).await?;
+        let (results, timed_out) = mailbox.wait(request.targets, request.timeout_ms, request.cursors).await?;
         Ok(pb::ThreadWaitResponse {
             results: results.into_iter().map(crate::grpc::wait_result_to_pb).collect(),
             timed_out,

@@ -4,6 +4,7 @@
 mod bridge_service;
 mod home_service;
 mod thread_service;
+mod wait_route;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -46,13 +47,11 @@ pub async fn serve(
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
+    let thread_service = ThreadServiceImpl::new(threads.clone(), mailbox.clone(), bridges.clone());
     tonic::transport::Server::builder()
         .concurrency_limit_per_connection(CALLS_PER_CONNECTION)
-        .add_service(pb::thread_service_server::ThreadServiceServer::new(ThreadServiceImpl::new(
-            threads.clone(),
-            mailbox.clone(),
-            bridges.clone(),
-        )))
+        .layer(wait_route::WaitRouteLayer::new(thread_service.clone()))
+        .add_service(pb::thread_service_server::ThreadServiceServer::new(thread_service))
         .add_service(pb::bridge_service_server::BridgeServiceServer::new(
             bridge_service::BridgeServiceImpl::new(threads.clone(), bridges),
         ))

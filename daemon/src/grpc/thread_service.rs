@@ -11,6 +11,7 @@ use crate::mailbox::Mailbox;
 use crate::store::MessageStatus;
 use crate::threads::{CreateRequest, Threads};
 
+#[derive(Clone)]
 pub struct ThreadServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
@@ -20,6 +21,31 @@ pub struct ThreadServiceImpl {
 impl ThreadServiceImpl {
     pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges) -> Self {
         Self { threads, mailbox, bridges }
+    }
+
+    /// ThreadWait: on this home's threads, or forwarded over the one bridge they are behind.
+    /// No tracing span and a boxed remote branch keep a parked call's state small.
+    pub async fn wait(&self, r: pb::ThreadWaitRequest) -> Result<pb::ThreadWaitResponse, Status> {
+        let hosts: Vec<&str> = r.targets.iter().map(|t| t.host_id.as_str()).collect();
+        if let Some(host) = hosts.iter().find(|h| self.threads.resolve_host(h).is_err()) {
+            if hosts.iter().any(|h| h != host) {
+                return Err(status(Error::invalid(
+                    "targets",
+                    "must all be on one home: this one, or the same bridge",
+                )));
+            }
+            let host = host.to_string();
+            return Box::pin(self.bridges.wait_remote(&host, &r.targets, r.timeout_ms, &r.cursors))
+                .await
+                .map_err(status);
+        }
+        drop(hosts);
+        let (results, timed_out) =
+            self.mailbox.wait(r.targets, r.timeout_ms, r.cursors).await.map_err(status)?;
+        Ok(pb::ThreadWaitResponse {
+            results: results.into_iter().map(wait_result_to_pb).collect(),
+            timed_out,
+        })
     }
 }
 
@@ -135,34 +161,13 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         }))
     }
 
-    #[instrument(skip_all)]
+    // Served by `wait_route` (tonic's per-call state would dominate 10,000 parked waits);
+    // this stays for completeness of the generated service.
     async fn thread_wait(
         &self,
         request: Request<pb::ThreadWaitRequest>,
     ) -> Result<Response<pb::ThreadWaitResponse>, Status> {
-        let r = request.into_inner();
-        let hosts: Vec<&str> = r.targets.iter().map(|t| t.host_id.as_str()).collect();
-        if let Some(host) = hosts.iter().find(|h| self.threads.resolve_host(h).is_err()) {
-            if hosts.iter().any(|h| h != host) {
-                return Err(status(Error::invalid(
-                    "targets",
-                    "must all be on one home: this one, or the same bridge",
-                )));
-            }
-            let host = host.to_string();
-            let answer = self
-                .bridges
-                .wait_remote(&host, &r.targets, r.timeout_ms, &r.cursors)
-                .await
-                .map_err(status)?;
-            return Ok(Response::new(answer));
-        }
-        let (results, timed_out) =
-            self.mailbox.wait(&r.targets, r.timeout_ms, &r.cursors).await.map_err(status)?;
-        Ok(Response::new(pb::ThreadWaitResponse {
-            results: results.into_iter().map(wait_result_to_pb).collect(),
-            timed_out,
-        }))
+        self.wait(request.into_inner()).await.map(Response::new)
     }
 
     async fn room_read(

@@ -33,14 +33,15 @@ pub struct Subscription {
 
 impl Signals {
     /// Registers for changes to any of `threads`.
-    pub fn subscribe(&self, threads: &[String]) -> Subscription {
+    pub fn subscribe(&self, threads: Vec<String>) -> Subscription {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
         let mut waiters = self.lock();
-        for thread in threads {
+        for thread in &threads {
             waiters.entry(thread.clone()).or_default().insert(id, notify.clone());
         }
-        Subscription { signals: self.clone(), id, threads: threads.to_vec(), notify }
+        drop(waiters);
+        Subscription { signals: self.clone(), id, threads, notify }
     }
 
     /// Something about `thread` changed: wake the callers waiting on it.
@@ -92,8 +93,8 @@ mod tests {
     #[tokio::test]
     async fn wakes_only_subscribers_of_the_thread_and_keeps_early_permits() {
         let signals = Signals::default();
-        let a = signals.subscribe(&["th_a".into()]);
-        let b = signals.subscribe(&["th_b".into()]);
+        let a = signals.subscribe(vec!["th_a".into()]);
+        let b = signals.subscribe(vec!["th_b".into()]);
         signals.notify("th_a"); // before anyone waits: kept as a permit
         tokio::time::timeout(Duration::from_secs(1), a.changed()).await.expect("a woken");
         let b_woken = tokio::time::timeout(Duration::from_millis(50), b.changed()).await;
