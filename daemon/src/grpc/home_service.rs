@@ -73,7 +73,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         Ok(Response::new(pb::ShutdownResponse {}))
     }
 
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     async fn thread_say(
         &self,
         request: Request<pb::ThreadSayRequest>,
@@ -86,7 +86,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         Ok(Response::new(pb::ThreadSayResponse { turn_started, input_id }))
     }
 
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     async fn thread_archive(
         &self,
         request: Request<pb::ThreadArchiveRequest>,
@@ -102,7 +102,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         }))
     }
 
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     async fn thread_set(
         &self,
         request: Request<pb::ThreadSetRequest>,

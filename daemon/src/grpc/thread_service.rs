@@ -51,7 +51,7 @@ impl ThreadServiceImpl {
 
 #[tonic::async_trait]
 impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     async fn thread_create(
         &self,
         request: Request<pb::ThreadCreateRequest>,
@@ -77,7 +77,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         }))
     }
 
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     async fn thread_list(
         &self,
         request: Request<pb::ThreadListRequest>,
@@ -94,7 +94,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         }))
     }
 
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     async fn thread_read(
         &self,
         request: Request<pb::ThreadReadRequest>,
@@ -116,7 +116,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         Ok(Response::new(page))
     }
 
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     async fn thread_send(
         &self,
         request: Request<pb::ThreadSendRequest>,

@@ -105,6 +105,12 @@ impl Mailbox {
     /// Parks until one of the subscribed threads changes; `false` at the deadline or when
     /// the daemon stops.
     async fn park(&self, subscription: &signals::Subscription, deadline: Instant) -> bool {
+        // Checked here, not left to the timer: tokio rounds a deadline up to its next
+        // millisecond tick, so a passed deadline (a 0 ms wait, `delivery_wait = 0`) would
+        // still cost up to a millisecond.
+        if Instant::now() >= deadline {
+            return false;
+        }
         tokio::select! {
             changed = tokio::time::timeout_at(deadline, subscription.changed()) => changed.is_ok(),
             () = self.stopping.cancelled() => false,
@@ -112,7 +118,7 @@ impl Mailbox {
     }
 
     /// ThreadSend to a thread of this home.
-    #[instrument(skip_all, fields(thread_id = %target.session_id))]
+    #[instrument(level = "debug", skip_all, fields(thread_id = %target.session_id))]
     pub async fn send(
         &self,
         caller: Option<&TurnCaller>,
@@ -197,14 +203,14 @@ impl Mailbox {
         }
         self.runner.kick(&thread.id);
         let deadline = Instant::now() + self.config.mailbox.delivery_wait;
-        loop {
+        // Not delivered by its own commit, and the subscription predates that commit, so a
+        // delivery since then has signalled it: park first, look after each signal.
+        while self.park(&subscription, deadline).await {
             if self.is_delivered(&message_id).await? {
                 return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
-            if !self.park(&subscription, deadline).await {
-                return Ok(Sent::new(message_id, MessageStatus::Pending));
-            }
         }
+        Ok(Sent::new(message_id, MessageStatus::Pending))
     }
 
     async fn is_delivered(&self, message_id: &str) -> Result<bool> {

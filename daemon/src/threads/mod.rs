@@ -114,7 +114,7 @@ impl Threads {
         }
     }
 
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     pub async fn create(&self, caller: Option<&TurnCaller>, req: CreateRequest) -> Result<Created> {
         if let Some(prompt) = &req.prompt {
             limits::text("prompt", prompt, limits::PROMPT_MAX_CHARS)?;
@@ -177,7 +177,7 @@ impl Threads {
 
     /// A page of enabled, unarchived threads, newest first. `scope` (a bridge grant limited
     /// to workspaces) keeps only threads of those workspaces.
-    #[instrument(skip_all)]
+    #[instrument(level = "debug", skip_all)]
     pub async fn list(
         &self,
         workspace_id: Option<String>,
@@ -221,7 +221,7 @@ impl Threads {
     }
 
     /// A page of ended turns, oldest first. Never starts or wakes anything.
-    #[instrument(skip_all, fields(thread_id = %thread.id))]
+    #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
     pub async fn read(&self, thread: ThreadRecord, limit: Option<u32>, cursor: &str) -> Result<TurnPage> {
         let limit = limits::page_limit("limit", limit, limits::READ_LIMIT_DEFAULT)?;
         let after = if cursor.is_empty() {
@@ -255,7 +255,7 @@ impl Threads {
     }
 
     /// One segment of an oversized turn field.
-    #[instrument(skip_all, fields(thread_id = %thread.id))]
+    #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
     pub async fn read_content(
         &self,
         thread: ThreadRecord,
@@ -309,7 +309,7 @@ impl Threads {
 
     /// External user input: queued durably, then a turn starts (or it waits for the
     /// running one). Returns whether the thread was idle and the input id.
-    #[instrument(skip_all, fields(thread_id = %thread.id))]
+    #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
     pub async fn say(&self, thread: &ThreadRecord, content: &str) -> Result<(bool, String)> {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         if thread.archived {
@@ -328,7 +328,7 @@ impl Threads {
         Ok((!running, input.id))
     }
 
-    #[instrument(skip_all, fields(thread_id = %thread_id))]
+    #[instrument(level = "debug", skip_all, fields(thread_id = %thread_id))]
     pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<Archived> {
         self.store
             .set_archived(thread_id, archived, now_ms())

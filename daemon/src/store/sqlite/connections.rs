@@ -143,7 +143,9 @@ impl Connections {
 fn configure(conn: &Connection) -> StoreResult<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    conn.execute_batch("PRAGMA foreign_keys = ON;")?;
+    // `temp_store = MEMORY` keeps the savepoints' sub-journal in memory instead of
+    // spilling it to a temporary file once a batch of writes outgrows 64 KiB.
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;")?;
     Ok(())
 }
 
@@ -200,7 +202,8 @@ fn serve_reads(mut conn: Connection, mut next: impl FnMut() -> Option<Job>) {
 }
 
 /// The writer's thread: takes every queued write (up to [`MAX_BATCH`]), runs each in a
-/// savepoint of one transaction, commits once, then answers them all.
+/// savepoint of one transaction, commits once, then answers them all. A write alone needs no
+/// savepoint: the transaction is its own.
 fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Job>) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
@@ -209,32 +212,57 @@ fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Job>) {
         {
             batch.push(job);
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = execute(&conn, "BEGIN IMMEDIATE") {
             // Not run: their callers hear that they were abandoned.
             error!(error = %e, writes = batch.len(), "cannot begin a write transaction");
             continue;
         }
-        let mut answers = Vec::with_capacity(batch.len());
-        for job in batch {
-            if let Err(e) = conn.execute_batch("SAVEPOINT write") {
-                error!(error = %e, "cannot open a savepoint; the write was abandoned");
-                continue;
-            }
-            let done = attempt(&mut conn, job);
+        let (answers, keep): (Vec<Answer>, bool) = if batch.len() == 1 {
+            let done = batch.pop().and_then(|job| attempt(&mut conn, job));
             let ok = matches!(done, Some((true, _)));
-            let undo = if ok { "RELEASE write" } else { "ROLLBACK TO write; RELEASE write" };
-            if let Err(e) = conn.execute_batch(undo) {
-                error!(error = %e, "cannot close a savepoint");
+            (done.map(|(_, answer)| answer).into_iter().collect(), ok)
+        } else {
+            (batch.into_iter().filter_map(|job| in_savepoint(&mut conn, job)).collect(), true)
+        };
+        let failure = if keep {
+            let committed = execute(&conn, "COMMIT");
+            if committed.is_err() {
+                let _ = execute(&conn, "ROLLBACK");
             }
-            answers.extend(done.map(|(_, answer)| answer));
-        }
-        let committed = conn.execute_batch("COMMIT");
-        if committed.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        let failure = committed.err().map(|e| e.to_string());
+            committed.err().map(|e| e.to_string())
+        } else {
+            // A write alone failed: nothing to keep, and its caller hears its own error.
+            if let Err(e) = execute(&conn, "ROLLBACK") {
+                error!(error = %e, "cannot roll back a failed write");
+            }
+            None
+        };
         for answer in answers {
             answer(failure.as_deref());
         }
     }
+}
+
+/// Runs a job of a batch in its own savepoint, rolled back alone if it fails.
+fn in_savepoint(conn: &mut Connection, job: Job) -> Option<Answer> {
+    if let Err(e) = execute(conn, "SAVEPOINT write") {
+        error!(error = %e, "cannot open a savepoint; the write was abandoned");
+        return None;
+    }
+    let done = attempt(conn, job);
+    let closed = if matches!(done, Some((true, _))) {
+        execute(conn, "RELEASE write")
+    } else {
+        execute(conn, "ROLLBACK TO write").and_then(|()| execute(conn, "RELEASE write"))
+    };
+    if let Err(e) = closed {
+        error!(error = %e, "cannot close a savepoint");
+    }
+    done.map(|(_, answer)| answer)
+}
+
+/// Runs one statement through the connection's statement cache: the writer runs its
+/// transaction and savepoint statements thousands of times a second.
+fn execute(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
 }
