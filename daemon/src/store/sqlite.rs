@@ -458,7 +458,7 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     };
     insert_input(conn, &m.target_thread, &input, m.wake)?;
     let turn = match &m.claim {
-        Some(claim) if m.wake => claim_turn(conn, &m.target_thread, claim.clone(), m.now)?,
+        Some(claim) if m.wake => claim_turn(conn, &m.target_thread, claim, m.now)?,
         _ => None,
     };
     if let Some(receipt) = &m.receipt {
@@ -483,7 +483,7 @@ const TAKEABLE: &str = "thread_id = ? AND turn_id IS NULL AND (? OR source_threa
 fn claim_turn(
     conn: &Connection,
     thread_id: &str,
-    claim: TurnClaim,
+    claim: &TurnClaim,
     now: Millis,
 ) -> StoreResult<Option<ClaimedTurn>> {
     let TurnClaim { turn_id, take_messages, render } = claim;
@@ -540,7 +540,7 @@ fn claim_turn(
         .collect();
     Ok(Some(ClaimedTurn {
         turn: TurnRecord {
-            id: turn_id,
+            id: turn_id.clone(),
             thread_id: thread_id.to_string(),
             seq,
             status: TurnStatus::Running,
@@ -706,7 +706,7 @@ impl Store for SqliteStore {
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>> {
         let thread_id = thread_id.to_string();
-        self.db.write(move |conn| claim_turn(conn, &thread_id, claim, now)).await
+        self.db.write(move |conn| claim_turn(conn, &thread_id, &claim, now)).await
     }
 
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {

@@ -5,10 +5,13 @@
 //!
 //! One writer thread owns the only read-write connection, so writes are serialised in the
 //! process instead of fighting over SQLite's write lock, and it **group-commits**: whatever
-//! writes are queued when it looks runs as one transaction, one fsync, each write inside its
-//! own savepoint (a write that fails is rolled back alone). Nobody is answered before the
-//! commit, so an answered write is durable. A few reader threads share a queue of read-only
-//! work and never wait for a write (WAL).
+//! writes are queued when it looks runs as one transaction, one fsync. The batch runs
+//! optimistically, without savepoints (a savepoint copies every page its write touches:
+//! ~30% of the writer's time at 64 concurrent senders). If one write fails, the batch is
+//! rolled back and runs again with each write in its own savepoint, so the failure is rolled
+//! back alone — which is why a write's work may run more than once. Nobody is answered before
+//! the commit, so an answered write is durable. A few reader threads share a queue of
+//! read-only work and never wait for a write (WAL).
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -24,10 +27,51 @@ use tracing::error;
 use crate::store::{StoreError, StoreResult};
 use crate::sync::lock;
 
-/// Runs on a connection; says whether it succeeded and how to answer its caller.
-type Job = Box<dyn FnOnce(&mut Connection) -> (bool, Answer) + Send>;
-/// Answers a caller: with its own result, or with the failure of the commit that carried it.
-type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
+/// A caller's store operation, queued for a connection's thread.
+trait Job: Send {
+    /// Runs the work (again, if it ran before); whether it succeeded.
+    fn run(&mut self, conn: &mut Connection) -> bool;
+    /// Answers the caller with the last run's result, or with the failure of the commit
+    /// that carried it.
+    fn answer(self: Box<Self>, commit_failed: Option<&str>);
+}
+
+struct Queued<T, F> {
+    work: F,
+    /// The last run's result; `None` before a run and after one that panicked.
+    result: Option<StoreResult<T>>,
+    reply: oneshot::Sender<StoreResult<T>>,
+}
+
+impl<T, F> Job for Queued<T, F>
+where
+    T: Send,
+    F: Fn(&mut Connection) -> StoreResult<T> + Send,
+{
+    fn run(&mut self, conn: &mut Connection) -> bool {
+        self.result = None;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| (self.work)(conn))) {
+            Ok(result) => {
+                let ok = result.is_ok();
+                self.result = Some(result);
+                ok
+            }
+            Err(_) => {
+                error!("a store operation panicked; it was abandoned");
+                false
+            }
+        }
+    }
+
+    fn answer(self: Box<Self>, commit_failed: Option<&str>) {
+        let answer = match (commit_failed, self.result) {
+            (Some(why), _) => Err(StoreError::Backend(format!("commit failed: {why}"))),
+            (None, Some(result)) => result,
+            (None, None) => Err(abandoned()),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
 
 /// Prepared statements kept per connection; more than the store has distinct statements.
 const STATEMENT_CACHE: usize = 128;
@@ -42,8 +86,8 @@ const WRITE_QUEUE: usize = 4096;
 const MAX_BATCH: usize = 256;
 
 pub struct Connections {
-    writer: Mutex<Option<mpsc::SyncSender<Job>>>,
-    readers: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<mpsc::SyncSender<Box<dyn Job>>>>,
+    readers: Mutex<Option<mpsc::Sender<Box<dyn Job>>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -70,9 +114,9 @@ impl Connections {
         writer.pragma_update(None, "synchronous", "FULL")?;
         setup(&mut writer)?;
         let mut threads = Vec::with_capacity(readers + 1);
-        let (write_queue, write_jobs) = mpsc::sync_channel::<Job>(WRITE_QUEUE);
+        let (write_queue, write_jobs) = mpsc::sync_channel::<Box<dyn Job>>(WRITE_QUEUE);
         threads.push(spawn("kiki-store-writer", move || serve_writes(writer, &write_jobs)));
-        let (read_queue, read_jobs) = mpsc::channel::<Job>();
+        let (read_queue, read_jobs) = mpsc::channel::<Box<dyn Job>>();
         let read_jobs = Arc::new(Mutex::new(read_jobs));
         for n in 0..readers {
             let reader = Connection::open_with_flags(
@@ -94,10 +138,11 @@ impl Connections {
     }
 
     /// Runs `work` on the writer connection, atomically (all of its writes or none), and
-    /// answers once they are committed.
+    /// answers once they are committed. `work` may run more than once (see the module
+    /// docs): only its last run is kept, so it must do nothing but its reads and writes.
     pub async fn write<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
+        work: impl Fn(&mut Connection) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
         let (job, answer) = job(work);
         let queued = match &*lock(&self.writer) {
@@ -114,7 +159,7 @@ impl Connections {
     /// Runs `work` on a read-only connection.
     pub async fn read<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
+        work: impl Fn(&mut Connection) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
         let (job, answer) = job(work);
         let queued = match &*lock(&self.readers) {
@@ -166,45 +211,23 @@ fn abandoned() -> StoreError {
 
 /// Wraps `work` into a job, and the receiver of its answer.
 fn job<T: Send + 'static>(
-    work: impl FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
-) -> (Job, oneshot::Receiver<StoreResult<T>>) {
+    work: impl Fn(&mut Connection) -> StoreResult<T> + Send + 'static,
+) -> (Box<dyn Job>, oneshot::Receiver<StoreResult<T>>) {
     let (reply, answer) = oneshot::channel();
-    let job: Job = Box::new(move |conn| {
-        let result = work(conn);
-        let ok = result.is_ok();
-        let answer: Answer = Box::new(move |commit_failed| {
-            let _ = reply.send(match commit_failed {
-                Some(why) => Err(StoreError::Backend(format!("commit failed: {why}"))),
-                None => result,
-            });
-        });
-        (ok, answer)
-    });
-    (job, answer)
-}
-
-/// Runs a job; `None` if it panicked (its caller then hears that it was abandoned).
-fn attempt(conn: &mut Connection, job: Job) -> Option<(bool, Answer)> {
-    let done = std::panic::catch_unwind(AssertUnwindSafe(|| job(conn)));
-    if done.is_err() {
-        error!("a store operation panicked; it was abandoned");
-    }
-    done.ok()
+    (Box::new(Queued { work, result: None, reply }), answer)
 }
 
 /// A reader's thread: runs jobs until the queue closes.
-fn serve_reads(mut conn: Connection, mut next: impl FnMut() -> Option<Job>) {
-    while let Some(job) = next() {
-        if let Some((_, answer)) = attempt(&mut conn, job) {
-            answer(None);
-        }
+fn serve_reads(mut conn: Connection, mut next: impl FnMut() -> Option<Box<dyn Job>>) {
+    while let Some(mut job) = next() {
+        job.run(&mut conn);
+        job.answer(None);
     }
 }
 
-/// The writer's thread: takes every queued write (up to [`MAX_BATCH`]), runs each in a
-/// savepoint of one transaction, commits once, then answers them all. A write alone needs no
-/// savepoint: the transaction is its own.
-fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Job>) {
+/// The writer's thread: takes every queued write (up to [`MAX_BATCH`]), commits them as
+/// one transaction, then answers them all.
+fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH
@@ -212,57 +235,107 @@ fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Job>) {
         {
             batch.push(job);
         }
-        if let Err(e) = execute(&conn, "BEGIN IMMEDIATE") {
-            // Not run: their callers hear that they were abandoned.
-            error!(error = %e, writes = batch.len(), "cannot begin a write transaction");
-            continue;
-        }
-        let (answers, keep): (Vec<Answer>, bool) = if batch.len() == 1 {
-            let done = batch.pop().and_then(|job| attempt(&mut conn, job));
-            let ok = matches!(done, Some((true, _)));
-            (done.map(|(_, answer)| answer).into_iter().collect(), ok)
-        } else {
-            (batch.into_iter().filter_map(|job| in_savepoint(&mut conn, job)).collect(), true)
-        };
-        let failure = if keep {
-            let committed = execute(&conn, "COMMIT");
-            if committed.is_err() {
-                let _ = execute(&conn, "ROLLBACK");
-            }
-            committed.err().map(|e| e.to_string())
-        } else {
-            // A write alone failed: nothing to keep, and its caller hears its own error.
-            if let Err(e) = execute(&conn, "ROLLBACK") {
-                error!(error = %e, "cannot roll back a failed write");
-            }
-            None
-        };
-        for answer in answers {
-            answer(failure.as_deref());
+        let failure = commit(&mut conn, &mut batch).err().map(|e| e.to_string());
+        for job in batch {
+            job.answer(failure.as_deref());
         }
     }
 }
 
-/// Runs a job of a batch in its own savepoint, rolled back alone if it fails.
-fn in_savepoint(conn: &mut Connection, job: Job) -> Option<Answer> {
-    if let Err(e) = execute(conn, "SAVEPOINT write") {
-        error!(error = %e, "cannot open a savepoint; the write was abandoned");
-        return None;
+/// Runs `batch` in one transaction and commits it. Optimistically first, every write
+/// straight in the transaction; if one fails, the batch is undone and runs again with each
+/// write in its own savepoint, so only the failures are rolled back. A failed write alone
+/// is simply rolled back: its caller hears its own error.
+fn commit(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
+    execute(conn, "BEGIN IMMEDIATE")?;
+    if !batch.iter_mut().all(|job| job.run(conn)) {
+        execute(conn, "ROLLBACK")?;
+        if batch.len() == 1 {
+            return Ok(());
+        }
+        execute(conn, "BEGIN IMMEDIATE")?;
+        for job in batch.iter_mut() {
+            in_savepoint(conn, job.as_mut())?;
+        }
     }
-    let done = attempt(conn, job);
-    let closed = if matches!(done, Some((true, _))) {
-        execute(conn, "RELEASE write")
-    } else {
-        execute(conn, "ROLLBACK TO write").and_then(|()| execute(conn, "RELEASE write"))
-    };
-    if let Err(e) = closed {
-        error!(error = %e, "cannot close a savepoint");
+    execute(conn, "COMMIT").inspect_err(|_| {
+        let _ = execute(conn, "ROLLBACK");
+    })
+}
+
+/// Runs a write in its own savepoint, rolled back alone if it fails.
+fn in_savepoint(conn: &mut Connection, job: &mut dyn Job) -> rusqlite::Result<()> {
+    execute(conn, "SAVEPOINT write")?;
+    if !job.run(conn) {
+        execute(conn, "ROLLBACK TO write")?;
     }
-    done.map(|(_, answer)| answer)
+    execute(conn, "RELEASE write")
 }
 
 /// Runs one statement through the connection's statement cache: the writer runs its
 /// transaction and savepoint statements thousands of times a second.
 fn execute(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn insert(conn: &mut Connection, name: &str) -> StoreResult<()> {
+        conn.execute("INSERT INTO t (name) VALUES (?)", [name])?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_failing_write_in_a_batch_is_undone_alone_and_the_others_commit_once() {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = Arc::new(
+            Connections::open(&dir.path().join("t.db"), 1, |conn| {
+                conn.execute_batch("CREATE TABLE t (name TEXT PRIMARY KEY)")?;
+                Ok(())
+            })
+            .expect("open"),
+        );
+        // The first write holds the writer while the next three queue up as one batch.
+        let held = tokio::spawn({
+            let db = db.clone();
+            async move {
+                db.write(|conn| {
+                    std::thread::sleep(Duration::from_millis(200));
+                    insert(conn, "first")
+                })
+                .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = |name: &'static str, fail: bool| {
+            let (db, runs) = (db.clone(), runs.clone());
+            async move {
+                db.write(move |conn| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    insert(conn, name)?;
+                    if fail { Err(StoreError::Backend("refused after writing".into())) } else { Ok(()) }
+                })
+                .await
+            }
+        };
+        let (a, b, c) = tokio::join!(counted("a", false), counted("b", true), counted("c", false));
+        held.await.expect("task").expect("first");
+        assert!(a.is_ok() && c.is_ok(), "{a:?} {c:?}");
+        assert!(matches!(b, Err(StoreError::Backend(ref m)) if m.contains("refused")), "{b:?}");
+        // a and b ran twice (the optimistic pass stopped at b), c once.
+        assert_eq!(runs.load(Ordering::SeqCst), 5, "the batch was retried with savepoints");
+        let names = db
+            .read(|conn| {
+                let mut statement = conn.prepare("SELECT name FROM t ORDER BY name")?;
+                let names = statement.query_map([], |row| row.get::<_, String>(0))?;
+                Ok(names.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+            .expect("read");
+        assert_eq!(names, ["a", "c", "first"]);
+    }
 }
