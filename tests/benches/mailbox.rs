@@ -18,11 +18,11 @@ use kiki_client::Client;
 use kiki_proto as pb;
 use kiki_tests::binaries::binary;
 use kiki_tests::local;
-use kiki_tests::measure::{fsync_floor, percentile, rss_kb, us};
+use kiki_tests::measure::{cpu_time, fsync_floor, percentile, process_cpu_time, rss_kb, us};
 
 const SINGLE_SENDS: usize = 300;
 const SENDERS: usize = 64;
-const SENDS_PER_SENDER: usize = 30;
+const SENDS_PER_SENDER: usize = 100;
 const REPLAYS: usize = 1_000;
 const WAKES: usize = 200;
 const PARKED: usize = 10_000;
@@ -79,7 +79,7 @@ async fn main() {
 
     // 64 senders at once, each on its own connection.
     let mut tasks = Vec::new();
-    let t = Instant::now();
+    let (t, daemon_cpu, client_cpu) = (Instant::now(), process_cpu_time(pid), cpu_time());
     for s in 0..SENDERS {
         let socket = home.join("kikid.sock");
         let held = held.clone();
@@ -97,6 +97,10 @@ async fn main() {
         task.await.expect("sender");
     }
     let concurrent_rate = (SENDERS * SENDS_PER_SENDER) as f64 / t.elapsed().as_secs_f64();
+    let sends = (SENDERS * SENDS_PER_SENDER) as f64;
+    let daemon_cpu = (process_cpu_time(pid) - daemon_cpu).as_secs_f64() / sends;
+    let client_cpu = (cpu_time() - client_cpu).as_secs_f64() / sends;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
 
     // Replays: the same key and content again.
     let wal = home.join("kiki.db-wal");
@@ -187,6 +191,15 @@ async fn main() {
     println!(
         "  ratio 64 senders / 1 sender                {:>10.1} x   (target >= 10x)",
         concurrent_rate / single_rate
+    );
+    println!(
+        "  CPU per send at 64 senders, kikid / client {:>6.0} µs / {:.0} µs",
+        daemon_cpu * 1e6,
+        client_cpu * 1e6
+    );
+    println!(
+        "  ratio if all {cores} cores were busy           {:>10.1} x   (cores / CPU per send / single rate)",
+        cores / (daemon_cpu + client_cpu) / single_rate
     );
     println!(
         "  replayed key, p50                          {:>10}   (fsync floor {})",

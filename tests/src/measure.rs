@@ -66,3 +66,13 @@ pub fn cpu_time() -> Duration {
     let micros = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
     Duration::from_micros(micros(user) + micros(system))
 }
+
+/// CPU time (user + system) process `pid` has used so far, from `/proc/PID/stat` (in clock
+/// ticks of 10 ms: meaningful over runs of seconds).
+pub fn process_cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // Fields after the command name (which may hold spaces) start at the state, field 3.
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("stat format").1.split_whitespace().collect();
+    let ticks = |i: usize| fields[i].parse::<u64>().expect("clock ticks");
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
