@@ -27,11 +27,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The network: who listens where, and which pairs of homes are cut off.
+/// The network: who listens where, which pairs of homes are cut off, and which callers lose
+/// their answers.
 #[derive(Debug, Default)]
 pub struct MemoryNetwork {
     listeners: Mutex<HashMap<SocketAddr, Listener>>,
     partitions: Mutex<HashSet<(String, String)>>,
+    /// (caller, callee): the callee runs the call, the caller hears a failure.
+    lost_answers: Mutex<HashSet<(String, String)>>,
     next_port: AtomicU16,
 }
 
@@ -66,8 +69,24 @@ impl MemoryNetwork {
         }
     }
 
+    /// Makes `caller`'s calls to `callee` run there but fail on the way back (or heals that):
+    /// the fault after which a caller retries something its peer already did.
+    pub fn lose_answers(&self, caller: &str, callee: &str, lose: bool) {
+        let pair = (caller.to_string(), callee.to_string());
+        let mut lost = lock(&self.lost_answers);
+        if lose {
+            lost.insert(pair);
+        } else {
+            lost.remove(&pair);
+        }
+    }
+
     fn cut(&self, a: &str, b: &str) -> bool {
         lock(&self.partitions).contains(&(a.to_string(), b.to_string()))
+    }
+
+    fn answer_lost(&self, caller: &str, callee: &str) -> bool {
+        lock(&self.lost_answers).contains(&(caller.to_string(), callee.to_string()))
     }
 }
 
@@ -105,6 +124,9 @@ impl Link for MemoryLink {
             let response = answer.await.map_err(|_| LinkError("the peer dropped the call".into()))?;
             if self.network.cut(&self.local, &self.peer) {
                 return Err(LinkError(format!("partitioned from {}", self.peer)));
+            }
+            if self.network.answer_lost(&self.local, &self.peer) {
+                return Err(LinkError(format!("the answer from {} was lost", self.peer)));
             }
             Ok(response)
         })

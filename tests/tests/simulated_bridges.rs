@@ -5,6 +5,9 @@ use kiki_bridge::memory::MemoryNetwork;
 use kiki_proto as pb;
 use kiki_tests::TestHome;
 
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
 async fn home(network: &std::sync::Arc<MemoryNetwork>) -> TestHome {
     TestHome::builder()
         .memory_network(network)
@@ -14,6 +17,45 @@ async fn home(network: &std::sync::Arc<MemoryNetwork>) -> TestHome {
         })
         .start()
         .await
+}
+
+/// Pairs `source` → `target` with send and wake, under the alias `bee`.
+async fn pair(source: &TestHome, target: &TestHome) {
+    let listen = target
+        .client()
+        .bridges()
+        .bridge_list(pb::BridgeListRequest {})
+        .await
+        .expect("list")
+        .into_inner()
+        .listen;
+    let request = pb::BridgeRequestRequest {
+        address: listen,
+        want: vec!["send,wake".into()],
+        expect: target.handle().home_id().to_string(),
+        name: "bee".into(),
+    };
+    let id =
+        source.client().bridges().bridge_request(request).await.expect("request").into_inner().request_id;
+    let approve =
+        pb::BridgeApproveRequest { request_id: id, allow: vec!["send,wake".into()], workspaces: vec![] };
+    target.client().bridges().bridge_approve(approve).await.expect("approve");
+}
+
+/// A small seeded generator (xorshift64*): the same seed replays the same fault schedule.
+struct Schedule(u64);
+
+impl Schedule {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn one_in(&mut self, n: u64) -> bool {
+        self.next().is_multiple_of(n)
+    }
 }
 
 fn send(session: &str, content: &str, key: &str) -> pb::ThreadSendRequest {
@@ -66,4 +108,109 @@ async fn pairing_sending_and_a_partition_over_the_simulated_network() {
     assert_eq!(turns[1].output, "echo: second");
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(b.all_turns(&t.id).await.len(), 2, "delivered once");
+}
+
+/// Messages that entered the thread's turns, per source home; no message twice.
+async fn arrivals(target: &TestHome, thread: &str, seed: u64) -> HashMap<String, usize> {
+    let mut per_source: HashMap<String, usize> = HashMap::new();
+    let mut ids = HashSet::new();
+    for turn in target.all_turns(thread).await {
+        for input in turn.inputs.iter().filter(|i| !i.message_id.is_empty()) {
+            assert!(ids.insert(input.message_id.clone()), "seed {seed:#x}: a message entered a turn twice");
+            let from = input.source.as_ref().map(|s| s.host_id.clone()).unwrap_or_default();
+            *per_source.entry(from).or_default() += 1;
+        }
+    }
+    per_source
+}
+
+/// Four homes: three send to the fourth while each link is, round by round on a seeded
+/// schedule, healthy, cut, or losing the target's answers (the target accepts, the source
+/// hears a failure and retries what the target already has), and callers now and then retry a
+/// send with its key. Every message must arrive exactly once, and a retried send must get its
+/// first answer's message id.
+#[tokio::test]
+async fn three_homes_send_through_flapping_links_and_each_message_arrives_once() {
+    const ROUNDS: usize = 25;
+    let seed = 0x5eed_0004_u64;
+    let mut schedule = Schedule(seed);
+    let network = MemoryNetwork::new();
+    let target = home(&network).await;
+    let mut sources = Vec::new();
+    for _ in 0..3 {
+        let source = home(&network).await;
+        pair(&source, &target).await;
+        sources.push(source);
+    }
+    let target_id = target.handle().home_id().to_string();
+    let inbox = target.thread("echo", None).await;
+    // (source, key) → the message id the first answer gave.
+    let mut first_answers: HashMap<(usize, String), String> = HashMap::new();
+    let mut held_back = 0;
+    for round in 0..ROUNDS {
+        // Each link this round: healthy, cut, or losing the target's answers.
+        for source in &sources {
+            let fault = schedule.next() % 3;
+            network.partition(source.handle().home_id(), &target_id, fault == 1);
+            network.lose_answers(source.handle().home_id(), &target_id, fault == 2);
+        }
+        let mut calls = Vec::new();
+        for (n, source) in sources.iter().enumerate() {
+            let mut threads = source.client().threads();
+            let key = format!("m{round}");
+            // Now and then the caller also retries an earlier send (same key, same content).
+            let retry =
+                (round > 0 && schedule.one_in(3)).then(|| format!("m{}", schedule.next() as usize % round));
+            let session = inbox.id.clone();
+            calls.push(tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for key in std::iter::once(key).chain(retry) {
+                    let request = send(&session, &format!("from {n}: {key}"), &key);
+                    let answer = threads.thread_send(request).await.expect("send").into_inner();
+                    assert_ne!(answer.status(), pb::SendStatus::Undeliverable, "{answer:?}");
+                    let pending = answer.status() == pb::SendStatus::Pending;
+                    answers.push((key, answer.message_id, pending));
+                }
+                (n, answers)
+            }));
+        }
+        for call in calls {
+            let (n, answers) = call.await.expect("sender");
+            for (key, id, pending) in answers {
+                held_back += usize::from(pending);
+                let first = first_answers.entry((n, key.clone())).or_insert_with(|| id.clone());
+                assert_eq!(
+                    *first, id,
+                    "seed {seed:#x}: a retry of {key} from source {n} got another message"
+                );
+            }
+        }
+    }
+    assert!(
+        held_back > 10,
+        "seed {seed:#x}: the schedule cut links during sends ({held_back} answered pending)"
+    );
+    for source in &sources {
+        network.partition(source.handle().home_id(), &target_id, false);
+        network.lose_answers(source.handle().home_id(), &target_id, false);
+    }
+
+    let expected = sources.len() * ROUNDS;
+    let started = Instant::now();
+    while arrivals(&target, &inbox.id, seed).await.values().sum::<usize>() < expected
+        && started.elapsed() < Duration::from_secs(60)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Late duplicates would show up now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let delivered = arrivals(&target, &inbox.id, seed).await;
+    for source in &sources {
+        assert_eq!(
+            delivered.get(source.handle().home_id()).copied().unwrap_or(0),
+            ROUNDS,
+            "seed {seed:#x}: every message of {} arrives exactly once",
+            source.handle().home_id()
+        );
+    }
 }
