@@ -224,7 +224,7 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
 }
 
 #[tokio::test]
-async fn waiting_across_a_bridge_needs_wait_and_wakes_nothing() {
+async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_threads() {
     let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
     let t = b.thread("echo", None).await;
     let request_id = request(&a, &b, "read,wait", "bee").await;
@@ -261,13 +261,47 @@ async fn waiting_across_a_bridge_needs_wait_and_wakes_nothing() {
     assert!(!got.timed_out);
     assert_eq!(got.results[0].events[0].kind(), pb::EventKind::Terminal);
 
-    let mixed = pb::ThreadWaitRequest {
-        targets: vec![remote.clone(), kiki_tests::local("th_x")],
-        timeout_ms: Some(0),
-        cursors: Default::default(),
+    // One call may wait on this home's threads and a bridge's together: whichever side has
+    // events ends it, and every target still gets its cursor.
+    let here = a.thread("echo", None).await;
+    let both = |timeout_ms: u32, cursors: std::collections::HashMap<String, String>| pb::ThreadWaitRequest {
+        targets: vec![remote.clone(), kiki_tests::local(&here.id)],
+        timeout_ms: Some(timeout_ms),
+        cursors,
     };
-    let err = a.client().threads().thread_wait(mixed).await.expect_err("mixed homes");
-    assert_eq!(err.code(), Code::InvalidArgument);
+    let cursors_of = |answer: &pb::ThreadWaitResponse| -> std::collections::HashMap<String, String> {
+        answer
+            .results
+            .iter()
+            .map(|r| (pb::format_ref(r.target.as_ref().expect("target")), r.cursor.clone()))
+            .collect()
+    };
+    let checked =
+        a.client().threads().thread_wait(both(0, Default::default())).await.expect("check").into_inner();
+    assert!(checked.timed_out);
+    let order: Vec<String> =
+        checked.results.iter().map(|r| pb::format_ref(r.target.as_ref().expect("target"))).collect();
+    assert_eq!(order, [format!("bee/{}", t.id), here.id.clone()], "results in the targets' order");
+    let parked = |request: pb::ThreadWaitRequest| {
+        let client = a.client().clone();
+        tokio::spawn(async move { client.threads().thread_wait(request).await.map(|r| r.into_inner()) })
+    };
+    let waiter = parked(both(10_000, cursors_of(&checked)));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    a.say(&here.id, "here").await.expect("say");
+    let woke = waiter.await.expect("task").expect("wait");
+    assert!(!woke.timed_out);
+    assert!(woke.results[0].events.is_empty(), "nothing on the far thread: {:?}", woke.results[0]);
+    assert_eq!(woke.results[1].events[0].kind(), pb::EventKind::Terminal);
+    let waiter = parked(both(10_000, cursors_of(&woke)));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    b.say(&t.id, "there").await.expect("say");
+    let woke = waiter.await.expect("task").expect("wait");
+    assert_eq!(woke.results[0].events[0].kind(), pb::EventKind::Terminal, "the far thread's turn ended");
+    assert!(woke.results[1].events.is_empty(), "the near thread's event was not repeated");
+    let stray = both(0, std::collections::HashMap::from([("th_elsewhere".to_string(), "c".to_string())]));
+    let err = a.client().threads().thread_wait(stray).await.expect_err("a cursor for no target");
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
 }
 
 fn remote_send(host: &str, session: &str, content: &str, key: &str) -> pb::ThreadSendRequest {

@@ -1,5 +1,7 @@
 //! `kiki.v1.ThreadService`: the agent-facing operations of contract §2.
 
+use std::collections::HashMap;
+
 use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
@@ -7,7 +9,7 @@ use tracing::instrument;
 use super::{caller, read_response, status, target, thread_to_pb, wait_result_to_pb};
 use crate::bridges::Bridges;
 use crate::error::Error;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, WAIT_TARGETS_MAX};
 use crate::store::MessageStatus;
 use crate::threads::{CreateRequest, Threads};
 
@@ -23,30 +25,141 @@ impl ThreadServiceImpl {
         Self { threads, mailbox, bridges }
     }
 
-    /// ThreadWait: on this home's threads, or forwarded over the one bridge they are behind.
-    /// No tracing span and a boxed remote branch keep a parked call's state small.
+    /// ThreadWait: on this home's threads, over the bridges its targets are behind, or both.
+    /// No tracing span and boxed remote branches keep a parked call's state small.
     pub async fn wait(&self, r: pb::ThreadWaitRequest) -> Result<pb::ThreadWaitResponse, Status> {
-        let hosts: Vec<&str> = r.targets.iter().map(|t| t.host_id.as_str()).collect();
-        if let Some(host) = hosts.iter().find(|h| self.threads.resolve_host(h).is_err()) {
-            if hosts.iter().any(|h| h != host) {
-                return Err(status(Error::invalid(
-                    "targets",
-                    "must all be on one home: this one, or the same bridge",
-                )));
-            }
-            let host = host.to_string();
-            return Box::pin(self.bridges.wait_remote(&host, &r.targets, r.timeout_ms, &r.cursors))
-                .await
-                .map_err(status);
+        let mut groups = self.wait_groups(r).map_err(status)?;
+        if groups.len() > 1 {
+            return Box::pin(self.clone().wait_across(groups)).await;
         }
-        drop(hosts);
-        let (results, timed_out) =
-            self.mailbox.wait(r.targets, r.timeout_ms, r.cursors).await.map_err(status)?;
+        let group = groups.pop().expect("targets are grouped by home");
+        match group.host {
+            Some(host) => {
+                Box::pin(self.bridges.wait_remote(&host, &group.targets, group.timeout_ms, &group.cursors))
+                    .await
+                    .map_err(status)
+            }
+            None => self.wait_here(group.targets, group.timeout_ms, group.cursors).await,
+        }
+    }
+
+    async fn wait_here(
+        &self,
+        targets: Vec<pb::ThreadRef>,
+        timeout_ms: Option<u32>,
+        cursors: HashMap<String, String>,
+    ) -> Result<pb::ThreadWaitResponse, Status> {
+        let (results, timed_out) = self.mailbox.wait(targets, timeout_ms, cursors).await.map_err(status)?;
         Ok(pb::ThreadWaitResponse {
             results: results.into_iter().map(wait_result_to_pb).collect(),
             timed_out,
         })
     }
+
+    /// Splits a ThreadWait's targets (and their cursors) by the home they are on: this one
+    /// (`host: None`) or a bridge, as the caller named it.
+    fn wait_groups(&self, r: pb::ThreadWaitRequest) -> Result<Vec<WaitGroup>, Error> {
+        if r.targets.len() > WAIT_TARGETS_MAX {
+            return Err(Error::invalid(
+                "targets",
+                format!("must name between 1 and {WAIT_TARGETS_MAX} threads, got {}", r.targets.len()),
+            ));
+        }
+        let mut groups: Vec<WaitGroup> = Vec::new();
+        for target in &r.targets {
+            let host = self.threads.resolve_host(&target.host_id).is_err().then(|| target.host_id.clone());
+            match groups.iter_mut().find(|g| g.host == host) {
+                Some(group) => group.targets.push(target.clone()),
+                None => groups.push(WaitGroup {
+                    host,
+                    targets: vec![target.clone()],
+                    timeout_ms: r.timeout_ms,
+                    cursors: HashMap::new(),
+                }),
+            }
+        }
+        if groups.len() > 1 {
+            // Each cursor goes with its target (keyed by the target's text form or session).
+            for (key, cursor) in r.cursors {
+                let group = groups
+                    .iter_mut()
+                    .find(|g| g.targets.iter().any(|t| pb::format_ref(t) == key || t.session_id == key))
+                    .ok_or_else(|| Error::invalid("cursors", "has a key that is not one of the targets"))?;
+                group.cursors.insert(key, cursor);
+            }
+        } else if let Some(group) = groups.first_mut() {
+            group.cursors = r.cursors;
+        } else {
+            // No targets: the mailbox names the limit.
+            groups.push(WaitGroup {
+                host: None,
+                targets: Vec::new(),
+                timeout_ms: r.timeout_ms,
+                cursors: r.cursors,
+            });
+        }
+        Ok(groups)
+    }
+
+    /// ThreadWait over several homes: each home's part waits at once; the first part with
+    /// events (or an error) ends the call, and the other parts are then checked once
+    /// (timeout 0) so that every target gets its events so far and a cursor.
+    async fn wait_across(self, groups: Vec<WaitGroup>) -> Result<pb::ThreadWaitResponse, Status> {
+        let order: Vec<String> = groups.iter().flat_map(|g| g.targets.iter().map(pb::format_ref)).collect();
+        let mut parts = tokio::task::JoinSet::new();
+        for (n, group) in groups.iter().cloned().enumerate() {
+            let service = self.clone();
+            parts.spawn(async move { (n, service.wait_group(group).await) });
+        }
+        let mut answers: Vec<Option<pb::ThreadWaitResponse>> = vec![None; groups.len()];
+        while let Some(joined) = parts.join_next().await {
+            let (n, answer) =
+                joined.map_err(|e| Status::internal(format!("a part of the wait failed: {e}")))?;
+            let answer = answer?;
+            let woke = !answer.timed_out;
+            answers[n] = Some(answer);
+            if woke {
+                break;
+            }
+        }
+        parts.abort_all();
+        let mut results = Vec::with_capacity(order.len());
+        let mut timed_out = true;
+        for (group, answer) in groups.into_iter().zip(answers) {
+            let answer = match answer {
+                Some(answer) => answer,
+                None => Box::pin(self.wait_group(WaitGroup { timeout_ms: Some(0), ..group })).await?,
+            };
+            timed_out &= answer.timed_out;
+            results.extend(answer.results);
+        }
+        results.sort_by_key(|r| {
+            let text = r.target.as_ref().map(pb::format_ref).unwrap_or_default();
+            order.iter().position(|o| *o == text).unwrap_or(usize::MAX)
+        });
+        Ok(pb::ThreadWaitResponse { results, timed_out })
+    }
+
+    async fn wait_group(&self, group: WaitGroup) -> Result<pb::ThreadWaitResponse, Status> {
+        match group.host {
+            Some(host) => self
+                .bridges
+                .wait_remote(&host, &group.targets, group.timeout_ms, &group.cursors)
+                .await
+                .map_err(status),
+            None => self.wait_here(group.targets, group.timeout_ms, group.cursors).await,
+        }
+    }
+}
+
+/// The part of a ThreadWait on one home.
+#[derive(Clone)]
+struct WaitGroup {
+    /// `None` for this home, else the bridge as the caller named it.
+    host: Option<String>,
+    targets: Vec<pb::ThreadRef>,
+    timeout_ms: Option<u32>,
+    cursors: HashMap<String, String>,
 }
 
 #[tonic::async_trait]
