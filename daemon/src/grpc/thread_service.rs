@@ -9,7 +9,7 @@ use tracing::instrument;
 use super::{caller, read_response, status, target, thread_to_pb, wait_result_to_pb};
 use crate::bridges::Bridges;
 use crate::error::Error;
-use crate::mailbox::{Mailbox, WAIT_TARGETS_MAX};
+use crate::mailbox::{Mailbox, WAIT_TARGETS_MAX, WaitResult};
 use crate::store::MessageStatus;
 use crate::threads::{CreateRequest, Threads};
 
@@ -26,34 +26,26 @@ impl ThreadServiceImpl {
     }
 
     /// ThreadWait: on this home's threads, over the bridges its targets are behind, or both.
-    /// No tracing span and boxed remote branches keep a parked call's state small.
+    /// A parked call's state is kept small (10,000 of them are budgeted): no tracing span,
+    /// the request taken apart before parking, and the rarer branches boxed.
     pub async fn wait(&self, r: pb::ThreadWaitRequest) -> Result<pb::ThreadWaitResponse, Status> {
         let mut groups = self.wait_groups(r).map_err(status)?;
         if groups.len() > 1 {
             return Box::pin(self.clone().wait_across(groups)).await;
         }
-        let group = groups.pop().expect("targets are grouped by home");
-        match group.host {
-            Some(host) => {
-                Box::pin(self.bridges.wait_remote(&host, &group.targets, group.timeout_ms, &group.cursors))
-                    .await
-                    .map_err(status)
+        let WaitGroup { host, targets, timeout_ms, cursors } =
+            groups.pop().expect("targets are grouped by home");
+        drop(groups);
+        match host {
+            None => {
+                let (results, timed_out) =
+                    self.mailbox.wait(targets, timeout_ms, cursors).await.map_err(status)?;
+                Ok(wait_response(results, timed_out))
             }
-            None => self.wait_here(group.targets, group.timeout_ms, group.cursors).await,
+            Some(host) => Box::pin(self.bridges.wait_remote(&host, &targets, timeout_ms, &cursors))
+                .await
+                .map_err(status),
         }
-    }
-
-    async fn wait_here(
-        &self,
-        targets: Vec<pb::ThreadRef>,
-        timeout_ms: Option<u32>,
-        cursors: HashMap<String, String>,
-    ) -> Result<pb::ThreadWaitResponse, Status> {
-        let (results, timed_out) = self.mailbox.wait(targets, timeout_ms, cursors).await.map_err(status)?;
-        Ok(pb::ThreadWaitResponse {
-            results: results.into_iter().map(wait_result_to_pb).collect(),
-            timed_out,
-        })
     }
 
     /// Splits a ThreadWait's targets (and their cursors) by the home they are on: this one
@@ -128,7 +120,7 @@ impl ThreadServiceImpl {
         for (group, answer) in groups.into_iter().zip(answers) {
             let answer = match answer {
                 Some(answer) => answer,
-                None => Box::pin(self.wait_group(WaitGroup { timeout_ms: Some(0), ..group })).await?,
+                None => self.wait_group(WaitGroup { timeout_ms: Some(0), ..group }).await?,
             };
             timed_out &= answer.timed_out;
             results.extend(answer.results);
@@ -140,6 +132,7 @@ impl ThreadServiceImpl {
         Ok(pb::ThreadWaitResponse { results, timed_out })
     }
 
+    /// One home's part of a wait across homes.
     async fn wait_group(&self, group: WaitGroup) -> Result<pb::ThreadWaitResponse, Status> {
         match group.host {
             Some(host) => self
@@ -147,9 +140,20 @@ impl ThreadServiceImpl {
                 .wait_remote(&host, &group.targets, group.timeout_ms, &group.cursors)
                 .await
                 .map_err(status),
-            None => self.wait_here(group.targets, group.timeout_ms, group.cursors).await,
+            None => {
+                let (results, timed_out) = self
+                    .mailbox
+                    .wait(group.targets, group.timeout_ms, group.cursors)
+                    .await
+                    .map_err(status)?;
+                Ok(wait_response(results, timed_out))
+            }
         }
     }
+}
+
+fn wait_response(results: Vec<WaitResult>, timed_out: bool) -> pb::ThreadWaitResponse {
+    pb::ThreadWaitResponse { results: results.into_iter().map(wait_result_to_pb).collect(), timed_out }
 }
 
 /// The part of a ThreadWait on one home.
