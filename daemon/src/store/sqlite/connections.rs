@@ -245,8 +245,17 @@ fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>) {
 /// Runs `batch` in one transaction and commits it. Optimistically first, every write
 /// straight in the transaction; if one fails, the batch is undone and runs again with each
 /// write in its own savepoint, so only the failures are rolled back. A failed write alone
-/// is simply rolled back: its caller hears its own error.
+/// is simply rolled back: its caller hears its own error. Whatever fails on the way, no
+/// transaction is left open for the next batch.
 fn commit(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
+    let done = run_and_commit(conn, batch);
+    if done.is_err() && !conn.is_autocommit() {
+        let _ = execute(conn, "ROLLBACK");
+    }
+    done
+}
+
+fn run_and_commit(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
     execute(conn, "BEGIN IMMEDIATE")?;
     if !batch.iter_mut().all(|job| job.run(conn)) {
         execute(conn, "ROLLBACK")?;
@@ -258,9 +267,7 @@ fn commit(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result
             in_savepoint(conn, job.as_mut())?;
         }
     }
-    execute(conn, "COMMIT").inspect_err(|_| {
-        let _ = execute(conn, "ROLLBACK");
-    })
+    execute(conn, "COMMIT")
 }
 
 /// Runs a write in its own savepoint, rolled back alone if it fails.
