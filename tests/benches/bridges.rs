@@ -37,24 +37,6 @@ async fn home() -> TestHome {
     TestHome::builder().config(|c| c.thread_communication.enabled = Some(true)).start().await
 }
 
-/// Pairs `source` → `target` at `address` with `allow`, under `name`.
-async fn pair(source: &TestHome, target: &TestHome, address: String, allow: &str, name: &str) {
-    let request = pb::BridgeRequestRequest {
-        address,
-        want: vec![allow.into()],
-        expect: target.handle().home_id().to_string(),
-        name: name.into(),
-    };
-    let id =
-        source.client().bridges().bridge_request(request).await.expect("request").into_inner().request_id;
-    let approve = pb::BridgeApproveRequest { request_id: id, allow: vec![allow.into()], workspaces: vec![] };
-    target.client().bridges().bridge_approve(approve).await.expect("approve");
-}
-
-async fn listen(home: &TestHome) -> String {
-    home.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner().listen
-}
-
 #[tokio::main]
 async fn main() {
     let dir = tempfile::tempdir().expect("dir");
@@ -63,7 +45,7 @@ async fn main() {
     let (a, b) = (home().await, home().await);
 
     // Latency: `delivered` answers from an idle echo thread behind a send+wake bridge.
-    pair(&a, &b, listen(&b).await, "send,wake", "wake").await;
+    a.pair_with(&b, b.bridge_listen().await, "send,wake", "wake").await;
     let echo = b.thread("echo", None).await;
     let mut threads = a.client().threads();
     let mut latencies = Vec::with_capacity(LATENCY_SENDS);
@@ -81,7 +63,7 @@ async fn main() {
 
     // Throughput: durable acceptance at the target over a send-only bridge (nothing runs).
     let (c, d) = (home().await, home().await);
-    pair(&c, &d, listen(&d).await, "send", "nowake").await;
+    c.pair_with(&d, d.bridge_listen().await, "send", "nowake").await;
     let inbox = d.thread("echo", None).await;
     let mut single = c.client().threads();
     let t = Instant::now();
@@ -111,8 +93,8 @@ async fn main() {
 
     // Partition heal: datagrams dropped for 5 s, then the first delivery.
     let (e, f) = (home().await, home().await);
-    let relay = UdpRelay::start(listen(&f).await.parse().expect("addr")).await;
-    pair(&e, &f, relay.addr.to_string(), "send,wake", "gap").await;
+    let relay = UdpRelay::start(f.bridge_listen().await.parse().expect("addr")).await;
+    e.pair_with(&f, relay.addr.to_string(), "send,wake", "gap").await;
     let far = f.thread("echo", None).await;
     relay.partition(true);
     e.client().threads().thread_send(send("gap", &far.id, "gap".into(), "gap".into())).await.expect("send");

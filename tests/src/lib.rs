@@ -136,6 +136,27 @@ impl TestHome {
         .expect("thread created")
     }
 
+    /// The address this home's bridge endpoint listens on.
+    pub async fn bridge_listen(&self) -> String {
+        self.client.bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner().listen
+    }
+
+    /// Pairs this home → `target`, reached at `address`: it requests `permissions` under the
+    /// alias `name` (expecting the target's home id) and the target grants exactly those.
+    pub async fn pair_with(&self, target: &TestHome, address: String, permissions: &str, name: &str) {
+        let request = pb::BridgeRequestRequest {
+            address,
+            want: vec![permissions.into()],
+            expect: target.handle().home_id().to_string(),
+            name: name.into(),
+        };
+        let id =
+            self.client.bridges().bridge_request(request).await.expect("request").into_inner().request_id;
+        let approve =
+            pb::BridgeApproveRequest { request_id: id, allow: vec![permissions.into()], workspaces: vec![] };
+        target.client().bridges().bridge_approve(approve).await.expect("approve");
+    }
+
     pub async fn say(&self, thread_id: &str, content: &str) -> Result<pb::ThreadSayResponse, tonic::Status> {
         let request = pb::ThreadSayRequest { target: Some(local(thread_id)), content: content.into() };
         self.client.home().thread_say(request).await.map(|r| r.into_inner())

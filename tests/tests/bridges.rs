@@ -6,7 +6,7 @@ use kiki_tests::TestHome;
 use tonic::Code;
 
 async fn listen_addr(home: &TestHome) -> String {
-    home.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner().listen
+    home.bridge_listen().await
 }
 
 async fn home_id(home: &TestHome) -> String {

@@ -19,29 +19,6 @@ async fn home(network: &std::sync::Arc<MemoryNetwork>) -> TestHome {
         .await
 }
 
-/// Pairs `source` → `target` with send and wake, under the alias `bee`.
-async fn pair(source: &TestHome, target: &TestHome) {
-    let listen = target
-        .client()
-        .bridges()
-        .bridge_list(pb::BridgeListRequest {})
-        .await
-        .expect("list")
-        .into_inner()
-        .listen;
-    let request = pb::BridgeRequestRequest {
-        address: listen,
-        want: vec!["send,wake".into()],
-        expect: target.handle().home_id().to_string(),
-        name: "bee".into(),
-    };
-    let id =
-        source.client().bridges().bridge_request(request).await.expect("request").into_inner().request_id;
-    let approve =
-        pb::BridgeApproveRequest { request_id: id, allow: vec!["send,wake".into()], workspaces: vec![] };
-    target.client().bridges().bridge_approve(approve).await.expect("approve");
-}
-
 /// A small seeded generator (xorshift64*): the same seed replays the same fault schedule.
 struct Schedule(u64);
 
@@ -76,19 +53,9 @@ async fn pairing_sending_and_a_partition_over_the_simulated_network() {
     let network = MemoryNetwork::new();
     let (a, b) = (home(&network).await, home(&network).await);
     let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
-    let listen =
-        b.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner().listen;
+    let listen = b.bridge_listen().await;
     assert!(listen.starts_with("10.0.0.1:"), "the simulated network, not a UDP socket: {listen}");
-    let request = pb::BridgeRequestRequest {
-        address: listen,
-        want: vec!["read,send,wake".into()],
-        expect: b_id.clone(),
-        name: "bee".into(),
-    };
-    let id = a.client().bridges().bridge_request(request).await.expect("request").into_inner().request_id;
-    let approve =
-        pb::BridgeApproveRequest { request_id: id, allow: vec!["read,send,wake".into()], workspaces: vec![] };
-    b.client().bridges().bridge_approve(approve).await.expect("approve");
+    a.pair_with(&b, listen, "read,send,wake", "bee").await;
 
     let t = b.thread("echo", None).await;
     let list = pb::ThreadListRequest { bridge: "bee".into(), ..Default::default() };
@@ -139,7 +106,7 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
     let mut sources = Vec::new();
     for _ in 0..3 {
         let source = home(&network).await;
-        pair(&source, &target).await;
+        source.pair_with(&target, target.bridge_listen().await, "send,wake", "bee").await;
         sources.push(source);
     }
     let target_id = target.handle().home_id().to_string();

@@ -79,6 +79,17 @@ pub struct Delivery<'a> {
     pub receipt: Option<ReceiptRecord>,
 }
 
+/// ThreadWait names 1 to [`WAIT_TARGETS_MAX`] threads (on any homes, in all).
+pub fn wait_target_count(n: usize) -> Result<()> {
+    if n == 0 || n > WAIT_TARGETS_MAX {
+        return Err(Error::invalid(
+            "targets",
+            format!("must name between 1 and {WAIT_TARGETS_MAX} threads, got {n}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A ThreadWait target: the reference the caller gave, its thread, and the last event
 /// already seen.
 struct Watched {
@@ -244,12 +255,7 @@ impl Mailbox {
         timeout_ms: Option<u32>,
         cursors: HashMap<String, String>,
     ) -> Result<(Vec<WaitResult>, bool)> {
-        if targets.is_empty() || targets.len() > WAIT_TARGETS_MAX {
-            return Err(Error::invalid(
-                "targets",
-                format!("must name between 1 and {WAIT_TARGETS_MAX} threads, got {}", targets.len()),
-            ));
-        }
+        wait_target_count(targets.len())?;
         let timeout = timeout_ms.unwrap_or(WAIT_TIMEOUT_DEFAULT_MS);
         if timeout > WAIT_TIMEOUT_MAX_MS {
             return Err(Error::invalid(
