@@ -63,10 +63,26 @@ fn all<T>(
     params: impl Params,
     map: impl Fn(&Row) -> StoreResult<T>,
 ) -> StoreResult<Vec<T>> {
+    page(conn, sql, params, u32::MAX, map)
+}
+
+/// The first `limit` rows of a cached statement, mapped. Pages are cut here rather than by
+/// `LIMIT ?`: a bound LIMIT makes SQLite re-prepare (re-parse and re-plan) the statement at
+/// every execution, and every paged query walks an index in its ORDER BY, so stepping stops
+/// after the same rows LIMIT would have read.
+fn page<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl Params,
+    limit: u32,
+    map: impl Fn(&Row) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
     let mut statement = conn.prepare_cached(sql)?;
     let mut rows = statement.query(params)?;
     let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
+    while out.len() < limit as usize
+        && let Some(row) = rows.next()?
+    {
         out.push(map(row)?);
     }
     Ok(out)
@@ -609,24 +625,26 @@ impl Store for SqliteStore {
             .read(move |conn| {
                 let before = query.before_seq.unwrap_or(i64::MAX);
                 match &query.workspace_id {
-                    Some(workspace) => all(
+                    Some(workspace) => page(
                         conn,
                         &format!(
                             "SELECT {THREAD_COLUMNS} FROM threads INDEXED BY threads_listed_by_workspace
                              WHERE archived = 0 AND enabled = 1 AND workspace_id = ? AND seq < ?
-                             ORDER BY seq DESC LIMIT ?"
+                             ORDER BY seq DESC"
                         ),
-                        params![workspace, before, query.limit],
+                        params![workspace, before],
+                        query.limit,
                         thread_from,
                     ),
-                    None => all(
+                    None => page(
                         conn,
                         &format!(
                             "SELECT {THREAD_COLUMNS} FROM threads INDEXED BY threads_listed
                              WHERE archived = 0 AND enabled = 1 AND seq < ?
-                             ORDER BY seq DESC LIMIT ?"
+                             ORDER BY seq DESC"
                         ),
-                        params![before, query.limit],
+                        params![before],
+                        query.limit,
                         thread_from,
                     ),
                 }
@@ -789,13 +807,14 @@ impl Store for SqliteStore {
         let thread_id = thread_id.to_string();
         self.db
             .read(move |conn| {
-                let mut turns = all(
+                let mut turns = page(
                     conn,
                     &format!(
                         "SELECT {TURN_COLUMNS} FROM turns
-                         WHERE thread_id = ? AND seq > ? AND status <> 'running' ORDER BY seq LIMIT ?"
+                         WHERE thread_id = ? AND seq > ? AND status <> 'running' ORDER BY seq"
                     ),
-                    params![thread_id, after_seq, limit],
+                    params![thread_id, after_seq],
+                    limit,
                     turn_from,
                 )?;
                 attach_items(conn, &mut turns)?;
@@ -934,12 +953,13 @@ impl Store for SqliteStore {
         let thread_id = thread_id.to_string();
         self.db
             .read(move |conn| {
-                all(
+                page(
                     conn,
                     &format!(
-                        "SELECT {EVENT_COLUMNS} FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+                        "SELECT {EVENT_COLUMNS} FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq"
                     ),
-                    params![thread_id, after, limit],
+                    params![thread_id, after],
+                    limit,
                     event_from,
                 )
             })
@@ -1106,13 +1126,14 @@ impl Store for SqliteStore {
     async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>> {
         self.db
             .read(move |conn| {
-                all(
+                page(
                     conn,
                     &format!(
                         "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' AND next_attempt_at <= ?
-                         ORDER BY next_attempt_at LIMIT ?"
+                         ORDER BY next_attempt_at"
                     ),
-                    params![now, limit],
+                    params![now],
+                    limit,
                     outbox_from,
                 )
             })
@@ -1185,5 +1206,35 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         self.db.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::StatementStatus;
+
+    #[test]
+    fn a_page_is_cut_in_order_without_re_preparing_its_statement() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        migrate(&mut conn).expect("migrate");
+        for _ in 0..5 {
+            conn.execute("INSERT INTO events (thread_id, kind, at) VALUES ('t', 'lifecycle', 0)", [])
+                .expect("event");
+        }
+        let sql = "SELECT seq FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq";
+        for (after, limit, expected) in [(0, 2, vec![1, 2]), (1, 3, vec![2, 3, 4]), (3, 10, vec![4, 5])] {
+            let seqs =
+                page(&conn, sql, params!["t", after], limit, |row| Ok(row.get::<_, i64>(0)?)).expect("page");
+            assert_eq!(seqs, expected, "after {after}, limit {limit}");
+        }
+        let statement = conn.prepare_cached(sql).expect("cached");
+        assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
+        // What `page` avoids: a bound LIMIT re-prepares at every execution.
+        let mut limited = conn.prepare_cached(&format!("{sql} LIMIT ?")).expect("limited");
+        for limit in [1, 2] {
+            limited.query_map(params!["t", 0, limit], |_| Ok(())).expect("query").for_each(drop);
+        }
+        assert!(limited.get_status(StatementStatus::RePrepare) > 0);
     }
 }
