@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use config::{Config, ConfigError};
+use executors::agent::Agent;
 use home::{HomeDir, LockError};
 use identity::{Identity, IdentityError};
 use store::{SqliteStore, Store, StoreError};
@@ -156,6 +157,13 @@ impl DaemonBuilder {
             Some(url) => Arc::new(SqliteStore::open(url).await?),
             None => Arc::new(SqliteStore::open_path(&home.sqlite_file()).await?),
         };
+        // Agents the last kikid left running (killed with -9) would go on beside the turns
+        // that follow: stop them before their turns are failed.
+        let agents = store.running_agents().await?;
+        let stopped = agents.iter().filter_map(|r| Agent::from_record(r)).filter(Agent::stop).count();
+        if stopped > 0 {
+            warn!(agents = stopped, "stopped agent processes left running by the last stop");
+        }
         let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
         if !interrupted.is_empty() {
             warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");

@@ -17,6 +17,7 @@ macro_rules! store_conformance {
             list_skips_archived_and_filters_by_workspace, archive_reports_change,
             a_turn_takes_all_queued_input_in_order, one_turn_at_a_time_per_thread,
             ended_turns_page_and_exclude_the_running_turn, interrupted_turns_fail_and_queue_survives,
+            agents_are_listed_while_their_turns_run,
             input_for_a_missing_thread_is_refused, concurrent_sends_are_decided_by_key,
             held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
             events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
@@ -213,6 +214,24 @@ pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {
     finish(store, "tu_1", "late").await;
     let turn = store.turn("th_a", "tu_1").await.expect("turn").expect("exists");
     assert_eq!(turn.status, TurnStatus::Failed);
+}
+
+pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
+    for (thread, input, turn_id) in
+        [("th_a", "in_1", "tu_1"), ("th_b", "in_2", "tu_2"), ("th_c", "in_3", "tu_3")]
+    {
+        store.create_thread(&new_thread(thread, "ws", 1), Some(&user(input, "x"))).await.expect("create");
+        store.claim_turn(thread, turn(turn_id, true), 2).await.expect("claim").expect("input");
+    }
+    assert!(store.running_agents().await.expect("agents").is_empty(), "none recorded yet");
+    store.record_agent("tu_1", "11 1 boot").await.expect("record");
+    store.record_agent("tu_2", "12 1 boot").await.expect("record");
+    finish(store, "tu_2", "done").await;
+    store.record_agent("tu_2", "13 1 boot").await.expect("an ended turn is left alone");
+    // tu_3 runs an `echo` turn: no agent process.
+    assert_eq!(store.running_agents().await.expect("agents"), vec!["11 1 boot".to_string()]);
+    store.fail_interrupted_turns("crashed", 3).await.expect("recover");
+    assert!(store.running_agents().await.expect("agents").is_empty());
 }
 
 pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {

@@ -46,6 +46,29 @@ fn kill_9(pid: &str) {
     }
 }
 
+/// The pid an `exec` agent wrote to `HOME/agent.pid`, once it has.
+fn agent_pid(home: &Path) -> String {
+    let started = Instant::now();
+    loop {
+        let pid = std::fs::read_to_string(home.join("agent.pid")).unwrap_or_default();
+        if pid.ends_with('\n') {
+            return pid.trim().to_string();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the agent never wrote its pid");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether any process of the group runs (zombies do not count).
+fn alive(pgid: &str) -> bool {
+    let members = std::fs::read_dir("/proc").expect("/proc").filter_map(|entry| {
+        let stat = std::fs::read_to_string(entry.ok()?.path().join("stat")).ok()?;
+        let fields: Vec<String> = stat.rsplit_once(')')?.1.split_whitespace().map(String::from).collect();
+        (fields.get(2).map(String::as_str) == Some(pgid)).then(|| fields[0].clone())
+    });
+    members.collect::<Vec<_>>().iter().any(|state| state != "Z")
+}
+
 fn wait_for_turns(home: &Path, thread: &str, n: usize) -> serde_json::Value {
     let started = Instant::now();
     loop {
@@ -168,15 +191,18 @@ fn thread_commands_end_to_end() {
 }
 
 /// kill -9 right after answers: what was answered is there after the restart; the turn the
-/// crash interrupted is failed (never re-run), and the input queued behind it runs.
+/// crash interrupted is failed (never re-run), its agent (still running, orphaned) is
+/// stopped, and the input queued behind it runs.
 #[test]
 fn kill_9_keeps_answered_writes_and_fails_the_interrupted_turn() {
     let (_dir, home) = new_home();
     let _down = Down(&home);
     std::fs::create_dir_all(&home).expect("home");
+    // The slow turn's agent writes its pid (its process group's id) and waits on a child in
+    // its group.
     std::fs::write(
         home.join("config.toml"),
-        "[profiles.slow]\nexecutor = \"exec\"\ncommand = [\"sh\", \"-c\", \"read line; [ \\\"$line\\\" = quick ] && echo fast || sleep 30\"]\n",
+        "[profiles.slow]\nexecutor = \"exec\"\ncommand = [\"sh\", \"-c\", \"read line; [ \\\"$line\\\" = quick ] && echo fast && exit; echo $$ > \\\"$KIKI_HOME/agent.pid\\\"; sleep 30\"]\n",
     )
     .expect("config");
     kiki_json(&home, &["up"]);
@@ -195,13 +221,22 @@ fn kill_9_keeps_answered_writes_and_fails_the_interrupted_turn() {
     }
     let queued = kiki_json(&home, &["thread", "say", &slow_id, "quick"]);
     assert_eq!(queued["turn_started"], false);
+    let agent = agent_pid(&home);
+    assert!(alive(&agent), "the slow turn's agent runs");
     kill_9(&pid_of(&home));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(alive(&agent), "kill -9 of kikid leaves its agent running");
 
     kiki_json(&home, &["up"]);
     let list = kiki_json(&home, &["thread", "list"]);
     let ids: Vec<&str> =
         list["threads"].as_array().expect("threads").iter().filter_map(|t| t["id"].as_str()).collect();
     assert!(ids.contains(&quick["id"].as_str().expect("id")), "an answered create survives kill -9");
+    let started = Instant::now();
+    while alive(&agent) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the restart left the interrupted turn's agent");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let page = wait_for_turns(&home, &slow_id, 2);
     assert_eq!(page["turns"][0]["status"], "failed");
     assert!(page["turns"][0]["error"].as_str().unwrap_or_default().contains("kikid stopped"));

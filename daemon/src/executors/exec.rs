@@ -14,6 +14,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use super::agent::Agent;
 use super::{TurnFailure, TurnInput};
 
 /// How much of stderr a failed turn's error keeps (the end, where the reason usually is).
@@ -40,7 +41,7 @@ impl Drop for GroupGuard {
     }
 }
 
-pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, TurnFailure> {
+pub async fn run(command: &[String], mut input: TurnInput<'_>) -> Result<String, TurnFailure> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| TurnFailure::before_agent("the profile has no command".into()))?;
@@ -55,6 +56,9 @@ pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, Tur
         .spawn()
         .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
     let mut guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };
+    if let (Some(recorded), Some(agent)) = (input.on_agent_start.take(), child.id().and_then(Agent::of)) {
+        recorded(agent).await;
+    }
     let fail = |output: String, error: String| TurnFailure { output, error, agent_started: true };
 
     let (Some(mut stdin), Some(stdout), Some(mut stderr)) =

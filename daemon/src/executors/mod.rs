@@ -1,15 +1,23 @@
 //! Executors run one turn of a thread's agent: `echo` (built-in, deterministic) or `exec`
 //! (any agent CLI, one process per turn). See contract §6.
 
+pub mod agent;
 mod exec;
 
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
+
+use agent::Agent;
 
 use crate::config::{ExecutorKind, ProfileConfig};
 use crate::store::{InputKind, InputRecord};
 
+/// Told about an `exec` agent once its process runs, before it gets its input.
+pub type OnAgentStart<'a> =
+    Box<dyn FnOnce(Agent) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> + Send + 'a>;
+
 /// What an executor gets for one turn.
-#[derive(Debug)]
 pub struct TurnInput<'a> {
     /// The turn's items, in order.
     pub items: &'a [InputRecord],
@@ -19,6 +27,9 @@ pub struct TurnInput<'a> {
     /// `KIKI_HOME`, `KIKI_THREAD_ID`, `KIKI_TOKEN`.
     pub env: Vec<(&'static str, String)>,
     pub max_output_bytes: usize,
+    /// The runner records the agent with its turn (see [`agent`]); awaited before the
+    /// agent gets its input.
+    pub on_agent_start: Option<OnAgentStart<'a>>,
 }
 
 /// A turn that did not complete: what it printed before failing, and why.

@@ -465,6 +465,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Option<ClaimedTurn>>;
     /// Records how a running turn ended, marks its thread idle and logs a `terminal` event.
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()>;
+    /// Records the process of a running turn's agent (an opaque record, see
+    /// `executors::agent`); a turn that has ended is left alone.
+    async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()>;
+    /// The recorded agents of turns still `running` (startup after a crash, before
+    /// [`Store::fail_interrupted_turns`]).
+    async fn running_agents(&self) -> StoreResult<Vec<String>>;
     /// Marks every turn still `running` as failed with `reason` (startup after a crash),
     /// with a `terminal` event each. Returns the threads concerned.
     async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>>;

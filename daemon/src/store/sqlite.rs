@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "bridges", include_str!("migrations/sqlite/0003_bridges.sql")),
     (4, "outbox", include_str!("migrations/sqlite/0004_outbox.sql")),
     (5, "bridge inbound switch", include_str!("migrations/sqlite/0005_bridge_inbound_switch.sql")),
+    (6, "turn agents", include_str!("migrations/sqlite/0006_turn_agents.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -757,6 +758,33 @@ impl Store for SqliteStore {
                     insert_event(conn, &terminal)?;
                 }
                 Ok(())
+            })
+            .await
+    }
+
+    async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()> {
+        let (turn_id, agent) = (turn_id.to_string(), agent.to_string());
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    "UPDATE turns SET agent = ? WHERE id = ? AND status = 'running'",
+                    params![agent, turn_id],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn running_agents(&self) -> StoreResult<Vec<String>> {
+        self.db
+            .read(|conn| {
+                all(
+                    conn,
+                    "SELECT agent FROM turns WHERE status = 'running' AND agent IS NOT NULL",
+                    [],
+                    |row| Ok(row.get::<_, String>(0)?),
+                )
             })
             .await
     }

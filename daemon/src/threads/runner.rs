@@ -22,7 +22,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::Config;
-use crate::executors::{self, TurnFailure, TurnInput};
+use crate::executors::agent::Agent;
+use crate::executors::{self, OnAgentStart, TurnFailure, TurnInput};
 use crate::mailbox::signals::Signals;
 use crate::mailbox::switches;
 use crate::store::{ClaimedTurn, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus};
@@ -235,6 +236,7 @@ impl Inner {
                 ("KIKI_TOKEN", token.clone()),
             ],
             max_output_bytes: self.config.turns.max_output_bytes,
+            on_agent_start: Some(self.agent_recorder(&turn.id)),
         };
         let result = tokio::select! {
             result = executors::run(&profile, input) => result,
@@ -264,6 +266,20 @@ impl Inner {
         };
         info!(turn_id = %turn.id, status = outcome.status.as_str(), "turn ended");
         self.finish(outcome).await;
+    }
+
+    /// Records a turn's agent process, so that a restart after a crash can stop it. Not
+    /// retried: if the write fails, the agent runs unrecorded and only a crash during this
+    /// turn would leave it running.
+    fn agent_recorder<'a>(&self, turn_id: &str) -> OnAgentStart<'a> {
+        let (store, turn_id) = (self.store.clone(), turn_id.to_string());
+        Box::new(move |agent: Agent| {
+            Box::pin(async move {
+                if let Err(e) = store.record_agent(&turn_id, &agent.record()).await {
+                    warn!(error = %e, %turn_id, "cannot record the turn's agent process");
+                }
+            })
+        })
     }
 
     /// The agent never got the turn's input: the turn fails, and its messages — which were
