@@ -462,3 +462,30 @@ async fn a_parked_wait_does_not_hold_up_shutdown() {
     let answer = parked.await.expect("task").expect("the wait answered");
     assert!(answer.timed_out && answer.results[0].events.is_empty());
 }
+
+/// A caller that goes away mid-send (its gRPC deadline passes while the store commits) takes
+/// nothing with it: what the commit accepted is still delivered, and a turn the commit
+/// claimed still runs, so the thread is never left `running` with no turn.
+#[tokio::test]
+async fn sends_whose_callers_gave_up_are_still_delivered() {
+    const SENDS: usize = 60;
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    let threads = home.client().threads();
+    for i in 0..SENDS {
+        let mut request = tonic::Request::new(send(&t.id, &format!("m{i}"), &format!("k{i}")));
+        // 20 µs to 1.2 ms: some calls give up before the commit, some during, some after.
+        request.set_timeout(Duration::from_micros(20 * (i as u64 + 1)));
+        let _ = threads.clone().thread_send(request).await;
+    }
+    // The same keys again, patiently: replays for what was committed, new sends for the rest.
+    for i in 0..SENDS {
+        threads.clone().thread_send(send(&t.id, &format!("m{i}"), &format!("k{i}"))).await.expect("send");
+    }
+    eventually("every message in an ended turn and the thread idle", || async {
+        let taken: usize = home.all_turns(&t.id).await.iter().map(|turn| turn.inputs.len()).sum();
+        let idle = home.thread_record(&t.id).await.state() == pb::ThreadState::Idle;
+        (taken == SENDS && idle).then_some(())
+    })
+    .await;
+}

@@ -26,6 +26,7 @@ use crate::store::{
     Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, ReceiptRecord,
     SendOutcome, SourceRef, Store, ThreadRecord,
 };
+use crate::sync::uncancelled;
 use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::{Threads, cursor, limits, new_id};
 use crate::time::now_ms;
@@ -187,21 +188,20 @@ impl Mailbox {
         let subscription = self.signals.subscribe(vec![thread.id.clone()]);
         // The key decides first: a replay answers with the original message (even if the
         // thread was archived since) and writes nothing, so it costs no fsync.
-        let message_id = match self.store.accept_message(&message).await? {
-            SendOutcome::Accepted { message_id, turn: Some(turn) } => {
-                self.runner.start_claimed(thread, *turn);
+        let message_id = match self.accept(message, thread.clone(), d.wake).await? {
+            (SendOutcome::Accepted { message_id, .. }, true) => {
                 return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
-            SendOutcome::Accepted { message_id, turn: None } => message_id,
-            SendOutcome::Replayed { message_id } => return self.replay(&message_id, true).await,
-            SendOutcome::KeyConflict { message_id } => return self.replay(&message_id, false).await,
-            SendOutcome::TargetGone if thread.archived => {
+            (SendOutcome::Accepted { message_id, .. }, false) => message_id,
+            (SendOutcome::Replayed { message_id }, _) => return self.replay(&message_id, true).await,
+            (SendOutcome::KeyConflict { message_id }, _) => return self.replay(&message_id, false).await,
+            (SendOutcome::TargetGone, _) if thread.archived => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} is archived; unarchive it first",
                     thread.id
                 )));
             }
-            SendOutcome::TargetGone => {
+            (SendOutcome::TargetGone, _) => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} was archived or removed meanwhile",
                     thread.id
@@ -212,7 +212,6 @@ impl Mailbox {
             // Nothing will start a turn for it: no point waiting for a delivery.
             return Ok(Sent::new(message_id, MessageStatus::Pending));
         }
-        self.runner.kick(&thread.id);
         let deadline = Instant::now() + self.config.mailbox.delivery_wait;
         // Not delivered by its own commit, and the subscription predates that commit, so a
         // delivery since then has signalled it: park first, look after each signal.
@@ -222,6 +221,33 @@ impl Mailbox {
             }
         }
         Ok(Sent::new(message_id, MessageStatus::Pending))
+    }
+
+    /// Commits the send, then starts the turn its transaction claimed (`true`) or kicks
+    /// the target (with `wake`), whether or not the caller is still there.
+    async fn accept(
+        &self,
+        message: NewMessage,
+        thread: ThreadRecord,
+        wake: bool,
+    ) -> Result<(SendOutcome, bool)> {
+        let (store, runner) = (self.store.clone(), self.runner.clone());
+        uncancelled(async move {
+            Ok(match store.accept_message(&message).await? {
+                SendOutcome::Accepted { message_id, turn: Some(turn) } => {
+                    runner.start_claimed(thread, *turn);
+                    (SendOutcome::Accepted { message_id, turn: None }, true)
+                }
+                SendOutcome::Accepted { message_id, turn: None } => {
+                    if wake {
+                        runner.kick(&thread.id);
+                    }
+                    (SendOutcome::Accepted { message_id, turn: None }, false)
+                }
+                other => (other, false),
+            })
+        })
+        .await
     }
 
     async fn is_delivered(&self, message_id: &str) -> Result<bool> {
@@ -368,9 +394,13 @@ impl Mailbox {
             message_id: None,
             at: now_ms(),
         };
-        self.store.add_event(&event).await?;
-        self.signals.notify(&caller.thread_id);
-        Ok(())
+        let (store, signals) = (self.store.clone(), self.signals.clone());
+        uncancelled(async move {
+            store.add_event(&event).await?;
+            signals.notify(&event.thread_id);
+            Ok(())
+        })
+        .await
     }
 
     /// `kiki thread set REF --communication on|off|default`.
@@ -379,14 +409,17 @@ impl Mailbox {
         thread: &ThreadRecord,
         setting: CommunicationSetting,
     ) -> Result<ThreadRecord> {
-        let updated = self
-            .store
-            .set_communication(&thread.id, setting, now_ms())
-            .await?
-            .ok_or_else(|| Error::NotFound(format!("no thread {} in this home", thread.id)))?;
-        // Messages held back while it was off may be deliverable now.
-        self.runner.kick(&thread.id);
-        Ok(updated)
+        let (store, runner, thread_id) = (self.store.clone(), self.runner.clone(), thread.id.clone());
+        uncancelled(async move {
+            let updated = store
+                .set_communication(&thread_id, setting, now_ms())
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("no thread {thread_id} in this home")))?;
+            // Messages held back while it was off may be deliverable now.
+            runner.kick(&thread_id);
+            Ok(updated)
+        })
+        .await
     }
 
     /// Wakes callers parked on `thread` (an event was logged for it elsewhere).
@@ -396,11 +429,16 @@ impl Mailbox {
 
     /// Archive/unarchive with the events and wake-ups they cause.
     pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<Archived> {
-        let done = self.threads.set_archived(thread_id, archived).await?;
-        for thread in &done.notified {
-            self.signals.notify(thread);
-        }
-        Ok(done)
+        let (threads, signals, thread_id) =
+            (self.threads.clone(), self.signals.clone(), thread_id.to_string());
+        uncancelled(async move {
+            let done = threads.set_archived(&thread_id, archived).await?;
+            for thread in &done.notified {
+                signals.notify(thread);
+            }
+            Ok(done)
+        })
+        .await
     }
 }
 

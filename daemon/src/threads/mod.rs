@@ -15,6 +15,7 @@ use tracing::instrument;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{Archived, InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord, TurnRecord};
+use crate::sync::uncancelled;
 use crate::time::now_ms;
 use runner::{TurnCaller, TurnRunner};
 
@@ -168,11 +169,17 @@ impl Threads {
             now,
         };
         let first = req.prompt.as_ref().map(|prompt| user_input(prompt, now));
-        let thread = self.store.create_thread(&new, first.as_ref()).await?;
-        if first.is_some() {
-            self.runner.kick(&thread.id);
-        }
-        Ok(Created { thread, prompt_started: first.is_some() })
+        let prompt_started = first.is_some();
+        let (store, runner) = (self.store.clone(), self.runner.clone());
+        let thread = uncancelled(async move {
+            let thread = store.create_thread(&new, first.as_ref()).await?;
+            if first.is_some() {
+                runner.kick(&thread.id);
+            }
+            Ok(thread)
+        })
+        .await?;
+        Ok(Created { thread, prompt_started })
     }
 
     /// A page of enabled, unarchived threads, newest first. `scope` (a bridge grant limited
@@ -319,13 +326,17 @@ impl Threads {
             )));
         }
         let input = user_input(content, now_ms());
-        let running = self
-            .store
-            .enqueue_input(&thread.id, &input)
-            .await?
-            .ok_or_else(|| Error::NotFound(format!("no thread {} in this home", thread.id)))?;
-        self.runner.kick(&thread.id);
-        Ok((!running, input.id))
+        let (store, runner, thread_id) = (self.store.clone(), self.runner.clone(), thread.id.clone());
+        let running = uncancelled(async move {
+            let running = store
+                .enqueue_input(&thread_id, &input)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("no thread {thread_id} in this home")))?;
+            runner.kick(&thread_id);
+            Ok((running, input.id))
+        });
+        let (running, input_id) = running.await?;
+        Ok((!running, input_id))
     }
 
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread_id))]
