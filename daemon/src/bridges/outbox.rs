@@ -380,9 +380,16 @@ impl Bridges {
     }
 
     /// The bridge's outbox entries as they stand, including outcomes still being recorded.
+    /// The outcomes in flight are taken before the store is read: one recorded in between
+    /// is then in both, whereas read after it could have left the map but not be in the
+    /// rows already read.
     async fn outbox_for_bridge(&self, bridge_id: &str) -> Result<Vec<OutboxRecord>> {
+        let recording: HashMap<String, OutboxRecord> = lock(&self.inner.recording)
+            .iter()
+            .filter(|(_, e)| e.bridge_id == bridge_id)
+            .map(|(id, e)| (id.clone(), e.clone()))
+            .collect();
         let mut entries = self.inner.store.outbox_for_bridge(bridge_id).await?;
-        let recording = lock(&self.inner.recording);
         for entry in &mut entries {
             if let Some(newer) = recording.get(&entry.id) {
                 entry.clone_from(newer);
