@@ -204,6 +204,18 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
     for _ in 0..5 {
         request(&a, &b, "read", "bee").await;
     }
+    // Its sends are refused, and leave no trace at the target (not even a receipt).
+    let t = b.thread("echo", None).await;
+    let refused =
+        a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k")).await.expect("answered");
+    assert_eq!(refused.into_inner().reason, "permission_denied");
+    // A receipt is written just after the answer leaves: give one the time to land.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open the store");
+    let written: i64 =
+        db.query_row("SELECT COUNT(*) FROM bridge_receipts", [], |row| row.get(0)).expect("count");
+    assert_eq!(written, 0, "an unknown peer's refused send writes nothing");
+    assert!(b.all_turns(&t.id).await.is_empty());
     let sixth = pb::BridgeRequestRequest {
         address: listen_addr(&b).await,
         want: vec!["read".into()],

@@ -216,6 +216,16 @@ async fn switches_refuse_and_say_which() {
         .thread_send(send(&target.id, "from the user", "ext"))
         .await
         .expect("external send");
+    // A retry of the accepted send (same key and content) gets its original answer although
+    // a switch refuses new sends now: the target's, then also the agent's own.
+    for (n, closed) in [(4, &target.id), (5, &agent.id)] {
+        home.client().home().thread_set(on(closed, pb::Communication::Off)).await.expect("set");
+        home.say(&agent.id, &target.id).await.expect("say");
+        let turn = home.wait_turns(&agent.id, n).await.remove(n - 1);
+        assert_eq!(turn.status(), pb::TurnStatus::Completed, "a replay, not a refusal: {}", turn.error);
+    }
+    let outputs: Vec<String> = home.wait_turns(&target.id, 2).await.into_iter().map(|t| t.output).collect();
+    assert_eq!(outputs, ["echo: hi", "echo: from the user"], "no second message from the retries");
 
     let off = TestHome::builder()
         .config(|c| c.thread_communication.enabled = Some(false))

@@ -181,3 +181,46 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
         );
     }
 }
+
+async fn receipt(home: &TestHome, key: &str) -> Option<pb::Receipt> {
+    let request = pb::BridgeReceiptsRequest { bridge: "bee".into() };
+    let receipts = home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
+    receipts.receipts.into_iter().find(|r| r.idempotency_key == key)
+}
+
+/// The target accepted a message but its answer was lost, and before the source retried,
+/// the target's owner turned the thread's communication off. The retry gets the original
+/// answer (the key decides before the switch), so the source records the message as
+/// accepted, not refused, and the message waits at the target, deleted by nothing.
+#[tokio::test]
+async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
+    let network = MemoryNetwork::new();
+    let (a, b) = (home(&network).await, home(&network).await);
+    let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
+    a.pair_with(&b, b.bridge_listen().await, "send", "bee").await;
+    let t = b.thread("echo", None).await;
+    network.lose_answers(&a_id, &b_id, true);
+    let sent = a.client().threads().thread_send(send(&t.id, "held", "k1")).await.expect("send").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Pending);
+    let off = pb::ThreadSetRequest {
+        target: Some(kiki_tests::local(&t.id)),
+        communication: pb::Communication::Off as i32,
+    };
+    b.client().home().thread_set(off).await.expect("switch off");
+    network.lose_answers(&a_id, &b_id, false);
+
+    let settled = kiki_tests::eventually("the source's retry answered", || async {
+        receipt(&a, "k1").await.filter(|r| r.status != "pending")
+    })
+    .await;
+    assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("accepted", ""), "{settled:?}");
+    let new = a.client().threads().thread_send(send(&t.id, "new", "k2")).await.expect("send").into_inner();
+    assert_eq!(
+        (new.status(), new.reason.as_str()),
+        (pb::SendStatus::Undeliverable, "communication_disabled"),
+        "a new key is refused by the switch"
+    );
+    b.say(&t.id, "the user speaks").await.expect("say");
+    let turn = b.wait_turns(&t.id, 1).await.remove(0);
+    assert_eq!(turn.output, "echo: the user speaks", "held back while communication is off");
+}

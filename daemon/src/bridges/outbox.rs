@@ -16,8 +16,8 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use super::*;
-use crate::mailbox::{Delivery, Sent};
-use crate::store::{EventKind, MessageStatus, SourceRef};
+use crate::mailbox::{Delivery, Mailbox, Sent};
+use crate::store::{EventKind, MessageStatus, SourceRef, ThreadRecord};
 use crate::sync::lock;
 use crate::threads::limits;
 
@@ -87,6 +87,20 @@ fn sent_of(entry: &OutboxRecord, replayed: bool) -> Sent {
     Sent { message_id: entry.id.clone(), status, replayed, reason: entry.reason.clone() }
 }
 
+/// Keys are the sender's: scoped by its home and thread, they never collide.
+fn key_scope(peer: &str, call: &pb::BridgeSendCall) -> String {
+    format!("{peer}/{}", call.source_thread)
+}
+
+/// A refusal from the mailbox, as a bridge answer's code and message.
+fn wire_refusal(e: Error) -> (&'static str, String) {
+    match e {
+        Error::Conflict(m) => ("invalid_argument", m),
+        Error::FailedPrecondition(m) => ("failed_precondition", m),
+        other => ("internal", other.to_string()),
+    }
+}
+
 impl Bridges {
     // ----- target side -----------------------------------------------------------------
 
@@ -121,6 +135,11 @@ impl Bridges {
                 }
             }
         };
+        // A peer without a bridge can do nothing but file a request: its refused sends are
+        // not written down either.
+        if !matches!(self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await, Ok(Some(_))) {
+            return response;
+        }
         let store = self.inner.store.clone();
         tokio::spawn(async move {
             if let Err(e) = store.add_receipt(&receipt).await {
@@ -136,6 +155,53 @@ impl Bridges {
         call: &pb::BridgeSendCall,
         receipt: ReceiptRecord,
     ) -> std::result::Result<Sent, (&'static str, String)> {
+        let (bridge, thread, mailbox) = match self.admit(peer, call).await {
+            Ok(admitted) => admitted,
+            Err(refusal) => return self.replay_refused(peer, call, refusal).await,
+        };
+        let source_thread = (!call.source_thread.is_empty()).then(|| call.source_thread.clone());
+        let delivery = Delivery {
+            thread,
+            source: Some(SourceRef {
+                host_id: peer.to_string(),
+                thread_id: source_thread.clone().unwrap_or_default(),
+            }),
+            scope: key_scope(peer, call),
+            content: &call.content,
+            key: &call.idempotency_key,
+            wake: bridge.permissions.iter().any(|p| p == "wake"),
+            receipt: Some(receipt),
+        };
+        mailbox.deliver(delivery).await.map_err(wire_refusal)
+    }
+
+    /// A refused send whose key this home accepted before gets the original answer instead:
+    /// a grant narrowed, a switch or the bridge's inbound access turned off since does not
+    /// turn a retry away. Revocation still does.
+    async fn replay_refused(
+        &self,
+        peer: &str,
+        call: &pb::BridgeSendCall,
+        refusal: (&'static str, String),
+    ) -> std::result::Result<Sent, (&'static str, String)> {
+        let Some(mailbox) = self.inner.mailbox.get() else { return Err(refusal) };
+        if refusal.0 == "bridge_revoked" || call.idempotency_key.is_empty() {
+            return Err(refusal);
+        }
+        let scope = key_scope(peer, call);
+        match mailbox.replay_of(&scope, &call.idempotency_key, &call.target_session, &call.content).await {
+            Ok(Some(sent)) => Ok(sent),
+            Ok(None) => Err(refusal),
+            Err(e) => Err(wire_refusal(e)),
+        }
+    }
+
+    /// The bridge, target thread and mailbox of a send the bridge and the target let in.
+    async fn admit(
+        &self,
+        peer: &str,
+        call: &pb::BridgeSendCall,
+    ) -> std::result::Result<(BridgeRecord, ThreadRecord, &Mailbox), (&'static str, String)> {
         let bridge = match self.granted(peer, "send").await {
             Ok(bridge) => bridge,
             Err(Rejection::Wire(code, message)) => return Err((code, message)),
@@ -162,25 +228,7 @@ impl Bridges {
             return Err(("failed_precondition", "the home is starting".into()));
         };
         mailbox.may_receive(&thread).map_err(|e| ("communication_disabled", e.to_string()))?;
-        let source_thread = (!call.source_thread.is_empty()).then(|| call.source_thread.clone());
-        let delivery = Delivery {
-            thread,
-            source: Some(SourceRef {
-                host_id: peer.to_string(),
-                thread_id: source_thread.clone().unwrap_or_default(),
-            }),
-            // Keys are the sender's: scoped by its home and thread, they never collide.
-            scope: format!("{peer}/{}", call.source_thread),
-            content: &call.content,
-            key: &call.idempotency_key,
-            wake: bridge.permissions.iter().any(|p| p == "wake"),
-            receipt: Some(receipt),
-        };
-        mailbox.deliver(delivery).await.map_err(|e| match e {
-            Error::Conflict(m) => ("invalid_argument", m),
-            Error::FailedPrecondition(m) => ("failed_precondition", m),
-            other => ("internal", other.to_string()),
-        })
+        Ok((bridge, thread, mailbox))
     }
 
     // ----- source side -----------------------------------------------------------------

@@ -141,14 +141,46 @@ impl Mailbox {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;
+        let scope = caller.map(|c| c.thread_id.clone()).unwrap_or_default();
+        let source = match self.allowed_source(caller, &thread).await {
+            Ok(source) => source,
+            // A switch turned off since the first send does not turn its retry away.
+            Err(refusal) => return self.replay_of(&scope, key, &thread.id, content).await?.ok_or(refusal),
+        };
+        self.deliver(Delivery { thread, source, scope, content, key, wake: true, receipt: None }).await
+    }
+
+    /// The verified source of a send to `thread`, if both switches let it through.
+    async fn allowed_source(
+        &self,
+        caller: Option<&TurnCaller>,
+        thread: &ThreadRecord,
+    ) -> Result<Option<SourceRef>> {
         let source = self.sender(caller).await?;
-        let scope = source.as_ref().map(|s| s.thread_id.clone()).unwrap_or_default();
         if source.is_some() {
-            switches::communication(&self.config, &thread).map_err(|why| {
+            switches::communication(&self.config, thread).map_err(|why| {
                 Error::FailedPrecondition(format!("communication_disabled: the target cannot receive: {why}"))
             })?;
         }
-        self.deliver(Delivery { thread, source, scope, content, key, wake: true, receipt: None }).await
+        Ok(source)
+    }
+
+    /// The original answer for a key seen before (a conflict if the content differs), for a
+    /// send that would be refused now: the same key and content always return the original
+    /// result. `None` if the key is new.
+    pub async fn replay_of(
+        &self,
+        scope: &str,
+        key: &str,
+        thread_id: &str,
+        content: &str,
+    ) -> Result<Option<Sent>> {
+        match self.store.keyed_message(scope, key).await? {
+            Some((hash, message_id)) => {
+                self.replay(&message_id, hash == request_hash(thread_id, content)).await.map(Some)
+            }
+            None => Ok(None),
+        }
     }
 
     /// The verified source of a send: the caller's thread, whose communication switch must

@@ -498,6 +498,8 @@ pub trait Store: Send + Sync + 'static {
     /// writer's group commit), so one fsync serves many sends.
     async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome>;
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
+    /// The request hash and message of a key seen before, if it is still kept.
+    async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>>;
     /// Forgets keys created before `before` (they are kept far longer than any retry).
     async fn prune_keys(&self, before: Millis) -> StoreResult<u64>;
     async fn set_communication(

@@ -430,17 +430,21 @@ fn attach_items(conn: &Connection, turns: &mut [TurnRecord]) -> StoreResult<()> 
     Ok(())
 }
 
+/// A kept key's request hash and message.
+fn stored_key(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
+    first(
+        conn,
+        "SELECT request_hash, message_id FROM idempotency_keys WHERE scope = ? AND key = ?",
+        params![scope, key],
+        |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+    )
+}
+
 /// Decides a send by its key and, if accepted, writes its message, key and queued input.
 /// Writes run one after another on the writer, so of two sends with one key the second
 /// sees the first (even within one group commit) and replays it.
 fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome> {
-    let stored = first(
-        conn,
-        "SELECT request_hash, message_id FROM idempotency_keys WHERE scope = ? AND key = ?",
-        params![m.key_scope, m.key],
-        |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
-    )?;
-    if let Some((hash, message_id)) = stored {
+    if let Some((hash, message_id)) = stored_key(conn, &m.key_scope, &m.key)? {
         return Ok(if hash == m.request_hash {
             SendOutcome::Replayed { message_id }
         } else {
@@ -927,6 +931,11 @@ impl Store for SqliteStore {
     async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome> {
         let message = message.clone();
         self.db.write(move |conn| accept_message(conn, &message)).await
+    }
+
+    async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
+        let (scope, key) = (scope.to_string(), key.to_string());
+        self.db.read(move |conn| stored_key(conn, &scope, &key)).await
     }
 
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
