@@ -167,6 +167,40 @@ async fn revocation_takes_effect_at_once() {
     assert_eq!(listed.bridges[0].state, "revoked", "the source sees it");
 }
 
+/// Revocation also refuses what the peer brought that no turn has taken yet: the message
+/// becomes undeliverable (`bridge_revoked`) at the target, with an event and a receipt, and
+/// the thread's next turn does not take it.
+#[tokio::test]
+async fn revocation_refuses_messages_still_waiting_at_the_target() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let check = |cursors: std::collections::HashMap<String, String>| pb::ThreadWaitRequest {
+        targets: vec![kiki_tests::local(&t.id)],
+        timeout_ms: Some(0),
+        cursors,
+    };
+    let before = b.client().threads().thread_wait(check(Default::default())).await.expect("wait");
+    let cursor = before.into_inner().results.remove(0).cursor;
+    let request_id = request(&a, &b, "send", "bee").await;
+    let bridge = approve(&b, &request_id, "send", vec![]).await;
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "held", "k1")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending, "no wake: it waits at the target");
+    b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
+
+    b.say(&t.id, "the user speaks").await.expect("say");
+    let turns = b.wait_turns(&t.id, 1).await;
+    assert_eq!(turns[0].output, "echo: the user speaks", "the revoked peer's message is not taken");
+    let last = receipts(&b, &home_id(&a).await).await.pop().expect("receipts");
+    assert_eq!((last.status.as_str(), last.reason.as_str()), ("rejected", "bridge_revoked"), "{last:?}");
+    let since = std::collections::HashMap::from([(t.id.clone(), cursor)]);
+    let events = b.client().threads().thread_wait(check(since)).await.expect("wait").into_inner().results;
+    let events = &events[0].events;
+    assert!(
+        events.iter().any(|e| e.kind() == pb::EventKind::Undeliverable && e.reason == "bridge_revoked"),
+        "{events:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_workspace_scope_limits_list_and_read() {
     let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);

@@ -544,7 +544,21 @@ impl Bridges {
             matches.into_iter().next().ok_or_else(|| Error::NotFound(format!("no bridge {name:?}")))?;
         bridge.state = "revoked".into();
         bridge.updated_at = now_ms();
-        self.save_bridge(Some(&bridge), None).await?;
+        if bridge.direction == "inbound" {
+            // What the peer brought and no turn has taken yet is refused with it.
+            let mut cache = self.inner.cache.lock().await;
+            let revoked = self.inner.store.revoke_inbound(&bridge, bridge.updated_at).await;
+            *cache = None;
+            drop(cache);
+            let threads = revoked?;
+            if let Some(mailbox) = self.inner.mailbox.get() {
+                for thread in threads {
+                    mailbox.notify(&thread);
+                }
+            }
+        } else {
+            self.save_bridge(Some(&bridge), None).await?;
+        }
         warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");
         Ok(bridge)
     }

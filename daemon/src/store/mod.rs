@@ -515,6 +515,11 @@ pub trait Store: Send + Sync + 'static {
     /// The seq of the thread's newest event (0 if none).
     async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64>;
 
+    /// Saves a revoked inbound bridge and, in the same transaction, makes every message its
+    /// peer brought that still waits at a thread undeliverable (`bridge_revoked`): its queued
+    /// input is removed, its target thread gets an `undeliverable` event and the peer a
+    /// `rejected` receipt. Returns the threads to wake.
+    async fn revoke_inbound(&self, bridge: &BridgeRecord, now: Millis) -> StoreResult<Vec<String>>;
     /// Saves (inserts or replaces by id) a bridge and/or a request, in one transaction.
     async fn save_bridge(
         &self,

@@ -398,6 +398,32 @@ fn insert_input(conn: &Connection, thread_id: &str, input: &NewInput, wake: bool
     Ok(())
 }
 
+fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<()> {
+    run(
+        conn,
+        &format!(
+            "INSERT OR REPLACE INTO bridges ({BRIDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        ),
+        params![
+            b.id,
+            b.direction,
+            b.peer_home_id,
+            b.alias,
+            b.address,
+            b.state,
+            b.permissions.join(","),
+            b.workspaces.join(","),
+            b.request_id,
+            b.created_at,
+            b.updated_at,
+            b.last_success,
+            b.last_error,
+            b.last_error_at
+        ],
+    )?;
+    Ok(())
+}
+
 fn insert_receipt(conn: &Connection, r: &ReceiptRecord) -> StoreResult<()> {
     run(
         conn,
@@ -1016,6 +1042,53 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn revoke_inbound(&self, bridge: &BridgeRecord, now: Millis) -> StoreResult<Vec<String>> {
+        let bridge = bridge.clone();
+        self.db
+            .write(move |conn| {
+                upsert_bridge(conn, &bridge)?;
+                let rejected = all(
+                    conn,
+                    "UPDATE messages SET status = 'undeliverable', reason = 'bridge_revoked'
+                     WHERE source_host = ? AND status = 'pending'
+                     RETURNING id, target_thread",
+                    [&bridge.peer_home_id],
+                    |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+                )?;
+                let mut notified = Vec::new();
+                for (message_id, thread_id) in rejected {
+                    run(conn, "DELETE FROM inputs WHERE message_id = ? AND turn_id IS NULL", [&message_id])?;
+                    let mut e = event(&thread_id, EventKind::Undeliverable, now);
+                    e.reason = "bridge_revoked".into();
+                    e.message_id = Some(message_id.clone());
+                    insert_event(conn, &e)?;
+                    let key = first(
+                        conn,
+                        "SELECT key FROM idempotency_keys WHERE message_id = ?",
+                        [&message_id],
+                        |row| Ok(row.get::<_, String>(0)?),
+                    )?;
+                    insert_receipt(
+                        conn,
+                        &ReceiptRecord {
+                            peer_home_id: bridge.peer_home_id.clone(),
+                            key: key.unwrap_or_default(),
+                            message_id,
+                            target: thread_id.clone(),
+                            status: "rejected".into(),
+                            reason: "bridge_revoked".into(),
+                            at: now,
+                        },
+                    )?;
+                    if !notified.contains(&thread_id) {
+                        notified.push(thread_id);
+                    }
+                }
+                Ok(notified)
+            })
+            .await
+    }
+
     async fn save_bridge(
         &self,
         bridge: Option<&BridgeRecord>,
@@ -1025,29 +1098,7 @@ impl Store for SqliteStore {
         self.db
             .write(move |conn| {
                 if let Some(b) = &bridge {
-                    run(
-                        conn,
-                        &format!(
-                            "INSERT OR REPLACE INTO bridges ({BRIDGE_COLUMNS})
-                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                        ),
-                        params![
-                            b.id,
-                            b.direction,
-                            b.peer_home_id,
-                            b.alias,
-                            b.address,
-                            b.state,
-                            b.permissions.join(","),
-                            b.workspaces.join(","),
-                            b.request_id,
-                            b.created_at,
-                            b.updated_at,
-                            b.last_success,
-                            b.last_error,
-                            b.last_error_at
-                        ],
-                    )?;
+                    upsert_bridge(conn, b)?;
                 }
                 if let Some(r) = &request {
                     run(
