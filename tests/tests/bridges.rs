@@ -433,6 +433,9 @@ async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
         turns[0].output, "echo: no wake\necho: the user speaks",
         "the next turn takes it, in queue order"
     );
+    // The target's receipts tell the message's story: it waited, then a turn took it.
+    let story: Vec<String> = receipts(&b, &home_id(&a).await).await.into_iter().map(|r| r.status).collect();
+    assert_eq!(story, ["pending", "delivered"]);
 }
 
 #[tokio::test]

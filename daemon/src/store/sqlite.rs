@@ -26,6 +26,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "outbox", include_str!("migrations/sqlite/0004_outbox.sql")),
     (5, "bridge inbound switch", include_str!("migrations/sqlite/0005_bridge_inbound_switch.sql")),
     (6, "turn agents", include_str!("migrations/sqlite/0006_turn_agents.sql")),
+    (7, "receipts by message", include_str!("migrations/sqlite/0007_receipts_by_message.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -575,6 +576,17 @@ fn claim_turn(
          WHERE status = 'pending'
            AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
         params![now, turn_id, turn_id],
+    )?;
+    // Bridged messages that waited here (their receipt says `pending`) are delivered now.
+    // A message accepted in this same transaction has no receipt yet: its own says
+    // `delivered` from the start.
+    run(
+        conn,
+        "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+         SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
+         WHERE status = 'pending' AND message_id IN
+               (SELECT message_id FROM inputs WHERE turn_id = ? AND source_host IS NOT NULL)",
+        params![now, turn_id],
     )?;
     run(
         conn,
