@@ -295,7 +295,9 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             } else {
                 let status = pb::json::enum_word(sent.status().as_str_name(), "SEND_STATUS_");
                 let replay = if sent.replayed { " (replayed: sent before with this key)" } else { "" };
-                println!("{} {status}{replay}", sent.message_id);
+                let reason =
+                    if sent.reason.is_empty() { String::new() } else { format!(": {}", sent.reason) };
+                println!("{} {status}{reason}{replay}", sent.message_id);
             }
         }
         ThreadCommand::Wait { references, timeout_ms, cursors } => {

@@ -116,6 +116,7 @@ fn from_wire(host: &str, e: pb::WireError) -> Error {
         "permission_denied" | "bridge_revoked" => Error::PermissionDenied(message),
         "bridge_disabled" => Error::Unavailable(message),
         "invalid_argument" => Error::InvalidArgument { field: "remote", message },
+        "too_large" => Error::InvalidArgument { field: "content", message },
         _ => Error::FailedPrecondition(message),
     }
 }

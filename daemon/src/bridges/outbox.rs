@@ -87,6 +87,17 @@ fn sent_of(entry: &OutboxRecord, replayed: bool) -> Sent {
     Sent { message_id: entry.id.clone(), status, replayed, reason: entry.reason.clone() }
 }
 
+/// What ThreadSend answers for an outbox entry: its status, or, if the target refused the
+/// message, that refusal as an error — the send's original result, for replays too.
+fn answer_of(host: &str, entry: &OutboxRecord, replayed: bool) -> Result<Sent> {
+    if entry.status == "rejected" {
+        let message =
+            format!("the target refused message {}; `kiki bridge receipts {host}` keeps it", entry.id);
+        return Err(from_wire(host, pb::WireError { code: entry.reason.clone(), message }));
+    }
+    Ok(sent_of(entry, replayed))
+}
+
 /// Keys are the sender's: scoped by its home and thread, they never collide.
 fn key_scope(peer: &str, call: &pb::BridgeSendCall) -> String {
     format!("{peer}/{}", call.source_thread)
@@ -270,15 +281,24 @@ impl Bridges {
             created_at: now,
             updated_at: now,
         };
+        // An earlier send's outcome may still be on its way to the store: taken first, it
+        // cannot be missed (see `outbox_for_bridge`).
+        let in_flight = lock(&self.inner.recording)
+            .values()
+            .find(|e| {
+                e.peer_home_id == entry.peer_home_id && e.key_scope == entry.key_scope && e.key == entry.key
+            })
+            .cloned();
         let existing = self.inner.store.outbox_insert(&entry).await?;
         if let Some(existing) = existing {
+            let existing = in_flight.filter(|e| e.id == existing.id).unwrap_or(existing);
             if existing.request_hash != entry.request_hash {
                 return Err(Error::Conflict(format!(
                     "idempotency_key: already used for a different message ({}); reuse a key only for the same target and content",
                     existing.id
                 )));
             }
-            return Ok(sent_of(&existing, true));
+            return answer_of(host, &existing, true);
         }
         let attempt = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await;
         match attempt {
@@ -290,14 +310,14 @@ impl Bridges {
                 // next agrees with the answer it got.
                 lock(&self.inner.recording).insert(shipped.id.clone(), shipped.clone());
                 let bridges = self.clone();
-                let answer = sent_of(&shipped, false);
+                let answer = answer_of(host, &shipped, false);
                 tokio::spawn(async move {
                     if let Err(e) = bridges.record(&shipped, event).await {
                         warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");
                     }
                     lock(&bridges.inner.recording).remove(&shipped.id);
                 });
-                Ok(answer)
+                answer
             }
             // Durable in the outbox: the worker keeps trying.
             _ => Ok(sent_of(&entry, false)),
