@@ -499,19 +499,20 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             } else {
                 println!("listening on {}", list.listen);
                 for b in &list.bridges {
-                    let health = if b.last_error_at > b.last_success {
-                        format!("last error {} ({})", b.last_error_at, b.last_error)
-                    } else {
-                        format!("last success {}", b.last_success)
-                    };
+                    let never = |at: &str| if at.is_empty() { "never".to_string() } else { at.to_string() };
+                    let mut health = format!("last success {}", never(&b.last_success));
+                    if !b.last_error_at.is_empty() {
+                        health.push_str(&format!(", last error {} ({})", b.last_error_at, b.last_error));
+                    }
                     println!(
-                        "{}  {:<8} {:<9} {} ({})  [{}]  {health}",
+                        "{}  {:<8} {:<9} {} ({})  [{}]  {health}, {} pending",
                         b.id,
                         b.direction,
                         b.state,
                         b.peer_home_id,
                         b.alias,
-                        b.permissions.join(",")
+                        b.permissions.join(","),
+                        b.pending
                     );
                 }
             }

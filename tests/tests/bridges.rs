@@ -83,6 +83,9 @@ async fn pairing_then_reading_across_homes_with_read() {
     let read = pb::ThreadReadRequest { target: Some(remote), ..Default::default() };
     let turns = a.client().threads().thread_read(read).await.expect("remote read").into_inner().turns;
     assert_eq!(turns[0].output, "echo: hello from b");
+    let listed = b.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
+    let inbound = listed.bridges.iter().find(|b| b.direction == "inbound").expect("inbound");
+    assert!(!inbound.last_success.is_empty(), "the target's health comes from the peer's calls");
 
     // One-way: b has no bridge to a.
     let back = b.client().threads().thread_list(list_via(&home_id(&a).await)).await.expect_err("one-way");

@@ -198,8 +198,37 @@ impl Bridges {
 
     // ----- target side -----------------------------------------------------------------
 
-    /// Answers one call from `peer` (a verified home id).
+    /// Answers one call from `peer` (a verified home id). A call over an inbound bridge is a
+    /// real round trip from the peer: it is that bridge's link health.
     pub async fn handle(&self, peer: &str, call: pb::BridgeCall) -> pb::BridgeReply {
+        let reply = self.answer(peer, call).await;
+        self.heard_from(peer).await;
+        reply
+    }
+
+    /// Records that `peer` reached its inbound bridge, when the last record is stale
+    /// (written when it changes, not on every call).
+    async fn heard_from(&self, peer: &str) {
+        let Ok(Some(bridge)) = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await
+        else {
+            return;
+        };
+        let now = now_ms();
+        if bridge.state == "revoked"
+            || bridge.last_success.is_some_and(|t| now - t <= HEALTH_EVERY.as_millis() as i64)
+        {
+            return;
+        }
+        // Only that column: the record read above may be outdated by a decision meanwhile.
+        let mut cache = self.inner.cache.lock().await;
+        let touched = self.inner.store.bridge_heard_from(&bridge.id, now).await;
+        *cache = None;
+        if let Err(e) = touched {
+            warn!(error = %e, "cannot record an inbound bridge's health");
+        }
+    }
+
+    async fn answer(&self, peer: &str, call: pb::BridgeCall) -> pb::BridgeReply {
         let result = match call.call {
             Some(Call::Pair(pair)) => self.file_request(peer, pair).await.map(Reply::Pair),
             Some(Call::Ping(_)) => self.ping_reply(peer).await.map(Reply::Ping),

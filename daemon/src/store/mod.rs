@@ -520,6 +520,8 @@ pub trait Store: Send + Sync + 'static {
     /// input is removed, its target thread gets an `undeliverable` event and the peer a
     /// `rejected` receipt. Returns the threads to wake.
     async fn revoke_inbound(&self, bridge: &BridgeRecord, now: Millis) -> StoreResult<Vec<String>>;
+    /// Sets a bridge's `last_success` (its peer reached it), leaving the rest as it is.
+    async fn bridge_heard_from(&self, bridge_id: &str, now: Millis) -> StoreResult<()>;
     /// Saves (inserts or replaces by id) a bridge and/or a request, in one transaction.
     async fn save_bridge(
         &self,

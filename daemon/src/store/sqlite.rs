@@ -1101,6 +1101,16 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn bridge_heard_from(&self, bridge_id: &str, now: Millis) -> StoreResult<()> {
+        let bridge_id = bridge_id.to_string();
+        self.db
+            .write(move |conn| {
+                run(conn, "UPDATE bridges SET last_success = ? WHERE id = ?", params![now, bridge_id])?;
+                Ok(())
+            })
+            .await
+    }
+
     async fn save_bridge(
         &self,
         bridge: Option<&BridgeRecord>,
