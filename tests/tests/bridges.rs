@@ -59,6 +59,8 @@ async fn pairing_then_reading_across_homes_with_read() {
     let filed = &pending.requests[0];
     assert_eq!((filed.id.as_str(), filed.peer_home_id.clone()), (request_id.as_str(), home_id(&a).await));
     assert_eq!(filed.want, ["read", "send"]);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
+    assert_eq!(filed.name, host.trim(), "the source introduces itself by its machine's name");
 
     // Before approval the target refuses everything but the request.
     let early = a.client().threads().thread_list(list_via("bee")).await.expect_err("not approved yet");

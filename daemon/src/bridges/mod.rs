@@ -96,6 +96,16 @@ fn wire_error(code: &str, message: impl Into<String>) -> pb::BridgeReply {
     }
 }
 
+/// How this home introduces itself in a pairing request: the machine's host name (the home
+/// id is shown beside it anyway), or the id's first characters if there is none.
+fn home_name(home_id: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    match host.trim() {
+        "" => home_id.chars().take(8).collect(),
+        host => host.chars().take(64).collect(),
+    }
+}
+
 /// A daemon error as the peer sees it.
 fn to_wire(e: Error) -> pb::BridgeReply {
     let code = match &e {
@@ -450,10 +460,7 @@ impl Bridges {
             return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
         }
         let pair = pb::BridgeCall {
-            call: Some(Call::Pair(pb::PairCall {
-                name: self.inner.endpoint.home_id()[..8].to_string(),
-                want,
-            })),
+            call: Some(Call::Pair(pb::PairCall { name: home_name(self.inner.endpoint.home_id()), want })),
         };
         let request_id = match call_link(peer.as_ref(), &pair).await {
             Ok(pb::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
