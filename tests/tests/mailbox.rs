@@ -328,6 +328,10 @@ async fn wait_reports_each_event_once_across_calls() {
     let cursors = HashMap::from([(t.id.clone(), got.results[0].cursor.clone())]);
     let again = wait_req(&home, &[&t.id], Some(0), cursors.clone()).await.expect("wait");
     assert!(again.results[0].events.is_empty(), "nothing repeated");
+    // The cursor may also be keyed `local/ID`, as a reference to this home's thread is written.
+    let as_local = HashMap::from([(format!("local/{}", t.id), got.results[0].cursor.clone())]);
+    let again = wait_req(&home, &[&t.id], Some(0), as_local).await.expect("wait");
+    assert!(again.results[0].events.is_empty(), "the same cursor, nothing repeated");
     home.client()
         .home()
         .thread_archive(pb::ThreadArchiveRequest { target: Some(local(&t.id)), archived: true })

@@ -357,7 +357,11 @@ impl Mailbox {
                 ));
             }
             let text = pb::format_ref(&target);
-            let given = cursors.get(&text).or_else(|| cursors.get(&thread.id));
+            // A cursor may be keyed as the target was written, or by the bare or `local/` id.
+            let given = cursors
+                .get(&text)
+                .or_else(|| cursors.get(&thread.id))
+                .or_else(|| cursors.get(&format!("local/{}", thread.id)));
             let last = self.store.last_event_seq(&thread.id).await?;
             let after = match given {
                 Some(c) => {
