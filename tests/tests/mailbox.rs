@@ -503,3 +503,63 @@ async fn sends_whose_callers_gave_up_are_still_delivered() {
     })
     .await;
 }
+
+/// Communication off keeps every peer tool closed for an agent — ThreadList, ThreadRead and
+/// ThreadWait as well as ThreadSend — while the owner (no token) uses them freely; and a
+/// turn's token is refused by each of them once the turn has ended.
+#[tokio::test]
+async fn peer_tools_follow_the_callers_switch_and_its_token() {
+    let kiki = binary("kiki");
+    let kiki = kiki.display();
+    let script = format!(
+        "read target; echo \"token $KIKI_TOKEN\"; \
+         {kiki} thread list >/dev/null 2>&1 && echo 'list: ok' || echo 'list: refused'; \
+         {kiki} thread read \"$target\" >/dev/null 2>&1 && echo 'read: ok' || echo 'read: refused'; \
+         {kiki} thread wait \"$target\" --timeout-ms 0 >/dev/null 2>&1 && echo 'wait: ok' || echo 'wait: refused'"
+    );
+    // Unset home switch: off by default.
+    let home = TestHome::builder().shell_profile("agent", &script).start().await;
+    let target = home.thread("echo", None).await;
+    let agent = home.thread("agent", Some(&target.id)).await;
+    let closed = home.wait_turns(&agent.id, 1).await.remove(0).output;
+    for tool in ["list", "read", "wait"] {
+        assert!(closed.contains(&format!("{tool}: refused")), "{closed}");
+    }
+    home.client()
+        .home()
+        .thread_set(pb::ThreadSetRequest {
+            target: Some(local(&agent.id)),
+            communication: pb::Communication::On as i32,
+        })
+        .await
+        .expect("set");
+    home.say(&agent.id, &target.id).await.expect("say");
+    let open = home.wait_turns(&agent.id, 2).await.remove(1).output;
+    for tool in ["list", "read", "wait"] {
+        assert!(open.contains(&format!("{tool}: ok")), "{open}");
+    }
+
+    // The turn has ended: its token opens nothing any more.
+    let token = open.lines().find_map(|l| l.strip_prefix("token ")).expect("the agent printed its token");
+    let with_token = |mut request: tonic::Request<()>| {
+        request.metadata_mut().insert(pb::TOKEN_METADATA_KEY, token.parse().expect("ascii"));
+        request.metadata().clone()
+    };
+    let metadata = with_token(tonic::Request::new(()));
+    let threads = home.client().threads();
+    let list =
+        tonic::Request::from_parts(metadata.clone(), Default::default(), pb::ThreadListRequest::default());
+    let read = pb::ThreadReadRequest { target: Some(local(&target.id)), ..Default::default() };
+    let read = tonic::Request::from_parts(metadata.clone(), Default::default(), read);
+    let wait =
+        pb::ThreadWaitRequest { targets: vec![local(&target.id)], timeout_ms: Some(0), ..Default::default() };
+    let wait = tonic::Request::from_parts(metadata, Default::default(), wait);
+    let refusals = [
+        threads.clone().thread_list(list).await.map(drop),
+        threads.clone().thread_read(read).await.map(drop),
+        threads.clone().thread_wait(wait).await.map(drop),
+    ];
+    for refused in refusals {
+        assert_eq!(refused.expect_err("an ended turn's token").code(), Code::Unauthenticated);
+    }
+}

@@ -97,10 +97,14 @@ pub fn status(e: Error) -> Status {
 /// The turn a call acts for, from its `kiki-token` metadata. A token that is not (or no
 /// longer) valid is refused rather than silently treated as external input.
 pub fn caller<T>(threads: &Threads, request: &Request<T>) -> Result<Option<TurnCaller>, Status> {
-    let Some(value) = request.metadata().get(pb::TOKEN_METADATA_KEY) else {
-        return Ok(None);
-    };
-    let token = value.to_str().map_err(|_| Status::unauthenticated("kiki-token: not valid ASCII"))?;
+    let value = request.metadata().get(pb::TOKEN_METADATA_KEY).map(|v| v.to_str());
+    caller_of(threads, value.map(|v| v.map_err(drop)))
+}
+
+/// [`caller`] from the token header's value, if there is one (`Err` if it is not ASCII).
+pub fn caller_of(threads: &Threads, token: Option<Result<&str, ()>>) -> Result<Option<TurnCaller>, Status> {
+    let Some(token) = token else { return Ok(None) };
+    let token = token.map_err(|()| Status::unauthenticated("kiki-token: not valid ASCII"))?;
     threads.runner().caller(token).map(Some).ok_or_else(|| {
         Status::unauthenticated("KIKI_TOKEN is not valid: a turn's token stops working when its turn ends")
     })

@@ -25,6 +25,20 @@ impl ThreadServiceImpl {
         Self { threads, mailbox, bridges }
     }
 
+    /// A peer tool called with `token` (the `kiki-token` header, if any): an agent's call
+    /// needs a valid token and its thread's communication on (see [`Mailbox::peer_tool`]).
+    pub async fn admit_peer_tool(&self, token: Option<Result<&str, ()>>, tool: &str) -> Result<(), Status> {
+        match super::caller_of(&self.threads, token)? {
+            Some(caller) => self.mailbox.peer_tool(&caller, tool).await.map_err(status),
+            None => Ok(()),
+        }
+    }
+
+    async fn admit<T>(&self, request: &Request<T>, tool: &str) -> Result<(), Status> {
+        let token = request.metadata().get(pb::TOKEN_METADATA_KEY).map(|v| v.to_str().map_err(drop));
+        self.admit_peer_tool(token, tool).await
+    }
+
     /// ThreadWait: on this home's threads, over the bridges its targets are behind, or both.
     /// A parked call's state is kept small (10,000 of them are budgeted): no tracing span,
     /// the request taken apart before parking, and the rarer branches boxed.
@@ -188,6 +202,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::ThreadListRequest>,
     ) -> Result<Response<pb::ThreadListResponse>, Status> {
+        self.admit(&request, "ThreadList").await?;
         let r = request.into_inner();
         if !r.bridge.is_empty() && self.threads.resolve_host(&r.bridge).is_err() {
             let page = self.bridges.list_remote(&r.bridge.clone(), r).await.map_err(status)?;
@@ -205,6 +220,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::ThreadReadRequest>,
     ) -> Result<Response<pb::ThreadReadResponse>, Status> {
+        self.admit(&request, "ThreadRead").await?;
         let r = request.into_inner();
         let target = target(r.target.clone())?;
         if self.threads.resolve_host(&target.host_id).is_err() {
@@ -273,6 +289,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::ThreadWaitRequest>,
     ) -> Result<Response<pb::ThreadWaitResponse>, Status> {
+        self.admit(&request, "ThreadWait").await?;
         self.wait(request.into_inner()).await.map(Response::new)
     }
 

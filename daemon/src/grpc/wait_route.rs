@@ -100,14 +100,17 @@ where
             return Answer::Routed(self.inner.call(request));
         }
         let service = self.service.clone();
+        let token =
+            request.headers().get(kiki_proto::TOKEN_METADATA_KEY).map(|v| v.to_str().map(String::from));
         // Boxed apart, and the request not captured by the answer's future: an async
         // block keeps every captured value's space for its whole life, and neither the
         // request nor the decoding state is needed once the call parks.
         let request = Box::pin(decode(request));
         Answer::Wait(Box::pin(async move {
-            let answer = match request.await {
-                Ok(r) => service.wait(r).await,
-                Err(status) => Err(status),
+            let token = token.as_ref().map(|t| t.as_deref().map_err(drop));
+            let answer = match (service.admit_peer_tool(token, "ThreadWait").await, request.await) {
+                (Err(status), _) | (_, Err(status)) => Err(status),
+                (Ok(()), Ok(r)) => service.wait(r).await,
             };
             match answer {
                 Ok(response) => encode(&response),

@@ -187,10 +187,18 @@ impl Mailbox {
     /// be on; `None` for external clients.
     pub async fn sender(&self, caller: Option<&TurnCaller>) -> Result<Option<SourceRef>> {
         let Some(caller) = caller else { return Ok(None) };
-        let sender = self.threads.get("", "", &caller.thread_id).await?;
-        switches::communication(&self.config, &sender)
-            .map_err(|why| Error::PermissionDenied(format!("ThreadSend refused: {why}")))?;
+        self.peer_tool(caller, "ThreadSend").await?;
         Ok(Some(SourceRef { host_id: String::new(), thread_id: caller.thread_id.clone() }))
+    }
+
+    /// An agent calling `tool` (ThreadList, ThreadRead, ThreadWait, ThreadSend: the thread
+    /// tools but ThreadCreate): its thread's communication switch must be on, since off
+    /// keeps peer tools closed for that thread. The owner's calls (no token) are not
+    /// peer tools.
+    pub async fn peer_tool(&self, caller: &TurnCaller, tool: &str) -> Result<()> {
+        let thread = self.threads.get("", "", &caller.thread_id).await?;
+        switches::communication(&self.config, &thread)
+            .map_err(|why| Error::PermissionDenied(format!("{tool} refused: {why}")))
     }
 
     /// Whether `thread` may receive peer messages (for bridged sends).
