@@ -172,6 +172,29 @@ async fn revocation_takes_effect_at_once() {
     assert_eq!(listed.bridges[0].state, "revoked", "the source sees it");
 }
 
+/// A remote ThreadWait parked when its bridge is revoked ends at once, refused, instead of
+/// holding on until its timeout.
+#[tokio::test]
+async fn revocation_ends_parked_remote_waits() {
+    let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "wait", "bee").await;
+    let bridge = approve(&b, &request_id, "wait", vec![]).await;
+    let remote =
+        pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: t.id.clone() };
+    let wait =
+        pb::ThreadWaitRequest { targets: vec![remote], timeout_ms: Some(30_000), ..Default::default() };
+    let client = a.client().clone();
+    let parked = tokio::spawn(async move { client.threads().thread_wait(wait).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let revoked_at = std::time::Instant::now();
+    b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
+    let ended = parked.await.expect("task").expect_err("refused once revoked");
+    assert!(revoked_at.elapsed() < std::time::Duration::from_secs(5), "ended by the revocation");
+    assert_eq!(ended.code(), Code::PermissionDenied, "{}", ended.message());
+    assert!(ended.message().contains("bridge_revoked"), "{}", ended.message());
+}
+
 /// Revocation also refuses what the peer brought that no turn has taken yet: the message
 /// becomes undeliverable (`bridge_revoked`) at the target, with an event and a receipt, and
 /// the thread's next turn does not take it.

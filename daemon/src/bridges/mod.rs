@@ -29,6 +29,7 @@ mod outbox;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, BridgeRequestRecord, EventRecord, OutboxRecord, ReceiptRecord, Store};
+use crate::sync::lock;
 use crate::threads::{Threads, new_id};
 use crate::time::now_ms;
 
@@ -68,6 +69,9 @@ struct Inner {
     mailbox: std::sync::OnceLock<crate::mailbox::Mailbox>,
     /// Serialises pairing decisions so two racing approvals cannot both apply.
     decisions: tokio::sync::Mutex<()>,
+    /// Per peer, cancelled when its inbound bridge is revoked or turned off: its parked
+    /// ThreadWait calls end at once instead of at their timeout.
+    cut_off: std::sync::Mutex<HashMap<String, CancellationToken>>,
 }
 
 /// Parses and checks a permission list (`read,send` or repeated values).
@@ -152,6 +156,7 @@ impl Bridges {
                 mailbox: std::sync::OnceLock::new(),
                 cache: tokio::sync::Mutex::new(None),
                 decisions: tokio::sync::Mutex::new(()),
+                cut_off: std::sync::Mutex::new(HashMap::new()),
             }),
         };
         tokio::spawn(bridges.clone().run_outbox(stop.clone()));
@@ -395,7 +400,14 @@ impl Bridges {
         let Some(mailbox) = self.inner.mailbox.get() else {
             return Err(Error::FailedPrecondition("the home is starting".into()).into());
         };
-        let (results, timed_out) = mailbox.wait(request.targets, request.timeout_ms, request.cursors).await?;
+        let cut_off = lock(&self.inner.cut_off).entry(peer.to_string()).or_default().clone();
+        let (results, timed_out) = tokio::select! {
+            waited = mailbox.wait(request.targets, request.timeout_ms, request.cursors) => waited?,
+            // Whatever the bridge's state now refuses (bridge_revoked, bridge_disabled).
+            () = cut_off.cancelled() => return Err(self.granted(peer, "wait").await.err().unwrap_or_else(|| {
+                Rejection::Wire("bridge_revoked", "the target's owner changed this bridge".into())
+            })),
+        };
         Ok(pb::ThreadWaitResponse {
             results: results.into_iter().map(crate::grpc::wait_result_to_pb).collect(),
             timed_out,
@@ -403,6 +415,15 @@ impl Bridges {
     }
 
     // ----- owner actions ---------------------------------------------------------------
+
+    /// Ends the parked calls of an inbound bridge's peer (revoked or turned off).
+    fn cut_off(&self, bridge: &BridgeRecord) {
+        if bridge.direction == "inbound"
+            && let Some(parked) = lock(&self.inner.cut_off).remove(&bridge.peer_home_id)
+        {
+            parked.cancel();
+        }
+    }
 
     /// Every bridge, from memory: the table is read once and re-read after each change, so
     /// the per-call permission check costs no store read.
@@ -596,6 +617,7 @@ impl Bridges {
         } else {
             self.save_bridge(Some(&bridge), None).await?;
         }
+        self.cut_off(&bridge);
         warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");
         Ok(bridge)
     }
@@ -630,6 +652,9 @@ impl Bridges {
         bridge.updated_at = now_ms();
         self.save_bridge(Some(&bridge), None).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
+        if !enabled {
+            self.cut_off(&bridge);
+        }
         if enabled {
             // Messages held back while it was off may start turns now.
             for thread in self.inner.store.threads_with_queued_input().await? {
