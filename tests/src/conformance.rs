@@ -4,8 +4,9 @@
 
 use kiki_daemon::executors::render;
 use kiki_daemon::store::{
-    CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, NewInput, NewMessage, NewThread,
-    OutboxRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnClaim, TurnOutcome, TurnStatus,
+    BridgeRecord, CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, NewInput,
+    NewMessage, NewThread, OutboxRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnClaim,
+    TurnOutcome, TurnStatus,
 };
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
@@ -23,7 +24,8 @@ macro_rules! store_conformance {
             events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
             archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
             outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
-            a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home);
+            a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home,
+            a_bridged_message_needs_an_active_bridge_when_it_commits);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -518,8 +520,49 @@ pub async fn a_failed_write_leaves_no_trace_beside_others(store: &dyn Store) {
     assert!(store.thread("th_c").await.expect("read").is_some());
 }
 
+/// An active inbound bridge from `peer`: bridged messages are stored only while there is one.
+async fn inbound_bridge(store: &dyn Store, peer: &str, state: &str) {
+    let bridge = BridgeRecord {
+        id: format!("br_{peer}"),
+        direction: "inbound".into(),
+        peer_home_id: peer.into(),
+        alias: peer.to_lowercase(),
+        address: String::new(),
+        state: state.into(),
+        permissions: vec!["send".into()],
+        workspaces: Vec::new(),
+        request_id: String::new(),
+        created_at: 1,
+        updated_at: 1,
+        last_success: None,
+        last_error: String::new(),
+        last_error_at: None,
+    };
+    store.save_bridge(Some(&bridge), None).await.expect("bridge");
+}
+
+pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    let mut m = message("msg_1", "th_a", "th_far", "k1", "hello");
+    m.source = Some(SourceRef { host_id: "HOME_P".into(), thread_id: "th_far".into() });
+    m.key_scope = "HOME_P/th_far".into();
+    for state in [None, Some("revoked"), Some("disabled")] {
+        if let Some(state) = state {
+            inbound_bridge(store, "HOME_P", state).await;
+        }
+        let outcome = store.accept_message(&m).await.expect("decided");
+        assert!(matches!(outcome, SendOutcome::BridgeClosed), "{state:?}: {outcome:?}");
+        assert!(store.message("msg_1").await.expect("read").is_none(), "{state:?}: nothing stored");
+    }
+    inbound_bridge(store, "HOME_P", "active").await;
+    let outcome = store.accept_message(&m).await.expect("accepted");
+    assert!(matches!(outcome, SendOutcome::Accepted { .. }), "{outcome:?}");
+}
+
 pub async fn pending_messages_are_counted_per_peer_home(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    inbound_bridge(store, "HOME_P", "active").await;
+    inbound_bridge(store, "HOME_Q", "active").await;
     let from = |id: &str, host: &str, key: &str| {
         let mut m = message(id, "th_a", "th_far", key, key);
         m.source = Some(SourceRef { host_id: host.into(), thread_id: "th_far".into() });

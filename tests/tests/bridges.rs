@@ -472,16 +472,20 @@ async fn refusals_are_final_with_reasons_in_receipts() {
     let t = b.thread("echo", None).await;
     let request_id = request(&a, &b, "read,send", "bee").await;
     let bridge = approve(&b, &request_id, "read", vec![]).await;
-    // A refusal is an error naming the reason, and stays the send's result: a retry with the
-    // key gets it again.
+    // A refusal is an error naming the reason; a retry with the key reports the message
+    // undeliverable, with the reason.
     let refused = |status: tonic::Status, code: Code, reason: &str| {
         assert_eq!(status.code(), code, "{}", status.message());
         assert!(status.message().contains(reason), "names {reason}: {}", status.message());
     };
-    for _ in 0..2 {
-        let denied = a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k1")).await;
-        refused(denied.expect_err("refused"), Code::PermissionDenied, "permission_denied");
-    }
+    let denied = a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k1")).await;
+    refused(denied.expect_err("refused"), Code::PermissionDenied, "permission_denied");
+    let replay = a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k1")).await;
+    let replay = replay.expect("a replay").into_inner();
+    assert_eq!(
+        (replay.status(), replay.reason.as_str(), replay.replayed),
+        (pb::SendStatus::Undeliverable, "permission_denied", true)
+    );
 
     let request_id = request(&a, &b, "read,send", "bee").await;
     approve(&b, &request_id, "read,send", vec![]).await;

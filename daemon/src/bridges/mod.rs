@@ -386,6 +386,8 @@ impl Bridges {
         peer: &str,
         request: pb::ThreadWaitRequest,
     ) -> std::result::Result<pb::ThreadWaitResponse, Rejection> {
+        // Taken before the grant is checked: a revocation in between still ends this call.
+        let cut_off = lock(&self.inner.cut_off).entry(peer.to_string()).or_default().clone();
         let bridge = self.granted(peer, "wait").await?;
         if !bridge.workspaces.is_empty() {
             for target in &request.targets {
@@ -400,7 +402,6 @@ impl Bridges {
         let Some(mailbox) = self.inner.mailbox.get() else {
             return Err(Error::FailedPrecondition("the home is starting".into()).into());
         };
-        let cut_off = lock(&self.inner.cut_off).entry(peer.to_string()).or_default().clone();
         let (results, timed_out) = tokio::select! {
             waited = mailbox.wait(request.targets, request.timeout_ms, request.cursors) => waited?,
             // Whatever the bridge's state now refuses (bridge_revoked, bridge_disabled).
@@ -594,6 +595,7 @@ impl Bridges {
     /// `kiki bridge revoke BRIDGE` (id, alias or peer home id). Takes effect at once: the
     /// next call over it is refused with `bridge_revoked`.
     pub async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
+        let _decision = self.inner.decisions.lock().await;
         let bridges = self.all().await?;
         let mut matches: Vec<BridgeRecord> = bridges.into_iter().filter(|b| b.answers_to(name)).collect();
         // The target's owner revokes an inbound bridge; prefer it when both directions match.

@@ -87,15 +87,15 @@ fn sent_of(entry: &OutboxRecord, replayed: bool) -> Sent {
     Sent { message_id: entry.id.clone(), status, replayed, reason: entry.reason.clone() }
 }
 
-/// What ThreadSend answers for an outbox entry: its status, or, if the target refused the
-/// message, that refusal as an error — the send's original result, for replays too.
-fn answer_of(host: &str, entry: &OutboxRecord, replayed: bool) -> Result<Sent> {
+/// A send's first answer for its outbox entry: its status, or, if the target refused the
+/// message, that refusal as an error (a first answer is `delivered` or `pending`).
+fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
     if entry.status == "rejected" {
         let message =
             format!("the target refused message {}; `kiki bridge receipts {host}` keeps it", entry.id);
         return Err(from_wire(host, pb::WireError { code: entry.reason.clone(), message }));
     }
-    Ok(sent_of(entry, replayed))
+    Ok(sent_of(entry, false))
 }
 
 /// Keys are the sender's: scoped by its home and thread, they never collide.
@@ -183,7 +183,16 @@ impl Bridges {
             wake: bridge.permissions.iter().any(|p| p == "wake"),
             receipt: Some(receipt),
         };
-        mailbox.deliver(delivery).await.map_err(wire_refusal)
+        match mailbox.deliver(delivery).await {
+            Ok(sent) => Ok(sent),
+            // Revoked or turned off between the check above and the commit: refused as the
+            // bridge's state now says.
+            Err(Error::PermissionDenied(_)) => Err(match self.granted(peer, "send").await {
+                Err(Rejection::Wire(code, message)) => (code, message),
+                _ => ("bridge_revoked", "the target's owner changed this bridge".into()),
+            }),
+            Err(e) => Err(wire_refusal(e)),
+        }
     }
 
     /// A refused send whose key this home accepted before gets the original answer instead:
@@ -298,7 +307,9 @@ impl Bridges {
                     existing.id
                 )));
             }
-            return answer_of(host, &existing, true);
+            // A replay reports where the message stands (`undeliverable` and the reason if
+            // it was refused), as a local replay does.
+            return Ok(sent_of(&existing, true));
         }
         let attempt = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await;
         match attempt {
@@ -310,7 +321,7 @@ impl Bridges {
                 // next agrees with the answer it got.
                 lock(&self.inner.recording).insert(shipped.id.clone(), shipped.clone());
                 let bridges = self.clone();
-                let answer = answer_of(host, &shipped, false);
+                let answer = first_answer(host, &shipped);
                 tokio::spawn(async move {
                     if let Err(e) = bridges.record(&shipped, event).await {
                         warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");

@@ -82,11 +82,17 @@ impl ThreadServiceImpl {
             }
         }
         if groups.len() > 1 {
-            // Each cursor goes with its target (keyed by the target's text form or session).
+            // Each cursor goes with its target (keyed by the target's text form or session;
+            // a local one also as `local/SESSION`).
             for (key, cursor) in r.cursors {
+                let names = |t: &pb::ThreadRef| {
+                    pb::format_ref(t) == key
+                        || t.session_id == key
+                        || key.strip_prefix("local/") == Some(t.session_id.as_str())
+                };
                 let group = groups
                     .iter_mut()
-                    .find(|g| g.targets.iter().any(|t| pb::format_ref(t) == key || t.session_id == key))
+                    .find(|g| g.targets.iter().any(names))
                     .ok_or_else(|| Error::invalid("cursors", "has a key that is not one of the targets"))?;
                 group.cursors.insert(key, cursor);
             }

@@ -241,6 +241,9 @@ impl Mailbox {
                     thread.id
                 )));
             }
+            (SendOutcome::BridgeClosed, _) => {
+                return Err(Error::PermissionDenied("bridge_closed: the bridge changed meanwhile".into()));
+            }
             (SendOutcome::TargetGone, _) => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} was archived or removed meanwhile",

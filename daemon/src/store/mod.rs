@@ -308,6 +308,9 @@ pub enum SendOutcome {
     KeyConflict { message_id: String },
     /// The target does not exist or is archived.
     TargetGone,
+    /// Brought by a bridge that is no longer active (revoked or turned off since its call
+    /// was let in): nothing was stored.
+    BridgeClosed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -483,6 +483,19 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     if live.is_none() {
         return Ok(SendOutcome::TargetGone);
     }
+    // A bridge's call is let in before this transaction: a revocation (which refuses what
+    // the peer brought) may have committed in between.
+    if let Some(peer) = m.source.as_ref().map(|s| &s.host_id).filter(|h| !h.is_empty()) {
+        let open = first(
+            conn,
+            "SELECT 1 FROM bridges WHERE direction = 'inbound' AND peer_home_id = ? AND state = 'active'",
+            [peer],
+            |_| Ok(()),
+        )?;
+        if open.is_none() {
+            return Ok(SendOutcome::BridgeClosed);
+        }
+    }
     let source_host = m.source.as_ref().map(|s| &s.host_id);
     let source_thread = m.source.as_ref().map(|s| &s.thread_id);
     run(
@@ -1074,9 +1087,10 @@ impl Store for SqliteStore {
                     e.reason = "bridge_revoked".into();
                     e.message_id = Some(message_id.clone());
                     insert_event(conn, &e)?;
+                    // The key is on the message's receipt of acceptance (indexed by message).
                     let key = first(
                         conn,
-                        "SELECT key FROM idempotency_keys WHERE message_id = ?",
+                        "SELECT key FROM bridge_receipts WHERE message_id = ? LIMIT 1",
                         [&message_id],
                         |row| Ok(row.get::<_, String>(0)?),
                     )?;
