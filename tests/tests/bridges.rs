@@ -172,6 +172,24 @@ async fn revocation_takes_effect_at_once() {
     assert_eq!(listed.bridges[0].state, "revoked", "the source sees it");
 }
 
+/// Two sources on machines of the same name get distinct aliases at the target, so naming
+/// one (to revoke it) never acts on the other.
+#[tokio::test]
+async fn inbound_aliases_are_unique_though_peers_share_a_host_name() {
+    let (a, c, b) = (
+        TestHome::builder().start().await,
+        TestHome::builder().start().await,
+        TestHome::builder().start().await,
+    );
+    let from_a = approve(&b, &request(&a, &b, "read", "bee").await, "read", vec![]).await;
+    let from_c = approve(&b, &request(&c, &b, "read", "bee").await, "read", vec![]).await;
+    assert_ne!(from_a.alias, from_c.alias, "same host name, distinct aliases");
+    let revoke = pb::BridgeRevokeRequest { bridge: from_c.alias.clone() };
+    let revoked = b.client().bridges().bridge_revoke(revoke).await.expect("revoke").into_inner();
+    assert_eq!(revoked.bridge.expect("bridge").id, from_c.id);
+    a.client().threads().thread_list(list_via("bee")).await.expect("a's bridge is untouched");
+}
+
 /// A remote ThreadWait parked when its bridge is revoked ends at once, refused, instead of
 /// holding on until its timeout.
 #[tokio::test]

@@ -559,11 +559,15 @@ impl Bridges {
         let now = now_ms();
         let previous =
             self.bridge(|b| b.direction == "inbound" && b.peer_home_id == request.peer_home_id).await?;
+        let alias = match &previous {
+            Some(b) => b.alias.clone(),
+            None => self.inbound_alias(&request.name, &request.peer_home_id).await?,
+        };
         let bridge = BridgeRecord {
             id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
             direction: "inbound".into(),
             peer_home_id: request.peer_home_id.clone(),
-            alias: request.name.clone(),
+            alias,
             address: String::new(),
             state: "active".into(),
             permissions: allow,
@@ -580,6 +584,24 @@ impl Bridges {
         self.save_bridge(Some(&bridge), Some(&request)).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge approved");
         Ok(bridge)
+    }
+
+    /// A new inbound bridge's alias: the name the peer gave, made usable (no `/`, not
+    /// `local`) and unique on this home — the peer chose it, and two machines may share a
+    /// host name — by the peer id's first characters if needed.
+    async fn inbound_alias(&self, name: &str, peer: &str) -> Result<String> {
+        let cleaned: String = name.chars().filter(|c| *c != '/' && !c.is_whitespace()).collect();
+        let id_part = peer.chars().take(8).collect::<String>().to_ascii_lowercase();
+        let taken = self.all().await?;
+        let free =
+            |alias: &str| !alias.is_empty() && alias != "local" && !taken.iter().any(|b| b.answers_to(alias));
+        Ok(if free(&cleaned) {
+            cleaned
+        } else if cleaned.is_empty() || cleaned == "local" {
+            id_part
+        } else {
+            format!("{cleaned}-{id_part}")
+        })
     }
 
     /// `kiki bridge reject REQUEST`.
