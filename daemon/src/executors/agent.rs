@@ -6,7 +6,7 @@
 //! agents of the turns it fails. A record names the group's leader by pid, start time and
 //! boot, so a number the kernel has since given to another process is never signalled.
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 /// A running agent: the leader of its own process group (`exec` starts it that way).
@@ -40,21 +40,64 @@ impl Agent {
         parts.next().is_none().then_some(agent)
     }
 
-    /// Kills the agent's process group if its leader is still the recorded process (same
-    /// boot, same start time). Returns whether it was.
+    /// Kills what is left of the agent: its whole process group if the leader is still the
+    /// recorded process (same boot, same start time); if the leader has exited (say, killed
+    /// by a broken pipe when kikid died), the processes still in its group that started
+    /// after it. A number now used by another process is left alone. Returns whether
+    /// anything was signalled.
     pub fn stop(&self) -> bool {
-        let same = boot_id().as_deref() == Some(self.boot_id.as_str())
-            && start_time(self.pgid) == Some(self.started);
-        same && killpg(Pid::from_raw(self.pgid), Signal::SIGKILL).is_ok()
+        if boot_id().as_deref() != Some(self.boot_id.as_str()) {
+            return false;
+        }
+        match stat(self.pgid) {
+            Some(leader) if leader.started == self.started => {
+                killpg(Pid::from_raw(self.pgid), Signal::SIGKILL).is_ok()
+            }
+            // Another process has the number: the group, if any, is not the agent's.
+            Some(_) => false,
+            None => {
+                let left: Vec<i32> = processes()
+                    .filter(|p| p.group == self.pgid && p.started >= self.started)
+                    .map(|p| p.pid)
+                    .collect();
+                left.iter().filter(|pid| kill(Pid::from_raw(**pid), Signal::SIGKILL).is_ok()).count() > 0
+            }
+        }
     }
 }
 
-/// Field 22 of `/proc/PID/stat`. The fields after the command name (in parentheses, and
-/// free to contain spaces) start at field 3.
+/// What `/proc/PID/stat` tells about a process.
+struct Stat {
+    pid: i32,
+    /// Its process group (field 5).
+    group: i32,
+    /// Its start time in clock ticks since boot (field 22).
+    started: u64,
+}
+
+/// The fields after the command name (in parentheses, and free to contain spaces) start at
+/// field 3.
+fn stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after_name) = text.rsplit_once(')')?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None; // a zombie has exited already
+    }
+    Some(Stat { pid, group: fields.get(5 - 3)?.parse().ok()?, started: fields.get(22 - 3)?.parse().ok()? })
+}
+
 fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, fields) = stat.rsplit_once(')')?;
-    fields.split_whitespace().nth(22 - 3)?.parse().ok()
+    stat(pid).map(|s| s.started)
+}
+
+/// Every live process.
+fn processes() -> impl Iterator<Item = Stat> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter_map(stat)
 }
 
 fn boot_id() -> Option<String> {
@@ -93,5 +136,30 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(!agent.stop(), "gone: nothing to stop");
+    }
+
+    #[test]
+    fn stop_kills_what_an_exited_leader_left_in_its_group() {
+        let mut leader = Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; read wait_for_the_record"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn");
+        let agent = Agent::of(leader.id()).expect("running");
+        let mut line = String::new();
+        let stdout = leader.stdout.take().expect("stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("child pid");
+        let child: i32 = line.trim().parse().expect("pid");
+        drop(leader.stdin.take()); // the leader exits; its child stays in the group
+        leader.wait().expect("leader exits");
+        assert!(stat(child).is_some(), "the child outlives its leader");
+        assert!(agent.stop());
+        let started = Instant::now();
+        while stat(child).is_some() {
+            assert!(started.elapsed() < Duration::from_secs(5), "the leftover child was not killed");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
