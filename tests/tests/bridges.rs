@@ -484,6 +484,42 @@ async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
     assert_eq!(story, ["pending", "delivered"]);
 }
 
+/// An agent's cross-home send, retried with its key after the agent's own switch was turned
+/// off, gets its original answer (the key decides before the switch); a new key is refused.
+#[tokio::test]
+async fn a_cross_home_retry_keeps_its_answer_after_the_senders_switch_went_off() {
+    let kiki = kiki_tests::binaries::binary("kiki");
+    let script = format!(
+        "read key; {} thread send \"bee/$(cat \"$KIKI_HOME/target\")\" --key \"$key\" --content hi",
+        kiki.display()
+    );
+    let a = TestHome::builder()
+        .config(|c| c.thread_communication.enabled = Some(true))
+        .shell_profile("agent", &script)
+        .start()
+        .await;
+    let b = open_home().await;
+    let t = b.thread("echo", None).await;
+    std::fs::write(a.handle().home_dir().join("target"), &t.id).expect("target file");
+    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let agent = a.thread("agent", Some("k1")).await;
+    let first = a.wait_turns(&agent.id, 1).await.remove(0);
+    assert_eq!(first.status(), pb::TurnStatus::Completed, "{}", first.error);
+    let off = pb::ThreadSetRequest {
+        target: Some(kiki_tests::local(&agent.id)),
+        communication: pb::Communication::Off as i32,
+    };
+    a.client().home().thread_set(off).await.expect("switch off");
+    a.say(&agent.id, "k1").await.expect("say");
+    let retry = a.wait_turns(&agent.id, 2).await.remove(1);
+    assert_eq!(retry.status(), pb::TurnStatus::Completed, "a replay, not a refusal: {}", retry.error);
+    a.say(&agent.id, "k2").await.expect("say");
+    let new = a.wait_turns(&agent.id, 3).await.remove(2);
+    assert_eq!(new.status(), pb::TurnStatus::Failed, "a new key is refused");
+    assert!(new.error.contains("refused"), "{}", new.error);
+    assert_eq!(b.wait_turns(&t.id, 1).await.len(), 1, "one message arrived");
+}
+
 #[tokio::test]
 async fn refusals_are_final_with_reasons_in_receipts() {
     let (a, b) = (open_home().await, open_home().await);

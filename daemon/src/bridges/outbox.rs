@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use super::*;
-use crate::mailbox::{Delivery, Mailbox, Sent};
+use crate::mailbox::{Delivery, Mailbox, Sent, key_conflict};
 use crate::store::{EventKind, MessageStatus, SourceRef, ThreadRecord};
 use crate::sync::lock;
 use crate::threads::limits;
@@ -302,10 +302,7 @@ impl Bridges {
         if let Some(existing) = existing {
             let existing = in_flight.filter(|e| e.id == existing.id).unwrap_or(existing);
             if existing.request_hash != entry.request_hash {
-                return Err(Error::Conflict(format!(
-                    "idempotency_key: already used for a different message ({}); reuse a key only for the same target and content",
-                    existing.id
-                )));
+                return Err(key_conflict(&existing.id));
             }
             // A replay reports where the message stands (`undeliverable` and the reason if
             // it was refused), as a local replay does.
@@ -333,6 +330,32 @@ impl Bridges {
             // Durable in the outbox: the worker keeps trying.
             _ => Ok(sent_of(&entry, false)),
         }
+    }
+
+    /// The answer for a cross-home send's key already in the outbox (`None` if new), for a
+    /// retry that would be refused now (the sender's switch turned off since).
+    pub async fn replay_remote(
+        &self,
+        source_thread: &str,
+        host: &str,
+        target_session: &str,
+        content: &str,
+        key: &str,
+    ) -> Result<Option<Sent>> {
+        let bridge = self.outbound(host).await?;
+        let in_flight = lock(&self.inner.recording)
+            .values()
+            .find(|e| e.peer_home_id == bridge.peer_home_id && e.key_scope == source_thread && e.key == key)
+            .cloned();
+        let Some(stored) = self.inner.store.outbox_by_key(&bridge.peer_home_id, source_thread, key).await?
+        else {
+            return Ok(None);
+        };
+        let entry = in_flight.filter(|e| e.id == stored.id).unwrap_or(stored);
+        if entry.request_hash != outbox_hash(&bridge.peer_home_id, target_session, content) {
+            return Err(key_conflict(&entry.id));
+        }
+        Ok(Some(sent_of(&entry, true)))
     }
 
     /// One delivery attempt: the entry's new state, and the event a final failure gives its

@@ -9,7 +9,7 @@ use tracing::instrument;
 use super::{caller, read_response, status, target, thread_to_pb, wait_result_to_pb};
 use crate::bridges::Bridges;
 use crate::error::Error;
-use crate::mailbox::{Mailbox, WaitResult, wait_target_count};
+use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count};
 use crate::store::MessageStatus;
 use crate::threads::{CreateRequest, Threads};
 
@@ -259,8 +259,17 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         }
         let target = target(r.target)?;
         let sent = if self.threads.resolve_host(&target.host_id).is_err() {
-            let source = self.mailbox.sender(caller.as_ref()).await.map_err(status)?;
-            let source_thread = source.map(|s| s.thread_id);
+            let source_thread = match self.mailbox.sender(caller.as_ref()).await {
+                Ok(source) => source.map(|s| s.thread_id),
+                // A switch turned off since the first send does not turn its retry away.
+                Err(refusal) => {
+                    let scope = caller.as_ref().map(|c| c.thread_id.as_str()).unwrap_or_default();
+                    let (host, session) = (&target.host_id, &target.session_id);
+                    let replay =
+                        self.bridges.replay_remote(scope, host, session, &r.content, &r.idempotency_key);
+                    return replay.await.map_err(status)?.map(send_response).ok_or_else(|| status(refusal));
+                }
+            };
             self.bridges
                 .send_remote(
                     source_thread,
@@ -277,16 +286,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
                 .await
                 .map_err(status)?
         };
-        Ok(Response::new(pb::ThreadSendResponse {
-            message_id: sent.message_id,
-            status: match sent.status {
-                MessageStatus::Delivered => pb::SendStatus::Delivered,
-                MessageStatus::Pending => pb::SendStatus::Pending,
-                MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
-            } as i32,
-            replayed: sent.replayed,
-            reason: sent.reason,
-        }))
+        Ok(send_response(sent))
     }
 
     // Served by `wait_route` (tonic's per-call state would dominate 10,000 parked waits);
@@ -321,4 +321,17 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         self.mailbox.attention(caller.as_ref(), &request.into_inner().reason).await.map_err(status)?;
         Ok(Response::new(pb::AttentionResponse {}))
     }
+}
+
+fn send_response(sent: Sent) -> Response<pb::ThreadSendResponse> {
+    Response::new(pb::ThreadSendResponse {
+        message_id: sent.message_id,
+        status: match sent.status {
+            MessageStatus::Delivered => pb::SendStatus::Delivered,
+            MessageStatus::Pending => pb::SendStatus::Pending,
+            MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
+        } as i32,
+        replayed: sent.replayed,
+        reason: sent.reason,
+    })
 }

@@ -300,10 +300,7 @@ impl Mailbox {
     /// The answer to a key seen before: the original message, or a conflict.
     async fn replay(&self, message_id: &str, same_request: bool) -> Result<Sent> {
         if !same_request {
-            return Err(Error::Conflict(format!(
-                "idempotency_key: already used for a different message ({message_id}); \
-                 reuse a key only for the same target and content"
-            )));
+            return Err(key_conflict(message_id));
         }
         let message = self
             .store
@@ -491,6 +488,14 @@ impl Mailbox {
 
 /// Identifies a request for idempotency: the same key must come with the same target and
 /// content.
+/// A key used before with another target or content (local and cross-home sends).
+pub fn key_conflict(message_id: &str) -> Error {
+    Error::Conflict(format!(
+        "idempotency_key: already used for a different message ({message_id}); \
+         reuse a key only for the same target and content"
+    ))
+}
+
 fn request_hash(target: &str, content: &str) -> String {
     let mut hash = Sha256::new();
     hash.update(target.as_bytes());

@@ -542,6 +542,8 @@ pub trait Store: Send + Sync + 'static {
     /// Pending entries due at `now`, oldest first.
     async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
     async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>>;
+    /// The outbox entry of a sender's key for a peer, if any.
+    async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;
     /// Makes every pending entry for `peer` due now (the link answered again).
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;

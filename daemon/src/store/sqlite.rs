@@ -399,6 +399,16 @@ fn insert_input(conn: &Connection, thread_id: &str, input: &NewInput, wake: bool
     Ok(())
 }
 
+/// The outbox entry of a sender's key for a peer.
+fn outbox_entry(conn: &Connection, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
+    first(
+        conn,
+        &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE peer_home_id = ? AND key_scope = ? AND key = ?"),
+        params![peer, scope, key],
+        outbox_from,
+    )
+}
+
 fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<()> {
     run(
         conn,
@@ -1176,18 +1186,16 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
+        let (peer, scope, key) = (peer.to_string(), scope.to_string(), key.to_string());
+        self.db.read(move |conn| outbox_entry(conn, &peer, &scope, &key)).await
+    }
+
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
         let e = entry.clone();
         self.db
             .write(move |conn| {
-                let existing = first(
-                    conn,
-                    &format!(
-                        "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE peer_home_id = ? AND key_scope = ? AND key = ?"
-                    ),
-                    params![e.peer_home_id, e.key_scope, e.key],
-                    outbox_from,
-                )?;
+                let existing = outbox_entry(conn, &e.peer_home_id, &e.key_scope, &e.key)?;
                 if existing.is_some() {
                     return Ok(existing);
                 }
