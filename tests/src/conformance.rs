@@ -43,6 +43,7 @@ fn new_thread(id: &str, workspace: &str, now: i64) -> NewThread {
         cwd: "/tmp".into(),
         title: format!("title of {id}"),
         profile: "echo".into(),
+        communication: CommunicationSetting::Default,
         now,
     }
 }

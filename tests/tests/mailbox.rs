@@ -563,3 +563,33 @@ async fn peer_tools_follow_the_callers_switch_and_its_token() {
         assert_eq!(refused.expect_err("an ended turn's token").code(), Code::Unauthenticated);
     }
 }
+
+/// A thread created by an agent whose own switch is off starts with its switch off: the
+/// owner's choice is not undone through a new thread.
+#[tokio::test]
+async fn a_closed_agent_creates_closed_threads() {
+    let kiki = binary("kiki");
+    let script = format!("read title; {} --json thread create --title \"$title\"", kiki.display());
+    let home = TestHome::builder()
+        .config(|c| c.thread_communication.enabled = Some(true))
+        .shell_profile("agent", &script)
+        .start()
+        .await;
+    let agent = home.thread("agent", None).await;
+    let created_by = |n: usize| {
+        let home = &home;
+        let agent = agent.id.clone();
+        async move {
+            let output = home.wait_turns(&agent, n).await.remove(n - 1).output;
+            let created: serde_json::Value = serde_json::from_str(&output).expect("json");
+            home.thread_record(created["id"].as_str().expect("id")).await.communication()
+        }
+    };
+    home.say(&agent.id, "open").await.expect("say");
+    assert_eq!(created_by(1).await, pb::Communication::Default);
+    let off =
+        pb::ThreadSetRequest { target: Some(local(&agent.id)), communication: pb::Communication::Off as i32 };
+    home.client().home().thread_set(off).await.expect("set");
+    home.say(&agent.id, "closed").await.expect("say");
+    assert_eq!(created_by(2).await, pb::Communication::Off, "inherits the closed switch");
+}

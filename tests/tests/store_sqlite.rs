@@ -24,6 +24,7 @@ async fn data_survives_reopening_and_migrations_run_once() {
                 cwd: "/".into(),
                 title: "t".into(),
                 profile: "echo".into(),
+                communication: kiki_daemon::store::CommunicationSetting::Default,
                 now: 1,
             },
             None,

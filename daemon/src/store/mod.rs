@@ -83,6 +83,8 @@ pub struct NewThread {
     pub cwd: String,
     pub title: String,
     pub profile: String,
+    /// The thread's own switch from the start.
+    pub communication: CommunicationSetting,
     pub now: Millis,
 }
 

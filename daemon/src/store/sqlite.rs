@@ -655,14 +655,15 @@ impl Store for SqliteStore {
             .write(move |conn| {
                 run(
                     conn,
-                    "INSERT INTO threads (id, workspace_id, cwd, title, profile, created_at, updated_at)
-                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO threads (id, workspace_id, cwd, title, profile, communication, created_at, updated_at)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     params![
                         thread.id,
                         thread.workspace_id,
                         thread.cwd,
                         thread.title,
                         thread.profile,
+                        thread.communication.as_str(),
                         thread.now,
                         thread.now
                     ],

@@ -14,7 +14,10 @@ use tracing::instrument;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::{Archived, InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord, TurnRecord};
+use crate::store::{
+    Archived, CommunicationSetting, InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord,
+    TurnRecord,
+};
 use crate::sync::uncancelled;
 use crate::time::now_ms;
 use runner::{TurnCaller, TurnRunner};
@@ -139,13 +142,20 @@ impl Threads {
             },
             None => self.config.default_profile().to_string(),
         };
+        let parent = match caller {
+            Some(caller) => Some(self.get("", "", &caller.thread_id).await?),
+            None => None,
+        };
+        // A thread whose owner closed its peer tools must not reopen them through a thread
+        // it creates: that one starts closed too.
+        let communication = match &parent {
+            Some(p) if p.communication == CommunicationSetting::Off => CommunicationSetting::Off,
+            _ => CommunicationSetting::Default,
+        };
         let cwd = match &req.cwd {
             Some(cwd) => checked_dir(cwd)?,
-            None => match caller {
-                Some(caller) => {
-                    let parent = self.get("", "", &caller.thread_id).await?;
-                    workspace::root_of(Path::new(&parent.cwd))
-                }
+            None => match &parent {
+                Some(parent) => workspace::root_of(Path::new(&parent.cwd)),
                 None => {
                     return Err(Error::invalid(
                         "cwd",
@@ -166,6 +176,7 @@ impl Threads {
             cwd: cwd.display().to_string(),
             title,
             profile,
+            communication,
             now,
         };
         let first = req.prompt.as_ref().map(|prompt| user_input(prompt, now));
