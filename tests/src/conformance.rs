@@ -503,6 +503,27 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let listed: Vec<String> =
         store.outbox_for_bridge("br_1").await.expect("list").into_iter().map(|e| e.status).collect();
     assert_eq!(listed, ["delivered", "pending"]);
+    // An outcome is final: a late attempt's outcome changes nothing and adds no event.
+    let mut late = outbox("msg_1", "k1", 10);
+    late.status = "rejected".into();
+    let event = EventRecord {
+        seq: 0,
+        thread_id: "th_src".into(),
+        kind: EventKind::Undeliverable,
+        turn_id: None,
+        turn_status: None,
+        reason: "thread_not_found".into(),
+        lifecycle: String::new(),
+        message_id: Some("msg_1".into()),
+        at: 30,
+    };
+    store.outbox_update(&late, Some(&event)).await.expect("update");
+    let first = store.outbox_for_bridge("br_1").await.expect("list").remove(0);
+    assert_eq!(first.status, "delivered");
+    assert!(
+        store.events_after("th_src", 0, 10).await.expect("events").is_empty(),
+        "no second outcome's event"
+    );
 }
 
 /// A write that fails half-way leaves nothing behind, and writes committed with it (a

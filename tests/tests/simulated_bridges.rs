@@ -221,3 +221,30 @@ async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
     let turn = b.wait_turns(&t.id, 1).await.remove(0);
     assert_eq!(turn.output, "echo: the user speaks", "held back while communication is off");
 }
+
+/// The source's owner revokes its own outbound bridge while a send waits in the outbox for a
+/// cut-off target: the send ends as rejected (`bridge_revoked`) instead of being retried.
+#[tokio::test]
+async fn revoking_at_the_source_ends_its_pending_sends() {
+    let network = MemoryNetwork::new();
+    let (a, b) = (home(&network).await, home(&network).await);
+    let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
+    a.pair_with(&b, b.bridge_listen().await, "send,wake", "bee").await;
+    let t = b.thread("echo", None).await;
+    network.partition(&a_id, &b_id, true);
+    let sent = a.client().threads().thread_send(send(&t.id, "stuck", "k1")).await.expect("send").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Pending);
+    a.client()
+        .bridges()
+        .bridge_revoke(pb::BridgeRevokeRequest { bridge: "bee".into() })
+        .await
+        .expect("revoke");
+    let ended = kiki_tests::eventually("the pending send ended", || async {
+        receipt(&a, "k1").await.filter(|r| r.status != "pending")
+    })
+    .await;
+    assert_eq!((ended.status.as_str(), ended.reason.as_str()), ("rejected", "bridge_revoked"));
+    network.partition(&a_id, &b_id, false);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(b.all_turns(&t.id).await.is_empty(), "nothing was delivered");
+}

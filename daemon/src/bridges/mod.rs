@@ -61,6 +61,8 @@ struct Inner {
     connections: tokio::sync::Mutex<HashMap<String, Arc<dyn Link>>>,
     /// Outcomes of sends already answered whose outbox write is still on its way, by id.
     recording: std::sync::Mutex<HashMap<String, OutboxRecord>>,
+    /// Outbox entries with an attempt under way (see `outbox::AttemptClaim`).
+    attempting: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Peers known to have no outbox entries backing off (see `link_up`).
     settled: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The bridge table, read through [`Bridges::all`].
@@ -153,6 +155,7 @@ impl Bridges {
                 connections: tokio::sync::Mutex::new(HashMap::new()),
                 settled: std::sync::Mutex::new(std::collections::HashSet::new()),
                 recording: std::sync::Mutex::new(HashMap::new()),
+                attempting: std::sync::Mutex::new(std::collections::HashSet::new()),
                 mailbox: std::sync::OnceLock::new(),
                 cache: tokio::sync::Mutex::new(None),
                 decisions: tokio::sync::Mutex::new(()),

@@ -26,6 +26,9 @@ const BACKOFF_CAP: Duration = Duration::from_secs(30);
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 /// How often the worker looks for due entries.
 const TICK: Duration = Duration::from_millis(100);
+/// Due entries read per tick, and attempts under way at most.
+const DUE_PER_TICK: u32 = 256;
+const MAX_ATTEMPTS_IN_FLIGHT: usize = 256;
 /// How long one delivery attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Wire codes after which retrying cannot help.
@@ -40,11 +43,14 @@ const FINAL: &[&str] = &[
 ];
 
 /// The pause before attempt `attempts + 1`: doubling from 250 ms, capped at 30 s, with
-/// ±20 % jitter so many sources do not retry in lockstep.
+/// jitter (−20 %…+20 %, and only downwards at the cap) so many sources do not retry in
+/// lockstep.
 pub fn backoff(attempts: u32) -> Duration {
-    let base = BACKOFF_FIRST.saturating_mul(1u32 << attempts.min(16)).min(BACKOFF_CAP);
-    let jitter = rand::rng().random_range(0.8..1.2);
-    base.mul_f64(jitter).min(BACKOFF_CAP)
+    let base = BACKOFF_FIRST.saturating_mul(1u32 << attempts.min(16));
+    if base >= BACKOFF_CAP {
+        return BACKOFF_CAP.mul_f64(rand::rng().random_range(0.8..1.0));
+    }
+    base.mul_f64(rand::rng().random_range(0.8..1.2)).min(BACKOFF_CAP)
 }
 
 fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
@@ -96,6 +102,33 @@ fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
         return Err(from_wire(host, pb::WireError { code: entry.reason.clone(), message }));
     }
     Ok(sent_of(entry, false))
+}
+
+/// An outbox entry's attempt under way; dropped, the entry may be attempted again.
+struct AttemptClaim {
+    inner: Arc<Inner>,
+    id: String,
+}
+
+impl AttemptClaim {
+    /// The first attempt, made by the send itself.
+    fn take(inner: &Arc<Inner>, id: &str) -> Self {
+        lock(&inner.attempting).insert(id.to_string());
+        Self { inner: inner.clone(), id: id.to_string() }
+    }
+
+    /// An attempt by the worker, unless one is under way.
+    fn try_take(inner: &Arc<Inner>, id: &str) -> Option<Self> {
+        lock(&inner.attempting)
+            .insert(id.to_string())
+            .then(|| Self { inner: inner.clone(), id: id.to_string() })
+    }
+}
+
+impl Drop for AttemptClaim {
+    fn drop(&mut self) {
+        lock(&self.inner.attempting).remove(&self.id);
+    }
 }
 
 /// Keys are the sender's: scoped by its home and thread, they never collide.
@@ -308,18 +341,27 @@ impl Bridges {
             // it was refused), as a local replay does.
             return Ok(sent_of(&existing, true));
         }
+        // The worker leaves the entry alone while this attempt is under way (whatever ends
+        // it: an answer, the bounded wait, the caller going away).
+        let claim = AttemptClaim::take(&self.inner, &entry.id);
         let attempt = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await;
         match attempt {
             Ok(Ok((shipped, event))) => {
-                // The answer does not wait for the outcome's write: until it lands the entry
-                // stays pending (not due before `delivery_wait`), and a retry after a crash
-                // is answered by the target's dedup.
-                // Meanwhile receipts read the outcome from memory, so what the sender sees
-                // next agrees with the answer it got.
+                let answer = first_answer(host, &shipped);
+                if shipped.status == "rejected" {
+                    // A refusal is answered once recorded: after a crash the entry must not
+                    // be pending again, to be retried and perhaps delivered after all.
+                    self.record(&shipped, event).await?;
+                    return answer;
+                }
+                // Otherwise the answer does not wait for the outcome's write: until it lands
+                // the entry stays pending, and a retry after a crash is answered by the
+                // target's dedup. Meanwhile receipts read the outcome from memory, so what
+                // the sender sees next agrees with the answer it got.
                 lock(&self.inner.recording).insert(shipped.id.clone(), shipped.clone());
                 let bridges = self.clone();
-                let answer = first_answer(host, &shipped);
                 tokio::spawn(async move {
+                    let _claim = claim;
                     if let Err(e) = bridges.record(&shipped, event).await {
                         warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");
                     }
@@ -373,6 +415,9 @@ impl Bridges {
                 None => return Ok(finish(entry, "rejected", "bridge_removed")),
             },
         };
+        if bridge.state == "revoked" {
+            return Ok(finish(entry, "rejected", "bridge_revoked"));
+        }
         if now > entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 {
             return Ok(finish(entry, "expired", "expired"));
         }
@@ -451,14 +496,24 @@ impl Bridges {
         Ok(())
     }
 
-    /// The outbox worker: ships due entries until `stop`.
+    /// The outbox worker: ships due entries until `stop`. Each attempt runs on its own
+    /// task, so a peer that does not answer (up to [`ATTEMPT_TIMEOUT`] per attempt) holds
+    /// up no other; an entry already being attempted (inline by its send, or by an
+    /// earlier tick) is skipped until its outcome is recorded.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
         loop {
-            match self.inner.store.outbox_due(now_ms(), 32).await {
+            match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK).await {
                 Ok(due) => {
-                    let attempts = due.into_iter().map(|entry| {
+                    for entry in due {
+                        if lock(&self.inner.attempting).len() >= MAX_ATTEMPTS_IN_FLIGHT {
+                            break;
+                        }
+                        let Some(claim) = AttemptClaim::try_take(&self.inner, &entry.id) else {
+                            continue;
+                        };
                         let bridges = self.clone();
                         tokio::spawn(async move {
+                            let _claim = claim;
                             let done = match bridges.attempt(entry, None).await {
                                 Ok((entry, event)) => bridges.record(&entry, event).await,
                                 Err(e) => Err(e),
@@ -466,10 +521,7 @@ impl Bridges {
                             if let Err(e) = done {
                                 warn!(error = %e, "outbox attempt failed to record");
                             }
-                        })
-                    });
-                    for attempt in attempts.collect::<Vec<_>>() {
-                        let _ = attempt.await;
+                        });
                     }
                 }
                 Err(e) => warn!(error = %e, "cannot read the outbox"),

@@ -539,7 +539,8 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a new outbox entry: `None` if it was stored, or the entry already holding its
     /// (peer, scope, key).
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
-    /// Saves an entry's new state, with an optional event (e.g. `undeliverable`).
+    /// Saves a pending entry's new state, with an optional event (e.g. `undeliverable`).
+    /// An entry no longer pending is left as it is, and the event is not added.
     async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;
     /// Pending entries due at `now`, oldest first.
     async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;

@@ -1234,10 +1234,11 @@ impl Store for SqliteStore {
         let (e, event) = (entry.clone(), event.cloned());
         self.db
             .write(move |conn| {
-                run(
+                // Only a pending entry moves on: an outcome is final, and its event is given once.
+                let changed = run(
                     conn,
                     "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
-                         next_attempt_at = ?, updated_at = ? WHERE id = ?",
+                         next_attempt_at = ?, updated_at = ? WHERE id = ? AND status = 'pending'",
                     params![
                         e.status,
                         e.reason,
@@ -1247,8 +1248,8 @@ impl Store for SqliteStore {
                         e.updated_at,
                         e.id
                     ],
-                )?;
-                if let Some(event) = &event {
+                )? > 0;
+                if changed && let Some(event) = &event {
                     insert_event(conn, event)?;
                 }
                 Ok(())
