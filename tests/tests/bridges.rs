@@ -190,6 +190,24 @@ async fn inbound_aliases_are_unique_though_peers_share_a_host_name() {
     a.client().threads().thread_list(list_via("bee")).await.expect("a's bridge is untouched");
 }
 
+/// Dialing a peer that is gone holds up calls to that peer only: another bridge answers
+/// meanwhile.
+#[tokio::test]
+async fn a_peer_that_does_not_answer_holds_up_no_other() {
+    let (a, b, c) = (open_home().await, open_home().await, open_home().await);
+    approve(&b, &request(&a, &b, "read", "bee").await, "read", vec![]).await;
+    approve(&c, &request(&a, &c, "read", "cee").await, "read", vec![]).await;
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    let client = a.client().clone();
+    let stuck = tokio::spawn(async move { client.threads().thread_list(list_via("bee")).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    a.client().threads().thread_list(list_via("cee")).await.expect("c answers");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "waited for the dial to b");
+    assert!(stuck.await.expect("task").is_err(), "b is gone");
+}
+
 /// A remote ThreadWait parked when its bridge is revoked ends at once, refused, instead of
 /// holding on until its timeout.
 #[tokio::test]

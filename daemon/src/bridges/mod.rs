@@ -42,6 +42,8 @@ const REQUEST_WINDOW: Duration = Duration::from_secs(60);
 const HEALTH_EVERY: Duration = Duration::from_secs(10);
 /// How long `kiki bridge list` waits for each peer's answer.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long dialing a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a remote call may take before it is reported as a link error: a ThreadWait
 /// may legitimately be held for up to 60 s.
 const CALL_TIMEOUT: Duration = Duration::from_secs(75);
@@ -51,14 +53,18 @@ pub struct Bridges {
     inner: Arc<Inner>,
 }
 
+/// The connection to one peer, if dialed.
+type ConnectionSlot = Arc<tokio::sync::Mutex<Option<Arc<dyn Link>>>>;
+
 struct Inner {
     store: Arc<dyn Store>,
     threads: Threads,
     /// The seam to the network (QUIC in a running home).
     endpoint: Arc<dyn Transport>,
     config: Arc<Config>,
-    /// Open connections to peers we dialed, by peer home id.
-    connections: tokio::sync::Mutex<HashMap<String, Arc<dyn Link>>>,
+    /// Connections to peers we dialed, by peer home id: a slot per peer, so dialing a peer
+    /// that does not answer holds up calls to that peer only.
+    connections: std::sync::Mutex<HashMap<String, ConnectionSlot>>,
     /// Outcomes of sends already answered whose outbox write is still on its way, by id.
     recording: std::sync::Mutex<HashMap<String, OutboxRecord>>,
     /// Outbox entries with an attempt under way (see `outbox::AttemptClaim`).
@@ -152,7 +158,7 @@ impl Bridges {
                 threads,
                 endpoint,
                 config,
-                connections: tokio::sync::Mutex::new(HashMap::new()),
+                connections: std::sync::Mutex::new(HashMap::new()),
                 settled: std::sync::Mutex::new(std::collections::HashSet::new()),
                 recording: std::sync::Mutex::new(HashMap::new()),
                 attempting: std::sync::Mutex::new(std::collections::HashSet::new()),
@@ -200,7 +206,7 @@ impl Bridges {
 
     /// Closes every bridge connection and the endpoint (shutdown).
     pub async fn close(&self) {
-        self.inner.connections.lock().await.clear();
+        lock(&self.inner.connections).clear();
         self.inner.endpoint.close().await;
     }
 
@@ -517,7 +523,7 @@ impl Bridges {
             last_error_at: None,
         };
         self.save_bridge(Some(&bridge), None).await?;
-        self.inner.connections.lock().await.insert(peer_home_id.clone(), peer);
+        *self.connection_slot(&peer_home_id).lock().await = Some(peer);
         Ok((bridge, request_id))
     }
 
@@ -761,9 +767,11 @@ impl Bridges {
     }
 
     async fn connection(&self, bridge: &BridgeRecord, fresh: bool) -> Result<Arc<dyn Link>> {
-        let mut connections = self.inner.connections.lock().await;
+        let slot = self.connection_slot(&bridge.peer_home_id);
+        // Calls to one peer wait for one dial, rather than each dialing.
+        let mut slot = slot.lock().await;
         if !fresh
-            && let Some(peer) = connections.get(&bridge.peer_home_id)
+            && let Some(peer) = slot.as_ref()
             && !peer.is_closed()
         {
             return Ok(peer.clone());
@@ -772,14 +780,24 @@ impl Bridges {
             .address
             .parse()
             .map_err(|_| Error::FailedPrecondition(format!("bridge {} has no usable address", bridge.id)))?;
-        let peer = self
-            .inner
-            .endpoint
-            .connect(addr, Some(&bridge.peer_home_id))
-            .await
-            .map_err(|e| Error::FailedPrecondition(format!("{}: {e}", bridge.alias)))?;
-        connections.insert(bridge.peer_home_id.clone(), peer.clone());
+        let dial = self.inner.endpoint.connect(addr, Some(&bridge.peer_home_id));
+        let peer = match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
+            Ok(connected) => {
+                connected.map_err(|e| Error::FailedPrecondition(format!("{}: {e}", bridge.alias)))?
+            }
+            Err(_) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "{}: no connection within {CONNECT_TIMEOUT:?}",
+                    bridge.alias
+                )));
+            }
+        };
+        *slot = Some(peer.clone());
         Ok(peer)
+    }
+
+    fn connection_slot(&self, peer: &str) -> ConnectionSlot {
+        lock(&self.inner.connections).entry(peer.to_string()).or_default().clone()
     }
 
     /// A call whose answer must be `expect`ed; other answers and wire errors are errors.
