@@ -41,7 +41,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use config::{Config, ConfigError};
+use config::{Config, ConfigError, ExecutorKind};
 use executors::agent::Agent;
 use home::{HomeDir, LockError};
 use identity::{Identity, IdentityError};
@@ -157,13 +157,7 @@ impl DaemonBuilder {
             Some(url) => Arc::new(SqliteStore::open(url).await?),
             None => Arc::new(SqliteStore::open_path(&home.sqlite_file()).await?),
         };
-        // Agents the last kikid left running (killed with -9) would go on beside the turns
-        // that follow: stop them before their turns are failed.
-        let agents = store.running_agents().await?;
-        let stopped = agents.iter().filter_map(|r| Agent::from_record(r)).filter(Agent::stop).count();
-        if stopped > 0 {
-            warn!(agents = stopped, "stopped agent processes left running by the last stop");
-        }
+        recover_interrupted_turns(store.as_ref(), &config).await?;
         let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
         if !interrupted.is_empty() {
             warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
@@ -326,4 +320,25 @@ impl DaemonHandle {
     pub async fn stopped(&self) {
         self.inner.stopped.cancelled().await;
     }
+}
+
+/// Before the turns the last kikid left `running` are failed: an `exec` agent it left
+/// running (killed with -9) would go on beside the turns that follow, so it is stopped; an
+/// `exec` turn with no agent recorded never gave its agent the input (the agent is recorded
+/// before it gets it), so its messages were not delivered after all.
+async fn recover_interrupted_turns(store: &dyn Store, config: &Config) -> Result<(), StoreError> {
+    let mut stopped = 0;
+    for turn in store.interrupted_turns().await? {
+        match turn.agent.as_deref().map(Agent::from_record) {
+            Some(agent) => stopped += usize::from(agent.is_some_and(|a| a.stop())),
+            None if config.profile(&turn.profile).is_some_and(|p| p.executor == ExecutorKind::Exec) => {
+                store.undeliver_turn_messages(&turn.turn_id, "kikid_stopped", time::now_ms()).await?;
+            }
+            None => {}
+        }
+    }
+    if stopped > 0 {
+        warn!(agents = stopped, "stopped agent processes left running by the last stop");
+    }
+    Ok(())
 }

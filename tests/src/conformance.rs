@@ -4,9 +4,9 @@
 
 use kiki_daemon::executors::render;
 use kiki_daemon::store::{
-    BridgeRecord, CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, NewInput,
-    NewMessage, NewThread, OutboxRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnClaim,
-    TurnOutcome, TurnStatus,
+    BridgeRecord, CommunicationSetting, EventKind, EventRecord, InputKind, InterruptedTurn, MessageStatus,
+    NewInput, NewMessage, NewThread, OutboxRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery,
+    TurnClaim, TurnOutcome, TurnStatus,
 };
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
@@ -226,15 +226,28 @@ pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
         store.create_thread(&new_thread(thread, "ws", 1), Some(&user(input, "x"))).await.expect("create");
         store.claim_turn(thread, turn(turn_id, true), 2).await.expect("claim").expect("input");
     }
-    assert!(store.running_agents().await.expect("agents").is_empty(), "none recorded yet");
+    let agents = |turns: Vec<InterruptedTurn>| {
+        let mut agents: Vec<(String, Option<String>)> =
+            turns.into_iter().map(|t| (t.turn_id, t.agent)).collect();
+        agents.sort();
+        agents
+    };
+    let none_yet = agents(store.interrupted_turns().await.expect("turns"));
+    assert!(none_yet.iter().all(|(_, agent)| agent.is_none()), "none recorded yet: {none_yet:?}");
     store.record_agent("tu_1", "11 1 boot").await.expect("record");
     store.record_agent("tu_2", "12 1 boot").await.expect("record");
     finish(store, "tu_2", "done").await;
     store.record_agent("tu_2", "13 1 boot").await.expect("an ended turn is left alone");
-    // tu_3 runs an `echo` turn: no agent process.
-    assert_eq!(store.running_agents().await.expect("agents"), vec!["11 1 boot".to_string()]);
+    // tu_3's agent was never recorded (an `echo` turn, or an agent that never got its input).
+    assert_eq!(
+        agents(store.interrupted_turns().await.expect("turns")),
+        [("tu_1".to_string(), Some("11 1 boot".to_string())), ("tu_3".to_string(), None)]
+    );
+    let profiles: Vec<String> =
+        store.interrupted_turns().await.expect("turns").into_iter().map(|t| t.profile).collect();
+    assert!(profiles.iter().all(|p| p == "echo"), "{profiles:?}");
     store.fail_interrupted_turns("crashed", 3).await.expect("recover");
-    assert!(store.running_agents().await.expect("agents").is_empty());
+    assert!(store.interrupted_turns().await.expect("turns").is_empty());
 }
 
 pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {

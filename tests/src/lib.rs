@@ -110,8 +110,15 @@ impl TestHome {
 
     /// Stops the daemon cleanly and starts it again on the same directory.
     pub async fn restart(&mut self) {
+        self.restart_with(async |_| {}).await;
+    }
+
+    /// Stops the daemon cleanly, runs `between` on its home directory while it is down,
+    /// and starts it again.
+    pub async fn restart_with(&mut self, between: impl AsyncFnOnce(&Path)) {
         self.handle.shutdown();
         self.handle.stopped().await;
+        between(self.dir.path()).await;
         let (handle, client) = boot(self.dir.path(), self.config.clone(), self.transport.clone()).await;
         self.handle = handle;
         self.client = client;

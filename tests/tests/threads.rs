@@ -557,3 +557,47 @@ async fn thread_in_repo_subdir(
         .expect("create");
     (repo, t)
 }
+
+/// A turn claimed with a message whose agent never got its input (the daemon stopped in
+/// between: no agent was recorded) did not deliver the message after all: the restart fails
+/// the turn and makes the message undeliverable.
+#[tokio::test]
+async fn a_claimed_turn_whose_agent_never_started_does_not_deliver() {
+    use kiki_daemon::store::{NewMessage, SqliteStore, Store, TurnClaim};
+    let mut home = TestHome::builder().shell_profile("agent", "cat").start().await;
+    let t = home.thread("agent", None).await;
+    let db = home.handle().home_dir().join("kiki.db");
+    let thread_id = t.id.clone();
+    home.restart_with(async |_| {
+        let store = SqliteStore::open_path(&db).await.expect("open");
+        let message = NewMessage {
+            id: "msg_lost".into(),
+            target_thread: thread_id,
+            source: None,
+            content: "lost".into(),
+            key_scope: String::new(),
+            key: "k".into(),
+            request_hash: "h".into(),
+            wake: true,
+            claim: Some(TurnClaim {
+                turn_id: "tu_claimed".into(),
+                take_messages: true,
+                render: kiki_daemon::executors::render,
+            }),
+            receipt: None,
+            now: 1,
+        };
+        store.accept_message(&message).await.expect("claimed");
+        store.close().await;
+    })
+    .await;
+    let turns = home.wait_turns(&t.id, 1).await;
+    assert_eq!(turns[0].status(), pb::TurnStatus::Failed);
+    let db = rusqlite::Connection::open(&db).expect("open");
+    let (status, reason): (String, String) = db
+        .query_row("SELECT status, reason FROM messages WHERE id = 'msg_lost'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .expect("message");
+    assert_eq!((status.as_str(), reason.as_str()), ("undeliverable", "kikid_stopped"));
+}

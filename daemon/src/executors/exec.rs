@@ -57,7 +57,8 @@ pub async fn run(command: &[String], mut input: TurnInput<'_>) -> Result<String,
         .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
     let mut guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };
     if let (Some(recorded), Some(agent)) = (input.on_agent_start.take(), child.id().and_then(Agent::of)) {
-        recorded(agent).await;
+        // Dropping the guard on this error kills the agent before it got its input.
+        recorded(agent).await.map_err(TurnFailure::before_agent)?;
     }
     let fail = |output: String, error: String| TurnFailure { output, error, agent_started: true };
 

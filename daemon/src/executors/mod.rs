@@ -13,9 +13,10 @@ use agent::Agent;
 use crate::config::{ExecutorKind, ProfileConfig};
 use crate::store::{InputKind, InputRecord};
 
-/// Told about an `exec` agent once its process runs, before it gets its input.
+/// Told about an `exec` agent once its process runs, before it gets its input. An error
+/// stops the agent before it gets any: the turn fails and its messages are not delivered.
 pub type OnAgentStart<'a> =
-    Box<dyn FnOnce(Agent) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> + Send + 'a>;
+    Box<dyn FnOnce(Agent) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> + Send + 'a>;
 
 /// What an executor gets for one turn.
 pub struct TurnInput<'a> {

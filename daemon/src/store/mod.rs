@@ -76,6 +76,15 @@ pub struct ThreadRecord {
     pub communication: CommunicationSetting,
 }
 
+/// A turn found `running` at startup: the last kikid stopped during it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptedTurn {
+    pub turn_id: String,
+    pub profile: String,
+    /// Its agent's process, if one was recorded (see `executors::agent`).
+    pub agent: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub struct NewThread {
     pub id: String,
@@ -473,9 +482,9 @@ pub trait Store: Send + Sync + 'static {
     /// Records the process of a running turn's agent (an opaque record, see
     /// `executors::agent`); a turn that has ended is left alone.
     async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()>;
-    /// The recorded agents of turns still `running` (startup after a crash, before
-    /// [`Store::fail_interrupted_turns`]).
-    async fn running_agents(&self) -> StoreResult<Vec<String>>;
+    /// The turns still `running` (startup after a crash, before
+    /// [`Store::fail_interrupted_turns`]), with their thread's profile and recorded agent.
+    async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>>;
     /// Marks every turn still `running` as failed with `reason` (startup after a crash),
     /// with a `terminal` event each. Returns the threads concerned.
     async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>>;

@@ -842,14 +842,17 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn running_agents(&self) -> StoreResult<Vec<String>> {
+    async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
         self.db
             .read(|conn| {
                 all(
                     conn,
-                    "SELECT agent FROM turns WHERE status = 'running' AND agent IS NOT NULL",
+                    "SELECT tu.id, th.profile, tu.agent FROM turns tu JOIN threads th ON th.id = tu.thread_id
+                     WHERE tu.status = 'running'",
                     [],
-                    |row| Ok(row.get::<_, String>(0)?),
+                    |row| {
+                        Ok(InterruptedTurn { turn_id: row.get(0)?, profile: row.get(1)?, agent: row.get(2)? })
+                    },
                 )
             })
             .await

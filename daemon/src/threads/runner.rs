@@ -268,16 +268,17 @@ impl Inner {
         self.finish(outcome).await;
     }
 
-    /// Records a turn's agent process, so that a restart after a crash can stop it. Not
-    /// retried: if the write fails, the agent runs unrecorded and only a crash during this
-    /// turn would leave it running.
+    /// Records a turn's agent process before it gets its input, so that a restart after a
+    /// crash can stop it — and can tell that a turn with none recorded never delivered its
+    /// input. If the write fails, the agent is stopped and the turn fails before it.
     fn agent_recorder<'a>(&self, turn_id: &str) -> OnAgentStart<'a> {
         let (store, turn_id) = (self.store.clone(), turn_id.to_string());
         Box::new(move |agent: Agent| {
             Box::pin(async move {
-                if let Err(e) = store.record_agent(&turn_id, &agent.record()).await {
-                    warn!(error = %e, %turn_id, "cannot record the turn's agent process");
-                }
+                store
+                    .record_agent(&turn_id, &agent.record())
+                    .await
+                    .map_err(|e| format!("cannot record the agent's process: {e}"))
             })
         })
     }
