@@ -71,6 +71,8 @@ struct Inner {
     attempting: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Peers known to have no outbox entries backing off (see `link_up`).
     settled: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// When each peer last answered a call (see `link_up`).
+    answered: std::sync::Mutex<HashMap<String, i64>>,
     /// The bridge table, read through [`Bridges::all`].
     cache: tokio::sync::Mutex<Option<Vec<BridgeRecord>>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
@@ -160,6 +162,7 @@ impl Bridges {
                 config,
                 connections: std::sync::Mutex::new(HashMap::new()),
                 settled: std::sync::Mutex::new(std::collections::HashSet::new()),
+                answered: std::sync::Mutex::new(HashMap::new()),
                 recording: std::sync::Mutex::new(HashMap::new()),
                 attempting: std::sync::Mutex::new(std::collections::HashSet::new()),
                 mailbox: std::sync::OnceLock::new(),

@@ -104,6 +104,18 @@ fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
     Ok(sent_of(entry, false))
 }
 
+/// A pending entry's state for another attempt after `delay`.
+fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> (OutboxRecord, Option<EventRecord>) {
+    entry.attempts += 1;
+    debug!(message_id = %entry.id, attempts = entry.attempts, why, ?delay, "bridged send will be retried");
+    let now = now_ms();
+    entry.status = "pending".into();
+    entry.reason = why.chars().take(200).collect();
+    entry.next_attempt_at = now + delay.as_millis() as i64;
+    entry.updated_at = now;
+    (entry, None)
+}
+
 /// An outbox entry's attempt under way; dropped, the entry may be attempted again.
 struct AttemptClaim {
     inner: Arc<Inner>,
@@ -453,6 +465,11 @@ impl Bridges {
                 finish(entry, "rejected", &e.code)
             }
             Ok(Ok(other)) => self.retry_later(entry, &format!("unexpected answer: {other:?}")),
+            // Unreached: unless the peer answered another call meanwhile (the link is back
+            // and this attempt rode a stale connection), back off.
+            Ok(Err(e)) if self.answered_since(&entry.peer_home_id, now) => {
+                self.retry_soon(entry, &e.to_string())
+            }
             Ok(Err(e)) => self.retry_later(entry, &e.to_string()),
             Err(_) => self.retry_later(entry, &format!("no answer within {ATTEMPT_TIMEOUT:?}")),
         })
@@ -463,6 +480,7 @@ impl Bridges {
     /// contact since the start), not on every answer.
     async fn link_up(&self, bridge: &BridgeRecord) {
         let peer = &bridge.peer_home_id;
+        lock(&self.inner.answered).insert(peer.clone(), now_ms());
         if lock(&self.inner.settled).contains(peer) {
             return;
         }
@@ -471,17 +489,23 @@ impl Bridges {
         }
     }
 
+    /// Whether `peer` answered a call since `since` (see [`Bridges::link_up`]).
+    fn answered_since(&self, peer: &str, since: i64) -> bool {
+        lock(&self.inner.answered).get(peer).is_some_and(|at| *at >= since)
+    }
+
     /// The entry's state for another attempt after a jittered backoff.
-    fn retry_later(&self, mut entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
+    fn retry_later(&self, entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
         lock(&self.inner.settled).remove(&entry.peer_home_id);
-        entry.attempts += 1;
-        debug!(message_id = %entry.id, attempts = entry.attempts, why, "bridged send will be retried");
-        let now = now_ms();
-        entry.status = "pending".into();
-        entry.reason = why.chars().take(200).collect();
-        entry.next_attempt_at = now + backoff(entry.attempts.max(0) as u32).as_millis() as i64;
-        entry.updated_at = now;
-        (entry, None)
+        let delay = backoff((entry.attempts + 1).max(0) as u32);
+        retry_after(entry, why, delay)
+    }
+
+    /// The entry's state for another attempt at the next tick: its attempt failed, but the
+    /// link answered meanwhile, so the reset `link_up` made (or skipped, the peer being
+    /// settled) must not be undone by this late failure.
+    fn retry_soon(&self, entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
+        retry_after(entry, why, Duration::ZERO)
     }
 
     /// Saves an attempt's outcome; a final failure's event wakes the sending thread's waiters.
