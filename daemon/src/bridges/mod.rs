@@ -752,11 +752,15 @@ impl Bridges {
 
     /// One call over `bridge`, reconnecting once if the cached connection is gone.
     async fn call(&self, bridge: &BridgeRecord, call: &pb::BridgeCall) -> Result<pb::BridgeReply> {
+        let mut failed: Option<Arc<dyn Link>> = None;
         for attempt in 0..2 {
-            let peer = self.connection(bridge, attempt > 0).await?;
+            let peer = self.connection(bridge, failed.as_ref()).await?;
             match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call)).await {
                 Ok(Ok(reply)) => return Ok(reply),
-                Ok(Err(e)) if attempt == 0 => debug!(error = %e, "bridge call failed; reconnecting"),
+                Ok(Err(e)) if attempt == 0 => {
+                    debug!(error = %e, "bridge call failed; reconnecting");
+                    failed = Some(peer);
+                }
                 Ok(Err(e)) => return Err(Error::FailedPrecondition(format!("{}: {e}", bridge.alias))),
                 Err(_) => {
                     return Err(Error::FailedPrecondition(format!(
@@ -769,13 +773,19 @@ impl Bridges {
         unreachable!("the loop returns on its second attempt")
     }
 
-    async fn connection(&self, bridge: &BridgeRecord, fresh: bool) -> Result<Arc<dyn Link>> {
+    /// The connection to the bridge's peer, dialed if there is none, it closed, or it is
+    /// `failed` (a call on it just failed). Calls to one peer wait for one dial rather than
+    /// each dialing, and a connection another call has just redialed is reused.
+    async fn connection(
+        &self,
+        bridge: &BridgeRecord,
+        failed: Option<&Arc<dyn Link>>,
+    ) -> Result<Arc<dyn Link>> {
         let slot = self.connection_slot(&bridge.peer_home_id);
-        // Calls to one peer wait for one dial, rather than each dialing.
         let mut slot = slot.lock().await;
-        if !fresh
-            && let Some(peer) = slot.as_ref()
+        if let Some(peer) = slot.as_ref()
             && !peer.is_closed()
+            && !failed.is_some_and(|f| Arc::ptr_eq(f, peer))
         {
             return Ok(peer.clone());
         }

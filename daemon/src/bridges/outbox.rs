@@ -123,13 +123,7 @@ struct AttemptClaim {
 }
 
 impl AttemptClaim {
-    /// The first attempt, made by the send itself.
-    fn take(inner: &Arc<Inner>, id: &str) -> Self {
-        lock(&inner.attempting).insert(id.to_string());
-        Self { inner: inner.clone(), id: id.to_string() }
-    }
-
-    /// An attempt by the worker, unless one is under way.
+    /// The attempt, unless one is under way.
     fn try_take(inner: &Arc<Inner>, id: &str) -> Option<Self> {
         lock(&inner.attempting)
             .insert(id.to_string())
@@ -355,7 +349,10 @@ impl Bridges {
         }
         // The worker leaves the entry alone while this attempt is under way (whatever ends
         // it: an answer, the bounded wait, the caller going away).
-        let claim = AttemptClaim::take(&self.inner, &entry.id);
+        let Some(claim) = AttemptClaim::try_take(&self.inner, &entry.id) else {
+            // The worker got to it first (a `link_up` made it due): it answers for it.
+            return Ok(sent_of(&entry, false));
+        };
         let attempt = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await;
         match attempt {
             Ok(Ok((shipped, event))) => {
@@ -501,11 +498,23 @@ impl Bridges {
         retry_after(entry, why, delay)
     }
 
-    /// The entry's state for another attempt at the next tick: its attempt failed, but the
-    /// link answered meanwhile, so the reset `link_up` made (or skipped, the peer being
-    /// settled) must not be undone by this late failure.
+    /// The entry's state for another attempt after the first backoff step only: its attempt
+    /// failed, but the link answered meanwhile, so the reset `link_up` made (or skipped, the
+    /// peer being settled) must not be undone by this late failure.
     fn retry_soon(&self, entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
-        retry_after(entry, why, Duration::ZERO)
+        retry_after(entry, why, backoff(0))
+    }
+
+    /// The worker's attempt of a due entry, read again once claimed: an earlier attempt may
+    /// have recorded an outcome after this tick read the due list.
+    async fn attempt_due(&self, listed: OutboxRecord) -> Result<()> {
+        let current =
+            self.inner.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
+        let Some(entry) = current.filter(|e| e.status == "pending" && e.next_attempt_at <= now_ms()) else {
+            return Ok(());
+        };
+        let (entry, event) = self.attempt(entry, None).await?;
+        self.record(&entry, event).await
     }
 
     /// Saves an attempt's outcome; a final failure's event wakes the sending thread's waiters.
@@ -538,12 +547,11 @@ impl Bridges {
                         let bridges = self.clone();
                         tokio::spawn(async move {
                             let _claim = claim;
-                            let done = match bridges.attempt(entry, None).await {
-                                Ok((entry, event)) => bridges.record(&entry, event).await,
-                                Err(e) => Err(e),
-                            };
-                            if let Err(e) = done {
+                            let attempts = entry.attempts;
+                            if let Err(e) = bridges.attempt_due(entry).await {
                                 warn!(error = %e, "outbox attempt failed to record");
+                                // Not again at once: the claim is held through a backoff.
+                                tokio::time::sleep(backoff(attempts.max(0) as u32)).await;
                             }
                         });
                     }

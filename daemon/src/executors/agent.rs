@@ -116,7 +116,7 @@ mod tests {
     fn a_record_round_trips_and_refuses_garbage() {
         let agent = Agent { pgid: 42, started: 7, boot_id: "b-1".into() };
         assert_eq!(Agent::from_record(&agent.record()), Some(agent));
-        for bad in ["", "42", "42 7", "x 7 b", "42 7 b extra"] {
+        for bad in ["", "unknown", "42", "42 7", "x 7 b", "42 7 b extra"] {
             assert_eq!(Agent::from_record(bad), None, "{bad:?}");
         }
     }

@@ -56,9 +56,11 @@ pub async fn run(command: &[String], mut input: TurnInput<'_>) -> Result<String,
         .spawn()
         .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
     let mut guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };
-    if let (Some(recorded), Some(agent)) = (input.on_agent_start.take(), child.id().and_then(Agent::of)) {
+    if let Some(recorded) = input.on_agent_start.take() {
+        // `None` if the process cannot be described (it exited already, or there is no
+        // /proc): recorded all the same, as an agent that cannot be stopped later.
         // Dropping the guard on this error kills the agent before it got its input.
-        recorded(agent).await.map_err(TurnFailure::before_agent)?;
+        recorded(child.id().and_then(Agent::of)).await.map_err(TurnFailure::before_agent)?;
     }
     let fail = |output: String, error: String| TurnFailure { output, error, agent_started: true };
 

@@ -15,8 +15,9 @@ use crate::store::{InputKind, InputRecord};
 
 /// Told about an `exec` agent once its process runs, before it gets its input. An error
 /// stops the agent before it gets any: the turn fails and its messages are not delivered.
-pub type OnAgentStart<'a> =
-    Box<dyn FnOnce(Agent) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> + Send + 'a>;
+pub type OnAgentStart<'a> = Box<
+    dyn FnOnce(Option<Agent>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> + Send + 'a,
+>;
 
 /// What an executor gets for one turn.
 pub struct TurnInput<'a> {

@@ -273,10 +273,12 @@ impl Inner {
     /// input. If the write fails, the agent is stopped and the turn fails before it.
     fn agent_recorder<'a>(&self, turn_id: &str) -> OnAgentStart<'a> {
         let (store, turn_id) = (self.store.clone(), turn_id.to_string());
-        Box::new(move |agent: Agent| {
+        Box::new(move |agent: Option<Agent>| {
             Box::pin(async move {
+                // An agent that cannot be described is recorded too: its input was given.
+                let record = agent.map_or_else(|| UNKNOWN_AGENT.to_string(), |a| a.record());
                 store
-                    .record_agent(&turn_id, &agent.record())
+                    .record_agent(&turn_id, &record)
                     .await
                     .map_err(|e| format!("cannot record the agent's process: {e}"))
             })
@@ -347,6 +349,9 @@ fn turn_failed(turn_id: &str, reason: &str) -> TurnOutcome {
         now: now_ms(),
     }
 }
+
+/// The record of an agent process that could not be described (see `executors::agent`).
+const UNKNOWN_AGENT: &str = "unknown";
 
 /// 256 random bits, hex.
 fn new_token() -> String {
