@@ -570,11 +570,7 @@ async fn peer_tools_follow_the_callers_switch_and_its_token() {
 async fn a_closed_agent_creates_closed_threads() {
     let kiki = binary("kiki");
     let script = format!("read title; {} --json thread create --title \"$title\"", kiki.display());
-    let home = TestHome::builder()
-        .config(|c| c.thread_communication.enabled = Some(true))
-        .shell_profile("agent", &script)
-        .start()
-        .await;
+    let home = talking_home(&script).await;
     let agent = home.thread("agent", None).await;
     let created_by = |n: usize| {
         let home = &home;

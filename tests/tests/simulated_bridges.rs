@@ -182,10 +182,32 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
     }
 }
 
-async fn receipt(home: &TestHome, key: &str) -> Option<pb::Receipt> {
-    let request = pb::BridgeReceiptsRequest { bridge: "bee".into() };
-    let receipts = home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
-    receipts.receipts.into_iter().find(|r| r.idempotency_key == key)
+/// The source's receipt of its send with `key` once it is no longer pending.
+async fn settled_receipt(home: &TestHome, key: &str) -> pb::Receipt {
+    kiki_tests::eventually("the send settled", || async {
+        let request = pb::BridgeReceiptsRequest { bridge: "bee".into() };
+        let receipts = home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
+        receipts.receipts.into_iter().find(|r| r.idempotency_key == key && r.status != "pending")
+    })
+    .await
+}
+
+/// Two homes on `network`: `a` paired to `b` as "bee" with `permissions`, and an echo thread
+/// on `b`.
+struct Paired {
+    a: TestHome,
+    b: TestHome,
+    a_id: String,
+    b_id: String,
+    thread: String,
+}
+
+async fn paired(network: &std::sync::Arc<MemoryNetwork>, permissions: &str) -> Paired {
+    let (a, b) = (home(network).await, home(network).await);
+    let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
+    a.pair_with(&b, b.bridge_listen().await, permissions, "bee").await;
+    let thread = b.thread("echo", None).await.id;
+    Paired { a, b, a_id, b_id, thread }
 }
 
 /// The target accepted a message but its answer was lost, and before the source retried,
@@ -195,30 +217,24 @@ async fn receipt(home: &TestHome, key: &str) -> Option<pb::Receipt> {
 #[tokio::test]
 async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
     let network = MemoryNetwork::new();
-    let (a, b) = (home(&network).await, home(&network).await);
-    let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
-    a.pair_with(&b, b.bridge_listen().await, "send", "bee").await;
-    let t = b.thread("echo", None).await;
+    let Paired { a, b, a_id, b_id, thread: t } = paired(&network, "send").await;
     network.lose_answers(&a_id, &b_id, true);
-    let sent = a.client().threads().thread_send(send(&t.id, "held", "k1")).await.expect("send").into_inner();
+    let sent = a.client().threads().thread_send(send(&t, "held", "k1")).await.expect("send").into_inner();
     assert_eq!(sent.status(), pb::SendStatus::Pending);
     let off = pb::ThreadSetRequest {
-        target: Some(kiki_tests::local(&t.id)),
+        target: Some(kiki_tests::local(&t)),
         communication: pb::Communication::Off as i32,
     };
     b.client().home().thread_set(off).await.expect("switch off");
     network.lose_answers(&a_id, &b_id, false);
 
-    let settled = kiki_tests::eventually("the source's retry answered", || async {
-        receipt(&a, "k1").await.filter(|r| r.status != "pending")
-    })
-    .await;
+    let settled = settled_receipt(&a, "k1").await;
     assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("accepted", ""), "{settled:?}");
-    let new = a.client().threads().thread_send(send(&t.id, "new", "k2")).await;
+    let new = a.client().threads().thread_send(send(&t, "new", "k2")).await;
     let refused = new.expect_err("a new key is refused by the switch");
     assert!(refused.message().contains("communication_disabled"), "{}", refused.message());
-    b.say(&t.id, "the user speaks").await.expect("say");
-    let turn = b.wait_turns(&t.id, 1).await.remove(0);
+    b.say(&t, "the user speaks").await.expect("say");
+    let turn = b.wait_turns(&t, 1).await.remove(0);
     assert_eq!(turn.output, "echo: the user speaks", "held back while communication is off");
 }
 
@@ -227,24 +243,18 @@ async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
 #[tokio::test]
 async fn revoking_at_the_source_ends_its_pending_sends() {
     let network = MemoryNetwork::new();
-    let (a, b) = (home(&network).await, home(&network).await);
-    let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
-    a.pair_with(&b, b.bridge_listen().await, "send,wake", "bee").await;
-    let t = b.thread("echo", None).await;
+    let Paired { a, b, a_id, b_id, thread: t } = paired(&network, "send,wake").await;
     network.partition(&a_id, &b_id, true);
-    let sent = a.client().threads().thread_send(send(&t.id, "stuck", "k1")).await.expect("send").into_inner();
+    let sent = a.client().threads().thread_send(send(&t, "stuck", "k1")).await.expect("send").into_inner();
     assert_eq!(sent.status(), pb::SendStatus::Pending);
     a.client()
         .bridges()
         .bridge_revoke(pb::BridgeRevokeRequest { bridge: "bee".into() })
         .await
         .expect("revoke");
-    let ended = kiki_tests::eventually("the pending send ended", || async {
-        receipt(&a, "k1").await.filter(|r| r.status != "pending")
-    })
-    .await;
+    let ended = settled_receipt(&a, "k1").await;
     assert_eq!((ended.status.as_str(), ended.reason.as_str()), ("rejected", "bridge_revoked"));
     network.partition(&a_id, &b_id, false);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(b.all_turns(&t.id).await.is_empty(), "nothing was delivered");
+    assert!(b.all_turns(&t).await.is_empty(), "nothing was delivered");
 }

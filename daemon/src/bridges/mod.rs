@@ -247,10 +247,7 @@ impl Bridges {
             return;
         }
         // Only that column: the record read above may be outdated by a decision meanwhile.
-        let mut cache = self.inner.cache.lock().await;
-        let touched = self.inner.store.bridge_heard_from(&bridge.id, now).await;
-        *cache = None;
-        if let Err(e) = touched {
+        if let Err(e) = self.changing_bridges(self.inner.store.bridge_heard_from(&bridge.id, now)).await {
             warn!(error = %e, "cannot record an inbound bridge's health");
         }
     }
@@ -454,10 +451,16 @@ impl Bridges {
         bridge: Option<&BridgeRecord>,
         request: Option<&BridgeRequestRecord>,
     ) -> crate::store::StoreResult<()> {
+        self.changing_bridges(self.inner.store.save_bridge(bridge, request)).await
+    }
+
+    /// Runs a store write that changes the bridge table, holding the cache so no read
+    /// refills it meanwhile, then drops it.
+    async fn changing_bridges<T>(&self, write: impl Future<Output = T>) -> T {
         let mut cache = self.inner.cache.lock().await;
-        let saved = self.inner.store.save_bridge(bridge, request).await;
+        let done = write.await;
         *cache = None;
-        saved
+        done
     }
 
     async fn bridge(&self, pick: impl Fn(&BridgeRecord) -> bool) -> Result<Option<BridgeRecord>> {
@@ -640,11 +643,8 @@ impl Bridges {
         bridge.updated_at = now_ms();
         if bridge.direction == "inbound" {
             // What the peer brought and no turn has taken yet is refused with it.
-            let mut cache = self.inner.cache.lock().await;
-            let revoked = self.inner.store.revoke_inbound(&bridge, bridge.updated_at).await;
-            *cache = None;
-            drop(cache);
-            let threads = revoked?;
+            let threads =
+                self.changing_bridges(self.inner.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
             if let Some(mailbox) = self.inner.mailbox.get() {
                 for thread in threads {
                     mailbox.notify(&thread);

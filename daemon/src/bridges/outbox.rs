@@ -93,6 +93,17 @@ fn sent_of(entry: &OutboxRecord, replayed: bool) -> Sent {
     Sent { message_id: entry.id.clone(), status, replayed, reason: entry.reason.clone() }
 }
 
+/// The answer to a send whose key is in the outbox (`stored`, or its outcome `in_flight`):
+/// where the message stands (`undeliverable` and the reason if it was refused), as a local
+/// replay reports it — or a conflict if the request differs.
+fn replay(in_flight: Option<OutboxRecord>, stored: OutboxRecord, request_hash: &str) -> Result<Sent> {
+    let entry = in_flight.filter(|e| e.id == stored.id).unwrap_or(stored);
+    if entry.request_hash != request_hash {
+        return Err(key_conflict(&entry.id));
+    }
+    Ok(sent_of(&entry, true))
+}
+
 /// A send's first answer for its outbox entry: its status, or, if the target refused the
 /// message, that refusal as an error (a first answer is `delivered` or `pending`).
 fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
@@ -329,23 +340,9 @@ impl Bridges {
             created_at: now,
             updated_at: now,
         };
-        // An earlier send's outcome may still be on its way to the store: taken first, it
-        // cannot be missed (see `outbox_for_bridge`).
-        let in_flight = lock(&self.inner.recording)
-            .values()
-            .find(|e| {
-                e.peer_home_id == entry.peer_home_id && e.key_scope == entry.key_scope && e.key == entry.key
-            })
-            .cloned();
-        let existing = self.inner.store.outbox_insert(&entry).await?;
-        if let Some(existing) = existing {
-            let existing = in_flight.filter(|e| e.id == existing.id).unwrap_or(existing);
-            if existing.request_hash != entry.request_hash {
-                return Err(key_conflict(&existing.id));
-            }
-            // A replay reports where the message stands (`undeliverable` and the reason if
-            // it was refused), as a local replay does.
-            return Ok(sent_of(&existing, true));
+        let in_flight = self.in_flight(&entry.peer_home_id, &entry.key_scope, &entry.key);
+        if let Some(existing) = self.inner.store.outbox_insert(&entry).await? {
+            return replay(in_flight, existing, &entry.request_hash);
         }
         // The worker leaves the entry alone while this attempt is under way (whatever ends
         // it: an answer, the bounded wait, the caller going away).
@@ -394,19 +391,21 @@ impl Bridges {
         key: &str,
     ) -> Result<Option<Sent>> {
         let bridge = self.outbound(host).await?;
-        let in_flight = lock(&self.inner.recording)
-            .values()
-            .find(|e| e.peer_home_id == bridge.peer_home_id && e.key_scope == source_thread && e.key == key)
-            .cloned();
+        let in_flight = self.in_flight(&bridge.peer_home_id, source_thread, key);
         let Some(stored) = self.inner.store.outbox_by_key(&bridge.peer_home_id, source_thread, key).await?
         else {
             return Ok(None);
         };
-        let entry = in_flight.filter(|e| e.id == stored.id).unwrap_or(stored);
-        if entry.request_hash != outbox_hash(&bridge.peer_home_id, target_session, content) {
-            return Err(key_conflict(&entry.id));
-        }
-        Ok(Some(sent_of(&entry, true)))
+        replay(in_flight, stored, &outbox_hash(&bridge.peer_home_id, target_session, content)).map(Some)
+    }
+
+    /// The outcome of the send with this key still on its way to the store, if any. Taken
+    /// before the store is read, it cannot be missed (see `outbox_for_bridge`).
+    fn in_flight(&self, peer: &str, scope: &str, key: &str) -> Option<OutboxRecord> {
+        lock(&self.inner.recording)
+            .values()
+            .find(|e| e.peer_home_id == peer && e.key_scope == scope && e.key == key)
+            .cloned()
     }
 
     /// One delivery attempt: the entry's new state, and the event a final failure gives its

@@ -22,7 +22,7 @@ impl Agent {
     /// The running process `pid`, as it can be recognised later; `None` if it is gone.
     pub fn of(pid: u32) -> Option<Self> {
         let pgid = i32::try_from(pid).ok()?;
-        Some(Self { pgid, started: start_time(pgid)?, boot_id: boot_id()? })
+        Some(Self { pgid, started: stat(pgid)?.started, boot_id: boot_id()? })
     }
 
     /// `PGID STARTED BOOT_ID`, as stored with the turn.
@@ -85,10 +85,6 @@ fn stat(pid: i32) -> Option<Stat> {
         return None; // a zombie has exited already
     }
     Some(Stat { pid, group: fields.get(5 - 3)?.parse().ok()?, started: fields.get(22 - 3)?.parse().ok()? })
-}
-
-fn start_time(pid: i32) -> Option<u64> {
-    stat(pid).map(|s| s.started)
 }
 
 /// Every live process.

@@ -97,8 +97,12 @@ pub fn status(e: Error) -> Status {
 /// The turn a call acts for, from its `kiki-token` metadata. A token that is not (or no
 /// longer) valid is refused rather than silently treated as external input.
 pub fn caller<T>(threads: &Threads, request: &Request<T>) -> Result<Option<TurnCaller>, Status> {
-    let value = request.metadata().get(pb::TOKEN_METADATA_KEY).map(|v| v.to_str());
-    caller_of(threads, value.map(|v| v.map_err(drop)))
+    caller_of(threads, token_of(request))
+}
+
+/// The call's `kiki-token` header, if any (`Err` if it is not ASCII).
+pub fn token_of<T>(request: &Request<T>) -> Option<Result<&str, ()>> {
+    request.metadata().get(pb::TOKEN_METADATA_KEY).map(|v| v.to_str().map_err(drop))
 }
 
 /// [`caller`] from the token header's value, if there is one (`Err` if it is not ASCII).

@@ -35,8 +35,7 @@ impl ThreadServiceImpl {
     }
 
     async fn admit<T>(&self, request: &Request<T>, tool: &str) -> Result<(), Status> {
-        let token = request.metadata().get(pb::TOKEN_METADATA_KEY).map(|v| v.to_str().map_err(drop));
-        self.admit_peer_tool(token, tool).await
+        self.admit_peer_tool(super::token_of(request), tool).await
     }
 
     /// ThreadWait: on this home's threads, over the bridges its targets are behind, or both.

@@ -280,6 +280,16 @@ fn split_list(text: &str) -> Vec<String> {
 // ----- opening -------------------------------------------------------------------------
 
 impl SqliteStore {
+    /// One statement as a write of its own. The parameters are owned and cloned for each
+    /// run: the writer may run a write twice (see `connections`).
+    async fn write_statement<P: Params + Clone + Send + 'static>(
+        &self,
+        sql: &'static str,
+        params: P,
+    ) -> StoreResult<()> {
+        self.db.write(move |conn| run(conn, sql, params.clone()).map(drop)).await
+    }
+
     /// Opens (creating if needed) the database at `url` — `sqlite://PATH` or a plain path —
     /// and applies pending migrations.
     pub async fn open(url: &str) -> StoreResult<Self> {
@@ -829,17 +839,8 @@ impl Store for SqliteStore {
     }
 
     async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()> {
-        let (turn_id, agent) = (turn_id.to_string(), agent.to_string());
-        self.db
-            .write(move |conn| {
-                run(
-                    conn,
-                    "UPDATE turns SET agent = ? WHERE id = ? AND status = 'running'",
-                    params![agent, turn_id],
-                )?;
-                Ok(())
-            })
-            .await
+        let sql = "UPDATE turns SET agent = ? WHERE id = ? AND status = 'running'";
+        self.write_statement(sql, (agent.to_string(), turn_id.to_string())).await
     }
 
     async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
@@ -1130,12 +1131,7 @@ impl Store for SqliteStore {
     }
 
     async fn bridge_heard_from(&self, bridge_id: &str, now: Millis) -> StoreResult<()> {
-        let bridge_id = bridge_id.to_string();
-        self.db
-            .write(move |conn| {
-                run(conn, "UPDATE bridges SET last_success = ? WHERE id = ?", params![now, bridge_id])?;
-                Ok(())
-            })
+        self.write_statement("UPDATE bridges SET last_success = ? WHERE id = ?", (now, bridge_id.to_string()))
             .await
     }
 
@@ -1294,18 +1290,8 @@ impl Store for SqliteStore {
     }
 
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()> {
-        let peer = peer.to_string();
-        self.db
-            .write(move |conn| {
-                run(
-                    conn,
-                    "UPDATE outbox SET next_attempt_at = ?
-                     WHERE peer_home_id = ? AND status = 'pending' AND next_attempt_at > ?",
-                    params![now, peer, now],
-                )?;
-                Ok(())
-            })
-            .await
+        let sql = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2 AND status = 'pending' AND next_attempt_at > ?1";
+        self.write_statement(sql, (now, peer.to_string())).await
     }
 
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()> {
