@@ -19,6 +19,11 @@ struct Args {
     config: Option<PathBuf>,
 }
 
+/// jemalloc instead of glibc malloc: under concurrent calls glibc's arenas cost ~13% of
+/// kikid's CPU (locking, trimming and regrowing heaps); see docs/benchmarks.md.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     // Everything kikid creates (socket, store, logs) is for its owner only.

@@ -480,6 +480,47 @@ async fn a_send_with_send_and_wake_is_delivered_once_and_attributed_to_the_sourc
     assert_eq!(inbound.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(), ["delivered"]);
 }
 
+/// A send ships its message while its outbox entry commits: sends racing with one key and
+/// two contents must still leave one message at the target — the one the source's outbox
+/// keeps — and give every loser a conflict.
+#[tokio::test]
+async fn racing_sends_with_one_key_deliver_the_content_the_source_kept() {
+    let (a, b) = (open_home().await, open_home().await);
+    let request_id = request(&a, &b, "send,wake", "bee").await;
+    approve(&b, &request_id, "send,wake", vec![]).await;
+    for round in 0..10 {
+        let t = b.thread("echo", None).await;
+        let key = format!("race-{round}");
+        let sends = (0..16).map(|i| {
+            let mut threads = a.client().threads();
+            let (t, key) = (t.id.clone(), key.clone());
+            tokio::spawn(async move {
+                let content = if i % 2 == 0 { "even" } else { "odd" };
+                (content, threads.thread_send(remote_send("bee", &t, content, &key)).await)
+            })
+        });
+        let mut accepted = Vec::new();
+        let mut conflicts = 0;
+        for send in sends.collect::<Vec<_>>() {
+            match send.await.expect("task") {
+                (content, Ok(sent)) => accepted.push((content, sent.into_inner().message_id)),
+                (_, Err(status)) => {
+                    assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+                    conflicts += 1;
+                }
+            }
+        }
+        let (kept, message_id) = accepted[0].clone();
+        assert!(accepted.iter().all(|a| *a == (kept, message_id.clone())), "one message: {accepted:?}");
+        assert_eq!(conflicts, 8, "every send with the other content conflicts");
+
+        let turns = b.wait_turns(&t.id, 1).await;
+        assert_eq!(turns[0].output, format!("echo: {kept}"), "the target has what the source kept");
+        let kept_at_source = receipts(&a, "bee").await.into_iter().filter(|r| r.idempotency_key == key);
+        assert_eq!(kept_at_source.map(|r| r.message_id).collect::<Vec<_>>(), [message_id]);
+    }
+}
+
 #[tokio::test]
 async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
     let (a, b) = (open_home().await, open_home().await);

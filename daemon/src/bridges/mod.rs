@@ -69,6 +69,9 @@ struct Inner {
     recording: std::sync::Mutex<HashMap<String, OutboxRecord>>,
     /// Outbox entries with an attempt under way (see `outbox::AttemptClaim`).
     attempting: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Cross-home sends under way, by (peer, key scope, key): one at a time per key (see
+    /// `outbox::KeyLock`).
+    sending: std::sync::Mutex<HashMap<outbox::SendKey, Arc<tokio::sync::Mutex<()>>>>,
     /// Peers known to have no outbox entries backing off (see `link_up`).
     settled: std::sync::Mutex<std::collections::HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).
@@ -165,6 +168,7 @@ impl Bridges {
                 answered: std::sync::Mutex::new(HashMap::new()),
                 recording: std::sync::Mutex::new(HashMap::new()),
                 attempting: std::sync::Mutex::new(std::collections::HashSet::new()),
+                sending: std::sync::Mutex::new(HashMap::new()),
                 mailbox: std::sync::OnceLock::new(),
                 cache: tokio::sync::Mutex::new(None),
                 decisions: tokio::sync::Mutex::new(()),

@@ -1,7 +1,8 @@
 //! Cross-home ThreadSend: the target's acceptance, and the source's transactional outbox.
 //!
-//! The source commits the send to its outbox before answering (so it survives `kill -9`),
-//! tries to ship it at once, and otherwise a worker retries it with the original key —
+//! The source commits the send to its outbox before answering (so it survives `kill -9`)
+//! and makes the first attempt meanwhile: the commit and the call to the target overlap,
+//! and the answer waits for both. Otherwise a worker retries it with the original key —
 //! jittered exponential backoff capped at 30 s, reset as soon as the peer answers — until
 //! `[bridge] retry_window` runs out (`expired`). The target deduplicates by (source home,
 //! source thread, key), so any number of retries delivers the message once. A final
@@ -140,11 +141,48 @@ impl AttemptClaim {
             .insert(id.to_string())
             .then(|| Self { inner: inner.clone(), id: id.to_string() })
     }
+
+    /// The attempt of an entry not yet written: nobody else can know its id.
+    fn new_entry(inner: &Arc<Inner>, id: &str) -> Self {
+        lock(&inner.attempting).insert(id.to_string());
+        Self { inner: inner.clone(), id: id.to_string() }
+    }
 }
 
 impl Drop for AttemptClaim {
     fn drop(&mut self) {
         lock(&self.inner.attempting).remove(&self.id);
+    }
+}
+
+/// A sender's key towards a peer: (peer home id, key scope, key).
+pub(super) type SendKey = (String, String, String);
+
+/// The right to send with a key: a send ships its message while its outbox entry is still
+/// being committed, so a second send with that key must wait for the first one's entry —
+/// which then answers it (a replay, or a conflict whose content never leaves this home).
+struct KeyLock {
+    inner: Arc<Inner>,
+    key: SendKey,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl KeyLock {
+    async fn take(inner: &Arc<Inner>, key: SendKey) -> Self {
+        let mutex = lock(&inner.sending).entry(key.clone()).or_default().clone();
+        let guard = mutex.lock_owned().await;
+        Self { inner: inner.clone(), key, guard: Some(guard) }
+    }
+}
+
+impl Drop for KeyLock {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut sending = lock(&self.inner.sending);
+        // Only the map's own reference left: nobody holds or awaits this key.
+        if sending.get(&self.key).is_some_and(|m| Arc::strong_count(m) == 1) {
+            sending.remove(&self.key);
+        }
     }
 }
 
@@ -340,17 +378,32 @@ impl Bridges {
             created_at: now,
             updated_at: now,
         };
+        let key = (entry.peer_home_id.clone(), entry.key_scope.clone(), entry.key.clone());
+        let key_lock = KeyLock::take(&self.inner, key).await;
+        // The key decides first: a key in the outbox is answered from there and sends nothing.
         let in_flight = self.in_flight(&entry.peer_home_id, &entry.key_scope, &entry.key);
-        if let Some(existing) = self.inner.store.outbox_insert(&entry).await? {
+        let stored =
+            self.inner.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
+        if let Some(existing) = stored {
             return replay(in_flight, existing, &entry.request_hash);
         }
-        // The worker leaves the entry alone while this attempt is under way (whatever ends
-        // it: an answer, the bounded wait, the caller going away).
-        let Some(claim) = AttemptClaim::try_take(&self.inner, &entry.id) else {
-            // The worker got to it first (a `link_up` made it due): it answers for it.
-            return Ok(sent_of(&entry, false));
-        };
-        let attempt = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await;
+        // A new key. The worker leaves the entry alone while this attempt is under way
+        // (whatever ends it: an answer, the bounded wait, the caller going away).
+        let claim = AttemptClaim::new_entry(&self.inner, &entry.id);
+        // The entry's commit and the first attempt overlap; the answer waits for both. If
+        // the commit fails after the target took the message, the caller hears the failure
+        // and its retry (same key) is a replay at the target: delivered once either way. The
+        // commit is queued first, so it is written even if the caller goes away.
+        let (inserted, attempt) = tokio::join!(
+            self.inner.store.outbox_insert(&entry),
+            tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge)))
+        );
+        // Written (or failed): a send with this key may look it up now.
+        drop(key_lock);
+        if let Some(existing) = inserted? {
+            // Unreachable while this home held the key's lock; answered from the store.
+            return replay(None, existing, &entry.request_hash);
+        }
         match attempt {
             Ok(Ok((shipped, event))) => {
                 let answer = first_answer(host, &shipped);
