@@ -15,6 +15,10 @@ use kiki_proto as pb;
 use kiki_tests::measure::{cpu_time, fsync_floor, percentile, udp_round_trip_floor, us};
 use kiki_tests::{TestHome, UdpRelay};
 
+/// The homes run in this process: give them kikid's allocator.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const LATENCY_SENDS: usize = 200;
 const SINGLE_SENDS: usize = 400;
 const SENDERS: usize = 64;
