@@ -537,6 +537,17 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         store.events_after("th_src", 0, 10).await.expect("events").is_empty(),
         "no second outcome's event"
     );
+    // An accepted entry is not final: it comes due for its follow-up and moves on.
+    let mut accepted = outbox("msg_3", "k3", 40);
+    accepted.status = "accepted".into();
+    store.outbox_update(&accepted, None).await.expect("update");
+    let due: Vec<String> = store.outbox_due(45, 10).await.expect("due").into_iter().map(|e| e.id).collect();
+    assert_eq!(due, ["msg_3"], "followed up when due");
+    accepted.status = "delivered".into();
+    store.outbox_update(&accepted, None).await.expect("update");
+    let third = store.outbox_for_bridge("br_1").await.expect("list").remove(1);
+    assert_eq!((third.id.as_str(), third.status.as_str()), ("msg_3", "delivered"));
+    assert!(store.outbox_due(i64::MAX, 10).await.expect("due").is_empty(), "nothing left to do");
 }
 
 /// A write that fails half-way leaves nothing behind, and writes committed with it (a

@@ -263,6 +263,12 @@ async fn revocation_refuses_messages_still_waiting_at_the_target() {
         events.iter().any(|e| e.kind() == pb::EventKind::Undeliverable && e.reason == "bridge_revoked"),
         "{events:?}"
     );
+    // The source follows up the message it saw accepted, and its receipt says what became of it.
+    let at_source = kiki_tests::eventually("the source's receipt to change", || async {
+        receipts(&a, "bee").await.into_iter().find(|r| r.idempotency_key == "k1" && r.status != "accepted")
+    })
+    .await;
+    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "bridge_revoked"));
 }
 
 #[tokio::test]
@@ -532,6 +538,8 @@ async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
     assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(b.all_turns(&t.id).await.is_empty(), "no turn was started for it");
+    let source_status = || async { receipts(&a, "bee").await.pop().expect("receipt").status };
+    assert_eq!(source_status().await, "accepted", "the target has it; no turn took it yet");
     b.say(&t.id, "the user speaks").await.expect("say");
     let turns = b.wait_turns(&t.id, 1).await;
     assert_eq!(
@@ -541,6 +549,13 @@ async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
     // The target's receipts tell the message's story: it waited, then a turn took it.
     let story: Vec<String> = receipts(&b, &home_id(&a).await).await.into_iter().map(|r| r.status).collect();
     assert_eq!(story, ["pending", "delivered"]);
+    // The source follows the message up until the target has delivered it.
+    kiki_tests::eventually("the source's receipt to say delivered", || async {
+        (source_status().await == "delivered").then_some(())
+    })
+    .await;
+    let story: Vec<String> = receipts(&b, &home_id(&a).await).await.into_iter().map(|r| r.status).collect();
+    assert_eq!(story, ["pending", "delivered"], "following up adds no receipt at the target");
 }
 
 /// An agent's cross-home send, retried with its key after the agent's own switch was turned
@@ -802,12 +817,17 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
     );
     // The source's retry of k2 gets through once the bridge is back on.
     let started = std::time::Instant::now();
-    while !receipts(&a, "bee").await.iter().all(|r| r.status == "accepted") {
+    while receipts(&a, "bee").await.iter().any(|r| r.status == "pending") {
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "k2 never got through");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     b.say(&t.id, "third").await.expect("say");
     b.wait_turns(&t.id, 3).await;
+    // Followed up at the source: both end delivered there too.
+    kiki_tests::eventually("the source's receipts to say delivered", || async {
+        receipts(&a, "bee").await.iter().all(|r| r.status == "delivered").then_some(())
+    })
+    .await;
     let contents: Vec<String> = b
         .all_turns(&t.id)
         .await

@@ -8,7 +8,10 @@
 //! source thread, key), so any number of retries delivers the message once. A final
 //! refusal (`permission_denied`, `bridge_revoked`, `thread_not_found`, `too_large`,
 //! `communication_disabled`, …) stops the retries, and every final failure gives the
-//! sending thread an `undeliverable` event. Both sides keep receipts.
+//! sending thread an `undeliverable` event. Both sides keep receipts. A message the target
+//! accepted without delivering it (no `wake`) is followed up: the same send again, which the
+//! target's dedup answers with where the message stands, until it is delivered or refused
+//! there (or the retry window ends), so the source's receipt does not stay `accepted`.
 
 use std::time::Duration;
 
@@ -128,6 +131,26 @@ fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> (OutboxRe
     (entry, None)
 }
 
+/// An accepted entry's state for its next follow-up: doubling from 1 s, capped at 30 s
+/// (`attempts` counts the follow-ups too).
+fn follow_up_later(mut entry: OutboxRecord) -> (OutboxRecord, Option<EventRecord>) {
+    entry.attempts += 1;
+    entry.next_attempt_at = now_ms() + backoff(entry.attempts.clamp(2, 16) as u32).as_millis() as i64;
+    (entry, None)
+}
+
+/// The bridge call that ships an entry (again: the target answers a known key from its dedup).
+fn send_call(entry: &OutboxRecord) -> pb::BridgeCall {
+    pb::BridgeCall {
+        call: Some(Call::ThreadSend(pb::BridgeSendCall {
+            target_session: entry.target_session.clone(),
+            content: entry.content.clone(),
+            idempotency_key: entry.key.clone(),
+            source_thread: entry.source_thread.clone().unwrap_or_default(),
+        })),
+    }
+}
+
 /// An outbox entry's attempt under way; dropped, the entry may be attempted again.
 struct AttemptClaim {
     inner: Arc<Inner>,
@@ -205,7 +228,8 @@ impl Bridges {
 
     /// A send arriving from `peer`: checked against the bridge, deduplicated by key,
     /// delivered into a prompt only with `wake`. Every outcome is a receipt: an accepted
-    /// message's is committed with it, the others' are written after the answer leaves.
+    /// message's is committed with it, a refusal's is written after the answer leaves. A
+    /// replay (a retry, or the source following a message up) changes nothing and adds none.
     pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
         let mut receipt = ReceiptRecord {
             peer_home_id: peer.to_string(),
@@ -216,23 +240,17 @@ impl Bridges {
             reason: String::new(),
             at: now_ms(),
         };
-        let response = match self.accept_from(peer, &call, receipt.clone()).await {
-            Ok(sent) if !sent.replayed => return response_of(sent),
-            Ok(sent) => {
-                (receipt.message_id, receipt.status) = (sent.message_id.clone(), "replayed".into());
-                receipt.reason = sent.reason.clone();
-                response_of(sent)
-            }
-            Err((code, message)) => {
-                debug!(peer, code, %message, "bridged send refused");
-                (receipt.status, receipt.reason) = ("rejected".into(), code.into());
-                pb::ThreadSendResponse {
-                    message_id: String::new(),
-                    status: pb::SendStatus::Undeliverable as i32,
-                    replayed: false,
-                    reason: code.to_string(),
-                }
-            }
+        let (code, message) = match self.accept_from(peer, &call, receipt.clone()).await {
+            Ok(sent) => return response_of(sent),
+            Err(refusal) => refusal,
+        };
+        debug!(peer, code, %message, "bridged send refused");
+        (receipt.status, receipt.reason) = ("rejected".into(), code.into());
+        let response = pb::ThreadSendResponse {
+            message_id: String::new(),
+            status: pb::SendStatus::Undeliverable as i32,
+            replayed: false,
+            reason: code.to_string(),
         };
         // A peer without a bridge can do nothing but file a request: its refused sends are
         // not written down either.
@@ -482,22 +500,14 @@ impl Bridges {
         if now > entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 {
             return Ok(finish(entry, "expired", "expired"));
         }
-        let call = pb::BridgeCall {
-            call: Some(Call::ThreadSend(pb::BridgeSendCall {
-                target_session: entry.target_session.clone(),
-                content: entry.content.clone(),
-                idempotency_key: entry.key.clone(),
-                source_thread: entry.source_thread.clone().unwrap_or_default(),
-            })),
-        };
-        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &call)).await;
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &send_call(&entry))).await;
         Ok(match answer {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
                 self.link_up(&bridge).await;
                 entry.remote_message_id = r.message_id.clone();
                 match r.status() {
                     pb::SendStatus::Delivered => finish(entry, "delivered", ""),
-                    pb::SendStatus::Pending => finish(entry, "accepted", ""),
+                    pb::SendStatus::Pending => follow_up_later(finish(entry, "accepted", "").0),
                     _ => {
                         let reason =
                             if r.reason.is_empty() { "undeliverable".to_string() } else { r.reason.clone() };
@@ -557,15 +567,53 @@ impl Bridges {
         retry_after(entry, why, backoff(0))
     }
 
+    /// A follow-up of an entry the target accepted without delivering it: the same send
+    /// again, which the target's dedup answers with where the message stands (creating
+    /// nothing). Delivered or refused there ends it; still waiting, or no answer, asks again
+    /// later. Once the retry window is over, or this home revoked the bridge, the entry stays
+    /// `accepted` and is not asked about again: the target has the message.
+    async fn follow_up(&self, mut entry: OutboxRecord) -> Result<(OutboxRecord, Option<EventRecord>)> {
+        let window = self.inner.config.bridge.retry_window.as_millis() as i64;
+        let bridge = self.bridge(|b| b.id == entry.bridge_id).await?;
+        let Some(bridge) = bridge.filter(|b| b.state != "revoked" && now_ms() <= entry.created_at + window)
+        else {
+            entry.next_attempt_at = i64::MAX;
+            return Ok((entry, None));
+        };
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &send_call(&entry))).await;
+        Ok(match answer {
+            Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
+                self.link_up(&bridge).await;
+                match r.status() {
+                    pb::SendStatus::Delivered => finish(entry, "delivered", ""),
+                    pb::SendStatus::Pending => follow_up_later(entry),
+                    _ => {
+                        let reason = if r.reason.is_empty() { "undeliverable" } else { r.reason.as_str() };
+                        finish(entry, "rejected", reason)
+                    }
+                }
+            }
+            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) if FINAL.contains(&e.code.as_str()) => {
+                self.link_up(&bridge).await;
+                finish(entry, "rejected", &e.code)
+            }
+            _ => follow_up_later(entry),
+        })
+    }
+
     /// The worker's attempt of a due entry, read again once claimed: an earlier attempt may
     /// have recorded an outcome after this tick read the due list.
     async fn attempt_due(&self, listed: OutboxRecord) -> Result<()> {
         let current =
             self.inner.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
-        let Some(entry) = current.filter(|e| e.status == "pending" && e.next_attempt_at <= now_ms()) else {
+        let Some(entry) = current.filter(|e| e.next_attempt_at <= now_ms()) else {
             return Ok(());
         };
-        let (entry, event) = self.attempt(entry, None).await?;
+        let (entry, event) = match entry.status.as_str() {
+            "pending" => self.attempt(entry, None).await?,
+            "accepted" => self.follow_up(entry).await?,
+            _ => return Ok(()),
+        };
         self.record(&entry, event).await
     }
 

@@ -548,10 +548,11 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a new outbox entry: `None` if it was stored, or the entry already holding its
     /// (peer, scope, key).
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
-    /// Saves a pending entry's new state, with an optional event (e.g. `undeliverable`).
-    /// An entry no longer pending is left as it is, and the event is not added.
+    /// Saves a pending or accepted entry's new state, with an optional event (e.g.
+    /// `undeliverable`). A final entry (delivered, rejected, expired) is left as it is, and
+    /// the event is not added.
     async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;
-    /// Pending entries due at `now`, oldest first.
+    /// Pending entries (to ship) and accepted ones (to follow up) due at `now`, oldest first.
     async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
     async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>>;
     /// The outbox entry of a sender's key for a peer, if any.

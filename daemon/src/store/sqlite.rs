@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (5, "bridge inbound switch", include_str!("migrations/sqlite/0005_bridge_inbound_switch.sql")),
     (6, "turn agents", include_str!("migrations/sqlite/0006_turn_agents.sql")),
     (7, "receipts by message", include_str!("migrations/sqlite/0007_receipts_by_message.sql")),
+    (8, "outbox follow-up", include_str!("migrations/sqlite/0008_outbox_follow_up.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -1233,11 +1234,13 @@ impl Store for SqliteStore {
         let (e, event) = (entry.clone(), event.cloned());
         self.db
             .write(move |conn| {
-                // Only a pending entry moves on: an outcome is final, and its event is given once.
+                // Only a pending or accepted entry moves on: an outcome is final, and its event
+                // is given once.
                 let changed = run(
                     conn,
                     "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
-                         next_attempt_at = ?, updated_at = ? WHERE id = ? AND status = 'pending'",
+                         next_attempt_at = ?, updated_at = ?
+                     WHERE id = ? AND status IN ('pending', 'accepted')",
                     params![
                         e.status,
                         e.reason,
@@ -1262,7 +1265,8 @@ impl Store for SqliteStore {
                 page(
                     conn,
                     &format!(
-                        "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' AND next_attempt_at <= ?
+                        "SELECT {OUTBOX_COLUMNS} FROM outbox
+                         WHERE status IN ('pending', 'accepted') AND next_attempt_at <= ?
                          ORDER BY next_attempt_at"
                     ),
                     params![now],
