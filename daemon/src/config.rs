@@ -14,7 +14,7 @@
 //!
 //! [bridge]
 //! listen = "127.0.0.1:0"        # the QUIC endpoint for bridges (port 0: any free port)
-//! retry_window = "15m"          # unacknowledged cross-home sends expire after this
+//! retry_window = "15m"          # unacknowledged cross-home sends expire after this (<= 24h)
 //!
 //! [mailbox]
 //! delivery_wait = "3s"          # ThreadSend answers `pending` after this
@@ -39,6 +39,9 @@ use serde::Deserialize;
 
 /// The name of the built-in deterministic profile, always available.
 pub const ECHO_PROFILE: &str = "echo";
+
+/// The least time any home keeps idempotency keys (`[mailbox] key_retention`).
+const MIN_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -244,8 +247,13 @@ impl Config {
                 defaults.join(", ")
             ));
         }
-        if self.mailbox.key_retention < Duration::from_secs(24 * 3600) {
+        if self.mailbox.key_retention < MIN_KEY_RETENTION {
             problems.push("mailbox.key_retention: must be at least 24h".into());
+        }
+        if self.bridge.retry_window > MIN_KEY_RETENTION {
+            // A retry or follow-up must find its key at the target, whose keys live 24h at least.
+            problems
+                .push("bridge.retry_window: must be at most 24h (the least time a home keeps keys)".into());
         }
         if self.mailbox.delivery_wait > Duration::from_secs(60) {
             problems.push("mailbox.delivery_wait: must be at most 60s".into());
@@ -320,6 +328,13 @@ mod tests {
         assert_eq!(err.problems.len(), 3, "{err}");
         assert!(err.to_string().contains("profiles.a.command"));
         assert!(err.to_string().contains("at most one profile"));
+    }
+
+    #[test]
+    fn a_bridge_retry_window_outliving_the_targets_keys_is_refused() {
+        let err = Config::parse("[bridge]\nretry_window = \"25h\"\n").expect_err("invalid");
+        assert!(err.to_string().contains("bridge.retry_window: must be at most 24h"), "{err}");
+        Config::parse("[bridge]\nretry_window = \"24h\"\n").expect("the limit itself is fine");
     }
 
     #[test]

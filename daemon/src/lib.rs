@@ -41,7 +41,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use config::{Config, ConfigError, ExecutorKind};
+use config::{Config, ConfigError};
 use executors::agent::Agent;
 use home::{HomeDir, LockError};
 use identity::{Identity, IdentityError};
@@ -157,7 +157,7 @@ impl DaemonBuilder {
             Some(url) => Arc::new(SqliteStore::open(url).await?),
             None => Arc::new(SqliteStore::open_path(&home.sqlite_file()).await?),
         };
-        recover_interrupted_turns(store.as_ref(), &config).await?;
+        recover_interrupted_turns(store.as_ref()).await?;
         let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
         if !interrupted.is_empty() {
             warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
@@ -326,14 +326,15 @@ impl DaemonHandle {
 /// running (killed with -9) would go on beside the turns that follow, so it is stopped; an
 /// `exec` turn with no agent recorded never gave its agent the input (the agent is recorded
 /// before it gets it), so its messages were not delivered after all.
-async fn recover_interrupted_turns(store: &dyn Store, config: &Config) -> Result<(), StoreError> {
+async fn recover_interrupted_turns(store: &dyn Store) -> Result<(), StoreError> {
     let mut stopped = 0;
     for turn in store.interrupted_turns().await? {
-        match turn.agent.as_deref().map(Agent::from_record) {
-            Some(agent) => stopped += usize::from(agent.is_some_and(|a| a.stop())),
-            None if config.profile(&turn.profile).is_some_and(|p| p.executor == ExecutorKind::Exec) => {
+        match turn.agent.as_deref() {
+            // An exec agent never described never got its input: nothing was delivered.
+            Some("") => {
                 store.undeliver_turn_messages(&turn.turn_id, "kikid_stopped", time::now_ms()).await?;
             }
+            Some(record) => stopped += usize::from(Agent::from_record(record).is_some_and(|a| a.stop())),
             None => {}
         }
     }

@@ -224,7 +224,9 @@ pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
         [("th_a", "in_1", "tu_1"), ("th_b", "in_2", "tu_2"), ("th_c", "in_3", "tu_3")]
     {
         store.create_thread(&new_thread(thread, "ws", 1), Some(&user(input, "x"))).await.expect("create");
-        store.claim_turn(thread, turn(turn_id, true), 2).await.expect("claim").expect("input");
+        // tu_1 and tu_2 run `exec` agents; tu_3 does not (say, `echo`).
+        let claim = TurnClaim { exec: turn_id != "tu_3", ..turn(turn_id, true) };
+        store.claim_turn(thread, claim, 2).await.expect("claim").expect("input");
     }
     let agents = |turns: Vec<InterruptedTurn>| {
         let mut agents: Vec<(String, Option<String>)> =
@@ -232,20 +234,20 @@ pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
         agents.sort();
         agents
     };
-    let none_yet = agents(store.interrupted_turns().await.expect("turns"));
-    assert!(none_yet.iter().all(|(_, agent)| agent.is_none()), "none recorded yet: {none_yet:?}");
+    let empty = || Some(String::new());
+    assert_eq!(
+        agents(store.interrupted_turns().await.expect("turns")),
+        [("tu_1".to_string(), empty()), ("tu_2".to_string(), empty()), ("tu_3".to_string(), None)],
+        "exec turns start with an empty record"
+    );
     store.record_agent("tu_1", "11 1 boot").await.expect("record");
     store.record_agent("tu_2", "12 1 boot").await.expect("record");
     finish(store, "tu_2", "done").await;
     store.record_agent("tu_2", "13 1 boot").await.expect("an ended turn is left alone");
-    // tu_3's agent was never recorded (an `echo` turn, or an agent that never got its input).
     assert_eq!(
         agents(store.interrupted_turns().await.expect("turns")),
         [("tu_1".to_string(), Some("11 1 boot".to_string())), ("tu_3".to_string(), None)]
     );
-    let profiles: Vec<String> =
-        store.interrupted_turns().await.expect("turns").into_iter().map(|t| t.profile).collect();
-    assert!(profiles.iter().all(|p| p == "echo"), "{profiles:?}");
     store.fail_interrupted_turns("crashed", 3).await.expect("recover");
     assert!(store.interrupted_turns().await.expect("turns").is_empty());
 }
@@ -273,7 +275,7 @@ fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMes
 
 /// How a test starts a turn: `take_messages` as the thread's communication switch says.
 fn turn(turn_id: &str, take_messages: bool) -> TurnClaim {
-    TurnClaim { turn_id: turn_id.into(), take_messages, render }
+    TurnClaim { turn_id: turn_id.into(), take_messages, render, exec: false }
 }
 
 fn claim(turn_id: &str) -> Option<TurnClaim> {

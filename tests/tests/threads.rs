@@ -558,31 +558,29 @@ async fn thread_in_repo_subdir(
     (repo, t)
 }
 
-/// A turn claimed with a message whose agent never got its input (the daemon stopped in
-/// between: no agent was recorded) did not deliver the message after all: the restart fails
-/// the turn and makes the message undeliverable.
-#[tokio::test]
-async fn a_claimed_turn_whose_agent_never_started_does_not_deliver() {
+/// Claims a turn of `thread_id` with message `msg_claimed` while `home` is down, as a kikid
+/// that stopped right after the claim would have left it (no agent described), and restarts
+/// it; returns the message's status and reason after the restart's recovery.
+async fn claim_then_restart(home: &mut TestHome, thread_id: &str, exec: bool) -> (String, String) {
     use kiki_daemon::store::{NewMessage, SqliteStore, Store, TurnClaim};
-    let mut home = TestHome::builder().shell_profile("agent", "cat").start().await;
-    let t = home.thread("agent", None).await;
     let db = home.handle().home_dir().join("kiki.db");
-    let thread_id = t.id.clone();
+    let thread = thread_id.to_string();
     home.restart_with(async |_| {
         let store = SqliteStore::open_path(&db).await.expect("open");
         let message = NewMessage {
-            id: "msg_lost".into(),
-            target_thread: thread_id,
+            id: format!("msg_{thread}"),
+            target_thread: thread.clone(),
             source: None,
-            content: "lost".into(),
+            content: "claimed".into(),
             key_scope: String::new(),
-            key: "k".into(),
+            key: format!("k_{thread}"),
             request_hash: "h".into(),
             wake: true,
             claim: Some(TurnClaim {
-                turn_id: "tu_claimed".into(),
+                turn_id: format!("tu_{thread}"),
                 take_messages: true,
                 render: kiki_daemon::executors::render,
+                exec,
             }),
             receipt: None,
             now: 1,
@@ -591,13 +589,40 @@ async fn a_claimed_turn_whose_agent_never_started_does_not_deliver() {
         store.close().await;
     })
     .await;
-    let turns = home.wait_turns(&t.id, 1).await;
+    let turns = home.wait_turns(thread_id, 1).await;
     assert_eq!(turns[0].status(), pb::TurnStatus::Failed);
     let db = rusqlite::Connection::open(&db).expect("open");
-    let (status, reason): (String, String) = db
-        .query_row("SELECT status, reason FROM messages WHERE id = 'msg_lost'", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .expect("message");
+    db.query_row("SELECT status, reason FROM messages WHERE id = ?", [format!("msg_{thread_id}")], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .expect("message")
+}
+
+/// A turn claimed with a message whose agent never got its input (the daemon stopped in
+/// between: no agent was described) did not deliver the message after all: the restart fails
+/// the turn and makes the message undeliverable.
+#[tokio::test]
+async fn a_claimed_turn_whose_agent_never_started_does_not_deliver() {
+    let mut home = TestHome::builder().shell_profile("agent", "cat").start().await;
+    let t = home.thread("agent", None).await;
+    let (status, reason) = claim_then_restart(&mut home, &t.id, true).await;
     assert_eq!((status.as_str(), reason.as_str()), ("undeliverable", "kikid_stopped"));
+}
+
+/// Recovery goes by what the claim recorded, not by the config of the next run: a profile
+/// edited in between can neither undeliver what a turn without an agent delivered nor keep
+/// what an exec agent never got.
+#[tokio::test]
+async fn recovery_goes_by_the_claim_not_by_the_config() {
+    let mut home = TestHome::builder().shell_profile("agent", "cat").start().await;
+    let exec_profile = home.thread("agent", None).await;
+    let (status, _) = claim_then_restart(&mut home, &exec_profile.id, false).await;
+    assert_eq!(status, "delivered", "claimed as a turn without an exec agent");
+    let echo_profile = home.thread("echo", None).await;
+    let (status, reason) = claim_then_restart(&mut home, &echo_profile.id, true).await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("undeliverable", "kikid_stopped"),
+        "claimed for an exec agent"
+    );
 }

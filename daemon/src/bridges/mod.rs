@@ -69,9 +69,9 @@ struct Inner {
     recording: std::sync::Mutex<HashMap<String, OutboxRecord>>,
     /// Outbox entries with an attempt under way (see `outbox::AttemptClaim`).
     attempting: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// Cross-home sends under way, by (peer, key scope, key): one at a time per key (see
-    /// `outbox::KeyLock`).
-    sending: std::sync::Mutex<HashMap<outbox::SendKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Cross-home sends under way, by (peer, key scope, key): one at a time per key, and how
+    /// many sends hold or await it (see `outbox::KeyLock`).
+    sending: std::sync::Mutex<HashMap<outbox::SendKey, outbox::KeyUsers>>,
     /// Peers known to have no outbox entries backing off (see `link_up`).
     settled: std::sync::Mutex<std::collections::HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).

@@ -11,7 +11,7 @@
 //! sending thread an `undeliverable` event. Both sides keep receipts. A message the target
 //! accepted without delivering it (no `wake`) is followed up: the same send again, which the
 //! target's dedup answers with where the message stands, until it is delivered or refused
-//! there (or the retry window ends), so the source's receipt does not stay `accepted`.
+//! there — within the retry window; after it the receipt stays `accepted`.
 
 use std::time::Duration;
 
@@ -28,6 +28,9 @@ use crate::threads::limits;
 /// The longest pause between two attempts.
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
+/// The first and the longest pause between follow-ups of an accepted entry.
+const FOLLOW_UP_FIRST: Duration = Duration::from_secs(1);
+const FOLLOW_UP_CAP: Duration = Duration::from_secs(60);
 /// How often the worker looks for due entries.
 const TICK: Duration = Duration::from_millis(100);
 /// Due entries read per tick, and attempts under way at most.
@@ -131,11 +134,13 @@ fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> (OutboxRe
     (entry, None)
 }
 
-/// An accepted entry's state for its next follow-up: doubling from 1 s, capped at 30 s
-/// (`attempts` counts the follow-ups too).
+/// An accepted entry's state for its next follow-up: doubling from 1 s, capped at a minute
+/// (about 20 follow-ups in a 15-minute window; `attempts` counts them too).
 fn follow_up_later(mut entry: OutboxRecord) -> (OutboxRecord, Option<EventRecord>) {
     entry.attempts += 1;
-    entry.next_attempt_at = now_ms() + backoff(entry.attempts.clamp(2, 16) as u32).as_millis() as i64;
+    let steps = entry.attempts.clamp(2, 8) as u32;
+    let delay = FOLLOW_UP_FIRST.saturating_mul(1 << (steps - 2)).min(FOLLOW_UP_CAP);
+    entry.next_attempt_at = now_ms() + delay.mul_f64(rand::rng().random_range(0.8..1.2)).as_millis() as i64;
     (entry, None)
 }
 
@@ -180,6 +185,8 @@ impl Drop for AttemptClaim {
 
 /// A sender's key towards a peer: (peer home id, key scope, key).
 pub(super) type SendKey = (String, String, String);
+/// A key's lock, and how many sends hold or await it.
+pub(super) type KeyUsers = (Arc<tokio::sync::Mutex<()>>, usize);
 
 /// The right to send with a key: a send ships its message while its outbox entry is still
 /// being committed, so a second send with that key must wait for the first one's entry —
@@ -192,9 +199,16 @@ struct KeyLock {
 
 impl KeyLock {
     async fn take(inner: &Arc<Inner>, key: SendKey) -> Self {
-        let mutex = lock(&inner.sending).entry(key.clone()).or_default().clone();
-        let guard = mutex.lock_owned().await;
-        Self { inner: inner.clone(), key, guard: Some(guard) }
+        let mutex = {
+            let mut sending = lock(&inner.sending);
+            let (mutex, users) = sending.entry(key.clone()).or_default();
+            *users += 1;
+            mutex.clone()
+        };
+        // Counted from here: a send that goes away while it waits uncounts itself on drop.
+        let mut this = Self { inner: inner.clone(), key, guard: None };
+        this.guard = Some(mutex.lock_owned().await);
+        this
     }
 }
 
@@ -202,9 +216,11 @@ impl Drop for KeyLock {
     fn drop(&mut self) {
         drop(self.guard.take());
         let mut sending = lock(&self.inner.sending);
-        // Only the map's own reference left: nobody holds or awaits this key.
-        if sending.get(&self.key).is_some_and(|m| Arc::strong_count(m) == 1) {
-            sending.remove(&self.key);
+        if let Some((_, users)) = sending.get_mut(&self.key) {
+            *users -= 1;
+            if *users == 0 {
+                sending.remove(&self.key);
+            }
         }
     }
 }
@@ -397,7 +413,9 @@ impl Bridges {
             updated_at: now,
         };
         let key = (entry.peer_home_id.clone(), entry.key_scope.clone(), entry.key.clone());
-        let key_lock = KeyLock::take(&self.inner, key).await;
+        // Held until the outcome is in the store or in `recording`, where a send with this
+        // key looks first.
+        let _key_lock = KeyLock::take(&self.inner, key).await;
         // The key decides first: a key in the outbox is answered from there and sends nothing.
         let in_flight = self.in_flight(&entry.peer_home_id, &entry.key_scope, &entry.key);
         let stored =
@@ -408,18 +426,19 @@ impl Bridges {
         // A new key. The worker leaves the entry alone while this attempt is under way
         // (whatever ends it: an answer, the bounded wait, the caller going away).
         let claim = AttemptClaim::new_entry(&self.inner, &entry.id);
-        // The entry's commit and the first attempt overlap; the answer waits for both. If
-        // the commit fails after the target took the message, the caller hears the failure
-        // and its retry (same key) is a replay at the target: delivered once either way. The
-        // commit is queued first, so it is written even if the caller goes away.
-        let (inserted, attempt) = tokio::join!(
+        // The entry's commit and the first attempt overlap; the answer waits for both. The
+        // commit is queued first (so it is written even if the caller goes away), and a
+        // commit refused at once (the store is busy) stops the attempt before it ships
+        // anything. A commit that fails later, after the target took the message, leaves the
+        // message there and not here: the caller hears the failure, and its retry with the
+        // key is a replay at the target (with other content, a conflict).
+        let (inserted, attempt) = tokio::try_join!(
+            biased;
             self.inner.store.outbox_insert(&entry),
-            tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge)))
-        );
-        // Written (or failed): a send with this key may look it up now.
-        drop(key_lock);
-        if let Some(existing) = inserted? {
-            // Unreachable while this home held the key's lock; answered from the store.
+            async { Ok(tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await) },
+        )?;
+        if let Some(existing) = inserted {
+            // Unreachable while this home holds the key's lock; answered from the store.
             return replay(None, existing, &entry.request_hash);
         }
         match attempt {
@@ -584,13 +603,23 @@ impl Bridges {
         Ok(match answer {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
                 self.link_up(&bridge).await;
+                if !r.replayed {
+                    // The target did not know the key (a database restored from before it?)
+                    // and took the message anew: this is that message's state now.
+                    warn!(message_id = %entry.id, "the target answered a follow-up with a new message");
+                    entry.remote_message_id = r.message_id.clone();
+                }
                 match r.status() {
                     pb::SendStatus::Delivered => finish(entry, "delivered", ""),
                     pb::SendStatus::Pending => follow_up_later(entry),
-                    _ => {
+                    // The message itself became undeliverable there: final.
+                    _ if !r.message_id.is_empty() => {
                         let reason = if r.reason.is_empty() { "undeliverable" } else { r.reason.as_str() };
                         finish(entry, "rejected", reason)
                     }
+                    // A refusal of the call that is not final (say, `internal`): ask again.
+                    _ if !FINAL.contains(&r.reason.as_str()) => follow_up_later(entry),
+                    _ => finish(entry, "rejected", &r.reason),
                 }
             }
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) if FINAL.contains(&e.code.as_str()) => {

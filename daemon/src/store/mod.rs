@@ -80,8 +80,9 @@ pub struct ThreadRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InterruptedTurn {
     pub turn_id: String,
-    pub profile: String,
-    /// Its agent's process, if one was recorded (see `executors::agent`).
+    /// `None` for a turn without an `exec` agent; empty for an `exec` turn whose agent was not
+    /// described yet (it never got its input); else the agent's record (see
+    /// `executors::agent`).
     pub agent: Option<String>,
 }
 
@@ -233,6 +234,10 @@ pub struct TurnClaim {
     /// Whether peer messages may be taken (the thread's communication is on).
     pub take_messages: bool,
     pub render: RenderInput,
+    /// The turn runs an `exec` agent: its agent record starts empty until the agent is
+    /// described, so a restart knows, without the config, that an empty record means the
+    /// agent never got its input.
+    pub exec: bool,
 }
 
 /// A cross-home send on the source side (see migration 0004).
@@ -483,7 +488,7 @@ pub trait Store: Send + Sync + 'static {
     /// `executors::agent`); a turn that has ended is left alone.
     async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()>;
     /// The turns still `running` (startup after a crash, before
-    /// [`Store::fail_interrupted_turns`]), with their thread's profile and recorded agent.
+    /// [`Store::fail_interrupted_turns`]), with their recorded agent.
     async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>>;
     /// Marks every turn still `running` as failed with `reason` (startup after a crash),
     /// with a `terminal` event each. Returns the threads concerned.

@@ -568,7 +568,7 @@ fn claim_turn(
     claim: &TurnClaim,
     now: Millis,
 ) -> StoreResult<Option<ClaimedTurn>> {
-    let TurnClaim { turn_id, take_messages, render } = claim;
+    let TurnClaim { turn_id, take_messages, render, exec } = claim;
     let thread = first(
         conn,
         "SELECT running, turn_count FROM threads WHERE id = ? AND archived = 0",
@@ -596,8 +596,9 @@ fn claim_turn(
     let rendered = render(&inputs);
     run(
         conn,
-        "INSERT INTO turns (id, thread_id, seq, status, input, started_at) VALUES (?, ?, ?, 'running', ?, ?)",
-        params![turn_id, thread_id, seq, rendered, now],
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent)
+         VALUES (?, ?, ?, 'running', ?, ?, ?)",
+        params![turn_id, thread_id, seq, rendered, now, exec.then_some("")],
     )?;
     run(
         conn,
@@ -847,15 +848,9 @@ impl Store for SqliteStore {
     async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
         self.db
             .read(|conn| {
-                all(
-                    conn,
-                    "SELECT tu.id, th.profile, tu.agent FROM turns tu JOIN threads th ON th.id = tu.thread_id
-                     WHERE tu.status = 'running'",
-                    [],
-                    |row| {
-                        Ok(InterruptedTurn { turn_id: row.get(0)?, profile: row.get(1)?, agent: row.get(2)? })
-                    },
-                )
+                all(conn, "SELECT id, agent FROM turns WHERE status = 'running'", [], |row| {
+                    Ok(InterruptedTurn { turn_id: row.get(0)?, agent: row.get(1)? })
+                })
             })
             .await
     }

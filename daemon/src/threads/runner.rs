@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::config::Config;
+use crate::config::{Config, ExecutorKind};
 use crate::executors::agent::Agent;
 use crate::executors::{self, OnAgentStart, TurnFailure, TurnInput};
 use crate::mailbox::signals::Signals;
@@ -213,11 +214,12 @@ impl Inner {
         let turn = &claimed.turn;
         if self.stop.is_cancelled() {
             // A turn handed over as the daemon stops: its agent never gets the input.
-            return self.fail_before_agent(turn, "kikid stopped before the turn started".into()).await;
+            let reason = "kikid stopped before the turn started".into();
+            return self.fail_before_agent(turn, reason, "kikid_stopped").await;
         }
         let Some(profile) = self.config.profile(&thread.profile) else {
             let reason = format!("profile {:?} is not configured in this home", thread.profile);
-            return self.fail_before_agent(turn, reason).await;
+            return self.fail_before_agent(turn, reason, "executor_failed").await;
         };
         let token = new_token();
         lock(&self.tokens).insert(
@@ -226,6 +228,8 @@ impl Inner {
         );
         info!(turn_id = %turn.id, seq = turn.seq, profile = %thread.profile, "turn started");
         let cwd = PathBuf::from(&thread.cwd);
+        // Set once the agent is recorded: only then does it get its input.
+        let given = Arc::new(AtomicBool::new(false));
         let input = TurnInput {
             items: &claimed.inputs,
             rendered: &turn.input,
@@ -236,17 +240,22 @@ impl Inner {
                 ("KIKI_TOKEN", token.clone()),
             ],
             max_output_bytes: self.config.turns.max_output_bytes,
-            on_agent_start: Some(self.agent_recorder(&turn.id)),
+            on_agent_start: Some(self.agent_recorder(&turn.id, given.clone())),
         };
-        let result = tokio::select! {
-            result = executors::run(&profile, input) => result,
-            () = self.stop.cancelled() => Err(TurnFailure { output: String::new(), error: INTERRUPTED.into(), agent_started: true }),
+        let (result, stopped) = tokio::select! {
+            result = executors::run(&profile, input) => (result, false),
+            () = self.stop.cancelled() => {
+                // Stopped while its agent was being recorded, the agent got nothing.
+                let agent_started = given.load(Ordering::SeqCst);
+                (Err(TurnFailure { output: String::new(), error: INTERRUPTED.into(), agent_started }), true)
+            }
         };
         lock(&self.tokens).remove(&token);
         if let Err(failure) = &result
             && !failure.agent_started
         {
-            return self.fail_before_agent(turn, failure.error.clone()).await;
+            let code = if stopped { "kikid_stopped" } else { "executor_failed" };
+            return self.fail_before_agent(turn, failure.error.clone(), code).await;
         }
         let outcome = match result {
             Ok(output) => TurnOutcome {
@@ -271,7 +280,7 @@ impl Inner {
     /// Records a turn's agent process before it gets its input, so that a restart after a
     /// crash can stop it — and can tell that a turn with none recorded never delivered its
     /// input. If the write fails, the agent is stopped and the turn fails before it.
-    fn agent_recorder<'a>(&self, turn_id: &str) -> OnAgentStart<'a> {
+    fn agent_recorder<'a>(&self, turn_id: &str, recorded: Arc<AtomicBool>) -> OnAgentStart<'a> {
         let (store, turn_id) = (self.store.clone(), turn_id.to_string());
         Box::new(move |agent: Option<Agent>| {
             Box::pin(async move {
@@ -280,18 +289,21 @@ impl Inner {
                 store
                     .record_agent(&turn_id, &record)
                     .await
-                    .map_err(|e| format!("cannot record the agent's process: {e}"))
+                    .map_err(|e| format!("cannot record the agent's process: {e}"))?;
+                recorded.store(true, Ordering::SeqCst);
+                Ok(())
             })
         })
     }
 
     /// The agent never got the turn's input: the turn fails, and its messages — which were
-    /// not delivered after all — become undeliverable, with an event to target and sources.
-    async fn fail_before_agent(&self, turn: &crate::store::TurnRecord, reason: String) {
+    /// not delivered after all — become undeliverable (`code`: `executor_failed` or
+    /// `kikid_stopped`), with an event to target and sources.
+    async fn fail_before_agent(&self, turn: &crate::store::TurnRecord, reason: String, code: &str) {
         warn!(turn_id = %turn.id, %reason, "the agent could not be started");
         let mut retry = RETRY_FIRST;
         loop {
-            match self.store.undeliver_turn_messages(&turn.id, "executor_failed", now_ms()).await {
+            match self.store.undeliver_turn_messages(&turn.id, code, now_ms()).await {
                 Ok(notified) => {
                     for thread in notified {
                         self.signals.notify(&thread);
@@ -337,6 +349,7 @@ fn turn_claim(config: &Config, thread: &ThreadRecord) -> TurnClaim {
         turn_id: new_id("tu"),
         take_messages: switches::communication(config, thread).is_ok(),
         render: executors::render,
+        exec: config.profile(&thread.profile).is_some_and(|p| p.executor == ExecutorKind::Exec),
     }
 }
 
