@@ -558,6 +558,32 @@ async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
     assert_eq!(story, ["pending", "delivered"], "following up adds no receipt at the target");
 }
 
+/// A follow-up asks where a message stands and never sends it again: a target that lost the
+/// key (say, its database was restored from before it) answers `unknown_key`, which the
+/// source's receipt reports, and no second message appears there.
+#[tokio::test]
+async fn a_follow_up_never_makes_a_second_message() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "send", "bee").await;
+    approve(&b, &request_id, "send", vec![]).await;
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "held", "k")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending);
+    let target_db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open");
+    target_db.busy_timeout(std::time::Duration::from_secs(10)).expect("busy timeout");
+    target_db.execute("DELETE FROM idempotency_keys WHERE key = 'k'", []).expect("forget the key");
+
+    let settled = kiki_tests::eventually("the source's receipt to change", || async {
+        receipts(&a, "bee").await.into_iter().find(|r| r.status != "accepted")
+    })
+    .await;
+    assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("rejected", "unknown_key"));
+    let messages: i64 = target_db
+        .query_row("SELECT count(*) FROM messages WHERE source_host IS NOT NULL", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(messages, 1, "the follow-up created nothing");
+}
+
 /// An agent's cross-home send, retried with its key after the agent's own switch was turned
 /// off, gets its original answer (the key decides before the switch); a new key is refused.
 #[tokio::test]

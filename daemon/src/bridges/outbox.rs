@@ -9,9 +9,10 @@
 //! refusal (`permission_denied`, `bridge_revoked`, `thread_not_found`, `too_large`,
 //! `communication_disabled`, …) stops the retries, and every final failure gives the
 //! sending thread an `undeliverable` event. Both sides keep receipts. A message the target
-//! accepted without delivering it (no `wake`) is followed up: the same send again, which the
-//! target's dedup answers with where the message stands, until it is delivered or refused
-//! there — within the retry window; after it the receipt stays `accepted`.
+//! accepted without delivering it (no `wake`) is followed up: a content-free `follow_up` call
+//! that the target answers from its dedup with where the message stands, until it is
+//! delivered or refused there — within the retry window; after it the receipt stays
+//! `accepted`.
 
 use std::time::Duration;
 
@@ -144,14 +145,16 @@ fn follow_up_later(mut entry: OutboxRecord) -> (OutboxRecord, Option<EventRecord
     (entry, None)
 }
 
-/// The bridge call that ships an entry (again: the target answers a known key from its dedup).
-fn send_call(entry: &OutboxRecord) -> pb::BridgeCall {
+/// The bridge call that ships an entry (again: the target answers a known key from its
+/// dedup), or, as a `follow_up`, asks where it stands (without its content).
+fn send_call(entry: &OutboxRecord, follow_up: bool) -> pb::BridgeCall {
     pb::BridgeCall {
         call: Some(Call::ThreadSend(pb::BridgeSendCall {
             target_session: entry.target_session.clone(),
-            content: entry.content.clone(),
+            content: if follow_up { String::new() } else { entry.content.clone() },
             idempotency_key: entry.key.clone(),
             source_thread: entry.source_thread.clone().unwrap_or_default(),
+            follow_up,
         })),
     }
 }
@@ -247,6 +250,9 @@ impl Bridges {
     /// message's is committed with it, a refusal's is written after the answer leaves. A
     /// replay (a retry, or the source following a message up) changes nothing and adds none.
     pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
+        if call.follow_up {
+            return self.serve_follow_up(peer, &call).await;
+        }
         let mut receipt = ReceiptRecord {
             peer_home_id: peer.to_string(),
             key: call.idempotency_key.clone(),
@@ -280,6 +286,28 @@ impl Bridges {
             }
         });
         response
+    }
+
+    /// A follow-up: where the message with the call's key stands, as a replay would answer
+    /// it. Nothing is created or recorded; a revoked bridge (or no bridge) is refused, a
+    /// disabled one or a narrowed grant still answers, as for a retry.
+    async fn serve_follow_up(&self, peer: &str, call: &pb::BridgeSendCall) -> pb::ThreadSendResponse {
+        let refused = |code: &str| pb::ThreadSendResponse {
+            message_id: String::new(),
+            status: pb::SendStatus::Undeliverable as i32,
+            replayed: false,
+            reason: code.to_string(),
+        };
+        if let Err(Rejection::Wire("bridge_revoked", _)) = self.granted(peer, "send").await {
+            return refused("bridge_revoked");
+        }
+        let Some(mailbox) = self.inner.mailbox.get() else { return refused("failed_precondition") };
+        match mailbox.keyed_status(&key_scope(peer, call), &call.idempotency_key).await {
+            Ok(Some(sent)) => response_of(sent),
+            // Unknown keys include every key of a peer without a bridge: nothing is revealed.
+            Ok(None) => refused("unknown_key"),
+            Err(e) => refused(wire_refusal(e).0),
+        }
     }
 
     async fn accept_from(
@@ -519,7 +547,8 @@ impl Bridges {
         if now > entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 {
             return Ok(finish(entry, "expired", "expired"));
         }
-        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &send_call(&entry))).await;
+        let answer =
+            tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &send_call(&entry, false))).await;
         Ok(match answer {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
                 self.link_up(&bridge).await;
@@ -586,8 +615,8 @@ impl Bridges {
         retry_after(entry, why, backoff(0))
     }
 
-    /// A follow-up of an entry the target accepted without delivering it: the same send
-    /// again, which the target's dedup answers with where the message stands (creating
+    /// A follow-up of an entry the target accepted without delivering it: a content-free
+    /// `follow_up` call, which the target answers with where the message stands (creating
     /// nothing). Delivered or refused there ends it; still waiting, or no answer, asks again
     /// later. Once the retry window is over, or this home revoked the bridge, the entry stays
     /// `accepted` and is not asked about again: the target has the message.
@@ -599,16 +628,11 @@ impl Bridges {
             entry.next_attempt_at = i64::MAX;
             return Ok((entry, None));
         };
-        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &send_call(&entry))).await;
+        let call = send_call(&entry, true);
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &call)).await;
         Ok(match answer {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
                 self.link_up(&bridge).await;
-                if !r.replayed {
-                    // The target did not know the key (a database restored from before it?)
-                    // and took the message anew: this is that message's state now.
-                    warn!(message_id = %entry.id, "the target answered a follow-up with a new message");
-                    entry.remote_message_id = r.message_id.clone();
-                }
                 match r.status() {
                     pb::SendStatus::Delivered => finish(entry, "delivered", ""),
                     pb::SendStatus::Pending => follow_up_later(entry),
@@ -617,8 +641,11 @@ impl Bridges {
                         let reason = if r.reason.is_empty() { "undeliverable" } else { r.reason.as_str() };
                         finish(entry, "rejected", reason)
                     }
-                    // A refusal of the call that is not final (say, `internal`): ask again.
-                    _ if !FINAL.contains(&r.reason.as_str()) => follow_up_later(entry),
+                    // A refusal of the call that is not final (say, `internal`): ask again. The
+                    // target not knowing the key (a database restored from before it?) is final.
+                    _ if !FINAL.contains(&r.reason.as_str()) && r.reason != "unknown_key" => {
+                        follow_up_later(entry)
+                    }
                     _ => finish(entry, "rejected", &r.reason),
                 }
             }

@@ -298,6 +298,15 @@ impl Mailbox {
     }
 
     /// The answer to a key seen before: the original message, or a conflict.
+    /// Where the message sent with this key stands (a replay), whatever its content; `None`
+    /// if the key is unknown.
+    pub async fn keyed_status(&self, scope: &str, key: &str) -> Result<Option<Sent>> {
+        match self.store.keyed_message(scope, key).await? {
+            Some((_, message_id)) => self.replay(&message_id, true).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
     async fn replay(&self, message_id: &str, same_request: bool) -> Result<Sent> {
         if !same_request {
             return Err(key_conflict(message_id));
