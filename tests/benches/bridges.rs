@@ -94,6 +94,11 @@ async fn main() {
     }
     let concurrent_rate = (SENDERS * SENDS_PER_SENDER) as f64 / t.elapsed().as_secs_f64();
     let cores_busy = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
+    // Done with them: their outbox would go on following up the accepted sends meanwhile.
+    for home in [&a, &b, &c, &d] {
+        home.handle().shutdown();
+        home.handle().stopped().await;
+    }
 
     // Partition heal: datagrams dropped for 5 s, then the first delivery.
     let (e, f) = (home().await, home().await);
