@@ -135,13 +135,14 @@ fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> (OutboxRe
     (entry, None)
 }
 
-/// An accepted entry's state for its next follow-up: doubling from 1 s, capped at a minute
-/// (about 20 follow-ups in a 15-minute window; `attempts` counts them too).
+/// An accepted entry's state for its next follow-up: after as long as the message has
+/// existed (so the pauses double), from 1 s up to a minute — about 20 follow-ups in a
+/// 15-minute window. `attempts` still counts the sends only.
 fn follow_up_later(mut entry: OutboxRecord) -> (OutboxRecord, Option<EventRecord>) {
-    entry.attempts += 1;
-    let steps = entry.attempts.clamp(2, 8) as u32;
-    let delay = FOLLOW_UP_FIRST.saturating_mul(1 << (steps - 2)).min(FOLLOW_UP_CAP);
-    entry.next_attempt_at = now_ms() + delay.mul_f64(rand::rng().random_range(0.8..1.2)).as_millis() as i64;
+    let now = now_ms();
+    let age = Duration::from_millis((now - entry.created_at).max(0) as u64);
+    let delay = age.clamp(FOLLOW_UP_FIRST, FOLLOW_UP_CAP).mul_f64(rand::rng().random_range(0.8..1.2));
+    entry.next_attempt_at = now + delay.as_millis() as i64;
     (entry, None)
 }
 
