@@ -258,3 +258,25 @@ async fn revoking_at_the_source_ends_its_pending_sends() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(b.all_turns(&t).await.is_empty(), "nothing was delivered");
 }
+
+/// A follow-up that gets no answer asks again later: the source learns of the delivery once
+/// the link is back, however long the target held the message.
+#[tokio::test]
+async fn follow_ups_outlast_a_partition() {
+    let network = MemoryNetwork::new();
+    let Paired { a, b, a_id, b_id, thread: t } = paired(&network, "send").await;
+    let sent = a.client().threads().thread_send(send(&t, "held", "k1")).await.expect("send").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
+    assert_eq!(settled_receipt(&a, "k1").await.status, "accepted");
+    network.partition(&a_id, &b_id, true);
+    b.say(&t, "the user speaks").await.expect("say");
+    b.wait_turns(&t, 1).await;
+    // Follow-ups fail meanwhile (their pauses grow with the message's age).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(settled_receipt(&a, "k1").await.status, "accepted", "the source cannot know yet");
+    network.partition(&a_id, &b_id, false);
+    kiki_tests::eventually("the source's receipt to say delivered", || async {
+        (settled_receipt(&a, "k1").await.status == "delivered").then_some(())
+    })
+    .await;
+}
