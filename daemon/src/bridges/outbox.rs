@@ -50,11 +50,13 @@ const FINAL: &[&str] = &[
     "failed_precondition",
 ];
 
-/// The pause before attempt `attempts + 1`: doubling from 250 ms, capped at 30 s, with
-/// jitter (−20 %…+20 %, and only downwards at the cap) so many sources do not retry in
-/// lockstep.
-pub fn backoff(attempts: u32) -> Duration {
-    let base = BACKOFF_FIRST.saturating_mul(1u32 << attempts.min(16));
+/// The pause before the next attempt at a peer that has been `silent` that long (since its
+/// last answer, or since the message if that is later): as long again, from 250 ms up to
+/// 30 s — so the pauses double while the peer stays silent and start over as soon as it
+/// answers — with jitter (−20 %…+20 %, and only downwards at the cap) so many sources do not
+/// retry in lockstep.
+pub fn backoff(silent: Duration) -> Duration {
+    let base = silent.clamp(BACKOFF_FIRST, BACKOFF_CAP);
     if base >= BACKOFF_CAP {
         return BACKOFF_CAP.mul_f64(rand::rng().random_range(0.8..1.0));
     }
@@ -602,10 +604,13 @@ impl Bridges {
         lock(&self.inner.answered).get(peer).is_some_and(|at| *at >= since)
     }
 
-    /// The entry's state for another attempt after a jittered backoff.
+    /// The entry's state for another attempt after a jittered backoff, as long as the peer
+    /// has been silent for this entry.
     fn retry_later(&self, entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
         lock(&self.inner.settled).remove(&entry.peer_home_id);
-        let delay = backoff((entry.attempts + 1).max(0) as u32);
+        let last_answer = lock(&self.inner.answered).get(&entry.peer_home_id).copied().unwrap_or(0);
+        let silent = now_ms() - entry.created_at.max(last_answer);
+        let delay = backoff(Duration::from_millis(silent.max(0) as u64));
         retry_after(entry, why, delay)
     }
 
@@ -613,7 +618,7 @@ impl Bridges {
     /// failed, but the link answered meanwhile, so the reset `link_up` made (or skipped, the
     /// peer being settled) must not be undone by this late failure.
     fn retry_soon(&self, entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
-        retry_after(entry, why, backoff(0))
+        retry_after(entry, why, backoff(Duration::ZERO))
     }
 
     /// A follow-up of an entry the target accepted without delivering it: a content-free
@@ -704,11 +709,11 @@ impl Bridges {
                         let bridges = self.clone();
                         tokio::spawn(async move {
                             let _claim = claim;
-                            let attempts = entry.attempts;
+                            let age = Duration::from_millis((now_ms() - entry.created_at).max(0) as u64);
                             if let Err(e) = bridges.attempt_due(entry).await {
                                 warn!(error = %e, "outbox attempt failed to record");
                                 // Not again at once: the claim is held through a backoff.
-                                tokio::time::sleep(backoff(attempts.max(0) as u32)).await;
+                                tokio::time::sleep(backoff(age)).await;
                             }
                         });
                     }
@@ -814,14 +819,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_with_jitter_and_is_capped() {
-        for attempts in 0..40 {
-            let d = backoff(attempts);
-            assert!(d <= BACKOFF_CAP, "{attempts}: {d:?}");
-            let base = BACKOFF_FIRST.saturating_mul(1u32 << attempts.min(16)).min(BACKOFF_CAP);
-            assert!(d >= base.mul_f64(0.8), "{attempts}: {d:?} below {base:?}");
+    fn backoff_is_the_silence_so_far_with_jitter_from_250_ms_to_30_s() {
+        for ms in [0, 100, 250, 1_000, 7_000, 29_000, 30_000, 600_000] {
+            let silent = Duration::from_millis(ms);
+            let d = backoff(silent);
+            let base = silent.clamp(BACKOFF_FIRST, BACKOFF_CAP);
+            assert!(d <= BACKOFF_CAP, "{ms}: {d:?}");
+            assert!(d >= base.mul_f64(0.8) && d <= base.mul_f64(1.2), "{ms}: {d:?} around {base:?}");
         }
-        assert!(backoff(0) < Duration::from_millis(400));
-        assert!(backoff(30) >= BACKOFF_CAP.mul_f64(0.8));
+        // Each pause as long as the silence before it: attempts at 0.25, 0.5, 1, 2, 4 s …
+        let (mut at, mut pauses) = (Duration::ZERO, Vec::new());
+        while at < Duration::from_secs(60) {
+            let pause = backoff(at);
+            pauses.push(pause);
+            at += pause;
+        }
+        assert!(pauses.len() < 12, "doubling reaches the cap quickly: {pauses:?}");
+        assert!(pauses.last().is_some_and(|p| *p >= BACKOFF_CAP.mul_f64(0.8)), "{pauses:?}");
     }
 }
