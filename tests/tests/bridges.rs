@@ -865,6 +865,23 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
     }
 }
 
+/// A target that answers "not now" (its inbound access is off) is retried with pauses that
+/// grow with the message's age, not every 250 ms as if each answer reset the backoff.
+#[tokio::test]
+async fn a_refusal_for_now_backs_off_like_an_outage() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "send", "bee").await;
+    let bridge = approve(&b, &request_id, "send", vec![]).await;
+    set_inbound(&b, &bridge.id, false).await;
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "later", "k")).await;
+    assert_eq!(sent.expect("answered").into_inner().status(), pb::SendStatus::Pending);
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    // Doubling from 250 ms: attempts near 0, 0.25, 0.5, 1, 2 and 4 s; every 250 ms would be ~16.
+    let attempts = receipts(&a, "bee").await[0].attempts;
+    assert!((3..=8).contains(&attempts), "{attempts} attempts in 4 s");
+}
+
 #[tokio::test]
 async fn only_an_approved_inbound_bridge_can_be_turned_off() {
     let (a, b) = (open_home().await, open_home().await);

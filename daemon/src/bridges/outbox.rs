@@ -137,6 +137,14 @@ fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> (OutboxRe
     (entry, None)
 }
 
+/// A pending entry's state for another attempt after the peer answered but refused it for
+/// now (say, the bridge's inbound access is off): the link is fine, so the pause grows with
+/// the message's age instead of the peer's silence, from 250 ms to 30 s.
+fn retry_refused(entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
+    let age = Duration::from_millis((now_ms() - entry.created_at).max(0) as u64);
+    retry_after(entry, why, backoff(age))
+}
+
 /// An accepted entry's state for its next follow-up: after as long as the message has
 /// existed (so the pauses double), from 1 s up to a minute — about 20 follow-ups in a
 /// 15-minute window. `attempts` still counts the sends only.
@@ -565,7 +573,7 @@ impl Bridges {
                         if FINAL.contains(&reason.as_str()) || !r.message_id.is_empty() {
                             finish(entry, "rejected", &reason)
                         } else {
-                            self.retry_later(entry, &reason)
+                            retry_refused(entry, &reason)
                         }
                     }
                 }
@@ -574,7 +582,7 @@ impl Bridges {
                 self.link_up(&bridge).await;
                 finish(entry, "rejected", &e.code)
             }
-            Ok(Ok(other)) => self.retry_later(entry, &format!("unexpected answer: {other:?}")),
+            Ok(Ok(other)) => retry_refused(entry, &format!("unexpected answer: {other:?}")),
             // Unreached: unless the peer answered another call meanwhile (the link is back
             // and this attempt rode a stale connection), back off.
             Ok(Err(e)) if self.answered_since(&entry.peer_home_id, now) => {

@@ -243,6 +243,8 @@ impl Inner {
             on_agent_start: Some(self.agent_recorder(&turn.id, given.clone())),
         };
         let (result, stopped) = tokio::select! {
+            // A turn that ends as the daemon stops keeps its outcome.
+            biased;
             result = executors::run(&profile, input) => (result, false),
             () = self.stop.cancelled() => {
                 // Stopped while its agent was being recorded, the agent got nothing.
