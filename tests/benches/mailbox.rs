@@ -10,15 +10,13 @@
 //! - wake latency, send answered → ThreadWait returns (target p50 < 1 ms)
 //! - 10,000 parked ThreadWait calls (target < 50 MB extra RSS)
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiki_client::Client;
 use kiki_proto as pb;
-use kiki_tests::binaries::binary;
+use kiki_tests::binaries::kiki_json;
 use kiki_tests::local;
-use kiki_tests::measure::{cpu_time, fsync_floor, percentile, process_cpu_time, rss_kb, us};
+use kiki_tests::measure::{HeldHome, cpu_time, fsync_floor, percentile, process_cpu_time, rss_kb, us};
 
 const SINGLE_SENDS: usize = 300;
 const SENDERS: usize = 64;
@@ -28,46 +26,15 @@ const WAKES: usize = 200;
 const PARKED: usize = 10_000;
 const PARKED_PER_CONNECTION: usize = 50;
 
-fn kiki(home: &Path, args: &[&str]) -> String {
-    let out = Command::new(binary("kiki"))
-        .arg("--home")
-        .arg(home)
-        .arg("--json")
-        .args(args)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("kiki");
-    assert!(out.status.success(), "kiki {args:?} failed");
-    String::from_utf8(out.stdout).expect("utf8")
-}
-
 fn send(target: &str, content: String, key: String) -> pb::ThreadSendRequest {
     pb::ThreadSendRequest { target: Some(local(target)), content, idempotency_key: key, ..Default::default() }
-}
-
-fn id_of(json: &str) -> String {
-    let v: serde_json::Value = serde_json::from_str(json).expect("json");
-    v["id"].as_str().expect("id").to_string()
 }
 
 #[tokio::main]
 async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).expect("home");
-    // `hold` keeps its thread busy so sends queue (acceptance is measured, not turns);
-    // a short delivery wait makes a queued send answer as soon as it is durable.
-    std::fs::write(
-        home.join("config.toml"),
-        "[mailbox]\ndelivery_wait = \"0s\"\n[profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"600\"]\n",
-    )
-    .expect("config");
     let floor = fsync_floor(dir.path());
-    kiki(&home, &["up"]);
-    let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
-    let pid = client.home().status(pb::StatusRequest {}).await.expect("status").into_inner().pid;
-    let held = id_of(&kiki(&home, &["thread", "create", "--profile", "hold", "--prompt", "hold"]));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let HeldHome { home, client, pid, held } = HeldHome::start(dir.path()).await;
 
     // One sender, one durable send at a time.
     let mut threads = client.threads();
@@ -121,7 +88,8 @@ async fn main() {
 
     // Wake latency: a waiter parked on an echo thread returns when the turn the message
     // started has ended.
-    let echo = id_of(&kiki(&home, &["thread", "create", "--title", "echo"]));
+    let echo =
+        kiki_json(&home, &["thread", "create", "--title", "echo"])["id"].as_str().expect("id").to_string();
     let mut wakes = Vec::with_capacity(WAKES);
     for i in 0..WAKES {
         let cursor = threads
@@ -182,7 +150,7 @@ async fn main() {
         task.abort();
     }
     drop(connections);
-    kiki(&home, &["down"]);
+    kiki_json(&home, &["down"]);
 
     println!("kiki mailbox benchmark");
     println!("  fsync floor (4 KiB write + fsync), p50     {:>10}", us(floor));

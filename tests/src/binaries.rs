@@ -5,8 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// `target/<profile>/NAME`, found from the running test executable (`…/deps/test-hash`).
+/// `target/<profile>/NAME`, found from the running test executable (`…/deps/test-hash`), or
+/// `$KIKI_BINARIES/NAME` if that is set (a bench comparing two builds).
 pub fn binary(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("KIKI_BINARIES") {
+        return PathBuf::from(dir).join(name);
+    }
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let path = dir.join(name);

@@ -76,3 +76,37 @@ pub fn process_cpu_time(pid: u32) -> Duration {
     let ticks = |i: usize| fields[i].parse::<u64>().expect("clock ticks");
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
+
+/// A started home whose one thread is kept busy by its `hold` profile (an agent that
+/// sleeps), so sends to it queue and what a bench measures is their acceptance, not turns;
+/// `delivery_wait = 0` answers a queued send as soon as it is durable.
+pub struct HeldHome {
+    pub home: std::path::PathBuf,
+    pub client: kiki_client::Client,
+    /// kikid's pid.
+    pub pid: u32,
+    /// The busy thread's id.
+    pub held: String,
+}
+
+impl HeldHome {
+    /// Starts it in `dir/home` with the binaries of [`crate::binaries::binary`].
+    pub async fn start(dir: &Path) -> Self {
+        let home = dir.join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::write(
+            home.join("config.toml"),
+            "[mailbox]\ndelivery_wait = \"0s\"\n[profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"600\"]\n",
+        )
+        .expect("config");
+        crate::binaries::kiki_json(&home, &["up"]);
+        let client = kiki_client::Client::connect(&home.join("kikid.sock")).await.expect("connect");
+        let status = client.home().status(kiki_proto::StatusRequest {}).await.expect("status");
+        let created =
+            crate::binaries::kiki_json(&home, &["thread", "create", "--profile", "hold", "--prompt", "x"]);
+        let held = created["id"].as_str().expect("id").to_string();
+        // Its agent started: later sends queue behind its turn.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Self { home, client, pid: status.into_inner().pid, held }
+    }
+}

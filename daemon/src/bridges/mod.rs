@@ -692,14 +692,13 @@ impl Bridges {
         bridge.updated_at = now_ms();
         self.save_bridge(Some(&bridge), None).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
-        if !enabled {
-            self.cut_off(&bridge);
-        }
         if enabled {
             // Messages held back while it was off may start turns now.
             for thread in self.inner.store.threads_with_queued_input().await? {
                 self.inner.threads.runner().kick(&thread);
             }
+        } else {
+            self.cut_off(&bridge);
         }
         Ok(bridge)
     }

@@ -48,7 +48,22 @@ const FINAL: &[&str] = &[
     "communication_disabled",
     "invalid_argument",
     "failed_precondition",
+    // A follow-up's key the target does not know (a database restored from before it?).
+    "unknown_key",
 ];
+
+/// What a peer's answer to a ThreadSend call says about the message.
+enum Verdict {
+    Delivered,
+    /// The target holds it; no turn has taken it yet.
+    Waiting,
+    /// Refused for good (the reason), or the message became undeliverable there.
+    Refused(String),
+    /// The peer answered but not with an outcome (e.g. `bridge_disabled`): try again later.
+    NotNow(String),
+    /// No answer (the link failed or timed out).
+    Unanswered(String),
+}
 
 /// The pause before the next attempt at a peer that has been `silent` that long (since its
 /// last answer, or since the message if that is later): as long again, from 250 ms up to
@@ -274,17 +289,12 @@ impl Bridges {
             at: now_ms(),
         };
         let (code, message) = match self.accept_from(peer, &call, receipt.clone()).await {
-            Ok(sent) => return response_of(sent),
+            Ok(sent) => return crate::grpc::sent_to_pb(sent),
             Err(refusal) => refusal,
         };
         debug!(peer, code, %message, "bridged send refused");
         (receipt.status, receipt.reason) = ("rejected".into(), code.into());
-        let response = pb::ThreadSendResponse {
-            message_id: String::new(),
-            status: pb::SendStatus::Undeliverable as i32,
-            replayed: false,
-            reason: code.to_string(),
-        };
+        let response = refusal_response(code);
         // A peer without a bridge can do nothing but file a request: its refused sends are
         // not written down either.
         if !matches!(self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await, Ok(Some(_))) {
@@ -303,21 +313,15 @@ impl Bridges {
     /// it. Nothing is created or recorded; a revoked bridge (or no bridge) is refused, a
     /// disabled one or a narrowed grant still answers, as for a retry.
     async fn serve_follow_up(&self, peer: &str, call: &pb::BridgeSendCall) -> pb::ThreadSendResponse {
-        let refused = |code: &str| pb::ThreadSendResponse {
-            message_id: String::new(),
-            status: pb::SendStatus::Undeliverable as i32,
-            replayed: false,
-            reason: code.to_string(),
-        };
         if let Err(Rejection::Wire("bridge_revoked", _)) = self.granted(peer, "send").await {
-            return refused("bridge_revoked");
+            return refusal_response("bridge_revoked");
         }
-        let Some(mailbox) = self.inner.mailbox.get() else { return refused("failed_precondition") };
+        let Some(mailbox) = self.inner.mailbox.get() else { return refusal_response("failed_precondition") };
         match mailbox.keyed_status(&key_scope(peer, call), &call.idempotency_key).await {
-            Ok(Some(sent)) => response_of(sent),
+            Ok(Some(sent)) => crate::grpc::sent_to_pb(sent),
             // Unknown keys include every key of a peer without a bridge: nothing is revealed.
-            Ok(None) => refused("unknown_key"),
-            Err(e) => refused(wire_refusal(e).0),
+            Ok(None) => refusal_response("unknown_key"),
+            Err(e) => refusal_response(wire_refusal(e).0),
         }
     }
 
@@ -558,39 +562,54 @@ impl Bridges {
         if now > entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 {
             return Ok(finish(entry, "expired", "expired"));
         }
-        let answer =
-            tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &send_call(&entry, false))).await;
-        Ok(match answer {
+        Ok(match self.ship(&bridge, &mut entry, false).await {
+            Verdict::Delivered => finish(entry, "delivered", ""),
+            Verdict::Waiting => follow_up_later(finish(entry, "accepted", "").0),
+            Verdict::Refused(reason) => finish(entry, "rejected", &reason),
+            Verdict::NotNow(why) => retry_refused(entry, &why),
+            // Unreached: unless the peer answered another call meanwhile (the link is back
+            // and this attempt rode a stale connection), back off.
+            Verdict::Unanswered(why) if self.answered_since(&entry.peer_home_id, now) => {
+                self.retry_soon(entry, &why)
+            }
+            Verdict::Unanswered(why) => self.retry_later(entry, &why),
+        })
+    }
+
+    /// One ThreadSend call for `entry` (`follow_up`: asking where it stands), and what the
+    /// answer says. An answer from the peer counts as contact (see [`Bridges::link_up`]);
+    /// the target's message id is kept.
+    async fn ship(&self, bridge: &BridgeRecord, entry: &mut OutboxRecord, follow_up: bool) -> Verdict {
+        let call = send_call(entry, follow_up);
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(bridge, &call)).await;
+        match answer {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
-                self.link_up(&bridge).await;
-                entry.remote_message_id = r.message_id.clone();
+                self.link_up(bridge).await;
+                if !r.message_id.is_empty() {
+                    entry.remote_message_id = r.message_id.clone();
+                }
                 match r.status() {
-                    pb::SendStatus::Delivered => finish(entry, "delivered", ""),
-                    pb::SendStatus::Pending => follow_up_later(finish(entry, "accepted", "").0),
+                    pb::SendStatus::Delivered => Verdict::Delivered,
+                    pb::SendStatus::Pending => Verdict::Waiting,
                     _ => {
-                        let reason =
-                            if r.reason.is_empty() { "undeliverable".to_string() } else { r.reason.clone() };
-                        if FINAL.contains(&reason.as_str()) || !r.message_id.is_empty() {
-                            finish(entry, "rejected", &reason)
+                        let reason = if r.reason.is_empty() { "undeliverable" } else { r.reason.as_str() };
+                        // With a message id, the message itself became undeliverable there.
+                        if FINAL.contains(&reason) || !r.message_id.is_empty() {
+                            Verdict::Refused(reason.to_string())
                         } else {
-                            retry_refused(entry, &reason)
+                            Verdict::NotNow(reason.to_string())
                         }
                     }
                 }
             }
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) if FINAL.contains(&e.code.as_str()) => {
-                self.link_up(&bridge).await;
-                finish(entry, "rejected", &e.code)
+                self.link_up(bridge).await;
+                Verdict::Refused(e.code)
             }
-            Ok(Ok(other)) => retry_refused(entry, &format!("unexpected answer: {other:?}")),
-            // Unreached: unless the peer answered another call meanwhile (the link is back
-            // and this attempt rode a stale connection), back off.
-            Ok(Err(e)) if self.answered_since(&entry.peer_home_id, now) => {
-                self.retry_soon(entry, &e.to_string())
-            }
-            Ok(Err(e)) => self.retry_later(entry, &e.to_string()),
-            Err(_) => self.retry_later(entry, &format!("no answer within {ATTEMPT_TIMEOUT:?}")),
-        })
+            Ok(Ok(other)) => Verdict::NotNow(format!("unexpected answer: {other:?}")),
+            Ok(Err(e)) => Verdict::Unanswered(e.to_string()),
+            Err(_) => Verdict::Unanswered(format!("no answer within {ATTEMPT_TIMEOUT:?}")),
+        }
     }
 
     /// The peer answered: entries for it that are backing off need not wait any longer.
@@ -642,32 +661,10 @@ impl Bridges {
             entry.next_attempt_at = i64::MAX;
             return Ok((entry, None));
         };
-        let call = send_call(&entry, true);
-        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(&bridge, &call)).await;
-        Ok(match answer {
-            Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
-                self.link_up(&bridge).await;
-                match r.status() {
-                    pb::SendStatus::Delivered => finish(entry, "delivered", ""),
-                    pb::SendStatus::Pending => follow_up_later(entry),
-                    // The message itself became undeliverable there: final.
-                    _ if !r.message_id.is_empty() => {
-                        let reason = if r.reason.is_empty() { "undeliverable" } else { r.reason.as_str() };
-                        finish(entry, "rejected", reason)
-                    }
-                    // A refusal of the call that is not final (say, `internal`): ask again. The
-                    // target not knowing the key (a database restored from before it?) is final.
-                    _ if !FINAL.contains(&r.reason.as_str()) && r.reason != "unknown_key" => {
-                        follow_up_later(entry)
-                    }
-                    _ => finish(entry, "rejected", &r.reason),
-                }
-            }
-            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) if FINAL.contains(&e.code.as_str()) => {
-                self.link_up(&bridge).await;
-                finish(entry, "rejected", &e.code)
-            }
-            _ => follow_up_later(entry),
+        Ok(match self.ship(&bridge, &mut entry, true).await {
+            Verdict::Delivered => finish(entry, "delivered", ""),
+            Verdict::Refused(reason) => finish(entry, "rejected", &reason),
+            Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => follow_up_later(entry),
         })
     }
 
@@ -805,20 +802,13 @@ impl Bridges {
     }
 }
 
-fn response_of(sent: Sent) -> pb::ThreadSendResponse {
+/// A refused send, as the target answers it: `undeliverable` with the code as its reason.
+fn refusal_response(code: &str) -> pb::ThreadSendResponse {
     pb::ThreadSendResponse {
-        message_id: sent.message_id,
-        status: send_status(sent.status) as i32,
-        replayed: sent.replayed,
-        reason: sent.reason,
-    }
-}
-
-fn send_status(status: MessageStatus) -> pb::SendStatus {
-    match status {
-        MessageStatus::Delivered => pb::SendStatus::Delivered,
-        MessageStatus::Pending => pb::SendStatus::Pending,
-        MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
+        message_id: String::new(),
+        status: pb::SendStatus::Undeliverable as i32,
+        replayed: false,
+        reason: code.to_string(),
     }
 }
 

@@ -16,9 +16,10 @@ use tonic::{Request, Status};
 
 use crate::bridges::Bridges;
 use crate::error::Error;
-use crate::mailbox::{Mailbox, WaitResult};
+use crate::mailbox::{Mailbox, Sent, WaitResult};
 use crate::store::{
-    CommunicationSetting, EventKind, EventRecord, InputKind, StoreError, ThreadRecord, TurnStatus,
+    CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, StoreError, ThreadRecord,
+    TurnStatus,
 };
 use crate::threads::runner::TurnCaller;
 use crate::threads::{Threads, TurnView};
@@ -224,6 +225,19 @@ fn event_to_pb(e: EventRecord) -> pb::Event {
         reason: e.reason,
         lifecycle: e.lifecycle,
         message_id: e.message_id.unwrap_or_default(),
+    }
+}
+
+pub fn sent_to_pb(sent: Sent) -> pb::ThreadSendResponse {
+    pb::ThreadSendResponse {
+        message_id: sent.message_id,
+        status: match sent.status {
+            MessageStatus::Delivered => pb::SendStatus::Delivered,
+            MessageStatus::Pending => pb::SendStatus::Pending,
+            MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
+        } as i32,
+        replayed: sent.replayed,
+        reason: sent.reason,
     }
 }
 

@@ -6,11 +6,10 @@ use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{caller, read_response, status, target, thread_to_pb, wait_result_to_pb};
+use super::{caller, read_response, sent_to_pb, status, target, thread_to_pb, wait_result_to_pb};
 use crate::bridges::Bridges;
 use crate::error::Error;
 use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count};
-use crate::store::MessageStatus;
 use crate::threads::{CreateRequest, Threads};
 
 #[derive(Clone)]
@@ -323,14 +322,5 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
 }
 
 fn send_response(sent: Sent) -> Response<pb::ThreadSendResponse> {
-    Response::new(pb::ThreadSendResponse {
-        message_id: sent.message_id,
-        status: match sent.status {
-            MessageStatus::Delivered => pb::SendStatus::Delivered,
-            MessageStatus::Pending => pb::SendStatus::Pending,
-            MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
-        } as i32,
-        replayed: sent.replayed,
-        reason: sent.reason,
-    })
+    Response::new(sent_to_pb(sent))
 }

@@ -175,10 +175,25 @@ impl Mailbox {
         thread_id: &str,
         content: &str,
     ) -> Result<Option<Sent>> {
+        self.replay_by_key(scope, key, |hash| hash == request_hash(thread_id, content)).await
+    }
+
+    /// Where the message sent with this key stands (a replay), whatever its content; `None`
+    /// if the key is unknown.
+    pub async fn keyed_status(&self, scope: &str, key: &str) -> Result<Option<Sent>> {
+        self.replay_by_key(scope, key, |_| true).await
+    }
+
+    /// The replay of the message stored under the key, if any; `same_request` tells from its
+    /// request hash whether this is the same request (else a conflict).
+    async fn replay_by_key(
+        &self,
+        scope: &str,
+        key: &str,
+        same_request: impl FnOnce(&str) -> bool,
+    ) -> Result<Option<Sent>> {
         match self.store.keyed_message(scope, key).await? {
-            Some((hash, message_id)) => {
-                self.replay(&message_id, hash == request_hash(thread_id, content)).await.map(Some)
-            }
+            Some((hash, message_id)) => self.replay(&message_id, same_request(&hash)).await.map(Some),
             None => Ok(None),
         }
     }
@@ -298,15 +313,6 @@ impl Mailbox {
     }
 
     /// The answer to a key seen before: the original message, or a conflict.
-    /// Where the message sent with this key stands (a replay), whatever its content; `None`
-    /// if the key is unknown.
-    pub async fn keyed_status(&self, scope: &str, key: &str) -> Result<Option<Sent>> {
-        match self.store.keyed_message(scope, key).await? {
-            Some((_, message_id)) => self.replay(&message_id, true).await.map(Some),
-            None => Ok(None),
-        }
-    }
-
     async fn replay(&self, message_id: &str, same_request: bool) -> Result<Sent> {
         if !same_request {
             return Err(key_conflict(message_id));
@@ -495,8 +501,6 @@ impl Mailbox {
     }
 }
 
-/// Identifies a request for idempotency: the same key must come with the same target and
-/// content.
 /// A key used before with another target or content (local and cross-home sends).
 pub fn key_conflict(message_id: &str) -> Error {
     Error::Conflict(format!(
@@ -505,6 +509,8 @@ pub fn key_conflict(message_id: &str) -> Error {
     ))
 }
 
+/// Identifies a request for idempotency: the same key must come with the same target and
+/// content.
 fn request_hash(target: &str, content: &str) -> String {
     let mut hash = Sha256::new();
     hash.update(target.as_bytes());
