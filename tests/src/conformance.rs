@@ -510,6 +510,11 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     assert_eq!(again.as_ref().map(|e| e.id.as_str()), Some("msg_3"), "same key later: the stored one");
     let due: Vec<String> = store.outbox_due(20, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_1"]);
+    store.outbox_defer("PEER", "msg_1", 60).await.expect("defer");
+    let due: Vec<String> = store.outbox_due(55, 10).await.expect("due").into_iter().map(|e| e.id).collect();
+    assert_eq!(due, ["msg_1"], "a silent peer's entries wait for the probe; the probe stays due");
+    store.outbox_defer("PEER", "", 40).await.expect("defer");
+    assert_eq!(store.outbox_due(59, 10).await.expect("due").len(), 1, "deferring never brings one forward");
     store.outbox_retry_now("PEER", 20).await.expect("retry now");
     assert_eq!(store.outbox_due(20, 10).await.expect("due").len(), 2, "a live link makes everything due");
     let mut done = outbox("msg_1", "k1", 10);

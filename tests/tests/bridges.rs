@@ -769,16 +769,7 @@ async fn many_homes_send_to_one_target() {
 async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     let (a, b) = (open_home().await, open_home().await);
     let t = b.thread("echo", None).await;
-    let relay = kiki_tests::UdpRelay::start(listen_addr(&b).await.parse().expect("addr")).await;
-    let pair = pb::BridgeRequestRequest {
-        address: relay.addr.to_string(),
-        want: vec!["send,wake".into()],
-        expect: home_id(&b).await,
-        name: "bee".into(),
-    };
-    let id =
-        a.client().bridges().bridge_request(pair).await.expect("request via relay").into_inner().request_id;
-    approve(&b, &id, "send,wake", vec![]).await;
+    let relay = pair_via_relay(&a, &b, "send,wake", "bee").await;
 
     relay.partition(true);
     let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "across the gap", "k")).await;
@@ -794,6 +785,80 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "once");
     let receipts = receipts(&a, "bee").await;
     assert!(receipts[0].attempts >= 2, "it was retried: {receipts:?}");
+}
+
+/// A bridge from `source` to `target` granting `allow`, whose datagrams pass through a relay
+/// that can cut them off.
+async fn pair_via_relay(
+    source: &TestHome,
+    target: &TestHome,
+    allow: &str,
+    name: &str,
+) -> kiki_tests::UdpRelay {
+    let relay = kiki_tests::UdpRelay::start(listen_addr(target).await.parse().expect("addr")).await;
+    let pair = pb::BridgeRequestRequest {
+        address: relay.addr.to_string(),
+        want: vec![allow.into()],
+        expect: home_id(target).await,
+        name: name.into(),
+    };
+    let request = source.client().bridges().bridge_request(pair).await.expect("request via relay");
+    approve(target, &request.into_inner().request_id, allow, vec![]).await;
+    relay
+}
+
+/// A silent peer with a backlog larger than the worker ships at once holds up no other peer:
+/// it gets one attempt at a time (a probe) and the rest of its backlog waits for the answer,
+/// instead of every entry taking a slot until its attempt times out.
+#[tokio::test]
+async fn a_silent_peers_backlog_holds_up_no_other_peer() {
+    const BACKLOG: usize = 300;
+    let a = TestHome::builder()
+        .config(|c| c.mailbox.delivery_wait = std::time::Duration::from_millis(100))
+        .start()
+        .await;
+    let (b, c) = (open_home().await, open_home().await);
+    let (on_b, on_c) = (b.thread("echo", None).await, c.thread("echo", None).await);
+    let relay = pair_via_relay(&a, &b, "send,wake", "bee").await;
+    let to_c = approve(&c, &request(&a, &c, "send,wake", "cee").await, "send,wake", vec![]).await;
+    // c answers "not now", so its message stays with the worker; b hears nothing at all.
+    set_inbound(&c, &to_c.id, false).await;
+    relay.partition(true);
+    let sends: Vec<_> = (0..BACKLOG)
+        .map(|n| {
+            let (client, request) =
+                (a.client().clone(), remote_send("bee", &on_b.id, &format!("b{n}"), &format!("b{n}")));
+            tokio::spawn(async move { client.threads().thread_send(request).await })
+        })
+        .collect();
+    for send in sends {
+        assert_eq!(send.await.expect("task").expect("send").into_inner().status(), pb::SendStatus::Pending);
+    }
+    let sent = a.client().threads().thread_send(remote_send("cee", &on_c.id, "for c", "c")).await;
+    assert_eq!(sent.expect("send").into_inner().status(), pb::SendStatus::Pending);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let reopened = std::time::Instant::now();
+    set_inbound(&c, &to_c.id, true).await;
+    let turns = c.wait_turns(&on_c.id, 1).await;
+    assert_eq!(turns[0].output, "echo: for c");
+    // c's retries come at ~0.5 s pauses by now; behind b's backlog they would wait ~4 s more.
+    assert!(reopened.elapsed() < std::time::Duration::from_millis(2500), "c waited {:?}", reopened.elapsed());
+
+    // Once b answers again, its whole backlog follows, each message once.
+    relay.partition(false);
+    let inputs = kiki_tests::eventually("b's backlog in turns", || async {
+        let inputs: Vec<String> = b
+            .all_turns(&on_b.id)
+            .await
+            .iter()
+            .flat_map(|t| t.inputs.iter().map(|i| i.message_id.clone()))
+            .collect();
+        (inputs.len() >= BACKLOG).then_some(inputs)
+    })
+    .await;
+    let unique: std::collections::HashSet<&String> = inputs.iter().collect();
+    assert_eq!((inputs.len(), unique.len()), (BACKLOG, BACKLOG), "each exactly once");
 }
 
 async fn set_inbound(target: &TestHome, bridge: &str, enabled: bool) -> pb::Bridge {

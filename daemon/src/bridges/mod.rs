@@ -11,7 +11,7 @@
 //!
 //! Cross-home ThreadSend and its outbox are in [`outbox`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,13 +67,16 @@ struct Inner {
     connections: std::sync::Mutex<HashMap<String, ConnectionSlot>>,
     /// Outcomes of sends already answered whose outbox write is still on its way, by id.
     recording: std::sync::Mutex<HashMap<String, OutboxRecord>>,
-    /// Outbox entries with an attempt under way (see `outbox::AttemptClaim`).
-    attempting: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Outbox entries with an attempt under way (see `outbox::Claim`).
+    attempting: std::sync::Mutex<HashSet<String>>,
+    /// Silent peers with a probe under way: the one entry the worker ships to such a peer
+    /// at a time (see `Bridges::run_outbox`).
+    probing: std::sync::Mutex<HashSet<String>>,
     /// Cross-home sends under way, by (peer, key scope, key): one at a time per key, and how
     /// many sends hold or await it (see `outbox::KeyLock`).
     sending: std::sync::Mutex<HashMap<outbox::SendKey, outbox::KeyUsers>>,
     /// Peers known to have no outbox entries backing off (see `link_up`).
-    settled: std::sync::Mutex<std::collections::HashSet<String>>,
+    settled: std::sync::Mutex<HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).
     answered: std::sync::Mutex<HashMap<String, i64>>,
     /// The bridge table, read through [`Bridges::all`].
@@ -164,10 +167,11 @@ impl Bridges {
                 endpoint,
                 config,
                 connections: std::sync::Mutex::new(HashMap::new()),
-                settled: std::sync::Mutex::new(std::collections::HashSet::new()),
+                settled: std::sync::Mutex::new(HashSet::new()),
                 answered: std::sync::Mutex::new(HashMap::new()),
                 recording: std::sync::Mutex::new(HashMap::new()),
-                attempting: std::sync::Mutex::new(std::collections::HashSet::new()),
+                attempting: std::sync::Mutex::new(HashSet::new()),
+                probing: std::sync::Mutex::new(HashSet::new()),
                 sending: std::sync::Mutex::new(HashMap::new()),
                 mailbox: std::sync::OnceLock::new(),
                 cache: tokio::sync::Mutex::new(None),

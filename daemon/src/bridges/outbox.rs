@@ -185,30 +185,49 @@ fn send_call(entry: &OutboxRecord, follow_up: bool) -> pb::BridgeCall {
     }
 }
 
-/// An outbox entry's attempt under way; dropped, the entry may be attempted again.
-struct AttemptClaim {
+/// A claim on an outbox entry's attempt, or on a silent peer's probe; dropped, it may be
+/// taken again.
+struct Claim {
     inner: Arc<Inner>,
-    id: String,
+    on: Claimed,
+    name: String,
 }
 
-impl AttemptClaim {
-    /// The attempt, unless one is under way.
-    fn try_take(inner: &Arc<Inner>, id: &str) -> Option<Self> {
-        lock(&inner.attempting)
-            .insert(id.to_string())
-            .then(|| Self { inner: inner.clone(), id: id.to_string() })
+#[derive(Clone, Copy)]
+enum Claimed {
+    /// An entry's attempt, by entry id (`Inner::attempting`).
+    Attempt,
+    /// A silent peer's one attempt at a time, by peer home id (`Inner::probing`).
+    Probe,
+}
+
+impl Claim {
+    fn set(inner: &Inner, on: Claimed) -> &std::sync::Mutex<HashSet<String>> {
+        match on {
+            Claimed::Attempt => &inner.attempting,
+            Claimed::Probe => &inner.probing,
+        }
+    }
+
+    /// The claim, unless it is held.
+    fn try_take(inner: &Arc<Inner>, on: Claimed, name: &str) -> Option<Self> {
+        lock(Self::set(inner, on)).insert(name.to_string()).then(|| Self {
+            inner: inner.clone(),
+            on,
+            name: name.to_string(),
+        })
     }
 
     /// The attempt of an entry not yet written: nobody else can know its id.
     fn new_entry(inner: &Arc<Inner>, id: &str) -> Self {
         lock(&inner.attempting).insert(id.to_string());
-        Self { inner: inner.clone(), id: id.to_string() }
+        Self { inner: inner.clone(), on: Claimed::Attempt, name: id.to_string() }
     }
 }
 
-impl Drop for AttemptClaim {
+impl Drop for Claim {
     fn drop(&mut self) {
-        lock(&self.inner.attempting).remove(&self.id);
+        lock(Self::set(&self.inner, self.on)).remove(&self.name);
     }
 }
 
@@ -468,7 +487,7 @@ impl Bridges {
         }
         // A new key. The worker leaves the entry alone while this attempt is under way
         // (whatever ends it: an answer, the bounded wait, the caller going away).
-        let claim = AttemptClaim::new_entry(&self.inner, &entry.id);
+        let claim = Claim::new_entry(&self.inner, &entry.id);
         // The entry's commit and the first attempt overlap; the answer waits for both. The
         // commit is queued first (so it is written even if the caller goes away), and a
         // commit refused at once (the store is busy) stops the attempt before it ships
@@ -661,27 +680,57 @@ impl Bridges {
             entry.next_attempt_at = i64::MAX;
             return Ok((entry, None));
         };
+        let now = now_ms();
         Ok(match self.ship(&bridge, &mut entry, true).await {
             Verdict::Delivered => finish(entry, "delivered", ""),
             Verdict::Refused(reason) => finish(entry, "rejected", &reason),
+            Verdict::Unanswered(_) if !self.answered_since(&entry.peer_home_id, now) => {
+                lock(&self.inner.settled).remove(&entry.peer_home_id);
+                follow_up_later(entry)
+            }
             Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => follow_up_later(entry),
         })
     }
 
     /// The worker's attempt of a due entry, read again once claimed: an earlier attempt may
-    /// have recorded an outcome after this tick read the due list.
-    async fn attempt_due(&self, listed: OutboxRecord) -> Result<()> {
+    /// have recorded an outcome after this tick read the due list. The outcome recorded, if
+    /// it was attempted.
+    async fn attempt_due(&self, listed: OutboxRecord) -> Result<Option<OutboxRecord>> {
         let current =
             self.inner.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
         let Some(entry) = current.filter(|e| e.next_attempt_at <= now_ms()) else {
-            return Ok(());
+            return Ok(None);
         };
         let (entry, event) = match entry.status.as_str() {
             "pending" => self.attempt(entry, None).await?,
             "accepted" => self.follow_up(entry).await?,
-            _ => return Ok(()),
+            _ => return Ok(None),
         };
-        self.record(&entry, event).await
+        self.record(&entry, event).await?;
+        Ok(Some(entry))
+    }
+
+    /// A due entry shipped as the probe of its silent peer: the peer's other entries wait
+    /// for its outcome. An answer makes them due again at once (see [`Bridges::link_up`]);
+    /// silence puts them off until the probe's next attempt, so a peer that does not answer
+    /// holds one attempt at a time, not a slot per entry for [`ATTEMPT_TIMEOUT`] each.
+    async fn probe(&self, entry: OutboxRecord) -> Result<()> {
+        let peer = entry.peer_home_id.clone();
+        let meanwhile = now_ms() + (ATTEMPT_TIMEOUT + TICK).as_millis() as i64;
+        self.inner.store.outbox_defer(&peer, &entry.id, meanwhile).await?;
+        let outcome = self.attempt_due(entry).await?;
+        if let Some(probe) = outcome.filter(|e| e.status == "pending" || e.status == "accepted")
+            && self.silent(&peer)
+        {
+            self.inner.store.outbox_defer(&peer, &probe.id, probe.next_attempt_at).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether `peer` has not answered since an attempt that found it silent, or since
+    /// this home started (see [`Bridges::link_up`]).
+    fn silent(&self, peer: &str) -> bool {
+        !lock(&self.inner.settled).contains(peer)
     }
 
     /// Saves an attempt's outcome; a final failure's event wakes the sending thread's waiters.
@@ -699,8 +748,11 @@ impl Bridges {
     /// The outbox worker: ships due entries until `stop`. Each attempt runs on its own
     /// task, so a peer that does not answer (up to [`ATTEMPT_TIMEOUT`] per attempt) holds
     /// up no other; an entry already being attempted (inline by its send, or by an
-    /// earlier tick) is skipped until its outcome is recorded.
+    /// earlier tick) is skipped until its outcome is recorded. A silent peer gets one
+    /// attempt at a time (see [`Bridges::probe`]), except for entries whose retry window
+    /// is over: they expire without a call.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
+        let window = self.inner.config.bridge.retry_window.as_millis() as i64;
         loop {
             match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK).await {
                 Ok(due) => {
@@ -708,18 +760,31 @@ impl Bridges {
                         if lock(&self.inner.attempting).len() >= MAX_ATTEMPTS_IN_FLIGHT {
                             break;
                         }
-                        let Some(claim) = AttemptClaim::try_take(&self.inner, &entry.id) else {
+                        let Some(claim) = Claim::try_take(&self.inner, Claimed::Attempt, &entry.id) else {
                             continue;
+                        };
+                        // A silent peer's entries wait for one of them, the first listed.
+                        let silent =
+                            self.silent(&entry.peer_home_id) && now_ms() <= entry.created_at + window;
+                        let probe = match silent
+                            .then(|| Claim::try_take(&self.inner, Claimed::Probe, &entry.peer_home_id))
+                        {
+                            Some(None) => continue,
+                            taken => taken.flatten(),
                         };
                         let bridges = self.clone();
                         tokio::spawn(async move {
-                            let _claim = claim;
                             let age = Duration::from_millis((now_ms() - entry.created_at).max(0) as u64);
-                            if let Err(e) = bridges.attempt_due(entry).await {
+                            let done = match probe {
+                                Some(_) => bridges.probe(entry).await,
+                                None => bridges.attempt_due(entry).await.map(drop),
+                            };
+                            if let Err(e) = done {
                                 warn!(error = %e, "outbox attempt failed to record");
-                                // Not again at once: the claim is held through a backoff.
+                                // Not again at once: the claims are held through a backoff.
                                 tokio::time::sleep(backoff(age)).await;
                             }
+                            drop((claim, probe));
                         });
                     }
                 }

@@ -564,6 +564,9 @@ pub trait Store: Send + Sync + 'static {
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;
     /// Makes every pending entry for `peer` due now (the link answered again).
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
+    /// Puts off every pending or accepted entry for `peer` but `except` that is due before
+    /// `until` to `until` (the peer is silent: they wait for one entry's attempt, a probe).
+    async fn outbox_defer(&self, peer: &str, except: &str, until: Millis) -> StoreResult<()>;
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
     async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>>;
     /// How many messages from the peer home `peer` wait at this home's threads.

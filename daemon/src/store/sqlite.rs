@@ -695,7 +695,7 @@ impl Store for SqliteStore {
 
     async fn thread(&self, id: &str) -> StoreResult<Option<ThreadRecord>> {
         let id = id.to_string();
-        self.db.read(move |conn| thread_in(conn, &id)).await
+        self.db.lookup(move |conn| thread_in(conn, &id)).await
     }
 
     async fn list_threads(&self, query: &ThreadQuery) -> StoreResult<Vec<ThreadRecord>> {
@@ -920,7 +920,7 @@ impl Store for SqliteStore {
     async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>> {
         let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
         self.db
-            .read(move |conn| {
+            .lookup(move |conn| {
                 let turn = first(
                     conn,
                     &format!("SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = ? AND id = ?"),
@@ -939,7 +939,7 @@ impl Store for SqliteStore {
     async fn ended_turn_exists(&self, thread_id: &str, seq: i64) -> StoreResult<bool> {
         let thread_id = thread_id.to_string();
         self.db
-            .read(move |conn| {
+            .lookup(move |conn| {
                 let found = first(
                     conn,
                     "SELECT 1 FROM turns WHERE thread_id = ? AND seq = ? AND status <> 'running'",
@@ -997,13 +997,13 @@ impl Store for SqliteStore {
 
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
         let (scope, key) = (scope.to_string(), key.to_string());
-        self.db.read(move |conn| stored_key(conn, &scope, &key)).await
+        self.db.lookup(move |conn| stored_key(conn, &scope, &key)).await
     }
 
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
         let id = id.to_string();
         self.db
-            .read(move |conn| {
+            .lookup(move |conn| {
                 first(
                     conn,
                     &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"),
@@ -1068,7 +1068,7 @@ impl Store for SqliteStore {
     async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
         let thread_id = thread_id.to_string();
         self.db
-            .read(move |conn| {
+            .lookup(move |conn| {
                 let seq =
                     first(conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
                         Ok(row.get::<_, Option<i64>>(0)?)
@@ -1184,7 +1184,7 @@ impl Store for SqliteStore {
 
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
         let (peer, scope, key) = (peer.to_string(), scope.to_string(), key.to_string());
-        self.db.read(move |conn| outbox_entry(conn, &peer, &scope, &key)).await
+        self.db.lookup(move |conn| outbox_entry(conn, &peer, &scope, &key)).await
     }
 
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
@@ -1291,6 +1291,12 @@ impl Store for SqliteStore {
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()> {
         let sql = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2 AND status = 'pending' AND next_attempt_at > ?1";
         self.write_statement(sql, (now, peer.to_string())).await
+    }
+
+    async fn outbox_defer(&self, peer: &str, except: &str, until: Millis) -> StoreResult<()> {
+        let sql = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2 AND id <> ?3
+                   AND status IN ('pending', 'accepted') AND next_attempt_at < ?1";
+        self.write_statement(sql, (until, peer.to_string(), except.to_string())).await
     }
 
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()> {

@@ -12,9 +12,16 @@
 //! back alone — which is why a write's work may run more than once. Nobody is answered before
 //! the commit, so an answered write is durable. A few reader threads share a queue of
 //! read-only work and never wait for a write (WAL).
+//!
+//! A **lookup** (a row by its key: a few cached pages, microseconds) runs on the caller's
+//! own thread instead, on a read-only connection from a small pool: handing it to a reader
+//! would cost two context switches, more than the lookup. A WAL reader does not wait for
+//! the writer; in the rare moments it would (the WAL being recovered or reset), the lookup
+//! is handed to the readers after all rather than blocking an async worker.
 
+use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -84,11 +91,21 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const WRITE_QUEUE: usize = 4096;
 /// The most writes one transaction carries; bounds a commit's latency.
 const MAX_BATCH: usize = 256;
+/// Idle lookup connections kept; about one per thread that looks up at the same time.
+const LOOKUP_CONNECTIONS: usize = 8;
 
 pub struct Connections {
+    path: PathBuf,
     writer: Mutex<Option<mpsc::SyncSender<Box<dyn Job>>>>,
     readers: Mutex<Option<mpsc::Sender<Box<dyn Job>>>>,
+    /// Idle lookup connections; `None` once closed.
+    lookups: Mutex<Option<Vec<Connection>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+thread_local! {
+    /// Set by a lookup connection's busy handler: SQLite would have made this thread wait.
+    static LOOKUP_WOULD_WAIT: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Connections {
@@ -119,10 +136,7 @@ impl Connections {
         let (read_queue, read_jobs) = mpsc::channel::<Box<dyn Job>>();
         let read_jobs = Arc::new(Mutex::new(read_jobs));
         for n in 0..readers {
-            let reader = Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )?;
+            let reader = open_read_only(path)?;
             configure(&reader)?;
             let jobs = read_jobs.clone();
             // Readers take turns at the shared queue: the one holding the lock waits for the
@@ -131,8 +145,10 @@ impl Connections {
             threads.push(spawn(&format!("kiki-store-reader-{n}"), move || serve_reads(reader, next)));
         }
         Ok(Self {
+            path: path.to_path_buf(),
             writer: Mutex::new(Some(write_queue)),
             readers: Mutex::new(Some(read_queue)),
+            lookups: Mutex::new(Some(Vec::new())),
             threads: Mutex::new(threads),
         })
     }
@@ -170,9 +186,51 @@ impl Connections {
         answer.await.map_err(|_| abandoned())?
     }
 
+    /// Runs `work`, a lookup (see the module docs), on this thread; on a reader if SQLite
+    /// would make it wait here.
+    pub async fn lookup<T: Send + 'static>(
+        &self,
+        work: impl Fn(&mut Connection) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        match self.lookup_here(&work) {
+            Some(result) => result,
+            None => self.read(work).await,
+        }
+    }
+
+    /// `work`'s result on a pooled lookup connection; `None` if it would have waited.
+    fn lookup_here<T>(&self, work: &impl Fn(&mut Connection) -> StoreResult<T>) -> Option<StoreResult<T>> {
+        let pooled = match &mut *lock(&self.lookups) {
+            Some(idle) => idle.pop(),
+            None => return Some(Err(closed())),
+        };
+        let mut conn = match pooled.map_or_else(|| open_lookup(&self.path), Ok) {
+            Ok(conn) => conn,
+            Err(e) => return Some(Err(e)),
+        };
+        LOOKUP_WOULD_WAIT.set(false);
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(&mut conn)));
+        let waited = LOOKUP_WOULD_WAIT.get();
+        if let Ok(result) = result {
+            // Back to the pool, unless closed meanwhile (or the pool is full).
+            if let Some(idle) = &mut *lock(&self.lookups)
+                && idle.len() < LOOKUP_CONNECTIONS
+            {
+                idle.push(conn);
+            }
+            if !waited {
+                return Some(result);
+            }
+        } else {
+            error!("a store lookup panicked; it runs again on a reader");
+        }
+        None
+    }
+
     /// Lets queued work finish, closes every connection (the last one checkpoints the WAL)
     /// and joins the threads. Later calls fail.
     pub async fn close(&self) {
+        lock(&self.lookups).take();
         lock(&self.writer).take();
         lock(&self.readers).take();
         let threads = std::mem::take(&mut *lock(&self.threads));
@@ -192,6 +250,21 @@ fn configure(conn: &Connection) -> StoreResult<()> {
     // spilling it to a temporary file once a batch of writes outgrows 64 KiB.
     conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;")?;
     Ok(())
+}
+
+fn open_read_only(path: &Path) -> StoreResult<Connection> {
+    Ok(Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?)
+}
+
+/// A lookup connection: never waits for SQLite's lock, it notes that it would have.
+fn open_lookup(path: &Path) -> StoreResult<Connection> {
+    let conn = open_read_only(path)?;
+    configure(&conn)?;
+    conn.busy_handler(Some(|_| {
+        LOOKUP_WOULD_WAIT.set(true);
+        false
+    }))?;
+    Ok(conn)
 }
 
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
