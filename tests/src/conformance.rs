@@ -508,15 +508,27 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     assert_eq!(third.expect("insert"), None);
     let again = store.outbox_insert(&outbox("msg_4", "k3", 1)).await.expect("insert");
     assert_eq!(again.as_ref().map(|e| e.id.as_str()), Some("msg_3"), "same key later: the stored one");
-    let due: Vec<String> = store.outbox_due(20, 10).await.expect("due").into_iter().map(|e| e.id).collect();
+    let due: Vec<String> =
+        store.outbox_due(20, 10, &[]).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_1"]);
     store.outbox_defer("PEER", "msg_1", 60).await.expect("defer");
-    let due: Vec<String> = store.outbox_due(55, 10).await.expect("due").into_iter().map(|e| e.id).collect();
+    let due: Vec<String> =
+        store.outbox_due(55, 10, &[]).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_1"], "a silent peer's entries wait for the probe; the probe stays due");
     store.outbox_defer("PEER", "", 40).await.expect("defer");
-    assert_eq!(store.outbox_due(59, 10).await.expect("due").len(), 1, "deferring never brings one forward");
+    assert_eq!(
+        store.outbox_due(59, 10, &[]).await.expect("due").len(),
+        1,
+        "deferring never brings one forward"
+    );
     store.outbox_retry_now("PEER", 20).await.expect("retry now");
-    assert_eq!(store.outbox_due(20, 10).await.expect("due").len(), 2, "a live link makes everything due");
+    assert_eq!(
+        store.outbox_due(20, 10, &[]).await.expect("due").len(),
+        2,
+        "a live link makes everything due"
+    );
+    let skipped = store.outbox_due(20, 10, &["PEER".to_string(), "OTHER".to_string()]).await.expect("due");
+    assert!(skipped.is_empty(), "a peer being probed is skipped: {skipped:?}");
     let mut done = outbox("msg_1", "k1", 10);
     done.status = "delivered".into();
     store.outbox_update(&done, None).await.expect("update");
@@ -548,13 +560,14 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let mut accepted = outbox("msg_3", "k3", 40);
     accepted.status = "accepted".into();
     store.outbox_update(&accepted, None).await.expect("update");
-    let due: Vec<String> = store.outbox_due(45, 10).await.expect("due").into_iter().map(|e| e.id).collect();
+    let due: Vec<String> =
+        store.outbox_due(45, 10, &[]).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_3"], "followed up when due");
     accepted.status = "delivered".into();
     store.outbox_update(&accepted, None).await.expect("update");
     let third = store.outbox_for_bridge("br_1").await.expect("list").remove(1);
     assert_eq!((third.id.as_str(), third.status.as_str()), ("msg_3", "delivered"));
-    assert!(store.outbox_due(i64::MAX, 10).await.expect("due").is_empty(), "nothing left to do");
+    assert!(store.outbox_due(i64::MAX, 10, &[]).await.expect("due").is_empty(), "nothing left to do");
 }
 
 /// A write that fails half-way leaves nothing behind, and writes committed with it (a

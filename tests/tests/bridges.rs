@@ -861,6 +861,41 @@ async fn a_silent_peers_backlog_holds_up_no_other_peer() {
     assert_eq!((inputs.len(), unique.len()), (BACKLOG, BACKLOG), "each exactly once");
 }
 
+/// Revoking the bridge to a silent peer ends its whole backlog at once (`rejected`,
+/// `bridge_revoked`): entries whose fate needs no call do not wait for a probe, one by one.
+#[tokio::test]
+async fn revoking_the_bridge_to_a_silent_peer_rejects_its_whole_backlog() {
+    let a = TestHome::builder()
+        .config(|c| c.mailbox.delivery_wait = std::time::Duration::from_millis(100))
+        .start()
+        .await;
+    let b = open_home().await;
+    let t = b.thread("echo", None).await;
+    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    for n in 0..20 {
+        let sent =
+            a.client().threads().thread_send(remote_send("bee", &t.id, "gone", &format!("k{n}"))).await;
+        assert_eq!(sent.expect("send").into_inner().status(), pb::SendStatus::Pending);
+    }
+    // The worker has taken one of them as the silent peer's probe.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    a.client()
+        .bridges()
+        .bridge_revoke(pb::BridgeRevokeRequest { bridge: "bee".into() })
+        .await
+        .expect("revoke");
+    kiki_tests::eventually("every entry to end rejected", || async {
+        let receipts = receipts(&a, "bee").await;
+        receipts
+            .iter()
+            .all(|r| (r.status.as_str(), r.reason.as_str()) == ("rejected", "bridge_revoked"))
+            .then_some(())
+    })
+    .await;
+}
+
 async fn set_inbound(target: &TestHome, bridge: &str, enabled: bool) -> pb::Bridge {
     let request = pb::BridgeSetInboundRequest { bridge: bridge.into(), enabled };
     let set = target.client().bridges().bridge_set_inbound(request).await.expect("set inbound");

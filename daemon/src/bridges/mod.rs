@@ -75,7 +75,9 @@ struct Inner {
     /// Cross-home sends under way, by (peer, key scope, key): one at a time per key, and how
     /// many sends hold or await it (see `outbox::KeyLock`).
     sending: std::sync::Mutex<HashMap<outbox::SendKey, outbox::KeyUsers>>,
-    /// Peers known to have no outbox entries backing off (see `link_up`).
+    /// Peers that answered since the last attempt that found them silent: none of their
+    /// outbox entries is backing off (see `link_up`). Any other peer is silent, and gets
+    /// one outbox attempt at a time (see `Bridges::probe`).
     settled: std::sync::Mutex<HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).
     answered: std::sync::Mutex<HashMap<String, i64>>,

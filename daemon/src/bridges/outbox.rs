@@ -711,20 +711,37 @@ impl Bridges {
     }
 
     /// A due entry shipped as the probe of its silent peer: the peer's other entries wait
-    /// for its outcome. An answer makes them due again at once (see [`Bridges::link_up`]);
-    /// silence puts them off until the probe's next attempt, so a peer that does not answer
-    /// holds one attempt at a time, not a slot per entry for [`ATTEMPT_TIMEOUT`] each.
+    /// for its outcome (and the worker does not list them meanwhile). An answer makes them
+    /// due again at once (see [`Bridges::link_up`]); silence puts them off until the probe's
+    /// next attempt, so a peer that does not answer holds one attempt at a time, not a slot
+    /// per entry for [`ATTEMPT_TIMEOUT`] each.
     async fn probe(&self, entry: OutboxRecord) -> Result<()> {
-        let peer = entry.peer_home_id.clone();
-        let meanwhile = now_ms() + (ATTEMPT_TIMEOUT + TICK).as_millis() as i64;
-        self.inner.store.outbox_defer(&peer, &entry.id, meanwhile).await?;
+        let (peer, started) = (entry.peer_home_id.clone(), now_ms());
+        self.put_off(&peer, &entry.id, started + (ATTEMPT_TIMEOUT + TICK).as_millis() as i64, started).await;
         let outcome = self.attempt_due(entry).await?;
-        if let Some(probe) = outcome.filter(|e| e.status == "pending" || e.status == "accepted")
+        // Unless the probe is over for good (then another entry becomes the next probe).
+        if let Some(probe) = outcome
+            .filter(|e| matches!(e.status.as_str(), "pending" | "accepted") && e.next_attempt_at != i64::MAX)
             && self.silent(&peer)
         {
-            self.inner.store.outbox_defer(&peer, &probe.id, probe.next_attempt_at).await?;
+            let until = probe.next_attempt_at.min(now_ms() + BACKOFF_CAP.as_millis() as i64);
+            self.put_off(&peer, &probe.id, until, started).await;
         }
         Ok(())
+    }
+
+    /// Puts off `peer`'s entries but `except` until `until`. Best effort: should the write
+    /// fail, they stay due and wait for the probe anyway. An answer from the peer since
+    /// `since` may have made them due (`link_up`) just before this write undid it: then
+    /// they are made due again.
+    async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
+        if let Err(e) = self.inner.store.outbox_defer(peer, except, until).await {
+            warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
+        } else if self.answered_since(peer, since)
+            && let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await
+        {
+            warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
+        }
     }
 
     /// Whether `peer` has not answered since an attempt that found it silent, or since
@@ -749,12 +766,13 @@ impl Bridges {
     /// task, so a peer that does not answer (up to [`ATTEMPT_TIMEOUT`] per attempt) holds
     /// up no other; an entry already being attempted (inline by its send, or by an
     /// earlier tick) is skipped until its outcome is recorded. A silent peer gets one
-    /// attempt at a time (see [`Bridges::probe`]), except for entries whose retry window
-    /// is over: they expire without a call.
+    /// attempt at a time (see [`Bridges::probe`]), except for entries whose fate needs no
+    /// call: their retry window is over, or this home revoked the bridge.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
         let window = self.inner.config.bridge.retry_window.as_millis() as i64;
         loop {
-            match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK).await {
+            let probed: Vec<String> = lock(&self.inner.probing).iter().cloned().collect();
+            match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK, &probed).await {
                 Ok(due) => {
                     for entry in due {
                         if lock(&self.inner.attempting).len() >= MAX_ATTEMPTS_IN_FLIGHT {
@@ -764,8 +782,10 @@ impl Bridges {
                             continue;
                         };
                         // A silent peer's entries wait for one of them, the first listed.
-                        let silent =
-                            self.silent(&entry.peer_home_id) && now_ms() <= entry.created_at + window;
+                        let live = |b: &BridgeRecord| b.id == entry.bridge_id && b.state != "revoked";
+                        let needs_call = now_ms() <= entry.created_at + window
+                            && matches!(self.bridge(live).await, Ok(Some(_)));
+                        let silent = needs_call && self.silent(&entry.peer_home_id);
                         let probe = match silent
                             .then(|| Claim::try_take(&self.inner, Claimed::Probe, &entry.peer_home_id))
                         {

@@ -557,12 +557,19 @@ pub trait Store: Send + Sync + 'static {
     /// `undeliverable`). A final entry (delivered, rejected, expired) is left as it is, and
     /// the event is not added.
     async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;
-    /// Pending entries (to ship) and accepted ones (to follow up) due at `now`, oldest first.
-    async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
+    /// Pending entries (to ship) and accepted ones (to follow up) due at `now`, oldest first,
+    /// except those for `skip_peers`.
+    async fn outbox_due(
+        &self,
+        now: Millis,
+        limit: u32,
+        skip_peers: &[String],
+    ) -> StoreResult<Vec<OutboxRecord>>;
     async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>>;
     /// The outbox entry of a sender's key for a peer, if any.
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;
-    /// Makes every pending entry for `peer` due now (the link answered again).
+    /// Makes every pending entry for `peer` due now (the link answered again); accepted
+    /// ones keep their follow-up's pace.
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
     /// Puts off every pending or accepted entry for `peer` but `except` that is due before
     /// `until` to `until` (the peer is silent: they wait for one entry's attempt, a probe).

@@ -1254,7 +1254,13 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn outbox_due(&self, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>> {
+    async fn outbox_due(
+        &self,
+        now: Millis,
+        limit: u32,
+        skip_peers: &[String],
+    ) -> StoreResult<Vec<OutboxRecord>> {
+        let skip = serde_json::to_string(skip_peers).map_err(|e| StoreError::Backend(e.to_string()))?;
         self.db
             .read(move |conn| {
                 page(
@@ -1262,9 +1268,10 @@ impl Store for SqliteStore {
                     &format!(
                         "SELECT {OUTBOX_COLUMNS} FROM outbox
                          WHERE status IN ('pending', 'accepted') AND next_attempt_at <= ?
+                           AND peer_home_id NOT IN (SELECT value FROM json_each(?))
                          ORDER BY next_attempt_at"
                     ),
-                    params![now],
+                    params![now, skip],
                     limit,
                     outbox_from,
                 )

@@ -16,8 +16,10 @@
 //! A **lookup** (a row by its key: a few cached pages, microseconds) runs on the caller's
 //! own thread instead, on a read-only connection from a small pool: handing it to a reader
 //! would cost two context switches, more than the lookup. A WAL reader does not wait for
-//! the writer; in the rare moments it would (the WAL being recovered or reset), the lookup
-//! is handed to the readers after all rather than blocking an async worker.
+//! the writer. When SQLite would make it wait for a lock through its busy handler (another
+//! process holding the database, say), the lookup is handed to the readers rather than
+//! blocking an async worker; the few waits SQLite makes without asking (a read racing a WAL
+//! reset retries for microseconds) stay here.
 
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
@@ -144,11 +146,13 @@ impl Connections {
             let next = move || lock(&jobs).recv().ok();
             threads.push(spawn(&format!("kiki-store-reader-{n}"), move || serve_reads(reader, next)));
         }
+        // Two to start with (opened here, off the async workers); more as lookups overlap.
+        let lookups = (0..2).map(|_| open_lookup(path)).collect::<StoreResult<Vec<_>>>()?;
         Ok(Self {
             path: path.to_path_buf(),
             writer: Mutex::new(Some(write_queue)),
             readers: Mutex::new(Some(read_queue)),
-            lookups: Mutex::new(Some(Vec::new())),
+            lookups: Mutex::new(Some(lookups)),
             threads: Mutex::new(threads),
         })
     }
