@@ -843,7 +843,7 @@ async fn a_silent_peers_backlog_holds_up_no_other_peer() {
     let turns = c.wait_turns(&on_c.id, 1).await;
     assert_eq!(turns[0].output, "echo: for c");
     // c's retries come at ~0.5 s pauses by now; behind b's backlog they would wait ~4 s more.
-    assert!(reopened.elapsed() < std::time::Duration::from_millis(2500), "c waited {:?}", reopened.elapsed());
+    assert!(reopened.elapsed() < std::time::Duration::from_secs(3), "c waited {:?}", reopened.elapsed());
 
     // Once b answers again, its whole backlog follows, each message once.
     relay.partition(false);
