@@ -896,6 +896,60 @@ async fn revoking_the_bridge_to_a_silent_peer_rejects_its_whole_backlog() {
     .await;
 }
 
+/// A partition longer than the (shortened) retry window: the message a thread sent expires,
+/// the sending thread's ThreadWait gets an `undeliverable` event saying `expired`, the receipt
+/// says so, and the healed link delivers nothing afterwards.
+#[tokio::test]
+async fn a_partition_longer_than_the_window_expires_the_message_with_an_event() {
+    let hold = "read _; echo \"$KIKI_TOKEN\" > \"$KIKI_HOME/token\"; sleep 30";
+    let a = TestHome::builder()
+        .config(|c| {
+            c.thread_communication.enabled = Some(true);
+            c.bridge.retry_window = std::time::Duration::from_secs(2);
+        })
+        .shell_profile("hold", hold)
+        .start()
+        .await;
+    let b = open_home().await;
+    let t = b.thread("echo", None).await;
+    let relay = pair_via_relay(&a, &b, "send,wake", "bee").await;
+    let sender = a.thread("hold", Some("go")).await;
+    let token = kiki_tests::eventually("the sending turn's token", || async {
+        std::fs::read_to_string(a.dir().join("token")).ok().filter(|t| t.ends_with('\n'))
+    })
+    .await;
+    let agent = a.client().clone().with_token(token.trim()).expect("token");
+    let check = |cursors: std::collections::HashMap<String, String>| pb::ThreadWaitRequest {
+        targets: vec![kiki_tests::local(&sender.id)],
+        timeout_ms: Some(0),
+        cursors,
+    };
+    let before = a.client().threads().thread_wait(check(Default::default())).await.expect("wait");
+    let cursor = before.into_inner().results.remove(0).cursor;
+
+    relay.partition(true);
+    let sent = agent.threads().thread_send(remote_send("bee", &t.id, "into the gap", "k")).await;
+    let sent = sent.expect("durable at the source").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Pending);
+    let since = std::collections::HashMap::from([(sender.id.clone(), cursor)]);
+    let event = kiki_tests::eventually("the sending thread's undeliverable event", || async {
+        let results = a.client().threads().thread_wait(check(since.clone())).await.expect("wait");
+        results.into_inner().results[0]
+            .events
+            .iter()
+            .find(|e| e.kind() == pb::EventKind::Undeliverable)
+            .cloned()
+    })
+    .await;
+    assert_eq!((event.message_id.as_str(), event.reason.as_str()), (sent.message_id.as_str(), "expired"));
+    let receipt = receipts(&a, "bee").await.pop().expect("receipt");
+    assert_eq!((receipt.status.as_str(), receipt.reason.as_str()), ("expired", "expired"));
+
+    relay.partition(false);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(b.all_turns(&t.id).await.is_empty(), "an expired message is not delivered after the heal");
+}
+
 async fn set_inbound(target: &TestHome, bridge: &str, enabled: bool) -> pb::Bridge {
     let request = pb::BridgeSetInboundRequest { bridge: bridge.into(), enabled };
     let set = target.client().bridges().bridge_set_inbound(request).await.expect("set inbound");
