@@ -420,11 +420,21 @@ pub async fn events_are_logged_per_thread_in_order(store: &dyn Store) {
     assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
     assert_eq!(events[1].seq, seq);
     assert_eq!(events[2].turn_status, Some(TurnStatus::Completed));
-    assert_eq!(store.last_event_seq("th_a").await.expect("last"), events[2].seq);
+    let positions = store.event_positions("th_a").await.expect("positions");
+    assert_eq!(positions.last, events[2].seq);
+    assert_eq!(positions.latest_turn, events[0].seq, "a first turn: everything after the creation");
     let after = store.events_after("th_a", events[1].seq, 10).await.expect("events");
     assert_eq!(after.len(), 1, "strictly after the cursor");
     assert_eq!(store.events_after("th_b", 0, 10).await.expect("events").len(), 1, "only th_b's own");
-    assert_eq!(store.last_event_seq("th_none").await.expect("last"), 0);
+    let none = store.event_positions("th_none").await.expect("positions");
+    assert_eq!((none.last, none.latest_turn), (0, 0));
+    let no_turns = store.event_positions("th_b").await.expect("positions");
+    assert_eq!(no_turns.latest_turn, no_turns.last, "no turn: from now");
+    // A second turn: after the first one's terminal event.
+    store.enqueue_input("th_a", &user("in_2", "y")).await.expect("input");
+    store.claim_turn("th_a", turn("tu_2", true), 3).await.expect("claim").expect("input");
+    let positions = store.event_positions("th_a").await.expect("positions");
+    assert_eq!((positions.last, positions.latest_turn), (events[2].seq, events[2].seq));
 }
 
 pub async fn communication_switch_round_trip(store: &dyn Store) {

@@ -394,7 +394,14 @@ async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_t
     };
     let checked =
         a.client().threads().thread_wait(both(0, Default::default())).await.expect("check").into_inner();
-    assert!(checked.timed_out);
+    // Without cursors each target starts at its latest turn: the far one's ended, the near
+    // one has none.
+    assert!(!checked.timed_out);
+    assert_eq!(
+        checked.results[0].events.iter().map(|e| e.kind()).collect::<Vec<_>>(),
+        [pb::EventKind::Terminal]
+    );
+    assert!(checked.results[1].events.is_empty());
     let order: Vec<String> =
         checked.results.iter().map(|r| pb::format_ref(r.target.as_ref().expect("target"))).collect();
     assert_eq!(order, [format!("bee/{}", t.id), here.id.clone()], "results in the targets' order");

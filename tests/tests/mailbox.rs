@@ -439,6 +439,32 @@ async fn wait_cursors_survive_a_restart() {
     assert_eq!(events[0].kind(), pb::EventKind::Terminal);
 }
 
+/// Send, then wait without a cursor: the wait starts at the thread's latest turn, so the
+/// outcome of the turn a send started is not missed however fast that turn ended; the
+/// returned cursor goes on from there without repeating it.
+#[tokio::test]
+async fn a_wait_without_a_cursor_starts_at_the_latest_turn() {
+    let home = TestHome::builder().start().await;
+    let t = home.thread("echo", None).await;
+    let fresh = wait_req(&home, &[&t.id], Some(0), HashMap::new()).await.expect("wait");
+    assert!(fresh.timed_out && fresh.results[0].events.is_empty(), "no turn yet: from now");
+    let terminal_of_latest_turn = || async {
+        let got = wait_req(&home, &[&t.id], Some(0), HashMap::new()).await.expect("wait");
+        let result = got.results.into_iter().next().expect("result");
+        let turns: Vec<String> = result.events.iter().map(|e| e.turn_id.clone()).collect();
+        (turns, result.cursor)
+    };
+    for (n, content) in ["one", "two"].into_iter().enumerate() {
+        let sent = home.client().threads().thread_send(send(&t.id, content, content)).await.expect("send");
+        assert_eq!(sent.into_inner().status(), pb::SendStatus::Delivered);
+        let turns = home.wait_turns(&t.id, n + 1).await;
+        let (seen, cursor) = terminal_of_latest_turn().await;
+        assert_eq!(seen, [turns[n].id.clone()], "only the latest turn's terminal event");
+        let next = wait_req(&home, &[&t.id], Some(0), HashMap::from([(t.id.clone(), cursor)])).await;
+        assert!(next.expect("wait").results[0].events.is_empty(), "not repeated with the cursor");
+    }
+}
+
 #[tokio::test]
 async fn a_turn_token_is_refused_for_send_after_its_turn() {
     let home = TestHome::builder()

@@ -363,7 +363,7 @@ impl Mailbox {
     }
 
     /// Resolves ThreadWait's targets and where each one's events start: after its cursor,
-    /// or from now on without one.
+    /// or, without one, from the thread's latest turn on (from now on if it has none).
     async fn watched(
         &self,
         targets: Vec<pb::ThreadRef>,
@@ -385,7 +385,8 @@ impl Mailbox {
                 .get(&text)
                 .or_else(|| cursors.get(&thread.id))
                 .or_else(|| cursors.get(&format!("local/{}", thread.id)));
-            let last = self.store.last_event_seq(&thread.id).await?;
+            let positions = self.store.event_positions(&thread.id).await?;
+            let last = positions.last;
             let after = match given {
                 Some(c) => {
                     used_cursors += 1;
@@ -407,7 +408,9 @@ impl Mailbox {
                     }
                     after
                 }
-                None => last,
+                // Without a cursor: from the thread's latest turn on, so the outcome of a
+                // turn that a send (or the thread's creation) just started is not missed.
+                None => positions.latest_turn,
             };
             watched.push(Watched { target, thread_id: thread.id, after });
         }

@@ -357,6 +357,17 @@ impl EventKind {
     }
 }
 
+/// Two positions in a thread's event log, as ThreadWait cursors count (`seq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventPositions {
+    /// The newest event's seq (0 if none).
+    pub last: i64,
+    /// Just before the thread's latest turn: after the terminal event of the turn before it,
+    /// or after the thread's first event (its creation) for a first turn. `last` for a
+    /// thread without turns.
+    pub latest_turn: i64,
+}
+
 /// One entry of a thread's event log (ThreadWait).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventRecord {
@@ -531,8 +542,8 @@ pub trait Store: Send + Sync + 'static {
     async fn add_event(&self, event: &EventRecord) -> StoreResult<i64>;
     /// The thread's events with `seq > after`, oldest first.
     async fn events_after(&self, thread_id: &str, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>>;
-    /// The seq of the thread's newest event (0 if none).
-    async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64>;
+    /// Where the thread's event log stands (see [`EventPositions`]).
+    async fn event_positions(&self, thread_id: &str) -> StoreResult<EventPositions>;
 
     /// Saves a revoked inbound bridge and, in the same transaction, makes every message its
     /// peer brought that still waits at a thread undeliverable (`bridge_revoked`): its queued

@@ -1065,15 +1065,36 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
+    async fn event_positions(&self, thread_id: &str) -> StoreResult<EventPositions> {
         let thread_id = thread_id.to_string();
         self.db
             .lookup(move |conn| {
-                let seq =
-                    first(conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
-                        Ok(row.get::<_, Option<i64>>(0)?)
-                    })?;
-                Ok(seq.flatten().unwrap_or(0))
+                let seq_of = |sql: &str, params: &[&dyn rusqlite::ToSql]| -> StoreResult<Option<i64>> {
+                    Ok(first(conn, sql, params, |row| Ok(row.get::<_, Option<i64>>(0)?))?.flatten())
+                };
+                let last =
+                    seq_of("SELECT MAX(seq) FROM events WHERE thread_id = ?", &[&thread_id])?.unwrap_or(0);
+                let latest: Vec<String> = all(
+                    conn,
+                    "SELECT id FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 2",
+                    [&thread_id],
+                    |row| Ok(row.get(0)?),
+                )?;
+                let latest_turn = match latest.as_slice() {
+                    [] => Some(last),
+                    [_first_turn] => Some(
+                        seq_of("SELECT MIN(seq) FROM events WHERE thread_id = ?", &[&thread_id])?
+                            .unwrap_or(0),
+                    ),
+                    // The newest events come first: the terminal is found near the end.
+                    [_, before] => seq_of(
+                        "SELECT seq FROM events WHERE thread_id = ? AND turn_id = ? AND kind = 'terminal'
+                         ORDER BY seq DESC LIMIT 1",
+                        &[&thread_id, before],
+                    )?,
+                    _ => unreachable!("at most two turns are read"),
+                };
+                Ok(EventPositions { last, latest_turn: latest_turn.unwrap_or(last).min(last) })
             })
             .await
     }
