@@ -66,6 +66,7 @@ pub enum BridgeCommand {
         request: String,
         #[arg(long, required = true)]
         allow: Vec<String>,
+        /// A workspace the grant is limited to: its id (ws_…) or a directory in it.
         #[arg(long = "workspace")]
         workspaces: Vec<String>,
     },
@@ -449,6 +450,17 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             }
         }
         BridgeCommand::Approve { request, allow, workspaces } => {
+            // A directory names the workspace it is in; the daemon resolves absolute paths.
+            let workspaces = workspaces
+                .into_iter()
+                .map(|w| {
+                    if w.starts_with("ws_") {
+                        return Ok(w);
+                    }
+                    let dir = std::path::absolute(&w).with_context(|| format!("--workspace {w}"))?;
+                    Ok(dir.display().to_string())
+                })
+                .collect::<Result<Vec<_>>>()?;
             let approved = bridges
                 .bridge_approve(pb::BridgeApproveRequest { request_id: request, allow, workspaces })
                 .await?

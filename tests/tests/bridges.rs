@@ -289,7 +289,19 @@ async fn a_workspace_scope_limits_list_and_read() {
         .await
         .expect("create");
     let request_id = request(&a, &b, "read", "bee").await;
-    approve(&b, &request_id, "read", vec![shared.workspace_id.clone()]).await;
+    // A scope names workspaces by id or by a directory in them; anything else is refused.
+    for bogus in ["/no/such/dir", "shared", "ws_nothex"] {
+        let approve = pb::BridgeApproveRequest {
+            request_id: request_id.clone(),
+            allow: vec!["read".into()],
+            workspaces: vec![bogus.into()],
+        };
+        let err = b.client().bridges().bridge_approve(approve).await.expect_err("not a workspace");
+        assert_eq!(err.code(), Code::InvalidArgument, "{bogus}: {}", err.message());
+        assert!(err.message().contains("workspaces"), "{}", err.message());
+    }
+    let granted = approve(&b, &request_id, "read", vec![shared.cwd.clone()]).await;
+    assert_eq!(granted.workspaces, [shared.workspace_id.clone()], "the directory's workspace");
     let page = a.client().threads().thread_list(list_via("bee")).await.expect("list").into_inner();
     assert_eq!(page.threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), vec![shared.id.clone()]);
     let hidden =

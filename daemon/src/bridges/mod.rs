@@ -573,6 +573,10 @@ impl Bridges {
         workspaces: &[String],
     ) -> Result<BridgeRecord> {
         let allow = parse_permissions("allow", allow)?;
+        let workspaces = workspaces
+            .iter()
+            .map(|w| crate::threads::workspace::named("workspaces", w))
+            .collect::<Result<Vec<_>>>()?;
         let _decision = self.inner.decisions.lock().await;
         let mut request = self.pending_request(request_id).await?;
         if let Some(extra) = allow.iter().find(|p| !request.want.contains(p)) {
@@ -596,7 +600,7 @@ impl Bridges {
             address: String::new(),
             state: "active".into(),
             permissions: allow,
-            workspaces: workspaces.iter().filter(|w| !w.is_empty()).cloned().collect(),
+            workspaces,
             request_id: request.id.clone(),
             created_at: previous.as_ref().map(|b| b.created_at).unwrap_or(now),
             updated_at: now,

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::error::{Error, Result};
+
 /// The workspace root of `dir` (an absolute, canonical path).
 pub fn root_of(dir: &Path) -> PathBuf {
     dir.ancestors().find(|d| d.join(".git").exists()).unwrap_or(dir).to_path_buf()
@@ -18,9 +20,41 @@ pub fn id_of(root: &Path) -> String {
     format!("ws_{hex}")
 }
 
+/// A workspace named by a caller: its id (`ws_` + 16 hex digits) as given, or an absolute
+/// directory (in it or below its root) as that workspace's id.
+pub fn named(field: &'static str, value: &str) -> Result<String> {
+    let id = value.strip_prefix("ws_");
+    if id.is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Ok(value.to_ascii_lowercase());
+    }
+    let dir = Path::new(value);
+    match dir.canonicalize() {
+        Ok(dir) if Path::new(value).is_absolute() && dir.is_dir() => Ok(id_of(&root_of(&dir))),
+        _ => Err(Error::invalid(
+            field,
+            format!("{value:?} is neither a workspace id (ws_ and 16 hex digits) nor an absolute directory"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_is_named_by_its_id_or_a_directory_in_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canon");
+        std::fs::create_dir_all(root.join(".git")).expect("git");
+        std::fs::create_dir_all(root.join("src")).expect("src");
+        let id = id_of(&root);
+        assert_eq!(named("workspaces", &id).expect("id"), id);
+        assert_eq!(named("workspaces", &root.join("src").display().to_string()).expect("dir"), id);
+        for bad in ["/tmp/kiki-no-such-dir", "src", "ws_123", "ws_zzzzzzzzzzzzzzzz", ""] {
+            let err = named("workspaces", bad).expect_err(bad);
+            assert!(err.to_string().contains("workspaces"), "{err}");
+        }
+    }
 
     #[test]
     fn repository_root_is_the_workspace() {
