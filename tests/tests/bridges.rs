@@ -301,7 +301,7 @@ async fn a_workspace_scope_limits_list_and_read() {
         assert!(err.message().contains("workspaces"), "{}", err.message());
     }
     let granted = approve(&b, &request_id, "read", vec![shared.cwd.clone()]).await;
-    assert_eq!(granted.workspaces, [shared.workspace_id.clone()], "the directory's workspace");
+    assert_eq!(granted.workspaces, std::slice::from_ref(&shared.workspace_id), "the directory's workspace");
     let page = a.client().threads().thread_list(list_via("bee")).await.expect("list").into_inner();
     assert_eq!(page.threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), vec![shared.id.clone()]);
     let hidden =
