@@ -14,6 +14,8 @@ async fn main() -> ExitCode {
     let args = match cli::Args::try_parse() {
         Ok(args) => args,
         Err(e) if e.use_stderr() && std::env::args().any(|a| a == "--json") => {
+            // On stderr as always, and also as JSON on stdout.
+            eprint!("{e}");
             output::print_error_json("invalid_argument", &e.to_string());
             return ExitCode::from(2);
         }

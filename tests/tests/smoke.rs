@@ -154,6 +154,7 @@ fn cli_errors_are_json_with_codes_and_leave_no_trace() {
     assert_eq!(out.status.code(), Some(2), "usage error");
     let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("usage errors are JSON too");
     assert_eq!(error["error"]["code"], "invalid_argument");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("frobnicate"), "and on stderr");
 }
 
 #[test]
