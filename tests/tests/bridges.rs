@@ -83,8 +83,13 @@ async fn pairing_then_reading_across_homes_with_read() {
     let remote =
         pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: t.id.clone() };
     let read = pb::ThreadReadRequest { target: Some(remote), ..Default::default() };
-    let turns = a.client().threads().thread_read(read).await.expect("remote read").into_inner().turns;
-    assert_eq!(turns[0].output, "echo: hello from b");
+    let page = a.client().threads().thread_read(read).await.expect("remote read").into_inner();
+    assert_eq!(page.turns[0].output, "echo: hello from b");
+    let coverage = page.coverage.expect("the same page shape, with coverage");
+    assert_eq!(
+        (coverage.turns_total, coverage.first_seq, coverage.last_seq, coverage.complete),
+        (1, 1, 1, true)
+    );
     let listed = b.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
     let inbound = listed.bridges.iter().find(|b| b.direction == "inbound").expect("inbound");
     assert!(!inbound.last_success.is_empty(), "the target's health comes from the peer's calls");

@@ -214,6 +214,13 @@ async fn read_pages_turns_in_chronological_order() {
     let second = read(None, first.next_cursor.clone().expect("more")).await.expect("read");
     assert_eq!(second.turns.iter().map(|t| t.seq).collect::<Vec<_>>(), (21..=25).collect::<Vec<_>>());
     assert!(second.next_cursor.is_none());
+    // Each page says what it covers of the thread's completed turns.
+    let covered = |page: &pb::ThreadReadResponse| {
+        let c = page.coverage.as_ref().expect("coverage");
+        (c.turns_total, c.first_seq, c.last_seq, c.complete)
+    };
+    assert_eq!(covered(&first), (25, 1, 20, false));
+    assert_eq!(covered(&second), (25, 21, 25, true));
 
     assert_invalid(read(Some(0), String::new()).await, "limit", "between 1 and 100");
     assert_invalid(read(Some(101), String::new()).await, "limit", "between 1 and 100");

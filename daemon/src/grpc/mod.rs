@@ -267,6 +267,7 @@ pub async fn read_response(
             turns: Vec::new(),
             next_cursor: None,
             thread: Some(thread_to_pb(&s.thread, host_id)),
+            coverage: None,
             segment: Some(pb::ContentSegment {
                 content_ref: s.content_ref,
                 text: s.text,
@@ -277,10 +278,18 @@ pub async fn read_response(
         });
     }
     let page = threads.read(thread, limit, cursor).await?;
+    let turns: Vec<pb::Turn> = page.turns.into_iter().map(turn_to_pb).collect();
+    let coverage = pb::Coverage {
+        turns_total: (page.thread.turn_count - i64::from(page.thread.running)).max(0) as u64,
+        first_seq: turns.first().map_or(0, |t| t.seq),
+        last_seq: turns.last().map_or(0, |t| t.seq),
+        complete: page.next_cursor.is_none(),
+    };
     Ok(pb::ThreadReadResponse {
         thread: Some(thread_to_pb(&page.thread, host_id)),
-        turns: page.turns.into_iter().map(turn_to_pb).collect(),
+        turns,
         next_cursor: page.next_cursor,
         segment: None,
+        coverage: Some(coverage),
     })
 }

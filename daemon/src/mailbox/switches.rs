@@ -58,6 +58,7 @@ mod tests {
             archived: false,
             enabled: true,
             running: false,
+            turn_count: 0,
             communication: setting,
         }
     }

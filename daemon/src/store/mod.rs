@@ -73,6 +73,8 @@ pub struct ThreadRecord {
     pub enabled: bool,
     /// A turn is in flight.
     pub running: bool,
+    /// Turns started so far (the latest turn's seq).
+    pub turn_count: i64,
     pub communication: CommunicationSetting,
 }
 

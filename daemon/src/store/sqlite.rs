@@ -116,7 +116,7 @@ fn run(conn: &Connection, sql: &str, params: impl Params) -> StoreResult<usize> 
 
 // ----- rows ----------------------------------------------------------------------------
 
-const THREAD_COLUMNS: &str = "seq, id, workspace_id, cwd, title, profile, created_at, updated_at, archived, enabled, running, communication";
+const THREAD_COLUMNS: &str = "seq, id, workspace_id, cwd, title, profile, created_at, updated_at, archived, enabled, running, turn_count, communication";
 const TURN_COLUMNS: &str = "id, thread_id, seq, status, input, output, error, started_at, ended_at";
 const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
      request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at";
@@ -139,6 +139,7 @@ fn thread_from(row: &Row) -> StoreResult<ThreadRecord> {
         archived: row.get("archived")?,
         enabled: row.get("enabled")?,
         running: row.get("running")?,
+        turn_count: row.get("turn_count")?,
         communication: CommunicationSetting::parse(&communication)
             .ok_or_else(|| StoreError::Backend(format!("unknown communication setting {communication:?}")))?,
     })
