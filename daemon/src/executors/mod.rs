@@ -75,6 +75,8 @@ pub fn render(items: &[InputRecord]) -> String {
             InputKind::Message => {
                 let source = match &item.source {
                     Some(s) if s.host_id.is_empty() => s.thread_id.clone(),
+                    // Sent across a bridge by a client outside any thread of that home.
+                    Some(s) if s.thread_id.is_empty() => format!("an external client of home {}", s.host_id),
                     Some(s) => format!("{}/{}", s.host_id, s.thread_id),
                     None => "an external client".to_string(),
                 };
@@ -117,5 +119,8 @@ mod tests {
         assert_eq!(render(&[item(InputKind::User, "just text")]), "just text");
         let both = render(&[item(InputKind::User, "a"), item(InputKind::Message, "b")]);
         assert_eq!(both, "a\n\n[kiki message msg_1 from th_a]\nb");
+        let mut from_afar = item(InputKind::Message, "c");
+        from_afar.source = Some(SourceRef { host_id: "HOME".into(), thread_id: String::new() });
+        assert_eq!(render(&[from_afar]), "[kiki message msg_1 from an external client of home HOME]\nc");
     }
 }
