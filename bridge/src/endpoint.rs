@@ -22,6 +22,9 @@ pub enum EndpointError {
     Connect { addr: SocketAddr, message: String },
     #[error("the peer presented no usable certificate")]
     NoPeerIdentity,
+    /// Dialed with an expected home id, and another home answered.
+    #[error("{0}")]
+    WrongPeer(crate::tls::WrongPeer),
     #[error("the endpoint is closed")]
     Closed,
 }
@@ -66,14 +69,17 @@ impl BridgeEndpoint {
         addr: SocketAddr,
         expect: Option<&str>,
     ) -> Result<PeerConnection, EndpointError> {
-        let client = QuicClientConfig::try_from(tls::client_config(&self.identity, expect)?)
-            .map_err(|e| EndpointError::QuicTls(e.to_string()))?;
+        let (tls, refused) = tls::client_config(&self.identity, expect)?;
+        let client = QuicClientConfig::try_from(tls).map_err(|e| EndpointError::QuicTls(e.to_string()))?;
         let connecting = self
             .endpoint
             .connect_with(quinn::ClientConfig::new(Arc::new(client)), addr, tls::SERVER_NAME)
             .map_err(|e| EndpointError::Connect { addr, message: e.to_string() })?;
         let connection =
-            connecting.await.map_err(|e| EndpointError::Connect { addr, message: e.to_string() })?;
+            connecting.await.map_err(|e| match refused.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(wrong) => EndpointError::WrongPeer(wrong),
+                None => EndpointError::Connect { addr, message: e.to_string() },
+            })?;
         peer(connection)
     }
 

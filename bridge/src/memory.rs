@@ -176,7 +176,10 @@ impl Transport for MemoryEndpoint {
             if let Some(expected) = expect
                 && expected != peer
             {
-                return Err(refused(WrongPeer { expected: expected.to_string(), actual: peer }.to_string()));
+                return Err(EndpointError::WrongPeer(WrongPeer {
+                    expected: expected.to_string(),
+                    actual: peer,
+                }));
             }
             let (to_server, server_inbox) = mpsc::channel(LINK_QUEUE);
             let (to_client, client_inbox) = mpsc::channel(LINK_QUEUE);

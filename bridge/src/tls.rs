@@ -8,7 +8,7 @@
 //!   request, and everything else is refused by the daemon, per call, from the verified id.
 //! - 0-RTT is off on both sides: early data could be replayed.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls13_signature};
@@ -24,7 +24,7 @@ pub const ALPN: &[u8] = b"kiki-bridge/1";
 pub const SERVER_NAME: &str = "kiki";
 
 /// The expected peer is not the one that answered.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("peer is home {actual}, but {expected} was expected")]
 pub struct WrongPeer {
     pub expected: String,
@@ -39,10 +39,12 @@ fn peer_id(certificate: &CertificateDer<'_>) -> Result<String, rustls::Error> {
     home_id_of_cert(certificate).ok_or(rustls::Error::InvalidCertificate(CertificateError::BadEncoding))
 }
 
-/// Dialing side: the target must be `expect` (when given).
+/// Dialing side: the target must be `expect` (when given). A mismatch is also noted in
+/// `refused`, so the dialer can say so plainly (the handshake's error is a string).
 #[derive(Debug)]
 struct PinnedServer {
     expect: Option<String>,
+    refused: Arc<Mutex<Option<WrongPeer>>>,
     provider: Arc<CryptoProvider>,
 }
 
@@ -58,9 +60,12 @@ impl ServerCertVerifier for PinnedServer {
         let actual = peer_id(end_entity)?;
         match &self.expect {
             Some(expected) if *expected != actual => {
-                Err(rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(
-                    WrongPeer { expected: expected.clone(), actual },
-                )))))
+                let wrong = WrongPeer { expected: expected.clone(), actual };
+                let error = rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(
+                    wrong.clone(),
+                ))));
+                *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(wrong);
+                Err(error)
             }
             _ => Ok(ServerCertVerified::assertion()),
         }
@@ -155,12 +160,18 @@ pub fn server_config(identity: &BridgeIdentity) -> Result<rustls::ServerConfig, 
 }
 
 /// TLS for dialing a peer, pinned to `expect` when given.
+/// TLS for dialing a peer, and where a refused identity is noted (see [`PinnedServer`]).
 pub fn client_config(
     identity: &BridgeIdentity,
     expect: Option<&str>,
-) -> Result<rustls::ClientConfig, rustls::Error> {
+) -> Result<(rustls::ClientConfig, Arc<Mutex<Option<WrongPeer>>>), rustls::Error> {
     let provider = provider();
-    let verifier = PinnedServer { expect: expect.map(str::to_string), provider: provider.clone() };
+    let refused = Arc::new(Mutex::new(None));
+    let verifier = PinnedServer {
+        expect: expect.map(str::to_string),
+        refused: refused.clone(),
+        provider: provider.clone(),
+    };
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .dangerous()
@@ -168,5 +179,5 @@ pub fn client_config(
         .with_client_auth_cert(vec![identity.certificate()], identity.key())?;
     config.alpn_protocols = vec![ALPN.to_vec()];
     config.enable_early_data = false;
-    Ok(config)
+    Ok((config, refused))
 }

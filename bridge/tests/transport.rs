@@ -39,8 +39,8 @@ async fn a_different_key_than_expected_is_refused_in_the_handshake() {
         tokio::spawn(async move { b.accept().await })
     };
     let err = a.connect(addr(&b), Some(c.home_id())).await.expect_err("pinned to c, reached b");
-    let message = err.to_string();
-    assert!(message.contains(c.home_id()) && message.contains(b.home_id()), "{message}");
+    let expected = kiki_bridge::tls::WrongPeer { expected: c.home_id().into(), actual: b.home_id().into() };
+    assert!(matches!(&err, kiki_bridge::EndpointError::WrongPeer(wrong) if *wrong == expected), "{err}");
     accept.abort();
 }
 
@@ -55,7 +55,7 @@ async fn zero_rtt_is_off() {
     // Dial again through a raw quinn endpoint with the same client TLS, and ask for 0-RTT.
     let identity =
         BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("k").serialize_pem()).expect("id");
-    let tls = kiki_bridge::tls::client_config(&identity, Some(b.home_id())).expect("tls");
+    let (tls, _) = kiki_bridge::tls::client_config(&identity, Some(b.home_id())).expect("tls");
     assert!(!tls.enable_early_data);
     let client = quinn::ClientConfig::new(std::sync::Arc::new(
         quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("quic tls"),
@@ -82,7 +82,7 @@ async fn a_peer_with_another_alpn_is_refused() {
     tokio::spawn(async move { while let Some(_c) = server.accept().await {} });
     let identity =
         BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("k").serialize_pem()).expect("id");
-    let mut tls = kiki_bridge::tls::client_config(&identity, None).expect("tls");
+    let (mut tls, _) = kiki_bridge::tls::client_config(&identity, None).expect("tls");
     tls.alpn_protocols = vec![b"h3".to_vec()];
     let client = quinn::ClientConfig::new(std::sync::Arc::new(
         quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("quic tls"),

@@ -156,7 +156,8 @@ async fn a_wrong_expected_identity_is_refused_before_anything_is_filed() {
     };
     let err = a.client().bridges().bridge_request(request).await.expect_err("b is not c");
     assert_eq!(err.code(), Code::FailedPrecondition);
-    assert!(err.message().contains(&home_id(&c).await), "{}", err.message());
+    let said = format!("is home {}, not the expected {}", home_id(&b).await, home_id(&c).await);
+    assert!(err.message().contains(&said), "{}", err.message());
     let pending = b.client().bridges().bridge_pending(pb::BridgePendingRequest {}).await.expect("pending");
     assert!(pending.into_inner().requests.is_empty());
 }

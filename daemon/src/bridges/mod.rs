@@ -488,12 +488,13 @@ impl Bridges {
         let want = parse_permissions("want", want)?;
         let addr = resolve(address).await?;
         let expect = (!expect.is_empty()).then_some(expect);
-        let peer = self
-            .inner
-            .endpoint
-            .connect(addr, expect)
-            .await
-            .map_err(|e| Error::FailedPrecondition(format!("cannot reach {address}: {e}")))?;
+        let peer = self.inner.endpoint.connect(addr, expect).await.map_err(|e| match e {
+            kiki_bridge::EndpointError::WrongPeer(wrong) => Error::FailedPrecondition(format!(
+                "{address} is home {}, not the expected {}; nothing was filed",
+                wrong.actual, wrong.expected
+            )),
+            e => Error::FailedPrecondition(format!("cannot reach {address}: {e}")),
+        })?;
         let peer_home_id = peer.peer_home_id().to_string();
         if peer_home_id == self.inner.endpoint.home_id() {
             return Err(Error::invalid("address", "that is this home"));
