@@ -23,6 +23,9 @@ pub const ALPN: &[u8] = b"kiki-bridge/1";
 /// The server name both sides use (certificates are not checked against names).
 pub const SERVER_NAME: &str = "kiki";
 
+/// Where a dial notes the peer it refused (see [`client_config`]).
+pub type RefusedPeer = Arc<Mutex<Option<WrongPeer>>>;
+
 /// The expected peer is not the one that answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("peer is home {actual}, but {expected} was expected")]
@@ -44,7 +47,7 @@ fn peer_id(certificate: &CertificateDer<'_>) -> Result<String, rustls::Error> {
 #[derive(Debug)]
 struct PinnedServer {
     expect: Option<String>,
-    refused: Arc<Mutex<Option<WrongPeer>>>,
+    refused: RefusedPeer,
     provider: Arc<CryptoProvider>,
 }
 
@@ -164,9 +167,9 @@ pub fn server_config(identity: &BridgeIdentity) -> Result<rustls::ServerConfig, 
 pub fn client_config(
     identity: &BridgeIdentity,
     expect: Option<&str>,
-) -> Result<(rustls::ClientConfig, Arc<Mutex<Option<WrongPeer>>>), rustls::Error> {
+) -> Result<(rustls::ClientConfig, RefusedPeer), rustls::Error> {
     let provider = provider();
-    let refused = Arc::new(Mutex::new(None));
+    let refused = RefusedPeer::default();
     let verifier = PinnedServer {
         expect: expect.map(str::to_string),
         refused: refused.clone(),
