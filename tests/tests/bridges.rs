@@ -212,6 +212,13 @@ async fn a_peer_that_does_not_answer_holds_up_no_other() {
     a.client().threads().thread_list(list_via("cee")).await.expect("c answers");
     assert!(started.elapsed() < std::time::Duration::from_secs(2), "waited for the dial to b");
     assert!(stuck.await.expect("task").is_err(), "b is gone");
+    // A wait's own limits are checked here, not only by a target that may not answer.
+    let far = pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: "th_x".into() };
+    let request =
+        pb::ThreadWaitRequest { targets: vec![far], timeout_ms: Some(60_001), ..Default::default() };
+    let err = a.client().threads().thread_wait(request).await.expect_err("over the limit");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("timeout_ms: must be between 0 and 60000"), "{}", err.message());
 }
 
 /// A remote ThreadWait parked when its bridge is revoked ends at once, refused, instead of

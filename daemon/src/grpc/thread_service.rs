@@ -9,7 +9,7 @@ use tracing::instrument;
 use super::{caller, read_response, sent_to_pb, status, target, thread_to_pb, wait_result_to_pb};
 use crate::bridges::Bridges;
 use crate::error::Error;
-use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count};
+use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
 use crate::threads::{CreateRequest, Threads};
 
 #[derive(Clone)]
@@ -65,7 +65,9 @@ impl ThreadServiceImpl {
     /// Splits a ThreadWait's targets (and their cursors) by the home they are on: this one
     /// (`host: None`) or a bridge, as the caller named it.
     fn wait_groups(&self, r: pb::ThreadWaitRequest) -> Result<Vec<WaitGroup>, Error> {
+        // Checked here too: a part that waits across a bridge is checked only over there.
         wait_target_count(r.targets.len())?;
+        wait_timeout(r.timeout_ms)?;
         let mut groups: Vec<WaitGroup> = Vec::new();
         for target in &r.targets {
             let host = self.threads.resolve_host(&target.host_id).is_err().then(|| target.host_id.clone());

@@ -80,6 +80,18 @@ pub struct Delivery<'a> {
     pub receipt: Option<ReceiptRecord>,
 }
 
+/// A ThreadWait's timeout in ms (the default if none), checked against its limit.
+pub fn wait_timeout(timeout_ms: Option<u32>) -> Result<u32> {
+    let timeout = timeout_ms.unwrap_or(WAIT_TIMEOUT_DEFAULT_MS);
+    if timeout > WAIT_TIMEOUT_MAX_MS {
+        return Err(Error::invalid(
+            "timeout_ms",
+            format!("must be between 0 and {WAIT_TIMEOUT_MAX_MS}, got {timeout}"),
+        ));
+    }
+    Ok(timeout)
+}
+
 /// ThreadWait names 1 to [`WAIT_TARGETS_MAX`] threads (on any homes, in all).
 pub fn wait_target_count(n: usize) -> Result<()> {
     if n == 0 || n > WAIT_TARGETS_MAX {
@@ -337,13 +349,7 @@ impl Mailbox {
         cursors: HashMap<String, String>,
     ) -> Result<(Vec<WaitResult>, bool)> {
         wait_target_count(targets.len())?;
-        let timeout = timeout_ms.unwrap_or(WAIT_TIMEOUT_DEFAULT_MS);
-        if timeout > WAIT_TIMEOUT_MAX_MS {
-            return Err(Error::invalid(
-                "timeout_ms",
-                format!("must be between 0 and {WAIT_TIMEOUT_MAX_MS}, got {timeout}"),
-            ));
-        }
+        let timeout = wait_timeout(timeout_ms)?;
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeout));
         // Boxed: resolving the targets needs more state than parking does.
         let watched = Box::pin(self.watched(targets, cursors)).await?;
