@@ -162,8 +162,8 @@ pub fn server_config(identity: &BridgeIdentity) -> Result<rustls::ServerConfig, 
     Ok(config)
 }
 
-/// TLS for dialing a peer, pinned to `expect` when given.
-/// TLS for dialing a peer, and where a refused identity is noted (see [`PinnedServer`]).
+/// TLS for dialing a peer, pinned to `expect` when given, and where a refused identity is
+/// noted (see [`PinnedServer`]).
 pub fn client_config(
     identity: &BridgeIdentity,
     expect: Option<&str>,

@@ -454,7 +454,8 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             let workspaces = workspaces
                 .into_iter()
                 .map(|w| {
-                    if w.starts_with("ws_") {
+                    let id = w.strip_prefix("ws_");
+                    if id.is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())) {
                         return Ok(w);
                     }
                     let dir = std::path::absolute(&w).with_context(|| format!("--workspace {w}"))?;

@@ -422,7 +422,7 @@ pub async fn events_are_logged_per_thread_in_order(store: &dyn Store) {
     assert_eq!(events[2].turn_status, Some(TurnStatus::Completed));
     let positions = store.event_positions("th_a").await.expect("positions");
     assert_eq!(positions.last, events[2].seq);
-    assert_eq!(positions.latest_turn, events[0].seq, "a first turn: everything after the creation");
+    assert_eq!(positions.latest_turn, events[0].seq, "the turn started after the creation");
     let after = store.events_after("th_a", events[1].seq, 10).await.expect("events");
     assert_eq!(after.len(), 1, "strictly after the cursor");
     assert_eq!(store.events_after("th_b", 0, 10).await.expect("events").len(), 1, "only th_b's own");

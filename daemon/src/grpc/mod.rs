@@ -279,10 +279,13 @@ pub async fn read_response(
     }
     let page = threads.read(thread, limit, cursor).await?;
     let turns: Vec<pb::Turn> = page.turns.into_iter().map(turn_to_pb).collect();
+    let last_seq = turns.last().map_or(0, |t| t.seq);
     let coverage = pb::Coverage {
-        turns_total: (page.thread.turn_count - i64::from(page.thread.running)).max(0) as u64,
+        // The thread was read just before its turns: a turn that ended in between is on the
+        // page, and counts.
+        turns_total: ((page.thread.turn_count - i64::from(page.thread.running)).max(0) as u64).max(last_seq),
         first_seq: turns.first().map_or(0, |t| t.seq),
-        last_seq: turns.last().map_or(0, |t| t.seq),
+        last_seq,
         complete: page.next_cursor.is_none(),
     };
     Ok(pb::ThreadReadResponse {

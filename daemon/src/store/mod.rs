@@ -364,9 +364,8 @@ impl EventKind {
 pub struct EventPositions {
     /// The newest event's seq (0 if none).
     pub last: i64,
-    /// Just before the thread's latest turn: after the terminal event of the turn before it,
-    /// or after the thread's first event (its creation) for a first turn. `last` for a
-    /// thread without turns.
+    /// Where the log stood when the thread's latest turn started, so that turn's events
+    /// and later ones follow it; `last` for a thread without turns.
     pub latest_turn: i64,
 }
 

@@ -28,6 +28,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "turn agents", include_str!("migrations/sqlite/0006_turn_agents.sql")),
     (7, "receipts by message", include_str!("migrations/sqlite/0007_receipts_by_message.sql")),
     (8, "outbox follow-up", include_str!("migrations/sqlite/0008_outbox_follow_up.sql")),
+    (9, "turn start events", include_str!("migrations/sqlite/0009_turn_start_events.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -597,8 +598,9 @@ fn claim_turn(
     let rendered = render(&inputs);
     run(
         conn,
-        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent)
-         VALUES (?, ?, ?, 'running', ?, ?, ?)",
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before)
+         VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6,
+                 (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2))",
         params![turn_id, thread_id, seq, rendered, now, exec.then_some("")],
     )?;
     run(
@@ -1070,32 +1072,20 @@ impl Store for SqliteStore {
         let thread_id = thread_id.to_string();
         self.db
             .lookup(move |conn| {
-                let seq_of = |sql: &str, params: &[&dyn rusqlite::ToSql]| -> StoreResult<Option<i64>> {
-                    Ok(first(conn, sql, params, |row| Ok(row.get::<_, Option<i64>>(0)?))?.flatten())
-                };
                 let last =
-                    seq_of("SELECT MAX(seq) FROM events WHERE thread_id = ?", &[&thread_id])?.unwrap_or(0);
-                let latest: Vec<String> = all(
+                    first(conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
+                        Ok(row.get::<_, Option<i64>>(0)?)
+                    })?;
+                let last = last.flatten().unwrap_or(0);
+                let latest_turn = first(
                     conn,
-                    "SELECT id FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 2",
+                    "SELECT events_before FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 1",
                     [&thread_id],
-                    |row| Ok(row.get(0)?),
+                    |row| Ok(row.get::<_, Option<i64>>(0)?),
                 )?;
-                let latest_turn = match latest.as_slice() {
-                    [] => Some(last),
-                    [_first_turn] => Some(
-                        seq_of("SELECT MIN(seq) FROM events WHERE thread_id = ?", &[&thread_id])?
-                            .unwrap_or(0),
-                    ),
-                    // The newest events come first: the terminal is found near the end.
-                    [_, before] => seq_of(
-                        "SELECT seq FROM events WHERE thread_id = ? AND turn_id = ? AND kind = 'terminal'
-                         ORDER BY seq DESC LIMIT 1",
-                        &[&thread_id, before],
-                    )?,
-                    _ => unreachable!("at most two turns are read"),
-                };
-                Ok(EventPositions { last, latest_turn: latest_turn.unwrap_or(last).min(last) })
+                // No turn yet (or one started before this was recorded): from now on.
+                let latest_turn = latest_turn.flatten().unwrap_or(last).min(last);
+                Ok(EventPositions { last, latest_turn })
             })
             .await
     }
