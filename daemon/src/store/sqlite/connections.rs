@@ -93,7 +93,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const WRITE_QUEUE: usize = 4096;
 /// The most writes one transaction carries; bounds a commit's latency.
 const MAX_BATCH: usize = 256;
-/// Idle lookup connections kept; about one per thread that looks up at the same time.
+/// Idle lookup connections kept, at least: about one per thread that looks up at the same
+/// time, and the async runtime runs a worker per core (see `Connections::lookups_kept`).
 const LOOKUP_CONNECTIONS: usize = 8;
 
 pub struct Connections {
@@ -102,6 +103,9 @@ pub struct Connections {
     readers: Mutex<Option<mpsc::Sender<Box<dyn Job>>>>,
     /// Idle lookup connections; `None` once closed.
     lookups: Mutex<Option<Vec<Connection>>>,
+    /// How many idle lookup connections to keep: one per core (the runtime's workers), at
+    /// least [`LOOKUP_CONNECTIONS`], so a busy many-core home does not open one per lookup.
+    lookups_kept: usize,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -153,6 +157,8 @@ impl Connections {
             writer: Mutex::new(Some(write_queue)),
             readers: Mutex::new(Some(read_queue)),
             lookups: Mutex::new(Some(lookups)),
+            lookups_kept: std::thread::available_parallelism()
+                .map_or(LOOKUP_CONNECTIONS, |n| n.get().max(LOOKUP_CONNECTIONS)),
             threads: Mutex::new(threads),
         })
     }
@@ -218,7 +224,7 @@ impl Connections {
         if let Ok(result) = result {
             // Back to the pool, unless closed meanwhile (or the pool is full).
             if let Some(idle) = &mut *lock(&self.lookups)
-                && idle.len() < LOOKUP_CONNECTIONS
+                && idle.len() < self.lookups_kept
             {
                 idle.push(conn);
             }
