@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 
 use super::*;
 use crate::mailbox::{Delivery, Mailbox, Sent, key_conflict};
-use crate::store::{EventKind, MessageStatus, SourceRef, ThreadRecord};
+use crate::store::{EventKind, MessageStatus, SourceRef, StoreError, ThreadRecord};
 use crate::sync::lock;
 use crate::threads::limits;
 
@@ -494,9 +494,18 @@ impl Bridges {
         // anything. A commit that fails later, after the target took the message, leaves the
         // message there and not here: the caller hears the failure, and its retry with the
         // key is a replay at the target (with other content, a conflict).
+        let insert = async {
+            self.inner.store.outbox_insert(&entry).await.map_err(|e| match e {
+                // Refused at once, before the attempt was first polled: nothing left.
+                StoreError::Busy => Error::Store(e),
+                e => Error::Store(StoreError::Backend(format!(
+                    "{e}; the message may have reached {host} already: retry with the same key"
+                ))),
+            })
+        };
         let (inserted, attempt) = tokio::try_join!(
             biased;
-            self.inner.store.outbox_insert(&entry),
+            insert,
             async { Ok(tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await) },
         )?;
         if let Some(existing) = inserted {
