@@ -433,8 +433,9 @@ pub async fn events_are_logged_per_thread_in_order(store: &dyn Store) {
     // A second turn: after the first one's terminal event.
     store.enqueue_input("th_a", &user("in_2", "y")).await.expect("input");
     store.claim_turn("th_a", turn("tu_2", true), 3).await.expect("claim").expect("input");
+    let during = store.add_event(&EventRecord { turn_id: Some("tu_2".into()), at: 4, ..attention }).await;
     let positions = store.event_positions("th_a").await.expect("positions");
-    assert_eq!((positions.last, positions.latest_turn), (events[2].seq, events[2].seq));
+    assert_eq!((positions.last, positions.latest_turn), (during.expect("event"), events[2].seq));
 }
 
 pub async fn communication_switch_round_trip(store: &dyn Store) {

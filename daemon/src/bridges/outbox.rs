@@ -14,6 +14,7 @@
 //! delivered or refused there — within the retry window; after it the receipt stays
 //! `accepted`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rand::Rng;
@@ -494,20 +495,21 @@ impl Bridges {
         // anything. A commit that fails later, after the target took the message, leaves the
         // message there and not here: the caller hears the failure, and its retry with the
         // key is a replay at the target (with other content, a conflict).
+        let attempted = AtomicBool::new(false);
         let insert = async {
             self.inner.store.outbox_insert(&entry).await.map_err(|e| match e {
-                // Refused at once, before the attempt was first polled: nothing left.
-                StoreError::Busy => Error::Store(e),
-                e => Error::Store(StoreError::Backend(format!(
+                e if attempted.load(Ordering::Relaxed) => Error::Store(StoreError::Backend(format!(
                     "{e}; the message may have reached {host} already: retry with the same key"
                 ))),
+                // Refused before the attempt started (the store is busy or closed).
+                e => Error::Store(e),
             })
         };
-        let (inserted, attempt) = tokio::try_join!(
-            biased;
-            insert,
-            async { Ok(tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await) },
-        )?;
+        let attempt = async {
+            attempted.store(true, Ordering::Relaxed);
+            Ok(tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await)
+        };
+        let (inserted, attempt) = tokio::try_join!(biased; insert, attempt)?;
         if let Some(existing) = inserted {
             // Unreachable while this home holds the key's lock; answered from the store.
             return replay(None, existing, &entry.request_hash);

@@ -1072,18 +1072,20 @@ impl Store for SqliteStore {
         let thread_id = thread_id.to_string();
         self.db
             .lookup(move |conn| {
+                // One snapshot: a turn starting between the two reads would misplace the start.
+                let conn = conn.transaction()?;
                 let last =
-                    first(conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
+                    first(&conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
                         Ok(row.get::<_, Option<i64>>(0)?)
                     })?;
                 let last = last.flatten().unwrap_or(0);
                 let latest_turn = first(
-                    conn,
+                    &conn,
                     "SELECT events_before FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 1",
                     [&thread_id],
                     |row| Ok(row.get::<_, Option<i64>>(0)?),
                 )?;
-                // No turn yet (or one started before this was recorded): from now on.
+                // No turn yet: from now on.
                 let latest_turn = latest_turn.flatten().unwrap_or(last).min(last);
                 Ok(EventPositions { last, latest_turn })
             })
@@ -1383,5 +1385,39 @@ mod tests {
             limited.query_map(params!["t", 0, limit], |_| Ok(())).expect("query").for_each(drop);
         }
         assert!(limited.get_status(StatementStatus::RePrepare) > 0);
+    }
+
+    #[test]
+    fn migration_9_places_each_threads_latest_turn_in_its_event_log() {
+        let conn = Connection::open_in_memory().expect("open");
+        let (before, nine): (Vec<_>, Vec<_>) = MIGRATIONS.iter().partition(|(version, _, _)| *version < 9);
+        for (_, _, sql) in before {
+            conn.execute_batch(sql).expect("migration");
+        }
+        conn.execute_batch(
+            "INSERT INTO threads (id, workspace_id, cwd, title, profile, created_at, updated_at)
+                 VALUES ('a', 'w', '/', 't', 'p', 0, 0), ('b', 'w', '/', 't', 'p', 0, 0);
+             INSERT INTO events (thread_id, kind, lifecycle, at) VALUES ('a', 'lifecycle', 'created', 0);  -- 1
+             INSERT INTO events (thread_id, kind, lifecycle, at) VALUES ('b', 'lifecycle', 'created', 0);  -- 2
+             INSERT INTO turns (id, thread_id, seq, status, input, started_at) VALUES
+                 ('a1', 'a', 1, 'completed', '', 0), ('a2', 'a', 2, 'running', '', 0),
+                 ('b1', 'b', 1, 'completed', '', 0);
+             INSERT INTO events (thread_id, kind, turn_id, at) VALUES ('a', 'terminal', 'a1', 0);  -- 3
+             INSERT INTO events (thread_id, kind, turn_id, at) VALUES ('b', 'terminal', 'b1', 0);  -- 4
+             INSERT INTO events (thread_id, kind, lifecycle, at) VALUES ('a', 'lifecycle', 'archived', 0);  -- 5",
+        )
+        .expect("history");
+        for (_, _, sql) in nine {
+            conn.execute_batch(sql).expect("migration 9");
+        }
+        let placed: Vec<(String, Option<i64>)> = conn
+            .prepare("SELECT id, events_before FROM turns ORDER BY id")
+            .expect("query")
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("turns");
+        let expected = [("a1", None), ("a2", Some(3)), ("b1", Some(2))];
+        assert_eq!(placed, expected.map(|(id, at)| (id.to_string(), at)));
     }
 }
