@@ -450,18 +450,17 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             }
         }
         BridgeCommand::Approve { request, allow, workspaces } => {
-            // A directory names the workspace it is in; the daemon resolves absolute paths.
+            // A directory here names the workspace it is in (the daemon needs it absolute);
+            // anything else goes as given, for the daemon to check.
             let workspaces = workspaces
                 .into_iter()
                 .map(|w| {
-                    let id = w.strip_prefix("ws_");
-                    if id.is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())) {
-                        return Ok(w);
+                    if !std::path::Path::new(&w).is_dir() {
+                        return w;
                     }
-                    let dir = std::path::absolute(&w).with_context(|| format!("--workspace {w}"))?;
-                    Ok(dir.display().to_string())
+                    std::path::absolute(&w).map_or(w, |dir| dir.display().to_string())
                 })
-                .collect::<Result<Vec<_>>>()?;
+                .collect();
             let approved = bridges
                 .bridge_approve(pb::BridgeApproveRequest { request_id: request, allow, workspaces })
                 .await?

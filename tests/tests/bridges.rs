@@ -251,11 +251,7 @@ async fn revocation_ends_parked_remote_waits() {
 async fn revocation_refuses_messages_still_waiting_at_the_target() {
     let (a, b) = (open_home().await, open_home().await);
     let t = b.thread("echo", None).await;
-    let check = |cursors: std::collections::HashMap<String, String>| pb::ThreadWaitRequest {
-        targets: vec![kiki_tests::local(&t.id)],
-        timeout_ms: Some(0),
-        cursors,
-    };
+    let check = |cursors| check_events(&t.id, cursors);
     let before = b.client().threads().thread_wait(check(Default::default())).await.expect("wait");
     let cursor = before.into_inner().results.remove(0).cursor;
     let request_id = request(&a, &b, "send", "bee").await;
@@ -450,6 +446,11 @@ async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_t
     let stray = both(0, std::collections::HashMap::from([("th_elsewhere".to_string(), "c".to_string())]));
     let err = a.client().threads().thread_wait(stray).await.expect_err("a cursor for no target");
     assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+}
+
+/// A ThreadWait that checks a thread of the called home once, from `cursors`.
+fn check_events(thread: &str, cursors: std::collections::HashMap<String, String>) -> pb::ThreadWaitRequest {
+    pb::ThreadWaitRequest { targets: vec![kiki_tests::local(thread)], timeout_ms: Some(0), cursors }
 }
 
 fn remote_send(host: &str, session: &str, content: &str, key: &str) -> pb::ThreadSendRequest {
@@ -951,11 +952,7 @@ async fn a_partition_longer_than_the_window_expires_the_message_with_an_event() 
     })
     .await;
     let agent = a.client().clone().with_token(token.trim()).expect("token");
-    let check = |cursors: std::collections::HashMap<String, String>| pb::ThreadWaitRequest {
-        targets: vec![kiki_tests::local(&sender.id)],
-        timeout_ms: Some(0),
-        cursors,
-    };
+    let check = |cursors| check_events(&sender.id, cursors);
     let before = a.client().threads().thread_wait(check(Default::default())).await.expect("wait");
     let cursor = before.into_inner().results.remove(0).cursor;
 

@@ -153,22 +153,25 @@ fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> (OutboxRe
     (entry, None)
 }
 
+/// How long ago the entry's message was sent.
+fn age(entry: &OutboxRecord) -> Duration {
+    Duration::from_millis((now_ms() - entry.created_at).max(0) as u64)
+}
+
 /// A pending entry's state for another attempt after the peer answered but refused it for
 /// now (say, the bridge's inbound access is off): the link is fine, so the pause grows with
 /// the message's age instead of the peer's silence, from 250 ms to 30 s.
 fn retry_refused(entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
-    let age = Duration::from_millis((now_ms() - entry.created_at).max(0) as u64);
-    retry_after(entry, why, backoff(age))
+    let delay = backoff(age(&entry));
+    retry_after(entry, why, delay)
 }
 
 /// An accepted entry's state for its next follow-up: after as long as the message has
 /// existed (so the pauses double), from 1 s up to a minute — about 20 follow-ups in a
 /// 15-minute window. `attempts` still counts the sends only.
 fn follow_up_later(mut entry: OutboxRecord) -> (OutboxRecord, Option<EventRecord>) {
-    let now = now_ms();
-    let age = Duration::from_millis((now - entry.created_at).max(0) as u64);
-    let delay = age.clamp(FOLLOW_UP_FIRST, FOLLOW_UP_CAP).mul_f64(rand::rng().random_range(0.8..1.2));
-    entry.next_attempt_at = now + delay.as_millis() as i64;
+    let delay = age(&entry).clamp(FOLLOW_UP_FIRST, FOLLOW_UP_CAP).mul_f64(rand::rng().random_range(0.8..1.2));
+    entry.next_attempt_at = now_ms() + delay.as_millis() as i64;
     (entry, None)
 }
 
@@ -589,7 +592,7 @@ impl Bridges {
         if bridge.state == "revoked" {
             return Ok(finish(entry, "rejected", "bridge_revoked"));
         }
-        if now > entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 {
+        if self.window_over(&entry) {
             return Ok(finish(entry, "expired", "expired"));
         }
         Ok(match self.ship(&bridge, &mut entry, false).await {
@@ -684,10 +687,7 @@ impl Bridges {
     /// later. Once the retry window is over, or this home revoked the bridge, the entry stays
     /// `accepted` and is not asked about again: the target has the message.
     async fn follow_up(&self, mut entry: OutboxRecord) -> Result<(OutboxRecord, Option<EventRecord>)> {
-        let window = self.inner.config.bridge.retry_window.as_millis() as i64;
-        let bridge = self.bridge(|b| b.id == entry.bridge_id).await?;
-        let Some(bridge) = bridge.filter(|b| b.state != "revoked" && now_ms() <= entry.created_at + window)
-        else {
+        let Some(bridge) = self.bridge_to_call(&entry).await? else {
             entry.next_attempt_at = i64::MAX;
             return Ok((entry, None));
         };
@@ -701,6 +701,20 @@ impl Bridges {
             }
             Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => follow_up_later(entry),
         })
+    }
+
+    /// Whether the entry's retry window is over.
+    fn window_over(&self, entry: &OutboxRecord) -> bool {
+        age(entry) > self.inner.config.bridge.retry_window
+    }
+
+    /// The bridge to call about the entry; none once its window is over or the bridge is
+    /// revoked or gone (its fate then needs no call).
+    async fn bridge_to_call(&self, entry: &OutboxRecord) -> Result<Option<BridgeRecord>> {
+        if self.window_over(entry) {
+            return Ok(None);
+        }
+        self.bridge(|b| b.id == entry.bridge_id && b.state != "revoked").await
     }
 
     /// The worker's attempt of a due entry, read again once claimed: an earlier attempt may
@@ -780,7 +794,6 @@ impl Bridges {
     /// attempt at a time (see [`Bridges::probe`]), except for entries whose fate needs no
     /// call: their retry window is over, or this home revoked the bridge.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
-        let window = self.inner.config.bridge.retry_window.as_millis() as i64;
         loop {
             let probed: Vec<String> = lock(&self.inner.probing).iter().cloned().collect();
             match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK, &probed).await {
@@ -793,9 +806,7 @@ impl Bridges {
                             continue;
                         };
                         // A silent peer's entries wait for one of them, the first listed.
-                        let live = |b: &BridgeRecord| b.id == entry.bridge_id && b.state != "revoked";
-                        let needs_call = now_ms() <= entry.created_at + window
-                            && matches!(self.bridge(live).await, Ok(Some(_)));
+                        let needs_call = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
                         let silent = needs_call && self.silent(&entry.peer_home_id);
                         let probe = match silent
                             .then(|| Claim::try_take(&self.inner, Claimed::Probe, &entry.peer_home_id))
@@ -805,7 +816,7 @@ impl Bridges {
                         };
                         let bridges = self.clone();
                         tokio::spawn(async move {
-                            let age = Duration::from_millis((now_ms() - entry.created_at).max(0) as u64);
+                            let age = age(&entry);
                             let done = match probe {
                                 Some(_) => bridges.probe(entry).await,
                                 None => bridges.attempt_due(entry).await.map(drop),

@@ -7,7 +7,7 @@ pub mod limits;
 pub mod runner;
 pub mod workspace;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use tracing::instrument;
@@ -153,7 +153,7 @@ impl Threads {
             _ => CommunicationSetting::Default,
         };
         let cwd = match &req.cwd {
-            Some(cwd) => checked_dir(cwd)?,
+            Some(cwd) => workspace::checked_dir("cwd", cwd)?,
             None => match &parent {
                 Some(parent) => workspace::root_of(Path::new(&parent.cwd)),
                 None => {
@@ -398,21 +398,6 @@ pub fn new_id(prefix: &str) -> String {
 fn title_from_prompt(prompt: &str) -> String {
     let line = prompt.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(DEFAULT_TITLE);
     line.chars().take(limits::DERIVED_TITLE_CHARS).collect()
-}
-
-/// An absolute path to an existing directory, canonicalised.
-fn checked_dir(cwd: &str) -> Result<PathBuf> {
-    let path = Path::new(cwd);
-    if !path.is_absolute() {
-        return Err(Error::invalid("cwd", format!("must be an absolute path, got {cwd:?}")));
-    }
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {
-            path.canonicalize().map_err(|e| Error::invalid("cwd", format!("cannot resolve {cwd:?}: {e}")))
-        }
-        Ok(_) => Err(Error::invalid("cwd", format!("{cwd:?} is not a directory"))),
-        Err(_) => Err(Error::invalid("cwd", format!("{cwd:?} does not exist"))),
-    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,22 @@ pub fn id_of(root: &Path) -> String {
     format!("ws_{hex}")
 }
 
+/// `value` as an absolute path to an existing directory, canonical; else an error naming
+/// `field`.
+pub fn checked_dir(field: &'static str, value: &str) -> Result<PathBuf> {
+    let path = Path::new(value);
+    if !path.is_absolute() {
+        return Err(Error::invalid(field, format!("must be an absolute path, got {value:?}")));
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            path.canonicalize().map_err(|e| Error::invalid(field, format!("cannot resolve {value:?}: {e}")))
+        }
+        Ok(_) => Err(Error::invalid(field, format!("{value:?} is not a directory"))),
+        Err(_) => Err(Error::invalid(field, format!("{value:?} does not exist"))),
+    }
+}
+
 /// A workspace named by a caller: its id (`ws_` + 16 hex digits) as given, or an absolute
 /// directory (in it or below its root) as that workspace's id.
 pub fn named(field: &'static str, value: &str) -> Result<String> {
@@ -27,14 +43,7 @@ pub fn named(field: &'static str, value: &str) -> Result<String> {
     if id.is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())) {
         return Ok(value.to_ascii_lowercase());
     }
-    let dir = Path::new(value);
-    match dir.canonicalize() {
-        Ok(dir) if Path::new(value).is_absolute() && dir.is_dir() => Ok(id_of(&root_of(&dir))),
-        _ => Err(Error::invalid(
-            field,
-            format!("{value:?} is neither a workspace id (ws_ and 16 hex digits) nor an absolute directory"),
-        )),
-    }
+    Ok(id_of(&root_of(&checked_dir(field, value)?)))
 }
 
 #[cfg(test)]
