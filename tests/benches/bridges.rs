@@ -8,11 +8,13 @@
 //! - cross-home `delivered` latency, p50 (target ≤ 2 fsyncs + 1 QUIC round trip + 0.5 ms)
 //! - cross-home durable sends: 64 concurrent senders vs one (target ≥ 10×)
 //! - first delivery after a partition heals (target ≤ backoff cap 30 s + 1 s)
+//!
+//! `SENDERS` (64) and `PER` (40 sends each) shape the throughput phase.
 
 use std::time::{Duration, Instant};
 
 use kiki_proto as pb;
-use kiki_tests::measure::{cpu_time, fsync_floor, percentile, udp_round_trip_floor, us};
+use kiki_tests::measure::{cpu_time, fsync_floor, percentile, setting, udp_round_trip_floor, us};
 use kiki_tests::{TestHome, UdpRelay};
 
 /// The homes run in this process: give them kikid's allocator.
@@ -21,8 +23,6 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const LATENCY_SENDS: usize = 200;
 const SINGLE_SENDS: usize = 400;
-const SENDERS: usize = 64;
-const SENDS_PER_SENDER: usize = 40;
 
 fn send(host: &str, session: &str, content: String, key: String) -> pb::ThreadSendRequest {
     pb::ThreadSendRequest {
@@ -75,13 +75,14 @@ async fn main() {
         single.thread_send(send("nowake", &inbox.id, format!("s{i}"), format!("s{i}"))).await.expect("send");
     }
     let single_rate = SINGLE_SENDS as f64 / t.elapsed().as_secs_f64();
+    let (senders, per) = (setting("SENDERS", 64) as usize, setting("PER", 40) as usize);
     let (t, cpu) = (Instant::now(), cpu_time());
     let mut tasks = Vec::new();
-    for s in 0..SENDERS {
+    for s in 0..senders {
         let mut threads = c.client().threads();
         let inbox = inbox.id.clone();
         tasks.push(tokio::spawn(async move {
-            for i in 0..SENDS_PER_SENDER {
+            for i in 0..per {
                 threads
                     .thread_send(send("nowake", &inbox, format!("c{s}-{i}"), format!("c{s}-{i}")))
                     .await
@@ -92,7 +93,7 @@ async fn main() {
     for task in tasks {
         task.await.expect("sender");
     }
-    let concurrent_rate = (SENDERS * SENDS_PER_SENDER) as f64 / t.elapsed().as_secs_f64();
+    let concurrent_rate = (senders * per) as f64 / t.elapsed().as_secs_f64();
     let cores_busy = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
     // Done with them: their outbox would go on following up the accepted sends meanwhile.
     for home in [&a, &b, &c, &d] {
@@ -124,13 +125,13 @@ async fn main() {
     );
     println!("  cross-home delivered, p99                   {:>10}", us(percentile(&latencies, 0.99)));
     println!("  cross-home durable sends, 1 sender          {:>10.0} /s", single_rate);
-    println!("  cross-home durable sends, {SENDERS} senders        {:>10.0} /s", concurrent_rate);
+    println!("  cross-home durable sends, {senders} senders        {:>10.0} /s", concurrent_rate);
     println!(
         "  ratio                                       {:>10.1} x   (target >= 10x)",
         concurrent_rate / single_rate
     );
     println!(
-        "  CPU while 64 send (both homes and clients)  {:>10.2} of {} cores",
+        "  CPU while they send (both homes, clients)     {:>10.2} of {} cores",
         cores_busy,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );

@@ -17,11 +17,7 @@ use kiki_client::Client;
 use kiki_proto as pb;
 use kiki_tests::binaries::kiki_json;
 use kiki_tests::local;
-use kiki_tests::measure::{HeldHome, cpu_time, process_cpu_time};
-
-fn setting(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+use kiki_tests::measure::{HeldHome, cpu_time, process_cpu_time, setting};
 
 #[tokio::main]
 async fn main() {

@@ -6,6 +6,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The value at quantile `p` (0..=1) of sorted samples.
+/// A bench knob from the environment (`name`), or its default.
+pub fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }

@@ -446,6 +446,28 @@ async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_t
     let stray = both(0, std::collections::HashMap::from([("th_elsewhere".to_string(), "c".to_string())]));
     let err = a.client().threads().thread_wait(stray).await.expect_err("a cursor for no target");
     assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+
+    // The peer may be named by alias or by home id: one far thread named both ways is one
+    // thread named twice, and two far threads named either way are answered as named.
+    let by_id = pb::ThreadRef { host_id: home_id(&b).await, ..remote.clone() };
+    let twice = pb::ThreadWaitRequest {
+        targets: vec![remote.clone(), by_id.clone()],
+        timeout_ms: Some(0),
+        cursors: Default::default(),
+    };
+    let err = a.client().threads().thread_wait(twice).await.expect_err("one thread named twice");
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(err.message().contains("appears twice"), "{}", err.message());
+    let other = b.thread("echo", None).await;
+    let two = pb::ThreadWaitRequest {
+        targets: vec![remote.clone(), pb::ThreadRef { session_id: other.id.clone(), ..by_id.clone() }],
+        timeout_ms: Some(0),
+        cursors: Default::default(),
+    };
+    let answer = a.client().threads().thread_wait(two).await.expect("two far threads").into_inner();
+    let named: Vec<String> =
+        answer.results.iter().map(|r| pb::format_ref(r.target.as_ref().expect("target"))).collect();
+    assert_eq!(named, [format!("bee/{}", t.id), format!("{}/{}", by_id.host_id, other.id)]);
 }
 
 /// A ThreadWait that checks a thread of the called home once, from `cursors`.

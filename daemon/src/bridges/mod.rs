@@ -65,8 +65,9 @@ struct Inner {
     /// Connections to peers we dialed, by peer home id: a slot per peer, so dialing a peer
     /// that does not answer holds up calls to that peer only.
     connections: std::sync::Mutex<HashMap<String, ConnectionSlot>>,
-    /// Outcomes of sends already answered whose outbox write is still on its way, by id.
-    recording: std::sync::Mutex<HashMap<String, OutboxRecord>>,
+    /// Outcomes of sends already answered whose outbox write is still on its way, by
+    /// (peer, key scope, key): a send with the key looks here first.
+    recording: std::sync::Mutex<HashMap<outbox::SendKey, OutboxRecord>>,
     /// Outbox entries with an attempt under way (see `outbox::Claim`).
     attempting: std::sync::Mutex<HashSet<String>>,
     /// Silent peers with a probe under way: the one entry the worker ships to such a peer
@@ -871,8 +872,9 @@ impl Bridges {
         .await
     }
 
-    /// ThreadWait on threads behind `host` (all targets on that one home). Cursor keys and
-    /// result targets are translated between `HOST/SESSION` here and `SESSION` there.
+    /// ThreadWait on threads behind `host` (all targets on that one home, each named by its
+    /// alias or home id). Cursor keys and result targets are translated between
+    /// `HOST/SESSION` here and `SESSION` there.
     pub async fn wait_remote(
         &self,
         host: &str,
@@ -896,10 +898,10 @@ impl Bridges {
                 _ => None,
             })
             .await?;
-        for result in &mut answer.results {
-            if let Some(target) = result.target.as_mut() {
-                target.host_id = host.to_string();
-            }
+        // Each result is named back as the caller named its target (alias or home id).
+        for target in answer.results.iter_mut().filter_map(|r| r.target.as_mut()) {
+            let asked = targets.iter().find(|t| t.session_id == target.session_id);
+            target.host_id = asked.map_or(host, |t| &t.host_id).to_string();
         }
         Ok(answer)
     }

@@ -481,7 +481,7 @@ impl Bridges {
         let key = (entry.peer_home_id.clone(), entry.key_scope.clone(), entry.key.clone());
         // Held until the outcome is in the store or in `recording`, where a send with this
         // key looks first.
-        let _key_lock = KeyLock::take(&self.inner, key).await;
+        let _key_lock = KeyLock::take(&self.inner, key.clone()).await;
         // The key decides first: a key in the outbox is answered from there and sends nothing.
         let in_flight = self.in_flight(&entry.peer_home_id, &entry.key_scope, &entry.key);
         let stored =
@@ -530,14 +530,14 @@ impl Bridges {
                 // the entry stays pending, and a retry after a crash is answered by the
                 // target's dedup. Meanwhile receipts read the outcome from memory, so what
                 // the sender sees next agrees with the answer it got.
-                lock(&self.inner.recording).insert(shipped.id.clone(), shipped.clone());
+                lock(&self.inner.recording).insert(key.clone(), shipped.clone());
                 let bridges = self.clone();
                 tokio::spawn(async move {
                     let _claim = claim;
                     if let Err(e) = bridges.record(&shipped, event).await {
                         warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");
                     }
-                    lock(&bridges.inner.recording).remove(&shipped.id);
+                    lock(&bridges.inner.recording).remove(&key);
                 });
                 answer
             }
@@ -568,10 +568,7 @@ impl Bridges {
     /// The outcome of the send with this key still on its way to the store, if any. Taken
     /// before the store is read, it cannot be missed (see `outbox_for_bridge`).
     fn in_flight(&self, peer: &str, scope: &str, key: &str) -> Option<OutboxRecord> {
-        lock(&self.inner.recording)
-            .values()
-            .find(|e| e.peer_home_id == peer && e.key_scope == scope && e.key == key)
-            .cloned()
+        lock(&self.inner.recording).get(&(peer.to_string(), scope.to_string(), key.to_string())).cloned()
     }
 
     /// One delivery attempt: the entry's new state, and the event a final failure gives its
@@ -845,9 +842,9 @@ impl Bridges {
     /// rows already read.
     async fn outbox_for_bridge(&self, bridge_id: &str) -> Result<Vec<OutboxRecord>> {
         let recording: HashMap<String, OutboxRecord> = lock(&self.inner.recording)
-            .iter()
-            .filter(|(_, e)| e.bridge_id == bridge_id)
-            .map(|(id, e)| (id.clone(), e.clone()))
+            .values()
+            .filter(|e| e.bridge_id == bridge_id)
+            .map(|e| (e.id.clone(), e.clone()))
             .collect();
         let mut entries = self.inner.store.outbox_for_bridge(bridge_id).await?;
         for entry in &mut entries {

@@ -41,7 +41,8 @@ impl ThreadServiceImpl {
     /// A parked call's state is kept small (10,000 of them are budgeted): no tracing span,
     /// the request taken apart before parking, and the rarer branches boxed.
     pub async fn wait(&self, r: pb::ThreadWaitRequest) -> Result<pb::ThreadWaitResponse, Status> {
-        let mut groups = self.wait_groups(r).map_err(status)?;
+        // Boxed: grouping may look bridges up, and a parked call need not keep room for it.
+        let mut groups = Box::pin(self.wait_groups(r)).await.map_err(status)?;
         if groups.len() > 1 {
             return Box::pin(self.clone().wait_across(groups)).await;
         }
@@ -63,14 +64,18 @@ impl ThreadServiceImpl {
     }
 
     /// Splits a ThreadWait's targets (and their cursors) by the home they are on: this one
-    /// (`host: None`) or a bridge, as the caller named it.
-    fn wait_groups(&self, r: pb::ThreadWaitRequest) -> Result<Vec<WaitGroup>, Error> {
+    /// (`host: None`) or a peer, by its home id however the caller named it (alias or id),
+    /// so the peer sees all of its targets in one call and refuses one named twice.
+    async fn wait_groups(&self, r: pb::ThreadWaitRequest) -> Result<Vec<WaitGroup>, Error> {
         // Checked here too: a part that waits across a bridge is checked only over there.
         wait_target_count(r.targets.len())?;
         wait_timeout(r.timeout_ms)?;
         let mut groups: Vec<WaitGroup> = Vec::new();
         for target in &r.targets {
-            let host = self.threads.resolve_host(&target.host_id).is_err().then(|| target.host_id.clone());
+            let host = match self.threads.resolve_host(&target.host_id) {
+                Ok(_) => None,
+                Err(_) => Some(self.bridges.outbound(&target.host_id).await?.peer_home_id),
+            };
             match groups.iter_mut().find(|g| g.host == host) {
                 Some(group) => group.targets.push(target.clone()),
                 None => groups.push(WaitGroup {
@@ -168,7 +173,7 @@ fn wait_response(results: Vec<WaitResult>, timed_out: bool) -> pb::ThreadWaitRes
 /// The part of a ThreadWait on one home.
 #[derive(Clone)]
 struct WaitGroup {
-    /// `None` for this home, else the bridge as the caller named it.
+    /// `None` for this home, else the peer's home id.
     host: Option<String>,
     targets: Vec<pb::ThreadRef>,
     timeout_ms: Option<u32>,
