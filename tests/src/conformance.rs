@@ -567,13 +567,20 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         store.events_after("th_src", 0, 10).await.expect("events").is_empty(),
         "no second outcome's event"
     );
-    // An accepted entry is not final: it comes due for its follow-up and moves on.
+    // An accepted entry is not final: it comes due for its follow-up and moves on. Put off
+    // behind a silent peer's probe, it comes back with the link, like a pending one.
     let mut accepted = outbox("msg_3", "k3", 40);
     accepted.status = "accepted".into();
     store.outbox_update(&accepted, None).await.expect("update");
     let due: Vec<String> =
         store.outbox_due(45, 10, &[]).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_3"], "followed up when due");
+    store.outbox_defer("PEER", "", 90).await.expect("defer");
+    assert!(store.outbox_due(45, 10, &[]).await.expect("due").is_empty(), "put off");
+    store.outbox_retry_now("PEER", 46).await.expect("retry now");
+    let due: Vec<String> =
+        store.outbox_due(46, 10, &[]).await.expect("due").into_iter().map(|e| e.id).collect();
+    assert_eq!(due, ["msg_3"], "due again with the link");
     accepted.status = "delivered".into();
     store.outbox_update(&accepted, None).await.expect("update");
     let third = store.outbox_for_bridge("br_1").await.expect("list").remove(1);

@@ -867,6 +867,19 @@ async fn pair_via_relay(
 /// instead of every entry taking a slot until its attempt times out.
 #[tokio::test]
 async fn a_silent_peers_backlog_holds_up_no_other_peer() {
+    a_silent_backlog_and_another_peer(false).await;
+}
+
+/// The same when the peer went silent right after it answered: until an attempt finds it
+/// silent, its backlog is shipped at once, and it may hold only its share of the slots.
+#[tokio::test]
+async fn a_peer_silent_right_after_answering_holds_up_no_other_peer() {
+    a_silent_backlog_and_another_peer(true).await;
+}
+
+/// a sends a backlog to b behind a partition, and one message to c (which says "not now"
+/// until it is opened): c's delivery must not wait for b's attempts to time out.
+async fn a_silent_backlog_and_another_peer(b_answered_first: bool) {
     const BACKLOG: usize = 300;
     let a = TestHome::builder()
         .config(|c| c.mailbox.delivery_wait = std::time::Duration::from_millis(100))
@@ -876,6 +889,10 @@ async fn a_silent_peers_backlog_holds_up_no_other_peer() {
     let (on_b, on_c) = (b.thread("echo", None).await, c.thread("echo", None).await);
     let relay = pair_via_relay(&a, &b, "send,wake", "bee").await;
     let to_c = approve(&c, &request(&a, &c, "send,wake", "cee").await, "send,wake", vec![]).await;
+    if b_answered_first {
+        let sent = a.client().threads().thread_send(remote_send("bee", &on_b.id, "hi", "first")).await;
+        assert_eq!(sent.expect("send").into_inner().status(), pb::SendStatus::Delivered);
+    }
     // c answers "not now", so its message stays with the worker; b hears nothing at all.
     set_inbound(&c, &to_c.id, false).await;
     relay.partition(true);
@@ -902,6 +919,7 @@ async fn a_silent_peers_backlog_holds_up_no_other_peer() {
 
     // Once b answers again, its whole backlog follows, each message once.
     relay.partition(false);
+    let first = usize::from(b_answered_first);
     let inputs = kiki_tests::eventually("b's backlog in turns", || async {
         let inputs: Vec<String> = b
             .all_turns(&on_b.id)
@@ -909,15 +927,16 @@ async fn a_silent_peers_backlog_holds_up_no_other_peer() {
             .iter()
             .flat_map(|t| t.inputs.iter().map(|i| i.message_id.clone()))
             .collect();
-        (inputs.len() >= BACKLOG).then_some(inputs)
+        (inputs.len() >= BACKLOG + first).then_some(inputs)
     })
     .await;
     let unique: std::collections::HashSet<&String> = inputs.iter().collect();
-    assert_eq!((inputs.len(), unique.len()), (BACKLOG, BACKLOG), "each exactly once");
+    assert_eq!((inputs.len(), unique.len()), (BACKLOG + first, BACKLOG + first), "each exactly once");
 }
 
 /// Revoking the bridge to a silent peer ends its whole backlog at once (`rejected`,
-/// `bridge_revoked`): entries whose fate needs no call do not wait for a probe, one by one.
+/// `bridge_revoked`): entries whose fate needs no call do not wait for a probe, one by one,
+/// nor for the time they were put off to.
 #[tokio::test]
 async fn revoking_the_bridge_to_a_silent_peer_rejects_its_whole_backlog() {
     let a = TestHome::builder()
@@ -934,13 +953,21 @@ async fn revoking_the_bridge_to_a_silent_peer_rejects_its_whole_backlog() {
             a.client().threads().thread_send(remote_send("bee", &t.id, "gone", &format!("k{n}"))).await;
         assert_eq!(sent.expect("send").into_inner().status(), pb::SendStatus::Pending);
     }
-    // The worker has taken one of them as the silent peer's probe.
+    // The worker has taken one of them as the silent peer's probe, and put off the others
+    // until that attempt times out (~5 s).
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     a.client()
         .bridges()
         .bridge_revoke(pb::BridgeRevokeRequest { bridge: "bee".into() })
         .await
         .expect("revoke");
+    let revoked = std::time::Instant::now();
+    let refused = |r: &pb::Receipt| (r.status.as_str(), r.reason.as_str()) == ("rejected", "bridge_revoked");
+    kiki_tests::eventually("all but the probe rejected", || async {
+        (receipts(&a, "bee").await.iter().filter(|r| refused(r)).count() >= 19).then_some(())
+    })
+    .await;
+    assert!(revoked.elapsed() < std::time::Duration::from_secs(2), "took {:?}", revoked.elapsed());
     kiki_tests::eventually("every entry to end rejected", || async {
         let receipts = receipts(&a, "bee").await;
         receipts

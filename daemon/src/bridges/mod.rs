@@ -73,6 +73,8 @@ struct Inner {
     /// Silent peers with a probe under way: the one entry the worker ships to such a peer
     /// at a time (see `Bridges::run_outbox`).
     probing: std::sync::Mutex<HashSet<String>>,
+    /// The worker's attempts under way, by peer (see `outbox::PeerSlot`).
+    shipping: std::sync::Mutex<HashMap<String, usize>>,
     /// Cross-home sends under way, by (peer, key scope, key): one at a time per key, and how
     /// many sends hold or await it (see `outbox::KeyLock`).
     sending: std::sync::Mutex<HashMap<outbox::SendKey, outbox::KeyUsers>>,
@@ -82,6 +84,9 @@ struct Inner {
     settled: std::sync::Mutex<HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).
     answered: std::sync::Mutex<HashMap<String, i64>>,
+    /// How often each peer's entries were made due again as it answered after a silence
+    /// (see `link_up` and `Bridges::record_attempt`).
+    resets: std::sync::Mutex<HashMap<String, u64>>,
     /// The bridge table, read through [`Bridges::all`].
     cache: tokio::sync::Mutex<Option<Vec<BridgeRecord>>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
@@ -172,9 +177,11 @@ impl Bridges {
                 connections: std::sync::Mutex::new(HashMap::new()),
                 settled: std::sync::Mutex::new(HashSet::new()),
                 answered: std::sync::Mutex::new(HashMap::new()),
+                resets: std::sync::Mutex::new(HashMap::new()),
                 recording: std::sync::Mutex::new(HashMap::new()),
                 attempting: std::sync::Mutex::new(HashSet::new()),
                 probing: std::sync::Mutex::new(HashSet::new()),
+                shipping: std::sync::Mutex::new(HashMap::new()),
                 sending: std::sync::Mutex::new(HashMap::new()),
                 mailbox: std::sync::OnceLock::new(),
                 cache: tokio::sync::Mutex::new(None),
@@ -668,6 +675,9 @@ impl Bridges {
             }
         } else {
             self.save_bridge(Some(&bridge), None).await?;
+            // Its pending sends are refused now (`bridge_revoked`), not when their backoff
+            // would have brought them round.
+            self.inner.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await?;
         }
         self.cut_off(&bridge);
         warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");

@@ -38,6 +38,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// Due entries read per tick, and attempts under way at most.
 const DUE_PER_TICK: u32 = 256;
 const MAX_ATTEMPTS_IN_FLIGHT: usize = 256;
+/// The worker's attempts under way to one peer at most: a peer that went silent while it
+/// still counted as answering (its attempts hang until they time out) leaves the other
+/// half of the slots to the other peers.
+const MAX_ATTEMPTS_PER_PEER: usize = MAX_ATTEMPTS_IN_FLIGHT / 2;
 /// How long one delivery attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Wire codes after which retrying cannot help.
@@ -232,6 +236,43 @@ impl Claim {
 impl Drop for Claim {
     fn drop(&mut self) {
         lock(Self::set(&self.inner, self.on)).remove(&self.name);
+    }
+}
+
+/// One of the worker's attempts under way to a peer (`Inner::shipping`).
+struct PeerSlot {
+    inner: Arc<Inner>,
+    peer: String,
+}
+
+impl PeerSlot {
+    /// A slot, unless the peer holds its share of them already.
+    fn try_take(inner: &Arc<Inner>, peer: &str) -> Option<Self> {
+        let mut shipping = lock(&inner.shipping);
+        let taken = shipping.entry(peer.to_string()).or_default();
+        if *taken >= MAX_ATTEMPTS_PER_PEER {
+            return None;
+        }
+        *taken += 1;
+        Some(Self { inner: inner.clone(), peer: peer.to_string() })
+    }
+
+    /// The peers holding their whole share: the worker does not list their entries.
+    fn full(inner: &Inner) -> Vec<String> {
+        let shipping = lock(&inner.shipping);
+        shipping.iter().filter(|(_, n)| **n >= MAX_ATTEMPTS_PER_PEER).map(|(p, _)| p.clone()).collect()
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut shipping = lock(&self.inner.shipping);
+        if let Some(taken) = shipping.get_mut(&self.peer) {
+            *taken -= 1;
+            if *taken == 0 {
+                shipping.remove(&self.peer);
+            }
+        }
     }
 }
 
@@ -492,6 +533,7 @@ impl Bridges {
         // A new key. The worker leaves the entry alone while this attempt is under way
         // (whatever ends it: an answer, the bounded wait, the caller going away).
         let claim = Claim::new_entry(&self.inner, &entry.id);
+        let resets = self.resets(&entry.peer_home_id);
         // The entry's commit and the first attempt overlap; the answer waits for both. The
         // commit is queued first (so it is written even if the caller goes away), and a
         // commit refused at once (the store is busy) stops the attempt before it ships
@@ -534,7 +576,7 @@ impl Bridges {
                 let bridges = self.clone();
                 tokio::spawn(async move {
                     let _claim = claim;
-                    if let Err(e) = bridges.record(&shipped, event).await {
+                    if let Err(e) = bridges.record_attempt(&shipped, event, resets).await {
                         warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");
                     }
                     lock(&bridges.inner.recording).remove(&key);
@@ -651,9 +693,33 @@ impl Bridges {
         if lock(&self.inner.settled).contains(peer) {
             return;
         }
+        // Counted before the write: an outcome recorded after this point is seen to have
+        // raced it (see `record_attempt`).
+        *lock(&self.inner.resets).entry(peer.clone()).or_default() += 1;
         if self.inner.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
             lock(&self.inner.settled).insert(peer.clone());
         }
+    }
+
+    fn resets(&self, peer: &str) -> u64 {
+        lock(&self.inner.resets).get(peer).copied().unwrap_or(0)
+    }
+
+    /// Records an attempt's outcome, `resets` read before the attempt started. Should the
+    /// peer have answered after a silence meanwhile (`link_up` made its entries due), this
+    /// outcome's backoff, decided before that, must not put its entry off again.
+    async fn record_attempt(
+        &self,
+        entry: &OutboxRecord,
+        event: Option<EventRecord>,
+        resets: u64,
+    ) -> Result<()> {
+        self.record(entry, event).await?;
+        let retried = matches!(entry.status.as_str(), "pending" | "accepted");
+        if retried && self.resets(&entry.peer_home_id) != resets {
+            self.inner.store.outbox_retry_now(&entry.peer_home_id, now_ms()).await?;
+        }
+        Ok(())
     }
 
     /// Whether `peer` answered a call since `since` (see [`Bridges::link_up`]).
@@ -723,12 +789,13 @@ impl Bridges {
         let Some(entry) = current.filter(|e| e.next_attempt_at <= now_ms()) else {
             return Ok(None);
         };
+        let resets = self.resets(&entry.peer_home_id);
         let (entry, event) = match entry.status.as_str() {
             "pending" => self.attempt(entry, None).await?,
             "accepted" => self.follow_up(entry).await?,
             _ => return Ok(None),
         };
-        self.record(&entry, event).await?;
+        self.record_attempt(&entry, event, resets).await?;
         Ok(Some(entry))
     }
 
@@ -754,12 +821,12 @@ impl Bridges {
 
     /// Puts off `peer`'s entries but `except` until `until`. Best effort: should the write
     /// fail, they stay due and wait for the probe anyway. An answer from the peer since
-    /// `since` may have made them due (`link_up`) just before this write undid it: then
-    /// they are made due again.
+    /// `since`, or one that settled it just before, may have made them due (`link_up`)
+    /// just before this write undid it: then they are made due again.
     async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
         if let Err(e) = self.inner.store.outbox_defer(peer, except, until).await {
             warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
-        } else if self.answered_since(peer, since)
+        } else if (self.answered_since(peer, since) || !self.silent(peer))
             && let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await
         {
             warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
@@ -789,17 +856,32 @@ impl Bridges {
     /// up no other; an entry already being attempted (inline by its send, or by an
     /// earlier tick) is skipped until its outcome is recorded. A silent peer gets one
     /// attempt at a time (see [`Bridges::probe`]), except for entries whose fate needs no
-    /// call: their retry window is over, or this home revoked the bridge.
+    /// call: their retry window is over, or this home revoked the bridge. No peer gets
+    /// more than [`MAX_ATTEMPTS_PER_PEER`] at once.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
         loop {
-            let probed: Vec<String> = lock(&self.inner.probing).iter().cloned().collect();
-            match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK, &probed).await {
+            // Peers being probed, or holding their share of the slots, wait for those; but
+            // entries over a revoked (or removed) bridge need no call and wait for nothing.
+            let mut skipped: Vec<String> = lock(&self.inner.probing).iter().cloned().collect();
+            skipped.extend(PeerSlot::full(&self.inner));
+            if let Ok(bridges) = self.all().await {
+                let live = |peer: &String| {
+                    bridges
+                        .iter()
+                        .any(|b| b.direction == "outbound" && b.state != "revoked" && b.peer_home_id == *peer)
+                };
+                skipped.retain(live);
+            }
+            match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK, &skipped).await {
                 Ok(due) => {
                     for entry in due {
                         if lock(&self.inner.attempting).len() >= MAX_ATTEMPTS_IN_FLIGHT {
                             break;
                         }
                         let Some(claim) = Claim::try_take(&self.inner, Claimed::Attempt, &entry.id) else {
+                            continue;
+                        };
+                        let Some(slot) = PeerSlot::try_take(&self.inner, &entry.peer_home_id) else {
                             continue;
                         };
                         // A silent peer's entries wait for one of them, the first listed.
@@ -823,7 +905,7 @@ impl Bridges {
                                 // Not again at once: the claims are held through a backoff.
                                 tokio::time::sleep(backoff(age)).await;
                             }
-                            drop((claim, probe));
+                            drop((claim, probe, slot));
                         });
                     }
                 }

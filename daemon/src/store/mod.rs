@@ -580,8 +580,9 @@ pub trait Store: Send + Sync + 'static {
     async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>>;
     /// The outbox entry of a sender's key for a peer, if any.
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;
-    /// Makes every pending entry for `peer` due now (the link answered again); accepted
-    /// ones keep their follow-up's pace.
+    /// Makes every pending or accepted entry for `peer` due now (the link answered again,
+    /// after a silence that backed them off or put them off); one no longer followed up
+    /// (`next_attempt_at` = `i64::MAX`) stays as it is.
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
     /// Puts off every pending or accepted entry for `peer` but `except` that is due before
     /// `until` to `until` (the peer is silent: they wait for one entry's attempt, a probe).

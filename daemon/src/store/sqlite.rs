@@ -1310,7 +1310,9 @@ impl Store for SqliteStore {
     }
 
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()> {
-        let sql = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2 AND status = 'pending' AND next_attempt_at > ?1";
+        let sql = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2
+                   AND status IN ('pending', 'accepted') AND next_attempt_at > ?1
+                   AND next_attempt_at <> 9223372036854775807";
         self.write_statement(sql, (now, peer.to_string())).await
     }
 
