@@ -1053,8 +1053,10 @@ impl Store for SqliteStore {
 
     async fn events_after(&self, thread_id: &str, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
         let thread_id = thread_id.to_string();
+        // A lookup: a bounded walk of one thread's index from a position, usually a row or
+        // two (a ThreadWait that wakes reads here; a hop to a reader would delay its answer).
         self.db
-            .read(move |conn| {
+            .lookup(move |conn| {
                 page(
                     conn,
                     &format!(
