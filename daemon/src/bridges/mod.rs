@@ -676,8 +676,10 @@ impl Bridges {
         } else {
             self.save_bridge(Some(&bridge), None).await?;
             // Its pending sends are refused now (`bridge_revoked`), not when their backoff
-            // would have brought them round.
-            self.inner.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await?;
+            // would have brought them round. Best effort: the revocation stands either way.
+            if let Err(e) = self.inner.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                warn!(error = %e, "cannot make a revoked bridge's pending sends due");
+            }
         }
         self.cut_off(&bridge);
         warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");

@@ -42,6 +42,8 @@ const MAX_ATTEMPTS_IN_FLIGHT: usize = 256;
 /// still counted as answering (its attempts hang until they time out) leaves the other
 /// half of the slots to the other peers.
 const MAX_ATTEMPTS_PER_PEER: usize = MAX_ATTEMPTS_IN_FLIGHT / 2;
+/// Listings per tick, each without the peers of the full listings before it.
+const PASSES_PER_TICK: usize = 4;
 /// How long one delivery attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Wire codes after which retrying cannot help.
@@ -533,7 +535,6 @@ impl Bridges {
         // A new key. The worker leaves the entry alone while this attempt is under way
         // (whatever ends it: an answer, the bounded wait, the caller going away).
         let claim = Claim::new_entry(&self.inner, &entry.id);
-        let resets = self.resets(&entry.peer_home_id);
         // The entry's commit and the first attempt overlap; the answer waits for both. The
         // commit is queued first (so it is written even if the caller goes away), and a
         // commit refused at once (the store is busy) stops the attempt before it ships
@@ -552,9 +553,10 @@ impl Bridges {
         };
         let attempt = async {
             attempted.store(true, Ordering::Relaxed);
-            Ok(tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await)
+            let outcome = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await;
+            Ok((outcome, self.resets(&entry.peer_home_id)))
         };
-        let (inserted, attempt) = tokio::try_join!(biased; insert, attempt)?;
+        let (inserted, (attempt, resets)) = tokio::try_join!(biased; insert, attempt)?;
         if let Some(existing) = inserted {
             // Unreachable while this home holds the key's lock; answered from the store.
             return replay(None, existing, &entry.request_hash);
@@ -705,8 +707,8 @@ impl Bridges {
         lock(&self.inner.resets).get(peer).copied().unwrap_or(0)
     }
 
-    /// Records an attempt's outcome, `resets` read before the attempt started. Should the
-    /// peer have answered after a silence meanwhile (`link_up` made its entries due), this
+    /// Records an attempt's outcome, `resets` read as it was decided. Should the peer have
+    /// answered after a silence since (another call's `link_up` made its entries due), this
     /// outcome's backoff, decided before that, must not put its entry off again.
     async fn record_attempt(
         &self,
@@ -789,12 +791,12 @@ impl Bridges {
         let Some(entry) = current.filter(|e| e.next_attempt_at <= now_ms()) else {
             return Ok(None);
         };
-        let resets = self.resets(&entry.peer_home_id);
         let (entry, event) = match entry.status.as_str() {
             "pending" => self.attempt(entry, None).await?,
             "accepted" => self.follow_up(entry).await?,
             _ => return Ok(None),
         };
+        let resets = self.resets(&entry.peer_home_id);
         self.record_attempt(&entry, event, resets).await?;
         Ok(Some(entry))
     }
@@ -822,11 +824,11 @@ impl Bridges {
     /// Puts off `peer`'s entries but `except` until `until`. Best effort: should the write
     /// fail, they stay due and wait for the probe anyway. An answer from the peer since
     /// `since`, or one that settled it just before, may have made them due (`link_up`)
-    /// just before this write undid it: then they are made due again.
+    /// just before this write undid it, as may a revocation: then they are made due again.
     async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
         if let Err(e) = self.inner.store.outbox_defer(peer, except, until).await {
             warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
-        } else if (self.answered_since(peer, since) || !self.silent(peer))
+        } else if (self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await)
             && let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await
         {
             warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
@@ -860,62 +862,85 @@ impl Bridges {
     /// more than [`MAX_ATTEMPTS_PER_PEER`] at once.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
         loop {
-            // Peers being probed, or holding their share of the slots, wait for those; but
-            // entries over a revoked (or removed) bridge need no call and wait for nothing.
-            let mut skipped: Vec<String> = lock(&self.inner.probing).iter().cloned().collect();
-            skipped.extend(PeerSlot::full(&self.inner));
-            if let Ok(bridges) = self.all().await {
-                let live = |peer: &String| {
-                    bridges
-                        .iter()
-                        .any(|b| b.direction == "outbound" && b.state != "revoked" && b.peer_home_id == *peer)
-                };
-                skipped.retain(live);
+            // Peers being probed wait for the probe, unless their bridge is revoked or gone
+            // (such entries need no call); peers holding their share of slots wait for those.
+            let probed: Vec<String> = lock(&self.inner.probing).iter().cloned().collect();
+            let mut skipped = Vec::with_capacity(probed.len());
+            for peer in probed {
+                if self.calls_go_to(&peer).await {
+                    skipped.push(peer);
+                }
             }
-            match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK, &skipped).await {
-                Ok(due) => {
-                    for entry in due {
-                        if lock(&self.inner.attempting).len() >= MAX_ATTEMPTS_IN_FLIGHT {
+            skipped.extend(PeerSlot::full(&self.inner));
+            // A full listing may be one peer's entries already under way or over its share:
+            // every peer in it had its turn, so the next pass lists the others.
+            for _ in 0..PASSES_PER_TICK {
+                match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK, &skipped).await {
+                    Ok(due) => {
+                        let full = due.len() >= DUE_PER_TICK as usize;
+                        let seen: HashSet<String> = due.iter().map(|e| e.peer_home_id.clone()).collect();
+                        if !self.ship_due(due).await || !full {
                             break;
                         }
-                        let Some(claim) = Claim::try_take(&self.inner, Claimed::Attempt, &entry.id) else {
-                            continue;
-                        };
-                        let Some(slot) = PeerSlot::try_take(&self.inner, &entry.peer_home_id) else {
-                            continue;
-                        };
-                        // A silent peer's entries wait for one of them, the first listed.
-                        let needs_call = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
-                        let silent = needs_call && self.silent(&entry.peer_home_id);
-                        let probe = match silent
-                            .then(|| Claim::try_take(&self.inner, Claimed::Probe, &entry.peer_home_id))
-                        {
-                            Some(None) => continue,
-                            taken => taken.flatten(),
-                        };
-                        let bridges = self.clone();
-                        tokio::spawn(async move {
-                            let age = age(&entry);
-                            let done = match probe {
-                                Some(_) => bridges.probe(entry).await,
-                                None => bridges.attempt_due(entry).await.map(drop),
-                            };
-                            if let Err(e) = done {
-                                warn!(error = %e, "outbox attempt failed to record");
-                                // Not again at once: the claims are held through a backoff.
-                                tokio::time::sleep(backoff(age)).await;
-                            }
-                            drop((claim, probe, slot));
-                        });
+                        skipped.extend(seen.into_iter().filter(|p| !skipped.contains(p)).collect::<Vec<_>>());
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot read the outbox");
+                        break;
                     }
                 }
-                Err(e) => warn!(error = %e, "cannot read the outbox"),
             }
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(TICK) => {}
             }
         }
+    }
+
+    /// Starts an attempt for each listed entry that may have one now; `false` once the
+    /// worker's slots are all taken.
+    async fn ship_due(&self, due: Vec<OutboxRecord>) -> bool {
+        for entry in due {
+            if lock(&self.inner.attempting).len() >= MAX_ATTEMPTS_IN_FLIGHT {
+                return false;
+            }
+            let Some(claim) = Claim::try_take(&self.inner, Claimed::Attempt, &entry.id) else {
+                continue;
+            };
+            let Some(slot) = PeerSlot::try_take(&self.inner, &entry.peer_home_id) else {
+                continue;
+            };
+            // A silent peer's entries wait for one of them, the first listed.
+            let needs_call = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
+            let silent = needs_call && self.silent(&entry.peer_home_id);
+            let probe =
+                match silent.then(|| Claim::try_take(&self.inner, Claimed::Probe, &entry.peer_home_id)) {
+                    Some(None) => continue,
+                    taken => taken.flatten(),
+                };
+            let bridges = self.clone();
+            tokio::spawn(async move {
+                let age = age(&entry);
+                let done = match probe {
+                    Some(_) => bridges.probe(entry).await,
+                    None => bridges.attempt_due(entry).await.map(drop),
+                };
+                if let Err(e) = done {
+                    warn!(error = %e, "outbox attempt failed to record");
+                    // Not again at once: the claims are held through a backoff.
+                    tokio::time::sleep(backoff(age)).await;
+                }
+                drop((claim, probe, slot));
+            });
+        }
+        true
+    }
+
+    /// Whether calls still go to `peer`: an outbound bridge to it is in force. Otherwise its
+    /// entries need no call (they end as `bridge_revoked` or `bridge_removed`).
+    async fn calls_go_to(&self, peer: &str) -> bool {
+        let Ok(bridges) = self.all().await else { return true };
+        bridges.iter().any(|b| b.direction == "outbound" && b.state != "revoked" && b.peer_home_id == peer)
     }
 
     /// The bridge's outbox entries as they stand, including outcomes still being recorded.
