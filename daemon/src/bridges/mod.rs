@@ -85,7 +85,7 @@ struct Inner {
     /// When each peer last answered a call (see `link_up`).
     answered: std::sync::Mutex<HashMap<String, i64>>,
     /// How often each peer's entries were made due again as it answered after a silence
-    /// (see `link_up` and `Bridges::record_attempt`).
+    /// (see `link_up` and `Bridges::record`).
     resets: std::sync::Mutex<HashMap<String, u64>>,
     /// The bridge table, read through [`Bridges::all`].
     cache: tokio::sync::Mutex<Option<Vec<BridgeRecord>>>,

@@ -526,7 +526,7 @@ impl Bridges {
         // key looks first.
         let _key_lock = KeyLock::take(&self.inner, key.clone()).await;
         // The key decides first: a key in the outbox is answered from there and sends nothing.
-        let in_flight = self.in_flight(&entry.peer_home_id, &entry.key_scope, &entry.key);
+        let in_flight = self.in_flight(&key);
         let stored =
             self.inner.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
         if let Some(existing) = stored {
@@ -567,7 +567,7 @@ impl Bridges {
                 if shipped.status == "rejected" {
                     // A refusal is answered once recorded: after a crash the entry must not
                     // be pending again, to be retried and perhaps delivered after all.
-                    self.record(&shipped, event).await?;
+                    self.record(&shipped, event, resets).await?;
                     return answer;
                 }
                 // Otherwise the answer does not wait for the outcome's write: until it lands
@@ -578,7 +578,7 @@ impl Bridges {
                 let bridges = self.clone();
                 tokio::spawn(async move {
                     let _claim = claim;
-                    if let Err(e) = bridges.record_attempt(&shipped, event, resets).await {
+                    if let Err(e) = bridges.record(&shipped, event, resets).await {
                         warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");
                     }
                     lock(&bridges.inner.recording).remove(&key);
@@ -601,7 +601,8 @@ impl Bridges {
         key: &str,
     ) -> Result<Option<Sent>> {
         let bridge = self.outbound(host).await?;
-        let in_flight = self.in_flight(&bridge.peer_home_id, source_thread, key);
+        let in_flight =
+            self.in_flight(&(bridge.peer_home_id.clone(), source_thread.to_string(), key.to_string()));
         let Some(stored) = self.inner.store.outbox_by_key(&bridge.peer_home_id, source_thread, key).await?
         else {
             return Ok(None);
@@ -611,8 +612,8 @@ impl Bridges {
 
     /// The outcome of the send with this key still on its way to the store, if any. Taken
     /// before the store is read, it cannot be missed (see `outbox_for_bridge`).
-    fn in_flight(&self, peer: &str, scope: &str, key: &str) -> Option<OutboxRecord> {
-        lock(&self.inner.recording).get(&(peer.to_string(), scope.to_string(), key.to_string())).cloned()
+    fn in_flight(&self, key: &SendKey) -> Option<OutboxRecord> {
+        lock(&self.inner.recording).get(key).cloned()
     }
 
     /// One delivery attempt: the entry's new state, and the event a final failure gives its
@@ -696,7 +697,7 @@ impl Bridges {
             return;
         }
         // Counted before the write: an outcome recorded after this point is seen to have
-        // raced it (see `record_attempt`).
+        // raced it (see `Bridges::record`).
         *lock(&self.inner.resets).entry(peer.clone()).or_default() += 1;
         if self.inner.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
             lock(&self.inner.settled).insert(peer.clone());
@@ -705,23 +706,6 @@ impl Bridges {
 
     fn resets(&self, peer: &str) -> u64 {
         lock(&self.inner.resets).get(peer).copied().unwrap_or(0)
-    }
-
-    /// Records an attempt's outcome, `resets` read as it was decided. Should the peer have
-    /// answered after a silence since (another call's `link_up` made its entries due), this
-    /// outcome's backoff, decided before that, must not put its entry off again.
-    async fn record_attempt(
-        &self,
-        entry: &OutboxRecord,
-        event: Option<EventRecord>,
-        resets: u64,
-    ) -> Result<()> {
-        self.record(entry, event).await?;
-        let retried = matches!(entry.status.as_str(), "pending" | "accepted");
-        if retried && self.resets(&entry.peer_home_id) != resets {
-            self.inner.store.outbox_retry_now(&entry.peer_home_id, now_ms()).await?;
-        }
-        Ok(())
     }
 
     /// Whether `peer` answered a call since `since` (see [`Bridges::link_up`]).
@@ -797,7 +781,7 @@ impl Bridges {
             _ => return Ok(None),
         };
         let resets = self.resets(&entry.peer_home_id);
-        self.record_attempt(&entry, event, resets).await?;
+        self.record(&entry, event, resets).await?;
         Ok(Some(entry))
     }
 
@@ -842,13 +826,20 @@ impl Bridges {
     }
 
     /// Saves an attempt's outcome; a final failure's event wakes the sending thread's waiters.
-    async fn record(&self, entry: &OutboxRecord, event: Option<EventRecord>) -> Result<()> {
+    /// `resets` was read as the outcome was decided: should the peer have answered after a
+    /// silence since (another call's `link_up` made its entries due), this outcome's backoff,
+    /// decided before that, must not put its entry off again.
+    async fn record(&self, entry: &OutboxRecord, event: Option<EventRecord>, resets: u64) -> Result<()> {
         self.inner.store.outbox_update(entry, event.as_ref()).await?;
         if let Some(event) = &event {
             warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, "bridged send undeliverable");
             if let Some(mailbox) = self.inner.mailbox.get() {
                 mailbox.notify(&event.thread_id);
             }
+        }
+        let retried = matches!(entry.status.as_str(), "pending" | "accepted");
+        if retried && self.resets(&entry.peer_home_id) != resets {
+            self.inner.store.outbox_retry_now(&entry.peer_home_id, now_ms()).await?;
         }
         Ok(())
     }
@@ -882,7 +873,8 @@ impl Bridges {
                         if !self.ship_due(due).await || !full {
                             break;
                         }
-                        skipped.extend(seen.into_iter().filter(|p| !skipped.contains(p)).collect::<Vec<_>>());
+                        // None of them was skipped already: skipped peers are not listed.
+                        skipped.extend(seen);
                     }
                     Err(e) => {
                         warn!(error = %e, "cannot read the outbox");

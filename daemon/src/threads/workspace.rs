@@ -50,12 +50,18 @@ pub fn named(field: &'static str, value: &str) -> Result<String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_workspace_is_named_by_its_id_or_a_directory_in_it() {
+    /// A repository root (its directory kept alive by the guard) with `sub` inside it.
+    fn repository(sub: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().canonicalize().expect("canon");
         std::fs::create_dir_all(root.join(".git")).expect("git");
-        std::fs::create_dir_all(root.join("src")).expect("src");
+        std::fs::create_dir_all(root.join(sub)).expect("sub");
+        (dir, root)
+    }
+
+    #[test]
+    fn a_workspace_is_named_by_its_id_or_a_directory_in_it() {
+        let (_dir, root) = repository("src");
         let id = id_of(&root);
         assert_eq!(named("workspaces", &id).expect("id"), id);
         assert_eq!(named("workspaces", &root.join("src").display().to_string()).expect("dir"), id);
@@ -67,10 +73,7 @@ mod tests {
 
     #[test]
     fn repository_root_is_the_workspace() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path().canonicalize().expect("canon");
-        std::fs::create_dir_all(root.join(".git")).expect("git");
-        std::fs::create_dir_all(root.join("src/deep")).expect("deep");
+        let (_dir, root) = repository("src/deep");
         assert_eq!(root_of(&root.join("src/deep")), root);
         assert_eq!(id_of(&root_of(&root.join("src"))), id_of(&root));
         assert_ne!(id_of(&root), id_of(&root.join("src")));

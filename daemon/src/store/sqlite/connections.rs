@@ -14,9 +14,8 @@
 //! read-only work and never wait for a write (WAL).
 //!
 //! A **lookup** (a row by its key, or a thread's next few events: a few cached pages,
-//! microseconds) runs on the caller's
-//! own thread instead, on a read-only connection from a small pool: handing it to a reader
-//! would cost two context switches, more than the lookup. A WAL reader does not wait for
+//! microseconds) runs on the caller's own thread instead, on a read-only connection from a
+//! small pool: handing it to a reader would cost two context switches, more than the lookup. A WAL reader does not wait for
 //! the writer. When SQLite would make it wait for a lock through its busy handler (another
 //! process holding the database, say), the lookup is handed to the readers rather than
 //! blocking an async worker; the few waits SQLite makes without asking (a read racing a WAL
