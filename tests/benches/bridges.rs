@@ -54,7 +54,9 @@ async fn main() {
     let mut threads = a.client().threads();
     let mut latencies = Vec::with_capacity(LATENCY_SENDS);
     for i in 0..LATENCY_SENDS {
-        b.wait_turns(&echo.id, i).await; // idle again
+        while b.wait_turns(&echo.id, i).await.last().is_some_and(|t| t.status() == pb::TurnStatus::Running) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let t = Instant::now();
         let sent = threads
             .thread_send(send("wake", &echo.id, format!("l{i}"), format!("l{i}")))
