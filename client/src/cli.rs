@@ -88,9 +88,14 @@ pub enum BridgeCommand {
     },
     /// Every bridge with its direction, peer, permissions and link health.
     List,
-    /// Every message sent or received over a bridge and what became of it.
+    /// The messages sent or received over a bridge and what became of them: the newest
+    /// page first, each page oldest first.
     Receipts {
         bridge: String,
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
     },
 }
 
@@ -490,8 +495,9 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                 println!("revoked {} ({} {})", b.id, b.direction, b.peer_home_id);
             }
         }
-        BridgeCommand::Receipts { bridge } => {
-            let receipts = bridges.bridge_receipts(pb::BridgeReceiptsRequest { bridge }).await?.into_inner();
+        BridgeCommand::Receipts { bridge, limit, cursor } => {
+            let request = pb::BridgeReceiptsRequest { bridge, limit, cursor: cursor.unwrap_or_default() };
+            let receipts = bridges.bridge_receipts(request).await?.into_inner();
             if json {
                 print_json(&receipts);
             } else {
@@ -501,6 +507,9 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                         "{}  {:<8} {}  key {}  {}{reason}  attempts {}  {}",
                         r.message_id, r.direction, r.target, r.idempotency_key, r.status, r.attempts, r.at
                     );
+                }
+                if let Some(next) = &receipts.next_cursor {
+                    println!("older: --cursor {next}");
                 }
             }
         }

@@ -5,8 +5,8 @@
 use kiki_daemon::executors::render;
 use kiki_daemon::store::{
     BridgeRecord, CommunicationSetting, EventKind, EventRecord, InputKind, InterruptedTurn, MessageStatus,
-    NewInput, NewMessage, NewThread, OutboxRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery,
-    TurnClaim, TurnOutcome, TurnStatus,
+    NewInput, NewMessage, NewThread, OutboxRecord, ReceiptRecord, SendOutcome, SourceRef, Store, StoreError,
+    ThreadQuery, TurnClaim, TurnOutcome, TurnStatus,
 };
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
@@ -25,7 +25,7 @@ macro_rules! store_conformance {
             archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
             outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
             a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home,
-            a_bridged_message_needs_an_active_bridge_when_it_commits);
+            a_bridged_message_needs_an_active_bridge_when_it_commits, receipts_page_back_from_the_newest);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -543,9 +543,25 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let mut done = outbox("msg_1", "k1", 10);
     done.status = "delivered".into();
     store.outbox_update(&done, None).await.expect("update");
-    let listed: Vec<String> =
-        store.outbox_for_bridge("br_1").await.expect("list").into_iter().map(|e| e.status).collect();
-    assert_eq!(listed, ["delivered", "pending"]);
+    let listed: Vec<(String, String)> = store
+        .outbox_page("br_1", None, 10)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|e| (e.id, e.status))
+        .collect();
+    let expected = [("msg_3", "pending"), ("msg_1", "delivered")];
+    assert_eq!(listed, expected.map(|(id, status)| (id.to_string(), status.to_string())), "newest first");
+    let older: Vec<String> = store
+        .outbox_page("br_1", Some((1, "msg_3".into())), 10)
+        .await
+        .expect("page")
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(older, ["msg_1"], "the page before an entry");
+    assert_eq!(store.outbox_page("br_1", None, 1).await.expect("page").len(), 1, "at most the limit");
+    assert_eq!(store.outbox_pending("br_1").await.expect("pending"), ["msg_3"]);
     // An outcome is final: a late attempt's outcome changes nothing and adds no event.
     let mut late = outbox("msg_1", "k1", 10);
     late.status = "rejected".into();
@@ -561,7 +577,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         at: 30,
     };
     store.outbox_update(&late, Some(&event)).await.expect("update");
-    let first = store.outbox_for_bridge("br_1").await.expect("list").remove(0);
+    let first = store.outbox_page("br_1", None, 10).await.expect("list").remove(1);
     assert_eq!(first.status, "delivered");
     assert!(
         store.events_after("th_src", 0, 10).await.expect("events").is_empty(),
@@ -583,9 +599,31 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     assert_eq!(due, ["msg_3"], "due again with the link");
     accepted.status = "delivered".into();
     store.outbox_update(&accepted, None).await.expect("update");
-    let third = store.outbox_for_bridge("br_1").await.expect("list").remove(1);
+    let third = store.outbox_page("br_1", None, 10).await.expect("list").remove(0);
     assert_eq!((third.id.as_str(), third.status.as_str()), ("msg_3", "delivered"));
     assert!(store.outbox_due(i64::MAX, 10, &[]).await.expect("due").is_empty(), "nothing left to do");
+    assert!(store.outbox_pending("br_1").await.expect("pending").is_empty(), "none unacknowledged");
+}
+
+pub async fn receipts_page_back_from_the_newest(store: &dyn Store) {
+    let receipt = |peer: &str, key: &str| ReceiptRecord {
+        peer_home_id: peer.into(),
+        key: key.into(),
+        message_id: format!("msg_{key}"),
+        target: "th_a".into(),
+        status: "pending".into(),
+        reason: String::new(),
+        at: 5,
+    };
+    for (peer, key) in [("HOME_P", "k1"), ("HOME_Q", "k2"), ("HOME_P", "k3"), ("HOME_P", "k4")] {
+        store.add_receipt(&receipt(peer, key)).await.expect("receipt");
+    }
+    let keys = |page: &[(i64, ReceiptRecord)]| page.iter().map(|(_, r)| r.key.clone()).collect::<Vec<_>>();
+    let newest = store.receipts_from("HOME_P", None, 2).await.expect("page");
+    assert_eq!(keys(&newest), ["k4", "k3"]);
+    let before = newest.last().map(|(seq, _)| *seq);
+    let older = store.receipts_from("HOME_P", before, 2).await.expect("page");
+    assert_eq!(keys(&older), ["k1"], "the rest, and only this peer's");
 }
 
 /// A write that fails half-way leaves nothing behind, and writes committed with it (a

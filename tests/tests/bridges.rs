@@ -488,9 +488,22 @@ fn remote_send(host: &str, session: &str, content: &str, key: &str) -> pb::Threa
     }
 }
 
+/// Every receipt of `bridge`, oldest first, read back three at a time: pages come newest
+/// first, each oldest first, so every test that reads receipts walks the paging too.
 async fn receipts(home: &TestHome, bridge: &str) -> Vec<pb::Receipt> {
-    let request = pb::BridgeReceiptsRequest { bridge: bridge.into() };
-    home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner().receipts
+    let mut pages = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let request = pb::BridgeReceiptsRequest { bridge: bridge.into(), limit: Some(3), cursor };
+        let page = home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
+        assert!(page.receipts.len() <= 3, "a page holds at most its limit");
+        pages.push(page.receipts);
+        match page.next_cursor {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    pages.into_iter().rev().flatten().collect()
 }
 
 /// A home whose threads accept peer messages, listening on a fixed free port (so a restart
@@ -539,6 +552,66 @@ async fn a_send_with_send_and_wake_is_delivered_once_and_attributed_to_the_sourc
     let inbound = receipts(&b, &home_id(&a).await).await;
     // The replay was answered from the source's outbox: the target saw one send.
     assert_eq!(inbound.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(), ["delivered"]);
+}
+
+/// A peer home id names both bridges between two homes: its receipts merge both
+/// directions, and paging through them three at a time gives what one page gives, each
+/// receipt once. Bad paging input is refused naming the field.
+#[tokio::test]
+async fn receipts_of_both_directions_page_back_from_the_newest() {
+    let (a, b) = (open_home().await, open_home().await);
+    let (at_a, at_b) = (a.thread("echo", None).await, b.thread("echo", None).await);
+    let request_id = request(&a, &b, "send,wake", "bee").await;
+    approve(&b, &request_id, "send,wake", vec![]).await;
+    let request_id = request(&b, &a, "send,wake", "ay").await;
+    approve(&a, &request_id, "send,wake", vec![]).await;
+    for i in 0..4 {
+        let sent =
+            a.client().threads().thread_send(remote_send("bee", &at_b.id, "to b", &format!("ab{i}"))).await;
+        sent.expect("send to b");
+        let sent =
+            b.client().threads().thread_send(remote_send("ay", &at_a.id, "to a", &format!("ba{i}"))).await;
+        sent.expect("send to a");
+    }
+    let b_id = home_id(&b).await;
+    let request = |limit: u32, cursor: &str| pb::BridgeReceiptsRequest {
+        bridge: b_id.clone(),
+        limit: Some(limit),
+        cursor: cursor.into(),
+    };
+    let whole = a.client().bridges().bridge_receipts(request(100, "")).await.expect("one page").into_inner();
+    assert!(whole.next_cursor.is_none());
+    let story = |receipts: &[pb::Receipt]| {
+        receipts
+            .iter()
+            .map(|r| format!("{} {} {}", r.direction, r.idempotency_key, r.status))
+            .collect::<Vec<_>>()
+    };
+    let walked = receipts(&a, &b_id).await;
+    assert_eq!(
+        story(&walked),
+        story(&whole.receipts),
+        "three at a time, the same receipts in the same order"
+    );
+    let keys: std::collections::BTreeSet<&str> = walked.iter().map(|r| r.idempotency_key.as_str()).collect();
+    assert_eq!(keys.len(), 8, "all four sent and all four received: {keys:?}");
+    let directions: std::collections::BTreeSet<&str> = walked.iter().map(|r| r.direction.as_str()).collect();
+    assert_eq!(directions.into_iter().collect::<Vec<_>>(), ["inbound", "outbound"]);
+    let newest = a.client().bridges().bridge_receipts(request(2, "")).await.expect("page").into_inner();
+    assert_eq!(
+        story(&newest.receipts),
+        story(&whole.receipts[whole.receipts.len() - 2..]),
+        "the newest first"
+    );
+    assert!(newest.next_cursor.is_some());
+
+    for (bad, field) in
+        [(request(0, ""), "limit"), (request(101, ""), "limit"), (request(5, "nope"), "cursor")]
+    {
+        let refused = a.client().bridges().bridge_receipts(bad).await.expect_err("refused");
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        assert!(refused.message().contains(field), "{}", refused.message());
+    }
 }
 
 /// A send ships its message while its outbox entry commits: sends racing with one key and

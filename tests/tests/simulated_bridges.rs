@@ -189,7 +189,7 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
 /// The source's receipt of its send with `key` once it is no longer pending.
 async fn settled_receipt(home: &TestHome, key: &str) -> pb::Receipt {
     kiki_tests::eventually("the send settled", || async {
-        let request = pb::BridgeReceiptsRequest { bridge: "bee".into() };
+        let request = pb::BridgeReceiptsRequest { bridge: "bee".into(), ..Default::default() };
         let receipts = home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
         receipts.receipts.into_iter().find(|r| r.idempotency_key == key && r.status != "pending")
     })

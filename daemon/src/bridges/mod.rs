@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 mod outbox;
+mod receipts;
 
 use crate::config::Config;
 use crate::error::{Error, Result};

@@ -611,7 +611,7 @@ impl Bridges {
     }
 
     /// The outcome of the send with this key still on its way to the store, if any. Taken
-    /// before the store is read, it cannot be missed (see `outbox_for_bridge`).
+    /// before the store is read, it cannot be missed (see `Bridges::receipts`).
     fn in_flight(&self, key: &SendKey) -> Option<OutboxRecord> {
         lock(&self.inner.recording).get(key).cloned()
     }
@@ -933,75 +933,6 @@ impl Bridges {
     async fn calls_go_to(&self, peer: &str) -> bool {
         let Ok(bridges) = self.all().await else { return true };
         bridges.iter().any(|b| b.direction == "outbound" && b.state != "revoked" && b.peer_home_id == peer)
-    }
-
-    /// The bridge's outbox entries as they stand, including outcomes still being recorded.
-    /// The outcomes in flight are taken before the store is read: one recorded in between
-    /// is then in both, whereas read after it could have left the map but not be in the
-    /// rows already read.
-    async fn outbox_for_bridge(&self, bridge_id: &str) -> Result<Vec<OutboxRecord>> {
-        let recording: HashMap<String, OutboxRecord> = lock(&self.inner.recording)
-            .values()
-            .filter(|e| e.bridge_id == bridge_id)
-            .map(|e| (e.id.clone(), e.clone()))
-            .collect();
-        let mut entries = self.inner.store.outbox_for_bridge(bridge_id).await?;
-        for entry in &mut entries {
-            if let Some(newer) = recording.get(&entry.id) {
-                entry.clone_from(newer);
-            }
-        }
-        Ok(entries)
-    }
-
-    /// Messages waiting on this bridge: unacknowledged sends (outbound), or messages from
-    /// the peer queued at this home's threads (inbound).
-    pub async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
-        if bridge.direction == "outbound" {
-            let entries = self.outbox_for_bridge(&bridge.id).await?;
-            return Ok(entries.iter().filter(|e| e.status == "pending").count() as u64);
-        }
-        Ok(self.inner.store.pending_messages_from(&bridge.peer_home_id).await?)
-    }
-
-    /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it.
-    pub async fn receipts(&self, name: &str) -> Result<Vec<pb::Receipt>> {
-        let bridges = self.all().await?;
-        let matching: Vec<BridgeRecord> = bridges.into_iter().filter(|b| b.answers_to(name)).collect();
-        if matching.is_empty() {
-            return Err(Error::NotFound(format!("no bridge {name:?}")));
-        }
-        let mut receipts = Vec::new();
-        for bridge in matching {
-            if bridge.direction == "outbound" {
-                for e in self.outbox_for_bridge(&bridge.id).await? {
-                    receipts.push(pb::Receipt {
-                        message_id: e.id,
-                        direction: "outbound".into(),
-                        target: format!("{}/{}", bridge.alias, e.target_session),
-                        idempotency_key: e.key,
-                        status: e.status,
-                        reason: e.reason,
-                        attempts: e.attempts as u32,
-                        at: crate::time::rfc3339(e.updated_at),
-                    });
-                }
-            } else {
-                for r in self.inner.store.receipts_from(&bridge.peer_home_id).await? {
-                    receipts.push(pb::Receipt {
-                        message_id: r.message_id,
-                        direction: "inbound".into(),
-                        target: r.target,
-                        idempotency_key: r.key,
-                        status: r.status,
-                        reason: r.reason,
-                        attempts: 1,
-                        at: crate::time::rfc3339(r.at),
-                    });
-                }
-            }
-        }
-        Ok(receipts)
     }
 }
 

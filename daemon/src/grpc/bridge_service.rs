@@ -130,7 +130,12 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         request: Request<pb::BridgeReceiptsRequest>,
     ) -> Result<Response<pb::BridgeReceiptsResponse>, Status> {
         owner_only(&self.threads, &request, "managing bridges")?;
-        let receipts = self.bridges.receipts(&request.into_inner().bridge).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeReceiptsResponse { receipts }))
+        let request = request.into_inner();
+        let page =
+            self.bridges.receipts(&request.bridge, request.limit, &request.cursor).await.map_err(status)?;
+        Ok(Response::new(pb::BridgeReceiptsResponse {
+            receipts: page.receipts,
+            next_cursor: page.next_cursor,
+        }))
     }
 }

@@ -577,7 +577,16 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
         skip_peers: &[String],
     ) -> StoreResult<Vec<OutboxRecord>>;
-    async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>>;
+    /// The bridge's entries newest first (by creation, then id), at most `limit`, those
+    /// created before `before` (created_at, id) when given.
+    async fn outbox_page(
+        &self,
+        bridge_id: &str,
+        before: Option<(Millis, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<OutboxRecord>>;
+    /// The ids of the bridge's entries the target has not acknowledged (`pending`).
+    async fn outbox_pending(&self, bridge_id: &str) -> StoreResult<Vec<String>>;
     /// The outbox entry of a sender's key for a peer, if any.
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;
     /// Makes every pending or accepted entry for `peer` due now (the link answered again,
@@ -588,7 +597,14 @@ pub trait Store: Send + Sync + 'static {
     /// `until` to `until` (the peer is silent: they wait for one entry's attempt, a probe).
     async fn outbox_defer(&self, peer: &str, except: &str, until: Millis) -> StoreResult<()>;
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
-    async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>>;
+    /// Receipts of sends from the peer home `peer`, newest first with their seq: at most
+    /// `limit`, those before `before_seq` when given.
+    async fn receipts_from(
+        &self,
+        peer: &str,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<(i64, ReceiptRecord)>>;
     /// How many messages from the peer home `peer` wait at this home's threads.
     async fn pending_messages_from(&self, peer: &str) -> StoreResult<u64>;
 

@@ -555,6 +555,21 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     Ok(SendOutcome::Accepted { message_id: m.id.clone(), turn: turn.map(Box::new) })
 }
 
+/// A turn's messages become undeliverable (`?` = reason, turn), found through the turn's
+/// inputs: `messages` has no index by turn, and scanning it would take the writer for as
+/// long as the home has history.
+const UNDELIVER_TURN_MESSAGES: &str = "UPDATE messages SET status = 'undeliverable', reason = ?
+     WHERE status = 'delivered'
+       AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)
+     RETURNING id, target_thread, source_thread";
+/// Drops the queued inputs of a thread's messages (`?` = thread), once they are
+/// undeliverable: one pass over the thread's queue, not one per message.
+const UNQUEUE_THREAD_MESSAGES: &str =
+    "DELETE FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND message_id IS NOT NULL";
+/// Drops the queued inputs a peer's bridge brought (`?` = peer home id), once their
+/// messages are undeliverable: one pass over the queued input, not one per message.
+const UNQUEUE_PEER_MESSAGES: &str = "DELETE FROM inputs WHERE turn_id IS NULL AND source_host = ?";
+
 /// Queued input a turn may take: all of it, except peer messages while the thread's
 /// communication is off (`?` = take_messages) and messages brought by a bridge whose
 /// inbound access is off.
@@ -761,12 +776,9 @@ impl Store for SqliteStore {
                         [&id],
                         |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?)),
                     )?;
+                    // Their queued inputs, all of the thread's queued messages.
+                    run(conn, UNQUEUE_THREAD_MESSAGES, [&id])?;
                     for (message_id, source) in undeliverable {
-                        run(
-                            conn,
-                            "DELETE FROM inputs WHERE message_id = ? AND turn_id IS NULL",
-                            [&message_id],
-                        )?;
                         notified.extend(source.clone());
                         for thread in std::iter::once(id.clone()).chain(source) {
                             let mut e = event(&thread, EventKind::Undeliverable, now);
@@ -963,19 +975,9 @@ impl Store for SqliteStore {
         let (turn_id, reason) = (turn_id.to_string(), reason.to_string());
         self.db
             .write(move |conn| {
-                let undelivered = all(
-                    conn,
-                    "UPDATE messages SET status = 'undeliverable', reason = ?
-                     WHERE turn_id = ? AND status = 'delivered' RETURNING id, target_thread, source_thread",
-                    params![reason, turn_id],
-                    |row| {
-                        Ok((
-                            row.get::<_, String>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, Option<String>>(2)?,
-                        ))
-                    },
-                )?;
+                let undelivered = all(conn, UNDELIVER_TURN_MESSAGES, params![reason, turn_id], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, Option<String>>(2)?))
+                })?;
                 let mut notified = Vec::new();
                 for (message_id, target, source) in undelivered {
                     for thread in std::iter::once(target).chain(source) {
@@ -1107,9 +1109,10 @@ impl Store for SqliteStore {
                     [&bridge.peer_home_id],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )?;
+                // Their queued inputs, all the queued input the peer brought.
+                run(conn, UNQUEUE_PEER_MESSAGES, [&bridge.peer_home_id])?;
                 let mut notified = Vec::new();
                 for (message_id, thread_id) in rejected {
-                    run(conn, "DELETE FROM inputs WHERE message_id = ? AND turn_id IS NULL", [&message_id])?;
                     let mut e = event(&thread_id, EventKind::Undeliverable, now);
                     e.reason = "bridge_revoked".into();
                     e.message_id = Some(message_id.clone());
@@ -1295,17 +1298,43 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn outbox_for_bridge(&self, bridge_id: &str) -> StoreResult<Vec<OutboxRecord>> {
+    async fn outbox_page(
+        &self,
+        bridge_id: &str,
+        before: Option<(Millis, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<OutboxRecord>> {
+        let bridge_id = bridge_id.to_string();
+        let (created_at, id) = before.unwrap_or((Millis::MAX, String::new()));
+        self.db
+            .read(move |conn| {
+                page(
+                    conn,
+                    &format!(
+                        "SELECT {OUTBOX_COLUMNS} FROM outbox
+                         WHERE bridge_id = ?1 AND (created_at < ?2 OR (created_at = ?2 AND id < ?3))
+                         ORDER BY created_at DESC, id DESC"
+                    ),
+                    params![bridge_id, created_at, id],
+                    limit,
+                    outbox_from,
+                )
+            })
+            .await
+    }
+
+    async fn outbox_pending(&self, bridge_id: &str) -> StoreResult<Vec<String>> {
         let bridge_id = bridge_id.to_string();
         self.db
             .read(move |conn| {
+                // Walks `outbox_due` (the entries in flight), not the bridge's whole history;
+                // the first condition is the one that lets it.
                 all(
                     conn,
-                    &format!(
-                        "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE bridge_id = ? ORDER BY created_at, id"
-                    ),
+                    "SELECT id FROM outbox INDEXED BY outbox_due
+                     WHERE status IN ('pending', 'accepted') AND status = 'pending' AND bridge_id = ?",
                     [&bridge_id],
-                    outbox_from,
+                    |row| Ok(row.get::<_, String>(0)?),
                 )
             })
             .await
@@ -1329,16 +1358,23 @@ impl Store for SqliteStore {
         self.db.write(move |conn| insert_receipt(conn, &receipt)).await
     }
 
-    async fn receipts_from(&self, peer: &str) -> StoreResult<Vec<ReceiptRecord>> {
+    async fn receipts_from(
+        &self,
+        peer: &str,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<(i64, ReceiptRecord)>> {
         let peer = peer.to_string();
+        let before = before_seq.unwrap_or(i64::MAX);
         self.db
             .read(move |conn| {
-                all(
+                page(
                     conn,
-                    "SELECT peer_home_id, key, message_id, target, status, reason, at FROM bridge_receipts
-                     WHERE peer_home_id = ? ORDER BY seq",
-                    [&peer],
-                    receipt_from,
+                    "SELECT seq, peer_home_id, key, message_id, target, status, reason, at FROM bridge_receipts
+                     WHERE peer_home_id = ? AND seq < ? ORDER BY seq DESC",
+                    params![peer, before],
+                    limit,
+                    |row| Ok((row.get::<_, i64>("seq")?, receipt_from(row)?)),
                 )
             })
             .await
@@ -1389,6 +1425,30 @@ mod tests {
             limited.query_map(params!["t", 0, limit], |_| Ok(())).expect("query").for_each(drop);
         }
         assert!(limited.get_status(StatementStatus::RePrepare) > 0);
+    }
+
+    #[test]
+    fn undelivering_and_unqueueing_messages_search_indexes_instead_of_scanning_history() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        migrate(&mut conn).expect("migrate");
+        let plan = |sql: &str| -> String {
+            let n = sql.matches('?').count();
+            let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("plan");
+            let rows = statement
+                .query_map(rusqlite::params_from_iter(std::iter::repeat_n("x", n)), |row| {
+                    row.get::<_, String>(3)
+                })
+                .expect("rows");
+            rows.collect::<Result<Vec<_>, _>>().expect("plan rows").join("; ")
+        };
+        let undeliver = plan(UNDELIVER_TURN_MESSAGES);
+        assert!(!undeliver.contains("SCAN"), "{undeliver}");
+        assert!(undeliver.contains("inputs_by_turn"), "{undeliver}");
+        let thread = plan(UNQUEUE_THREAD_MESSAGES);
+        assert!(thread.contains("inputs_queued (thread_id=?)"), "{thread}");
+        // One pass over the queued input, whichever index it walks.
+        let peer = plan(UNQUEUE_PEER_MESSAGES);
+        assert!(peer.contains("turn_id=?") || peer.contains("inputs_queued"), "{peer}");
     }
 
     #[test]

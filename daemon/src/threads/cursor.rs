@@ -15,33 +15,38 @@ pub fn encode(kind: &str, parts: &[&str]) -> String {
 }
 
 /// The parts of a cursor of `kind`, exactly `n` of them.
+/// The last part may contain `:`.
 pub fn decode(field: &'static str, kind: &str, cursor: &str, n: usize) -> Result<Vec<String>> {
-    let invalid = || {
-        Error::invalid(
-            field,
-            format!("not a cursor returned by this call ({kind}); restart from the first page"),
-        )
-    };
-    let bytes = BASE64URL_NOPAD.decode(cursor.as_bytes()).map_err(|_| invalid())?;
-    let text = String::from_utf8(bytes).map_err(|_| invalid())?;
-    let mut parts = text.splitn(n + 1, ':');
-    if parts.next() != Some(kind) {
-        return Err(invalid());
-    }
-    let parts: Vec<String> = parts.map(str::to_string).collect();
+    let parts = split(field, kind, cursor, n + 1)?;
     if parts.len() != n {
-        return Err(invalid());
+        return Err(invalid(field, kind));
     }
     Ok(parts)
 }
 
+/// The parts of a cursor of `kind`, however many it has (none may contain `:`).
+pub fn decode_parts(field: &'static str, kind: &str, cursor: &str) -> Result<Vec<String>> {
+    split(field, kind, cursor, usize::MAX)
+}
+
+/// The parts after `kind`, split at up to `pieces - 1` colons.
+fn split(field: &'static str, kind: &str, cursor: &str, pieces: usize) -> Result<Vec<String>> {
+    let bytes = BASE64URL_NOPAD.decode(cursor.as_bytes()).map_err(|_| invalid(field, kind))?;
+    let text = String::from_utf8(bytes).map_err(|_| invalid(field, kind))?;
+    let mut parts = text.splitn(pieces, ':');
+    if parts.next() != Some(kind) {
+        return Err(invalid(field, kind));
+    }
+    Ok(parts.map(str::to_string).collect())
+}
+
 pub fn decode_number(field: &'static str, kind: &str, part: &str) -> Result<i64> {
-    part.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
-        Error::invalid(
-            field,
-            format!("not a cursor returned by this call ({kind}); restart from the first page"),
-        )
-    })
+    part.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| invalid(field, kind))
+}
+
+/// The error for a cursor this call did not make.
+pub fn invalid(field: &'static str, kind: &str) -> Error {
+    Error::invalid(field, format!("not a cursor returned by this call ({kind}); restart from the first page"))
 }
 
 #[cfg(test)]

@@ -1,0 +1,252 @@
+//! What a home shows of its bridged messages: `kiki bridge receipts` (pages of receipts, the
+//! newest first, each page oldest first) and the pending counts of `kiki bridge list`. Both
+//! read only what they show: a busy bridge's history grows without bound.
+//!
+//! A name may match several bridges (a peer home id names the outbound and the inbound
+//! bridge with that peer), so a page merges their receipts by time, and the cursor keeps
+//! where each bridge's walk back stands.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::store::Millis;
+use crate::threads::{cursor, limits};
+
+/// A page of receipts and the cursor for the older ones.
+pub struct ReceiptPage {
+    pub receipts: Vec<pb::Receipt>,
+    pub next_cursor: Option<String>,
+}
+
+/// Where one bridge's walk back through its receipts stands.
+#[derive(Debug, Clone, PartialEq)]
+enum Position {
+    /// Nothing of it shown yet.
+    Newest,
+    /// Next: the outbound entries created before this one (created_at, id).
+    Outbound(Millis, String),
+    /// Next: the inbound receipts before this seq.
+    Inbound(i64),
+    /// All shown.
+    Done,
+}
+
+/// One receipt on its way into a page: what orders it (time, then a tie-break) and where
+/// its bridge's walk stands once it is shown.
+struct Candidate {
+    order: (Millis, String),
+    after: Position,
+    receipt: pb::Receipt,
+}
+
+/// One bridge's receipts in a page being made: where its walk stands, and the receipts
+/// fetched from there and not taken yet.
+struct Walk {
+    bridge_id: String,
+    at: Position,
+    rest: std::iter::Peekable<std::vec::IntoIter<Candidate>>,
+}
+
+impl Walk {
+    /// Its next receipt, into the page: the walk now stands after it.
+    fn take(&mut self) -> Option<pb::Receipt> {
+        let candidate = self.rest.next()?;
+        self.at = candidate.after;
+        Some(candidate.receipt)
+    }
+}
+
+impl Bridges {
+    /// Messages waiting on this bridge: unacknowledged sends (outbound), or messages from
+    /// the peer queued at this home's threads (inbound).
+    pub async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
+        if bridge.direction != "outbound" {
+            return Ok(self.inner.store.pending_messages_from(&bridge.peer_home_id).await?);
+        }
+        // Outcomes still being recorded are taken before the store is read: one recorded in
+        // between is no longer pending there, and one still here is not counted.
+        let settled: HashSet<String> = lock(&self.inner.recording)
+            .values()
+            .filter(|e| e.bridge_id == bridge.id && e.status != "pending")
+            .map(|e| e.id.clone())
+            .collect();
+        let pending = self.inner.store.outbox_pending(&bridge.id).await?;
+        Ok(pending.iter().filter(|id| !settled.contains(*id)).count() as u64)
+    }
+
+    /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it;
+    /// `limit` of the newest receipts before `cursor`'s page, oldest first.
+    pub async fn receipts(&self, name: &str, limit: Option<u32>, cursor: &str) -> Result<ReceiptPage> {
+        let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
+        let bridges: Vec<BridgeRecord> =
+            self.all().await?.into_iter().filter(|b| b.answers_to(name)).collect();
+        if bridges.is_empty() {
+            return Err(Error::NotFound(format!("no bridge {name:?}")));
+        }
+        let mut positions = if cursor.is_empty() { HashMap::new() } else { decode(cursor)? };
+        // Up to limit + 1 of each bridge's receipts from where it stands, newest first: the
+        // page takes at most `limit` of them, so one left over says that more remain.
+        let mut walks = Vec::with_capacity(bridges.len());
+        for bridge in &bridges {
+            let at = match positions.remove(&bridge.id) {
+                Some(at) => at,
+                None if cursor.is_empty() => Position::Newest,
+                // A bridge made after the first page: all its receipts are newer than this one.
+                None => Position::Done,
+            };
+            let rest = self.candidates(bridge, &at, limit + 1).await?.into_iter().peekable();
+            walks.push(Walk { bridge_id: bridge.id.clone(), at, rest });
+        }
+        // Merged newest first, each walk in its own order: the next receipt is always the
+        // newest of the walks' next ones.
+        let mut page = Vec::with_capacity(limit as usize);
+        while page.len() < limit as usize {
+            let newest = walks
+                .iter_mut()
+                .filter_map(|walk| walk.rest.peek().map(|c| c.order.clone()).map(|order| (order, walk)))
+                .max_by(|(a, _), (b, _)| a.cmp(b));
+            let Some(candidate) = newest.and_then(|(_, walk)| walk.take()) else { break };
+            page.push(candidate);
+        }
+        // A walk with nothing left over is over: it fetched fewer than limit + 1.
+        for walk in &mut walks {
+            if walk.rest.peek().is_none() {
+                walk.at = Position::Done;
+            }
+        }
+        let next_cursor = walks.iter().any(|w| w.at != Position::Done).then(|| encode(&walks));
+        page.reverse();
+        Ok(ReceiptPage { receipts: page, next_cursor })
+    }
+
+    /// Up to `n` of `bridge`'s receipts from `at` back, newest first.
+    async fn candidates(&self, bridge: &BridgeRecord, at: &Position, n: u32) -> Result<Vec<Candidate>> {
+        let store = &self.inner.store;
+        if bridge.direction == "outbound" {
+            let before = match at {
+                Position::Newest => None,
+                Position::Outbound(created_at, id) => Some((*created_at, id.clone())),
+                _ => return Ok(Vec::new()),
+            };
+            // Outcomes still being recorded are taken before the store is read: one recorded
+            // in between is then in both, whereas taken after the read it could have left the
+            // map but not be in the rows read.
+            let recording: HashMap<String, OutboxRecord> = lock(&self.inner.recording)
+                .values()
+                .filter(|e| e.bridge_id == bridge.id)
+                .map(|e| (e.id.clone(), e.clone()))
+                .collect();
+            let entries = store.outbox_page(&bridge.id, before, n).await?;
+            return Ok(entries
+                .into_iter()
+                .map(|stored| {
+                    let e = recording.get(&stored.id).cloned().unwrap_or(stored);
+                    Candidate {
+                        order: (e.created_at, e.id.clone()),
+                        after: Position::Outbound(e.created_at, e.id.clone()),
+                        receipt: pb::Receipt {
+                            target: format!("{}/{}", bridge.alias, e.target_session),
+                            message_id: e.id,
+                            direction: "outbound".into(),
+                            idempotency_key: e.key,
+                            status: e.status,
+                            reason: e.reason,
+                            attempts: e.attempts as u32,
+                            at: crate::time::rfc3339(e.updated_at),
+                        },
+                    }
+                })
+                .collect());
+        }
+        let before = match at {
+            Position::Newest => None,
+            Position::Inbound(seq) => Some(*seq),
+            _ => return Ok(Vec::new()),
+        };
+        let receipts = store.receipts_from(&bridge.peer_home_id, before, n).await?;
+        Ok(receipts
+            .into_iter()
+            .map(|(seq, r)| Candidate {
+                order: (r.at, format!("{seq:020}")),
+                after: Position::Inbound(seq),
+                receipt: pb::Receipt {
+                    message_id: r.message_id,
+                    direction: "inbound".into(),
+                    target: r.target,
+                    idempotency_key: r.key,
+                    status: r.status,
+                    reason: r.reason,
+                    attempts: 1,
+                    at: crate::time::rfc3339(r.at),
+                },
+            })
+            .collect())
+    }
+}
+
+/// The cursor for the page after this one: each bridge and where its walk stands.
+fn encode(walks: &[Walk]) -> String {
+    let parts: Vec<String> = walks
+        .iter()
+        .map(|Walk { bridge_id, at, .. }| match at {
+            Position::Newest => format!("{bridge_id}=newest"),
+            Position::Outbound(created_at, id) => format!("{bridge_id}=o{created_at}.{id}"),
+            Position::Inbound(seq) => format!("{bridge_id}=i{seq}"),
+            Position::Done => format!("{bridge_id}=done"),
+        })
+        .collect();
+    cursor::encode(KIND, &parts.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+fn decode(text: &str) -> Result<HashMap<String, Position>> {
+    let invalid = || cursor::invalid("cursor", KIND);
+    let mut positions = HashMap::new();
+    for part in cursor::decode_parts("cursor", KIND, text)? {
+        let (bridge_id, at) = part.split_once('=').ok_or_else(invalid)?;
+        let at = match at {
+            "newest" => Position::Newest,
+            "done" => Position::Done,
+            _ => match at.split_at(1) {
+                ("o", rest) => {
+                    let (created_at, id) = rest.split_once('.').ok_or_else(invalid)?;
+                    Position::Outbound(cursor::decode_number("cursor", KIND, created_at)?, id.to_string())
+                }
+                ("i", seq) => Position::Inbound(cursor::decode_number("cursor", KIND, seq)?),
+                _ => return Err(invalid()),
+            },
+        };
+        positions.insert(bridge_id.to_string(), at);
+    }
+    Ok(positions)
+}
+
+const KIND: &str = "receipts";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_keeps_every_walk_and_refuses_what_it_did_not_make() {
+        let positions = [
+            ("br_a".to_string(), Position::Outbound(17, "msg_01x".into())),
+            ("br_b".to_string(), Position::Inbound(42)),
+            ("br_c".to_string(), Position::Done),
+            ("br_d".to_string(), Position::Newest),
+        ];
+        let walks: Vec<Walk> = positions
+            .iter()
+            .map(|(id, at)| Walk {
+                bridge_id: id.clone(),
+                at: at.clone(),
+                rest: Vec::new().into_iter().peekable(),
+            })
+            .collect();
+        let decoded = decode(&encode(&walks)).expect("decode");
+        assert_eq!(decoded, positions.into_iter().collect::<HashMap<_, _>>());
+        for bad in [cursor::encode("list", &["1"]), cursor::encode(KIND, &["br_a=x1"]), "%%".into()] {
+            let e = decode(&bad).expect_err("refused");
+            assert!(e.to_string().contains("cursor"), "{e}");
+        }
+    }
+}
