@@ -247,15 +247,30 @@ impl DaemonBuilder {
     }
 }
 
-/// Forgets idempotency keys older than the retention, hourly, until shutdown.
+/// Forgets idempotency keys older than the retention, hourly, until shutdown: a chunk at a
+/// time, each its own short write, so a busy home's hour of keys holds up no send.
 async fn prune_keys(store: Arc<dyn Store>, retention: std::time::Duration, shutdown: CancellationToken) {
     const EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+    const CHUNK: u32 = 1000;
     loop {
         let before = time::now_ms() - retention.as_millis() as i64;
-        match store.prune_keys(before).await {
-            Ok(0) => {}
-            Ok(n) => info!(keys = n, "pruned expired idempotency keys"),
-            Err(e) => warn!(error = %e, "cannot prune idempotency keys"),
+        let mut pruned = 0;
+        loop {
+            match store.prune_keys(before, CHUNK).await {
+                Ok(n) => {
+                    pruned += n;
+                    if n < u64::from(CHUNK) || shutdown.is_cancelled() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot prune idempotency keys");
+                    break;
+                }
+            }
+        }
+        if pruned > 0 {
+            info!(keys = pruned, "pruned expired idempotency keys");
         }
         tokio::select! {
             () = shutdown.cancelled() => return,

@@ -453,8 +453,14 @@ pub async fn communication_switch_round_trip(store: &dyn Store) {
 pub async fn old_keys_are_pruned(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     store.accept_message(&message("msg_1", "th_a", "", "old", "h")).await.expect("commit");
-    assert_eq!(store.prune_keys(5).await.expect("prune"), 0, "younger than the cutoff");
-    assert_eq!(store.prune_keys(11).await.expect("prune"), 1);
+    let mut later = message("msg_3", "th_a", "", "later", "h");
+    later.now = 20;
+    store.accept_message(&later).await.expect("commit");
+    assert_eq!(store.prune_keys(5, 10).await.expect("prune"), 0, "younger than the cutoff");
+    assert_eq!(store.prune_keys(30, 1).await.expect("prune"), 1, "at most the limit");
+    assert_eq!(store.keyed_message("", "old").await.expect("key"), None, "the oldest first");
+    assert!(store.keyed_message("", "later").await.expect("key").is_some());
+    assert_eq!(store.prune_keys(30, 10).await.expect("prune"), 1, "then the rest");
     assert!(store.message("msg_1").await.expect("msg").is_some(), "the message itself stays");
     let reused = store.accept_message(&message("msg_2", "th_a", "", "old", "h")).await.expect("commit");
     assert!(matches!(reused, SendOutcome::Accepted { .. }), "a pruned key is free again: {reused:?}");

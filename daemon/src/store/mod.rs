@@ -531,8 +531,10 @@ pub trait Store: Send + Sync + 'static {
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
     /// The request hash and message of a key seen before, if it is still kept.
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>>;
-    /// Forgets keys created before `before` (they are kept far longer than any retry).
-    async fn prune_keys(&self, before: Millis) -> StoreResult<u64>;
+    /// Forgets up to `limit` of the keys created before `before`, the oldest first (they are
+    /// kept far longer than any retry); how many it forgot. Bounded, so that a large backlog
+    /// is forgotten in many short writes that sends can pass between, not in one long one.
+    async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64>;
     async fn set_communication(
         &self,
         thread_id: &str,

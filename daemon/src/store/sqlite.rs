@@ -1019,12 +1019,10 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn prune_keys(&self, before: Millis) -> StoreResult<u64> {
-        self.db
-            .write(move |conn| {
-                Ok(run(conn, "DELETE FROM idempotency_keys WHERE created_at < ?", [before])? as u64)
-            })
-            .await
+    async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64> {
+        let sql = "DELETE FROM idempotency_keys WHERE rowid IN
+                   (SELECT rowid FROM idempotency_keys WHERE created_at < ? ORDER BY created_at LIMIT ?)";
+        self.db.write(move |conn| Ok(run(conn, sql, params![before, limit])? as u64)).await
     }
 
     async fn set_communication(
