@@ -904,6 +904,7 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     assert_eq!(sent.expect("durable").into_inner().status(), pb::SendStatus::Pending);
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert!(b.all_turns(&t.id).await.is_empty(), "nothing crosses the partition");
+    assert_eq!(outbound_pending(&a).await, 1, "the source lists it pending");
     let healed = std::time::Instant::now();
     relay.partition(false);
     let turns = b.wait_turns(&t.id, 1).await;
@@ -911,8 +912,23 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     assert!(healed.elapsed() < std::time::Duration::from_secs(31), "within the backoff cap + 1 s");
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "once");
+    // The source may hear of the delivery only at its next attempt (an answer that came
+    // after an attempt's timeout is not waited for).
+    kiki_tests::eventually("the source to learn of the delivery", || async {
+        (outbound_pending(&a).await == 0).then_some(())
+    })
+    .await;
     let receipts = receipts(&a, "bee").await;
     assert!(receipts[0].attempts >= 2, "it was retried: {receipts:?}");
+}
+
+/// The pending count `kiki bridge list` shows for `home`'s one outbound bridge.
+async fn outbound_pending(home: &TestHome) -> u64 {
+    let listed =
+        home.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
+    let outbound: Vec<&pb::Bridge> = listed.bridges.iter().filter(|b| b.direction == "outbound").collect();
+    assert_eq!(outbound.len(), 1, "{outbound:?}");
+    outbound[0].pending
 }
 
 /// A bridge from `source` to `target` granting `allow`, whose datagrams pass through a relay
