@@ -558,14 +558,14 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         .collect();
     let expected = [("msg_3", "pending"), ("msg_1", "delivered")];
     assert_eq!(listed, expected.map(|(id, status)| (id.to_string(), status.to_string())), "newest first");
-    let older: Vec<String> = store
-        .outbox_page("br_1", Some((1, "msg_3".into())), 10)
+    let from: Vec<String> = store
+        .outbox_page("br_1", Some((1, "msg_1".into())), 10)
         .await
         .expect("page")
         .into_iter()
         .map(|e| e.id)
         .collect();
-    assert_eq!(older, ["msg_1"], "the page before an entry");
+    assert_eq!(from, ["msg_1"], "from an entry back, the entry included");
     assert_eq!(store.outbox_page("br_1", None, 1).await.expect("page").len(), 1, "at most the limit");
     assert_eq!(store.outbox_pending("br_1").await.expect("pending"), ["msg_3"]);
     // An outcome is final: a late attempt's outcome changes nothing and adds no event.
@@ -627,9 +627,9 @@ pub async fn receipts_page_back_from_the_newest(store: &dyn Store) {
     let keys = |page: &[(i64, ReceiptRecord)]| page.iter().map(|(_, r)| r.key.clone()).collect::<Vec<_>>();
     let newest = store.receipts_from("HOME_P", None, 2).await.expect("page");
     assert_eq!(keys(&newest), ["k4", "k3"]);
-    let before = newest.last().map(|(seq, _)| *seq);
-    let older = store.receipts_from("HOME_P", before, 2).await.expect("page");
-    assert_eq!(keys(&older), ["k1"], "the rest, and only this peer's");
+    let from = newest.last().map(|(seq, _)| *seq);
+    let again = store.receipts_from("HOME_P", from, 2).await.expect("page");
+    assert_eq!(keys(&again), ["k3", "k1"], "from a receipt back, the receipt included, only this peer's");
 }
 
 /// A write that fails half-way leaves nothing behind, and writes committed with it (a

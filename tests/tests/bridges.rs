@@ -605,6 +605,32 @@ async fn receipts_of_both_directions_page_back_from_the_newest() {
     );
     assert!(newest.next_cursor.is_some());
 
+    // What arrives after a first page is on none of the older ones, whichever bridge brings
+    // it — also the bridge that had nothing on the first page.
+    let first = a.client().bridges().bridge_receipts(request(1, "")).await.expect("page").into_inner();
+    let mut cursor = first.next_cursor.expect("more");
+    a.client()
+        .threads()
+        .thread_send(remote_send("bee", &at_b.id, "late", "ab-late"))
+        .await
+        .expect("late send");
+    b.client()
+        .threads()
+        .thread_send(remote_send("ay", &at_a.id, "late", "ba-late"))
+        .await
+        .expect("late send");
+    let mut older = Vec::new();
+    loop {
+        let page =
+            a.client().bridges().bridge_receipts(request(3, &cursor)).await.expect("page").into_inner();
+        older.splice(0..0, page.receipts);
+        match page.next_cursor {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    assert_eq!(story(&older), story(&whole.receipts[..whole.receipts.len() - 1]), "the rest, nothing newer");
+
     for (bad, field) in
         [(request(0, ""), "limit"), (request(101, ""), "limit"), (request(5, "nope"), "cursor")]
     {

@@ -3,8 +3,10 @@
 //! read only what they show: a busy bridge's history grows without bound.
 //!
 //! A name may match several bridges (a peer home id names the outbound and the inbound
-//! bridge with that peer), so a page merges their receipts by time, and the cursor keeps
-//! where each bridge's walk back stands.
+//! bridge with that peer), so a page merges their receipts by time — when an outbound
+//! message was sent, when an inbound receipt was written — and the cursor keeps, for each
+//! bridge, the next receipt its walk back shows: what arrives after the first page is on no
+//! page of that walk.
 
 use std::collections::HashMap;
 
@@ -18,42 +20,33 @@ pub struct ReceiptPage {
     pub next_cursor: Option<String>,
 }
 
-/// Where one bridge's walk back through its receipts stands.
+/// Where one bridge's walk back through its receipts stands: the next receipt to show.
 #[derive(Debug, Clone, PartialEq)]
 enum Position {
-    /// Nothing of it shown yet.
+    /// The first page: the bridge's newest receipt.
     Newest,
-    /// Next: the outbound entries created before this one (created_at, id).
+    /// The outbound entry (created_at, id), and the ones created before it.
     Outbound(Millis, String),
-    /// Next: the inbound receipts before this seq.
+    /// The inbound receipt with this seq, and those before it.
     Inbound(i64),
     /// All shown.
     Done,
 }
 
-/// One receipt on its way into a page: what orders it (time, then a tie-break) and where
-/// its bridge's walk stands once it is shown.
+/// One receipt on its way into a page: what orders it (time, then a tie-break) and its
+/// place in its bridge's walk.
 struct Candidate {
     order: (Millis, String),
-    after: Position,
+    at: Position,
     receipt: pb::Receipt,
 }
 
-/// One bridge's receipts in a page being made: where its walk stands, and the receipts
+/// One bridge's receipts in a page being made: where its walk stood, and the receipts
 /// fetched from there and not taken yet.
 struct Walk {
     bridge_id: String,
     at: Position,
     rest: std::iter::Peekable<std::vec::IntoIter<Candidate>>,
-}
-
-impl Walk {
-    /// Its next receipt, into the page: the walk now stands after it.
-    fn take(&mut self) -> Option<pb::Receipt> {
-        let candidate = self.rest.next()?;
-        self.at = candidate.after;
-        Some(candidate.receipt)
-    }
 }
 
 impl Bridges {
@@ -105,14 +98,13 @@ impl Bridges {
                 .iter_mut()
                 .filter_map(|walk| walk.rest.peek().map(|c| c.order.clone()).map(|order| (order, walk)))
                 .max_by(|(a, _), (b, _)| a.cmp(b));
-            let Some(candidate) = newest.and_then(|(_, walk)| walk.take()) else { break };
-            page.push(candidate);
+            let Some(candidate) = newest.and_then(|(_, walk)| walk.rest.next()) else { break };
+            page.push(candidate.receipt);
         }
-        // A walk with nothing left over is over: it fetched fewer than limit + 1.
+        // Each walk goes on at its first receipt left over; one with none left is over (it
+        // fetched fewer than limit + 1, since a page shows at most `limit`).
         for walk in &mut walks {
-            if walk.rest.peek().is_none() {
-                walk.at = Position::Done;
-            }
+            walk.at = walk.rest.peek().map_or(Position::Done, |next| next.at.clone());
         }
         let next_cursor = walks.iter().any(|w| w.at != Position::Done).then(|| encode(&walks));
         page.reverse();
@@ -143,7 +135,7 @@ impl Bridges {
                     let e = recording.get(&stored.id).cloned().unwrap_or(stored);
                     Candidate {
                         order: (e.created_at, e.id.clone()),
-                        after: Position::Outbound(e.created_at, e.id.clone()),
+                        at: Position::Outbound(e.created_at, e.id.clone()),
                         receipt: pb::Receipt {
                             target: format!("{}/{}", bridge.alias, e.target_session),
                             message_id: e.id,
@@ -168,7 +160,7 @@ impl Bridges {
             .into_iter()
             .map(|(seq, r)| Candidate {
                 order: (r.at, format!("{seq:020}")),
-                after: Position::Inbound(seq),
+                at: Position::Inbound(seq),
                 receipt: pb::Receipt {
                     message_id: r.message_id,
                     direction: "inbound".into(),
@@ -206,14 +198,16 @@ fn decode(text: &str) -> Result<HashMap<String, Position>> {
         let at = match at {
             "newest" => Position::Newest,
             "done" => Position::Done,
-            _ => match at.split_at(1) {
-                ("o", rest) => {
-                    let (created_at, id) = rest.split_once('.').ok_or_else(invalid)?;
+            _ => {
+                if let Some(outbound) = at.strip_prefix('o') {
+                    let (created_at, id) = outbound.split_once('.').ok_or_else(invalid)?;
                     Position::Outbound(cursor::decode_number("cursor", KIND, created_at)?, id.to_string())
+                } else if let Some(seq) = at.strip_prefix('i') {
+                    Position::Inbound(cursor::decode_number("cursor", KIND, seq)?)
+                } else {
+                    return Err(invalid());
                 }
-                ("i", seq) => Position::Inbound(cursor::decode_number("cursor", KIND, seq)?),
-                _ => return Err(invalid()),
-            },
+            }
         };
         positions.insert(bridge_id.to_string(), at);
     }
@@ -244,7 +238,9 @@ mod tests {
             .collect();
         let decoded = decode(&encode(&walks)).expect("decode");
         assert_eq!(decoded, positions.into_iter().collect::<HashMap<_, _>>());
-        for bad in [cursor::encode("list", &["1"]), cursor::encode(KIND, &["br_a=x1"]), "%%".into()] {
+        let bad = ["br_a=x1", "br_a=", "br_a=é1", "br_a=o12", "br_a=i-3", "br_a"];
+        let bad = bad.map(|part| cursor::encode(KIND, &[part]));
+        for bad in bad.into_iter().chain([cursor::encode("list", &["1"]), "%%".into()]) {
             let e = decode(&bad).expect_err("refused");
             assert!(e.to_string().contains("cursor"), "{e}");
         }

@@ -579,12 +579,12 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
         skip_peers: &[String],
     ) -> StoreResult<Vec<OutboxRecord>>;
-    /// The bridge's entries newest first (by creation, then id), at most `limit`, those
-    /// created before `before` (created_at, id) when given.
+    /// The bridge's entries newest first (by creation, then id), at most `limit`: from
+    /// (created_at, id) back, that entry included, when given.
     async fn outbox_page(
         &self,
         bridge_id: &str,
-        before: Option<(Millis, String)>,
+        from: Option<(Millis, String)>,
         limit: u32,
     ) -> StoreResult<Vec<OutboxRecord>>;
     /// The ids of the bridge's entries the target has not acknowledged (`pending`).
@@ -600,11 +600,11 @@ pub trait Store: Send + Sync + 'static {
     async fn outbox_defer(&self, peer: &str, except: &str, until: Millis) -> StoreResult<()>;
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
     /// Receipts of sends from the peer home `peer`, newest first with their seq: at most
-    /// `limit`, those before `before_seq` when given.
+    /// `limit`, from `from_seq` back (included) when given.
     async fn receipts_from(
         &self,
         peer: &str,
-        before_seq: Option<i64>,
+        from_seq: Option<i64>,
         limit: u32,
     ) -> StoreResult<Vec<(i64, ReceiptRecord)>>;
     /// How many messages from the peer home `peer` wait at this home's threads.

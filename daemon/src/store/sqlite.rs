@@ -563,7 +563,10 @@ const UNDELIVER_TURN_MESSAGES: &str = "UPDATE messages SET status = 'undeliverab
        AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)
      RETURNING id, target_thread, source_thread";
 /// Drops the queued inputs of a thread's messages (`?` = thread), once they are
-/// undeliverable: one pass over the thread's queue, not one per message.
+/// undeliverable: one pass over the thread's queue, not one per message. These three rely on
+/// what `accept_message` and `claim_turn` keep true: a message has one input (same thread,
+/// same `source_host`), queued exactly while the message is pending, and taken by the turn
+/// recorded as the message's `turn_id`.
 const UNQUEUE_THREAD_MESSAGES: &str =
     "DELETE FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND message_id IS NOT NULL";
 /// Drops the queued inputs a peer's bridge brought (`?` = peer home id), once their
@@ -1299,18 +1302,18 @@ impl Store for SqliteStore {
     async fn outbox_page(
         &self,
         bridge_id: &str,
-        before: Option<(Millis, String)>,
+        from: Option<(Millis, String)>,
         limit: u32,
     ) -> StoreResult<Vec<OutboxRecord>> {
         let bridge_id = bridge_id.to_string();
-        let (created_at, id) = before.unwrap_or((Millis::MAX, String::new()));
+        let (created_at, id) = from.unwrap_or((Millis::MAX, String::new()));
         self.db
             .read(move |conn| {
                 page(
                     conn,
                     &format!(
                         "SELECT {OUTBOX_COLUMNS} FROM outbox
-                         WHERE bridge_id = ?1 AND (created_at < ?2 OR (created_at = ?2 AND id < ?3))
+                         WHERE bridge_id = ?1 AND (created_at < ?2 OR (created_at = ?2 AND id <= ?3))
                          ORDER BY created_at DESC, id DESC"
                     ),
                     params![bridge_id, created_at, id],
@@ -1359,18 +1362,18 @@ impl Store for SqliteStore {
     async fn receipts_from(
         &self,
         peer: &str,
-        before_seq: Option<i64>,
+        from_seq: Option<i64>,
         limit: u32,
     ) -> StoreResult<Vec<(i64, ReceiptRecord)>> {
         let peer = peer.to_string();
-        let before = before_seq.unwrap_or(i64::MAX);
+        let from = from_seq.unwrap_or(i64::MAX);
         self.db
             .read(move |conn| {
                 page(
                     conn,
                     "SELECT seq, peer_home_id, key, message_id, target, status, reason, at FROM bridge_receipts
-                     WHERE peer_home_id = ? AND seq < ? ORDER BY seq DESC",
-                    params![peer, before],
+                     WHERE peer_home_id = ? AND seq <= ? ORDER BY seq DESC",
+                    params![peer, from],
                     limit,
                     |row| Ok((row.get::<_, i64>("seq")?, receipt_from(row)?)),
                 )
