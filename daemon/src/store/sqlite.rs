@@ -532,10 +532,12 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
         params![m.key_scope, m.key, m.request_hash, m.id, m.now],
     )?;
+    // The input refers to the message for its content (see `claim_turn`): a message of up
+    // to 100,000 characters is written once, not twice.
     let input = NewInput {
         id: format!("in_{}", m.id),
         kind: InputKind::Message,
-        content: m.content.clone(),
+        content: String::new(),
         message_id: Some(m.id.clone()),
         source: m.source.clone(),
         now: m.now,
@@ -601,7 +603,9 @@ fn claim_turn(
     let queued = all(
         conn,
         &format!(
-            "SELECT id, kind, content, message_id, source_host, source_thread, created_at, wake
+            "SELECT id, kind, message_id, source_host, source_thread, created_at, wake,
+                    COALESCE(NULLIF(content, ''),
+                             (SELECT m.content FROM messages m WHERE m.id = inputs.message_id), '') AS content
              FROM inputs WHERE {TAKEABLE} ORDER BY seq"
         ),
         params![thread_id, take_messages],
@@ -1450,6 +1454,41 @@ mod tests {
         // One pass over the queued input, whichever index it walks.
         let peer = plan(UNQUEUE_PEER_MESSAGES);
         assert!(peer.contains("turn_id=?") || peer.contains("inputs_queued"), "{peer}");
+    }
+
+    #[test]
+    fn a_message_is_stored_once_and_its_turn_still_gets_its_content() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        migrate(&mut conn).expect("migrate");
+        conn.execute_batch(
+            "INSERT INTO threads (id, workspace_id, cwd, title, profile, created_at, updated_at)
+             VALUES ('th_a', 'w', '/', 't', 'p', 0, 0)",
+        )
+        .expect("thread");
+        let content = "a long message ".repeat(1_000);
+        let message = NewMessage {
+            id: "msg_1".into(),
+            target_thread: "th_a".into(),
+            source: None,
+            content: content.clone(),
+            key_scope: String::new(),
+            key: "k".into(),
+            request_hash: "h".into(),
+            wake: true,
+            claim: None,
+            receipt: None,
+            now: 1,
+        };
+        accept_message(&conn, &message).expect("accept");
+        let copies: i64 = conn
+            .query_row("SELECT COUNT(*) FROM inputs WHERE content <> ''", [], |row| row.get(0))
+            .expect("inputs");
+        assert_eq!(copies, 0, "the queued input refers to the message");
+        let claim =
+            TurnClaim { turn_id: "tu_1".into(), take_messages: true, render: |_| String::new(), exec: false };
+        let claimed = claim_turn(&conn, "th_a", &claim, 2).expect("claim").expect("a turn");
+        assert_eq!(claimed.inputs.len(), 1);
+        assert_eq!(claimed.inputs[0].content, content, "the turn gets the message's content");
     }
 
     #[test]
