@@ -89,7 +89,7 @@ struct Inner {
     /// (see `link_up` and `Bridges::record`).
     resets: std::sync::Mutex<HashMap<String, u64>>,
     /// The bridge table, read through [`Bridges::all`].
-    cache: tokio::sync::Mutex<Option<Vec<BridgeRecord>>>,
+    cache: tokio::sync::Mutex<Option<Arc<Vec<BridgeRecord>>>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
     mailbox: std::sync::OnceLock<crate::mailbox::Mailbox>,
     /// Serialises pairing decisions so two racing approvals cannot both apply.
@@ -456,12 +456,14 @@ impl Bridges {
 
     /// Every bridge, from memory: the table is read once and re-read after each change, so
     /// the per-call permission check costs no store read.
-    async fn all(&self) -> crate::store::StoreResult<Vec<BridgeRecord>> {
+    async fn all(&self) -> crate::store::StoreResult<Arc<Vec<BridgeRecord>>> {
         let mut cache = self.inner.cache.lock().await;
-        if cache.is_none() {
-            *cache = Some(self.inner.store.bridges().await?);
+        if let Some(bridges) = &*cache {
+            return Ok(bridges.clone());
         }
-        Ok(cache.clone().unwrap_or_default())
+        let bridges = Arc::new(self.inner.store.bridges().await?);
+        *cache = Some(bridges.clone());
+        Ok(bridges)
     }
 
     /// Saves a bridge and/or request, then drops the cached table.
@@ -483,7 +485,7 @@ impl Bridges {
     }
 
     async fn bridge(&self, pick: impl Fn(&BridgeRecord) -> bool) -> Result<Option<BridgeRecord>> {
-        Ok(self.all().await?.into_iter().find(|b| pick(b)))
+        Ok(self.all().await?.iter().find(|b| pick(b)).cloned())
     }
 
     /// `kiki bridge request ADDRESS --want … [--expect ID] [--name ALIAS]`.
@@ -531,7 +533,7 @@ impl Bridges {
         };
         let now = now_ms();
         let previous =
-            existing.into_iter().find(|b| b.direction == "outbound" && b.peer_home_id == peer_home_id);
+            existing.iter().find(|b| b.direction == "outbound" && b.peer_home_id == peer_home_id).cloned();
         let bridge = BridgeRecord {
             id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
             direction: "outbound".into(),
@@ -658,7 +660,7 @@ impl Bridges {
     pub async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
         let _decision = self.inner.decisions.lock().await;
         let bridges = self.all().await?;
-        let mut matches: Vec<BridgeRecord> = bridges.into_iter().filter(|b| b.answers_to(name)).collect();
+        let mut matches: Vec<BridgeRecord> = bridges.iter().filter(|b| b.answers_to(name)).cloned().collect();
         // The target's owner revokes an inbound bridge; prefer it when both directions match.
         matches.sort_by_key(|b| b.direction != "inbound");
         let mut bridge =
@@ -732,7 +734,7 @@ impl Bridges {
     pub async fn list(&self) -> Result<Vec<BridgeRecord>> {
         let bridges = self.all().await?;
         let mut refreshed = Vec::with_capacity(bridges.len());
-        for bridge in bridges {
+        for bridge in bridges.iter().cloned() {
             if bridge.direction == "outbound" && bridge.state != "revoked" {
                 refreshed.push(self.refresh(bridge).await?);
             } else {

@@ -72,7 +72,7 @@ impl Bridges {
     pub async fn receipts(&self, name: &str, limit: Option<u32>, cursor: &str) -> Result<ReceiptPage> {
         let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
         let bridges: Vec<BridgeRecord> =
-            self.all().await?.into_iter().filter(|b| b.answers_to(name)).collect();
+            self.all().await?.iter().filter(|b| b.answers_to(name)).cloned().collect();
         if bridges.is_empty() {
             return Err(Error::NotFound(format!("no bridge {name:?}")));
         }
