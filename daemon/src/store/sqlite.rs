@@ -29,6 +29,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (7, "receipts by message", include_str!("migrations/sqlite/0007_receipts_by_message.sql")),
     (8, "outbox follow-up", include_str!("migrations/sqlite/0008_outbox_follow_up.sql")),
     (9, "turn start events", include_str!("migrations/sqlite/0009_turn_start_events.sql")),
+    (
+        10,
+        "message inputs by reference",
+        include_str!("migrations/sqlite/0010_message_inputs_by_reference.sql"),
+    ),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -335,6 +340,16 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
         "CREATE TABLE IF NOT EXISTS schema_migrations (
              version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
     )?;
+    // A database a newer kikid migrated may hold data in a form this one misreads.
+    let newest: Option<i64> =
+        conn.query_row("SELECT MAX(version) FROM schema_migrations", [], |row| row.get(0))?;
+    let known = MIGRATIONS.last().map_or(0, |&(version, _, _)| version);
+    if let Some(newest) = newest.filter(|&v| v > known) {
+        return Err(StoreError::Backend(format!(
+            "the database is at schema version {newest}, written by a newer kikid (this one knows \
+             versions up to {known}); run that kikid, or restore a backup made for this one"
+        )));
+    }
     for &(version, name, sql) in MIGRATIONS {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let applied = tx
@@ -1489,6 +1504,22 @@ mod tests {
         let claimed = claim_turn(&conn, "th_a", &claim, 2).expect("claim").expect("a turn");
         assert_eq!(claimed.inputs.len(), 1);
         assert_eq!(claimed.inputs[0].content, content, "the turn gets the message's content");
+    }
+
+    #[test]
+    fn a_database_from_a_newer_kikid_is_refused_untouched() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        migrate(&mut conn).expect("migrate");
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
+            [],
+        )
+        .expect("a newer version");
+        let refused = migrate(&mut conn).expect_err("refused");
+        assert!(refused.to_string().contains("schema version 99"), "{refused}");
+        let versions: i64 =
+            conn.query_row("SELECT COUNT(*) FROM schema_migrations", [], |row| row.get(0)).expect("count");
+        assert_eq!(versions as usize, MIGRATIONS.len() + 1, "nothing applied or removed");
     }
 
     #[test]
