@@ -58,13 +58,12 @@ impl Bridges {
         }
         // Outcomes still being recorded are taken before the store is read: one recorded in
         // between is no longer pending there, and one still here is not counted.
-        let settled: HashSet<String> = lock(&self.inner.recording)
+        let settled: Vec<String> = lock(&self.inner.recording)
             .values()
             .filter(|e| e.bridge_id == bridge.id && e.status != "pending")
             .map(|e| e.id.clone())
             .collect();
-        let pending = self.inner.store.outbox_pending(&bridge.id).await?;
-        Ok(pending.iter().filter(|id| !settled.contains(*id)).count() as u64)
+        Ok(self.inner.store.outbox_pending(&bridge.id, &settled).await?)
     }
 
     /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it;

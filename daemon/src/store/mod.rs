@@ -587,8 +587,9 @@ pub trait Store: Send + Sync + 'static {
         from: Option<(Millis, String)>,
         limit: u32,
     ) -> StoreResult<Vec<OutboxRecord>>;
-    /// The ids of the bridge's entries the target has not acknowledged (`pending`).
-    async fn outbox_pending(&self, bridge_id: &str) -> StoreResult<Vec<String>>;
+    /// How many of the bridge's entries the target has not acknowledged (`pending`), those
+    /// with an id in `except` left out.
+    async fn outbox_pending(&self, bridge_id: &str, except: &[String]) -> StoreResult<u64>;
     /// The outbox entry of a sender's key for a peer, if any.
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;
     /// Makes every pending or accepted entry for `peer` due now (the link answered again,

@@ -1343,18 +1343,19 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn outbox_pending(&self, bridge_id: &str) -> StoreResult<Vec<String>> {
+    async fn outbox_pending(&self, bridge_id: &str, except: &[String]) -> StoreResult<u64> {
         let bridge_id = bridge_id.to_string();
+        let except = serde_json::to_string(except).map_err(|e| StoreError::Backend(e.to_string()))?;
         self.db
             .read(move |conn| {
                 // Walks `outbox_due` (the entries in flight), not the bridge's whole history;
                 // the first condition is the one that lets it.
-                all(
+                count(
                     conn,
-                    "SELECT id FROM outbox INDEXED BY outbox_due
-                     WHERE status IN ('pending', 'accepted') AND status = 'pending' AND bridge_id = ?",
-                    [&bridge_id],
-                    |row| Ok(row.get::<_, String>(0)?),
+                    "SELECT COUNT(*) FROM outbox INDEXED BY outbox_due
+                     WHERE status IN ('pending', 'accepted') AND status = 'pending' AND bridge_id = ?
+                       AND id NOT IN (SELECT value FROM json_each(?))",
+                    params![bridge_id, except],
                 )
             })
             .await
