@@ -23,8 +23,6 @@ pub struct ReceiptPage {
 /// Where one bridge's walk back through its receipts stands: the next receipt to show.
 #[derive(Debug, Clone, PartialEq)]
 enum Position {
-    /// The first page: the bridge's newest receipt.
-    Newest,
     /// The outbound entry (created_at, id), and the ones created before it.
     Outbound(Millis, String),
     /// The inbound receipt with this seq, and those before it.
@@ -41,12 +39,15 @@ struct Candidate {
     receipt: pb::Receipt,
 }
 
-/// One bridge's receipts in a page being made: where its walk stood, and the receipts
-/// fetched from there and not taken yet.
-struct Walk {
-    bridge_id: String,
-    at: Position,
-    rest: std::iter::Peekable<std::vec::IntoIter<Candidate>>,
+impl Position {
+    /// A bridge's first page starts at its newest receipt.
+    fn newest(bridge: &BridgeRecord) -> Self {
+        if bridge.direction == "outbound" {
+            Position::Outbound(Millis::MAX, String::new())
+        } else {
+            Position::Inbound(i64::MAX)
+        }
+    }
 }
 
 impl Bridges {
@@ -82,12 +83,11 @@ impl Bridges {
         for bridge in &bridges {
             let at = match positions.remove(&bridge.id) {
                 Some(at) => at,
-                None if cursor.is_empty() => Position::Newest,
+                None if cursor.is_empty() => Position::newest(bridge),
                 // A bridge made after the first page: all its receipts are newer than this one.
                 None => Position::Done,
             };
-            let rest = self.candidates(bridge, &at, limit + 1).await?.into_iter().peekable();
-            walks.push(Walk { bridge_id: bridge.id.clone(), at, rest });
+            walks.push(self.candidates(bridge, &at, limit + 1).await?.into_iter().peekable());
         }
         // Merged newest first, each walk in its own order: the next receipt is always the
         // newest of the walks' next ones.
@@ -95,17 +95,19 @@ impl Bridges {
         while page.len() < limit as usize {
             let newest = walks
                 .iter_mut()
-                .filter_map(|walk| walk.rest.peek().map(|c| c.order.clone()).map(|order| (order, walk)))
+                .filter_map(|walk| walk.peek().map(|c| c.order.clone()).map(|order| (order, walk)))
                 .max_by(|(a, _), (b, _)| a.cmp(b));
-            let Some(candidate) = newest.and_then(|(_, walk)| walk.rest.next()) else { break };
+            let Some(candidate) = newest.and_then(|(_, walk)| walk.next()) else { break };
             page.push(candidate.receipt);
         }
         // Each walk goes on at its first receipt left over; one with none left is over (it
         // fetched fewer than limit + 1, since a page shows at most `limit`).
-        for walk in &mut walks {
-            walk.at = walk.rest.peek().map_or(Position::Done, |next| next.at.clone());
-        }
-        let next_cursor = walks.iter().any(|w| w.at != Position::Done).then(|| encode(&walks));
+        let next: Vec<(&str, Position)> = bridges
+            .iter()
+            .zip(&mut walks)
+            .map(|(bridge, walk)| (bridge.id.as_str(), walk.peek().map_or(Position::Done, |c| c.at.clone())))
+            .collect();
+        let next_cursor = next.iter().any(|(_, at)| *at != Position::Done).then(|| encode(&next));
         page.reverse();
         Ok(ReceiptPage { receipts: page, next_cursor })
     }
@@ -114,11 +116,7 @@ impl Bridges {
     async fn candidates(&self, bridge: &BridgeRecord, at: &Position, n: u32) -> Result<Vec<Candidate>> {
         let store = &self.inner.store;
         if bridge.direction == "outbound" {
-            let before = match at {
-                Position::Newest => None,
-                Position::Outbound(created_at, id) => Some((*created_at, id.clone())),
-                _ => return Ok(Vec::new()),
-            };
+            let Position::Outbound(created_at, id) = at else { return Ok(Vec::new()) };
             // Outcomes still being recorded are taken before the store is read: one recorded
             // in between is then in both, whereas taken after the read it could have left the
             // map but not be in the rows read.
@@ -127,7 +125,7 @@ impl Bridges {
                 .filter(|e| e.bridge_id == bridge.id)
                 .map(|e| (e.id.clone(), e.clone()))
                 .collect();
-            let entries = store.outbox_page(&bridge.id, before, n).await?;
+            let entries = store.outbox_page(&bridge.id, Some((*created_at, id.clone())), n).await?;
             return Ok(entries
                 .into_iter()
                 .map(|stored| {
@@ -149,12 +147,8 @@ impl Bridges {
                 })
                 .collect());
         }
-        let before = match at {
-            Position::Newest => None,
-            Position::Inbound(seq) => Some(*seq),
-            _ => return Ok(Vec::new()),
-        };
-        let receipts = store.receipts_from(&bridge.peer_home_id, before, n).await?;
+        let Position::Inbound(seq) = at else { return Ok(Vec::new()) };
+        let receipts = store.receipts_from(&bridge.peer_home_id, Some(*seq), n).await?;
         Ok(receipts
             .into_iter()
             .map(|(seq, r)| Candidate {
@@ -176,11 +170,10 @@ impl Bridges {
 }
 
 /// The cursor for the page after this one: each bridge and where its walk stands.
-fn encode(walks: &[Walk]) -> String {
+fn encode(walks: &[(&str, Position)]) -> String {
     let parts: Vec<String> = walks
         .iter()
-        .map(|Walk { bridge_id, at, .. }| match at {
-            Position::Newest => format!("{bridge_id}=newest"),
+        .map(|(bridge_id, at)| match at {
             Position::Outbound(created_at, id) => format!("{bridge_id}=o{created_at}.{id}"),
             Position::Inbound(seq) => format!("{bridge_id}=i{seq}"),
             Position::Done => format!("{bridge_id}=done"),
@@ -194,19 +187,15 @@ fn decode(text: &str) -> Result<HashMap<String, Position>> {
     let mut positions = HashMap::new();
     for part in cursor::decode_parts("cursor", KIND, text)? {
         let (bridge_id, at) = part.split_once('=').ok_or_else(invalid)?;
-        let at = match at {
-            "newest" => Position::Newest,
-            "done" => Position::Done,
-            _ => {
-                if let Some(outbound) = at.strip_prefix('o') {
-                    let (created_at, id) = outbound.split_once('.').ok_or_else(invalid)?;
-                    Position::Outbound(cursor::decode_number("cursor", KIND, created_at)?, id.to_string())
-                } else if let Some(seq) = at.strip_prefix('i') {
-                    Position::Inbound(cursor::decode_number("cursor", KIND, seq)?)
-                } else {
-                    return Err(invalid());
-                }
-            }
+        let at = if at == "done" {
+            Position::Done
+        } else if let Some(outbound) = at.strip_prefix('o') {
+            let (created_at, id) = outbound.split_once('.').ok_or_else(invalid)?;
+            Position::Outbound(cursor::decode_number("cursor", KIND, created_at)?, id.to_string())
+        } else if let Some(seq) = at.strip_prefix('i') {
+            Position::Inbound(cursor::decode_number("cursor", KIND, seq)?)
+        } else {
+            return Err(invalid());
         };
         positions.insert(bridge_id.to_string(), at);
     }
@@ -222,22 +211,14 @@ mod tests {
     #[test]
     fn a_cursor_keeps_every_walk_and_refuses_what_it_did_not_make() {
         let positions = [
-            ("br_a".to_string(), Position::Outbound(17, "msg_01x".into())),
-            ("br_b".to_string(), Position::Inbound(42)),
-            ("br_c".to_string(), Position::Done),
-            ("br_d".to_string(), Position::Newest),
+            ("br_a", Position::Outbound(17, "msg_01x".into())),
+            ("br_b", Position::Inbound(42)),
+            ("br_c", Position::Done),
         ];
-        let walks: Vec<Walk> = positions
-            .iter()
-            .map(|(id, at)| Walk {
-                bridge_id: id.clone(),
-                at: at.clone(),
-                rest: Vec::new().into_iter().peekable(),
-            })
-            .collect();
-        let decoded = decode(&encode(&walks)).expect("decode");
-        assert_eq!(decoded, positions.into_iter().collect::<HashMap<_, _>>());
-        let bad = ["br_a=x1", "br_a=", "br_a=é1", "br_a=o12", "br_a=i-3", "br_a"];
+        let decoded = decode(&encode(&positions)).expect("decode");
+        let expected = positions.into_iter().map(|(id, at)| (id.to_string(), at)).collect::<HashMap<_, _>>();
+        assert_eq!(decoded, expected);
+        let bad = ["br_a=x1", "br_a=", "br_a=é1", "br_a=o12", "br_a=i-3", "br_a", "br_a=newest"];
         let bad = bad.map(|part| cursor::encode(KIND, &[part]));
         for bad in bad.into_iter().chain([cursor::encode("list", &["1"]), "%%".into()]) {
             let e = decode(&bad).expect_err("refused");

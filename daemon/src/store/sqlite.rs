@@ -548,7 +548,7 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         params![m.key_scope, m.key, m.request_hash, m.id, m.now],
     )?;
     // The input refers to the message for its content (see `claim_turn`): a message of up
-    // to 100,000 characters is written once, not twice.
+    // to 100,000 characters is not copied into its queued input.
     let input = NewInput {
         id: format!("in_{}", m.id),
         kind: InputKind::Message,
@@ -1473,7 +1473,7 @@ mod tests {
     }
 
     #[test]
-    fn a_message_is_stored_once_and_its_turn_still_gets_its_content() {
+    fn a_message_is_not_copied_into_its_input_and_its_turn_still_gets_its_content() {
         let mut conn = Connection::open_in_memory().expect("open");
         migrate(&mut conn).expect("migrate");
         conn.execute_batch(

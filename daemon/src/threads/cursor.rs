@@ -14,8 +14,7 @@ pub fn encode(kind: &str, parts: &[&str]) -> String {
     BASE64URL_NOPAD.encode(text.as_bytes())
 }
 
-/// The parts of a cursor of `kind`, exactly `n` of them.
-/// The last part may contain `:`.
+/// The parts of a cursor of `kind`, exactly `n` of them; the last may contain `:`.
 pub fn decode(field: &'static str, kind: &str, cursor: &str, n: usize) -> Result<Vec<String>> {
     let parts = split(field, kind, cursor, n + 1)?;
     if parts.len() != n {
