@@ -14,7 +14,9 @@
 use std::time::{Duration, Instant};
 
 use kiki_proto as pb;
-use kiki_tests::measure::{cpu_time, fsync_floor, percentile, setting, udp_round_trip_floor, us};
+use kiki_tests::measure::{
+    cpu_time, fsync_after_idle, fsync_floor, percentile, setting, udp_round_trip_floor, us,
+};
 use kiki_tests::{TestHome, UdpRelay};
 
 /// The homes run in this process: give them kikid's allocator.
@@ -45,6 +47,7 @@ async fn home() -> TestHome {
 async fn main() {
     let dir = tempfile::tempdir().expect("dir");
     let fsync = fsync_floor(dir.path());
+    let idle_fsync = fsync_after_idle(dir.path(), Duration::from_millis(1));
     let udp = udp_round_trip_floor().await;
     let (a, b) = (home().await, home().await);
 
@@ -119,11 +122,16 @@ async fn main() {
     let budget = fsync * 2 + udp + Duration::from_micros(500);
     println!("kiki bridges benchmark");
     println!("  fsync floor, p50                            {:>10}", us(fsync));
+    println!("  the same after 1 ms of disk idle, p50       {:>10}", us(idle_fsync));
     println!("  UDP round trip on loopback, p50             {:>10}", us(udp));
     println!(
         "  cross-home delivered, p50                   {:>10}   (target <= {} = 2 fsync + 1 RTT + 0.5 ms)",
         us(percentile(&latencies, 0.5)),
         us(budget)
+    );
+    println!(
+        "  the same budget with idle fsyncs            {:>10}   (2 idle fsync + 1 RTT + 0.5 ms)",
+        us(idle_fsync * 2 + udp + Duration::from_micros(500))
     );
     println!("  cross-home delivered, p99                   {:>10}", us(percentile(&latencies, 0.99)));
     println!("  cross-home durable sends, 1 sender          {:>10.0} /s", single_rate);

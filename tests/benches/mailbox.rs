@@ -16,7 +16,9 @@ use kiki_client::Client;
 use kiki_proto as pb;
 use kiki_tests::binaries::kiki_json;
 use kiki_tests::local;
-use kiki_tests::measure::{HeldHome, cpu_time, fsync_floor, percentile, process_cpu_time, rss_kb, us};
+use kiki_tests::measure::{
+    HeldHome, cpu_time, fsync_after_idle, fsync_floor, percentile, process_cpu_time, rss_kb, us,
+};
 
 const SINGLE_SENDS: usize = 300;
 const SENDERS: usize = 64;
@@ -34,6 +36,7 @@ fn send(target: &str, content: String, key: String) -> pb::ThreadSendRequest {
 async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let floor = fsync_floor(dir.path());
+    let idle_fsync = fsync_after_idle(dir.path(), Duration::from_millis(1));
     let HeldHome { home, client, pid, held } = HeldHome::start(dir.path()).await;
 
     // One sender, one durable send at a time.
@@ -154,6 +157,7 @@ async fn main() {
 
     println!("kiki mailbox benchmark");
     println!("  fsync floor (4 KiB write + fsync), p50     {:>10}", us(floor));
+    println!("  the same after 1 ms of disk idle, p50      {:>10}", us(idle_fsync));
     println!("  durable sends, 1 sender                    {:>10.0} /s", single_rate);
     println!("  durable sends, {SENDERS} senders                  {:>10.0} /s", concurrent_rate);
     println!(

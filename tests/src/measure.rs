@@ -5,12 +5,12 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The value at quantile `p` (0..=1) of sorted samples.
 /// A bench knob from the environment (`name`), or its default.
 pub fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The value at quantile `p` (0..=1) of sorted samples.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -19,12 +19,24 @@ pub fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
-/// p50 of write-4-KiB + fsync in `dir`: the floor any durable commit pays.
+/// p50 of write-4-KiB + fsync in `dir`, back to back: the floor any durable commit pays.
 pub fn fsync_floor(dir: &Path) -> Duration {
+    fsync_p50(dir, Duration::ZERO, 200)
+}
+
+/// p50 of write-4-KiB + fsync in `dir`, each after the disk idled for `idle`. On a VM the
+/// host's disk backend may poll only briefly after an I/O: a lone commit (one sender, one
+/// request) can then cost many times the back-to-back floor, and this shows how many.
+pub fn fsync_after_idle(dir: &Path, idle: Duration) -> Duration {
+    fsync_p50(dir, idle, 100)
+}
+
+fn fsync_p50(dir: &Path, idle: Duration, samples: usize) -> Duration {
     let mut file = std::fs::File::create(dir.join("fsync-probe")).expect("probe");
     let block = [7u8; 4096];
-    let mut times = Vec::new();
-    for _ in 0..200 {
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        std::thread::sleep(idle);
         let t = Instant::now();
         file.write_all(&block).expect("write");
         file.sync_all().expect("fsync");
