@@ -35,15 +35,12 @@ const FOLLOW_UP_FIRST: Duration = Duration::from_secs(1);
 const FOLLOW_UP_CAP: Duration = Duration::from_secs(60);
 /// How often the worker looks for due entries.
 const TICK: Duration = Duration::from_millis(100);
-/// Due entries read per tick, and attempts under way at most.
-const DUE_PER_TICK: u32 = 256;
+/// Attempts under way at most.
 const MAX_ATTEMPTS_IN_FLIGHT: usize = 256;
 /// The worker's attempts under way to one peer at most: a peer that went silent while it
 /// still counted as answering (its attempts hang until they time out) leaves the other
 /// half of the slots to the other peers.
 const MAX_ATTEMPTS_PER_PEER: usize = MAX_ATTEMPTS_IN_FLIGHT / 2;
-/// Listings per tick, each without the peers of the full listings before it.
-const PASSES_PER_TICK: usize = 4;
 /// How long one delivery attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Wire codes after which retrying cannot help.
@@ -259,10 +256,9 @@ impl PeerSlot {
         Some(Self { inner: inner.clone(), peer: peer.to_string() })
     }
 
-    /// The peers holding their whole share: the worker does not list their entries.
-    fn full(inner: &Inner) -> Vec<String> {
-        let shipping = lock(&inner.shipping);
-        shipping.iter().filter(|(_, n)| **n >= MAX_ATTEMPTS_PER_PEER).map(|(p, _)| p.clone()).collect()
+    /// Whether the peer holds its whole share: the worker does not list its entries.
+    fn is_full(inner: &Inner, peer: &str) -> bool {
+        lock(&inner.shipping).get(peer).is_some_and(|n| *n >= MAX_ATTEMPTS_PER_PEER)
     }
 }
 
@@ -844,7 +840,9 @@ impl Bridges {
         Ok(())
     }
 
-    /// The outbox worker: ships due entries until `stop`. Each attempt runs on its own
+    /// The outbox worker: ships due entries until `stop`. Each peer's are listed on their
+    /// own, at most its share of attempts at a time, so no peer's backlog hides another's and
+    /// a listing costs the same however many entries wait. Each attempt runs on its own
     /// task, so a peer that does not answer (up to [`ATTEMPT_TIMEOUT`] per attempt) holds
     /// up no other; an entry already being attempted (inline by its send, or by an
     /// earlier tick) is skipped until its outcome is recorded. A silent peer gets one
@@ -852,29 +850,21 @@ impl Bridges {
     /// call: their retry window is over, or this home revoked the bridge. No peer gets
     /// more than [`MAX_ATTEMPTS_PER_PEER`] at once.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
-        loop {
-            // Peers being probed wait for the probe, unless their bridge is revoked or gone
-            // (such entries need no call); peers holding their share of slots wait for those.
-            let probed: Vec<String> = lock(&self.inner.probing).iter().cloned().collect();
-            let mut skipped = Vec::with_capacity(probed.len());
-            for peer in probed {
-                if self.calls_go_to(&peer).await {
-                    skipped.push(peer);
+        for tick in 0usize.. {
+            let peers = self.outbox_peers().await;
+            // Another peer goes first at each tick, so none always gets the last free slots.
+            let first = tick % peers.len().max(1);
+            for peer in peers[first..].iter().chain(&peers[..first]) {
+                if PeerSlot::is_full(&self.inner, peer) || self.waits_for_probe(peer).await {
+                    continue;
                 }
-            }
-            skipped.extend(PeerSlot::full(&self.inner));
-            // A full listing may be one peer's entries already under way or over its share:
-            // every peer in it had its turn, so the next pass lists the others.
-            for _ in 0..PASSES_PER_TICK {
-                match self.inner.store.outbox_due(now_ms(), DUE_PER_TICK, &skipped).await {
+                // Its attempts under way are listed too (still due until their outcome is
+                // recorded): the rest of the listing fills its free slots.
+                match self.inner.store.outbox_due(peer, now_ms(), MAX_ATTEMPTS_PER_PEER as u32).await {
                     Ok(due) => {
-                        let full = due.len() >= DUE_PER_TICK as usize;
-                        let seen: HashSet<String> = due.iter().map(|e| e.peer_home_id.clone()).collect();
-                        if !self.ship_due(due).await || !full {
+                        if !self.ship_due(due).await {
                             break;
                         }
-                        // None of them was skipped already: skipped peers are not listed.
-                        skipped.extend(seen);
                     }
                     Err(e) => {
                         warn!(error = %e, "cannot read the outbox");
@@ -887,6 +877,19 @@ impl Bridges {
                 () = tokio::time::sleep(TICK) => {}
             }
         }
+    }
+
+    /// The peers an outbox entry may be for: those of this home's outbound bridges, whatever
+    /// their state (a revoked bridge's entries still have to end).
+    async fn outbox_peers(&self) -> Vec<String> {
+        let Ok(bridges) = self.all().await else { return Vec::new() };
+        bridges.iter().filter(|b| b.direction == "outbound").map(|b| b.peer_home_id.clone()).collect()
+    }
+
+    /// Whether the peer's entries wait for its probe: it is being probed and calls still go
+    /// to it (a revoked bridge's entries need no call).
+    async fn waits_for_probe(&self, peer: &str) -> bool {
+        lock(&self.inner.probing).contains(peer) && self.calls_go_to(peer).await
     }
 
     /// Starts an attempt for each listed entry that may have one now; `false` once the

@@ -64,7 +64,7 @@ impl Bridges {
             .filter(|e| e.bridge_id == bridge.id && e.status != "pending")
             .map(|e| e.id.clone())
             .collect();
-        Ok(self.inner.store.outbox_pending(&bridge.id, &settled).await?)
+        Ok(self.inner.store.outbox_pending(&bridge.peer_home_id, &bridge.id, &settled).await?)
     }
 
     /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it;

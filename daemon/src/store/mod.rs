@@ -571,14 +571,9 @@ pub trait Store: Send + Sync + 'static {
     /// `undeliverable`). A final entry (delivered, rejected, expired) is left as it is, and
     /// the event is not added.
     async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;
-    /// Pending entries (to ship) and accepted ones (to follow up) due at `now`, oldest first,
-    /// except those for `skip_peers`.
-    async fn outbox_due(
-        &self,
-        now: Millis,
-        limit: u32,
-        skip_peers: &[String],
-    ) -> StoreResult<Vec<OutboxRecord>>;
+    /// The peer's pending entries (to ship) and accepted ones (to follow up) due at `now`,
+    /// oldest first, at most `limit`.
+    async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
     /// The bridge's entries newest first (by creation, then id), at most `limit`: from
     /// (created_at, id) back, that entry included, when given.
     async fn outbox_page(
@@ -587,9 +582,9 @@ pub trait Store: Send + Sync + 'static {
         from: Option<(Millis, String)>,
         limit: u32,
     ) -> StoreResult<Vec<OutboxRecord>>;
-    /// How many of the bridge's entries the target has not acknowledged (`pending`), those
-    /// with an id in `except` left out.
-    async fn outbox_pending(&self, bridge_id: &str, except: &[String]) -> StoreResult<u64>;
+    /// How many entries of the bridge to `peer` the target has not acknowledged (`pending`),
+    /// those with an id in `except` left out.
+    async fn outbox_pending(&self, peer: &str, bridge_id: &str, except: &[String]) -> StoreResult<u64>;
     /// The outbox entry of a sender's key for a peer, if any.
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;
     /// Makes every pending or accepted entry for `peer` due now (the link answered again,

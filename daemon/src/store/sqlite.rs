@@ -34,6 +34,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "message inputs by reference",
         include_str!("migrations/sqlite/0010_message_inputs_by_reference.sql"),
     ),
+    (11, "outbox due by peer", include_str!("migrations/sqlite/0011_outbox_due_by_peer.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -589,6 +590,24 @@ const UNQUEUE_THREAD_MESSAGES: &str =
 /// Drops the queued inputs a peer's bridge brought (`?` = peer home id), once their
 /// messages are undeliverable: one pass over the queued input, not one per message.
 const UNQUEUE_PEER_MESSAGES: &str = "DELETE FROM inputs WHERE turn_id IS NULL AND source_host = ?";
+
+// The outbox statements by peer walk `outbox_due` (entries in flight, by peer and due time),
+// never a peer's whole history nor the other peers' due entries.
+/// A peer's due entries, oldest first (after `SELECT` and the columns).
+const OUTBOX_DUE: &str = "FROM outbox WHERE peer_home_id = ? AND status IN ('pending', 'accepted')
+     AND next_attempt_at <= ? ORDER BY next_attempt_at";
+/// A bridge's unacknowledged entries but those in a JSON list of ids. `status IN` is what lets
+/// the index serve (its condition); the bridge's peer, its first column.
+const OUTBOX_PENDING: &str = "SELECT COUNT(*) FROM outbox INDEXED BY outbox_due
+     WHERE peer_home_id = ? AND status IN ('pending', 'accepted') AND status = 'pending' AND bridge_id = ?
+       AND id NOT IN (SELECT value FROM json_each(?))";
+/// Makes a peer's entries due now (?1 = now), except those no longer followed up.
+const OUTBOX_RETRY_NOW: &str = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2
+     AND status IN ('pending', 'accepted') AND next_attempt_at > ?1
+     AND next_attempt_at <> 9223372036854775807";
+/// Puts off a peer's entries due before ?1 to ?1, but entry ?3.
+const OUTBOX_DEFER: &str = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2 AND id <> ?3
+     AND status IN ('pending', 'accepted') AND next_attempt_at < ?1";
 
 /// Queued input a turn may take: all of it, except peer messages while the thread's
 /// communication is off (`?` = take_messages) and messages brought by a bridge whose
@@ -1293,24 +1312,14 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn outbox_due(
-        &self,
-        now: Millis,
-        limit: u32,
-        skip_peers: &[String],
-    ) -> StoreResult<Vec<OutboxRecord>> {
-        let skip = serde_json::to_string(skip_peers).map_err(|e| StoreError::Backend(e.to_string()))?;
+    async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>> {
+        let peer = peer.to_string();
         self.db
             .read(move |conn| {
                 page(
                     conn,
-                    &format!(
-                        "SELECT {OUTBOX_COLUMNS} FROM outbox
-                         WHERE status IN ('pending', 'accepted') AND next_attempt_at <= ?
-                           AND peer_home_id NOT IN (SELECT value FROM json_each(?))
-                         ORDER BY next_attempt_at"
-                    ),
-                    params![now, skip],
+                    &format!("SELECT {OUTBOX_COLUMNS} {OUTBOX_DUE}"),
+                    params![peer, now],
                     limit,
                     outbox_from,
                 )
@@ -1343,35 +1352,18 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn outbox_pending(&self, bridge_id: &str, except: &[String]) -> StoreResult<u64> {
-        let bridge_id = bridge_id.to_string();
+    async fn outbox_pending(&self, peer: &str, bridge_id: &str, except: &[String]) -> StoreResult<u64> {
+        let (peer, bridge_id) = (peer.to_string(), bridge_id.to_string());
         let except = serde_json::to_string(except).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.db
-            .read(move |conn| {
-                // Walks `outbox_due` (the entries in flight), not the bridge's whole history;
-                // the first condition is the one that lets it.
-                count(
-                    conn,
-                    "SELECT COUNT(*) FROM outbox INDEXED BY outbox_due
-                     WHERE status IN ('pending', 'accepted') AND status = 'pending' AND bridge_id = ?
-                       AND id NOT IN (SELECT value FROM json_each(?))",
-                    params![bridge_id, except],
-                )
-            })
-            .await
+        self.db.read(move |conn| count(conn, OUTBOX_PENDING, params![peer, bridge_id, except])).await
     }
 
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()> {
-        let sql = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2
-                   AND status IN ('pending', 'accepted') AND next_attempt_at > ?1
-                   AND next_attempt_at <> 9223372036854775807";
-        self.write_statement(sql, (now, peer.to_string())).await
+        self.write_statement(OUTBOX_RETRY_NOW, (now, peer.to_string())).await
     }
 
     async fn outbox_defer(&self, peer: &str, except: &str, until: Millis) -> StoreResult<()> {
-        let sql = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2 AND id <> ?3
-                   AND status IN ('pending', 'accepted') AND next_attempt_at < ?1";
-        self.write_statement(sql, (until, peer.to_string(), except.to_string())).await
+        self.write_statement(OUTBOX_DEFER, (until, peer.to_string(), except.to_string())).await
     }
 
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()> {
@@ -1448,20 +1440,21 @@ mod tests {
         assert!(limited.get_status(StatementStatus::RePrepare) > 0);
     }
 
+    /// `EXPLAIN QUERY PLAN` of `sql`, its steps joined by "; ".
+    fn query_plan(conn: &Connection, sql: &str) -> String {
+        let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("plan");
+        let n = statement.parameter_count();
+        let rows = statement
+            .query_map(rusqlite::params_from_iter(std::iter::repeat_n("x", n)), |row| row.get::<_, String>(3))
+            .expect("rows");
+        rows.collect::<Result<Vec<_>, _>>().expect("plan rows").join("; ")
+    }
+
     #[test]
     fn undelivering_and_unqueueing_messages_search_indexes_instead_of_scanning_history() {
         let mut conn = Connection::open_in_memory().expect("open");
         migrate(&mut conn).expect("migrate");
-        let plan = |sql: &str| -> String {
-            let n = sql.matches('?').count();
-            let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("plan");
-            let rows = statement
-                .query_map(rusqlite::params_from_iter(std::iter::repeat_n("x", n)), |row| {
-                    row.get::<_, String>(3)
-                })
-                .expect("rows");
-            rows.collect::<Result<Vec<_>, _>>().expect("plan rows").join("; ")
-        };
+        let plan = |sql: &str| query_plan(&conn, sql);
         let undeliver = plan(UNDELIVER_TURN_MESSAGES);
         assert!(!undeliver.contains("SCAN"), "{undeliver}");
         assert!(undeliver.contains("inputs_by_turn"), "{undeliver}");
@@ -1470,6 +1463,21 @@ mod tests {
         // One pass over the queued input, whichever index it walks.
         let peer = plan(UNQUEUE_PEER_MESSAGES);
         assert!(peer.contains("turn_id=?") || peer.contains("inputs_queued"), "{peer}");
+    }
+
+    #[test]
+    fn the_outbox_statements_by_peer_walk_its_entries_in_flight() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        migrate(&mut conn).expect("migrate");
+        for (sql, walk) in [
+            (format!("SELECT * {OUTBOX_DUE}"), "(peer_home_id=? AND next_attempt_at<?)"),
+            (OUTBOX_PENDING.to_string(), "(peer_home_id=?)"),
+            (OUTBOX_RETRY_NOW.to_string(), "(peer_home_id=? AND next_attempt_at>?)"),
+            (OUTBOX_DEFER.to_string(), "(peer_home_id=? AND next_attempt_at<?)"),
+        ] {
+            let plan = query_plan(&conn, &sql);
+            assert!(plan.contains(&format!("USING INDEX outbox_due {walk}")), "{sql}: {plan}");
+        }
     }
 
     #[test]
