@@ -193,7 +193,7 @@ pub async fn run(args: Args) -> Result<()> {
             if json {
                 print_json(&pb::AttentionResponse {});
             } else {
-                println!("attention asked");
+                outln!("attention asked");
             }
             Ok(())
         }
@@ -238,10 +238,10 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             if json {
                 print_json(&created);
             } else {
-                println!("{}  {}", created.id, created.title);
-                println!("  profile {}, cwd {}", created.profile, created.cwd);
+                outln!("{}  {}", created.id, created.title);
+                outln!("  profile {}, cwd {}", created.profile, created.cwd);
                 if created.prompt_started {
-                    println!("  first turn started");
+                    outln!("  first turn started");
                 }
             }
         }
@@ -258,10 +258,10 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             } else {
                 for t in &page.threads {
                     let state = pb::json::enum_word(t.state().as_str_name(), "THREAD_STATE_");
-                    println!("{}  {:<7}  {:<8}  {}  ({})", t.id, state, t.profile, t.title, t.cwd);
+                    outln!("{}  {:<7}  {:<8}  {}  ({})", t.id, state, t.profile, t.title, t.cwd);
                 }
                 if let Some(next) = &page.next_cursor {
-                    println!("more: --cursor {next}");
+                    outln!("more: --cursor {next}");
                 }
             }
         }
@@ -276,7 +276,7 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             if json {
                 print_json(&page);
             } else if let Some(segment) = &page.segment {
-                print!("{}", segment.text);
+                out!("{}", segment.text);
                 if let Some(next) = &segment.next {
                     eprintln!("\nmore: --content-ref {} --cursor {next}", segment.content_ref);
                 }
@@ -303,7 +303,7 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
                 let replay = if sent.replayed { " (replayed: sent before with this key)" } else { "" };
                 let reason =
                     if sent.reason.is_empty() { String::new() } else { format!(": {}", sent.reason) };
-                println!("{} {status}{reason}{replay}", sent.message_id);
+                outln!("{} {status}{reason}{replay}", sent.message_id);
             }
         }
         ThreadCommand::Wait { references, timeout_ms, cursors } => {
@@ -335,7 +335,7 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             if json {
                 print_json(&set);
             } else if let Some(t) = set.thread {
-                println!("{}: communication {}", t.id, communication);
+                outln!("{}: communication {}", t.id, communication);
             }
         }
         ThreadCommand::Say { reference: r, text } => {
@@ -344,9 +344,9 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             if json {
                 print_json(&said);
             } else if said.turn_started {
-                println!("turn started");
+                outln!("turn started");
             } else {
-                println!("queued: the next turn takes it");
+                outln!("queued: the next turn takes it");
             }
         }
         ThreadCommand::Archive { reference: r } => archive(&client, &r, true, json).await?,
@@ -363,8 +363,8 @@ async fn archive(client: &Client, r: &str, archived: bool, json: bool) -> Result
     } else {
         let word = if archived { "archived" } else { "unarchived" };
         match (done.changed, &done.thread) {
-            (true, Some(t)) => println!("{word} {}", t.id),
-            (false, Some(t)) => println!("{} was already {word}", t.id),
+            (true, Some(t)) => outln!("{word} {}", t.id),
+            (false, Some(t)) => outln!("{} was already {word}", t.id),
             _ => {}
         }
     }
@@ -374,26 +374,26 @@ async fn archive(client: &Client, r: &str, archived: bool, json: bool) -> Result
 fn show_turns(page: &pb::ThreadReadResponse) {
     for turn in &page.turns {
         let status = pb::json::enum_word(turn.status().as_str_name(), "TURN_STATUS_");
-        println!("── turn {} · {} · {}", turn.seq, status, turn.ended_at);
+        outln!("── turn {} · {} · {}", turn.seq, status, turn.ended_at);
         for line in turn.input.lines() {
-            println!("> {line}");
+            outln!("> {line}");
         }
         if turn.input_truncated {
-            println!("> … (input cut; read it with --content-ref {}.input)", turn.id);
+            outln!("> … (input cut; read it with --content-ref {}.input)", turn.id);
         }
-        println!("{}", turn.output);
+        outln!("{}", turn.output);
         if turn.output_truncated {
-            println!("… (output cut; read it with --content-ref {}.output)", turn.id);
+            outln!("… (output cut; read it with --content-ref {}.output)", turn.id);
         }
         if !turn.error.is_empty() {
-            println!("error: {}", turn.error);
+            outln!("error: {}", turn.error);
         }
     }
     if page.turns.is_empty() {
-        println!("(no ended turns)");
+        outln!("(no ended turns)");
     }
     if let Some(next) = &page.next_cursor {
-        println!("more: --cursor {next}");
+        outln!("more: --cursor {next}");
     }
 }
 
@@ -409,7 +409,7 @@ async fn set_inbound(
         print_json(&set);
     } else if let Some(b) = &set.bridge {
         let done = if enabled { "enabled" } else { "disabled" };
-        println!("{done} {} ({} {})", b.id, b.direction, b.peer_home_id);
+        outln!("{done} {} ({} {})", b.id, b.direction, b.peer_home_id);
     }
     Ok(())
 }
@@ -428,9 +428,11 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             if json {
                 print_json(&done);
             } else if let Some(b) = &done.bridge {
-                println!(
+                outln!(
                     "requested {} as {:?} (request {}); waiting for its owner's approval",
-                    b.peer_home_id, b.alias, done.request_id
+                    b.peer_home_id,
+                    b.alias,
+                    done.request_id
                 );
             }
         }
@@ -440,7 +442,7 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                 print_json(&pending);
             } else {
                 for r in &pending.requests {
-                    println!(
+                    outln!(
                         "{}  from {} ({})  wants {}  since {}",
                         r.id,
                         r.peer_home_id,
@@ -450,7 +452,7 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                     );
                 }
                 if pending.requests.is_empty() {
-                    println!("(no pending requests)");
+                    outln!("(no pending requests)");
                 }
             }
         }
@@ -473,7 +475,7 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             if json {
                 print_json(&approved);
             } else if let Some(b) = &approved.bridge {
-                println!("bridge {} from {}: {}", b.id, b.peer_home_id, b.permissions.join(","));
+                outln!("bridge {} from {}: {}", b.id, b.peer_home_id, b.permissions.join(","));
             }
         }
         BridgeCommand::Reject { request } => {
@@ -482,7 +484,7 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             if json {
                 print_json(&rejected);
             } else {
-                println!("rejected");
+                outln!("rejected");
             }
         }
         BridgeCommand::Disable { bridge } => set_inbound(&mut bridges, bridge, false, json).await?,
@@ -492,7 +494,7 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             if json {
                 print_json(&revoked);
             } else if let Some(b) = &revoked.bridge {
-                println!("revoked {} ({} {})", b.id, b.direction, b.peer_home_id);
+                outln!("revoked {} ({} {})", b.id, b.direction, b.peer_home_id);
             }
         }
         BridgeCommand::Receipts { bridge, limit, cursor } => {
@@ -503,13 +505,19 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             } else {
                 for r in &receipts.receipts {
                     let reason = if r.reason.is_empty() { String::new() } else { format!(" ({})", r.reason) };
-                    println!(
+                    outln!(
                         "{}  {:<8} {}  key {}  {}{reason}  attempts {}  {}",
-                        r.message_id, r.direction, r.target, r.idempotency_key, r.status, r.attempts, r.at
+                        r.message_id,
+                        r.direction,
+                        r.target,
+                        r.idempotency_key,
+                        r.status,
+                        r.attempts,
+                        r.at
                     );
                 }
                 if let Some(next) = &receipts.next_cursor {
-                    println!("older: --cursor {next}");
+                    outln!("older: --cursor {next}");
                 }
             }
         }
@@ -518,14 +526,14 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             if json {
                 print_json(&list);
             } else {
-                println!("listening on {}", list.listen);
+                outln!("listening on {}", list.listen);
                 for b in &list.bridges {
                     let never = |at: &str| if at.is_empty() { "never".to_string() } else { at.to_string() };
                     let mut health = format!("last success {}", never(&b.last_success));
                     if !b.last_error_at.is_empty() {
                         health.push_str(&format!(", last error {} ({})", b.last_error_at, b.last_error));
                     }
-                    println!(
+                    outln!(
                         "{}  {:<8} {:<9} {} ({})  [{}]  {health}, {} pending",
                         b.id,
                         b.direction,
@@ -556,12 +564,12 @@ fn show_wait(w: &pb::ThreadWaitResponse) {
                 pb::EventKind::Undeliverable => format!("message {}: {}", e.message_id, e.reason),
                 _ => e.reason.clone(),
             };
-            println!("{target}  {}  {kind}  {detail}", e.at);
+            outln!("{target}  {}  {kind}  {detail}", e.at);
         }
-        println!("--cursor {target}={}", result.cursor);
+        outln!("--cursor {target}={}", result.cursor);
     }
     if w.timed_out {
-        println!("(timed out)");
+        outln!("(timed out)");
     }
 }
 
@@ -570,12 +578,12 @@ pub fn show_status(s: &pb::StatusResponse, json: bool) {
         print_json(s);
         return;
     }
-    println!("home      {}", s.home);
-    println!("home id   {}", s.home_id);
-    println!("kikid     pid {} · version {} · since {}", s.pid, s.version, s.started_at);
-    println!("socket    {}", s.socket);
-    println!("store     {}", s.store);
-    println!("threads   {} ({} running turns)", s.threads, s.running_turns);
-    println!("profiles  {} (default {})", s.profiles.join(", "), s.default_profile);
-    println!("bridges   listening on {} (QUIC)", s.bridge_listen);
+    outln!("home      {}", s.home);
+    outln!("home id   {}", s.home_id);
+    outln!("kikid     pid {} · version {} · since {}", s.pid, s.version, s.started_at);
+    outln!("socket    {}", s.socket);
+    outln!("store     {}", s.store);
+    outln!("threads   {} ({} running turns)", s.threads, s.running_turns);
+    outln!("profiles  {} (default {})", s.profiles.join(", "), s.default_profile);
+    outln!("bridges   listening on {} (QUIC)", s.bridge_listen);
 }

@@ -1,6 +1,17 @@
 //! `kiki`: the command line of a kiki home. Every command takes `--json` and then prints
 //! exactly one JSON document on stdout (errors too, as `{"error": {"code", "message"}}`).
 
+/// `print!` for kiki's results, through [`output::write_out`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::output::write_out(format_args!($($arg)*)) };
+}
+
+/// `println!` for kiki's results, through [`output::write_out`].
+macro_rules! outln {
+    () => { $crate::output::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::output::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 mod cli;
 mod output;
 mod up;

@@ -1,15 +1,28 @@
 //! How results and errors are printed: one JSON document with `--json`, text otherwise.
 
+use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 
 use kiki_client::ClientError;
 use serde::Serialize;
 use tonic::Code;
 
+/// Writes a result to stdout. A reader that went away (`kiki thread list --json | head`)
+/// ends kiki quietly (exit 0, nothing on stderr) instead of a panic on the broken pipe.
+pub fn write_out(text: std::fmt::Arguments) {
+    if let Err(e) = std::io::stdout().lock().write_fmt(text) {
+        if e.kind() == ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("kiki: cannot write the result: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// Prints `value` as one JSON document (proto field names, snake_case).
 pub fn print_json<T: Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
+        Ok(text) => outln!("{text}"),
         Err(e) => eprintln!("kiki: cannot encode the result as JSON: {e}"),
     }
 }

@@ -38,7 +38,7 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
     let socket = home.join("kikid.sock");
     if let Some(s) = status(&socket).await {
         if !json {
-            println!("already running");
+            outln!("already running");
         }
         show_status(&s, json);
         return Ok(());
@@ -97,7 +97,7 @@ pub async fn down(home: &Path, json: bool) -> Result<()> {
         if json {
             print_json(&pb::ShutdownResponse {});
         } else {
-            println!("not running");
+            outln!("not running");
         }
         return Ok(());
     };
@@ -113,7 +113,7 @@ pub async fn down(home: &Path, json: bool) -> Result<()> {
     if json {
         print_json(&pb::ShutdownResponse {});
     } else {
-        println!("stopped");
+        outln!("stopped");
     }
     Ok(())
 }

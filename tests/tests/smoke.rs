@@ -158,6 +158,31 @@ fn cli_errors_are_json_with_codes_and_leave_no_trace() {
 }
 
 #[test]
+fn a_reader_that_goes_away_ends_kiki_quietly() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    for args in [&["--json", "status"][..], &["status"], &["--json", "thread", "read", "th_nope"]] {
+        let mut child = Command::new(binary("kiki"))
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kiki");
+        // The reader closes its end before kiki has anything to write (`kiki … | head -0`).
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("kiki ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "kiki {args:?}: {stderr}");
+        if args != ["--json", "thread", "read", "th_nope"] {
+            assert!(out.status.success(), "kiki {args:?}: {:?} {stderr}", out.status);
+        }
+    }
+}
+
+#[test]
 fn thread_commands_end_to_end() {
     let (dir, home) = new_home();
     let _down = Down(&home);
