@@ -882,7 +882,13 @@ impl Bridges {
     /// The peers an outbox entry may be for: those of this home's outbound bridges, whatever
     /// their state (a revoked bridge's entries still have to end).
     async fn outbox_peers(&self) -> Vec<String> {
-        let Ok(bridges) = self.all().await else { return Vec::new() };
+        let bridges = match self.all().await {
+            Ok(bridges) => bridges,
+            Err(e) => {
+                warn!(error = %e, "cannot read the bridges");
+                return Vec::new();
+            }
+        };
         bridges.iter().filter(|b| b.direction == "outbound").map(|b| b.peer_home_id.clone()).collect()
     }
 

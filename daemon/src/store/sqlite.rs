@@ -604,7 +604,7 @@ const OUTBOX_PENDING: &str = "SELECT COUNT(*) FROM outbox INDEXED BY outbox_due
 /// Makes a peer's entries due now (?1 = now), except those no longer followed up.
 const OUTBOX_RETRY_NOW: &str = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2
      AND status IN ('pending', 'accepted') AND next_attempt_at > ?1
-     AND next_attempt_at <> 9223372036854775807";
+     AND next_attempt_at < 9223372036854775807";
 /// Puts off a peer's entries due before ?1 to ?1, but entry ?3.
 const OUTBOX_DEFER: &str = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2 AND id <> ?3
      AND status IN ('pending', 'accepted') AND next_attempt_at < ?1";
@@ -1472,7 +1472,8 @@ mod tests {
         for (sql, walk) in [
             (format!("SELECT * {OUTBOX_DUE}"), "(peer_home_id=? AND next_attempt_at<?)"),
             (OUTBOX_PENDING.to_string(), "(peer_home_id=?)"),
-            (OUTBOX_RETRY_NOW.to_string(), "(peer_home_id=? AND next_attempt_at>?)"),
+            // Not the entries no longer followed up (due at i64::MAX), however many there are.
+            (OUTBOX_RETRY_NOW.to_string(), "(peer_home_id=? AND next_attempt_at>? AND next_attempt_at<?)"),
             (OUTBOX_DEFER.to_string(), "(peer_home_id=? AND next_attempt_at<?)"),
         ] {
             let plan = query_plan(&conn, &sql);
