@@ -851,11 +851,23 @@ impl Bridges {
     /// more than [`MAX_ATTEMPTS_PER_PEER`] at once.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
         for tick in 0usize.. {
-            let peers = self.outbox_peers().await;
+            // Whatever their state: a revoked bridge's entries still have to end.
+            let bridges = match self.all().await {
+                Ok(bridges) => bridges,
+                Err(e) => {
+                    warn!(error = %e, "cannot read the bridges");
+                    Default::default()
+                }
+            };
+            let outbound: Vec<&BridgeRecord> = bridges.iter().filter(|b| b.direction == "outbound").collect();
             // Another peer goes first at each tick, so none always gets the last free slots.
-            let first = tick % peers.len().max(1);
-            for peer in peers[first..].iter().chain(&peers[..first]) {
-                if PeerSlot::is_full(&self.inner, peer) || self.waits_for_probe(peer).await {
+            let first = tick % outbound.len().max(1);
+            for bridge in outbound[first..].iter().chain(&outbound[..first]) {
+                let peer = &bridge.peer_home_id;
+                // A probed peer's entries wait for its probe, unless calls no longer go to it
+                // (the bridge is revoked: they need no call).
+                let waits_for_probe = bridge.state != "revoked" && lock(&self.inner.probing).contains(peer);
+                if waits_for_probe || PeerSlot::is_full(&self.inner, peer) {
                     continue;
                 }
                 // Its attempts under way are listed too (still due until their outcome is
@@ -877,25 +889,6 @@ impl Bridges {
                 () = tokio::time::sleep(TICK) => {}
             }
         }
-    }
-
-    /// The peers an outbox entry may be for: those of this home's outbound bridges, whatever
-    /// their state (a revoked bridge's entries still have to end).
-    async fn outbox_peers(&self) -> Vec<String> {
-        let bridges = match self.all().await {
-            Ok(bridges) => bridges,
-            Err(e) => {
-                warn!(error = %e, "cannot read the bridges");
-                return Vec::new();
-            }
-        };
-        bridges.iter().filter(|b| b.direction == "outbound").map(|b| b.peer_home_id.clone()).collect()
-    }
-
-    /// Whether the peer's entries wait for its probe: it is being probed and calls still go
-    /// to it (a revoked bridge's entries need no call).
-    async fn waits_for_probe(&self, peer: &str) -> bool {
-        lock(&self.inner.probing).contains(peer) && self.calls_go_to(peer).await
     }
 
     /// Starts an attempt for each listed entry that may have one now; `false` once the
