@@ -549,7 +549,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     assert!(other.is_empty(), "another peer's due entries only: {other:?}");
     let mut done = outbox("msg_1", "k1", 10);
     done.status = "delivered".into();
-    store.outbox_update(&done, None).await.expect("update");
+    store.outbox_update(&[(done, None)]).await.expect("update");
     let listed: Vec<(String, String)> = store
         .outbox_page("br_1", None, 10)
         .await
@@ -574,7 +574,8 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         0,
         "left out"
     );
-    // An outcome is final: a late attempt's outcome changes nothing and adds no event.
+    // Outcomes are saved several at a time. An outcome is final: a late attempt's outcome
+    // changes nothing and adds no event, and the others saved with it still move on.
     let mut late = outbox("msg_1", "k1", 10);
     late.status = "rejected".into();
     let event = EventRecord {
@@ -588,18 +589,18 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         message_id: Some("msg_1".into()),
         at: 30,
     };
-    store.outbox_update(&late, Some(&event)).await.expect("update");
-    let first = store.outbox_page("br_1", None, 10).await.expect("list").remove(1);
-    assert_eq!(first.status, "delivered");
+    let mut accepted = outbox("msg_3", "k3", 40);
+    accepted.status = "accepted".into();
+    store.outbox_update(&[(late, Some(event)), (accepted.clone(), None)]).await.expect("update");
+    let [third, first]: [OutboxRecord; 2] =
+        store.outbox_page("br_1", None, 10).await.expect("list").try_into().expect("two entries");
+    assert_eq!((first.status.as_str(), third.status.as_str()), ("delivered", "accepted"));
     assert!(
         store.events_after("th_src", 0, 10).await.expect("events").is_empty(),
         "no second outcome's event"
     );
     // An accepted entry is not final: it comes due for its follow-up and moves on. Put off
     // behind a silent peer's probe, it comes back with the link, like a pending one.
-    let mut accepted = outbox("msg_3", "k3", 40);
-    accepted.status = "accepted".into();
-    store.outbox_update(&accepted, None).await.expect("update");
     let due: Vec<String> =
         store.outbox_due("PEER", 45, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_3"], "followed up when due");
@@ -610,7 +611,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         store.outbox_due("PEER", 46, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_3"], "due again with the link");
     accepted.status = "delivered".into();
-    store.outbox_update(&accepted, None).await.expect("update");
+    store.outbox_update(&[(accepted.clone(), None)]).await.expect("update");
     let third = store.outbox_page("br_1", None, 10).await.expect("list").remove(0);
     assert_eq!((third.id.as_str(), third.status.as_str()), ("msg_3", "delivered"));
     assert!(store.outbox_due("PEER", i64::MAX, 10).await.expect("due").is_empty(), "nothing left to do");

@@ -738,6 +738,96 @@ async fn a_follow_up_never_makes_a_second_message() {
     assert_eq!(messages, 1, "the follow-up created nothing");
 }
 
+/// A QUIC link to `target` from an endpoint of its own holding `home`'s identity key: calls
+/// made on it come from that home as far as the target can tell.
+async fn link_as(home: &TestHome, target: &TestHome) -> kiki_bridge::PeerConnection {
+    let pem = std::fs::read_to_string(home.handle().home_dir().join("identity.key")).expect("identity key");
+    let identity = kiki_bridge::BridgeIdentity::from_key_pem(&pem).expect("identity");
+    let endpoint =
+        kiki_bridge::BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity).expect("endpoint");
+    let addr = listen_addr(target).await.parse().expect("target address");
+    let link = endpoint.connect(addr, Some(&home_id(target).await)).await.expect("connect");
+    // The endpoint must outlive the test's calls on the link.
+    std::mem::forget(endpoint);
+    link
+}
+
+/// A follow-up call asking about `keys` (source thread, key), and the target's reply.
+async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) -> pb::bridge_reply::Reply {
+    use kiki_bridge::Link;
+    use prost::Message;
+    let keys = keys
+        .iter()
+        .map(|(thread, key)| pb::FollowUpKey {
+            source_thread: thread.to_string(),
+            idempotency_key: key.to_string(),
+        })
+        .collect();
+    let call = pb::BridgeCall { call: Some(pb::bridge_call::Call::FollowUp(pb::FollowUpCall { keys })) };
+    let reply = link.call(call.encode_to_vec()).await.expect("call");
+    pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply.expect("a reply")
+}
+
+/// One follow-up call asks where many messages stand: the target answers each key, in order,
+/// as a replay would (keys are scoped by the sending thread), refuses more than 256 keys,
+/// a peer without an approved bridge and a revoked bridge. The source's worker follows its
+/// messages up this way until the target delivered them.
+#[tokio::test]
+async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
+    use pb::bridge_reply::Reply;
+    let (a, b, c) = (open_home().await, open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let bridge = approve(&b, &request(&a, &b, "send", "bee").await, "send", vec![]).await;
+    for key in ["k1", "k2"] {
+        let sent = a.client().threads().thread_send(remote_send("bee", &t.id, key, key)).await.expect("send");
+        assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending, "no wake: it waits at the target");
+    }
+    let as_a = link_as(&a, &b).await;
+    let Reply::FollowUp(reply) =
+        follow_up(&as_a, &[("", "k1"), ("", "nope"), ("th_other", "k1"), ("", "k2")]).await
+    else {
+        panic!("not a follow-up reply")
+    };
+    let answers: Vec<(pb::SendStatus, &str, bool)> =
+        reply.answers.iter().map(|r| (r.status(), r.reason.as_str(), r.message_id.is_empty())).collect();
+    assert_eq!(
+        answers,
+        [
+            (pb::SendStatus::Pending, "", false),
+            (pb::SendStatus::Undeliverable, "unknown_key", true),
+            (pb::SendStatus::Undeliverable, "unknown_key", true),
+            (pb::SendStatus::Pending, "", false),
+        ],
+        "each key answered in order; another thread's key is another key"
+    );
+    let many: Vec<(&str, &str)> = (0..257).map(|_| ("", "k1")).collect();
+    match follow_up(&as_a, &many).await {
+        Reply::Error(e) => {
+            assert_eq!(e.code, "invalid_argument");
+            assert!(e.message.contains("keys") && e.message.contains("256"), "{}", e.message);
+        }
+        other => panic!("257 keys answered: {other:?}"),
+    }
+    match follow_up(&link_as(&c, &b).await, &[("", "k1")]).await {
+        Reply::Error(e) => assert_eq!(e.code, "permission_denied", "{}", e.message),
+        other => panic!("a stranger was answered: {other:?}"),
+    }
+
+    // A turn takes both messages; the source's follow-ups learn it.
+    b.say(&t.id, "the user speaks").await.expect("say");
+    kiki_tests::eventually("the source's receipts to say delivered", || async {
+        let statuses: Vec<String> = receipts(&a, "bee").await.into_iter().map(|r| r.status).collect();
+        (statuses == ["delivered", "delivered"]).then_some(())
+    })
+    .await;
+
+    b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
+    match follow_up(&as_a, &[("", "k1")]).await {
+        Reply::Error(e) => assert_eq!(e.code, "bridge_revoked", "{}", e.message),
+        other => panic!("a revoked bridge answered: {other:?}"),
+    }
+}
+
 /// An agent's cross-home send, retried with its key after the agent's own switch was turned
 /// off, gets its original answer (the key decides before the switch); a new key is refused.
 #[tokio::test]

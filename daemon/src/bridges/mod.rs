@@ -279,6 +279,7 @@ impl Bridges {
             Some(Call::ThreadRead(request)) => self.serve_read(peer, request).await.map(Reply::ThreadRead),
             Some(Call::ThreadWait(request)) => self.serve_wait(peer, request).await.map(Reply::ThreadWait),
             Some(Call::ThreadSend(request)) => Ok(Reply::ThreadSend(self.serve_send(peer, request).await)),
+            Some(Call::FollowUp(call)) => self.serve_follow_up(peer, call).await.map(Reply::FollowUp),
             None => return wire_error("invalid_argument", "empty call"),
         };
         match result {

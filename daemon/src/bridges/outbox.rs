@@ -9,10 +9,10 @@
 //! refusal (`permission_denied`, `bridge_revoked`, `thread_not_found`, `too_large`,
 //! `communication_disabled`, …) stops the retries, and every final failure gives the
 //! sending thread an `undeliverable` event. Both sides keep receipts. A message the target
-//! accepted without delivering it (no `wake`) is followed up: a content-free `follow_up` call
-//! that the target answers from its dedup with where the message stands, until it is
-//! delivered or refused there — within the retry window; after it the receipt stays
-//! `accepted`.
+//! accepted without delivering it (no `wake`) is followed up: a follow-up call asks the
+//! target where a peer's due messages stand, many keys at once, and the target answers from
+//! its dedup, until each is delivered or refused there — within the retry window; after it
+//! the receipt stays `accepted`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 
 use super::*;
 use crate::mailbox::{Delivery, Mailbox, Sent, key_conflict};
-use crate::store::{EventKind, MessageStatus, SourceRef, StoreError, ThreadRecord};
+use crate::store::{EventKind, MessageStatus, OutboxOutcome as Outcome, SourceRef, StoreError, ThreadRecord};
 use crate::sync::lock;
 use crate::threads::limits;
 
@@ -41,6 +41,10 @@ const MAX_ATTEMPTS_IN_FLIGHT: usize = 256;
 /// still counted as answering (its attempts hang until they time out) leaves the other
 /// half of the slots to the other peers.
 const MAX_ATTEMPTS_PER_PEER: usize = MAX_ATTEMPTS_IN_FLIGHT / 2;
+/// The most keys one follow-up call asks about; the target refuses more.
+pub(super) const MAX_FOLLOW_UP_KEYS: usize = 256;
+// A peer's follow-ups go out together, and a listing holds at most a peer's share.
+const _: () = assert!(MAX_ATTEMPTS_PER_PEER <= MAX_FOLLOW_UP_KEYS);
 /// How long one delivery attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Wire codes after which retrying cannot help.
@@ -56,7 +60,8 @@ const FINAL: &[&str] = &[
     "unknown_key",
 ];
 
-/// What a peer's answer to a ThreadSend call says about the message.
+/// What a peer's answer to a ThreadSend or follow-up call says about a message.
+#[derive(Clone)]
 enum Verdict {
     Delivered,
     /// The target holds it; no turn has taken it yet.
@@ -92,7 +97,7 @@ fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
 }
 
 /// An entry's final state; a failure gives the sending thread an `undeliverable` event.
-fn finish(mut entry: OutboxRecord, status: &str, reason: &str) -> (OutboxRecord, Option<EventRecord>) {
+fn finish(mut entry: OutboxRecord, status: &str, reason: &str) -> Outcome {
     let now = now_ms();
     entry.status = status.to_string();
     entry.reason = reason.to_string();
@@ -145,7 +150,7 @@ fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
 }
 
 /// A pending entry's state for another attempt after `delay`.
-fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> (OutboxRecord, Option<EventRecord>) {
+fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> Outcome {
     entry.attempts += 1;
     debug!(message_id = %entry.id, attempts = entry.attempts, why, ?delay, "bridged send will be retried");
     let now = now_ms();
@@ -164,7 +169,7 @@ fn age(entry: &OutboxRecord) -> Duration {
 /// A pending entry's state for another attempt after the peer answered but refused it for
 /// now (say, the bridge's inbound access is off): the link is fine, so the pause grows with
 /// the message's age instead of the peer's silence, from 250 ms to 30 s.
-fn retry_refused(entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
+fn retry_refused(entry: OutboxRecord, why: &str) -> Outcome {
     let delay = backoff(age(&entry));
     retry_after(entry, why, delay)
 }
@@ -172,23 +177,54 @@ fn retry_refused(entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventR
 /// An accepted entry's state for its next follow-up: after as long as the message has
 /// existed (so the pauses double), from 1 s up to a minute — about 20 follow-ups in a
 /// 15-minute window. `attempts` still counts the sends only.
-fn follow_up_later(mut entry: OutboxRecord) -> (OutboxRecord, Option<EventRecord>) {
+fn follow_up_later(mut entry: OutboxRecord) -> Outcome {
     let delay = age(&entry).clamp(FOLLOW_UP_FIRST, FOLLOW_UP_CAP).mul_f64(rand::rng().random_range(0.8..1.2));
     entry.next_attempt_at = now_ms() + delay.as_millis() as i64;
     (entry, None)
 }
 
 /// The bridge call that ships an entry (again: the target answers a known key from its
-/// dedup), or, as a `follow_up`, asks where it stands (without its content).
-fn send_call(entry: &OutboxRecord, follow_up: bool) -> pb::BridgeCall {
+/// dedup).
+fn send_call(entry: &OutboxRecord) -> pb::BridgeCall {
     pb::BridgeCall {
         call: Some(Call::ThreadSend(pb::BridgeSendCall {
             target_session: entry.target_session.clone(),
-            content: if follow_up { String::new() } else { entry.content.clone() },
+            content: entry.content.clone(),
             idempotency_key: entry.key.clone(),
             source_thread: entry.source_thread.clone().unwrap_or_default(),
-            follow_up,
         })),
+    }
+}
+
+/// The bridge call that asks where the entries' messages stand (their keys only).
+fn follow_up_call(entries: &[OutboxRecord]) -> pb::BridgeCall {
+    let keys = entries
+        .iter()
+        .map(|e| pb::FollowUpKey {
+            source_thread: e.source_thread.clone().unwrap_or_default(),
+            idempotency_key: e.key.clone(),
+        })
+        .collect();
+    pb::BridgeCall { call: Some(Call::FollowUp(pb::FollowUpCall { keys })) }
+}
+
+/// What the target's answer for one message says; the target's message id is kept.
+fn verdict(answer: &pb::ThreadSendResponse, entry: &mut OutboxRecord) -> Verdict {
+    if !answer.message_id.is_empty() {
+        entry.remote_message_id = answer.message_id.clone();
+    }
+    match answer.status() {
+        pb::SendStatus::Delivered => Verdict::Delivered,
+        pb::SendStatus::Pending => Verdict::Waiting,
+        _ => {
+            let reason = if answer.reason.is_empty() { "undeliverable" } else { answer.reason.as_str() };
+            // With a message id, the message itself became undeliverable there.
+            if FINAL.contains(&reason) || !answer.message_id.is_empty() {
+                Verdict::Refused(reason.to_string())
+            } else {
+                Verdict::NotNow(reason.to_string())
+            }
+        }
     }
 }
 
@@ -317,8 +353,8 @@ impl Drop for KeyLock {
 }
 
 /// Keys are the sender's: scoped by its home and thread, they never collide.
-fn key_scope(peer: &str, call: &pb::BridgeSendCall) -> String {
-    format!("{peer}/{}", call.source_thread)
+fn key_scope(peer: &str, source_thread: &str) -> String {
+    format!("{peer}/{source_thread}")
 }
 
 /// A refusal from the mailbox, as a bridge answer's code and message.
@@ -338,9 +374,6 @@ impl Bridges {
     /// message's is committed with it, a refusal's is written after the answer leaves. A
     /// replay (a retry, or the source following a message up) changes nothing and adds none.
     pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
-        if call.follow_up {
-            return self.serve_follow_up(peer, &call).await;
-        }
         let mut receipt = ReceiptRecord {
             peer_home_id: peer.to_string(),
             key: call.idempotency_key.clone(),
@@ -371,20 +404,46 @@ impl Bridges {
         response
     }
 
-    /// A follow-up: where the message with the call's key stands, as a replay would answer
-    /// it. Nothing is created or recorded; a revoked bridge (or no bridge) is refused, a
-    /// disabled one or a narrowed grant still answers, as for a retry.
-    async fn serve_follow_up(&self, peer: &str, call: &pb::BridgeSendCall) -> pb::ThreadSendResponse {
-        if let Err(Rejection::Wire("bridge_revoked", _)) = self.granted(peer, "send").await {
-            return refusal_response("bridge_revoked");
+    /// A follow-up: where the messages with the call's keys stand, each as a replay would
+    /// answer it. Nothing is created or recorded. Only a peer with an approved bridge is
+    /// answered, even if that bridge is disabled now or its grant narrowed (as for a retry).
+    pub(super) async fn serve_follow_up(
+        &self,
+        peer: &str,
+        call: pb::FollowUpCall,
+    ) -> std::result::Result<pb::FollowUpReply, Rejection> {
+        if call.keys.len() > MAX_FOLLOW_UP_KEYS {
+            let given = call.keys.len();
+            return Err(Rejection::Wire(
+                "invalid_argument",
+                format!("keys: {given} given; a follow-up asks about at most {MAX_FOLLOW_UP_KEYS}"),
+            ));
         }
-        let Some(mailbox) = self.inner.mailbox.get() else { return refusal_response("failed_precondition") };
-        match mailbox.keyed_status(&key_scope(peer, call), &call.idempotency_key).await {
-            Ok(Some(sent)) => crate::grpc::sent_to_pb(sent),
-            // Unknown keys include every key of a peer without a bridge: nothing is revealed.
-            Ok(None) => refusal_response("unknown_key"),
-            Err(e) => refusal_response(wire_refusal(e).0),
+        match self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await? {
+            Some(b) if b.state == "revoked" => {
+                return Err(Rejection::Wire(
+                    "bridge_revoked",
+                    "the target's owner revoked this bridge".into(),
+                ));
+            }
+            Some(b) if b.state == "active" || b.state == "disabled" => {}
+            _ => {
+                return Err(Rejection::Wire("permission_denied", "no approved bridge from your home".into()));
+            }
         }
+        let Some(mailbox) = self.inner.mailbox.get() else {
+            return Err(Rejection::Wire("failed_precondition", "the home is starting".into()));
+        };
+        let mut answers = Vec::with_capacity(call.keys.len());
+        for key in &call.keys {
+            let scope = key_scope(peer, &key.source_thread);
+            answers.push(match mailbox.keyed_status(&scope, &key.idempotency_key).await {
+                Ok(Some(sent)) => crate::grpc::sent_to_pb(sent),
+                Ok(None) => refusal_response("unknown_key"),
+                Err(e) => refusal_response(wire_refusal(e).0),
+            });
+        }
+        Ok(pb::FollowUpReply { answers })
     }
 
     async fn accept_from(
@@ -404,7 +463,7 @@ impl Bridges {
                 host_id: peer.to_string(),
                 thread_id: source_thread.clone().unwrap_or_default(),
             }),
-            scope: key_scope(peer, call),
+            scope: key_scope(peer, &call.source_thread),
             content: &call.content,
             key: &call.idempotency_key,
             wake: bridge.permissions.iter().any(|p| p == "wake"),
@@ -435,7 +494,7 @@ impl Bridges {
         if refusal.0 == "bridge_revoked" || call.idempotency_key.is_empty() {
             return Err(refusal);
         }
-        let scope = key_scope(peer, call);
+        let scope = key_scope(peer, &call.source_thread);
         match mailbox.replay_of(&scope, &call.idempotency_key, &call.target_session, &call.content).await {
             Ok(Some(sent)) => Ok(sent),
             Ok(None) => Err(refusal),
@@ -563,7 +622,7 @@ impl Bridges {
                 if shipped.status == "rejected" {
                     // A refusal is answered once recorded: after a crash the entry must not
                     // be pending again, to be retried and perhaps delivered after all.
-                    self.record(&shipped, event, resets).await?;
+                    self.record(&[(shipped, event)], resets).await?;
                     return answer;
                 }
                 // Otherwise the answer does not wait for the outcome's write: until it lands
@@ -574,8 +633,9 @@ impl Bridges {
                 let bridges = self.clone();
                 tokio::spawn(async move {
                     let _claim = claim;
-                    if let Err(e) = bridges.record(&shipped, event, resets).await {
-                        warn!(error = %e, message_id = %shipped.id, "cannot record a bridged send's outcome");
+                    let message_id = shipped.id.clone();
+                    if let Err(e) = bridges.record(&[(shipped, event)], resets).await {
+                        warn!(error = %e, %message_id, "cannot record a bridged send's outcome");
                     }
                     lock(&bridges.inner.recording).remove(&key);
                 });
@@ -614,11 +674,7 @@ impl Bridges {
 
     /// One delivery attempt: the entry's new state, and the event a final failure gives its
     /// sending thread. Nothing is recorded here (see [`Bridges::record`]).
-    async fn attempt(
-        &self,
-        mut entry: OutboxRecord,
-        bridge: Option<&BridgeRecord>,
-    ) -> Result<(OutboxRecord, Option<EventRecord>)> {
+    async fn attempt(&self, mut entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<Outcome> {
         let now = now_ms();
         let bridge = match bridge {
             Some(b) => b.clone(),
@@ -633,7 +689,7 @@ impl Bridges {
         if self.window_over(&entry) {
             return Ok(finish(entry, "expired", "expired"));
         }
-        Ok(match self.ship(&bridge, &mut entry, false).await {
+        Ok(match self.ship(&bridge, &mut entry).await {
             Verdict::Delivered => finish(entry, "delivered", ""),
             Verdict::Waiting => follow_up_later(finish(entry, "accepted", "").0),
             Verdict::Refused(reason) => finish(entry, "rejected", &reason),
@@ -647,39 +703,34 @@ impl Bridges {
         })
     }
 
-    /// One ThreadSend call for `entry` (`follow_up`: asking where it stands), and what the
-    /// answer says. An answer from the peer counts as contact (see [`Bridges::link_up`]);
-    /// the target's message id is kept.
-    async fn ship(&self, bridge: &BridgeRecord, entry: &mut OutboxRecord, follow_up: bool) -> Verdict {
-        let call = send_call(entry, follow_up);
-        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(bridge, &call)).await;
-        match answer {
-            Ok(Ok(pb::BridgeReply { reply: Some(Reply::ThreadSend(r)) })) => {
-                self.link_up(bridge).await;
-                if !r.message_id.is_empty() {
-                    entry.remote_message_id = r.message_id.clone();
-                }
-                match r.status() {
-                    pb::SendStatus::Delivered => Verdict::Delivered,
-                    pb::SendStatus::Pending => Verdict::Waiting,
-                    _ => {
-                        let reason = if r.reason.is_empty() { "undeliverable" } else { r.reason.as_str() };
-                        // With a message id, the message itself became undeliverable there.
-                        if FINAL.contains(&reason) || !r.message_id.is_empty() {
-                            Verdict::Refused(reason.to_string())
-                        } else {
-                            Verdict::NotNow(reason.to_string())
-                        }
-                    }
-                }
-            }
+    /// One ThreadSend call for `entry`, and what the answer says.
+    async fn ship(&self, bridge: &BridgeRecord, entry: &mut OutboxRecord) -> Verdict {
+        match self.ask(bridge, &send_call(entry)).await {
+            Ok(Reply::ThreadSend(answer)) => verdict(&answer, entry),
+            Ok(other) => Verdict::NotNow(format!("unexpected answer: {other:?}")),
+            Err(verdict) => verdict,
+        }
+    }
+
+    /// One call to the bridge's peer: its reply, or, when it brought no answer about the
+    /// messages it carried, the verdict for each of them. An answer from the peer counts as
+    /// contact (see [`Bridges::link_up`]); a refusal for now does not.
+    async fn ask(&self, bridge: &BridgeRecord, call: &pb::BridgeCall) -> std::result::Result<Reply, Verdict> {
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(bridge, call)).await {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) if FINAL.contains(&e.code.as_str()) => {
                 self.link_up(bridge).await;
-                Verdict::Refused(e.code)
+                Err(Verdict::Refused(e.code))
             }
-            Ok(Ok(other)) => Verdict::NotNow(format!("unexpected answer: {other:?}")),
-            Ok(Err(e)) => Verdict::Unanswered(e.to_string()),
-            Err(_) => Verdict::Unanswered(format!("no answer within {ATTEMPT_TIMEOUT:?}")),
+            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) => {
+                Err(Verdict::NotNow(format!("{}: {}", e.code, e.message)))
+            }
+            Ok(Ok(pb::BridgeReply { reply: Some(reply) })) => {
+                self.link_up(bridge).await;
+                Ok(reply)
+            }
+            Ok(Ok(pb::BridgeReply { reply: None })) => Err(Verdict::NotNow("an empty answer".into())),
+            Ok(Err(e)) => Err(Verdict::Unanswered(e.to_string())),
+            Err(_) => Err(Verdict::Unanswered(format!("no answer within {ATTEMPT_TIMEOUT:?}"))),
         }
     }
 
@@ -711,7 +762,7 @@ impl Bridges {
 
     /// The entry's state for another attempt after a jittered backoff, as long as the peer
     /// has been silent for this entry.
-    fn retry_later(&self, entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
+    fn retry_later(&self, entry: OutboxRecord, why: &str) -> Outcome {
         lock(&self.inner.settled).remove(&entry.peer_home_id);
         let last_answer = lock(&self.inner.answered).get(&entry.peer_home_id).copied().unwrap_or(0);
         let silent = now_ms() - entry.created_at.max(last_answer);
@@ -722,30 +773,53 @@ impl Bridges {
     /// The entry's state for another attempt after the first backoff step only: its attempt
     /// failed, but the link answered meanwhile, so the reset `link_up` made (or skipped, the
     /// peer being settled) must not be undone by this late failure.
-    fn retry_soon(&self, entry: OutboxRecord, why: &str) -> (OutboxRecord, Option<EventRecord>) {
+    fn retry_soon(&self, entry: OutboxRecord, why: &str) -> Outcome {
         retry_after(entry, why, backoff(Duration::ZERO))
     }
 
-    /// A follow-up of an entry the target accepted without delivering it: a content-free
-    /// `follow_up` call, which the target answers with where the message stands (creating
-    /// nothing). Delivered or refused there ends it; still waiting, or no answer, asks again
-    /// later. Once the retry window is over, or this home revoked the bridge, the entry stays
-    /// `accepted` and is not asked about again: the target has the message.
-    async fn follow_up(&self, mut entry: OutboxRecord) -> Result<(OutboxRecord, Option<EventRecord>)> {
-        let Some(bridge) = self.bridge_to_call(&entry).await? else {
-            entry.next_attempt_at = i64::MAX;
-            return Ok((entry, None));
-        };
-        let now = now_ms();
-        Ok(match self.ship(&bridge, &mut entry, true).await {
-            Verdict::Delivered => finish(entry, "delivered", ""),
-            Verdict::Refused(reason) => finish(entry, "rejected", &reason),
-            Verdict::Unanswered(_) if !self.answered_since(&entry.peer_home_id, now) => {
-                lock(&self.inner.settled).remove(&entry.peer_home_id);
-                follow_up_later(entry)
+    /// The follow-up of entries the target accepted without delivering them: one call asks
+    /// where all of them stand, and the target answers each from its dedup (creating
+    /// nothing). Delivered or refused there ends an entry; still waiting, or no answer, asks
+    /// again later. Once the retry window is over, or this home revoked the bridge, an entry
+    /// stays `accepted` and is not asked about again: the target has the message.
+    async fn follow_up(&self, entries: Vec<OutboxRecord>) -> Result<Vec<Outcome>> {
+        let mut outcomes = Vec::with_capacity(entries.len());
+        // By the bridge to call: one, in practice (a peer has one outbound bridge).
+        let mut asked: Vec<(BridgeRecord, Vec<OutboxRecord>)> = Vec::new();
+        for mut entry in entries {
+            match self.bridge_to_call(&entry).await? {
+                None => {
+                    entry.next_attempt_at = i64::MAX;
+                    outcomes.push((entry, None));
+                }
+                Some(bridge) => match asked.iter_mut().find(|(b, _)| b.id == bridge.id) {
+                    Some((_, group)) => group.push(entry),
+                    None => asked.push((bridge, vec![entry])),
+                },
             }
-            Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => follow_up_later(entry),
-        })
+        }
+        for (bridge, mut group) in asked {
+            let now = now_ms();
+            let verdicts: Vec<Verdict> = match self.ask(&bridge, &follow_up_call(&group)).await {
+                Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
+                    reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
+                }
+                Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
+                Err(verdict) => vec![verdict; group.len()],
+            };
+            for (entry, verdict) in group.into_iter().zip(verdicts) {
+                outcomes.push(match verdict {
+                    Verdict::Delivered => finish(entry, "delivered", ""),
+                    Verdict::Refused(reason) => finish(entry, "rejected", &reason),
+                    Verdict::Unanswered(_) if !self.answered_since(&entry.peer_home_id, now) => {
+                        lock(&self.inner.settled).remove(&entry.peer_home_id);
+                        follow_up_later(entry)
+                    }
+                    Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => follow_up_later(entry),
+                });
+            }
+        }
+        Ok(outcomes)
     }
 
     /// Whether the entry's retry window is over.
@@ -762,23 +836,44 @@ impl Bridges {
         self.bridge(|b| b.id == entry.bridge_id && b.state != "revoked").await
     }
 
-    /// The worker's attempt of a due entry, read again once claimed: an earlier attempt may
-    /// have recorded an outcome after this tick read the due list. The outcome recorded, if
-    /// it was attempted.
-    async fn attempt_due(&self, listed: OutboxRecord) -> Result<Option<OutboxRecord>> {
+    /// The entry as it stands now, if still due: an earlier attempt may have recorded an
+    /// outcome after the worker's tick listed it.
+    async fn still_due(&self, listed: &OutboxRecord) -> Result<Option<OutboxRecord>> {
         let current =
             self.inner.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
-        let Some(entry) = current.filter(|e| e.next_attempt_at <= now_ms()) else {
+        Ok(current
+            .filter(|e| e.next_attempt_at <= now_ms() && matches!(e.status.as_str(), "pending" | "accepted")))
+    }
+
+    /// The worker's attempt of a due entry (a send again, or the follow-up of an accepted
+    /// one), read again once claimed. The outcome recorded, if it was attempted.
+    async fn attempt_due(&self, listed: OutboxRecord) -> Result<Option<OutboxRecord>> {
+        let Some(entry) = self.still_due(&listed).await? else {
             return Ok(None);
         };
-        let (entry, event) = match entry.status.as_str() {
-            "pending" => self.attempt(entry, None).await?,
-            "accepted" => self.follow_up(entry).await?,
-            _ => return Ok(None),
+        let peer = entry.peer_home_id.clone();
+        let outcomes = match entry.status.as_str() {
+            "pending" => vec![self.attempt(entry, None).await?],
+            _ => self.follow_up(vec![entry]).await?,
         };
-        let resets = self.resets(&entry.peer_home_id);
-        self.record(&entry, event, resets).await?;
-        Ok(Some(entry))
+        let resets = self.resets(&peer);
+        self.record(&outcomes, resets).await?;
+        Ok(outcomes.into_iter().next().map(|(entry, _)| entry))
+    }
+
+    /// The worker's follow-up of one peer's due accepted entries, each read again once
+    /// claimed: one call asks about all of them.
+    async fn follow_up_due(&self, listed: Vec<OutboxRecord>) -> Result<()> {
+        let mut due = Vec::with_capacity(listed.len());
+        for entry in &listed {
+            due.extend(self.still_due(entry).await?.filter(|e| e.status == "accepted"));
+        }
+        let Some(peer) = due.first().map(|e| e.peer_home_id.clone()) else {
+            return Ok(());
+        };
+        let outcomes = self.follow_up(due).await?;
+        let resets = self.resets(&peer);
+        self.record(&outcomes, resets).await
     }
 
     /// A due entry shipped as the probe of its silent peer: the peer's other entries wait
@@ -821,20 +916,24 @@ impl Bridges {
         !lock(&self.inner.settled).contains(peer)
     }
 
-    /// Saves an attempt's outcome; a final failure's event wakes the sending thread's waiters.
-    /// `resets` was read as the outcome was decided: should the peer have answered after a
-    /// silence since (another call's `link_up` made its entries due), this outcome's backoff,
-    /// decided before that, must not put its entry off again.
-    async fn record(&self, entry: &OutboxRecord, event: Option<EventRecord>, resets: u64) -> Result<()> {
-        self.inner.store.outbox_update(entry, event.as_ref()).await?;
-        if let Some(event) = &event {
-            warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, "bridged send undeliverable");
-            if let Some(mailbox) = self.inner.mailbox.get() {
-                mailbox.notify(&event.thread_id);
+    /// Saves the outcomes of attempts to one peer, in one write; a final failure's event
+    /// wakes the sending thread's waiters. `resets` was read as the outcomes were decided:
+    /// should the peer have answered after a silence since (another call's `link_up` made its
+    /// entries due), a backoff decided before that must not put its entry off again.
+    async fn record(&self, outcomes: &[Outcome], resets: u64) -> Result<()> {
+        self.inner.store.outbox_update(outcomes).await?;
+        for (entry, event) in outcomes {
+            if let Some(event) = event {
+                warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, "bridged send undeliverable");
+                if let Some(mailbox) = self.inner.mailbox.get() {
+                    mailbox.notify(&event.thread_id);
+                }
             }
         }
-        let retried = matches!(entry.status.as_str(), "pending" | "accepted");
-        if retried && self.resets(&entry.peer_home_id) != resets {
+        let retried = outcomes.iter().find(|(e, _)| matches!(e.status.as_str(), "pending" | "accepted"));
+        if let Some((entry, _)) = retried
+            && self.resets(&entry.peer_home_id) != resets
+        {
             self.inner.store.outbox_retry_now(&entry.peer_home_id, now_ms()).await?;
         }
         Ok(())
@@ -891,22 +990,30 @@ impl Bridges {
         }
     }
 
-    /// Starts an attempt for each listed entry that may have one now; `false` once the
-    /// worker's slots are all taken.
+    /// Starts an attempt for each of a peer's listed entries that may have one now; its
+    /// accepted entries are followed up together, in one call (unless the peer is silent:
+    /// then one of them may be its probe). `false` once the worker's slots are all taken.
     async fn ship_due(&self, due: Vec<OutboxRecord>) -> bool {
+        let mut follow_ups = Vec::new();
+        let mut slots_left = true;
         for entry in due {
             if lock(&self.inner.attempting).len() >= MAX_ATTEMPTS_IN_FLIGHT {
-                return false;
+                slots_left = false;
+                break;
             }
             let Some(claim) = Claim::try_take(&self.inner, Claimed::Attempt, &entry.id) else {
-                continue;
-            };
-            let Some(slot) = PeerSlot::try_take(&self.inner, &entry.peer_home_id) else {
                 continue;
             };
             // A silent peer's entries wait for one of them, the first listed.
             let needs_call = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
             let silent = needs_call && self.silent(&entry.peer_home_id);
+            if entry.status == "accepted" && !silent {
+                follow_ups.push((entry, claim));
+                continue;
+            }
+            let Some(slot) = PeerSlot::try_take(&self.inner, &entry.peer_home_id) else {
+                continue;
+            };
             let probe =
                 match silent.then(|| Claim::try_take(&self.inner, Claimed::Probe, &entry.peer_home_id)) {
                     Some(None) => continue,
@@ -927,7 +1034,20 @@ impl Bridges {
                 drop((claim, probe, slot));
             });
         }
-        true
+        let slot = follow_ups.first().and_then(|(e, _)| PeerSlot::try_take(&self.inner, &e.peer_home_id));
+        if let Some(slot) = slot {
+            let (entries, claims): (Vec<_>, Vec<_>) = follow_ups.into_iter().unzip();
+            let bridges = self.clone();
+            tokio::spawn(async move {
+                let age = entries.first().map(age).unwrap_or_default();
+                if let Err(e) = bridges.follow_up_due(entries).await {
+                    warn!(error = %e, "outbox follow-up failed to record");
+                    tokio::time::sleep(backoff(age)).await;
+                }
+                drop((claims, slot));
+            });
+        }
+        slots_left
     }
 
     /// Whether calls still go to `peer`: an outbound bridge to it is in force. Otherwise its

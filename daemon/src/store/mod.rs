@@ -264,6 +264,10 @@ pub struct OutboxRecord {
     pub updated_at: Millis,
 }
 
+/// An outbox entry's new state after an attempt, and the event it gives its sending thread
+/// (`undeliverable`, if it failed for good).
+pub type OutboxOutcome = (OutboxRecord, Option<EventRecord>);
+
 /// A bridged send as the target recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReceiptRecord {
@@ -567,10 +571,10 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a new outbox entry: `None` if it was stored, or the entry already holding its
     /// (peer, scope, key).
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
-    /// Saves a pending or accepted entry's new state, with an optional event (e.g.
-    /// `undeliverable`). A final entry (delivered, rejected, expired) is left as it is, and
-    /// the event is not added.
-    async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()>;
+    /// Saves pending or accepted entries' new states, each with an optional event (e.g.
+    /// `undeliverable`), in one transaction. A final entry (delivered, rejected, expired) is
+    /// left as it is, and its event is not added.
+    async fn outbox_update(&self, outcomes: &[OutboxOutcome]) -> StoreResult<()>;
     /// The peer's pending entries (to ship) and accepted ones (to follow up) due at `now`,
     /// oldest first, at most `limit`.
     async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;

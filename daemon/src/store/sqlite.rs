@@ -1283,29 +1283,31 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn outbox_update(&self, entry: &OutboxRecord, event: Option<&EventRecord>) -> StoreResult<()> {
-        let (e, event) = (entry.clone(), event.cloned());
+    async fn outbox_update(&self, outcomes: &[OutboxOutcome]) -> StoreResult<()> {
+        let outcomes = outcomes.to_vec();
         self.db
             .write(move |conn| {
-                // Only a pending or accepted entry moves on: an outcome is final, and its event
-                // is given once.
-                let changed = run(
-                    conn,
-                    "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
-                         next_attempt_at = ?, updated_at = ?
-                     WHERE id = ? AND status IN ('pending', 'accepted')",
-                    params![
-                        e.status,
-                        e.reason,
-                        e.remote_message_id,
-                        e.attempts,
-                        e.next_attempt_at,
-                        e.updated_at,
-                        e.id
-                    ],
-                )? > 0;
-                if changed && let Some(event) = &event {
-                    insert_event(conn, event)?;
+                for (e, event) in &outcomes {
+                    // Only a pending or accepted entry moves on: an outcome is final, and its
+                    // event is given once.
+                    let changed = run(
+                        conn,
+                        "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
+                             next_attempt_at = ?, updated_at = ?
+                         WHERE id = ? AND status IN ('pending', 'accepted')",
+                        params![
+                            e.status,
+                            e.reason,
+                            e.remote_message_id,
+                            e.attempts,
+                            e.next_attempt_at,
+                            e.updated_at,
+                            e.id
+                        ],
+                    )? > 0;
+                    if changed && let Some(event) = event {
+                        insert_event(conn, event)?;
+                    }
                 }
                 Ok(())
             })
