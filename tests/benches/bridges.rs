@@ -100,6 +100,13 @@ async fn main() {
     }
     let concurrent_rate = (senders * per) as f64 / t.elapsed().as_secs_f64();
     let cores_busy = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
+    // The source now follows up each message the target accepted without delivering it (no
+    // `wake`), about a second after it was sent, then two seconds later, and so on.
+    let accepted = SINGLE_SENDS + senders * per;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (t, cpu) = (Instant::now(), cpu_time());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let follow_up_cores = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
     // Done with them: their outbox would go on following up the accepted sends meanwhile.
     for home in [&a, &b, &c, &d] {
         home.handle().shutdown();
@@ -143,6 +150,11 @@ async fn main() {
     println!(
         "  CPU while they send (both homes, clients)     {:>10.2} of {} cores",
         cores_busy,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "  CPU while following up {accepted} accepted sends    {:>10.2} of {} cores   (the 3 s after them)",
+        follow_up_cores,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!("  first delivery after a 5 s partition heals  {:>10}   (target <= 31 s)", us(heal));
