@@ -739,17 +739,19 @@ async fn a_follow_up_never_makes_a_second_message() {
 }
 
 /// A QUIC link to `target` from an endpoint of its own holding `home`'s identity key: calls
-/// made on it come from that home as far as the target can tell.
-async fn link_as(home: &TestHome, target: &TestHome) -> kiki_bridge::PeerConnection {
+/// made on it come from that home as far as the target can tell. The endpoint must outlive
+/// the calls.
+async fn link_as(
+    home: &TestHome,
+    target: &TestHome,
+) -> (kiki_bridge::BridgeEndpoint, kiki_bridge::PeerConnection) {
     let pem = std::fs::read_to_string(home.handle().home_dir().join("identity.key")).expect("identity key");
     let identity = kiki_bridge::BridgeIdentity::from_key_pem(&pem).expect("identity");
     let endpoint =
         kiki_bridge::BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity).expect("endpoint");
     let addr = listen_addr(target).await.parse().expect("target address");
     let link = endpoint.connect(addr, Some(&home_id(target).await)).await.expect("connect");
-    // The endpoint must outlive the test's calls on the link.
-    std::mem::forget(endpoint);
-    link
+    (endpoint, link)
 }
 
 /// A follow-up call asking about `keys` (source thread, key), and the target's reply.
@@ -771,18 +773,19 @@ async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) ->
 /// One follow-up call asks where many messages stand: the target answers each key, in order,
 /// as a replay would (keys are scoped by the sending thread), refuses more than 256 keys,
 /// a peer without an approved bridge and a revoked bridge. The source's worker follows its
-/// messages up this way until the target delivered them.
+/// messages up this way, each message to its own end.
 #[tokio::test]
 async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
     use pb::bridge_reply::Reply;
     let (a, b, c) = (open_home().await, open_home().await, open_home().await);
     let t = b.thread("echo", None).await;
     let bridge = approve(&b, &request(&a, &b, "send", "bee").await, "send", vec![]).await;
-    for key in ["k1", "k2"] {
+    let keys = ["k1", "k2", "k3", "k4", "k5", "k6"];
+    for key in keys {
         let sent = a.client().threads().thread_send(remote_send("bee", &t.id, key, key)).await.expect("send");
         assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending, "no wake: it waits at the target");
     }
-    let as_a = link_as(&a, &b).await;
+    let (_endpoint, as_a) = link_as(&a, &b).await;
     let Reply::FollowUp(reply) =
         follow_up(&as_a, &[("", "k1"), ("", "nope"), ("th_other", "k1"), ("", "k2")]).await
     else {
@@ -808,16 +811,32 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
         }
         other => panic!("257 keys answered: {other:?}"),
     }
-    match follow_up(&link_as(&c, &b).await, &[("", "k1")]).await {
+    let (_stranger_endpoint, stranger) = link_as(&c, &b).await;
+    match follow_up(&stranger, &[("", "k1")]).await {
         Reply::Error(e) => assert_eq!(e.code, "permission_denied", "{}", e.message),
         other => panic!("a stranger was answered: {other:?}"),
     }
 
-    // A turn takes both messages; the source's follow-ups learn it.
+    // The target forgets two of the keys (a restored database, say); a turn takes all six.
+    // The source's follow-ups, several keys a call when they come due together, end each
+    // message as the target answers for its own key.
+    let target_db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open");
+    target_db.busy_timeout(std::time::Duration::from_secs(10)).expect("busy timeout");
+    target_db.execute("DELETE FROM idempotency_keys WHERE key IN ('k2', 'k5')", []).expect("forget keys");
     b.say(&t.id, "the user speaks").await.expect("say");
-    kiki_tests::eventually("the source's receipts to say delivered", || async {
-        let statuses: Vec<String> = receipts(&a, "bee").await.into_iter().map(|r| r.status).collect();
-        (statuses == ["delivered", "delivered"]).then_some(())
+    let expected: Vec<(String, String, String)> = keys
+        .iter()
+        .map(|k| {
+            let (status, reason) =
+                if matches!(*k, "k2" | "k5") { ("rejected", "unknown_key") } else { ("delivered", "") };
+            (k.to_string(), status.to_string(), reason.to_string())
+        })
+        .collect();
+    kiki_tests::eventually("each source receipt to end as the target answers for its key", || async {
+        let mut ends: Vec<(String, String, String)> =
+            receipts(&a, "bee").await.into_iter().map(|r| (r.idempotency_key, r.status, r.reason)).collect();
+        ends.sort();
+        (ends == expected).then_some(())
     })
     .await;
 

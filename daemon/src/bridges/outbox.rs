@@ -60,6 +60,9 @@ const FINAL: &[&str] = &[
     "unknown_key",
 ];
 
+/// The refusals of a whole follow-up call that end each message it asked about.
+const WHOLE_CALL_FINAL: &[&str] = &["bridge_revoked", "permission_denied"];
+
 /// What a peer's answer to a ThreadSend or follow-up call says about a message.
 #[derive(Clone)]
 enum Verdict {
@@ -805,6 +808,11 @@ impl Bridges {
                     reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
                 }
                 Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
+                // Only these end every message asked about: another refusal of the whole
+                // call (say, a target that cannot read it) says nothing about the messages.
+                Err(Verdict::Refused(code)) if !WHOLE_CALL_FINAL.contains(&code.as_str()) => {
+                    vec![Verdict::NotNow(code); group.len()]
+                }
                 Err(verdict) => vec![verdict; group.len()],
             };
             for (entry, verdict) in group.into_iter().zip(verdicts) {
