@@ -60,7 +60,8 @@ const FINAL: &[&str] = &[
     "unknown_key",
 ];
 
-/// The refusals of a whole follow-up call that end each message it asked about.
+/// The refusals of a whole follow-up call that end each message it asked about: another
+/// (say, from a target that cannot read the call) says nothing about the messages.
 const WHOLE_CALL_FINAL: &[&str] = &["bridge_revoked", "permission_denied"];
 
 /// What a peer's answer to a ThreadSend or follow-up call says about a message.
@@ -708,7 +709,7 @@ impl Bridges {
 
     /// One ThreadSend call for `entry`, and what the answer says.
     async fn ship(&self, bridge: &BridgeRecord, entry: &mut OutboxRecord) -> Verdict {
-        match self.ask(bridge, &send_call(entry)).await {
+        match self.ask(bridge, &send_call(entry), FINAL).await {
             Ok(Reply::ThreadSend(answer)) => verdict(&answer, entry),
             Ok(other) => Verdict::NotNow(format!("unexpected answer: {other:?}")),
             Err(verdict) => verdict,
@@ -716,11 +717,19 @@ impl Bridges {
     }
 
     /// One call to the bridge's peer: its reply, or, when it brought no answer about the
-    /// messages it carried, the verdict for each of them. An answer from the peer counts as
-    /// contact (see [`Bridges::link_up`]); a refusal for now does not.
-    async fn ask(&self, bridge: &BridgeRecord, call: &pb::BridgeCall) -> std::result::Result<Reply, Verdict> {
+    /// messages it carried, the verdict for each of them — refused for good if the whole
+    /// call was refused with one of `final_codes`. An answer from the peer counts as contact
+    /// (see [`Bridges::link_up`]); a refusal for now does not.
+    async fn ask(
+        &self,
+        bridge: &BridgeRecord,
+        call: &pb::BridgeCall,
+        final_codes: &[&str],
+    ) -> std::result::Result<Reply, Verdict> {
         match tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(bridge, call)).await {
-            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) if FINAL.contains(&e.code.as_str()) => {
+            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }))
+                if final_codes.contains(&e.code.as_str()) =>
+            {
                 self.link_up(bridge).await;
                 Err(Verdict::Refused(e.code))
             }
@@ -803,18 +812,14 @@ impl Bridges {
         }
         for (bridge, mut group) in asked {
             let now = now_ms();
-            let verdicts: Vec<Verdict> = match self.ask(&bridge, &follow_up_call(&group)).await {
-                Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
-                    reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
-                }
-                Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
-                // Only these end every message asked about: another refusal of the whole
-                // call (say, a target that cannot read it) says nothing about the messages.
-                Err(Verdict::Refused(code)) if !WHOLE_CALL_FINAL.contains(&code.as_str()) => {
-                    vec![Verdict::NotNow(code); group.len()]
-                }
-                Err(verdict) => vec![verdict; group.len()],
-            };
+            let verdicts: Vec<Verdict> =
+                match self.ask(&bridge, &follow_up_call(&group), WHOLE_CALL_FINAL).await {
+                    Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
+                        reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
+                    }
+                    Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
+                    Err(verdict) => vec![verdict; group.len()],
+                };
             for (entry, verdict) in group.into_iter().zip(verdicts) {
                 outcomes.push(match verdict {
                     Verdict::Delivered => finish(entry, "delivered", ""),
