@@ -1249,15 +1249,14 @@ impl Store for SqliteStore {
         let e = entry.clone();
         self.db
             .write(move |conn| {
-                let existing = outbox_entry(conn, &e.peer_home_id, &e.key_scope, &e.key)?;
-                if existing.is_some() {
-                    return Ok(existing);
-                }
-                run(
+                // One probe of the key's index on the writer: the insert's own. Only a key
+                // already there costs a second, to read its entry.
+                let inserted = run(
                     conn,
                     &format!(
                         "INSERT INTO outbox ({OUTBOX_COLUMNS})
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                         ON CONFLICT (peer_home_id, key_scope, key) DO NOTHING"
                     ),
                     params![
                         e.id,
@@ -1278,6 +1277,9 @@ impl Store for SqliteStore {
                         e.updated_at
                     ],
                 )?;
+                if inserted == 0 {
+                    return outbox_entry(conn, &e.peer_home_id, &e.key_scope, &e.key);
+                }
                 Ok(None)
             })
             .await
