@@ -343,26 +343,33 @@ impl Bridges {
         Ok(pb::PingReply { state: state.into(), permissions: Vec::new(), workspaces: Vec::new() })
     }
 
-    /// The peer's inbound bridge, if active and granting `permission`.
-    async fn granted(&self, peer: &str, permission: &str) -> std::result::Result<BridgeRecord, Rejection> {
-        let bridge = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
-        match bridge {
+    /// The peer's approved inbound bridge, whether its access is on or off now; a revoked
+    /// bridge, or none, is refused.
+    async fn approved(&self, peer: &str) -> std::result::Result<BridgeRecord, Rejection> {
+        match self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await? {
             Some(b) if b.state == "revoked" => {
                 Err(Rejection::Wire("bridge_revoked", "the target's owner revoked this bridge".into()))
             }
-            Some(b) if b.state == "disabled" => Err(Rejection::Wire(
+            Some(b) if b.state == "active" || b.state == "disabled" => Ok(b),
+            _ => Err(Rejection::Wire(
+                "permission_denied",
+                "no approved bridge from your home; file a request with `kiki bridge request`".into(),
+            )),
+        }
+    }
+
+    /// The peer's inbound bridge, if active and granting `permission`.
+    async fn granted(&self, peer: &str, permission: &str) -> std::result::Result<BridgeRecord, Rejection> {
+        match self.approved(peer).await? {
+            b if b.state == "disabled" => Err(Rejection::Wire(
                 "bridge_disabled",
                 "the target's owner turned this bridge's inbound access off for now; nothing was deleted"
                     .into(),
             )),
-            Some(b) if b.state == "active" && b.permissions.iter().any(|p| p == permission) => Ok(b),
-            Some(b) if b.state == "active" => Err(Rejection::Wire(
+            b if b.permissions.iter().any(|p| p == permission) => Ok(b),
+            b => Err(Rejection::Wire(
                 "permission_denied",
                 format!("this bridge does not grant {permission:?} (granted: {})", b.permissions.join(",")),
-            )),
-            _ => Err(Rejection::Wire(
-                "permission_denied",
-                "no approved bridge from your home; file a request with `kiki bridge request`".into(),
             )),
         }
     }

@@ -376,7 +376,7 @@ impl Bridges {
     /// A send arriving from `peer`: checked against the bridge, deduplicated by key,
     /// delivered into a prompt only with `wake`. Every outcome is a receipt: an accepted
     /// message's is committed with it, a refusal's is written after the answer leaves. A
-    /// replay (a retry, or the source following a message up) changes nothing and adds none.
+    /// replay (a retry) changes nothing and adds none.
     pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
         let mut receipt = ReceiptRecord {
             peer_home_id: peer.to_string(),
@@ -423,18 +423,7 @@ impl Bridges {
                 format!("keys: {given} given; a follow-up asks about at most {MAX_FOLLOW_UP_KEYS}"),
             ));
         }
-        match self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await? {
-            Some(b) if b.state == "revoked" => {
-                return Err(Rejection::Wire(
-                    "bridge_revoked",
-                    "the target's owner revoked this bridge".into(),
-                ));
-            }
-            Some(b) if b.state == "active" || b.state == "disabled" => {}
-            _ => {
-                return Err(Rejection::Wire("permission_denied", "no approved bridge from your home".into()));
-            }
-        }
+        self.approved(peer).await?;
         let Some(mailbox) = self.inner.mailbox.get() else {
             return Err(Rejection::Wire("failed_precondition", "the home is starting".into()));
         };
