@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use kiki_client::ThreadClient;
 use kiki_proto as pb;
 use kiki_tests::measure::{
-    cpu_time, fsync_after_idle, fsync_floor, percentile, setting, udp_round_trip_floor, us,
+    cpu_time, disk_bytes_written, fsync_after_idle, fsync_floor, percentile, setting, udp_round_trip_floor,
+    us,
 };
 use kiki_tests::{TestHome, UdpRelay};
 
@@ -110,7 +111,7 @@ async fn main() {
     }
     let single_rate = SINGLE_SENDS as f64 / t.elapsed().as_secs_f64();
     let (senders, per) = (setting("SENDERS", 64) as usize, setting("PER", 40) as usize);
-    let (t, cpu) = (Instant::now(), cpu_time());
+    let (t, cpu, disk) = (Instant::now(), cpu_time(), disk_bytes_written());
     let mut tasks = Vec::new();
     for s in 0..senders {
         let mut threads = c.client().threads();
@@ -127,8 +128,11 @@ async fn main() {
     for task in tasks {
         task.await.expect("sender");
     }
-    let concurrent_rate = (senders * per) as f64 / t.elapsed().as_secs_f64();
+    let sends = (senders * per) as f64;
+    let concurrent_rate = sends / t.elapsed().as_secs_f64();
     let cores_busy = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
+    let cpu_per_send = (cpu_time() - cpu).as_secs_f64() / sends;
+    let disk_per_send = (disk_bytes_written() - disk) as f64 / sends;
     // The source now follows up each message the target accepted without delivering it (no
     // `wake`), about a second after it was sent, then two seconds later, and so on.
     let accepted = SINGLE_SENDS + senders * per;
@@ -156,6 +160,7 @@ async fn main() {
     let heal = healed.elapsed();
 
     let budget = fsync * 2 + udp + Duration::from_micros(500);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("kiki bridges benchmark");
     println!("  fsync floor, p50                            {:>10}", us(fsync));
     println!("  the same after {IDLE:?} of disk idle, p50      {:>10}", us(idle_fsync));
@@ -177,15 +182,19 @@ async fn main() {
         "  ratio                                       {:>10.1} x   (target >= 10x)",
         concurrent_rate / single_rate
     );
+    println!("  CPU while they send (both homes, clients)     {:>10.2} of {} cores", cores_busy, cores);
     println!(
-        "  CPU while they send (both homes, clients)     {:>10.2} of {} cores",
-        cores_busy,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "  CPU per send at {senders} senders (both homes, clients) {:>6.0} µs, disk writes {:.0} KiB",
+        cpu_per_send * 1e6,
+        disk_per_send / 1024.0
+    );
+    println!(
+        "  ratio if all {cores} cores were busy           {:>10.1} x   (cores / CPU per send / single rate)",
+        cores as f64 / cpu_per_send / single_rate
     );
     println!(
         "  CPU while following up {accepted} accepted sends    {:>10.2} of {} cores   (the 3 s after them)",
-        follow_up_cores,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        follow_up_cores, cores
     );
     println!("  first delivery after a 5 s partition heals  {:>10}   (target <= 31 s)", us(heal));
 }

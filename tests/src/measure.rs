@@ -84,6 +84,16 @@ pub fn cpu_time() -> Duration {
     Duration::from_micros(micros(user) + micros(system))
 }
 
+/// Bytes this process has caused to be written to storage so far (`write_bytes` of
+/// `/proc/self/io`: WAL frames, checkpoints, whatever its fsyncs flushed).
+pub fn disk_bytes_written() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").expect("proc io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("write_bytes")
+}
+
 /// CPU time (user + system) process `pid` has used so far, from `/proc/PID/stat` (in clock
 /// ticks of 10 ms: meaningful over runs of seconds).
 pub fn process_cpu_time(pid: u32) -> Duration {
