@@ -128,10 +128,9 @@ async fn main() {
     for task in tasks {
         task.await.expect("sender");
     }
-    let sends = (senders * per) as f64;
-    let concurrent_rate = sends / t.elapsed().as_secs_f64();
-    let cores_busy = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
-    let cpu_per_send = (cpu_time() - cpu).as_secs_f64() / sends;
+    let (sends, took, used) =
+        ((senders * per) as f64, t.elapsed().as_secs_f64(), (cpu_time() - cpu).as_secs_f64());
+    let (concurrent_rate, cores_busy, cpu_per_send) = (sends / took, used / took, used / sends);
     let disk_per_send = (disk_bytes_written() - disk) as f64 / sends;
     // The source now follows up each message the target accepted without delivering it (no
     // `wake`), about a second after it was sent, then two seconds later, and so on.

@@ -66,14 +66,18 @@ pub async fn udp_round_trip_floor() -> Duration {
     percentile(&times, 0.5)
 }
 
+/// The number after `name:` in a `/proc` file of "name: value" lines (`status`, `io`).
+fn proc_field(path: &str, name: &str) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{path}: no {name}"))
+}
+
 /// Resident memory of process `pid`, in kB.
 pub fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
+    proc_field(&format!("/proc/{pid}/status"), "VmRSS")
 }
 
 /// CPU time (user + system) this process has used so far, all threads.
@@ -87,11 +91,7 @@ pub fn cpu_time() -> Duration {
 /// Bytes this process has caused to be written to storage so far (`write_bytes` of
 /// `/proc/self/io`: WAL frames, checkpoints, whatever its fsyncs flushed).
 pub fn disk_bytes_written() -> u64 {
-    let io = std::fs::read_to_string("/proc/self/io").expect("proc io");
-    io.lines()
-        .find_map(|l| l.strip_prefix("write_bytes:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("write_bytes")
+    proc_field("/proc/self/io", "write_bytes")
 }
 
 /// CPU time (user + system) process `pid` has used so far, from `/proc/PID/stat` (in clock
