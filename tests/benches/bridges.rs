@@ -105,11 +105,12 @@ async fn main() {
     c.pair_with(&d, d.bridge_listen().await, "send", "nowake").await;
     let inbox = d.thread("echo", None).await;
     let mut single = c.client().threads();
-    let t = Instant::now();
+    let (t, single_cpu) = (Instant::now(), cpu_time());
     for i in 0..SINGLE_SENDS {
         single.thread_send(send("nowake", &inbox.id, format!("s{i}"), format!("s{i}"))).await.expect("send");
     }
     let single_rate = SINGLE_SENDS as f64 / t.elapsed().as_secs_f64();
+    let single_cpu_per_send = (cpu_time() - single_cpu).as_secs_f64() / SINGLE_SENDS as f64;
     let (senders, per) = (setting("SENDERS", 64) as usize, setting("PER", 40) as usize);
     let (t, cpu, disk) = (Instant::now(), cpu_time(), disk_bytes_written());
     let mut tasks = Vec::new();
@@ -176,6 +177,7 @@ async fn main() {
         us(idle_fsync * 2 + udp + Duration::from_micros(500))
     );
     println!("  cross-home durable sends, 1 sender          {:>10.0} /s", single_rate);
+    println!("  CPU per send at 1 sender (both homes, client) {:>8.0} µs", single_cpu_per_send * 1e6);
     println!("  cross-home durable sends, {senders} senders        {:>10.0} /s", concurrent_rate);
     println!(
         "  ratio                                       {:>10.1} x   (target >= 10x)",

@@ -942,6 +942,27 @@ async fn a_send_survives_a_short_outage_of_the_target() {
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "once");
 }
 
+/// Answered sends' outcomes are written in bursts, after their answers: a clean stop
+/// writes those it has not written yet, so after a restart the source lists none of them
+/// pending (it would send each again).
+#[tokio::test]
+async fn a_clean_stop_writes_the_outcomes_of_answered_sends() {
+    let (mut a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    for i in 0..5 {
+        let send = remote_send("bee", &t.id, &format!("m{i}"), &format!("k{i}"));
+        let sent = a.client().threads().thread_send(send).await.expect("send").into_inner();
+        assert_ne!(sent.status(), pb::SendStatus::Undeliverable, "{sent:?}");
+    }
+    assert_eq!(outbound_pending(&a).await, 0, "answered, so not pending");
+    a.restart().await;
+    assert_eq!(outbound_pending(&a).await, 0, "still answered after the restart");
+    let statuses: Vec<String> = receipts(&a, "bee").await.into_iter().map(|r| r.status).collect();
+    assert_eq!(statuses.len(), 5);
+    assert!(statuses.iter().all(|s| s == "delivered" || s == "accepted"), "{statuses:?}");
+}
+
 /// The target stays away longer than the retry window: the message expires.
 #[tokio::test]
 async fn a_send_expires_after_the_retry_window() {

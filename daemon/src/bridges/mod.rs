@@ -66,10 +66,13 @@ struct Inner {
     /// Connections to peers we dialed, by peer home id: a slot per peer, so dialing a peer
     /// that does not answer holds up calls to that peer only.
     connections: std::sync::Mutex<HashMap<String, ConnectionSlot>>,
-    /// Outcomes of sends already answered whose outbox write is still on its way, by
-    /// (peer, key scope, key): a send with the key looks here first.
-    recording: std::sync::Mutex<HashMap<outbox::SendKey, OutboxRecord>>,
-    /// Outbox entries with an attempt under way (see `outbox::Claim`).
+    /// Outcomes of sends already answered whose outbox write is still on its way: a send
+    /// with the key looks here first (see `Bridges::run_recorder`).
+    recording: std::sync::Mutex<outbox::Recording>,
+    /// Told when `recording` queues its first outcome, or fills up.
+    outcomes_queued: tokio::sync::Notify,
+    /// Outbox entries with an attempt under way, or whose outcome waits in `recording`
+    /// (see `outbox::Claim`).
     attempting: std::sync::Mutex<HashSet<String>>,
     /// Silent peers with a probe under way: the one entry the worker ships to such a peer
     /// at a time (see `Bridges::run_outbox`).
@@ -179,7 +182,8 @@ impl Bridges {
                 settled: std::sync::Mutex::new(HashSet::new()),
                 answered: std::sync::Mutex::new(HashMap::new()),
                 resets: std::sync::Mutex::new(HashMap::new()),
-                recording: std::sync::Mutex::new(HashMap::new()),
+                recording: std::sync::Mutex::new(Default::default()),
+                outcomes_queued: tokio::sync::Notify::new(),
                 attempting: std::sync::Mutex::new(HashSet::new()),
                 probing: std::sync::Mutex::new(HashSet::new()),
                 shipping: std::sync::Mutex::new(HashMap::new()),
@@ -191,6 +195,7 @@ impl Bridges {
             }),
         };
         tokio::spawn(bridges.clone().run_outbox(stop.clone()));
+        tokio::spawn(bridges.clone().run_recorder(stop.clone()));
         let accepting = bridges.clone();
         tokio::spawn(async move {
             loop {
@@ -228,6 +233,8 @@ impl Bridges {
 
     /// Closes every bridge connection and the endpoint (shutdown).
     pub async fn close(&self) {
+        // What the recorder had no time to write (the sends are answered by now).
+        self.record_answered().await;
         lock(&self.inner.connections).clear();
         self.inner.endpoint.close().await;
     }

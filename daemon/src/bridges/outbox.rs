@@ -35,7 +35,7 @@ const FOLLOW_UP_FIRST: Duration = Duration::from_secs(1);
 const FOLLOW_UP_CAP: Duration = Duration::from_secs(60);
 /// How often the worker looks for due entries.
 const TICK: Duration = Duration::from_millis(100);
-/// Attempts under way at most.
+/// The worker's attempts under way at most (a follow-up call counts as one).
 const MAX_ATTEMPTS_IN_FLIGHT: usize = 256;
 /// The worker's attempts under way to one peer at most: a peer that went silent while it
 /// still counted as answering (its attempts hang until they time out) leaves the other
@@ -47,6 +47,13 @@ pub(super) const MAX_FOLLOW_UP_KEYS: usize = 256;
 const _: () = assert!(MAX_ATTEMPTS_PER_PEER <= MAX_FOLLOW_UP_KEYS);
 /// How long one delivery attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an answered send's outcome waits for others before they are written together:
+/// at 64 concurrent senders one write then carries hundreds of outcomes, whose rows share
+/// pages, instead of a write (and its pages) each.
+const RECORD_LINGER: Duration = Duration::from_millis(50);
+/// The most answered sends' outcomes waiting for the recorder: a burst that fills the queue
+/// is written at once.
+const MAX_QUEUED_OUTCOMES: usize = 1024;
 /// Wire codes after which retrying cannot help.
 const FINAL: &[&str] = &[
     "permission_denied",
@@ -233,9 +240,10 @@ fn verdict(answer: &pb::ThreadSendResponse, entry: &mut OutboxRecord) -> Verdict
 }
 
 /// A claim on an outbox entry's attempt, or on a silent peer's probe; dropped, it may be
-/// taken again.
+/// taken again. It does not keep the bridges alive: an answered send's claim waits in
+/// `Inner::recording`.
 struct Claim {
-    inner: Arc<Inner>,
+    inner: std::sync::Weak<Inner>,
     on: Claimed,
     name: String,
 }
@@ -259,7 +267,7 @@ impl Claim {
     /// The claim, unless it is held.
     fn try_take(inner: &Arc<Inner>, on: Claimed, name: &str) -> Option<Self> {
         lock(Self::set(inner, on)).insert(name.to_string()).then(|| Self {
-            inner: inner.clone(),
+            inner: Arc::downgrade(inner),
             on,
             name: name.to_string(),
         })
@@ -268,13 +276,15 @@ impl Claim {
     /// The attempt of an entry not yet written: nobody else can know its id.
     fn new_entry(inner: &Arc<Inner>, id: &str) -> Self {
         lock(&inner.attempting).insert(id.to_string());
-        Self { inner: inner.clone(), on: Claimed::Attempt, name: id.to_string() }
+        Self { inner: Arc::downgrade(inner), on: Claimed::Attempt, name: id.to_string() }
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        lock(Self::set(&self.inner, self.on)).remove(&self.name);
+        if let Some(inner) = self.inner.upgrade() {
+            lock(Self::set(&inner, self.on)).remove(&self.name);
+        }
     }
 }
 
@@ -294,6 +304,11 @@ impl PeerSlot {
         }
         *taken += 1;
         Some(Self { inner: inner.clone(), peer: peer.to_string() })
+    }
+
+    /// The worker's attempts under way, all peers together.
+    fn taken(inner: &Inner) -> usize {
+        lock(&inner.shipping).values().sum()
     }
 
     /// Whether the peer holds its whole share: the worker does not list its entries.
@@ -318,6 +333,32 @@ impl Drop for PeerSlot {
 pub(super) type SendKey = (String, String, String);
 /// A key's lock, and how many sends hold or await it.
 pub(super) type KeyUsers = (Arc<tokio::sync::Mutex<()>>, usize);
+
+/// Answered sends whose outcomes are on their way to the store (see
+/// [`Bridges::run_recorder`]). Until the store has an outcome, a send with its key, the
+/// receipts and the pending count read it here.
+#[derive(Default)]
+pub(super) struct Recording {
+    answered: HashMap<SendKey, Answered>,
+    /// The keys of the outcomes not yet being written, oldest first.
+    queued: Vec<SendKey>,
+}
+
+/// An answered send's outcome, with its peer's resets as it was decided (see
+/// [`Bridges::record`]) and the claim on its entry: the worker leaves the entry alone until
+/// the outcome is written.
+struct Answered {
+    outcome: Outcome,
+    resets: u64,
+    _claim: Claim,
+}
+
+impl Recording {
+    /// The outbox entries as their outcomes will be written.
+    pub(super) fn entries(&self) -> impl Iterator<Item = &OutboxRecord> {
+        self.answered.values().map(|a| &a.outcome.0)
+    }
+}
 
 /// The right to send with a key: a send ships its message while its outbox entry is still
 /// being committed, so a second send with that key must wait for the first one's entry —
@@ -615,23 +656,21 @@ impl Bridges {
                 if shipped.status == "rejected" {
                     // A refusal is answered once recorded: after a crash the entry must not
                     // be pending again, to be retried and perhaps delivered after all.
-                    self.record(&[(shipped, event)], resets).await?;
+                    self.record(&[(shipped, event)], |_| resets).await?;
                     return answer;
                 }
                 // Otherwise the answer does not wait for the outcome's write: until it lands
                 // the entry stays pending, and a retry after a crash is answered by the
                 // target's dedup. Meanwhile receipts read the outcome from memory, so what
                 // the sender sees next agrees with the answer it got.
-                lock(&self.inner.recording).insert(key.clone(), shipped.clone());
-                let bridges = self.clone();
-                tokio::spawn(async move {
-                    let _claim = claim;
-                    let message_id = shipped.id.clone();
-                    if let Err(e) = bridges.record(&[(shipped, event)], resets).await {
-                        warn!(error = %e, %message_id, "cannot record a bridged send's outcome");
-                    }
-                    lock(&bridges.inner.recording).remove(&key);
-                });
+                let mut recording = lock(&self.inner.recording);
+                recording
+                    .answered
+                    .insert(key.clone(), Answered { outcome: (shipped, event), resets, _claim: claim });
+                recording.queued.push(key);
+                if matches!(recording.queued.len(), 1 | MAX_QUEUED_OUTCOMES) {
+                    self.inner.outcomes_queued.notify_one();
+                }
                 answer
             }
             // Durable in the outbox: the worker keeps trying.
@@ -662,7 +701,54 @@ impl Bridges {
     /// The outcome of the send with this key still on its way to the store, if any. Taken
     /// before the store is read, it cannot be missed (see `Bridges::receipts`).
     fn in_flight(&self, key: &SendKey) -> Option<OutboxRecord> {
-        lock(&self.inner.recording).get(key).cloned()
+        lock(&self.inner.recording).answered.get(key).map(|a| a.outcome.0.clone())
+    }
+
+    /// The recorder: writes answered sends' outcomes until `stop` (then `Bridges::close`
+    /// writes what is left). A write waits [`RECORD_LINGER`] after the first outcome queued,
+    /// or until [`MAX_QUEUED_OUTCOMES`] are, and carries all of them.
+    pub(super) async fn run_recorder(self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = self.inner.outcomes_queued.notified() => {}
+            }
+            let linger = tokio::time::sleep(RECORD_LINGER);
+            tokio::pin!(linger);
+            while lock(&self.inner.recording).queued.len() < MAX_QUEUED_OUTCOMES {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = &mut linger => break,
+                    () = self.inner.outcomes_queued.notified() => {}
+                }
+            }
+            self.record_answered().await;
+        }
+    }
+
+    /// Writes the queued outcomes of answered sends, in one write. Should it fail, their
+    /// entries stay pending in the store: the worker sends them again, and the target answers
+    /// from its dedup.
+    pub(super) async fn record_answered(&self) {
+        let (keys, outcomes, resets) = {
+            let mut recording = lock(&self.inner.recording);
+            let keys = std::mem::take(&mut recording.queued);
+            let answered: Vec<&Answered> = keys.iter().filter_map(|k| recording.answered.get(k)).collect();
+            let outcomes: Vec<Outcome> = answered.iter().map(|a| a.outcome.clone()).collect();
+            let resets: HashMap<String, u64> =
+                answered.iter().map(|a| (a.outcome.0.id.clone(), a.resets)).collect();
+            (keys, outcomes, resets)
+        };
+        if keys.is_empty() {
+            return;
+        }
+        if let Err(e) = self.record(&outcomes, |entry| resets.get(&entry.id).copied().unwrap_or(0)).await {
+            warn!(error = %e, outcomes = outcomes.len(), "cannot record bridged sends' outcomes");
+        }
+        let mut recording = lock(&self.inner.recording);
+        for key in &keys {
+            recording.answered.remove(key);
+        }
     }
 
     /// One delivery attempt: the entry's new state, and the event a final failure gives its
@@ -859,7 +945,7 @@ impl Bridges {
             _ => self.follow_up(vec![entry]).await?,
         };
         let resets = self.resets(&peer);
-        self.record(&outcomes, resets).await?;
+        self.record(&outcomes, |_| resets).await?;
         Ok(outcomes.into_iter().next().map(|(entry, _)| entry))
     }
 
@@ -875,7 +961,7 @@ impl Bridges {
         };
         let outcomes = self.follow_up(due).await?;
         let resets = self.resets(&peer);
-        self.record(&outcomes, resets).await
+        self.record(&outcomes, |_| resets).await
     }
 
     /// A due entry shipped as the probe of its silent peer: the peer's other entries wait
@@ -918,11 +1004,12 @@ impl Bridges {
         !lock(&self.inner.settled).contains(peer)
     }
 
-    /// Saves the outcomes of attempts to one peer, in one write; a final failure's event
-    /// wakes the sending thread's waiters. `resets` was read as the outcomes were decided:
-    /// should the peer have answered after a silence since (another call's `link_up` made its
-    /// entries due), a backoff decided before that must not put its entry off again.
-    async fn record(&self, outcomes: &[Outcome], resets: u64) -> Result<()> {
+    /// Saves the outcomes of attempts, in one write; a final failure's event wakes the
+    /// sending thread's waiters. `resets` gives each outcome's peer's resets as read when it
+    /// was decided: should the peer have answered after a silence since (another call's
+    /// `link_up` made its entries due), a backoff decided before that must not put its entry
+    /// off again.
+    async fn record(&self, outcomes: &[Outcome], resets: impl Fn(&OutboxRecord) -> u64) -> Result<()> {
         self.inner.store.outbox_update(outcomes).await?;
         for (entry, event) in outcomes {
             if let Some(event) = event {
@@ -932,11 +1019,18 @@ impl Bridges {
                 }
             }
         }
-        let retried = outcomes.iter().find(|(e, _)| matches!(e.status.as_str(), "pending" | "accepted"));
-        if let Some((entry, _)) = retried
-            && self.resets(&entry.peer_home_id) != resets
-        {
-            self.inner.store.outbox_retry_now(&entry.peer_home_id, now_ms()).await?;
+        let mut put_off_again: Vec<&str> = outcomes
+            .iter()
+            .filter(|(e, _)| {
+                matches!(e.status.as_str(), "pending" | "accepted")
+                    && self.resets(&e.peer_home_id) != resets(e)
+            })
+            .map(|(e, _)| e.peer_home_id.as_str())
+            .collect();
+        put_off_again.sort_unstable();
+        put_off_again.dedup();
+        for peer in put_off_again {
+            self.inner.store.outbox_retry_now(peer, now_ms()).await?;
         }
         Ok(())
     }
@@ -999,7 +1093,7 @@ impl Bridges {
         let mut follow_ups = Vec::new();
         let mut slots_left = true;
         for entry in due {
-            if lock(&self.inner.attempting).len() >= MAX_ATTEMPTS_IN_FLIGHT {
+            if PeerSlot::taken(&self.inner) >= MAX_ATTEMPTS_IN_FLIGHT {
                 slots_left = false;
                 break;
             }

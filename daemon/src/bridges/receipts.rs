@@ -60,7 +60,7 @@ impl Bridges {
         // Outcomes still being recorded are taken before the store is read: one recorded in
         // between is no longer pending there, and one still here is not counted.
         let settled: Vec<String> = lock(&self.inner.recording)
-            .values()
+            .entries()
             .filter(|e| e.bridge_id == bridge.id && e.status != "pending")
             .map(|e| e.id.clone())
             .collect();
@@ -121,7 +121,7 @@ impl Bridges {
             // in between is then in both, whereas taken after the read it could have left the
             // map but not be in the rows read.
             let recording: HashMap<String, OutboxRecord> = lock(&self.inner.recording)
-                .values()
+                .entries()
                 .filter(|e| e.bridge_id == bridge.id)
                 .map(|e| (e.id.clone(), e.clone()))
                 .collect();
