@@ -233,8 +233,8 @@ impl Bridges {
 
     /// Closes every bridge connection and the endpoint (shutdown).
     pub async fn close(&self) {
-        // What the recorder had no time to write (the sends are answered by now).
-        self.record_answered().await;
+        // What the recorder had no time to write; a send answered after this writes its own.
+        self.record_answered(true).await;
         lock(&self.inner.connections).clear();
         self.inner.endpoint.close().await;
     }

@@ -51,8 +51,8 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// at 64 concurrent senders one write then carries hundreds of outcomes, whose rows share
 /// pages, instead of a write (and its pages) each.
 const RECORD_LINGER: Duration = Duration::from_millis(50);
-/// The most answered sends' outcomes waiting for the recorder: a burst that fills the queue
-/// is written at once.
+/// As many answered sends' outcomes waiting for the recorder are written at once, without
+/// waiting out the linger (more may queue while that write is under way).
 const MAX_QUEUED_OUTCOMES: usize = 1024;
 /// Wire codes after which retrying cannot help.
 const FINAL: &[&str] = &[
@@ -342,6 +342,9 @@ pub(super) struct Recording {
     answered: HashMap<SendKey, Answered>,
     /// The keys of the outcomes not yet being written, oldest first.
     queued: Vec<SendKey>,
+    /// The home is stopping and the recorder is done: a send answered now writes its own
+    /// outcome (one still under way when the shutdown grace ran out).
+    closed: bool,
 }
 
 /// An answered send's outcome, with its peer's resets as it was decided (see
@@ -663,13 +666,24 @@ impl Bridges {
                 // the entry stays pending, and a retry after a crash is answered by the
                 // target's dedup. Meanwhile receipts read the outcome from memory, so what
                 // the sender sees next agrees with the answer it got.
-                let mut recording = lock(&self.inner.recording);
-                recording
-                    .answered
-                    .insert(key.clone(), Answered { outcome: (shipped, event), resets, _claim: claim });
-                recording.queued.push(key);
-                if matches!(recording.queued.len(), 1 | MAX_QUEUED_OUTCOMES) {
-                    self.inner.outcomes_queued.notify_one();
+                let late = {
+                    let mut recording = lock(&self.inner.recording);
+                    if recording.closed {
+                        Some((shipped, event))
+                    } else {
+                        let outcome = (shipped, event);
+                        recording.answered.insert(key.clone(), Answered { outcome, resets, _claim: claim });
+                        recording.queued.push(key);
+                        if matches!(recording.queued.len(), 1 | MAX_QUEUED_OUTCOMES) {
+                            self.inner.outcomes_queued.notify_one();
+                        }
+                        None
+                    }
+                };
+                if let Some(outcome) = late
+                    && let Err(e) = self.record(&[outcome], |_| resets).await
+                {
+                    warn!(error = %e, "cannot record a bridged send's outcome");
                 }
                 answer
             }
@@ -722,16 +736,18 @@ impl Bridges {
                     () = self.inner.outcomes_queued.notified() => {}
                 }
             }
-            self.record_answered().await;
+            self.record_answered(false).await;
         }
     }
 
     /// Writes the queued outcomes of answered sends, in one write. Should it fail, their
     /// entries stay pending in the store: the worker sends them again, and the target answers
-    /// from its dedup.
-    pub(super) async fn record_answered(&self) {
+    /// from its dedup. With `last`, sends answered from now on write their own (the home is
+    /// stopping).
+    pub(super) async fn record_answered(&self, last: bool) {
         let (keys, outcomes, resets) = {
             let mut recording = lock(&self.inner.recording);
+            recording.closed |= last;
             let keys = std::mem::take(&mut recording.queued);
             let answered: Vec<&Answered> = keys.iter().filter_map(|k| recording.answered.get(k)).collect();
             let outcomes: Vec<Outcome> = answered.iter().map(|a| a.outcome.clone()).collect();
@@ -1030,7 +1046,10 @@ impl Bridges {
         put_off_again.sort_unstable();
         put_off_again.dedup();
         for peer in put_off_again {
-            self.inner.store.outbox_retry_now(peer, now_ms()).await?;
+            // The outcomes are written; at worst these entries wait out their backoff.
+            if let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await {
+                warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
+            }
         }
         Ok(())
     }
@@ -1130,7 +1149,10 @@ impl Bridges {
                 drop((claim, probe, slot));
             });
         }
-        let slot = follow_ups.first().and_then(|(e, _)| PeerSlot::try_take(&self.inner, &e.peer_home_id));
+        let slot = follow_ups
+            .first()
+            .filter(|_| PeerSlot::taken(&self.inner) < MAX_ATTEMPTS_IN_FLIGHT)
+            .and_then(|(e, _)| PeerSlot::try_take(&self.inner, &e.peer_home_id));
         if let Some(slot) = slot {
             let (entries, claims): (Vec<_>, Vec<_>) = follow_ups.into_iter().unzip();
             let bridges = self.clone();
