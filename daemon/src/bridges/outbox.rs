@@ -295,9 +295,12 @@ struct PeerSlot {
 }
 
 impl PeerSlot {
-    /// A slot, unless the peer holds its share of them already.
+    /// A slot, unless the peer holds its share of them already, or all are taken.
     fn try_take(inner: &Arc<Inner>, peer: &str) -> Option<Self> {
         let mut shipping = lock(&inner.shipping);
+        if Self::all_taken(&shipping) {
+            return None;
+        }
         let taken = shipping.entry(peer.to_string()).or_default();
         if *taken >= MAX_ATTEMPTS_PER_PEER {
             return None;
@@ -306,9 +309,9 @@ impl PeerSlot {
         Some(Self { inner: inner.clone(), peer: peer.to_string() })
     }
 
-    /// The worker's attempts under way, all peers together.
-    fn taken(inner: &Inner) -> usize {
-        lock(&inner.shipping).values().sum()
+    /// Whether the worker's attempts under way, all peers together, use every slot.
+    fn all_taken(shipping: &HashMap<String, usize>) -> bool {
+        shipping.values().sum::<usize>() >= MAX_ATTEMPTS_IN_FLIGHT
     }
 
     /// Whether the peer holds its whole share: the worker does not list its entries.
@@ -745,20 +748,18 @@ impl Bridges {
     /// from its dedup. With `last`, sends answered from now on write their own (the home is
     /// stopping).
     pub(super) async fn record_answered(&self, last: bool) {
-        let (keys, outcomes, resets) = {
+        let (keys, (outcomes, resets)): (_, (Vec<Outcome>, Vec<u64>)) = {
             let mut recording = lock(&self.inner.recording);
             recording.closed |= last;
             let keys = std::mem::take(&mut recording.queued);
-            let answered: Vec<&Answered> = keys.iter().filter_map(|k| recording.answered.get(k)).collect();
-            let outcomes: Vec<Outcome> = answered.iter().map(|a| a.outcome.clone()).collect();
-            let resets: HashMap<String, u64> =
-                answered.iter().map(|a| (a.outcome.0.id.clone(), a.resets)).collect();
-            (keys, outcomes, resets)
+            let queued = keys.iter().filter_map(|k| recording.answered.get(k));
+            let outcomes = queued.map(|a| (a.outcome.clone(), a.resets)).unzip();
+            (keys, outcomes)
         };
         if keys.is_empty() {
             return;
         }
-        if let Err(e) = self.record(&outcomes, |entry| resets.get(&entry.id).copied().unwrap_or(0)).await {
+        if let Err(e) = self.record(&outcomes, |i| resets[i]).await {
             warn!(error = %e, outcomes = outcomes.len(), "cannot record bridged sends' outcomes");
         }
         let mut recording = lock(&self.inner.recording);
@@ -1021,11 +1022,11 @@ impl Bridges {
     }
 
     /// Saves the outcomes of attempts, in one write; a final failure's event wakes the
-    /// sending thread's waiters. `resets` gives each outcome's peer's resets as read when it
-    /// was decided: should the peer have answered after a silence since (another call's
-    /// `link_up` made its entries due), a backoff decided before that must not put its entry
-    /// off again.
-    async fn record(&self, outcomes: &[Outcome], resets: impl Fn(&OutboxRecord) -> u64) -> Result<()> {
+    /// sending thread's waiters. `resets(i)` gives the `i`th outcome's peer's resets as read
+    /// when it was decided: should the peer have answered after a silence since (another
+    /// call's `link_up` made its entries due), a backoff decided before that must not put its
+    /// entry off again.
+    async fn record(&self, outcomes: &[Outcome], resets: impl Fn(usize) -> u64) -> Result<()> {
         self.inner.store.outbox_update(outcomes).await?;
         for (entry, event) in outcomes {
             if let Some(event) = event {
@@ -1037,11 +1038,12 @@ impl Bridges {
         }
         let mut put_off_again: Vec<&str> = outcomes
             .iter()
-            .filter(|(e, _)| {
+            .enumerate()
+            .filter(|(i, (e, _))| {
                 matches!(e.status.as_str(), "pending" | "accepted")
-                    && self.resets(&e.peer_home_id) != resets(e)
+                    && self.resets(&e.peer_home_id) != resets(*i)
             })
-            .map(|(e, _)| e.peer_home_id.as_str())
+            .map(|(_, (e, _))| e.peer_home_id.as_str())
             .collect();
         put_off_again.sort_unstable();
         put_off_again.dedup();
@@ -1112,7 +1114,7 @@ impl Bridges {
         let mut follow_ups = Vec::new();
         let mut slots_left = true;
         for entry in due {
-            if PeerSlot::taken(&self.inner) >= MAX_ATTEMPTS_IN_FLIGHT {
+            if PeerSlot::all_taken(&lock(&self.inner.shipping)) {
                 slots_left = false;
                 break;
             }
@@ -1149,10 +1151,7 @@ impl Bridges {
                 drop((claim, probe, slot));
             });
         }
-        let slot = follow_ups
-            .first()
-            .filter(|_| PeerSlot::taken(&self.inner) < MAX_ATTEMPTS_IN_FLIGHT)
-            .and_then(|(e, _)| PeerSlot::try_take(&self.inner, &e.peer_home_id));
+        let slot = follow_ups.first().and_then(|(e, _)| PeerSlot::try_take(&self.inner, &e.peer_home_id));
         if let Some(slot) = slot {
             let (entries, claims): (Vec<_>, Vec<_>) = follow_ups.into_iter().unzip();
             let bridges = self.clone();
