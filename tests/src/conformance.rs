@@ -528,11 +528,11 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let due: Vec<String> =
         store.outbox_due("PEER", 20, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_1"]);
-    store.outbox_defer("PEER", "msg_1", 60).await.expect("defer");
+    store.outbox_defer("PEER", "msg_1", 60, 1_000).await.expect("defer");
     let due: Vec<String> =
         store.outbox_due("PEER", 55, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_1"], "a silent peer's entries wait for the probe; the probe stays due");
-    store.outbox_defer("PEER", "", 40).await.expect("defer");
+    store.outbox_defer("PEER", "", 40, 1_000).await.expect("defer");
     assert_eq!(
         store.outbox_due("PEER", 59, 10).await.expect("due").len(),
         1,
@@ -545,6 +545,11 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         "a live link makes everything due"
     );
     assert_eq!(store.outbox_due("PEER", 20, 1).await.expect("due").len(), 1, "at most the limit");
+    // Put off only to the end of their retry window (sent at 1, a window of 30), where they
+    // expire.
+    store.outbox_defer("PEER", "", 90, 30).await.expect("defer");
+    assert!(store.outbox_due("PEER", 30, 10).await.expect("due").is_empty(), "put off");
+    assert_eq!(store.outbox_due("PEER", 31, 10).await.expect("due").len(), 2, "due as the window ends");
     let other = store.outbox_due("OTHER", 20, 10).await.expect("due");
     assert!(other.is_empty(), "another peer's due entries only: {other:?}");
     let mut done = outbox("msg_1", "k1", 10);
@@ -604,7 +609,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let due: Vec<String> =
         store.outbox_due("PEER", 45, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_3"], "followed up when due");
-    store.outbox_defer("PEER", "", 90).await.expect("defer");
+    store.outbox_defer("PEER", "", 90, 1_000).await.expect("defer");
     assert!(store.outbox_due("PEER", 45, 10).await.expect("due").is_empty(), "put off");
     store.outbox_retry_now("PEER", 46).await.expect("retry now");
     let due: Vec<String> =

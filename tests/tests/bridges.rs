@@ -963,15 +963,18 @@ async fn a_clean_stop_writes_the_outcomes_of_answered_sends() {
     assert!(statuses.iter().all(|s| s == "delivered" || s == "accepted"), "{statuses:?}");
 }
 
-/// The target stays away longer than the retry window: the message expires.
+/// The target stays away longer than the retry window: the message expires when the window
+/// ends, not a backoff step later.
 #[tokio::test]
 async fn a_send_expires_after_the_retry_window() {
-    let (a, b) = (open_home_with(std::time::Duration::from_secs(2)).await, open_home().await);
+    let window = std::time::Duration::from_secs(6);
+    let (a, b) = (open_home_with(window).await, open_home().await);
     let t = b.thread("echo", None).await;
     let request_id = request(&a, &b, "send,wake", "bee").await;
     approve(&b, &request_id, "send,wake", vec![]).await;
     b.handle().shutdown();
     b.handle().stopped().await;
+    let started = std::time::Instant::now();
     let sent =
         a.client().threads().thread_send(remote_send("bee", &t.id, "too late", "k")).await.expect("send");
     assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending);
@@ -979,6 +982,10 @@ async fn a_send_expires_after_the_retry_window() {
         receipts(&a, "bee").await.into_iter().find(|r| r.status == "expired")
     })
     .await;
+    // Its attempts find nobody (a dial waits up to 5 s), its backoff grows; neither keeps
+    // it past the window.
+    let took = started.elapsed();
+    assert!(took >= window && took < window + std::time::Duration::from_secs(1), "expired after {took:?}");
     assert!(expired.attempts >= 1);
     let replay =
         a.client().threads().thread_send(remote_send("bee", &t.id, "too late", "k")).await.expect("replay");
@@ -1340,6 +1347,15 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
     for message in ["echo: held", "echo: later"] {
         assert_eq!(contents.iter().filter(|c| *c == message).count(), 1, "{message} once: {contents:?}");
     }
+    // The target's receipts tell each message's story once: the refusals of k2's retries
+    // while the bridge was off were not its fate, and left no `rejected` receipt.
+    let mut story: Vec<String> = receipts(&b, &home_id(&a).await)
+        .await
+        .into_iter()
+        .map(|r| format!("{}:{}", r.idempotency_key, r.status))
+        .collect();
+    story.sort();
+    assert_eq!(story, ["k1:delivered", "k1:pending", "k2:delivered", "k2:pending"]);
 }
 
 /// A target that answers "not now" (its inbound access is off) is retried with pauses that

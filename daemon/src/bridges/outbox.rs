@@ -422,8 +422,8 @@ impl Bridges {
 
     /// A send arriving from `peer`: checked against the bridge, deduplicated by key,
     /// delivered into a prompt only with `wake`. Every outcome is a receipt: an accepted
-    /// message's is committed with it, a refusal's is written after the answer leaves. A
-    /// replay (a retry) changes nothing and adds none.
+    /// message's is committed with it, a final refusal's is written after the answer leaves.
+    /// A replay (a retry) or a refusal for now changes nothing and adds none.
     pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
         let mut receipt = ReceiptRecord {
             peer_home_id: peer.to_string(),
@@ -441,9 +441,16 @@ impl Bridges {
         debug!(peer, code, %message, "bridged send refused");
         (receipt.status, receipt.reason) = ("rejected".into(), code.into());
         let response = refusal_response(code);
-        // A peer without a bridge can do nothing but file a request: its refused sends are
-        // not written down either.
-        if !matches!(self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await, Ok(Some(_))) {
+        // A refusal for now (the bridge's inbound access is off, say) is not the message's
+        // fate: the source retries it, and its receipt comes with the outcome. And a peer
+        // without a bridge can do nothing but file a request: its refused sends are not
+        // written down either.
+        if !FINAL.contains(&code)
+            || !matches!(
+                self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await,
+                Ok(Some(_))
+            )
+        {
             return response;
         }
         let store = self.inner.store.clone();
@@ -785,7 +792,14 @@ impl Bridges {
         if self.window_over(&entry) {
             return Ok(finish(entry, "expired", "expired"));
         }
-        Ok(match self.ship(&bridge, &mut entry).await {
+        // The attempt ends with the window too: a peer that does not answer would otherwise
+        // hold the entry past it for up to the attempt's own timeout.
+        let expires_at = self.expires_at(&entry);
+        let left = Duration::from_millis((expires_at - now).max(0) as u64);
+        let verdict = tokio::time::timeout(left, self.ship(&bridge, &mut entry))
+            .await
+            .unwrap_or_else(|_| Verdict::Unanswered("no answer before the retry window ended".into()));
+        let mut outcome = match verdict {
             Verdict::Delivered => finish(entry, "delivered", ""),
             Verdict::Waiting => follow_up_later(finish(entry, "accepted", "").0),
             Verdict::Refused(reason) => finish(entry, "rejected", &reason),
@@ -796,7 +810,12 @@ impl Bridges {
                 self.retry_soon(entry, &why)
             }
             Verdict::Unanswered(why) => self.retry_later(entry, &why),
-        })
+        };
+        // Never retried after its window: it expires then, not a backoff step later.
+        if outcome.0.status == "pending" {
+            outcome.0.next_attempt_at = outcome.0.next_attempt_at.min(expires_at);
+        }
+        Ok(outcome)
     }
 
     /// One ThreadSend call for `entry`, and what the answer says.
@@ -932,6 +951,11 @@ impl Bridges {
         age(entry) > self.inner.config.bridge.retry_window
     }
 
+    /// The first moment the entry's retry window is over.
+    fn expires_at(&self, entry: &OutboxRecord) -> i64 {
+        entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 + 1
+    }
+
     /// The bridge to call about the entry; none once its window is over or the bridge is
     /// revoked or gone (its fate then needs no call).
     async fn bridge_to_call(&self, entry: &OutboxRecord) -> Result<Option<BridgeRecord>> {
@@ -1006,7 +1030,8 @@ impl Bridges {
     /// `since`, or one that settled it just before, may have made them due (`link_up`)
     /// just before this write undid it, as may a revocation: then they are made due again.
     async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
-        if let Err(e) = self.inner.store.outbox_defer(peer, except, until).await {
+        let window = self.inner.config.bridge.retry_window.as_millis() as i64 + 1;
+        if let Err(e) = self.inner.store.outbox_defer(peer, except, until, window).await {
             warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
         } else if (self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await)
             && let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await

@@ -596,8 +596,9 @@ pub trait Store: Send + Sync + 'static {
     /// (`next_attempt_at` = `i64::MAX`) stays as it is.
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()>;
     /// Puts off every pending or accepted entry for `peer` but `except` that is due before
-    /// `until` to `until` (the peer is silent: they wait for one entry's attempt, a probe).
-    async fn outbox_defer(&self, peer: &str, except: &str, until: Millis) -> StoreResult<()>;
+    /// `until` to `until` (the peer is silent: they wait for one entry's attempt, a probe),
+    /// or to `window` after it was sent (the end of its retry window) if that is sooner.
+    async fn outbox_defer(&self, peer: &str, except: &str, until: Millis, window: Millis) -> StoreResult<()>;
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
     /// Receipts of sends from the peer home `peer`, newest first with their seq: at most
     /// `limit`, from `from_seq` back (included) when given.

@@ -605,9 +605,10 @@ const OUTBOX_PENDING: &str = "SELECT COUNT(*) FROM outbox INDEXED BY outbox_due
 const OUTBOX_RETRY_NOW: &str = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2
      AND status IN ('pending', 'accepted') AND next_attempt_at > ?1
      AND next_attempt_at < 9223372036854775807";
-/// Puts off a peer's entries due before ?1 to ?1, but entry ?3.
-const OUTBOX_DEFER: &str = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2 AND id <> ?3
-     AND status IN ('pending', 'accepted') AND next_attempt_at < ?1";
+/// Puts off a peer's entries due before ?1 to ?1, but entry ?3 — or only to the end of
+/// their retry window (?4 after they were sent), when that comes first.
+const OUTBOX_DEFER: &str = "UPDATE outbox SET next_attempt_at = MIN(?1, created_at + ?4)
+     WHERE peer_home_id = ?2 AND id <> ?3 AND status IN ('pending', 'accepted') AND next_attempt_at < ?1";
 
 /// Queued input a turn may take: all of it, except peer messages while the thread's
 /// communication is off (`?` = take_messages) and messages brought by a bridge whose
@@ -1366,8 +1367,8 @@ impl Store for SqliteStore {
         self.write_statement(OUTBOX_RETRY_NOW, (now, peer.to_string())).await
     }
 
-    async fn outbox_defer(&self, peer: &str, except: &str, until: Millis) -> StoreResult<()> {
-        self.write_statement(OUTBOX_DEFER, (until, peer.to_string(), except.to_string())).await
+    async fn outbox_defer(&self, peer: &str, except: &str, until: Millis, window: Millis) -> StoreResult<()> {
+        self.write_statement(OUTBOX_DEFER, (until, peer.to_string(), except.to_string(), window)).await
     }
 
     async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()> {
