@@ -107,6 +107,12 @@ async fn a_missing_permission_is_refused_at_the_target() {
     let err = a.client().threads().thread_list(list_via("bee")).await.expect_err("no read");
     assert_eq!(err.code(), Code::PermissionDenied);
     assert!(err.message().contains("read"), "{}", err.message());
+    let t = b.thread("echo", None).await;
+    let remote = pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: t.id };
+    let read = pb::ThreadReadRequest { target: Some(remote), ..Default::default() };
+    let err = a.client().threads().thread_read(read).await.expect_err("no read");
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(err.message().contains("read"), "{}", err.message());
 }
 
 #[tokio::test]
@@ -281,8 +287,8 @@ async fn revocation_refuses_messages_still_waiting_at_the_target() {
 }
 
 #[tokio::test]
-async fn a_workspace_scope_limits_list_and_read() {
-    let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+async fn a_workspace_scope_limits_list_read_send_and_wait() {
+    let (a, b) = (open_home().await, open_home().await);
     let shared = b
         .create(pb::ThreadCreateRequest {
             cwd: Some(b.workdir("shared").display().to_string()),
@@ -297,7 +303,7 @@ async fn a_workspace_scope_limits_list_and_read() {
         })
         .await
         .expect("create");
-    let request_id = request(&a, &b, "read", "bee").await;
+    let request_id = request(&a, &b, "read,send,wait", "bee").await;
     // A scope names workspaces by id or by a directory in them; anything else is refused.
     for bogus in ["/no/such/dir", "shared", "ws_nothex"] {
         let approve = pb::BridgeApproveRequest {
@@ -309,18 +315,48 @@ async fn a_workspace_scope_limits_list_and_read() {
         assert_eq!(err.code(), Code::InvalidArgument, "{bogus}: {}", err.message());
         assert!(err.message().contains("workspaces"), "{}", err.message());
     }
-    let granted = approve(&b, &request_id, "read", vec![shared.cwd.clone()]).await;
+    let granted = approve(&b, &request_id, "read,send,wait", vec![shared.cwd.clone()]).await;
     assert_eq!(granted.workspaces, std::slice::from_ref(&shared.workspace_id), "the directory's workspace");
     let page = a.client().threads().thread_list(list_via("bee")).await.expect("list").into_inner();
     assert_eq!(page.threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), vec![shared.id.clone()]);
-    let hidden =
-        pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: private.id.clone() };
+    let via_bee = |id: &str| pb::ThreadRef {
+        host_id: "bee".into(),
+        workspace_id: String::new(),
+        session_id: id.into(),
+    };
     let err = a
         .client()
         .threads()
-        .thread_read(pb::ThreadReadRequest { target: Some(hidden), ..Default::default() })
+        .thread_read(pb::ThreadReadRequest { target: Some(via_bee(&private.id)), ..Default::default() })
         .await;
     assert_eq!(err.expect_err("outside the scope").code(), Code::NotFound);
+    // Sends and waits: the same scope, the same answer as for a thread that does not exist.
+    let err = a.client().threads().thread_send(remote_send("bee", &private.id, "psst", "k1")).await;
+    let err = err.expect_err("outside the scope");
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(err.message().contains("thread_not_found"), "{}", err.message());
+    let wait = |id: &str| pb::ThreadWaitRequest {
+        targets: vec![via_bee(id)],
+        timeout_ms: Some(10),
+        cursors: Default::default(),
+    };
+    let err = a.client().threads().thread_wait(wait(&private.id)).await.expect_err("outside the scope");
+    assert_eq!(err.code(), Code::NotFound);
+    let sent = a.client().threads().thread_send(remote_send("bee", &shared.id, "hello", "k2")).await;
+    assert_eq!(sent.expect("inside the scope").into_inner().status(), pb::SendStatus::Pending);
+    a.client().threads().thread_wait(wait(&shared.id)).await.expect("inside the scope");
+    // The target's receipts: the message for the private thread refused, the other queued.
+    let peer = home_id(&a).await;
+    kiki_tests::eventually("the target's receipts", || async {
+        let mut story: Vec<String> = receipts(&b, &peer)
+            .await
+            .into_iter()
+            .map(|r| format!("{}:{}:{}", r.idempotency_key, r.status, r.reason))
+            .collect();
+        story.sort();
+        (story == ["k1:rejected:thread_not_found", "k2:pending:"]).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -880,7 +916,12 @@ async fn a_cross_home_retry_keeps_its_answer_after_the_senders_switch_went_off()
     let new = a.wait_turns(&agent.id, 3).await.remove(2);
     assert_eq!(new.status(), pb::TurnStatus::Failed, "a new key is refused");
     assert!(new.error.contains("refused"), "{}", new.error);
-    assert_eq!(b.wait_turns(&t.id, 1).await.len(), 1, "one message arrived");
+    let arrived = b.wait_turns(&t.id, 1).await;
+    assert_eq!(arrived.len(), 1, "one message arrived");
+    // Attributed to the source home (its TLS identity) and the sending thread (as that home
+    // vouched for it).
+    let source = arrived[0].inputs[0].source.clone().expect("attributed");
+    assert_eq!((source.host_id, source.session_id), (home_id(&a).await, agent.id.clone()));
 }
 
 #[tokio::test]
