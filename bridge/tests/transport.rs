@@ -44,35 +44,78 @@ async fn a_different_key_than_expected_is_refused_in_the_handshake() {
     accept.abort();
 }
 
-/// 0-RTT is off: even a second connection to a known peer cannot send early data.
-#[tokio::test]
-async fn zero_rtt_is_off() {
-    let (a, b) = (home(), home());
-    let server = b.clone();
-    tokio::spawn(async move { while let Some(_c) = server.accept().await {} });
-    let first = a.connect(addr(&b), Some(b.home_id())).await.expect("first");
-    first.connection.close(0u32.into(), b"done");
-    // Dial again through a raw quinn endpoint with the same client TLS, and ask for 0-RTT.
+/// A raw quinn client that asks for 0-RTT, pinned to `server_id`: kiki's client TLS with
+/// early data turned on (it is off in kiki's own). Its session tickets stay in its config.
+fn early_data_client(server_id: &str) -> quinn::Endpoint {
     let identity =
         BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("k").serialize_pem()).expect("id");
-    let (tls, _) = kiki_bridge::tls::client_config(&identity, Some(b.home_id())).expect("tls");
-    assert!(!tls.enable_early_data);
-    let client = quinn::ClientConfig::new(std::sync::Arc::new(
+    let (mut tls, _) = kiki_bridge::tls::client_config(&identity, Some(server_id)).expect("tls");
+    assert!(!tls.enable_early_data, "kiki's own client never sends early data");
+    tls.enable_early_data = true;
+    let client = quinn::ClientConfig::new(Arc::new(
         quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("quic tls"),
     ));
     let mut raw = quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("client");
     raw.set_default_client_config(client);
-    for _ in 0..2 {
-        let connecting = raw.connect(addr(&b), kiki_bridge::tls::SERVER_NAME).expect("connect");
-        match connecting.into_0rtt() {
-            Ok(_) => panic!("0-RTT must be refused"),
-            Err(connecting) => {
-                connecting.await.expect("a full handshake works");
-            }
+    raw
+}
+
+/// Whether `client`'s second connection to `server` may send 0-RTT data, after a first one
+/// that lasted long enough to receive the server's session tickets.
+async fn second_connection_gets_0rtt(client: &quinn::Endpoint, server: SocketAddr) -> bool {
+    let first = client.connect(server, kiki_bridge::tls::SERVER_NAME).expect("connect").await.expect("first");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    first.close(0u32.into(), b"done");
+    let connecting = client.connect(server, kiki_bridge::tls::SERVER_NAME).expect("connect");
+    match connecting.into_0rtt() {
+        Ok((connection, accepted)) => {
+            let _ = accepted.await;
+            connection.close(0u32.into(), b"done");
+            true
+        }
+        Err(connecting) => {
+            connecting.await.expect("a full handshake works").close(0u32.into(), b"done");
+            false
         }
     }
-    let server_tls = kiki_bridge::tls::server_config(&identity).expect("server tls");
-    assert_eq!(server_tls.max_early_data_size, 0);
+}
+
+/// 0-RTT is off: a client that asks for it on its second connection to a kiki endpoint gets
+/// a full handshake — while the same client gets 0-RTT from a server that allows it.
+#[tokio::test]
+async fn zero_rtt_is_off() {
+    let b = home();
+    let server = b.clone();
+    tokio::spawn(async move { while let Some(_c) = server.accept().await {} });
+    assert!(!second_connection_gets_0rtt(&early_data_client(b.home_id()), addr(&b)).await);
+
+    // The control: kiki's server TLS with early data allowed, on a raw quinn endpoint.
+    let identity =
+        BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("k").serialize_pem()).expect("id");
+    let mut tls = kiki_bridge::tls::server_config(&identity).expect("server tls");
+    assert_eq!(tls.max_early_data_size, 0, "kiki's own server accepts no early data");
+    tls.max_early_data_size = u32::MAX;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).expect("quic tls");
+    let open = quinn::Endpoint::server(
+        quinn::ServerConfig::with_crypto(Arc::new(crypto)),
+        "127.0.0.1:0".parse().expect("addr"),
+    )
+    .expect("server");
+    let accepting = open.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = accepting.accept().await {
+            tokio::spawn(async move {
+                if let Ok(connecting) = incoming.accept() {
+                    let _ = connecting.await;
+                }
+            });
+        }
+    });
+    let to_open = early_data_client(identity.home_id());
+    assert!(
+        second_connection_gets_0rtt(&to_open, open.local_addr().expect("addr")).await,
+        "the control: this client does get 0-RTT where it is allowed"
+    );
 }
 
 #[tokio::test]
