@@ -260,12 +260,20 @@ where
 }
 
 /// A UDP relay between one client and one server, for partitions on loopback: while
-/// `drop` is set, datagrams in both directions are discarded, as by a broken network.
+/// partitioned, datagrams in both directions are discarded, as by a broken network; while
+/// holding, they are kept (a stalled link) and all let through, in order, on release.
 pub struct UdpRelay {
     pub addr: std::net::SocketAddr,
     dropping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The datagrams held so far (true: towards the server), while holding.
+    held: Held,
+    front: std::sync::Arc<tokio::net::UdpSocket>,
+    back: std::sync::Arc<tokio::net::UdpSocket>,
+    client: std::sync::Arc<std::sync::Mutex<Option<std::net::SocketAddr>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
+
+type Held = std::sync::Arc<std::sync::Mutex<Option<Vec<(bool, Vec<u8>)>>>>;
 
 impl UdpRelay {
     /// Relays datagrams arriving at a fresh loopback port to `server`.
@@ -277,39 +285,71 @@ impl UdpRelay {
         back.connect(server).await.expect("relay connect");
         let addr = front.local_addr().expect("relay addr");
         let dropping = Arc::new(AtomicBool::new(false));
-        let client: Arc<tokio::sync::Mutex<Option<std::net::SocketAddr>>> = Arc::default();
+        let held: Held = Arc::default();
+        let client: Arc<std::sync::Mutex<Option<std::net::SocketAddr>>> = Arc::default();
+        // Whether a datagram goes on now: not while partitioned, nor while held (then kept).
+        let passes = {
+            let (dropping, held) = (dropping.clone(), held.clone());
+            move |upstream: bool, datagram: &[u8]| {
+                if let Some(held) = &mut *held.lock().unwrap_or_else(|p| p.into_inner()) {
+                    held.push((upstream, datagram.to_vec()));
+                    return false;
+                }
+                !dropping.load(Ordering::SeqCst)
+            }
+        };
         let upstream = {
-            let (front, back, dropping, client) =
-                (front.clone(), back.clone(), dropping.clone(), client.clone());
+            let (front, back, client, passes) = (front.clone(), back.clone(), client.clone(), passes.clone());
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 65536];
                 while let Ok((n, from)) = front.recv_from(&mut buf).await {
-                    *client.lock().await = Some(from);
-                    if !dropping.load(Ordering::SeqCst) {
+                    *client.lock().unwrap_or_else(|p| p.into_inner()) = Some(from);
+                    if passes(true, &buf[..n]) {
                         let _ = back.send(&buf[..n]).await;
                     }
                 }
             })
         };
         let downstream = {
-            let (front, back, dropping, client) =
-                (front.clone(), back.clone(), dropping.clone(), client.clone());
+            let (front, back, client) = (front.clone(), back.clone(), client.clone());
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 65536];
                 while let Ok(n) = back.recv(&mut buf).await {
-                    let to = *client.lock().await;
-                    if let (Some(to), false) = (to, dropping.load(Ordering::SeqCst)) {
+                    let to = *client.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(to) = to
+                        && passes(false, &buf[..n])
+                    {
                         let _ = front.send_to(&buf[..n], to).await;
                     }
                 }
             })
         };
-        Self { addr, dropping, tasks: vec![upstream, downstream] }
+        Self { addr, dropping, held, front, back, client, tasks: vec![upstream, downstream] }
     }
 
     /// Starts (true) or ends (false) a partition.
     pub fn partition(&self, on: bool) {
         self.dropping.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Starts holding datagrams (see [`UdpRelay::release`]).
+    pub fn hold(&self) {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+    }
+
+    /// Ends the hold: lets every held datagram through, in the order they came, and says how
+    /// many there were.
+    pub async fn release(&self) -> usize {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+        let client = *self.client.lock().unwrap_or_else(|p| p.into_inner());
+        for (upstream, datagram) in &held {
+            match (upstream, client) {
+                (true, _) => drop(self.back.send(datagram).await),
+                (false, Some(to)) => drop(self.front.send_to(datagram, to).await),
+                (false, None) => {}
+            }
+        }
+        held.len()
     }
 }
 

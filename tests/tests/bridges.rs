@@ -1130,6 +1130,32 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     assert!(receipts[0].attempts >= 2, "it was retried: {receipts:?}");
 }
 
+/// The network holds the datagrams (a stalled link) instead of losing them, then lets them
+/// all through at once: the first attempt, its retransmissions and the source's retries with
+/// the key reach the target together — and the message is delivered once.
+#[tokio::test]
+async fn datagrams_held_then_released_together_deliver_once() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let relay = pair_via_relay(&a, &b, "send,wake", "bee").await;
+    relay.hold();
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "held back", "k")).await;
+    assert_eq!(sent.expect("durable").into_inner().status(), pb::SendStatus::Pending);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(b.all_turns(&t.id).await.is_empty(), "nothing crosses a stalled link");
+    let held = relay.release().await;
+    assert!(held > 1, "the attempt and what followed it were held: {held}");
+    let turns = b.wait_turns(&t.id, 1).await;
+    assert_eq!(turns[0].output, "echo: held back");
+    kiki_tests::eventually("the source to learn of the delivery", || async {
+        (outbound_pending(&a).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(b.all_turns(&t.id).await.len(), 1, "once");
+    let inbound: Vec<String> = receipts(&b, &home_id(&a).await).await.into_iter().map(|r| r.status).collect();
+    assert_eq!(inbound, ["delivered"], "the target's receipts list the message once");
+}
+
 /// The pending count `kiki bridge list` shows for `home`'s one outbound bridge.
 async fn outbound_pending(home: &TestHome) -> u64 {
     let listed =
