@@ -470,9 +470,9 @@ fn kill_9_of_the_target_mid_send_delivers_each_message_once() {
     let (_dir_b, b) = new_home();
     let (_down_a, _down_b) = (Down(&a), Down(&b));
     let target = paired_homes(&a, &b);
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let sender = {
-        let a = a.clone();
-        let target = target.clone();
+        let (a, target, answered) = (a.clone(), target.clone(), answered.clone());
         std::thread::spawn(move || {
             for i in 0..20 {
                 let key = format!("k{i}");
@@ -481,11 +481,17 @@ fn kill_9_of_the_target_mid_send_delivers_each_message_once() {
                     &a,
                     &["thread", "send", &format!("bee/{target}"), "--key", &key, "--content", &content],
                 );
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(150));
+    // Killed once a few sends got through, while the rest are still coming.
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     kill_9(&pid_of(&b));
+    let at_kill = answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(at_kill < 20, "the target was killed mid-send ({at_kill} of 20 answered)");
     sender.join().expect("all 20 sends answered (durable at the source)");
     kiki_json(&b, &["up"]);
     let started = Instant::now();
