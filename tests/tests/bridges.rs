@@ -1109,7 +1109,11 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     assert_eq!(sent.expect("durable").into_inner().status(), pb::SendStatus::Pending);
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert!(b.all_turns(&t.id).await.is_empty(), "nothing crosses the partition");
-    assert_eq!(outbound_pending(&a).await, 1, "the source lists it pending");
+    // The list's health comes from a real round trip: the ping finds the link cut.
+    let listed = outbound_listed(&a).await;
+    assert_eq!(listed.pending, 1, "the source lists it pending");
+    assert!(listed.last_error.contains("no answer"), "{listed:?}");
+    assert!(listed.last_error_at > listed.last_success, "{listed:?}");
     let (healed, silent) = (std::time::Instant::now(), sent_at.elapsed());
     relay.partition(false);
     let turns = b.wait_turns(&t.id, 1).await;
@@ -1156,13 +1160,19 @@ async fn datagrams_held_then_released_together_deliver_once() {
     assert_eq!(inbound, ["delivered"], "the target's receipts list the message once");
 }
 
-/// The pending count `kiki bridge list` shows for `home`'s one outbound bridge.
-async fn outbound_pending(home: &TestHome) -> u64 {
+/// `home`'s one outbound bridge as `kiki bridge list` shows it (pinging its peer).
+async fn outbound_listed(home: &TestHome) -> pb::Bridge {
     let listed =
         home.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
-    let outbound: Vec<&pb::Bridge> = listed.bridges.iter().filter(|b| b.direction == "outbound").collect();
+    let mut outbound: Vec<pb::Bridge> =
+        listed.bridges.into_iter().filter(|b| b.direction == "outbound").collect();
     assert_eq!(outbound.len(), 1, "{outbound:?}");
-    outbound[0].pending
+    outbound.remove(0)
+}
+
+/// The pending count `kiki bridge list` shows for `home`'s one outbound bridge.
+async fn outbound_pending(home: &TestHome) -> u64 {
+    outbound_listed(home).await.pending
 }
 
 /// A bridge from `source` to `target` granting `allow`, whose datagrams pass through a relay
@@ -1370,7 +1380,9 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
     let queued = a.client().threads().thread_send(remote_send("bee", &t.id, "held", "k1")).await;
     assert_eq!(queued.expect("send").into_inner().status(), pb::SendStatus::Pending);
 
-    assert_eq!(set_inbound(&b, &bridge.id, false).await.state, "disabled");
+    let disabled = set_inbound(&b, &bridge.id, false).await;
+    // The answer counts what the peer brought that waits here, as `kiki bridge list` does.
+    assert_eq!((disabled.state.as_str(), disabled.pending), ("disabled", 1));
     let err = a.client().threads().thread_list(list_via("bee")).await.expect_err("refused");
     assert_eq!(err.code(), Code::Unavailable);
     assert!(err.message().contains("bridge_disabled"), "{}", err.message());

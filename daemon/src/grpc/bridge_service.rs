@@ -18,9 +18,15 @@ impl BridgeServiceImpl {
     pub fn new(threads: Threads, bridges: Bridges) -> Self {
         Self { threads, bridges }
     }
+
+    /// The bridge as `kiki bridge list` shows it, with its pending count as it is now.
+    async fn listed(&self, bridge: BridgeRecord) -> Result<pb::Bridge, Status> {
+        let pending = self.bridges.pending_count(&bridge).await.map_err(status)?;
+        Ok(bridge_to_pb(bridge, pending))
+    }
 }
 
-pub fn bridge_to_pb(b: BridgeRecord, pending: u64) -> pb::Bridge {
+fn bridge_to_pb(b: BridgeRecord, pending: u64) -> pb::Bridge {
     pb::Bridge {
         id: b.id,
         direction: b.direction,
@@ -59,7 +65,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         let r = request.into_inner();
         let (bridge, request_id) =
             self.bridges.request(&r.address, &r.want, &r.expect, &r.name).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeRequestResponse { bridge: Some(bridge_to_pb(bridge, 0)), request_id }))
+        Ok(Response::new(pb::BridgeRequestResponse { bridge: Some(self.listed(bridge).await?), request_id }))
     }
 
     async fn bridge_pending(
@@ -80,7 +86,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         owner_only(&self.threads, &request, "managing bridges")?;
         let r = request.into_inner();
         let bridge = self.bridges.approve(&r.request_id, &r.allow, &r.workspaces).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeApproveResponse { bridge: Some(bridge_to_pb(bridge, 0)) }))
+        Ok(Response::new(pb::BridgeApproveResponse { bridge: Some(self.listed(bridge).await?) }))
     }
 
     async fn bridge_reject(
@@ -99,7 +105,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         owner_only(&self.threads, &request, "managing bridges")?;
         let r = request.into_inner();
         let bridge = self.bridges.set_inbound(&r.bridge, r.enabled).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeSetInboundResponse { bridge: Some(bridge_to_pb(bridge, 0)) }))
+        Ok(Response::new(pb::BridgeSetInboundResponse { bridge: Some(self.listed(bridge).await?) }))
     }
 
     async fn bridge_revoke(
@@ -108,7 +114,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
     ) -> Result<Response<pb::BridgeRevokeResponse>, Status> {
         owner_only(&self.threads, &request, "managing bridges")?;
         let bridge = self.bridges.revoke(&request.into_inner().bridge).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeRevokeResponse { bridge: Some(bridge_to_pb(bridge, 0)) }))
+        Ok(Response::new(pb::BridgeRevokeResponse { bridge: Some(self.listed(bridge).await?) }))
     }
 
     async fn bridge_list(
@@ -119,8 +125,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         let bridges = self.bridges.list().await.map_err(status)?;
         let mut listed = Vec::with_capacity(bridges.len());
         for b in bridges {
-            let pending = self.bridges.pending_count(&b).await.map_err(status)?;
-            listed.push(bridge_to_pb(b, pending));
+            listed.push(self.listed(b).await?);
         }
         Ok(Response::new(pb::BridgeListResponse { bridges: listed, listen: self.bridges.listen_addr() }))
     }
