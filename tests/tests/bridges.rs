@@ -396,6 +396,44 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
     );
 }
 
+/// A pairing request from a new key, the cheapest identity there is: a raw call over a fresh
+/// QUIC endpoint. The answer's wire error code, if refused.
+async fn request_as_stranger(target: &TestHome) -> Option<String> {
+    use kiki_bridge::Link;
+    use prost::Message;
+    let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
+    let identity = kiki_bridge::BridgeIdentity::from_key_pem(&key).expect("identity");
+    let endpoint =
+        kiki_bridge::BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity).expect("endpoint");
+    let addr = listen_addr(target).await.parse().expect("addr");
+    let link = endpoint.connect(addr, Some(&home_id(target).await)).await.expect("connect");
+    let pair = pb::PairCall { want: vec!["read".into()], name: "stranger".into() };
+    let call = pb::BridgeCall { call: Some(pb::bridge_call::Call::Pair(pair)) };
+    let reply = link.call(call.encode_to_vec()).await.expect("answered");
+    match pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply {
+        Some(pb::bridge_reply::Reply::Pair(_)) => None,
+        Some(pb::bridge_reply::Reply::Error(e)) => Some(e.code),
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+/// New keys are new peers, each allowed its own 5 requests a minute: the home caps the
+/// requests waiting for its owner, whoever filed them.
+#[tokio::test]
+async fn strangers_cannot_fill_the_owners_list_of_requests() {
+    let b = TestHome::builder().start().await;
+    for _ in 0..32 {
+        assert_eq!(request_as_stranger(&b).await, None, "filed");
+    }
+    assert_eq!(request_as_stranger(&b).await.as_deref(), Some("rate_limited"), "the 33rd waits");
+    let waiting = b.client().bridges().bridge_pending(pb::BridgePendingRequest {}).await.expect("pending");
+    let waiting = waiting.into_inner().requests;
+    assert_eq!(waiting.len(), 32);
+    let reject = pb::BridgeRejectRequest { request_id: waiting[0].id.clone() };
+    b.client().bridges().bridge_reject(reject).await.expect("reject");
+    assert_eq!(request_as_stranger(&b).await, None, "a decision makes room");
+}
+
 #[tokio::test]
 async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_threads() {
     let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);

@@ -39,6 +39,9 @@ pub const PERMISSIONS: [&str; 4] = ["read", "send", "wake", "wait"];
 /// Pairing requests one peer may file per [`REQUEST_WINDOW`].
 const REQUESTS_PER_WINDOW: usize = 5;
 const REQUEST_WINDOW: Duration = Duration::from_secs(60);
+/// Requests waiting for the owner's decision, from all peers together: a new key is a new
+/// peer, so the per-peer limit alone would let anyone fill this home's list (and store).
+const MAX_WAITING_REQUESTS: usize = 32;
 /// How often a busy link's `last_success` is written (every call would be a write).
 const HEALTH_EVERY: Duration = Duration::from_secs(10);
 /// How long `kiki bridge list` waits for each peer's answer.
@@ -303,19 +306,23 @@ impl Bridges {
     ) -> std::result::Result<pb::PairReply, Rejection> {
         let want = parse_permissions("want", &pair.want)?;
         let now = now_ms();
-        let recent = self
-            .inner
-            .store
-            .bridge_requests()
-            .await
-            .map_err(Error::from)?
-            .into_iter()
+        let requests = self.inner.store.bridge_requests().await.map_err(Error::from)?;
+        let recent = requests
+            .iter()
             .filter(|r| r.peer_home_id == peer && r.created_at > now - REQUEST_WINDOW.as_millis() as i64)
             .count();
         if recent >= REQUESTS_PER_WINDOW {
             return Err(Rejection::Wire(
                 "rate_limited",
                 format!("at most {REQUESTS_PER_WINDOW} pairing requests per minute"),
+            ));
+        }
+        if requests.iter().filter(|r| r.status == "pending").count() >= MAX_WAITING_REQUESTS {
+            return Err(Rejection::Wire(
+                "rate_limited",
+                format!(
+                    "{MAX_WAITING_REQUESTS} pairing requests already wait for this home's owner; try again once they are decided"
+                ),
             ));
         }
         let name: String = pair.name.chars().take(64).collect();
