@@ -844,6 +844,42 @@ async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) ->
     pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply.expect("a reply")
 }
 
+/// The target checks a peer's send against its own limits, whatever the source checked: a
+/// peer that ships 100,001 characters is refused `too_large`, with a receipt, and nothing
+/// is queued.
+#[tokio::test]
+async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
+    use kiki_bridge::Link;
+    use prost::Message;
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let (_endpoint, as_a) = link_as(&a, &b).await;
+    let send = |content: String| pb::BridgeCall {
+        call: Some(pb::bridge_call::Call::ThreadSend(pb::BridgeSendCall {
+            target_session: t.id.clone(),
+            content,
+            idempotency_key: "big".into(),
+            source_thread: String::new(),
+        })),
+    };
+    let reply = as_a.call(send("x".repeat(100_001)).encode_to_vec()).await.expect("call");
+    let reply = pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply;
+    let Some(pb::bridge_reply::Reply::ThreadSend(answer)) = reply else { panic!("{reply:?}") };
+    assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "too_large"));
+    kiki_tests::eventually("the refusal's receipt", || async {
+        let inbound = receipts(&b, &home_id(&a).await).await;
+        inbound.iter().any(|r| r.status == "rejected" && r.reason == "too_large").then_some(())
+    })
+    .await;
+    // Exactly at the limit it is a message like any other.
+    let reply = as_a.call(send("x".repeat(100_000)).encode_to_vec()).await.expect("call");
+    let reply = pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply;
+    let Some(pb::bridge_reply::Reply::ThreadSend(answer)) = reply else { panic!("{reply:?}") };
+    assert_eq!(answer.status(), pb::SendStatus::Delivered);
+    assert_eq!(b.wait_turns(&t.id, 1).await.len(), 1, "only the one within the limit arrived");
+}
+
 /// One follow-up call asks where many messages stand: the target answers each key, in order,
 /// as a replay would (keys are scoped by the sending thread), refuses more than 256 keys,
 /// a peer without an approved bridge and a revoked bridge. The source's worker follows its
@@ -1170,6 +1206,35 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     .await;
     let receipts = receipts(&a, "bee").await;
     assert!(receipts[0].attempts >= 2, "it was retried: {receipts:?}");
+}
+
+/// The target's owner revokes the bridge while a send waits at the source behind a cut
+/// link: once the link is back, the source's retry is refused `bridge_revoked`, the source
+/// stops retrying, and the message never arrives.
+#[tokio::test]
+async fn a_revocation_at_the_target_ends_a_send_still_waiting_at_the_source() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let relay = pair_via_relay(&a, &b, "send,wake", "bee").await;
+    let inbound = b.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list");
+    let inbound = inbound.into_inner().bridges.remove(0);
+    relay.partition(true);
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "too late", "k")).await;
+    assert_eq!(sent.expect("durable").into_inner().status(), pb::SendStatus::Pending);
+    b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: inbound.id }).await.expect("revoke");
+    relay.partition(false);
+    let refused = kiki_tests::eventually("the source to hear of the revocation", || async {
+        receipts(&a, "bee").await.into_iter().find(|r| r.status == "rejected")
+    })
+    .await;
+    assert_eq!(refused.reason, "bridge_revoked");
+    let attempts = refused.attempts;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(receipts(&a, "bee").await[0].attempts, attempts, "no more retries");
+    assert!(b.all_turns(&t.id).await.is_empty(), "nothing arrived");
+    let replay = a.client().threads().thread_send(remote_send("bee", &t.id, "too late", "k")).await;
+    let replay = replay.expect("replay").into_inner();
+    assert_eq!((replay.status(), replay.reason.as_str()), (pb::SendStatus::Undeliverable, "bridge_revoked"));
 }
 
 /// The network holds the datagrams (a stalled link) instead of losing them, then lets them
