@@ -486,7 +486,10 @@ fn kill_9_of_the_target_mid_send_delivers_each_message_once() {
         })
     };
     // Killed once a few sends got through, while the rest are still coming.
+    let started = Instant::now();
     while answered.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        assert!(!sender.is_finished(), "the sender stopped before three sends were answered");
+        assert!(started.elapsed() < Duration::from_secs(60), "three sends not answered in 60 s");
         std::thread::sleep(Duration::from_millis(5));
     }
     kill_9(&pid_of(&b));

@@ -98,7 +98,8 @@ struct Inner {
     cache: tokio::sync::Mutex<Option<Arc<Vec<BridgeRecord>>>>,
     /// Set once at start (the mailbox and the bridges refer to each other).
     mailbox: std::sync::OnceLock<crate::mailbox::Mailbox>,
-    /// Serialises pairing decisions so two racing approvals cannot both apply.
+    /// Serialises changes to pairing requests: two racing approvals cannot both apply, and
+    /// racing requests cannot pass their limits together.
     decisions: tokio::sync::Mutex<()>,
     /// Per peer, cancelled when its inbound bridge is revoked or turned off: its parked
     /// ThreadWait calls end at once instead of at their timeout.
@@ -305,6 +306,7 @@ impl Bridges {
         pair: pb::PairCall,
     ) -> std::result::Result<pb::PairReply, Rejection> {
         let want = parse_permissions("want", &pair.want)?;
+        let _filing = self.inner.decisions.lock().await;
         let now = now_ms();
         let requests = self.inner.store.bridge_requests().await.map_err(Error::from)?;
         let recent = requests

@@ -792,14 +792,10 @@ impl Bridges {
         if self.window_over(&entry) {
             return Ok(finish(entry, "expired", "expired"));
         }
-        // The attempt ends with the window too: a peer that does not answer would otherwise
-        // hold the entry past it for up to the attempt's own timeout.
+        // An attempt under way as the window ends runs its course (up to ATTEMPT_TIMEOUT):
+        // its call may have reached the target, which may still take the message.
         let expires_at = self.expires_at(&entry);
-        let left = Duration::from_millis((expires_at - now).max(0) as u64);
-        let verdict = tokio::time::timeout(left, self.ship(&bridge, &mut entry))
-            .await
-            .unwrap_or_else(|_| Verdict::Unanswered("no answer before the retry window ended".into()));
-        let mut outcome = match verdict {
+        let mut outcome = match self.ship(&bridge, &mut entry).await {
             Verdict::Delivered => finish(entry, "delivered", ""),
             Verdict::Waiting => follow_up_later(finish(entry, "accepted", "").0),
             Verdict::Refused(reason) => finish(entry, "rejected", &reason),

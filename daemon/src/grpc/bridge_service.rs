@@ -19,10 +19,15 @@ impl BridgeServiceImpl {
         Self { threads, bridges }
     }
 
-    /// The bridge as `kiki bridge list` shows it, with its pending count as it is now.
-    async fn listed(&self, bridge: BridgeRecord) -> Result<pb::Bridge, Status> {
-        let pending = self.bridges.pending_count(&bridge).await.map_err(status)?;
-        Ok(bridge_to_pb(bridge, pending))
+    /// The bridge as `kiki bridge list` shows it, with its pending count as it is now. The
+    /// action that returned it has taken effect: a count that cannot be read is logged and
+    /// shown as 0 rather than failing the call.
+    async fn listed(&self, bridge: BridgeRecord) -> pb::Bridge {
+        let pending = self.bridges.pending_count(&bridge).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, bridge = %bridge.id, "cannot count a bridge's pending messages");
+            0
+        });
+        bridge_to_pb(bridge, pending)
     }
 }
 
@@ -65,7 +70,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         let r = request.into_inner();
         let (bridge, request_id) =
             self.bridges.request(&r.address, &r.want, &r.expect, &r.name).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeRequestResponse { bridge: Some(self.listed(bridge).await?), request_id }))
+        Ok(Response::new(pb::BridgeRequestResponse { bridge: Some(self.listed(bridge).await), request_id }))
     }
 
     async fn bridge_pending(
@@ -86,7 +91,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         owner_only(&self.threads, &request, "managing bridges")?;
         let r = request.into_inner();
         let bridge = self.bridges.approve(&r.request_id, &r.allow, &r.workspaces).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeApproveResponse { bridge: Some(self.listed(bridge).await?) }))
+        Ok(Response::new(pb::BridgeApproveResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
     async fn bridge_reject(
@@ -105,7 +110,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         owner_only(&self.threads, &request, "managing bridges")?;
         let r = request.into_inner();
         let bridge = self.bridges.set_inbound(&r.bridge, r.enabled).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeSetInboundResponse { bridge: Some(self.listed(bridge).await?) }))
+        Ok(Response::new(pb::BridgeSetInboundResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
     async fn bridge_revoke(
@@ -114,7 +119,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
     ) -> Result<Response<pb::BridgeRevokeResponse>, Status> {
         owner_only(&self.threads, &request, "managing bridges")?;
         let bridge = self.bridges.revoke(&request.into_inner().bridge).await.map_err(status)?;
-        Ok(Response::new(pb::BridgeRevokeResponse { bridge: Some(self.listed(bridge).await?) }))
+        Ok(Response::new(pb::BridgeRevokeResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
     async fn bridge_list(
@@ -125,7 +130,8 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         let bridges = self.bridges.list().await.map_err(status)?;
         let mut listed = Vec::with_capacity(bridges.len());
         for b in bridges {
-            listed.push(self.listed(b).await?);
+            let pending = self.bridges.pending_count(&b).await.map_err(status)?;
+            listed.push(bridge_to_pb(b, pending));
         }
         Ok(Response::new(pb::BridgeListResponse { bridges: listed, listen: self.bridges.listen_addr() }))
     }
