@@ -1109,6 +1109,41 @@ async fn a_send_expires_after_the_retry_window() {
     assert_eq!((replay.status(), replay.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
 }
 
+/// A silent peer gets one attempt at a time (its probe), and its other messages are put off
+/// until that attempt ends — but not past their window: they expire when it ends, without
+/// waiting for the probe's attempt (a dial of up to 5 s) to end first.
+#[tokio::test]
+async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
+    let window = std::time::Duration::from_secs(6);
+    let (a, b) = (open_home_with(window).await, open_home().await);
+    let t = b.thread("echo", None).await;
+    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    let started = std::time::Instant::now();
+    let (mut one, mut two) = (a.client().threads(), a.client().threads());
+    let (first, second) = tokio::join!(
+        one.thread_send(remote_send("bee", &t.id, "one", "k1")),
+        two.thread_send(remote_send("bee", &t.id, "two", "k2")),
+    );
+    for sent in [first, second] {
+        assert_eq!(sent.expect("durable").into_inner().status(), pb::SendStatus::Pending);
+    }
+    kiki_tests::eventually("a send to expire", || async {
+        receipts(&a, "bee").await.into_iter().find(|r| r.status == "expired")
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(
+        took >= window && took < window + std::time::Duration::from_secs(1),
+        "first expiry after {took:?}"
+    );
+    kiki_tests::eventually("both to expire", || async {
+        receipts(&a, "bee").await.iter().all(|r| r.status == "expired").then_some(())
+    })
+    .await;
+}
+
 /// A→B and B→C do not let A reach C: no transitive trust, B forwards nothing.
 #[tokio::test]
 async fn trust_is_not_transitive() {

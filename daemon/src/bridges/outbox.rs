@@ -1101,10 +1101,10 @@ impl Bridges {
             let first = tick % outbound.len().max(1);
             for bridge in outbound[first..].iter().chain(&outbound[..first]) {
                 let peer = &bridge.peer_home_id;
-                // A probed peer's entries wait for its probe, unless calls no longer go to it
-                // (the bridge is revoked: they need no call).
-                let waits_for_probe = bridge.state != "revoked" && lock(&self.inner.probing).contains(peer);
-                if waits_for_probe || PeerSlot::is_full(&self.inner, peer) {
+                // A silent peer's entries wait for its probe: put off until it ends, and passed
+                // over by `ship_due` if due anyway. Those whose fate needs no call (their
+                // window is over, the bridge revoked) are listed and ended meanwhile.
+                if PeerSlot::is_full(&self.inner, peer) {
                     continue;
                 }
                 // Its attempts under way are listed too (still due until their outcome is
