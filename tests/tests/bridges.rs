@@ -1133,11 +1133,10 @@ async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
         receipts(&a, "bee").await.into_iter().find(|r| r.status == "expired")
     })
     .await;
+    // (Waiting for the probe, it would take 8 s or more: the first attempt's 3 s, a 5 s dial.)
     let took = started.elapsed();
-    assert!(
-        took >= window && took < window + std::time::Duration::from_secs(1),
-        "first expiry after {took:?}"
-    );
+    let slack = std::time::Duration::from_millis(1_500);
+    assert!(took >= window && took < window + slack, "first expiry after {took:?}");
     kiki_tests::eventually("both to expire", || async {
         receipts(&a, "bee").await.iter().all(|r| r.status == "expired").then_some(())
     })
