@@ -8,10 +8,13 @@ use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link};
 use kiki_proto as pb;
 use prost::Message;
 
+/// A new home's identity, from a fresh key.
+fn identity() -> BridgeIdentity {
+    BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("key").serialize_pem()).expect("identity")
+}
+
 fn home() -> BridgeEndpoint {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let identity = BridgeIdentity::from_key_pem(&key.serialize_pem()).expect("identity");
-    BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity).expect("bind")
+    BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity()).expect("bind")
 }
 
 fn addr(e: &BridgeEndpoint) -> SocketAddr {
@@ -47,8 +50,7 @@ async fn a_different_key_than_expected_is_refused_in_the_handshake() {
 /// A raw quinn client that asks for 0-RTT, pinned to `server_id`: kiki's client TLS with
 /// early data turned on (it is off in kiki's own). Its session tickets stay in its config.
 fn early_data_client(server_id: &str) -> quinn::Endpoint {
-    let identity =
-        BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("k").serialize_pem()).expect("id");
+    let identity = identity();
     let (mut tls, _) = kiki_bridge::tls::client_config(&identity, Some(server_id)).expect("tls");
     assert!(!tls.enable_early_data, "kiki's own client never sends early data");
     tls.enable_early_data = true;
@@ -96,8 +98,7 @@ async fn zero_rtt_is_off() {
     assert!(!a_later_connection_gets_0rtt(&early_data_client(b.home_id()), addr(&b)).await);
 
     // The control: kiki's server TLS with early data allowed, on a raw quinn endpoint.
-    let identity =
-        BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("k").serialize_pem()).expect("id");
+    let identity = identity();
     let mut tls = kiki_bridge::tls::server_config(&identity).expect("server tls");
     assert_eq!(tls.max_early_data_size, 0, "kiki's own server accepts no early data");
     tls.max_early_data_size = u32::MAX;
@@ -129,8 +130,7 @@ async fn a_peer_with_another_alpn_is_refused() {
     let b = home();
     let server = b.clone();
     tokio::spawn(async move { while let Some(_c) = server.accept().await {} });
-    let identity =
-        BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("k").serialize_pem()).expect("id");
+    let identity = identity();
     let (mut tls, _) = kiki_bridge::tls::client_config(&identity, None).expect("tls");
     tls.alpn_protocols = vec![b"h3".to_vec()];
     let client = quinn::ClientConfig::new(std::sync::Arc::new(

@@ -399,20 +399,13 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
 /// A pairing request from a new key, the cheapest identity there is: a raw call over a fresh
 /// QUIC endpoint. The answer's wire error code, if refused.
 async fn request_as_stranger(target: &TestHome) -> Option<String> {
-    use kiki_bridge::Link;
-    use prost::Message;
     let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
     let identity = kiki_bridge::BridgeIdentity::from_key_pem(&key).expect("identity");
-    let endpoint =
-        kiki_bridge::BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity).expect("endpoint");
-    let addr = listen_addr(target).await.parse().expect("addr");
-    let link = endpoint.connect(addr, Some(&home_id(target).await)).await.expect("connect");
+    let (_endpoint, link) = link_with(identity, target).await;
     let pair = pb::PairCall { want: vec!["read".into()], name: "stranger".into() };
-    let call = pb::BridgeCall { call: Some(pb::bridge_call::Call::Pair(pair)) };
-    let reply = link.call(call.encode_to_vec()).await.expect("answered");
-    match pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply {
-        Some(pb::bridge_reply::Reply::Pair(_)) => None,
-        Some(pb::bridge_reply::Reply::Error(e)) => Some(e.code),
+    match raw_call(&link, pb::bridge_call::Call::Pair(pair)).await {
+        pb::bridge_reply::Reply::Pair(_) => None,
+        pb::bridge_reply::Reply::Error(e) => Some(e.code),
         other => panic!("unexpected answer {other:?}"),
     }
 }
@@ -820,7 +813,15 @@ async fn link_as(
     target: &TestHome,
 ) -> (kiki_bridge::BridgeEndpoint, kiki_bridge::PeerConnection) {
     let pem = std::fs::read_to_string(home.handle().home_dir().join("identity.key")).expect("identity key");
-    let identity = kiki_bridge::BridgeIdentity::from_key_pem(&pem).expect("identity");
+    link_with(kiki_bridge::BridgeIdentity::from_key_pem(&pem).expect("identity"), target).await
+}
+
+/// A QUIC link to `target` from an endpoint of its own with `identity`. The endpoint must
+/// outlive the calls.
+async fn link_with(
+    identity: kiki_bridge::BridgeIdentity,
+    target: &TestHome,
+) -> (kiki_bridge::BridgeEndpoint, kiki_bridge::PeerConnection) {
     let endpoint =
         kiki_bridge::BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity).expect("endpoint");
     let addr = listen_addr(target).await.parse().expect("target address");
@@ -828,10 +829,20 @@ async fn link_as(
     (endpoint, link)
 }
 
-/// A follow-up call asking about `keys` (source thread, key), and the target's reply.
-async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) -> pb::bridge_reply::Reply {
+/// One bridge call made raw over `link`, as a peer would make it: the target's reply.
+async fn raw_call(
+    link: &kiki_bridge::PeerConnection,
+    call: pb::bridge_call::Call,
+) -> pb::bridge_reply::Reply {
     use kiki_bridge::Link;
     use prost::Message;
+    let call = pb::BridgeCall { call: Some(call) };
+    let reply = link.call(call.encode_to_vec()).await.expect("call");
+    pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply.expect("a reply")
+}
+
+/// A follow-up call asking about `keys` (source thread, key), and the target's reply.
+async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) -> pb::bridge_reply::Reply {
     let keys = keys
         .iter()
         .map(|(thread, key)| pb::FollowUpKey {
@@ -839,9 +850,7 @@ async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) ->
             idempotency_key: key.to_string(),
         })
         .collect();
-    let call = pb::BridgeCall { call: Some(pb::bridge_call::Call::FollowUp(pb::FollowUpCall { keys })) };
-    let reply = link.call(call.encode_to_vec()).await.expect("call");
-    pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply.expect("a reply")
+    raw_call(link, pb::bridge_call::Call::FollowUp(pb::FollowUpCall { keys })).await
 }
 
 /// The target checks a peer's send against its own limits, whatever the source checked: a
@@ -849,23 +858,22 @@ async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) ->
 /// is queued.
 #[tokio::test]
 async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
-    use kiki_bridge::Link;
-    use prost::Message;
+    use pb::bridge_reply::Reply;
     let (a, b) = (open_home().await, open_home().await);
     let t = b.thread("echo", None).await;
     approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
     let (_endpoint, as_a) = link_as(&a, &b).await;
-    let send = |content: String| pb::BridgeCall {
-        call: Some(pb::bridge_call::Call::ThreadSend(pb::BridgeSendCall {
+    let send = |content: String| {
+        pb::bridge_call::Call::ThreadSend(pb::BridgeSendCall {
             target_session: t.id.clone(),
             content,
             idempotency_key: "big".into(),
             source_thread: String::new(),
-        })),
+        })
     };
-    let reply = as_a.call(send("x".repeat(100_001)).encode_to_vec()).await.expect("call");
-    let reply = pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply;
-    let Some(pb::bridge_reply::Reply::ThreadSend(answer)) = reply else { panic!("{reply:?}") };
+    let Reply::ThreadSend(answer) = raw_call(&as_a, send("x".repeat(100_001))).await else {
+        panic!("not a send")
+    };
     assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "too_large"));
     kiki_tests::eventually("the refusal's receipt", || async {
         let inbound = receipts(&b, &home_id(&a).await).await;
@@ -873,9 +881,9 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     })
     .await;
     // Exactly at the limit it is a message like any other.
-    let reply = as_a.call(send("x".repeat(100_000)).encode_to_vec()).await.expect("call");
-    let reply = pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply;
-    let Some(pb::bridge_reply::Reply::ThreadSend(answer)) = reply else { panic!("{reply:?}") };
+    let Reply::ThreadSend(answer) = raw_call(&as_a, send("x".repeat(100_000))).await else {
+        panic!("not a send")
+    };
     assert_eq!(answer.status(), pb::SendStatus::Delivered);
     assert_eq!(b.wait_turns(&t.id, 1).await.len(), 1, "only the one within the limit arrived");
 }

@@ -944,12 +944,17 @@ impl Bridges {
 
     /// Whether the entry's retry window is over.
     fn window_over(&self, entry: &OutboxRecord) -> bool {
-        age(entry) > self.inner.config.bridge.retry_window
+        now_ms() >= self.expires_at(entry)
     }
 
     /// The first moment the entry's retry window is over.
     fn expires_at(&self, entry: &OutboxRecord) -> i64 {
-        entry.created_at + self.inner.config.bridge.retry_window.as_millis() as i64 + 1
+        entry.created_at + self.lifetime()
+    }
+
+    /// How long after it was sent an entry's retry window is over (just past the window).
+    fn lifetime(&self) -> i64 {
+        self.inner.config.bridge.retry_window.as_millis() as i64 + 1
     }
 
     /// The bridge to call about the entry; none once its window is over or the bridge is
@@ -1026,8 +1031,7 @@ impl Bridges {
     /// `since`, or one that settled it just before, may have made them due (`link_up`)
     /// just before this write undid it, as may a revocation: then they are made due again.
     async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
-        let window = self.inner.config.bridge.retry_window.as_millis() as i64 + 1;
-        if let Err(e) = self.inner.store.outbox_defer(peer, except, until, window).await {
+        if let Err(e) = self.inner.store.outbox_defer(peer, except, until, self.lifetime()).await {
             warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
         } else if (self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await)
             && let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await
