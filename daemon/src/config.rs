@@ -15,6 +15,7 @@
 //! [bridge]
 //! listen = "127.0.0.1:0"        # the QUIC endpoint for bridges (port 0: any free port)
 //! retry_window = "15m"          # unacknowledged cross-home sends expire after this (<= 24h)
+//! request_expiry = "24h"        # a pairing request the owner has not decided expires
 //!
 //! [mailbox]
 //! delivery_wait = "3s"          # ThreadSend answers `pending` after this
@@ -95,6 +96,10 @@ pub struct BridgeConfig {
     /// (with its original key) before it becomes `expired`. Default `15m`.
     #[serde(with = "duration")]
     pub retry_window: Duration,
+    /// How long a pairing request filed with this home waits for its owner's decision
+    /// before it expires (the peer may file a new one). Default `24h`.
+    #[serde(with = "duration")]
+    pub request_expiry: Duration,
 }
 
 impl Default for BridgeConfig {
@@ -102,6 +107,7 @@ impl Default for BridgeConfig {
         Self {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             retry_window: Duration::from_secs(15 * 60),
+            request_expiry: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -255,6 +261,9 @@ impl Config {
             problems
                 .push("bridge.retry_window: must be at most 24h (the least time a home keeps keys)".into());
         }
+        if self.bridge.request_expiry.is_zero() {
+            problems.push("bridge.request_expiry: must be more than 0".into());
+        }
         if self.mailbox.delivery_wait > Duration::from_secs(60) {
             problems.push("mailbox.delivery_wait: must be at most 60s".into());
         }
@@ -335,6 +344,15 @@ mod tests {
         let err = Config::parse("[bridge]\nretry_window = \"25h\"\n").expect_err("invalid");
         assert!(err.to_string().contains("bridge.retry_window: must be at most 24h"), "{err}");
         Config::parse("[bridge]\nretry_window = \"24h\"\n").expect("the limit itself is fine");
+    }
+
+    #[test]
+    fn pairing_requests_expire_after_a_day_unless_configured() {
+        assert_eq!(Config::default().bridge.request_expiry, Duration::from_secs(24 * 3600));
+        let (set, _) = Config::parse("[bridge]\nrequest_expiry = \"7d\"\n").expect("valid");
+        assert_eq!(set.bridge.request_expiry, Duration::from_secs(7 * 24 * 3600));
+        let err = Config::parse("[bridge]\nrequest_expiry = \"0s\"\n").expect_err("invalid");
+        assert!(err.to_string().contains("bridge.request_expiry: must be more than 0"), "{err}");
     }
 
     #[test]

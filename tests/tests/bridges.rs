@@ -427,6 +427,50 @@ async fn strangers_cannot_fill_the_owners_list_of_requests() {
     assert_eq!(request_as_stranger(&b).await, None, "a decision makes room");
 }
 
+/// A request the owner leaves undecided expires: it leaves the owner's list, stops counting
+/// against the requests that may wait, cannot be approved any more, and the source sees it.
+#[tokio::test]
+async fn an_undecided_pairing_request_expires() {
+    let expiry = std::time::Duration::from_secs(2);
+    let a = TestHome::builder().start().await;
+    let b = TestHome::builder().config(move |c| c.bridge.request_expiry = expiry).start().await;
+    let first = request(&a, &b, "read", "bee").await;
+    for _ in 0..31 {
+        assert_eq!(request_as_stranger(&b).await, None, "filed");
+    }
+    assert_eq!(request_as_stranger(&b).await.as_deref(), Some("rate_limited"), "32 wait");
+    tokio::time::sleep(expiry).await;
+    let pending = || async {
+        let listed = b.client().bridges().bridge_pending(pb::BridgePendingRequest {}).await.expect("pending");
+        listed.into_inner().requests
+    };
+    assert_eq!(pending().await.len(), 0, "all 32 expired");
+    let late = pb::BridgeApproveRequest {
+        request_id: first.clone(),
+        allow: vec!["read".into()],
+        workspaces: vec![],
+    };
+    let late = b.client().bridges().bridge_approve(late).await.expect_err("expired");
+    assert_eq!(late.code(), Code::FailedPrecondition);
+    assert!(late.message().contains("expired"), "{}", late.message());
+    assert_eq!(outbound_listed(&a).await.state, "expired", "the source sees it");
+    // Expired requests make room, and the source may ask again.
+    assert_eq!(request_as_stranger(&b).await, None, "room again");
+    let again = request(&a, &b, "read", "bee").await;
+    assert_eq!(pending().await.len(), 2);
+    approve(&b, &again, "read", vec![]).await;
+    assert_eq!(outbound_listed(&a).await.state, "active");
+    let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open the store");
+    let statuses: Vec<(String, i64)> = db
+        .prepare("SELECT status, COUNT(*) FROM bridge_requests GROUP BY status ORDER BY status")
+        .expect("prepare")
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(statuses, [("approved".into(), 1), ("expired".into(), 32), ("pending".into(), 1)]);
+}
+
 #[tokio::test]
 async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_threads() {
     let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);

@@ -308,7 +308,7 @@ impl Bridges {
         let want = parse_permissions("want", &pair.want)?;
         let _filing = self.inner.decisions.lock().await;
         let now = now_ms();
-        let requests = self.inner.store.bridge_requests().await.map_err(Error::from)?;
+        let requests = self.requests().await?;
         let recent = requests
             .iter()
             .filter(|r| r.peer_home_id == peer && r.created_at > now - REQUEST_WINDOW.as_millis() as i64)
@@ -350,9 +350,11 @@ impl Bridges {
                 workspaces: b.workspaces,
             });
         }
+        // Read only: a peer's ping writes nothing, even an expiry.
         let requests = self.inner.store.bridge_requests().await.map_err(Error::from)?;
         let state = match requests.iter().rev().find(|r| r.peer_home_id == peer) {
-            Some(r) if r.status == "rejected" => "rejected",
+            Some(r) if self.expired(r, now_ms()) => "expired",
+            Some(r) if r.status == "rejected" || r.status == "expired" => &r.status,
             Some(_) => "pending",
             None => "unknown",
         };
@@ -579,19 +581,44 @@ impl Bridges {
         Ok((bridge, request_id))
     }
 
+    /// `kiki bridge pending`: the requests waiting for the owner's decision.
     pub async fn pending(&self) -> Result<Vec<BridgeRequestRecord>> {
-        Ok(self.inner.store.bridge_requests().await?.into_iter().filter(|r| r.status == "pending").collect())
+        let _decisions = self.inner.decisions.lock().await;
+        Ok(self.requests().await?.into_iter().filter(|r| r.status == "pending").collect())
     }
 
+    /// Every pairing request filed with this home, oldest first; those left undecided past
+    /// `[bridge] request_expiry` are marked `expired` first. The caller holds `decisions`.
+    async fn requests(&self) -> Result<Vec<BridgeRequestRecord>> {
+        let now = now_ms();
+        let mut requests = self.inner.store.bridge_requests().await?;
+        for request in requests.iter_mut().filter(|r| self.expired(r, now)) {
+            request.status = "expired".into();
+            request.decided_at = Some(now);
+            self.save_bridge(None, Some(request)).await?;
+        }
+        Ok(requests)
+    }
+
+    /// Whether `request` is still pending but has waited past `[bridge] request_expiry`.
+    fn expired(&self, request: &BridgeRequestRecord, now: i64) -> bool {
+        let expiry = self.inner.config.bridge.request_expiry.as_millis() as i64;
+        request.status == "pending" && now - request.created_at >= expiry
+    }
+
+    /// The request the owner decides on (the caller holds `decisions`).
     async fn pending_request(&self, request_id: &str) -> Result<BridgeRequestRecord> {
         let request = self
-            .inner
-            .store
-            .bridge_requests()
+            .requests()
             .await?
             .into_iter()
             .find(|r| r.id == request_id)
             .ok_or_else(|| Error::NotFound(format!("no pairing request {request_id}")))?;
+        if request.status == "expired" {
+            return Err(Error::FailedPrecondition(format!(
+                "request {request_id} expired undecided (after [bridge] request_expiry); its peer may file a new one"
+            )));
+        }
         if request.status != "pending" {
             return Err(Error::FailedPrecondition(format!(
                 "request {request_id} is already {}",
@@ -774,7 +801,7 @@ impl Bridges {
         match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &ping)).await {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
                 bridge.state = match p.state.as_str() {
-                    "active" | "disabled" | "revoked" | "rejected" => p.state,
+                    "active" | "disabled" | "revoked" | "rejected" | "expired" => p.state,
                     _ => "requested".into(),
                 };
                 bridge.permissions = p.permissions;

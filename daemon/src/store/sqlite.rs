@@ -35,6 +35,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/sqlite/0010_message_inputs_by_reference.sql"),
     ),
     (11, "outbox due by peer", include_str!("migrations/sqlite/0011_outbox_due_by_peer.sql")),
+    (12, "pairing requests expire", include_str!("migrations/sqlite/0012_pairing_requests_expire.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
