@@ -12,6 +12,7 @@
 //! - [`bridges`]: pairing and calls between homes over `kiki-bridge`'s QUIC endpoint.
 //! - [`mailbox`]: ThreadSend (group commit, idempotency), ThreadWait, switches, attention.
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
+//! - [`runtime`]: the tokio runtime kikid runs on (no LIFO slot, so answers are flushed in batches).
 //!
 //! # Boot and shutdown
 //!
@@ -29,6 +30,7 @@ pub mod grpc;
 pub mod home;
 pub mod identity;
 pub mod mailbox;
+pub mod runtime;
 pub mod store;
 pub mod sync;
 pub mod threads;

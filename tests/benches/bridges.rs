@@ -66,8 +66,12 @@ async fn home() -> TestHome {
     TestHome::builder().config(|c| c.thread_communication.enabled = Some(true)).start().await
 }
 
-#[tokio::main]
-async fn main() {
+/// The homes (and the bench's clients) run on kikid's runtime.
+fn main() {
+    kiki_daemon::runtime::build().expect("runtime").block_on(run());
+}
+
+async fn run() {
     let dir = tempfile::tempdir().expect("dir");
     let fsync = fsync_floor(dir.path());
     let idle_fsync = fsync_after_idle(dir.path(), IDLE);
