@@ -41,6 +41,9 @@ use serde::Deserialize;
 /// The name of the built-in deterministic profile, always available.
 pub const ECHO_PROFILE: &str = "echo";
 
+/// The longest a pairing request may wait for its owner (`[bridge] request_expiry`).
+const MAX_REQUEST_EXPIRY: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// The least time any home keeps idempotency keys (`[mailbox] key_retention`).
 const MIN_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
@@ -261,8 +264,8 @@ impl Config {
             problems
                 .push("bridge.retry_window: must be at most 24h (the least time a home keeps keys)".into());
         }
-        if self.bridge.request_expiry.is_zero() {
-            problems.push("bridge.request_expiry: must be more than 0".into());
+        if self.bridge.request_expiry.is_zero() || self.bridge.request_expiry > MAX_REQUEST_EXPIRY {
+            problems.push("bridge.request_expiry: must be more than 0 and at most 365d".into());
         }
         if self.mailbox.delivery_wait > Duration::from_secs(60) {
             problems.push("mailbox.delivery_wait: must be at most 60s".into());
@@ -351,8 +354,13 @@ mod tests {
         assert_eq!(Config::default().bridge.request_expiry, Duration::from_secs(24 * 3600));
         let (set, _) = Config::parse("[bridge]\nrequest_expiry = \"7d\"\n").expect("valid");
         assert_eq!(set.bridge.request_expiry, Duration::from_secs(7 * 24 * 3600));
-        let err = Config::parse("[bridge]\nrequest_expiry = \"0s\"\n").expect_err("invalid");
-        assert!(err.to_string().contains("bridge.request_expiry: must be more than 0"), "{err}");
+        for bad in ["0s", "366d"] {
+            let err = Config::parse(&format!("[bridge]\nrequest_expiry = \"{bad}\"\n")).expect_err("invalid");
+            assert!(
+                err.to_string().contains("bridge.request_expiry: must be more than 0 and at most 365d"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

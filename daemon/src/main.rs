@@ -41,6 +41,12 @@ async fn run() -> ExitCode {
         .with_env_filter(EnvFilter::try_from_env("KIKI_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)
         .init();
+    if !kiki_daemon::runtime::LIFO_SLOT_OFF {
+        tracing::warn!(
+            "built without --cfg tokio_unstable: tokio's LIFO slot stays on, and concurrent answers \
+             are flushed one by one (see daemon/src/runtime.rs)"
+        );
+    }
     let args = Args::parse();
     let mut builder = Daemon::builder();
     if let Some(home) = args.home {

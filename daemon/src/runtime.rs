@@ -15,6 +15,10 @@
 //! (set for this workspace in `.cargo/config.toml`); a build without it gets the default
 //! scheduler.
 
+/// Whether this build turns the LIFO slot off (kikid logs it when it starts: a `RUSTFLAGS`
+/// set in the environment replaces the workspace's, `--cfg tokio_unstable` included).
+pub const LIFO_SLOT_OFF: bool = cfg!(tokio_unstable);
+
 /// Builds kikid's runtime (also used by benchmarks that run homes in their own process).
 pub fn build() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();

@@ -251,8 +251,9 @@ impl Mailbox {
             receipt: d.receipt,
             now: now_ms(),
         };
-        // Subscribe before the message can be delivered, so the delivery is not missed.
-        let subscription = self.signals.subscribe(vec![thread.id.clone()]);
+        // Subscribe before the message can be delivered, so the delivery is not missed —
+        // only a send that wakes waits for its delivery.
+        let subscription = d.wake.then(|| self.signals.subscribe(vec![thread.id.clone()]));
         // The key decides first: a replay answers with the original message (even if the
         // thread was archived since) and writes nothing, so it costs no fsync.
         let message_id = match self.accept(message, thread.clone(), d.wake).await? {
@@ -278,10 +279,10 @@ impl Mailbox {
                 )));
             }
         };
-        if !d.wake {
+        let Some(subscription) = subscription else {
             // Nothing will start a turn for it: no point waiting for a delivery.
             return Ok(Sent::new(message_id, MessageStatus::Pending));
-        }
+        };
         let deadline = Instant::now() + self.config.mailbox.delivery_wait;
         // Not delivered by its own commit, and the subscription predates that commit, so a
         // delivery since then has signalled it: park first, look after each signal.

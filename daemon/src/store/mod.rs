@@ -397,7 +397,7 @@ pub struct BridgeRecord {
     pub alias: String,
     pub address: String,
     /// "requested", "active", "disabled" (inbound access turned off by this home's owner),
-    /// "rejected" or "revoked".
+    /// "rejected", "expired" (the request went undecided) or "revoked".
     pub state: String,
     pub permissions: Vec<String>,
     pub workspaces: Vec<String>,
@@ -423,7 +423,7 @@ pub struct BridgeRequestRecord {
     pub peer_home_id: String,
     pub name: String,
     pub want: Vec<String>,
-    /// "pending", "approved" or "rejected".
+    /// "pending", "approved", "rejected" or "expired" (undecided for `[bridge] request_expiry`).
     pub status: String,
     pub created_at: Millis,
     pub decided_at: Option<Millis>,
