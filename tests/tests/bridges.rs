@@ -32,6 +32,12 @@ async fn request(source: &TestHome, target: &TestHome, want: &str, name: &str) -
     done.request_id
 }
 
+/// The pairing requests waiting for `target`'s owner (`kiki bridge pending`).
+async fn pending_requests(target: &TestHome) -> Vec<pb::BridgeRequestRecord> {
+    let listed = target.client().bridges().bridge_pending(pb::BridgePendingRequest {}).await;
+    listed.expect("pending").into_inner().requests
+}
+
 async fn approve(target: &TestHome, request_id: &str, allow: &str, workspaces: Vec<String>) -> pb::Bridge {
     let approve =
         pb::BridgeApproveRequest { request_id: request_id.into(), allow: vec![allow.into()], workspaces };
@@ -53,10 +59,9 @@ async fn pairing_then_reading_across_homes_with_read() {
     b.wait_turns(&t.id, 1).await;
 
     let request_id = request(&a, &b, "read,send", "bee").await;
-    let pending =
-        b.client().bridges().bridge_pending(pb::BridgePendingRequest {}).await.expect("pending").into_inner();
-    assert_eq!(pending.requests.len(), 1);
-    let filed = &pending.requests[0];
+    let pending = pending_requests(&b).await;
+    assert_eq!(pending.len(), 1);
+    let filed = &pending[0];
     assert_eq!((filed.id.as_str(), filed.peer_home_id.clone()), (request_id.as_str(), home_id(&a).await));
     assert_eq!(filed.want, ["read", "send"]);
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
@@ -164,8 +169,7 @@ async fn a_wrong_expected_identity_is_refused_before_anything_is_filed() {
     assert_eq!(err.code(), Code::FailedPrecondition);
     let said = format!("is home {}, not the expected {}", home_id(&b).await, home_id(&c).await);
     assert!(err.message().contains(&said), "{}", err.message());
-    let pending = b.client().bridges().bridge_pending(pb::BridgePendingRequest {}).await.expect("pending");
-    assert!(pending.into_inner().requests.is_empty());
+    assert!(pending_requests(&b).await.is_empty());
 }
 
 #[tokio::test]
@@ -419,8 +423,7 @@ async fn strangers_cannot_fill_the_owners_list_of_requests() {
         assert_eq!(request_as_stranger(&b).await, None, "filed");
     }
     assert_eq!(request_as_stranger(&b).await.as_deref(), Some("rate_limited"), "the 33rd waits");
-    let waiting = b.client().bridges().bridge_pending(pb::BridgePendingRequest {}).await.expect("pending");
-    let waiting = waiting.into_inner().requests;
+    let waiting = pending_requests(&b).await;
     assert_eq!(waiting.len(), 32);
     let reject = pb::BridgeRejectRequest { request_id: waiting[0].id.clone() };
     b.client().bridges().bridge_reject(reject).await.expect("reject");
@@ -441,11 +444,7 @@ async fn an_undecided_pairing_request_expires() {
     }
     assert_eq!(request_as_stranger(&b).await.as_deref(), Some("rate_limited"), "32 wait");
     tokio::time::sleep(expiry).await;
-    let pending = || async {
-        let listed = b.client().bridges().bridge_pending(pb::BridgePendingRequest {}).await.expect("pending");
-        listed.into_inner().requests
-    };
-    assert_eq!(pending().await.len(), 0, "all 32 expired");
+    assert_eq!(pending_requests(&b).await.len(), 0, "all 32 expired");
     let late = pb::BridgeApproveRequest {
         request_id: first.clone(),
         allow: vec!["read".into()],
@@ -458,7 +457,7 @@ async fn an_undecided_pairing_request_expires() {
     // Expired requests make room, and the source may ask again.
     assert_eq!(request_as_stranger(&b).await, None, "room again");
     let again = request(&a, &b, "read", "bee").await;
-    assert_eq!(pending().await.len(), 2);
+    assert_eq!(pending_requests(&b).await.len(), 2);
     approve(&b, &again, "read", vec![]).await;
     assert_eq!(outbound_listed(&a).await.state, "active");
     let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open the store");

@@ -492,13 +492,15 @@ impl Bridges {
         Ok(bridges)
     }
 
-    /// Saves a bridge and/or request, then drops the cached table.
+    /// Saves a bridge and/or request; saving a bridge drops the cached bridge table (a
+    /// request alone leaves it: every bridged call reads the cache).
     async fn save_bridge(
         &self,
         bridge: Option<&BridgeRecord>,
         request: Option<&BridgeRequestRecord>,
     ) -> crate::store::StoreResult<()> {
-        self.changing_bridges(self.inner.store.save_bridge(bridge, request)).await
+        let save = self.inner.store.save_bridge(bridge, request);
+        if bridge.is_some() { self.changing_bridges(save).await } else { save.await }
     }
 
     /// Runs a store write that changes the bridge table, holding the cache so no read
