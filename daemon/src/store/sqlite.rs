@@ -409,11 +409,18 @@ fn insert_event(conn: &Connection, e: &EventRecord) -> StoreResult<i64> {
     seq.ok_or_else(|| StoreError::Backend("the event insert returned no seq".into()))
 }
 
-fn insert_input(conn: &Connection, thread_id: &str, input: &NewInput, wake: bool) -> StoreResult<()> {
+/// Writes an input: queued (`turn` = `None`) or already taken by the turn it starts.
+fn insert_input(
+    conn: &Connection,
+    thread_id: &str,
+    input: &NewInput,
+    wake: bool,
+    turn: Option<&str>,
+) -> StoreResult<()> {
     run(
         conn,
-        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread, created_at, wake)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread, created_at, wake, turn_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         params![
             input.id,
             thread_id,
@@ -423,7 +430,8 @@ fn insert_input(conn: &Connection, thread_id: &str, input: &NewInput, wake: bool
             input.source.as_ref().map(|s| &s.host_id),
             input.source.as_ref().map(|s| &s.thread_id),
             input.now,
-            wake
+            wake,
+            turn
         ],
     )?;
     Ok(())
@@ -507,7 +515,8 @@ fn stored_key(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<(
     )
 }
 
-/// Decides a send by its key and, if accepted, writes its message, key and queued input.
+/// Decides a send by its key and, if accepted, writes its message, key and input (queued,
+/// or taken by the turn the send starts).
 /// Writes run one after another on the writer, so of two sends with one key the second
 /// sees the first (even within one group commit) and replays it.
 fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome> {
@@ -536,19 +545,6 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
             return Ok(SendOutcome::BridgeClosed);
         }
     }
-    let source_host = m.source.as_ref().map(|s| &s.host_id);
-    let source_thread = m.source.as_ref().map(|s| &s.thread_id);
-    run(
-        conn,
-        "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at)
-         VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-        params![m.id, m.target_thread, source_host, source_thread, m.content, m.now],
-    )?;
-    run(
-        conn,
-        "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
-        params![m.key_scope, m.key, m.request_hash, m.id, m.now],
-    )?;
     // The input refers to the message for its content (see `claim_turn`): a message of up
     // to 100,000 characters is not copied into its queued input.
     let input = NewInput {
@@ -559,11 +555,39 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         source: m.source.clone(),
         now: m.now,
     };
-    insert_input(conn, &m.target_thread, &input, m.wake)?;
+    // A message that starts its turn is written delivered, its input taken: it never enters
+    // the indexes of pending messages and queued input only to leave them in this commit.
     let turn = match &m.claim {
-        Some(claim) if m.wake => claim_turn(conn, &m.target_thread, claim, m.now)?,
+        Some(claim) if m.wake => {
+            let arriving = InputRecord { content: m.content.clone(), ..input.clone() };
+            claim_turn(conn, &m.target_thread, claim, m.now, Some(arriving))?
+        }
         _ => None,
     };
+    let taken_by = turn.as_ref().map(|t| t.turn.id.as_str());
+    run(
+        conn,
+        "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at,
+                               delivered_at, turn_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        params![
+            m.id,
+            m.target_thread,
+            m.source.as_ref().map(|s| &s.host_id),
+            m.source.as_ref().map(|s| &s.thread_id),
+            m.content,
+            if taken_by.is_some() { "delivered" } else { "pending" },
+            m.now,
+            taken_by.map(|_| m.now),
+            taken_by
+        ],
+    )?;
+    run(
+        conn,
+        "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
+        params![m.key_scope, m.key, m.request_hash, m.id, m.now],
+    )?;
+    insert_input(conn, &m.target_thread, &input, m.wake, taken_by)?;
     if let Some(receipt) = &m.receipt {
         let status = if turn.is_some() { "delivered" } else { "pending" };
         insert_receipt(
@@ -619,12 +643,15 @@ const TAKEABLE: &str = "thread_id = ? AND turn_id IS NULL AND (? OR source_threa
           (SELECT peer_home_id FROM bridges WHERE direction = 'inbound' AND state = 'disabled'))";
 
 /// Starts the thread's next turn with its queued input, if it is idle (see
-/// [`Store::claim_turn`]).
+/// [`Store::claim_turn`]). `arriving` is the input of a send that wakes the thread, not yet
+/// written: the turn takes it last, if the thread may take it as [`TAKEABLE`] says, and its
+/// writer records it taken.
 fn claim_turn(
     conn: &Connection,
     thread_id: &str,
     claim: &TurnClaim,
     now: Millis,
+    arriving: Option<InputRecord>,
 ) -> StoreResult<Option<ClaimedTurn>> {
     let TurnClaim { turn_id, take_messages, render, exec } = claim;
     let thread = first(
@@ -647,11 +674,16 @@ fn claim_turn(
         params![thread_id, take_messages],
         |row| Ok((input_from(row)?, row.get::<_, bool>("wake")?)),
     )?;
-    if !queued.iter().any(|(_, wake)| *wake) {
+    // TAKEABLE's conditions for an input not yet written: a peer message only while the
+    // thread's communication is on. (A bridged one comes over an active bridge: its caller
+    // checked that in this transaction.)
+    let arriving = arriving.filter(|input| *take_messages || input.source.is_none());
+    if arriving.is_none() && !queued.iter().any(|(_, wake)| *wake) {
         // Nothing here may start a turn by itself; it waits for one that starts.
         return Ok(None);
     }
-    let inputs: Vec<InputRecord> = queued.into_iter().map(|(input, _)| input).collect();
+    let took_queued = !queued.is_empty();
+    let inputs: Vec<InputRecord> = queued.into_iter().map(|(input, _)| input).chain(arriving).collect();
     let seq = turn_count + 1;
     let rendered = render(&inputs);
     run(
@@ -661,29 +693,30 @@ fn claim_turn(
                  (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2))",
         params![turn_id, thread_id, seq, rendered, now, exec.then_some("")],
     )?;
-    run(
-        conn,
-        &format!("UPDATE inputs SET turn_id = ? WHERE {TAKEABLE}"),
-        params![turn_id, thread_id, take_messages],
-    )?;
-    run(
-        conn,
-        "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
-         WHERE status = 'pending'
-           AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
-        params![now, turn_id, turn_id],
-    )?;
-    // Bridged messages that waited here (their receipt says `pending`) are delivered now.
-    // A message accepted in this same transaction has no receipt yet: its own says
-    // `delivered` from the start.
-    run(
-        conn,
-        "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-         SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
-         WHERE status = 'pending' AND message_id IN
-               (SELECT message_id FROM inputs WHERE turn_id = ? AND source_host IS NOT NULL)",
-        params![now, turn_id],
-    )?;
+    if took_queued {
+        run(
+            conn,
+            &format!("UPDATE inputs SET turn_id = ? WHERE {TAKEABLE}"),
+            params![turn_id, thread_id, take_messages],
+        )?;
+        run(
+            conn,
+            "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
+             WHERE status = 'pending'
+               AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
+            params![now, turn_id, turn_id],
+        )?;
+        // Bridged messages that waited here (their receipt says `pending`) are delivered
+        // now. An arriving message has no receipt yet: its own says `delivered` from the start.
+        run(
+            conn,
+            "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+             SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
+             WHERE status = 'pending' AND message_id IN
+                   (SELECT message_id FROM inputs WHERE turn_id = ? AND source_host IS NOT NULL)",
+            params![now, turn_id],
+        )?;
+    }
     run(
         conn,
         "UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?",
@@ -745,7 +778,7 @@ impl Store for SqliteStore {
                 created.lifecycle = "created".into();
                 insert_event(conn, &created)?;
                 if let Some(input) = &first_input {
-                    insert_input(conn, &thread.id, input, true)?;
+                    insert_input(conn, &thread.id, input, true, None)?;
                 }
                 let record = thread_in(conn, &thread.id)?
                     .ok_or_else(|| StoreError::Backend("the created thread is missing".into()))?;
@@ -848,7 +881,7 @@ impl Store for SqliteStore {
                 if running.is_none() {
                     return Ok(None);
                 }
-                insert_input(conn, &thread_id, &input, true)?;
+                insert_input(conn, &thread_id, &input, true, None)?;
                 Ok(running)
             })
             .await
@@ -861,7 +894,7 @@ impl Store for SqliteStore {
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>> {
         let thread_id = thread_id.to_string();
-        self.db.write(move |conn| claim_turn(conn, &thread_id, &claim, now)).await
+        self.db.write(move |conn| claim_turn(conn, &thread_id, &claim, now, None)).await
     }
 
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {
@@ -1517,9 +1550,72 @@ mod tests {
         assert_eq!(copies, 0, "the queued input refers to the message");
         let claim =
             TurnClaim { turn_id: "tu_1".into(), take_messages: true, render: |_| String::new(), exec: false };
-        let claimed = claim_turn(&conn, "th_a", &claim, 2).expect("claim").expect("a turn");
+        let claimed = claim_turn(&conn, "th_a", &claim, 2, None).expect("claim").expect("a turn");
         assert_eq!(claimed.inputs.len(), 1);
         assert_eq!(claimed.inputs[0].content, content, "the turn gets the message's content");
+    }
+
+    #[test]
+    fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_waits_queued() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        migrate(&mut conn).expect("migrate");
+        conn.execute_batch(
+            "INSERT INTO threads (id, workspace_id, cwd, title, profile, created_at, updated_at)
+             VALUES ('th_a', 'w', '/', 't', 'p', 0, 0)",
+        )
+        .expect("thread");
+        let send = |id: &str, from: Option<&str>, take_messages: bool| NewMessage {
+            id: id.into(),
+            target_thread: "th_a".into(),
+            source: from.map(|t| SourceRef { host_id: String::new(), thread_id: t.into() }),
+            content: format!("content of {id}"),
+            key_scope: String::new(),
+            key: id.into(),
+            request_hash: "h".into(),
+            wake: true,
+            claim: Some(TurnClaim {
+                turn_id: format!("tu_{id}"),
+                take_messages,
+                render: |items| items.iter().map(|i| i.content.as_str()).collect::<Vec<_>>().join("|"),
+                exec: false,
+            }),
+            receipt: None,
+            now: 1,
+        };
+        let state = |conn: &Connection, id: &str| -> (String, Option<String>, Option<String>) {
+            conn.query_row(
+                "SELECT m.status, m.turn_id, i.turn_id FROM messages m JOIN inputs i ON i.message_id = m.id
+                 WHERE m.id = ?",
+                [id],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .expect("message")
+        };
+        // A peer message while the thread's communication is off: queued, no turn.
+        let SendOutcome::Accepted { turn: None, .. } =
+            accept_message(&conn, &send("msg_1", Some("th_peer"), false)).expect("accept")
+        else {
+            panic!("a peer message started a turn with communication off")
+        };
+        assert_eq!(state(&conn, "msg_1"), ("pending".into(), None, None));
+        // An external send starts the turn and takes the queued one first (communication on
+        // now), in one transaction: both delivered by that turn.
+        let SendOutcome::Accepted { turn: Some(claimed), .. } =
+            accept_message(&conn, &send("msg_2", None, true)).expect("accept")
+        else {
+            panic!("an idle thread did not start a turn")
+        };
+        assert_eq!(claimed.turn.input, "content of msg_1|content of msg_2");
+        let taken = Some("tu_msg_2".to_string());
+        assert_eq!(state(&conn, "msg_1"), ("delivered".into(), taken.clone(), taken.clone()));
+        assert_eq!(state(&conn, "msg_2"), ("delivered".into(), taken.clone(), taken));
+        // The thread runs now: the next send waits queued.
+        let SendOutcome::Accepted { turn: None, .. } =
+            accept_message(&conn, &send("msg_3", None, true)).expect("accept")
+        else {
+            panic!("a running thread started another turn")
+        };
+        assert_eq!(state(&conn, "msg_3"), ("pending".into(), None, None));
     }
 
     #[test]
