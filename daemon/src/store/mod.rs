@@ -535,9 +535,10 @@ pub trait Store: Send + Sync + 'static {
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
     /// The request hash and message of a key seen before, if it is still kept.
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>>;
-    /// Forgets up to `limit` of the keys created before `before`, the oldest first (they are
-    /// kept far longer than any retry); how many it forgot. Bounded, so that a large backlog
-    /// is forgotten in many short writes that sends can pass between, not in one long one.
+    /// Forgets those of the `limit` oldest keys that were created before `before` (keys are
+    /// kept far longer than any retry); how many it forgot — fewer than `limit` once the
+    /// oldest keys left are young. Bounded, so that a large backlog is forgotten in many short
+    /// writes that sends can pass between, not in one long one.
     async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64>;
     async fn set_communication(
         &self,

@@ -36,6 +36,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
     (11, "outbox due by peer", include_str!("migrations/sqlite/0011_outbox_due_by_peer.sql")),
     (12, "pairing requests expire", include_str!("migrations/sqlite/0012_pairing_requests_expire.sql")),
+    (13, "keys by insert order", include_str!("migrations/sqlite/0013_keys_by_insert_order.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -1096,8 +1097,11 @@ impl Store for SqliteStore {
     }
 
     async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64> {
-        let sql = "DELETE FROM idempotency_keys WHERE rowid IN
-                   (SELECT rowid FROM idempotency_keys WHERE created_at < ? ORDER BY created_at LIMIT ?)";
+        // The oldest `limit` keys in insertion order (their age order: keys are written with
+        // the time of their send), those of them older than `before`: never a scan beyond
+        // them, however many keys are young.
+        let sql = "DELETE FROM idempotency_keys
+                   WHERE rowid IN (SELECT rowid FROM idempotency_keys ORDER BY rowid LIMIT ?2) AND created_at < ?1";
         self.db.write(move |conn| Ok(run(conn, sql, params![before, limit])? as u64)).await
     }
 
@@ -1616,6 +1620,49 @@ mod tests {
             panic!("a running thread started another turn")
         };
         assert_eq!(state(&conn, "msg_3"), ("pending".into(), None, None));
+    }
+
+    #[tokio::test]
+    async fn expired_keys_are_forgotten_oldest_first_in_bounded_chunks() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = SqliteStore::open_path(&dir.path().join("kiki.db")).await.expect("open");
+        let thread = NewThread {
+            id: "th_a".into(),
+            workspace_id: "w".into(),
+            cwd: "/".into(),
+            title: "t".into(),
+            profile: "p".into(),
+            communication: CommunicationSetting::Default,
+            now: 0,
+        };
+        store.create_thread(&thread, None).await.expect("thread");
+        // Five keys from long ago, then one young one.
+        for (i, now) in [1, 2, 3, 4, 5, 1_000].into_iter().enumerate() {
+            let message = NewMessage {
+                id: format!("msg_{i}"),
+                target_thread: "th_a".into(),
+                source: None,
+                content: "c".into(),
+                key_scope: String::new(),
+                key: format!("k{i}"),
+                request_hash: "h".into(),
+                wake: false,
+                claim: None,
+                receipt: None,
+                now,
+            };
+            store.accept_message(&message).await.expect("accept");
+        }
+        assert_eq!(store.prune_keys(100, 2).await.expect("prune"), 2);
+        assert_eq!(store.prune_keys(100, 2).await.expect("prune"), 2);
+        // The last old key and the young one make the next chunk: one is forgotten, and
+        // fewer than the chunk says the old ones are done.
+        assert_eq!(store.prune_keys(100, 2).await.expect("prune"), 1);
+        assert_eq!(store.prune_keys(100, 2).await.expect("prune"), 0);
+        for i in 0..5 {
+            assert_eq!(store.keyed_message("", &format!("k{i}")).await.expect("key"), None, "k{i}");
+        }
+        assert_eq!(store.keyed_message("", "k5").await.expect("key"), Some(("h".into(), "msg_5".into())));
     }
 
     #[test]
