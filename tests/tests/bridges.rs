@@ -469,6 +469,27 @@ async fn an_undecided_pairing_request_expires() {
         .collect::<Result<_, _>>()
         .expect("rows");
     assert_eq!(statuses, [("approved".into(), 1), ("expired".into(), 32), ("pending".into(), 1)]);
+    // A request decided longer ago than the expiry is forgotten; its source still shows the
+    // outcome it learnt.
+    let c = TestHome::builder().start().await;
+    let refused = request(&c, &b, "read", "bee").await;
+    let reject = pb::BridgeRejectRequest { request_id: refused };
+    b.client().bridges().bridge_reject(reject).await.expect("reject");
+    assert_eq!(outbound_listed(&c).await.state, "rejected");
+    // Past the expiry (with a margin): what was decided before is forgotten; the stranger's
+    // request, still waiting, expires now and is kept for the expiry again.
+    tokio::time::sleep(expiry + std::time::Duration::from_secs(1)).await;
+    assert_eq!(pending_requests(&b).await.len(), 0);
+    let left: Vec<String> = db
+        .prepare("SELECT status FROM bridge_requests")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(left, ["expired"], "decided and expired requests forgotten");
+    assert_eq!(outbound_listed(&c).await.state, "rejected", "the source keeps the outcome");
+    assert_eq!(outbound_listed(&a).await.state, "active");
 }
 
 #[tokio::test]

@@ -589,11 +589,19 @@ impl Bridges {
         Ok(self.requests().await?.into_iter().filter(|r| r.status == "pending").collect())
     }
 
-    /// Every pairing request filed with this home, oldest first; those left undecided past
-    /// `[bridge] request_expiry` are marked `expired` first. The caller holds `decisions`.
+    /// The pairing requests filed with this home, oldest first; those left undecided past
+    /// `[bridge] request_expiry` are marked `expired` first. A request decided (or expired)
+    /// longer ago than that is forgotten, so the table stays small however many peers ask:
+    /// its source keeps showing the outcome (see [`Bridges::refresh`]). The caller holds
+    /// `decisions`.
     async fn requests(&self) -> Result<Vec<BridgeRequestRecord>> {
         let now = now_ms();
+        let kept = self.inner.config.bridge.request_expiry.as_millis() as i64;
         let mut requests = self.inner.store.bridge_requests().await?;
+        if requests.iter().any(|r| r.decided_at.is_some_and(|at| at < now - kept)) {
+            self.inner.store.prune_bridge_requests(now - kept).await?;
+            requests.retain(|r| r.status == "pending" || r.decided_at.is_none_or(|at| at >= now - kept));
+        }
         for request in requests.iter_mut().filter(|r| self.expired(r, now)) {
             request.status = "expired".into();
             request.decided_at = Some(now);
@@ -804,7 +812,11 @@ impl Bridges {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
                 bridge.state = match p.state.as_str() {
                     "active" | "disabled" | "revoked" | "rejected" | "expired" => p.state,
-                    _ => "requested".into(),
+                    "pending" => "requested".into(),
+                    // The target keeps no record of the request: it forgot it some time after
+                    // deciding it (the outcome shown here stays), or never had it.
+                    _ if matches!(bridge.state.as_str(), "rejected" | "expired") => bridge.state,
+                    _ => "expired".into(),
                 };
                 bridge.permissions = p.permissions;
                 bridge.workspaces = p.workspaces;

@@ -568,6 +568,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<()>;
     async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>>;
     async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>>;
+    /// Forgets the pairing requests decided (or expired) before `decided_before`; how many.
+    async fn prune_bridge_requests(&self, decided_before: Millis) -> StoreResult<u64>;
 
     /// Stores a new outbox entry: `None` if it was stored, or the entry already holding its
     /// (peer, scope, key).

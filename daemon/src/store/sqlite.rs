@@ -1279,6 +1279,11 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn prune_bridge_requests(&self, decided_before: Millis) -> StoreResult<u64> {
+        let sql = "DELETE FROM bridge_requests WHERE status <> 'pending' AND decided_at < ?";
+        self.db.write(move |conn| Ok(run(conn, sql, [decided_before])? as u64)).await
+    }
+
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
         let (peer, scope, key) = (peer.to_string(), scope.to_string(), key.to_string());
         self.db.lookup(move |conn| outbox_entry(conn, &peer, &scope, &key)).await
