@@ -12,6 +12,7 @@
 //! - [`bridges`]: pairing and calls between homes over `kiki-bridge`'s QUIC endpoint.
 //! - [`mailbox`]: ThreadSend (group commit, idempotency), ThreadWait, switches, attention.
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
+//! - [`hex`]: lower-case hex for digests and tokens.
 //! - [`runtime`]: the tokio runtime kikid runs on (no LIFO slot, so answers are flushed in batches).
 //!
 //! # Boot and shutdown
@@ -27,6 +28,7 @@ pub mod config;
 pub mod error;
 pub mod executors;
 pub mod grpc;
+pub mod hex;
 pub mod home;
 pub mod identity;
 pub mod mailbox;

@@ -104,7 +104,7 @@ fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
         hash.update(part.as_bytes());
         hash.update([0]);
     }
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::hex(&hash.finalize())
 }
 
 /// An entry's final state; a failure gives the sending thread an `undeliverable` event.

@@ -526,5 +526,5 @@ fn request_hash(target: &str, content: &str) -> String {
     hash.update(target.as_bytes());
     hash.update([0]);
     hash.update(content.as_bytes());
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::hex(&hash.finalize())
 }

@@ -372,5 +372,5 @@ const UNKNOWN_AGENT: &str = "unknown";
 fn new_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::hex(&bytes)
 }
