@@ -11,7 +11,9 @@
 //! - cross-home durable sends: 64 concurrent senders vs one (target ≥ 10×)
 //! - first delivery after a partition heals (target ≤ backoff cap 30 s + 1 s)
 //!
-//! `SENDERS` (64) and `PER` (40 sends each) shape the throughput phase.
+//! `SENDERS` (64) and `PER` (40 sends each) shape the throughput phase. `PHASES=throughput`
+//! runs only the throughput phases (about 2 s) and prints them on one line: for comparing two
+//! builds in many interleaved runs, as this VM's speed drifts by ±25% within minutes.
 
 use std::time::{Duration, Instant};
 
@@ -87,7 +89,8 @@ async fn run() {
     let (mut sender, mut watcher) = (a.client().threads(), b.client().threads());
     let mut cursor = String::new();
     let (mut latencies, mut idle_latencies) = (Vec::new(), Vec::new());
-    for i in 0..2 * LATENCY_SENDS {
+    let only = std::env::var("PHASES").is_ok_and(|p| p == "throughput");
+    for i in 0..if only { 0 } else { 2 * LATENCY_SENDS } {
         let after_idle = i >= LATENCY_SENDS;
         if after_idle {
             tokio::time::sleep(IDLE).await;
@@ -140,9 +143,13 @@ async fn run() {
     // The source now follows up each message the target accepted without delivering it (no
     // `wake`), about a second after it was sent, then two seconds later, and so on.
     let accepted = SINGLE_SENDS + senders * per;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    if !only {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+    }
     let (t, cpu) = (Instant::now(), cpu_time());
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    if !only {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
     let follow_up_cores = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
     // Done with them: their outbox would go on following up the accepted sends meanwhile.
     for home in [&a, &b, &c, &d] {
@@ -150,6 +157,15 @@ async fn run() {
         home.handle().stopped().await;
     }
 
+    if only {
+        println!(
+            "throughput: 1 sender {single_rate:.0} /s, {senders} senders {concurrent_rate:.0} /s, ratio {:.2}, \
+             CPU per send {:.0} µs",
+            concurrent_rate / single_rate,
+            cpu_per_send * 1e6
+        );
+        return;
+    }
     // Partition heal: datagrams dropped for 5 s, then the first delivery.
     let (e, f) = (home().await, home().await);
     let relay = UdpRelay::start(f.bridge_listen().await.parse().expect("addr")).await;
