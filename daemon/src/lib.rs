@@ -263,7 +263,9 @@ async fn prune_keys(store: Arc<dyn Store>, retention: std::time::Duration, shutd
             match store.prune_keys(before, CHUNK).await {
                 Ok(n) => {
                     pruned += n;
-                    if n < u64::from(CHUNK) || shutdown.is_cancelled() {
+                    // Until a window of the oldest keys holds none to forget (keys written
+                    // while the clock ran ahead wait for it at the head of the order).
+                    if n == 0 || shutdown.is_cancelled() {
                         break;
                     }
                 }

@@ -12,8 +12,9 @@
 //! - first delivery after a partition heals (target ≤ backoff cap 30 s + 1 s)
 //!
 //! `SENDERS` (64) and `PER` (40 sends each) shape the throughput phase. `PHASES=throughput`
-//! runs only the throughput phases (about 2 s) and prints them on one line: for comparing two
-//! builds in many interleaved runs, as this VM's speed drifts by ±25% within minutes.
+//! runs the floors and the throughput phases only (a few seconds) and prints the latter on
+//! one line: for comparing two builds in many interleaved runs, as this VM's speed drifts by
+//! ±25% within minutes.
 
 use std::time::{Duration, Instant};
 
@@ -89,7 +90,11 @@ async fn run() {
     let (mut sender, mut watcher) = (a.client().threads(), b.client().threads());
     let mut cursor = String::new();
     let (mut latencies, mut idle_latencies) = (Vec::new(), Vec::new());
-    let only = std::env::var("PHASES").is_ok_and(|p| p == "throughput");
+    let only = match std::env::var("PHASES").as_deref() {
+        Err(_) | Ok("all") => false,
+        Ok("throughput") => true,
+        Ok(other) => panic!("PHASES={other}: `all` (the default) or `throughput`"),
+    };
     for i in 0..if only { 0 } else { 2 * LATENCY_SENDS } {
         let after_idle = i >= LATENCY_SENDS;
         if after_idle {

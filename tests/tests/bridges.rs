@@ -471,11 +471,14 @@ async fn an_undecided_pairing_request_expires() {
     assert_eq!(statuses, [("approved".into(), 1), ("expired".into(), 32), ("pending".into(), 1)]);
     // A request decided longer ago than the expiry is forgotten; its source still shows the
     // outcome it learnt.
-    let c = TestHome::builder().start().await;
+    let (c, d) = (TestHome::builder().start().await, TestHome::builder().start().await);
     let refused = request(&c, &b, "read", "bee").await;
-    let reject = pb::BridgeRejectRequest { request_id: refused };
+    let reject = pb::BridgeRejectRequest { request_id: refused.clone() };
     b.client().bridges().bridge_reject(reject).await.expect("reject");
     assert_eq!(outbound_listed(&c).await.state, "rejected");
+    // d's request is rejected too, but d does not look before the target forgets it.
+    let unseen = request(&d, &b, "read", "bee").await;
+    b.client().bridges().bridge_reject(pb::BridgeRejectRequest { request_id: unseen }).await.expect("reject");
     // Past the expiry (with a margin): what was decided before is forgotten; the stranger's
     // request, still waiting, expires now and is kept for the expiry again.
     tokio::time::sleep(expiry + std::time::Duration::from_secs(1)).await;
@@ -489,6 +492,11 @@ async fn an_undecided_pairing_request_expires() {
         .expect("rows");
     assert_eq!(left, ["expired"], "decided and expired requests forgotten");
     assert_eq!(outbound_listed(&c).await.state, "rejected", "the source keeps the outcome");
+    assert_eq!(outbound_listed(&d).await.state, "expired", "a request the target no longer knows");
+    let late =
+        pb::BridgeApproveRequest { request_id: refused, allow: vec!["read".into()], workspaces: vec![] };
+    let late = b.client().bridges().bridge_approve(late).await.expect_err("forgotten");
+    assert_eq!(late.code(), Code::NotFound, "{}", late.message());
     assert_eq!(outbound_listed(&a).await.state, "active");
 }
 

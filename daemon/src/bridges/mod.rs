@@ -596,6 +596,8 @@ impl Bridges {
     /// `decisions`.
     async fn requests(&self) -> Result<Vec<BridgeRequestRecord>> {
         let now = now_ms();
+        // (Under a minute of expiry, a peer's requests that the owner decided at once stop
+        // counting against its rate limit early: the cap on waiting requests still holds.)
         let kept = self.inner.config.bridge.request_expiry.as_millis() as i64;
         let mut requests = self.inner.store.bridge_requests().await?;
         if requests.iter().any(|r| r.decided_at.is_some_and(|at| at < now - kept)) {

@@ -257,22 +257,22 @@ impl Mailbox {
         // The key decides first: a replay answers with the original message (even if the
         // thread was archived since) and writes nothing, so it costs no fsync.
         let message_id = match self.accept(message, thread.clone(), d.wake).await? {
-            (SendOutcome::Accepted { message_id, .. }, true) => {
+            SendOutcome::Accepted { message_id, delivered: true, .. } => {
                 return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
-            (SendOutcome::Accepted { message_id, .. }, false) => message_id,
-            (SendOutcome::Replayed { message_id }, _) => return self.replay(&message_id, true).await,
-            (SendOutcome::KeyConflict { message_id }, _) => return self.replay(&message_id, false).await,
-            (SendOutcome::TargetGone, _) if thread.archived => {
+            SendOutcome::Accepted { message_id, .. } => message_id,
+            SendOutcome::Replayed { message_id } => return self.replay(&message_id, true).await,
+            SendOutcome::KeyConflict { message_id } => return self.replay(&message_id, false).await,
+            SendOutcome::TargetGone if thread.archived => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} is archived; unarchive it first",
                     thread.id
                 )));
             }
-            (SendOutcome::BridgeClosed, _) => {
+            SendOutcome::BridgeClosed => {
                 return Err(Error::PermissionDenied("bridge_closed: the bridge changed meanwhile".into()));
             }
-            (SendOutcome::TargetGone, _) => {
+            SendOutcome::TargetGone => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} was archived or removed meanwhile",
                     thread.id
@@ -294,29 +294,20 @@ impl Mailbox {
         Ok(Sent::new(message_id, MessageStatus::Pending))
     }
 
-    /// Commits the send, then starts the turn its transaction claimed (`true`) or kicks
-    /// the target (with `wake`), whether or not the caller is still there.
-    async fn accept(
-        &self,
-        message: NewMessage,
-        thread: ThreadRecord,
-        wake: bool,
-    ) -> Result<(SendOutcome, bool)> {
+    /// Commits the send, then starts the turn its transaction claimed or kicks the target
+    /// (with `wake`), whether or not the caller is still there. The outcome's turn is taken.
+    async fn accept(&self, message: NewMessage, thread: ThreadRecord, wake: bool) -> Result<SendOutcome> {
         let (store, runner) = (self.store.clone(), self.runner.clone());
         uncancelled(async move {
-            Ok(match store.accept_message(&message).await? {
-                SendOutcome::Accepted { message_id, turn: Some(turn) } => {
-                    runner.start_claimed(thread, *turn);
-                    (SendOutcome::Accepted { message_id, turn: None }, true)
+            let mut outcome = store.accept_message(&message).await?;
+            if let SendOutcome::Accepted { turn, .. } = &mut outcome {
+                match turn.take() {
+                    Some(turn) => runner.start_claimed(thread, *turn),
+                    None if wake => runner.kick(&thread.id),
+                    None => {}
                 }
-                SendOutcome::Accepted { message_id, turn: None } => {
-                    if wake {
-                        runner.kick(&thread.id);
-                    }
-                    (SendOutcome::Accepted { message_id, turn: None }, false)
-                }
-                other => (other, false),
-            })
+            }
+            Ok(outcome)
         })
         .await
     }

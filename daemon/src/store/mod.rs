@@ -224,7 +224,8 @@ pub struct NewMessage {
     /// costs no second commit.
     pub claim: Option<TurnClaim>,
     /// A bridged send's receipt, committed with the message; the store fills in its
-    /// message id and status (`delivered` if the claim started a turn, else `pending`).
+    /// message id and status (`delivered` if the turn its claim started took it, else
+    /// `pending`).
     pub receipt: Option<ReceiptRecord>,
     pub now: Millis,
 }
@@ -321,9 +322,11 @@ pub struct MessageRecord {
 /// What committing a message came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendOutcome {
-    /// Newly stored and queued for the target's next turn — or, when a claim was asked
-    /// and the thread was idle, taken by the turn started with it.
-    Accepted { message_id: String, turn: Option<Box<ClaimedTurn>> },
+    /// Newly stored and queued for the target's next turn — or, when a claim was asked and
+    /// the thread was idle, taken by the turn started with it (`delivered`). A claim may
+    /// start a turn for other queued input without taking the message (a peer message
+    /// while the thread's communication is off): `turn` without `delivered`.
+    Accepted { message_id: String, delivered: bool, turn: Option<Box<ClaimedTurn>> },
     /// The key was used before for this same request: the original message.
     Replayed { message_id: String },
     /// The key was used before for another request.
@@ -397,7 +400,8 @@ pub struct BridgeRecord {
     pub alias: String,
     pub address: String,
     /// "requested", "active", "disabled" (inbound access turned off by this home's owner),
-    /// "rejected", "expired" (the request went undecided) or "revoked".
+    /// "rejected", "expired" (the request went undecided, or the target no longer knows it)
+    /// or "revoked".
     pub state: String,
     pub permissions: Vec<String>,
     pub workspaces: Vec<String>,
@@ -528,17 +532,17 @@ pub trait Store: Send + Sync + 'static {
         reason: &str,
         now: Millis,
     ) -> StoreResult<Vec<String>>;
-    /// Decides a send by its key and, if accepted, stores the message with its key and
-    /// queues it as input of its target. Concurrent calls share commits (SQLite: the
-    /// writer's group commit), so one fsync serves many sends.
+    /// Decides a send by its key and, if accepted, stores the message with its key and its
+    /// input: queued for the target, or taken by the turn its claim starts. Concurrent calls
+    /// share commits (SQLite: the writer's group commit), so one fsync serves many sends.
     async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome>;
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
     /// The request hash and message of a key seen before, if it is still kept.
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>>;
-    /// Forgets those of the `limit` oldest keys that were created before `before` (keys are
-    /// kept far longer than any retry); how many it forgot — fewer than `limit` once the
-    /// oldest keys left are young. Bounded, so that a large backlog is forgotten in many short
-    /// writes that sends can pass between, not in one long one.
+    /// Forgets those of the `limit` oldest keys (in the order they were written) that were
+    /// created before `before` (keys are kept far longer than any retry); how many it forgot
+    /// — none once the oldest keys left are young. Bounded, so that a large backlog is
+    /// forgotten in many short writes that sends can pass between, not in one long one.
     async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64>;
     async fn set_communication(
         &self,

@@ -565,7 +565,9 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         }
         _ => None,
     };
-    let taken_by = turn.as_ref().map(|t| t.turn.id.as_str());
+    // The turn may have started for other queued input without taking this one.
+    let taken_by =
+        turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.as_str());
     run(
         conn,
         "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at,
@@ -590,13 +592,14 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     )?;
     insert_input(conn, &m.target_thread, &input, m.wake, taken_by)?;
     if let Some(receipt) = &m.receipt {
-        let status = if turn.is_some() { "delivered" } else { "pending" };
+        let status = if taken_by.is_some() { "delivered" } else { "pending" };
         insert_receipt(
             conn,
             &ReceiptRecord { message_id: m.id.clone(), status: status.into(), ..receipt.clone() },
         )?;
     }
-    Ok(SendOutcome::Accepted { message_id: m.id.clone(), turn: turn.map(Box::new) })
+    let delivered = taken_by.is_some();
+    Ok(SendOutcome::Accepted { message_id: m.id.clone(), delivered, turn: turn.map(Box::new) })
 }
 
 /// A turn's messages become undeliverable (`?` = reason, turn), found through the turn's
@@ -1565,7 +1568,7 @@ mod tests {
     }
 
     #[test]
-    fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_waits_queued() {
+    fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_waits_queued() {
         let mut conn = Connection::open_in_memory().expect("open");
         migrate(&mut conn).expect("migrate");
         conn.execute_batch(
@@ -1625,6 +1628,18 @@ mod tests {
             panic!("a running thread started another turn")
         };
         assert_eq!(state(&conn, "msg_3"), ("pending".into(), None, None));
+        // Idle again, with msg_3 queued: a peer message while communication is off starts
+        // the turn for msg_3 alone, and waits queued itself (its sender hears `pending`).
+        conn.execute_batch("UPDATE threads SET running = 0").expect("turn ended");
+        let SendOutcome::Accepted { delivered: false, turn: Some(claimed), .. } =
+            accept_message(&conn, &send("msg_4", Some("th_peer"), false)).expect("accept")
+        else {
+            panic!("the queued send did not start its turn, or the peer message was taken")
+        };
+        assert_eq!(claimed.turn.input, "content of msg_3");
+        let taken = Some("tu_msg_4".to_string());
+        assert_eq!(state(&conn, "msg_3"), ("delivered".into(), taken.clone(), taken));
+        assert_eq!(state(&conn, "msg_4"), ("pending".into(), None, None));
     }
 
     #[tokio::test]
