@@ -8,6 +8,7 @@
 //! with single-row statements instead of building SQL.
 
 mod connections;
+mod thread_cache;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use rusqlite::{Connection, OptionalExtension, Params, Row, TransactionBehavior, 
 
 use super::*;
 use connections::Connections;
+use thread_cache::{ThreadCache, touched};
 
 /// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -46,6 +48,7 @@ const READ_CONNECTIONS: usize = 4;
 pub struct SqliteStore {
     path: PathBuf,
     db: Arc<Connections>,
+    threads: Arc<ThreadCache>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -315,16 +318,19 @@ impl SqliteStore {
 
     pub async fn open_path(path: &Path) -> StoreResult<Self> {
         let owned = path.to_path_buf();
+        let threads = Arc::new(ThreadCache::default());
+        let cache = threads.clone();
         let db = tokio::task::spawn_blocking(move || {
-            Connections::open(&owned, READ_CONNECTIONS, |conn| {
+            let setup = |conn: &mut Connection| {
                 migrate(conn)?;
                 owner_only(&owned);
                 Ok(())
-            })
+            };
+            Connections::open(&owned, READ_CONNECTIONS, setup, move || cache.committed())
         })
         .await
         .map_err(|e| StoreError::Backend(format!("opening the store failed: {e}")))??;
-        Ok(Self { path: path.to_path_buf(), db: Arc::new(db) })
+        Ok(Self { path: path.to_path_buf(), db: Arc::new(db), threads })
     }
 }
 
@@ -726,6 +732,7 @@ fn claim_turn(
         "UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?",
         params![seq, now, thread_id],
     )?;
+    touched(Some(thread_id));
     let items = inputs
         .iter()
         .map(|i| TurnItem { kind: i.kind, message_id: i.message_id.clone(), source: i.source.clone() })
@@ -792,8 +799,16 @@ impl Store for SqliteStore {
     }
 
     async fn thread(&self, id: &str) -> StoreResult<Option<ThreadRecord>> {
-        let id = id.to_string();
-        self.db.lookup(move |conn| thread_in(conn, &id)).await
+        if let Some(record) = self.threads.get(id) {
+            return Ok(Some(record));
+        }
+        let generation = self.threads.generation();
+        let owned = id.to_string();
+        let record = self.db.lookup(move |conn| thread_in(conn, &owned)).await?;
+        if let Some(record) = &record {
+            self.threads.fill(generation, record);
+        }
+        Ok(record)
     }
 
     async fn list_threads(&self, query: &ThreadQuery) -> StoreResult<Vec<ThreadRecord>> {
@@ -842,6 +857,7 @@ impl Store for SqliteStore {
                     "UPDATE threads SET archived = ?, updated_at = ? WHERE id = ? AND archived <> ?",
                     params![archived, now, id, archived],
                 )? > 0;
+                touched(Some(&id));
                 if changed {
                     let mut lifecycle = event(&id, EventKind::Lifecycle, now);
                     lifecycle.lifecycle = if archived { "archived" } else { "unarchived" }.into();
@@ -924,6 +940,7 @@ impl Store for SqliteStore {
                         "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?",
                         params![outcome.now, thread_id],
                     )?;
+                    touched(Some(&thread_id));
                     let mut terminal = event(&thread_id, EventKind::Terminal, outcome.now);
                     terminal.turn_id = Some(outcome.turn_id.clone());
                     terminal.turn_status = Some(outcome.status);
@@ -962,6 +979,7 @@ impl Store for SqliteStore {
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )?;
                 run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE running = 1", [now])?;
+                touched(None);
                 for (turn_id, thread_id) in &failed {
                     let mut terminal = event(thread_id, EventKind::Terminal, now);
                     terminal.turn_id = Some(turn_id.clone());
@@ -1117,6 +1135,7 @@ impl Store for SqliteStore {
         let thread_id = thread_id.to_string();
         self.db
             .write(move |conn| {
+                touched(Some(&thread_id));
                 first(
                     conn,
                     &format!(
@@ -1640,6 +1659,76 @@ mod tests {
         let taken = Some("tu_msg_4".to_string());
         assert_eq!(state(&conn, "msg_3"), ("delivered".into(), taken.clone(), taken));
         assert_eq!(state(&conn, "msg_4"), ("pending".into(), None, None));
+    }
+
+    #[tokio::test]
+    async fn a_thread_read_after_a_change_was_answered_shows_the_change() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = SqliteStore::open_path(&dir.path().join("kiki.db")).await.expect("open");
+        let thread = NewThread {
+            id: "th_a".into(),
+            workspace_id: "w".into(),
+            cwd: "/".into(),
+            title: "t".into(),
+            profile: "p".into(),
+            communication: CommunicationSetting::Default,
+            now: 0,
+        };
+        store
+            .create_thread(
+                &thread,
+                Some(&NewInput {
+                    id: "in_1".into(),
+                    kind: InputKind::User,
+                    content: "go".into(),
+                    message_id: None,
+                    source: None,
+                    now: 0,
+                }),
+            )
+            .await
+            .expect("thread");
+        let read = async || store.thread("th_a").await.expect("read").expect("exists");
+        assert!(!read().await.running);
+        assert!(!read().await.running, "read again, from the cache");
+        store.set_communication("th_a", CommunicationSetting::On, 1).await.expect("switch");
+        assert_eq!(read().await.communication, CommunicationSetting::On);
+        let claim =
+            TurnClaim { turn_id: "tu_1".into(), take_messages: true, render: |_| String::new(), exec: false };
+        store.claim_turn("th_a", claim, 2).await.expect("claim").expect("a turn");
+        assert!(read().await.running, "claimed");
+        let done = TurnOutcome {
+            turn_id: "tu_1".into(),
+            status: TurnStatus::Completed,
+            output: String::new(),
+            error: String::new(),
+            now: 3,
+        };
+        store.finish_turn(&done).await.expect("finish");
+        assert!(!read().await.running, "finished");
+        store.set_archived("th_a", true, 4).await.expect("archive");
+        assert!(read().await.archived);
+        let claim =
+            TurnClaim { turn_id: "tu_2".into(), take_messages: true, render: |_| String::new(), exec: false };
+        store.set_archived("th_a", false, 5).await.expect("unarchive");
+        store
+            .enqueue_input(
+                "th_a",
+                &NewInput {
+                    id: "in_2".into(),
+                    kind: InputKind::User,
+                    content: "again".into(),
+                    message_id: None,
+                    source: None,
+                    now: 5,
+                },
+            )
+            .await
+            .expect("enqueue");
+        store.claim_turn("th_a", claim, 6).await.expect("claim").expect("a turn");
+        assert!(read().await.running);
+        store.fail_interrupted_turns("restart", 7).await.expect("fail");
+        assert!(!read().await.running, "every thread's record dropped");
     }
 
     #[tokio::test]

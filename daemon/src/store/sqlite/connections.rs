@@ -117,10 +117,13 @@ thread_local! {
 impl Connections {
     /// Opens the database at `path` (creating it), runs `setup` on the writer connection
     /// (migrations) and starts the threads. Blocking: call it off the async runtime.
+    /// `committed` runs on the writer's thread after each commit, before the writes in it
+    /// are answered.
     pub fn open(
         path: &Path,
         readers: usize,
         setup: impl FnOnce(&mut Connection) -> StoreResult<()>,
+        committed: impl Fn() + Send + 'static,
     ) -> StoreResult<Self> {
         let mut writer = Connection::open_with_flags(
             path,
@@ -138,7 +141,7 @@ impl Connections {
         setup(&mut writer)?;
         let mut threads = Vec::with_capacity(readers + 1);
         let (write_queue, write_jobs) = mpsc::sync_channel::<Box<dyn Job>>(WRITE_QUEUE);
-        threads.push(spawn("kiki-store-writer", move || serve_writes(writer, &write_jobs)));
+        threads.push(spawn("kiki-store-writer", move || serve_writes(writer, &write_jobs, committed)));
         let (read_queue, read_jobs) = mpsc::channel::<Box<dyn Job>>();
         let read_jobs = Arc::new(Mutex::new(read_jobs));
         for n in 0..readers {
@@ -310,7 +313,7 @@ fn serve_reads(mut conn: Connection, mut next: impl FnMut() -> Option<Box<dyn Jo
 
 /// The writer's thread: takes every queued write (up to [`MAX_BATCH`]), commits them as
 /// one transaction, then answers them all.
-fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>) {
+fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, committed: impl Fn()) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH
@@ -319,6 +322,9 @@ fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>) {
             batch.push(job);
         }
         let failure = commit(&mut conn, &mut batch).err().map(|e| e.to_string());
+        if failure.is_none() {
+            committed();
+        }
         for job in batch {
             job.answer(failure.as_deref());
         }
@@ -382,10 +388,15 @@ mod tests {
     async fn a_failing_write_in_a_batch_is_undone_alone_and_the_others_commit_once() {
         let dir = tempfile::tempdir().expect("dir");
         let db = Arc::new(
-            Connections::open(&dir.path().join("t.db"), 1, |conn| {
-                conn.execute_batch("CREATE TABLE t (name TEXT PRIMARY KEY)")?;
-                Ok(())
-            })
+            Connections::open(
+                &dir.path().join("t.db"),
+                1,
+                |conn| {
+                    conn.execute_batch("CREATE TABLE t (name TEXT PRIMARY KEY)")?;
+                    Ok(())
+                },
+                || {},
+            )
             .expect("open"),
         );
         // The first write holds the writer while the next three queue up as one batch.
