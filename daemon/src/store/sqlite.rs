@@ -8,6 +8,7 @@
 //! with single-row statements instead of building SQL.
 
 mod connections;
+mod key_filter;
 mod thread_cache;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use rusqlite::{Connection, OptionalExtension, Params, Row, TransactionBehavior, 
 
 use super::*;
 use connections::Connections;
+use key_filter::KeyFilter;
 use thread_cache::{ThreadCache, touched};
 
 /// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
@@ -49,6 +51,7 @@ pub struct SqliteStore {
     path: PathBuf,
     db: Arc<Connections>,
     threads: Arc<ThreadCache>,
+    outbox_keys: Arc<KeyFilter>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -330,7 +333,33 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Backend(format!("opening the store failed: {e}")))??;
-        Ok(Self { path: path.to_path_buf(), db: Arc::new(db), threads })
+        let store =
+            Self { path: path.to_path_buf(), db: Arc::new(db), threads, outbox_keys: Default::default() };
+        tokio::spawn(store.fill_outbox_keys());
+        Ok(store)
+    }
+
+    /// Adds the outbox's keys to its filter, on a reader, beside the home's work.
+    fn fill_outbox_keys(&self) -> impl Future<Output = ()> + use<> {
+        let (db, filter) = (self.db.clone(), self.outbox_keys.clone());
+        async move {
+            let filled = db
+                .read(move |conn| {
+                    let mut keys = conn.prepare("SELECT peer_home_id, key_scope, key FROM outbox")?;
+                    let mut rows = keys.query([])?;
+                    while let Some(row) = rows.next()? {
+                        let (peer, scope, key): (String, String, String) =
+                            (row.get(0)?, row.get(1)?, row.get(2)?);
+                        filter.add(&peer, &scope, &key);
+                    }
+                    filter.set_filled();
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = filled {
+                tracing::warn!(error = %e, "cannot read the outbox's keys: every send reads the outbox");
+            }
+        }
     }
 }
 
@@ -1307,11 +1336,16 @@ impl Store for SqliteStore {
     }
 
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
+        if !self.outbox_keys.may_hold(peer, scope, key) {
+            return Ok(None);
+        }
         let (peer, scope, key) = (peer.to_string(), scope.to_string(), key.to_string());
         self.db.lookup(move |conn| outbox_entry(conn, &peer, &scope, &key)).await
     }
 
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
+        // Before the write: from now on a probe for the key reads the outbox.
+        self.outbox_keys.add(&entry.peer_home_id, &entry.key_scope, &entry.key);
         let e = entry.clone();
         self.db
             .write(move |conn| {
@@ -1729,6 +1763,48 @@ mod tests {
         assert!(read().await.running);
         store.fail_interrupted_turns("restart", 7).await.expect("fail");
         assert!(!read().await.running, "every thread's record dropped");
+    }
+
+    #[tokio::test]
+    async fn the_outbox_keys_filter_holds_what_the_outbox_held_at_open_and_every_key_since() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("kiki.db");
+        let entry = |id: &str, key: &str| OutboxRecord {
+            id: id.into(),
+            bridge_id: "br_1".into(),
+            peer_home_id: "PEER".into(),
+            target_session: "th_far".into(),
+            source_thread: None,
+            content: "hello".into(),
+            key_scope: String::new(),
+            key: key.into(),
+            request_hash: "h".into(),
+            status: "pending".into(),
+            reason: String::new(),
+            remote_message_id: String::new(),
+            attempts: 1,
+            next_attempt_at: 1,
+            created_at: 1,
+            updated_at: 1,
+        };
+        let first = SqliteStore::open_path(&path).await.expect("open");
+        assert_eq!(first.outbox_insert(&entry("msg_1", "old")).await.expect("insert"), None);
+        // A second store on the file finds the entry written before it opened, from its
+        // filter once filled (a probe reads the outbox until then).
+        let store = SqliteStore::open_path(&path).await.expect("open again");
+        for _ in 0..500 {
+            if !store.outbox_keys.may_hold("PEER", "", "never used") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(!store.outbox_keys.may_hold("PEER", "", "never used"), "filled");
+        let found = store.outbox_by_key("PEER", "", "old").await.expect("probe");
+        assert_eq!(found.map(|e| e.id).as_deref(), Some("msg_1"));
+        assert_eq!(store.outbox_insert(&entry("msg_2", "new")).await.expect("insert"), None);
+        let found = store.outbox_by_key("PEER", "", "new").await.expect("probe");
+        assert_eq!(found.map(|e| e.id).as_deref(), Some("msg_2"), "a key written since");
+        assert_eq!(store.outbox_by_key("PEER", "", "never used").await.expect("probe"), None);
     }
 
     #[tokio::test]
