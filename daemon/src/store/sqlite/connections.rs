@@ -117,8 +117,9 @@ thread_local! {
 impl Connections {
     /// Opens the database at `path` (creating it), runs `setup` on the writer connection
     /// (migrations) and starts the threads. Blocking: call it off the async runtime.
-    /// `committed` runs on the writer's thread after each commit, before the writes in it
-    /// are answered.
+    /// `committed` runs on the writer's thread after each successful commit (also after a
+    /// lone failing write's rollback), before the writes in it are answered; never after a
+    /// failed commit.
     pub fn open(
         path: &Path,
         readers: usize,

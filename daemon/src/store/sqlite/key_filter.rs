@@ -5,7 +5,8 @@
 //!
 //! Every key the outbox holds is in the filter: the store fills it from the outbox when it
 //! opens (until then every probe reads) and adds each key before its insert is written. A
-//! key the filter may hold is looked up as before; a key it cannot hold is new. 2 MiB of
+//! key the filter may hold is looked up as before; a key it cannot hold is new. Like the
+//! thread cache, it assumes the only writer of the file is this store. 2 MiB of
 //! bits: about one new key in 500 is read anyway at a million keys, one in seven at four
 //! million — past that the probes simply read more often.
 

@@ -4,10 +4,13 @@
 //!
 //! A write that changes a thread's row notes the thread ([`touched`], on the writer's
 //! thread); after each commit, before anyone is answered, the writer drops the records of
-//! the threads touched since the last one ([`ThreadCache::committed`]). So a lookup made
-//! after a change was answered reads the change. A lookup racing a commit keeps its record
-//! only if no commit dropped anything since it started: one that read the row before the
-//! commit cannot put the old record back.
+//! the threads touched since the last one ([`ThreadCache::committed`]; notes from a failed
+//! commit carry over to the next). So a lookup made after a change was answered reads the
+//! change; between the commit and the drop, the cache may still give the old record, as if
+//! read a moment earlier. A lookup racing a commit keeps its record only if no commit
+//! dropped anything since it started: one that read the row before the commit cannot put
+//! the old record back. It assumes the only writer of the file is this store (the home's
+//! lock keeps a second kikid out).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
