@@ -22,6 +22,7 @@ macro_rules! store_conformance {
             input_for_a_missing_thread_is_refused, concurrent_sends_are_decided_by_key,
             held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
             events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
+            keys_are_pruned_oldest_first_in_bounded_windows, a_thread_read_after_a_change_shows_it,
             archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
             outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
             a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home,
@@ -472,6 +473,50 @@ pub async fn old_keys_are_pruned(store: &dyn Store) {
     assert!(store.message("msg_1").await.expect("msg").is_some(), "the message itself stays");
     let reused = store.accept_message(&message("msg_2", "th_a", "", "old", "h")).await.expect("commit");
     assert!(matches!(reused, SendOutcome::Accepted { .. }), "a pruned key is free again: {reused:?}");
+}
+
+/// Keys are forgotten in the order they were written, a bounded window of the oldest at a
+/// time; a window that reaches young keys forgets only the old ones in it.
+pub async fn keys_are_pruned_oldest_first_in_bounded_windows(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    // Five keys from long ago, then one young one.
+    for (i, now) in [1, 2, 3, 4, 5, 1_000].into_iter().enumerate() {
+        let mut sent = message(&format!("msg_{i}"), "th_a", "", &format!("k{i}"), "h");
+        sent.now = now;
+        store.accept_message(&sent).await.expect("accept");
+    }
+    assert_eq!(store.prune_keys(100, 2).await.expect("prune"), 2);
+    assert_eq!(store.prune_keys(100, 2).await.expect("prune"), 2);
+    // The last old key and the young one make the next window: one is forgotten, then none.
+    assert_eq!(store.prune_keys(100, 2).await.expect("prune"), 1);
+    assert_eq!(store.prune_keys(100, 2).await.expect("prune"), 0);
+    for i in 0..5 {
+        assert_eq!(store.keyed_message("", &format!("k{i}")).await.expect("key"), None, "k{i}");
+    }
+    assert_eq!(store.keyed_message("", "k5").await.expect("key"), Some(("h".into(), "msg_5".into())));
+}
+
+/// A thread read once a change to it was answered shows the change, whatever a backend
+/// keeps of the thread between reads.
+pub async fn a_thread_read_after_a_change_shows_it(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 0), Some(&user("in_1", "go"))).await.expect("create");
+    let read = async || store.thread("th_a").await.expect("read").expect("exists");
+    assert!(!read().await.running);
+    assert!(!read().await.running, "read again, from the cache");
+    store.set_communication("th_a", CommunicationSetting::On, 1).await.expect("switch");
+    assert_eq!(read().await.communication, CommunicationSetting::On);
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("a turn");
+    assert!(read().await.running, "claimed");
+    finish(store, "tu_1", "done").await;
+    assert!(!read().await.running, "finished");
+    store.set_archived("th_a", true, 4).await.expect("archive");
+    assert!(read().await.archived);
+    store.set_archived("th_a", false, 5).await.expect("unarchive");
+    store.enqueue_input("th_a", &user("in_2", "again")).await.expect("enqueue");
+    store.claim_turn("th_a", turn("tu_2", true), 6).await.expect("claim").expect("a turn");
+    assert!(read().await.running);
+    store.fail_interrupted_turns("restart", 7).await.expect("fail");
+    assert!(!read().await.running, "every thread's record dropped");
 }
 
 pub async fn archived_threads_start_no_turns(store: &dyn Store) {

@@ -598,11 +598,12 @@ impl Bridges {
         let now = now_ms();
         // (Under a minute of expiry, a peer's requests that the owner decided at once stop
         // counting against its rate limit early: the cap on waiting requests still holds.)
-        let kept = self.inner.config.bridge.request_expiry.as_millis() as i64;
+        let decided_before = now - self.inner.config.bridge.request_expiry.as_millis() as i64;
+        let forgotten = |r: &BridgeRequestRecord| r.decided_at.is_some_and(|at| at < decided_before);
         let mut requests = self.inner.store.bridge_requests().await?;
-        if requests.iter().any(|r| r.decided_at.is_some_and(|at| at < now - kept)) {
-            self.inner.store.prune_bridge_requests(now - kept).await?;
-            requests.retain(|r| r.status == "pending" || r.decided_at.is_none_or(|at| at >= now - kept));
+        if requests.iter().any(forgotten) {
+            self.inner.store.prune_bridge_requests(decided_before).await?;
+            requests.retain(|r| !forgotten(r));
         }
         for request in requests.iter_mut().filter(|r| self.expired(r, now)) {
             request.status = "expired".into();
