@@ -88,6 +88,8 @@ pub fn status(e: Error) -> Status {
         Error::Unimplemented(m) => Status::unimplemented(m),
         Error::Unavailable(m) => Status::unavailable(m),
         Error::Store(e @ StoreError::Busy) => Status::resource_exhausted(e.to_string()),
+        // Not a failure: the home is stopping.
+        Error::Store(e @ StoreError::Closed) => Status::unavailable(e.to_string()),
         Error::Store(e) => {
             tracing::error!(error = %e, "store failure");
             Status::unavailable(format!("store: {e}"))

@@ -24,6 +24,9 @@ pub enum StoreError {
     /// Too many writes are queued; the caller should retry (sends with the same key).
     #[error("the store is busy (too many writes queued); retry, with the same idempotency key for a send")]
     Busy,
+    /// The home is stopping: its store takes no more work.
+    #[error("the store is closed (kikid is stopping)")]
+    Closed,
     #[error("unsupported store url {0:?} (expected sqlite://PATH or a file path)")]
     UnsupportedUrl(String),
     #[error("migration {version} ({name}) failed: {message}")]

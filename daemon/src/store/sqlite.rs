@@ -356,8 +356,12 @@ impl SqliteStore {
                     Ok(())
                 })
                 .await;
-            if let Err(e) = filled {
-                tracing::warn!(error = %e, "cannot read the outbox's keys: every send reads the outbox");
+            match filled {
+                // The home stopped first: nothing more is sent.
+                Ok(()) | Err(StoreError::Closed) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the outbox's keys: every send reads the outbox")
+                }
             }
         }
     }

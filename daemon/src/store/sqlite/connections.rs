@@ -178,9 +178,9 @@ impl Connections {
         let queued = match &*lock(&self.writer) {
             Some(queue) => queue.try_send(job).map_err(|e| match e {
                 mpsc::TrySendError::Full(_) => StoreError::Busy,
-                mpsc::TrySendError::Disconnected(_) => closed(),
+                mpsc::TrySendError::Disconnected(_) => StoreError::Closed,
             }),
-            None => Err(closed()),
+            None => Err(StoreError::Closed),
         };
         queued?;
         answer.await.map_err(|_| abandoned())?
@@ -193,8 +193,8 @@ impl Connections {
     ) -> StoreResult<T> {
         let (job, answer) = job(work);
         let queued = match &*lock(&self.readers) {
-            Some(queue) => queue.send(job).map_err(|_| closed()),
-            None => Err(closed()),
+            Some(queue) => queue.send(job).map_err(|_| StoreError::Closed),
+            None => Err(StoreError::Closed),
         };
         queued?;
         answer.await.map_err(|_| abandoned())?
@@ -216,7 +216,7 @@ impl Connections {
     fn lookup_here<T>(&self, work: &impl Fn(&mut Connection) -> StoreResult<T>) -> Option<StoreResult<T>> {
         let pooled = match &mut *lock(&self.lookups) {
             Some(idle) => idle.pop(),
-            None => return Some(Err(closed())),
+            None => return Some(Err(StoreError::Closed)),
         };
         let mut conn = match pooled.map_or_else(|| open_lookup(&self.path), Ok) {
             Ok(conn) => conn,
@@ -286,10 +286,6 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         .name(name.to_string())
         .spawn(body)
         .unwrap_or_else(|e| panic!("cannot start the store thread {name}: {e}"))
-}
-
-fn closed() -> StoreError {
-    StoreError::Backend("the store is closed".into())
 }
 
 fn abandoned() -> StoreError {
@@ -439,5 +435,28 @@ mod tests {
             .await
             .expect("read");
         assert_eq!(names, ["a", "c", "first"]);
+    }
+
+    #[tokio::test]
+    async fn a_closed_store_answers_closed_to_every_kind_of_call() {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = Connections::open(
+            &dir.path().join("t.db"),
+            1,
+            |conn| {
+                conn.execute_batch("CREATE TABLE t (name TEXT PRIMARY KEY)")?;
+                Ok(())
+            },
+            || {},
+        )
+        .expect("open");
+        db.write(|conn| insert(conn, "before")).await.expect("write before closing");
+        db.close().await;
+        let write = db.write(|conn| insert(conn, "after")).await;
+        let read = db.read(|_| Ok(())).await;
+        let lookup = db.lookup(|_| Ok(())).await;
+        for answer in [write, read, lookup] {
+            assert!(matches!(answer, Err(StoreError::Closed)), "{answer:?}");
+        }
     }
 }
