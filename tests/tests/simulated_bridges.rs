@@ -258,6 +258,14 @@ async fn revoking_at_the_source_ends_its_pending_sends() {
         .expect("revoke");
     let ended = settled_receipt(&a, "k1").await;
     assert_eq!((ended.status.as_str(), ended.reason.as_str()), ("rejected", "bridge_revoked"));
+    // A retry with its key is answered from the outbox, as any replay; a new key is refused.
+    let again = a.client().threads().thread_send(send(&t, "stuck", "k1")).await.expect("replay").into_inner();
+    assert_eq!(
+        (again.status(), again.replayed, again.reason.as_str()),
+        (pb::SendStatus::Undeliverable, true, "bridge_revoked")
+    );
+    let new = a.client().threads().thread_send(send(&t, "another", "k2")).await.expect_err("refused");
+    assert!(new.message().contains("bridge_revoked"), "{}", new.message());
     network.partition(&a_id, &b_id, false);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(b.all_turns(&t).await.is_empty(), "nothing was delivered");

@@ -599,9 +599,6 @@ impl Bridges {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         let bridge = self.outbound(host).await?;
-        if bridge.state == "revoked" {
-            return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
-        }
         let now = now_ms();
         let wait = self.inner.config.mailbox.delivery_wait;
         let entry = OutboxRecord {
@@ -634,7 +631,12 @@ impl Bridges {
         if let Some(existing) = stored {
             return replay(in_flight, existing, &entry.request_hash);
         }
-        // A new key. The worker leaves the entry alone while this attempt is under way
+        // A new key: a revoked bridge takes no more (a retry of an earlier send is answered
+        // above, even after this home revoked its side).
+        if bridge.state == "revoked" {
+            return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
+        }
+        // The worker leaves the entry alone while this attempt is under way
         // (whatever ends it: an answer, the bounded wait, the caller going away).
         let claim = Claim::new_entry(&self.inner, &entry.id);
         // The entry's commit and the first attempt overlap; the answer waits for both. The
