@@ -290,6 +290,27 @@ async fn revocation_refuses_messages_still_waiting_at_the_target() {
     assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "bridge_revoked"));
 }
 
+/// The source may learn of a revocation from a ping (`kiki bridge list`) before any
+/// follow-up asks about its accepted message: the message still ends `rejected`
+/// (`bridge_revoked`), as the target made it undeliverable, instead of staying `accepted`.
+#[tokio::test]
+async fn a_revocation_learnt_from_a_ping_still_settles_accepted_messages() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let request_id = request(&a, &b, "send", "bee").await;
+    let bridge = approve(&b, &request_id, "send", vec![]).await;
+    let sent = a.client().threads().thread_send(remote_send("bee", &t.id, "held", "k1")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending, "no wake: it waits at the target");
+    b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
+    let listed = a.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
+    assert_eq!(listed.bridges[0].state, "revoked", "the ping learnt it");
+    let at_source = kiki_tests::eventually("the source's receipt to change", || async {
+        receipts(&a, "bee").await.into_iter().find(|r| r.idempotency_key == "k1" && r.status != "accepted")
+    })
+    .await;
+    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "bridge_revoked"));
+}
+
 #[tokio::test]
 async fn a_workspace_scope_limits_list_read_send_and_wait() {
     let (a, b) = (open_home().await, open_home().await);

@@ -89,6 +89,12 @@ struct Inner {
     /// outbox entries is backing off (see `link_up`). Any other peer is silent, and gets
     /// one outbox attempt at a time (see `Bridges::probe`).
     settled: std::sync::Mutex<HashSet<String>>,
+    /// Outbound bridges that a ping found revoked by their target, by id. That target made
+    /// what it held of ours undeliverable and refuses every call, so their accepted messages
+    /// end `rejected` (`bridge_revoked`), as a follow-up would have heard, instead of staying
+    /// `accepted` unasked as after this home revoked its side (see `Bridges::follow_up`).
+    /// Only this run's: the entries are made due at once when the ping learns it.
+    revoked_there: std::sync::Mutex<HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).
     answered: std::sync::Mutex<HashMap<String, i64>>,
     /// How often each peer's entries were made due again as it answered after a silence
@@ -184,6 +190,7 @@ impl Bridges {
                 config,
                 connections: std::sync::Mutex::new(HashMap::new()),
                 settled: std::sync::Mutex::new(HashSet::new()),
+                revoked_there: std::sync::Mutex::new(HashSet::new()),
                 answered: std::sync::Mutex::new(HashMap::new()),
                 resets: std::sync::Mutex::new(HashMap::new()),
                 recording: std::sync::Mutex::new(Default::default()),
@@ -811,6 +818,7 @@ impl Bridges {
     /// Pings the target: records link health and learns what it granted.
     async fn refresh(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
         let ping = pb::BridgeCall { call: Some(Call::Ping(pb::PingCall {})) };
+        let was = bridge.state.clone();
         match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &ping)).await {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
                 bridge.state = match p.state.as_str() {
@@ -830,7 +838,19 @@ impl Bridges {
             Err(_) => self.note_error(&mut bridge, format!("no answer within {PING_TIMEOUT:?}")),
         }
         bridge.updated_at = now_ms();
+        let revoked_there = bridge.state == "revoked" && was != "revoked";
+        if revoked_there {
+            // Before the state is saved: the worker must not see it revoked without this.
+            lock(&self.inner.revoked_there).insert(bridge.id.clone());
+        }
         self.save_bridge(Some(&bridge), None).await?;
+        if revoked_there {
+            warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "the target revoked this bridge");
+            // Its messages' fate needs no call now: settled at once, not at their next turn.
+            if let Err(e) = self.inner.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                warn!(error = %e, "cannot make a revoked bridge's messages due");
+            }
+        }
         Ok(bridge)
     }
 

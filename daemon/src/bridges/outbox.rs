@@ -909,6 +909,9 @@ impl Bridges {
         let mut asked: Vec<(BridgeRecord, Vec<OutboxRecord>)> = Vec::new();
         for mut entry in entries {
             match self.bridge_to_call(&entry).await? {
+                None if lock(&self.inner.revoked_there).contains(&entry.bridge_id) => {
+                    outcomes.push(finish(entry, "rejected", "bridge_revoked"));
+                }
                 None => {
                     entry.next_attempt_at = i64::MAX;
                     outcomes.push((entry, None));
