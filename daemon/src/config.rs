@@ -155,7 +155,6 @@ pub enum ExecutorKind {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ProfileConfig {
     pub executor: ExecutorKind,
     /// Program and arguments for `exec` (no shell is involved).
@@ -367,5 +366,10 @@ mod tests {
     fn unknown_keys_are_reported_not_fatal() {
         let (_, unknown) = Config::parse("[otel]\nendpoint = \"x\"\n").expect("valid");
         assert_eq!(unknown, vec!["otel".to_string()]);
+        // Inside a profile too.
+        let text = "[profiles.agent]\nexecutor = \"echo\"\nmodel = \"y\"\n";
+        let (config, unknown) = Config::parse(text).expect("valid");
+        assert_eq!(unknown, vec!["profiles.agent.model".to_string()]);
+        assert!(config.profile("agent").is_some());
     }
 }
