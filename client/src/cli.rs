@@ -70,6 +70,7 @@ pub enum BridgeCommand {
         #[arg(long = "workspace")]
         workspaces: Vec<String>,
     },
+    /// Reject a pending pairing request (target side): the source sees `rejected`.
     Reject {
         request: String,
     },
