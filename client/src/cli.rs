@@ -71,22 +71,14 @@ pub enum BridgeCommand {
         workspaces: Vec<String>,
     },
     /// Reject a pending pairing request (target side): the source sees `rejected`.
-    Reject {
-        request: String,
-    },
+    Reject { request: String },
     /// Revoke a bridge (id, alias or peer home id); takes effect at once.
-    Revoke {
-        bridge: String,
-    },
+    Revoke { bridge: String },
     /// Turn an inbound bridge's access off: calls are refused with `bridge_disabled`,
     /// messages it brought wait; nothing is deleted and the source keeps retrying.
-    Disable {
-        bridge: String,
-    },
+    Disable { bridge: String },
     /// Turn an inbound bridge's access back on; held messages are delivered.
-    Enable {
-        bridge: String,
-    },
+    Enable { bridge: String },
     /// Every bridge with its direction, peer, permissions and link health.
     List,
     /// The messages sent or received over a bridge and what became of them: the newest
