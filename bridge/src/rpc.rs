@@ -5,9 +5,14 @@
 
 use crate::transport::CallHandler;
 
-/// The largest frame either side accepts: a 100,000-character message is at most ~400 KB,
-/// and a ThreadRead page stays well under this.
-pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+/// The largest request a peer may send: a ThreadSend of 100,000 characters is at most ~400
+/// KB, a follow-up of 256 keys less. A peer that is not yet known (it may only file a pairing
+/// request) can make a home hold at most this much per stream it opens.
+pub const MAX_REQUEST: usize = 1024 * 1024;
+
+/// The largest response a home accepts: a ThreadRead page of up to 100 turns, whose fields
+/// may each be 16,384 UTF-16 units, stays under this.
+pub const MAX_RESPONSE: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
@@ -16,19 +21,42 @@ pub enum RpcError {
     #[error("the stream failed: {0}")]
     Write(#[from] quinn::WriteError),
     #[error("reading the frame failed: {0}")]
-    Read(#[from] quinn::ReadExactError),
-    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
-    TooLarge(usize),
+    Read(#[from] quinn::ReadError),
+    #[error("the frame exceeds the {limit}-byte limit")]
+    TooLarge { limit: usize },
+    #[error("malformed frame: {0}")]
+    Malformed(&'static str),
     #[error("the stream was closed: {0}")]
     Closed(#[from] quinn::ClosedStream),
 }
 
 /// One call: request out, response back, on a fresh stream.
 pub async fn call_bytes(connection: &quinn::Connection, request: &[u8]) -> Result<Vec<u8>, RpcError> {
-    let (mut send, mut recv) = connection.open_bi().await?;
-    write_frame(&mut send, request).await?;
-    send.finish()?;
-    read_frame(&mut recv).await
+    let (send, mut recv) = connection.open_bi().await?;
+    let mut call = Request { send, settled: false };
+    write_frame(&mut call.send, request, MAX_REQUEST).await?;
+    call.send.finish()?;
+    let answer = read_frame(&mut recv, MAX_RESPONSE).await;
+    call.settled = true;
+    answer
+}
+
+/// A call's request. Given up before its answer came (its caller stopped waiting), it is
+/// withdrawn: the stream is reset, so QUIC stops retransmitting what was lost, and a peer
+/// cut off meanwhile does not get it once the link heals — after its sender moved on, for a
+/// message perhaps after it expired. What already reached the peer stays there.
+struct Request {
+    send: quinn::SendStream,
+    /// Answered, or failed: nothing left to withdraw.
+    settled: bool,
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if !self.settled {
+            let _ = self.send.reset(0u32.into());
+        }
+    }
 }
 
 /// Serves every call arriving on `connection`, each on its own task, until the peer goes
@@ -37,7 +65,7 @@ pub async fn serve_bytes(connection: quinn::Connection, handler: CallHandler) {
     while let Ok((mut send, mut recv)) = connection.accept_bi().await {
         let handler = handler.clone();
         tokio::spawn(async move {
-            let request = match read_frame(&mut recv).await {
+            let request = match read_frame(&mut recv, MAX_REQUEST).await {
                 Ok(request) => request,
                 Err(e) => {
                     tracing::debug!(error = %e, "dropping a malformed bridge call");
@@ -45,30 +73,35 @@ pub async fn serve_bytes(connection: quinn::Connection, handler: CallHandler) {
                 }
             };
             let response = handler(request).await;
-            if write_frame(&mut send, &response).await.is_ok() {
+            if write_frame(&mut send, &response, MAX_RESPONSE).await.is_ok() {
                 let _ = send.finish();
             }
         });
     }
 }
 
-async fn write_frame(send: &mut quinn::SendStream, body: &[u8]) -> Result<(), RpcError> {
-    if body.len() > MAX_FRAME {
-        return Err(RpcError::TooLarge(body.len()));
+async fn write_frame(send: &mut quinn::SendStream, body: &[u8], limit: usize) -> Result<(), RpcError> {
+    if body.len() > limit {
+        return Err(RpcError::TooLarge { limit });
     }
     send.write_all(&(body.len() as u32).to_be_bytes()).await?;
     send.write_all(body).await?;
     Ok(())
 }
 
-async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, RpcError> {
-    let mut len = [0u8; 4];
-    recv.read_exact(&mut len).await?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(RpcError::TooLarge(len));
+/// The frame the peer sent on `recv`, which it then finished. Memory follows the bytes that
+/// actually arrive, up to `limit`: never what a length prefix merely claims.
+async fn read_frame(recv: &mut quinn::RecvStream, limit: usize) -> Result<Vec<u8>, RpcError> {
+    let mut frame = recv.read_to_end(limit + 4).await.map_err(|e| match e {
+        quinn::ReadToEndError::Read(e) => RpcError::Read(e),
+        quinn::ReadToEndError::TooLong => RpcError::TooLarge { limit },
+    })?;
+    let Some(prefix) = frame.first_chunk::<4>() else {
+        return Err(RpcError::Malformed("shorter than its length prefix"));
+    };
+    if u32::from_be_bytes(*prefix) as usize != frame.len() - 4 {
+        return Err(RpcError::Malformed("its length prefix does not match its body"));
     }
-    let mut body = vec![0u8; len];
-    recv.read_exact(&mut body).await?;
-    Ok(body)
+    frame.drain(..4);
+    Ok(frame)
 }

@@ -180,3 +180,49 @@ async fn framed_calls_round_trip_concurrently() {
         );
     }
 }
+
+/// Requests are bounded on both sides: the caller refuses to send one over
+/// `MAX_REQUEST`, and the server drops a stream whose frame is over it or whose length
+/// prefix lies, without calling the handler or holding what the prefix claimed.
+#[tokio::test]
+async fn oversized_or_malformed_requests_never_reach_the_handler() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (a, b) = (home(), home());
+    let handled = Arc::new(AtomicUsize::new(0));
+    let server = b.clone();
+    let counted = handled.clone();
+    tokio::spawn(async move {
+        let peer = server.accept().await.expect("incoming").expect("handshake");
+        let handler: CallHandler = Arc::new(move |request: Vec<u8>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move { request })
+        });
+        peer.serve(handler).await;
+    });
+    let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
+
+    let refused = peer.call(vec![7; kiki_bridge::rpc::MAX_REQUEST + 1]).await.expect_err("over the limit");
+    assert!(refused.0.contains(&kiki_bridge::rpc::MAX_REQUEST.to_string()), "{refused}");
+
+    // By hand: a body over the limit, then a prefix that claims more than the body holds.
+    let raw = |frame: Vec<u8>| {
+        let connection = peer.connection.clone();
+        async move {
+            let (mut send, mut recv) = connection.open_bi().await.expect("stream");
+            // The server may stop reading before all of it is sent.
+            let _ = send.write_all(&frame).await;
+            let _ = send.finish();
+            recv.read_to_end(1024).await.unwrap_or_default()
+        }
+    };
+    let mut oversized = ((kiki_bridge::rpc::MAX_REQUEST + 1) as u32).to_be_bytes().to_vec();
+    oversized.extend(vec![7; kiki_bridge::rpc::MAX_REQUEST + 1]);
+    assert!(raw(oversized).await.is_empty(), "no answer to an oversized frame");
+    let mut lying = 1_000_000u32.to_be_bytes().to_vec();
+    lying.extend(b"short");
+    assert!(raw(lying).await.is_empty(), "no answer to a frame shorter than its prefix");
+
+    // The connection still serves well-formed calls, and only those reached the handler.
+    assert_eq!(peer.call(b"fine".to_vec()).await.expect("call"), b"fine");
+    assert_eq!(handled.load(Ordering::SeqCst), 1);
+}

@@ -1720,3 +1720,43 @@ async fn only_an_approved_inbound_bridge_can_be_turned_off() {
     let err = b.client().bridges().bridge_set_inbound(revoked).await.expect_err("revoked stays revoked");
     assert_eq!(err.code(), Code::FailedPrecondition);
 }
+
+/// A call given up before its answer is withdrawn (its stream reset): if the link was cut
+/// meanwhile, the peer does not get the request once the link heals, although QUIC would
+/// retransmit it then — a send that expired at its source meanwhile must not arrive late.
+#[tokio::test]
+async fn a_call_given_up_during_a_partition_does_not_arrive_after_the_heal() {
+    use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    let identity = || {
+        let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
+        BridgeIdentity::from_key_pem(&key).expect("identity")
+    };
+    let bind = || BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity()).expect("bind");
+    let (a, b) = (bind(), bind());
+    let relay = kiki_tests::UdpRelay::start(b.local_addr().expect("addr")).await;
+    let received = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    let server = b.clone();
+    let seen = received.clone();
+    tokio::spawn(async move {
+        let peer = server.accept().await.expect("incoming").expect("handshake");
+        let handler: CallHandler = Arc::new(move |request: Vec<u8>| {
+            seen.lock().expect("lock").push(request.clone());
+            Box::pin(async move { request })
+        });
+        peer.serve(handler).await;
+    });
+    let link = a.connect(relay.addr, Some(b.home_id())).await.expect("connect");
+    assert_eq!(link.call(b"before".to_vec()).await.expect("answered"), b"before");
+
+    relay.partition(true);
+    let given_up = tokio::time::timeout(Duration::from_millis(300), link.call(b"given up".to_vec())).await;
+    assert!(given_up.is_err(), "no answer through the partition");
+    relay.partition(false);
+    // Lost packets of a live stream would be sent again within this.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(link.call(b"after".to_vec()).await.expect("the link works again"), b"after");
+    let received = received.lock().expect("lock").clone();
+    assert_eq!(received, [b"before".to_vec(), b"after".to_vec()], "the given-up request never arrived");
+}
