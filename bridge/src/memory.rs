@@ -114,7 +114,12 @@ impl Link for MemoryLink {
         &self.peer
     }
 
-    fn call(&self, request: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, LinkError>> {
+    /// In memory nothing is retransmitted after a partition, so nothing needs withdrawing.
+    fn call(
+        &self,
+        request: Vec<u8>,
+        _withdraw_after: Option<std::time::Instant>,
+    ) -> BoxFuture<'_, Result<Vec<u8>, LinkError>> {
         Box::pin(async move {
             if self.network.cut(&self.local, &self.peer) {
                 return Err(LinkError(format!("partitioned from {}", self.peer)));

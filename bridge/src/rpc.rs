@@ -3,6 +3,8 @@
 //! response. Streams are cheap in QUIC, so calls never block each other. The bytes are
 //! protobuf messages encoded by the caller (see `kiki.v1.BridgeCall`/`BridgeReply`).
 
+use std::time::Instant;
+
 use crate::transport::CallHandler;
 
 /// The largest request a peer may send: a ThreadSend of 100,000 characters is at most ~400
@@ -22,18 +24,27 @@ pub enum RpcError {
     Write(#[from] quinn::WriteError),
     #[error("reading the frame failed: {0}")]
     Read(#[from] quinn::ReadError),
-    #[error("the frame exceeds the {limit}-byte limit")]
-    TooLarge { limit: usize },
+    #[error("a frame of {size} bytes exceeds the {limit}-byte limit")]
+    TooLarge { size: usize, limit: usize },
+    #[error("a frame over the {limit}-byte limit")]
+    TooLong { limit: usize },
+    #[error("the peer dropped the call unanswered (a request or answer over the limits?)")]
+    Unanswered,
     #[error("malformed frame: {0}")]
     Malformed(&'static str),
     #[error("the stream was closed: {0}")]
     Closed(#[from] quinn::ClosedStream),
 }
 
-/// One call: request out, response back, on a fresh stream.
-pub async fn call_bytes(connection: &quinn::Connection, request: &[u8]) -> Result<Vec<u8>, RpcError> {
+/// One call: request out, response back, on a fresh stream. Given up from `withdraw_after`
+/// on (see [`Request`]), the request is withdrawn; given up earlier, it still goes out.
+pub async fn call_bytes(
+    connection: &quinn::Connection,
+    request: &[u8],
+    withdraw_after: Option<Instant>,
+) -> Result<Vec<u8>, RpcError> {
     let (send, mut recv) = connection.open_bi().await?;
-    let mut call = Request { send, settled: false };
+    let mut call = Request { send, settled: false, withdraw_after };
     write_frame(&mut call.send, request, MAX_REQUEST).await?;
     call.send.finish()?;
     let answer = read_frame(&mut recv, MAX_RESPONSE).await;
@@ -41,19 +52,22 @@ pub async fn call_bytes(connection: &quinn::Connection, request: &[u8]) -> Resul
     answer
 }
 
-/// A call's request. Given up before its answer came (its caller stopped waiting), it is
-/// withdrawn: the stream is reset, so QUIC stops retransmitting what was lost, and a peer
-/// cut off meanwhile does not get it once the link heals — after its sender moved on, for a
-/// message perhaps after it expired. What already reached the peer stays there.
+/// A call's request. Given up before its answer came (its caller stopped waiting), it
+/// still goes out — QUIC keeps sending what was lost, so a large message on a slow link
+/// arrives in the end and the next attempt's replay finds it — unless it was given up from
+/// `withdraw_after` on (a message whose retry window is over): then the stream is reset,
+/// QUIC sends none of it again, and a peer cut off meanwhile does not get it once the link
+/// heals, after its sender declared it expired. What the peer had already read stays there.
 struct Request {
     send: quinn::SendStream,
     /// Answered, or failed: nothing left to withdraw.
     settled: bool,
+    withdraw_after: Option<Instant>,
 }
 
 impl Drop for Request {
     fn drop(&mut self) {
-        if !self.settled {
+        if !self.settled && self.withdraw_after.is_some_and(|t| Instant::now() >= t) {
             let _ = self.send.reset(0u32.into());
         }
     }
@@ -68,7 +82,7 @@ pub async fn serve_bytes(connection: quinn::Connection, handler: CallHandler) {
             let request = match read_frame(&mut recv, MAX_REQUEST).await {
                 Ok(request) => request,
                 Err(e) => {
-                    tracing::debug!(error = %e, "dropping a malformed bridge call");
+                    tracing::debug!(error = %e, "dropping a bridge call (malformed, oversized or withdrawn)");
                     return;
                 }
             };
@@ -82,7 +96,7 @@ pub async fn serve_bytes(connection: quinn::Connection, handler: CallHandler) {
 
 async fn write_frame(send: &mut quinn::SendStream, body: &[u8], limit: usize) -> Result<(), RpcError> {
     if body.len() > limit {
-        return Err(RpcError::TooLarge { limit });
+        return Err(RpcError::TooLarge { size: body.len(), limit });
     }
     send.write_all(&(body.len() as u32).to_be_bytes()).await?;
     send.write_all(body).await?;
@@ -94,8 +108,11 @@ async fn write_frame(send: &mut quinn::SendStream, body: &[u8], limit: usize) ->
 async fn read_frame(recv: &mut quinn::RecvStream, limit: usize) -> Result<Vec<u8>, RpcError> {
     let mut frame = recv.read_to_end(limit + 4).await.map_err(|e| match e {
         quinn::ReadToEndError::Read(e) => RpcError::Read(e),
-        quinn::ReadToEndError::TooLong => RpcError::TooLarge { limit },
+        quinn::ReadToEndError::TooLong => RpcError::TooLong { limit },
     })?;
+    if frame.is_empty() {
+        return Err(RpcError::Unanswered);
+    }
     let Some(prefix) = frame.first_chunk::<4>() else {
         return Err(RpcError::Malformed("shorter than its length prefix"));
     };

@@ -25,8 +25,14 @@ pub struct LinkError(pub String);
 pub trait Link: Send + Sync + Debug {
     /// The peer's home id, verified by the transport.
     fn peer_home_id(&self) -> &str;
-    /// One call: request out, response back.
-    fn call(&self, request: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, LinkError>>;
+    /// One call: request out, response back. A call dropped before its answer from
+    /// `withdraw_after` on is withdrawn (see `rpc::call_bytes`); dropped earlier, or without
+    /// it, its request still goes out.
+    fn call(
+        &self,
+        request: Vec<u8>,
+        withdraw_after: Option<std::time::Instant>,
+    ) -> BoxFuture<'_, Result<Vec<u8>, LinkError>>;
     /// Serves the peer's calls until it goes away.
     fn serve(&self, handler: CallHandler) -> BoxFuture<'static, ()>;
     fn is_closed(&self) -> bool;
@@ -54,9 +60,15 @@ impl Link for PeerConnection {
         &self.peer_home_id
     }
 
-    fn call(&self, request: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>, LinkError>> {
+    fn call(
+        &self,
+        request: Vec<u8>,
+        withdraw_after: Option<std::time::Instant>,
+    ) -> BoxFuture<'_, Result<Vec<u8>, LinkError>> {
         Box::pin(async move {
-            crate::rpc::call_bytes(&self.connection, &request).await.map_err(|e| LinkError(e.to_string()))
+            crate::rpc::call_bytes(&self.connection, &request, withdraw_after)
+                .await
+                .map_err(|e| LinkError(e.to_string()))
         })
     }
 

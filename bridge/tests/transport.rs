@@ -164,7 +164,7 @@ async fn framed_calls_round_trip_concurrently() {
         async move {
             let request =
                 pb::ThreadRef { host_id: String::new(), workspace_id: String::new(), session_id: session };
-            let reply = peer.call(request.encode_to_vec()).await?;
+            let reply = peer.call(request.encode_to_vec(), None).await?;
             Ok::<_, kiki_bridge::LinkError>(pb::ThreadRef::decode(reply.as_slice()).expect("reply"))
         }
     });
@@ -201,7 +201,8 @@ async fn oversized_or_malformed_requests_never_reach_the_handler() {
     });
     let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
 
-    let refused = peer.call(vec![7; kiki_bridge::rpc::MAX_REQUEST + 1]).await.expect_err("over the limit");
+    let refused =
+        peer.call(vec![7; kiki_bridge::rpc::MAX_REQUEST + 1], None).await.expect_err("over the limit");
     assert!(refused.0.contains(&kiki_bridge::rpc::MAX_REQUEST.to_string()), "{refused}");
 
     // By hand: a body over the limit, then a prefix that claims more than the body holds.
@@ -223,6 +224,6 @@ async fn oversized_or_malformed_requests_never_reach_the_handler() {
     assert!(raw(lying).await.is_empty(), "no answer to a frame shorter than its prefix");
 
     // The connection still serves well-formed calls, and only those reached the handler.
-    assert_eq!(peer.call(b"fine".to_vec()).await.expect("call"), b"fine");
+    assert_eq!(peer.call(b"fine".to_vec(), None).await.expect("call"), b"fine");
     assert_eq!(handled.load(Ordering::SeqCst), 1);
 }

@@ -931,7 +931,7 @@ async fn raw_call(
     use kiki_bridge::Link;
     use prost::Message;
     let call = pb::BridgeCall { call: Some(call) };
-    let reply = link.call(call.encode_to_vec()).await.expect("call");
+    let reply = link.call(call.encode_to_vec(), None).await.expect("call");
     pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply.expect("a reply")
 }
 
@@ -1098,6 +1098,24 @@ async fn a_cross_home_retry_keeps_its_answer_after_the_senders_switch_went_off()
     // vouched for it).
     let source = arrived[0].inputs[0].source.clone().expect("attributed");
     assert_eq!((source.host_id, source.session_id), (home_id(&a).await, agent.id.clone()));
+}
+
+/// A cross-home send checks what it can before it is written: an overlong session id is
+/// refused, naming the field and the limit, and leaves no outbox entry behind.
+#[tokio::test]
+async fn a_cross_home_send_with_an_overlong_session_id_is_refused_without_a_trace() {
+    let (a, b) = (open_home().await, open_home().await);
+    approve(&b, &request(&a, &b, "send", "bee").await, "send", vec![]).await;
+    let long = "t".repeat(257);
+    let err =
+        a.client().threads().thread_send(remote_send("bee", &long, "x", "k1")).await.expect_err("refused");
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(
+        err.message().starts_with("target.session_id") && err.message().contains("256"),
+        "{}",
+        err.message()
+    );
+    assert!(receipts(&a, "bee").await.is_empty(), "nothing was written");
 }
 
 #[tokio::test]
@@ -1721,14 +1739,15 @@ async fn only_an_approved_inbound_bridge_can_be_turned_off() {
     assert_eq!(err.code(), Code::FailedPrecondition);
 }
 
-/// A call given up before its answer is withdrawn (its stream reset): if the link was cut
-/// meanwhile, the peer does not get the request once the link heals, although QUIC would
-/// retransmit it then — a send that expired at its source meanwhile must not arrive late.
+/// A call given up from its `withdraw_after` on is withdrawn (its stream reset): if the
+/// link was cut meanwhile, the peer does not get the request once the link heals, although
+/// QUIC would retransmit it then — a send that expired at its source must not arrive late.
+/// A call given up earlier still goes out (a large message on a slow link gets through).
 #[tokio::test]
-async fn a_call_given_up_during_a_partition_does_not_arrive_after_the_heal() {
+async fn a_call_given_up_during_a_partition_arrives_after_the_heal_unless_withdrawn() {
     use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link};
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
     let identity = || {
         let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
         BridgeIdentity::from_key_pem(&key).expect("identity")
@@ -1748,15 +1767,21 @@ async fn a_call_given_up_during_a_partition_does_not_arrive_after_the_heal() {
         peer.serve(handler).await;
     });
     let link = a.connect(relay.addr, Some(b.home_id())).await.expect("connect");
-    assert_eq!(link.call(b"before".to_vec()).await.expect("answered"), b"before");
+    assert_eq!(link.call(b"before".to_vec(), None).await.expect("answered"), b"before");
 
     relay.partition(true);
-    let given_up = tokio::time::timeout(Duration::from_millis(300), link.call(b"given up".to_vec())).await;
-    assert!(given_up.is_err(), "no answer through the partition");
+    let pause = Duration::from_millis(300);
+    let withdrawn = tokio::time::timeout(pause, link.call(b"withdrawn".to_vec(), Some(Instant::now()))).await;
+    let kept = tokio::time::timeout(pause, link.call(b"kept".to_vec(), None)).await;
+    assert!(withdrawn.is_err() && kept.is_err(), "no answer through the partition");
     relay.partition(false);
-    // Lost packets of a live stream would be sent again within this.
+    // Lost packets of a live stream are sent again within this.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(link.call(b"after".to_vec()).await.expect("the link works again"), b"after");
+    assert_eq!(link.call(b"after".to_vec(), None).await.expect("the link works again"), b"after");
     let received = received.lock().expect("lock").clone();
-    assert_eq!(received, [b"before".to_vec(), b"after".to_vec()], "the given-up request never arrived");
+    assert_eq!(
+        received,
+        [b"before".to_vec(), b"kept".to_vec(), b"after".to_vec()],
+        "the kept request arrived after the heal, the withdrawn one never"
+    );
 }

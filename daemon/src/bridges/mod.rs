@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link, Transport};
 use kiki_proto as pb;
@@ -556,7 +556,7 @@ impl Bridges {
         let pair = pb::BridgeCall {
             call: Some(Call::Pair(pb::PairCall { name: home_name(self.inner.endpoint.home_id()), want })),
         };
-        let request_id = match call_link(peer.as_ref(), &pair).await {
+        let request_id = match call_link(peer.as_ref(), &pair, None).await {
             Ok(pb::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
             Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }) => return Err(from_wire(address, e)),
             Ok(_) => {
@@ -819,7 +819,7 @@ impl Bridges {
     async fn refresh(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
         let ping = pb::BridgeCall { call: Some(Call::Ping(pb::PingCall {})) };
         let was = bridge.state.clone();
-        match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &ping)).await {
+        match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &ping, None)).await {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
                 bridge.state = match p.state.as_str() {
                     "active" | "disabled" | "revoked" | "rejected" | "expired" => p.state,
@@ -843,7 +843,7 @@ impl Bridges {
             // Before the state is saved: the worker must not see it revoked without this.
             lock(&self.inner.revoked_there).insert(bridge.id.clone());
         }
-        self.save_bridge(Some(&bridge), None).await?;
+        let bridge = self.save_learnt(&bridge, true).await?;
         if revoked_there {
             warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "the target revoked this bridge");
             // Its messages' fate needs no call now: settled at once, not at their next turn.
@@ -852,6 +852,26 @@ impl Bridges {
             }
         }
         Ok(bridge)
+    }
+
+    /// Saves what a call over `learnt` (a copy read before the call) found out — its link's
+    /// health and, with `grant`, the state and grant the target reported — onto the bridge as
+    /// it is now, under the owner's decisions: a revocation made here during the call stands.
+    async fn save_learnt(&self, learnt: &BridgeRecord, grant: bool) -> Result<BridgeRecord> {
+        let _decision = self.inner.decisions.lock().await;
+        let Some(mut current) = self.bridge(|b| b.id == learnt.id).await? else {
+            return Ok(learnt.clone());
+        };
+        (current.last_success, current.last_error_at) = (learnt.last_success, learnt.last_error_at);
+        current.last_error.clone_from(&learnt.last_error);
+        if grant && current.state != "revoked" {
+            current.state.clone_from(&learnt.state);
+            current.permissions.clone_from(&learnt.permissions);
+            current.workspaces.clone_from(&learnt.workspaces);
+        }
+        current.updated_at = learnt.updated_at;
+        self.save_bridge(Some(&current), None).await?;
+        Ok(current)
     }
 
     fn note_error(&self, bridge: &mut BridgeRecord, error: String) {
@@ -868,12 +888,18 @@ impl Bridges {
         })
     }
 
-    /// One call over `bridge`, reconnecting once if the cached connection is gone.
-    async fn call(&self, bridge: &BridgeRecord, call: &pb::BridgeCall) -> Result<pb::BridgeReply> {
+    /// One call over `bridge`, reconnecting once if the cached connection is gone. Dropped
+    /// from `withdraw_after` on, its request is withdrawn (see `Link::call`).
+    async fn call(
+        &self,
+        bridge: &BridgeRecord,
+        call: &pb::BridgeCall,
+        withdraw_after: Option<Instant>,
+    ) -> Result<pb::BridgeReply> {
         let mut failed: Option<Arc<dyn Link>> = None;
         for attempt in 0..2 {
             let peer = self.connection(bridge, failed.as_ref()).await?;
-            match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call)).await {
+            match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call, withdraw_after)).await {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) if attempt == 0 => {
                     debug!(error = %e, "bridge call failed; reconnecting");
@@ -937,19 +963,19 @@ impl Bridges {
         if bridge.state == "revoked" {
             return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
         }
-        let result = self.call(&bridge, &pb::BridgeCall { call: Some(call) }).await;
+        let result = self.call(&bridge, &pb::BridgeCall { call: Some(call) }, None).await;
         // Link health is written when it changes, not on every successful call.
         let now = now_ms();
         let stale = bridge.last_success.is_none_or(|t| now - t > HEALTH_EVERY.as_millis() as i64);
         match &result {
             Ok(_) if stale || bridge.last_error_at > bridge.last_success => {
                 bridge.last_success = Some(now);
-                let _ = self.save_bridge(Some(&bridge), None).await;
+                let _ = self.save_learnt(&bridge, false).await;
             }
             Ok(_) => {}
             Err(e) => {
                 self.note_error(&mut bridge, e.to_string());
-                let _ = self.save_bridge(Some(&bridge), None).await;
+                let _ = self.save_learnt(&bridge, false).await;
             }
         }
         match result?.reply {
@@ -1044,9 +1070,14 @@ impl From<crate::store::StoreError> for Rejection {
     }
 }
 
-/// One call over a link: the request encoded, the reply decoded.
-async fn call_link(link: &dyn Link, call: &pb::BridgeCall) -> std::result::Result<pb::BridgeReply, String> {
-    let reply = link.call(call.encode_to_vec()).await.map_err(|e| e.to_string())?;
+/// One call over a link: the request encoded, the reply decoded. Dropped from
+/// `withdraw_after` on, the request is withdrawn (see `Link::call`).
+async fn call_link(
+    link: &dyn Link,
+    call: &pb::BridgeCall,
+    withdraw_after: Option<Instant>,
+) -> std::result::Result<pb::BridgeReply, String> {
+    let reply = link.call(call.encode_to_vec(), withdraw_after).await.map_err(|e| e.to_string())?;
     pb::BridgeReply::decode(reply.as_slice()).map_err(|e| format!("undecodable reply: {e}"))
 }
 

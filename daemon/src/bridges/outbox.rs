@@ -598,6 +598,7 @@ impl Bridges {
     ) -> Result<Sent> {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
+        limits::text("target.session_id", target_session, limits::REMOTE_ID_MAX_CHARS)?;
         let bridge = self.outbound(host).await?;
         let now = now_ms();
         let wait = self.inner.config.mailbox.delivery_wait;
@@ -818,7 +819,10 @@ impl Bridges {
 
     /// One ThreadSend call for `entry`, and what the answer says.
     async fn ship(&self, bridge: &BridgeRecord, entry: &mut OutboxRecord) -> Verdict {
-        match self.ask(bridge, &send_call(entry), FINAL).await {
+        // Given up after the entry's window, the call is withdrawn: the message expires then,
+        // and must not reach the target later through QUIC's retransmissions.
+        let left = Duration::from_millis((self.expires_at(entry) - now_ms()).max(0) as u64);
+        match self.ask(bridge, &send_call(entry), FINAL, Some(std::time::Instant::now() + left)).await {
             Ok(Reply::ThreadSend(answer)) => verdict(&answer, entry),
             Ok(other) => Verdict::NotNow(format!("unexpected answer: {other:?}")),
             Err(verdict) => verdict,
@@ -834,8 +838,9 @@ impl Bridges {
         bridge: &BridgeRecord,
         call: &pb::BridgeCall,
         final_codes: &[&str],
+        withdraw_after: Option<std::time::Instant>,
     ) -> std::result::Result<Reply, Verdict> {
-        match tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(bridge, call)).await {
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(bridge, call, withdraw_after)).await {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }))
                 if final_codes.contains(&e.code.as_str()) =>
             {
@@ -909,7 +914,10 @@ impl Bridges {
         let mut asked: Vec<(BridgeRecord, Vec<OutboxRecord>)> = Vec::new();
         for mut entry in entries {
             match self.bridge_to_call(&entry).await? {
-                None if lock(&self.inner.revoked_there).contains(&entry.bridge_id) => {
+                // Within its window: past it, an accepted message stays as it is.
+                None if !self.window_over(&entry)
+                    && lock(&self.inner.revoked_there).contains(&entry.bridge_id) =>
+                {
                     outcomes.push(finish(entry, "rejected", "bridge_revoked"));
                 }
                 None => {
@@ -925,7 +933,7 @@ impl Bridges {
         for (bridge, mut group) in asked {
             let now = now_ms();
             let verdicts: Vec<Verdict> =
-                match self.ask(&bridge, &follow_up_call(&group), WHOLE_CALL_FINAL).await {
+                match self.ask(&bridge, &follow_up_call(&group), WHOLE_CALL_FINAL, None).await {
                     Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
                         reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
                     }

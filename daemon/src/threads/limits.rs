@@ -8,6 +8,9 @@ pub const CONTENT_MAX_CHARS: usize = 100_000;
 pub const TITLE_MAX_CHARS: usize = 200;
 /// ThreadSend's idempotency key.
 pub const KEY_MAX_CHARS: usize = 256;
+/// A thread id named for another home (ids are ~30 characters): bounds what a cross-home
+/// send puts in its outbox and its bridge call.
+pub const REMOTE_ID_MAX_CHARS: usize = 256;
 /// A title taken from a prompt's first line is cut to this many characters.
 pub const DERIVED_TITLE_CHARS: usize = 80;
 pub const LIST_LIMIT_DEFAULT: u32 = 50;
