@@ -1453,6 +1453,27 @@ async fn pair_via_relay(
     relay
 }
 
+/// A revocation made at the source while a ping of the same bridge is under way stands: the
+/// ping records what it learnt onto the bridge as it is now, not onto the copy it started
+/// from (which would bring the bridge back as active).
+#[tokio::test]
+async fn a_revocation_during_a_ping_stands() {
+    let (a, b) = (open_home().await, open_home().await);
+    let relay = pair_via_relay(&a, &b, "read", "bee").await;
+    relay.hold();
+    let listing = {
+        let bridges = a.client().bridges();
+        tokio::spawn(async move { bridges.clone().bridge_list(pb::BridgeListRequest {}).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let revoke = pb::BridgeRevokeRequest { bridge: "bee".into() };
+    let revoked = a.client().bridges().bridge_revoke(revoke).await.expect("revoke").into_inner();
+    assert_eq!(revoked.bridge.expect("bridge").state, "revoked");
+    listing.await.expect("task").expect("the ping ends, unanswered");
+    let listed = a.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
+    assert_eq!(listed.bridges[0].state, "revoked", "{:?}", listed.bridges[0]);
+}
+
 /// A silent peer with a backlog larger than the worker ships at once holds up no other peer:
 /// it gets one attempt at a time (a probe) and the rest of its backlog waits for the answer,
 /// instead of every entry taking a slot until its attempt times out.
