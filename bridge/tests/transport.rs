@@ -222,6 +222,9 @@ async fn oversized_or_malformed_requests_never_reach_the_handler() {
     let mut lying = 1_000_000u32.to_be_bytes().to_vec();
     lying.extend(b"short");
     assert!(raw(lying).await.is_empty(), "no answer to a frame shorter than its prefix");
+    let mut trailing = 5u32.to_be_bytes().to_vec();
+    trailing.extend(b"short, and more");
+    assert!(raw(trailing).await.is_empty(), "no answer to a frame longer than its prefix");
 
     // The connection still serves well-formed calls, and only those reached the handler.
     assert_eq!(peer.call(b"fine".to_vec(), None).await.expect("call"), b"fine");
