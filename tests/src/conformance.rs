@@ -26,7 +26,8 @@ macro_rules! store_conformance {
             archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
             outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
             a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home,
-            a_bridged_message_needs_an_active_bridge_when_it_commits, receipts_page_back_from_the_newest);
+            a_bridged_message_needs_an_active_bridge_when_it_commits, receipts_page_back_from_the_newest,
+            a_bridge_record_round_trips);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -730,6 +731,7 @@ async fn inbound_bridge(store: &dyn Store, peer: &str, state: &str) {
         last_success: None,
         last_error: String::new(),
         last_error_at: None,
+        revoked_by_peer: false,
     };
     store.save_bridge(Some(&bridge), None).await.expect("bridge");
 }
@@ -750,6 +752,15 @@ pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dy
     inbound_bridge(store, "HOME_P", "active").await;
     let outcome = store.accept_message(&m).await.expect("accepted");
     assert!(matches!(outcome, SendOutcome::Accepted { .. }), "{outcome:?}");
+}
+
+pub async fn a_bridge_record_round_trips(store: &dyn Store) {
+    inbound_bridge(store, "HOME_P", "active").await;
+    let mut bridge = store.bridges().await.expect("list").remove(0);
+    (bridge.state, bridge.revoked_by_peer, bridge.last_error_at) = ("revoked".into(), true, Some(7));
+    bridge.last_error = "refused".into();
+    store.save_bridge(Some(&bridge), None).await.expect("save");
+    assert_eq!(store.bridges().await.expect("list"), vec![bridge], "every field as saved");
 }
 
 pub async fn pending_messages_are_counted_per_peer_home(store: &dyn Store) {

@@ -89,12 +89,6 @@ struct Inner {
     /// outbox entries is backing off (see `link_up`). Any other peer is silent, and gets
     /// one outbox attempt at a time (see `Bridges::probe`).
     settled: std::sync::Mutex<HashSet<String>>,
-    /// Outbound bridges that a ping found revoked by their target, by id. That target made
-    /// what it held of ours undeliverable and refuses every call, so their accepted messages
-    /// end `rejected` (`bridge_revoked`), as a follow-up would have heard, instead of staying
-    /// `accepted` unasked as after this home revoked its side (see `Bridges::follow_up`).
-    /// Only this run's: the entries are made due at once when the ping learns it.
-    revoked_there: std::sync::Mutex<HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).
     answered: std::sync::Mutex<HashMap<String, i64>>,
     /// How often each peer's entries were made due again as it answered after a silence
@@ -190,7 +184,6 @@ impl Bridges {
                 config,
                 connections: std::sync::Mutex::new(HashMap::new()),
                 settled: std::sync::Mutex::new(HashSet::new()),
-                revoked_there: std::sync::Mutex::new(HashSet::new()),
                 answered: std::sync::Mutex::new(HashMap::new()),
                 resets: std::sync::Mutex::new(HashMap::new()),
                 recording: std::sync::Mutex::new(Default::default()),
@@ -584,6 +577,7 @@ impl Bridges {
             last_success: Some(now),
             last_error: String::new(),
             last_error_at: None,
+            revoked_by_peer: false,
         };
         self.save_bridge(Some(&bridge), None).await?;
         *self.connection_slot(&peer_home_id).lock().await = Some(peer);
@@ -690,6 +684,7 @@ impl Bridges {
             last_success: None,
             last_error: String::new(),
             last_error_at: None,
+            revoked_by_peer: false,
         };
         request.status = "approved".into();
         request.decided_at = Some(now);
@@ -838,11 +833,9 @@ impl Bridges {
             Err(_) => self.note_error(&mut bridge, format!("no answer within {PING_TIMEOUT:?}")),
         }
         bridge.updated_at = now_ms();
+        // Saved with the state: the worker never sees the one without the other.
         let revoked_there = bridge.state == "revoked" && was != "revoked";
-        if revoked_there {
-            // Before the state is saved: the worker must not see it revoked without this.
-            lock(&self.inner.revoked_there).insert(bridge.id.clone());
-        }
+        bridge.revoked_by_peer |= revoked_there;
         let bridge = self.save_learnt(&bridge, true).await?;
         if revoked_there {
             warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "the target revoked this bridge");
@@ -868,6 +861,7 @@ impl Bridges {
             current.state.clone_from(&learnt.state);
             current.permissions.clone_from(&learnt.permissions);
             current.workspaces.clone_from(&learnt.workspaces);
+            current.revoked_by_peer = learnt.revoked_by_peer;
         }
         current.updated_at = learnt.updated_at;
         self.save_bridge(Some(&current), None).await?;

@@ -907,19 +907,20 @@ impl Bridges {
     /// where all of them stand, and the target answers each from its dedup (creating
     /// nothing). Delivered or refused there ends an entry; still waiting, or no answer, asks
     /// again later. Once the retry window is over, or this home revoked the bridge, an entry
-    /// stays `accepted` and is not asked about again: the target has the message.
+    /// stays `accepted` and is not asked about again: the target has the message. Within the
+    /// window, a bridge a ping found revoked by the target ends it `rejected`
+    /// (`bridge_revoked`), as a follow-up refused with the revocation would have.
     async fn follow_up(&self, entries: Vec<OutboxRecord>) -> Result<Vec<Outcome>> {
         let mut outcomes = Vec::with_capacity(entries.len());
         // By the bridge to call: one, in practice (a peer has one outbound bridge).
         let mut asked: Vec<(BridgeRecord, Vec<OutboxRecord>)> = Vec::new();
         for mut entry in entries {
-            match self.bridge_to_call(&entry).await? {
-                // Within its window: past it, an accepted message stays as it is.
-                None if !self.window_over(&entry)
-                    && lock(&self.inner.revoked_there).contains(&entry.bridge_id) =>
-                {
-                    outcomes.push(finish(entry, "rejected", "bridge_revoked"));
-                }
+            let bridge = self.bridge_to_call(&entry).await?;
+            let revoked_by_peer = bridge.is_none()
+                && !self.window_over(&entry)
+                && self.bridge(|b| b.id == entry.bridge_id && b.revoked_by_peer).await?.is_some();
+            match bridge {
+                None if revoked_by_peer => outcomes.push(finish(entry, "rejected", "bridge_revoked")),
                 None => {
                     entry.next_attempt_at = i64::MAX;
                     outcomes.push((entry, None));

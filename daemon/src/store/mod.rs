@@ -414,6 +414,10 @@ pub struct BridgeRecord {
     pub last_success: Option<Millis>,
     pub last_error: String,
     pub last_error_at: Option<Millis>,
+    /// Outbound: a ping found it revoked by the target's owner (not by this home's). Its
+    /// messages still accepted there end `rejected` (`bridge_revoked`), as a follow-up would
+    /// have heard, instead of staying `accepted` unasked.
+    pub revoked_by_peer: bool,
 }
 
 impl BridgeRecord {

@@ -41,6 +41,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (11, "outbox due by peer", include_str!("migrations/sqlite/0011_outbox_due_by_peer.sql")),
     (12, "pairing requests expire", include_str!("migrations/sqlite/0012_pairing_requests_expire.sql")),
     (13, "keys by insert order", include_str!("migrations/sqlite/0013_keys_by_insert_order.sql")),
+    (14, "bridges revoked by peer", include_str!("migrations/sqlite/0014_bridges_revoked_by_peer.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -138,7 +139,7 @@ const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, sourc
 const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, content, status, reason, created_at, delivered_at, turn_id";
 const EVENT_COLUMNS: &str = "seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at";
 const BRIDGE_COLUMNS: &str = "id, direction, peer_home_id, alias, address, state, permissions, workspaces, \
-     request_id, created_at, updated_at, last_success, last_error, last_error_at";
+     request_id, created_at, updated_at, last_success, last_error, last_error_at, revoked_by_peer";
 
 fn thread_from(row: &Row) -> StoreResult<ThreadRecord> {
     let communication: String = row.get("communication")?;
@@ -262,6 +263,7 @@ fn bridge_from(row: &Row) -> StoreResult<BridgeRecord> {
         last_success: row.get("last_success")?,
         last_error: row.get("last_error")?,
         last_error_at: row.get("last_error_at")?,
+        revoked_by_peer: row.get("revoked_by_peer")?,
     })
 }
 
@@ -491,7 +493,7 @@ fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<()> {
     run(
         conn,
         &format!(
-            "INSERT OR REPLACE INTO bridges ({BRIDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT OR REPLACE INTO bridges ({BRIDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         ),
         params![
             b.id,
@@ -507,7 +509,8 @@ fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<()> {
             b.updated_at,
             b.last_success,
             b.last_error,
-            b.last_error_at
+            b.last_error_at,
+            b.revoked_by_peer
         ],
     )?;
     Ok(())
