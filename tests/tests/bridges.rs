@@ -283,10 +283,7 @@ async fn revocation_refuses_messages_still_waiting_at_the_target() {
         "{events:?}"
     );
     // The source follows up the message it saw accepted, and its receipt says what became of it.
-    let at_source = kiki_tests::eventually("the source's receipt to change", || async {
-        receipts(&a, "bee").await.into_iter().find(|r| r.idempotency_key == "k1" && r.status != "accepted")
-    })
-    .await;
+    let at_source = past_accepted(&a, "bee", "k1").await;
     assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "bridge_revoked"));
 }
 
@@ -304,10 +301,7 @@ async fn a_revocation_learnt_from_a_ping_still_settles_accepted_messages() {
     b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
     let listed = a.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
     assert_eq!(listed.bridges[0].state, "revoked", "the ping learnt it");
-    let at_source = kiki_tests::eventually("the source's receipt to change", || async {
-        receipts(&a, "bee").await.into_iter().find(|r| r.idempotency_key == "k1" && r.status != "accepted")
-    })
-    .await;
+    let at_source = past_accepted(&a, "bee", "k1").await;
     assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "bridge_revoked"));
 }
 
@@ -651,6 +645,14 @@ fn remote_send(host: &str, session: &str, content: &str, key: &str) -> pb::Threa
 
 /// Every receipt of `bridge`, oldest first, read back three at a time: pages come newest
 /// first, each oldest first, so every test that reads receipts walks the paging too.
+/// `home`'s receipt of the send with `key` over `bridge`, once it moved on from `accepted`.
+async fn past_accepted(home: &TestHome, bridge: &str, key: &str) -> pb::Receipt {
+    kiki_tests::eventually("the source's receipt to change", || async {
+        receipts(home, bridge).await.into_iter().find(|r| r.idempotency_key == key && r.status != "accepted")
+    })
+    .await
+}
+
 async fn receipts(home: &TestHome, bridge: &str) -> Vec<pb::Receipt> {
     let mut pages = Vec::new();
     let mut cursor = String::new();

@@ -15,7 +15,7 @@
 //! the receipt stays `accepted`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use sha2::{Digest, Sha256};
@@ -822,7 +822,7 @@ impl Bridges {
         // Given up after the entry's window, the call is withdrawn: the message expires then,
         // and must not reach the target later through QUIC's retransmissions.
         let left = Duration::from_millis((self.expires_at(entry) - now_ms()).max(0) as u64);
-        match self.ask(bridge, &send_call(entry), FINAL, Some(std::time::Instant::now() + left)).await {
+        match self.ask(bridge, &send_call(entry), FINAL, Some(Instant::now() + left)).await {
             Ok(Reply::ThreadSend(answer)) => verdict(&answer, entry),
             Ok(other) => Verdict::NotNow(format!("unexpected answer: {other:?}")),
             Err(verdict) => verdict,
@@ -838,7 +838,7 @@ impl Bridges {
         bridge: &BridgeRecord,
         call: &pb::BridgeCall,
         final_codes: &[&str],
-        withdraw_after: Option<std::time::Instant>,
+        withdraw_after: Option<Instant>,
     ) -> std::result::Result<Reply, Verdict> {
         match tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(bridge, call, withdraw_after)).await {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }))
