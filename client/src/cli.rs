@@ -195,7 +195,12 @@ pub async fn run(args: Args) -> Result<()> {
 
 /// Connects to the home, acting as the calling turn when `KIKI_TOKEN` is set.
 pub async fn connect(home: &std::path::Path) -> Result<Client> {
-    let client = Client::connect(&home.join("kikid.sock")).await?;
+    as_caller(Client::connect(&home.join("kikid.sock")).await?)
+}
+
+/// The client acting as the calling turn when `KIKI_TOKEN` is set: the daemon then refuses
+/// owner actions.
+pub fn as_caller(client: Client) -> Result<Client> {
     Ok(match std::env::var("KIKI_TOKEN").ok().filter(|t| !t.is_empty()) {
         Some(token) => client.with_token(&token)?,
         None => client,

@@ -101,7 +101,8 @@ pub async fn down(home: &Path, json: bool) -> Result<()> {
         }
         return Ok(());
     };
-    client.home().shutdown(pb::ShutdownRequest {}).await?;
+    // An agent's `kiki down` (its turn's token set) is refused: stopping the home is the owner's.
+    crate::cli::as_caller(client)?.home().shutdown(pb::ShutdownRequest {}).await?;
     let started = Instant::now();
     // The daemon releases the home's lock as its very last step (or the OS does, at exit).
     while lock_held(home) {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kiki_tests::binaries::{binary, kiki, kiki_json};
+use kiki_tests::binaries::{binary, kiki, kiki_json, kiki_with_env};
 use tokio_stream_shim::next_message;
 
 /// A fresh home directory path (not created: `kiki up` creates it).
@@ -99,6 +99,14 @@ fn up_status_down_and_an_owner_only_home() {
     assert_eq!(mode(&home.join("identity.key")), 0o600);
     let again = kiki_json(&home, &["up"]);
     assert_eq!(again["pid"], status["pid"], "a second `up` finds the running daemon");
+
+    // `kiki down` run by an agent (its turn's token in the environment) is not the owner's:
+    // the daemon checks the token, and this one is no turn's.
+    let agent_down = kiki_with_env(&home, &["--json", "down"], &[("KIKI_TOKEN", "not-a-turns-token")]);
+    assert_eq!(agent_down.status.code(), Some(7), "{}", String::from_utf8_lossy(&agent_down.stdout));
+    let error: serde_json::Value = serde_json::from_slice(&agent_down.stdout).expect("json error");
+    assert_eq!(error["error"]["code"], "unauthenticated");
+    assert_eq!(kiki_json(&home, &["status"])["pid"], status["pid"], "still running");
 
     kiki_json(&home, &["down"]);
     let out = kiki(&home, &["--json", "status"]);
