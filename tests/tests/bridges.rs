@@ -1054,11 +1054,61 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
     })
     .await;
 
+    // Revoked, the bridge still answers for what it brought (delivered before the
+    // revocation), and a key it never took is `bridge_revoked`.
     b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
-    match follow_up(&as_a, &[("", "k1")]).await {
-        Reply::Error(e) => assert_eq!(e.code, "bridge_revoked", "{}", e.message),
-        other => panic!("a revoked bridge answered: {other:?}"),
-    }
+    let Reply::FollowUp(reply) = follow_up(&as_a, &[("", "k1"), ("", "never")]).await else {
+        panic!("a revoked bridge answered no follow-up")
+    };
+    let answers: Vec<(pb::SendStatus, &str)> =
+        reply.answers.iter().map(|r| (r.status(), r.reason.as_str())).collect();
+    assert_eq!(answers, [(pb::SendStatus::Delivered, ""), (pb::SendStatus::Undeliverable, "bridge_revoked")]);
+}
+
+/// A send the target delivered ends `delivered` at the source whatever comes next. Here the
+/// source lost its record of the answer — as a kill -9 between answering and recording it
+/// would (the test rewinds the entry to `pending` while the home is stopped) — and the
+/// target's owner revoked the bridge meanwhile: the retry is answered from the target's
+/// dedup, not refused, and the message was delivered once. A new key is refused.
+#[tokio::test]
+async fn a_delivered_send_stays_delivered_after_the_target_revoked_the_bridge() {
+    let (mut a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    let bridge = approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let sent = a
+        .client()
+        .threads()
+        .thread_send(remote_send("bee", &t.id, "hello", "k1"))
+        .await
+        .expect("send")
+        .into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Delivered);
+    b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
+    a.restart_with(async |home| {
+        let db = rusqlite::Connection::open(home.join("kiki.db")).expect("open");
+        let rewound = db
+            .execute("UPDATE outbox SET status = 'pending', next_attempt_at = 0 WHERE key = 'k1'", [])
+            .expect("rewind");
+        assert_eq!(rewound, 1);
+    })
+    .await;
+    let at_source = kiki_tests::eventually("the retry's outcome", || async {
+        receipts(&a, "bee").await.into_iter().find(|r| r.idempotency_key == "k1" && r.status != "pending")
+    })
+    .await;
+    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("delivered", ""));
+    let again = a
+        .client()
+        .threads()
+        .thread_send(remote_send("bee", &t.id, "hello", "k1"))
+        .await
+        .expect("replay")
+        .into_inner();
+    assert_eq!((again.status(), again.message_id), (pb::SendStatus::Delivered, sent.message_id));
+    let err =
+        a.client().threads().thread_send(remote_send("bee", &t.id, "new", "k2")).await.expect_err("revoked");
+    assert!(err.message().contains("bridge_revoked"), "{}", err.message());
+    assert_eq!(b.all_turns(&t.id).await.len(), 1, "delivered once");
 }
 
 /// An agent's cross-home send, retried with its key after the agent's own switch was turned

@@ -839,7 +839,8 @@ impl Bridges {
         let bridge = self.save_learnt(&bridge, true).await?;
         if revoked_there {
             warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "the target revoked this bridge");
-            // Its messages' fate needs no call now: settled at once, not at their next turn.
+            // Its messages are asked about at once (the target answers for what it holds and
+            // refuses the rest), not at their next turn.
             if let Err(e) = self.inner.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
                 warn!(error = %e, "cannot make a revoked bridge's messages due");
             }

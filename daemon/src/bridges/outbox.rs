@@ -464,7 +464,9 @@ impl Bridges {
 
     /// A follow-up: where the messages with the call's keys stand, each as a replay would
     /// answer it. Nothing is created or recorded. Only a peer with an approved bridge is
-    /// answered, even if that bridge is disabled now or its grant narrowed (as for a retry).
+    /// answered, even if that bridge is disabled now, its grant narrowed (as for a retry) or
+    /// revoked: the source learns what became of what it sent — delivered before the
+    /// revocation, or refused by it — and a key this home does not know is `bridge_revoked`.
     pub(super) async fn serve_follow_up(
         &self,
         peer: &str,
@@ -477,7 +479,11 @@ impl Bridges {
                 format!("keys: {given} given; a follow-up asks about at most {MAX_FOLLOW_UP_KEYS}"),
             ));
         }
-        self.approved(peer).await?;
+        let unknown = match self.approved(peer).await {
+            Ok(_) => "unknown_key",
+            Err(Rejection::Wire("bridge_revoked", _)) => "bridge_revoked",
+            Err(refusal) => return Err(refusal),
+        };
         let Some(mailbox) = self.inner.mailbox.get() else {
             return Err(Rejection::Wire("failed_precondition", "the home is starting".into()));
         };
@@ -486,7 +492,7 @@ impl Bridges {
             let scope = key_scope(peer, &key.source_thread);
             answers.push(match mailbox.keyed_status(&scope, &key.idempotency_key).await {
                 Ok(Some(sent)) => crate::grpc::sent_to_pb(sent),
-                Ok(None) => refusal_response("unknown_key"),
+                Ok(None) => refusal_response(unknown),
                 Err(e) => refusal_response(wire_refusal(e).0),
             });
         }
@@ -530,7 +536,8 @@ impl Bridges {
 
     /// A refused send whose key this home accepted before gets the original answer instead:
     /// a grant narrowed, a switch or the bridge's inbound access turned off since does not
-    /// turn a retry away. Revocation still does.
+    /// turn a retry away, nor does revocation (a message it found still waiting answers
+    /// `bridge_revoked`; one delivered before it, `delivered`). Nothing new gets in.
     async fn replay_refused(
         &self,
         peer: &str,
@@ -538,7 +545,7 @@ impl Bridges {
         refusal: (&'static str, String),
     ) -> std::result::Result<Sent, (&'static str, String)> {
         let Some(mailbox) = self.inner.mailbox.get() else { return Err(refusal) };
-        if refusal.0 == "bridge_revoked" || call.idempotency_key.is_empty() {
+        if call.idempotency_key.is_empty() {
             return Err(refusal);
         }
         let scope = key_scope(peer, &call.source_thread);
@@ -789,7 +796,7 @@ impl Bridges {
                 None => return Ok(finish(entry, "rejected", "bridge_removed")),
             },
         };
-        if bridge.state == "revoked" {
+        if bridge.revoked_here() {
             return Ok(finish(entry, "rejected", "bridge_revoked"));
         }
         if self.window_over(&entry) {
@@ -905,22 +912,16 @@ impl Bridges {
 
     /// The follow-up of entries the target accepted without delivering them: one call asks
     /// where all of them stand, and the target answers each from its dedup (creating
-    /// nothing). Delivered or refused there ends an entry; still waiting, or no answer, asks
-    /// again later. Once the retry window is over, or this home revoked the bridge, an entry
-    /// stays `accepted` and is not asked about again: the target has the message. Within the
-    /// window, a bridge a ping found revoked by the target ends it `rejected`
-    /// (`bridge_revoked`), as a follow-up refused with the revocation would have.
+    /// nothing), also after it revoked the bridge. Delivered or refused there ends an entry;
+    /// still waiting, or no answer, asks again later. Once the retry window is over, or this
+    /// home revoked the bridge, an entry stays `accepted` and is not asked about again: the
+    /// target has the message.
     async fn follow_up(&self, entries: Vec<OutboxRecord>) -> Result<Vec<Outcome>> {
         let mut outcomes = Vec::with_capacity(entries.len());
         // By the bridge to call: one, in practice (a peer has one outbound bridge).
         let mut asked: Vec<(BridgeRecord, Vec<OutboxRecord>)> = Vec::new();
         for mut entry in entries {
-            let bridge = self.bridge_to_call(&entry).await?;
-            let revoked_by_peer = bridge.is_none()
-                && !self.window_over(&entry)
-                && self.bridge(|b| b.id == entry.bridge_id && b.revoked_by_peer).await?.is_some();
-            match bridge {
-                None if revoked_by_peer => outcomes.push(finish(entry, "rejected", "bridge_revoked")),
+            match self.bridge_to_call(&entry).await? {
                 None => {
                     entry.next_attempt_at = i64::MAX;
                     outcomes.push((entry, None));
@@ -972,12 +973,12 @@ impl Bridges {
     }
 
     /// The bridge to call about the entry; none once its window is over or the bridge is
-    /// revoked or gone (its fate then needs no call).
+    /// revoked here or gone (its fate then needs no call).
     async fn bridge_to_call(&self, entry: &OutboxRecord) -> Result<Option<BridgeRecord>> {
         if self.window_over(entry) {
             return Ok(None);
         }
-        self.bridge(|b| b.id == entry.bridge_id && b.state != "revoked").await
+        self.bridge(|b| b.id == entry.bridge_id && !b.revoked_here()).await
     }
 
     /// The entry as it stands now, if still due: an earlier attempt may have recorded an
@@ -1206,11 +1207,11 @@ impl Bridges {
         slots_left
     }
 
-    /// Whether calls still go to `peer`: an outbound bridge to it is in force. Otherwise its
-    /// entries need no call (they end as `bridge_revoked` or `bridge_removed`).
+    /// Whether calls still go to `peer`: an outbound bridge to it is not revoked here.
+    /// Otherwise its entries need no call (they end as `bridge_revoked` or `bridge_removed`).
     async fn calls_go_to(&self, peer: &str) -> bool {
         let Ok(bridges) = self.all().await else { return true };
-        bridges.iter().any(|b| b.direction == "outbound" && b.state != "revoked" && b.peer_home_id == peer)
+        bridges.iter().any(|b| b.direction == "outbound" && !b.revoked_here() && b.peer_home_id == peer)
     }
 }
 

@@ -425,6 +425,13 @@ impl BridgeRecord {
     pub fn answers_to(&self, name: &str) -> bool {
         self.id == name || self.alias == name || self.peer_home_id == name
     }
+
+    /// Whether this home revoked the bridge: no call goes over it any more. An outbound
+    /// bridge its target revoked is still asked about the messages it carried (the target
+    /// answers for those, and refuses anything new).
+    pub fn revoked_here(&self) -> bool {
+        self.state == "revoked" && !self.revoked_by_peer
+    }
 }
 
 /// A pairing request a peer filed with this home.
