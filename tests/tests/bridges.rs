@@ -1858,3 +1858,60 @@ async fn a_call_given_up_during_a_partition_arrives_after_the_heal_unless_withdr
         "the kept request arrived after the heal, the withdrawn one never"
     );
 }
+
+/// What becomes of a bridged message after the target took it shows on the target's
+/// receipts too: archiving its thread, or an agent that cannot be started, makes it
+/// undeliverable there, and its receipt says so (`rejected`, with the reason). No event is
+/// written for the source thread: it lives at the source home (which follows up a message
+/// it saw accepted, and so hears of the archiving).
+#[tokio::test]
+async fn a_bridged_message_undeliverable_after_it_was_taken_gets_a_receipt_at_the_target() {
+    use kiki_daemon::config::{ExecutorKind, ProfileConfig};
+    let (a, c) = (open_home().await, open_home().await);
+    let b = TestHome::builder()
+        .config(|config| {
+            config.thread_communication.enabled = Some(true);
+            let broken = ProfileConfig {
+                executor: ExecutorKind::Exec,
+                command: vec!["/nonexistent/agent".into()],
+                default: false,
+                enabled: true,
+                thread_communication: None,
+            };
+            config.profiles.insert("broken".into(), broken);
+        })
+        .start()
+        .await;
+    let (held, broken) = (b.thread("echo", None).await, b.thread("broken", None).await);
+    approve(&b, &request(&a, &b, "send", "bee").await, "send", vec![]).await;
+    approve(&b, &request(&c, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let sent =
+        a.client().threads().thread_send(remote_send("bee", &held.id, "held", "k1")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending, "no wake: it waits at the target");
+    let archive = pb::ThreadArchiveRequest { target: Some(kiki_tests::local(&held.id)), archived: true };
+    b.client().home().thread_archive(archive).await.expect("archive");
+    let sent =
+        c.client().threads().thread_send(remote_send("bee", &broken.id, "hi", "k2")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Delivered, "a turn started with it");
+
+    for (source, key, reason) in [(&a, "k1", "thread_archived"), (&c, "k2", "executor_failed")] {
+        let peer = home_id(source).await;
+        let last = kiki_tests::eventually("the target's receipt to follow the message", || async {
+            receipts(&b, &peer).await.pop().filter(|r| r.status != "pending" && r.status != "delivered")
+        })
+        .await;
+        assert_eq!(
+            (last.idempotency_key.as_str(), last.status.as_str(), last.reason.as_str()),
+            (key, "rejected", reason)
+        );
+    }
+    let at_source = past_accepted(&a, "bee", "k1").await;
+    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "thread_archived"));
+    let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open");
+    let strays: i64 = db
+        .query_row("SELECT COUNT(*) FROM events WHERE thread_id NOT IN (SELECT id FROM threads)", [], |r| {
+            r.get(0)
+        })
+        .expect("count");
+    assert_eq!(strays, 0, "no event for a thread this home does not have");
+}

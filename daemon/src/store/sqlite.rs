@@ -644,13 +644,34 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     Ok(SendOutcome::Accepted { message_id: m.id.clone(), delivered, turn: turn.map(Box::new) })
 }
 
+/// A bridged message that became undeliverable here gets a receipt saying so (`rejected`
+/// with `reason`), copied from its receipt of acceptance (found by message id); a local
+/// message has no receipt and gets none.
+fn receipt_follows(conn: &Connection, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
+    run(
+        conn,
+        "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+         SELECT peer_home_id, key, message_id, target, 'rejected', ?, ? FROM bridge_receipts
+         WHERE message_id = ? LIMIT 1",
+        params![reason, now, message_id],
+    )?;
+    Ok(())
+}
+
+/// The thread to tell that its message became undeliverable: the sending thread, if it is
+/// one of this home's (a bridged message's source thread lives at its source home, which
+/// learns from its follow-ups or not at all once the message was delivered).
+fn local_sender(source_thread: Option<String>, source_host: Option<&str>) -> Option<String> {
+    source_thread.filter(|t| !t.is_empty() && source_host.is_none_or(str::is_empty))
+}
+
 /// A turn's messages become undeliverable (`?` = reason, turn), found through the turn's
 /// inputs: `messages` has no index by turn, and scanning it would take the writer for as
 /// long as the home has history.
 const UNDELIVER_TURN_MESSAGES: &str = "UPDATE messages SET status = 'undeliverable', reason = ?
      WHERE status = 'delivered'
        AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)
-     RETURNING id, target_thread, source_thread";
+     RETURNING id, target_thread, source_thread, source_host";
 /// Drops the queued inputs of a thread's messages (`?` = thread), once they are
 /// undeliverable: one pass over the thread's queue, not one per message. These three rely on
 /// what `accept_message` and `claim_turn` keep true: a message has one input (same thread,
@@ -904,20 +925,22 @@ impl Store for SqliteStore {
                     let undeliverable = all(
                         conn,
                         "UPDATE messages SET status = 'undeliverable', reason = 'thread_archived'
-                         WHERE target_thread = ? AND status = 'pending' RETURNING id, source_thread",
+                         WHERE target_thread = ? AND status = 'pending' RETURNING id, source_thread, source_host",
                         [&id],
-                        |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?)),
+                        |row| Ok((row.get::<_, String>(0)?, row.get(1)?, row.get::<_, Option<String>>(2)?)),
                     )?;
                     // Their queued inputs, all of the thread's queued messages.
                     run(conn, UNQUEUE_THREAD_MESSAGES, [&id])?;
-                    for (message_id, source) in undeliverable {
-                        notified.extend(source.clone());
-                        for thread in std::iter::once(id.clone()).chain(source) {
+                    for (message_id, source, source_host) in undeliverable {
+                        let local_source = local_sender(source, source_host.as_deref());
+                        notified.extend(local_source.clone());
+                        for thread in std::iter::once(id.clone()).chain(local_source) {
                             let mut e = event(&thread, EventKind::Undeliverable, now);
                             e.reason = "thread_archived".into();
                             e.message_id = Some(message_id.clone());
                             insert_event(conn, &e)?;
                         }
+                        receipt_follows(conn, &message_id, "thread_archived", now)?;
                     }
                 }
                 let thread = thread_in(conn, &id)?;
@@ -1110,11 +1133,17 @@ impl Store for SqliteStore {
         self.db
             .write(move |conn| {
                 let undelivered = all(conn, UNDELIVER_TURN_MESSAGES, params![reason, turn_id], |row| {
-                    Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, Option<String>>(2)?))
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, Option<String>>(2)?,
+                        row.get::<_, Option<String>>(3)?,
+                    ))
                 })?;
                 let mut notified = Vec::new();
-                for (message_id, target, source) in undelivered {
-                    for thread in std::iter::once(target).chain(source) {
+                for (message_id, target, source, source_host) in undelivered {
+                    for thread in std::iter::once(target).chain(local_sender(source, source_host.as_deref()))
+                    {
                         let mut e = event(&thread, EventKind::Undeliverable, now);
                         e.reason = reason.clone();
                         e.message_id = Some(message_id.clone());
@@ -1123,6 +1152,7 @@ impl Store for SqliteStore {
                             notified.push(thread);
                         }
                     }
+                    receipt_follows(conn, &message_id, &reason, now)?;
                 }
                 Ok(notified)
             })
@@ -1253,25 +1283,7 @@ impl Store for SqliteStore {
                     e.reason = "bridge_revoked".into();
                     e.message_id = Some(message_id.clone());
                     insert_event(conn, &e)?;
-                    // The key is on the message's receipt of acceptance (indexed by message).
-                    let key = first(
-                        conn,
-                        "SELECT key FROM bridge_receipts WHERE message_id = ? LIMIT 1",
-                        [&message_id],
-                        |row| Ok(row.get::<_, String>(0)?),
-                    )?;
-                    insert_receipt(
-                        conn,
-                        &ReceiptRecord {
-                            peer_home_id: bridge.peer_home_id.clone(),
-                            key: key.unwrap_or_default(),
-                            message_id,
-                            target: thread_id.clone(),
-                            status: "rejected".into(),
-                            reason: "bridge_revoked".into(),
-                            at: now,
-                        },
-                    )?;
+                    receipt_follows(conn, &message_id, "bridge_revoked", now)?;
                     if !notified.contains(&thread_id) {
                         notified.push(thread_id);
                     }
