@@ -14,6 +14,12 @@ pub fn home_id_of(spki_der: &[u8]) -> String {
     data_encoding::BASE32_NOPAD.encode(&Sha256::digest(spki_der))
 }
 
+/// Whether `text` has a home id's shape (what [`home_id_of`] makes; not whether such a home
+/// exists).
+pub fn is_home_id(text: &str) -> bool {
+    text.len() == 52 && data_encoding::BASE32_NOPAD.decode(text.as_bytes()).is_ok_and(|d| d.len() == 32)
+}
+
 /// The home id a certificate proves, or `None` if it cannot be parsed.
 pub fn home_id_of_cert(certificate_der: &[u8]) -> Option<String> {
     der::subject_public_key_info(certificate_der).map(home_id_of)

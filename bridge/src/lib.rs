@@ -25,5 +25,5 @@ pub mod tls;
 pub mod transport;
 
 pub use endpoint::{BridgeEndpoint, EndpointError, PeerConnection};
-pub use identity::{BridgeIdentity, IdentityError, home_id_of, home_id_of_cert};
+pub use identity::{BridgeIdentity, IdentityError, home_id_of, home_id_of_cert, is_home_id};
 pub use transport::{BoxFuture, CallHandler, Link, LinkError, Transport};

@@ -170,6 +170,57 @@ async fn a_wrong_expected_identity_is_refused_before_anything_is_filed() {
     let said = format!("is home {}, not the expected {}", home_id(&b).await, home_id(&c).await);
     assert!(err.message().contains(&said), "{}", err.message());
     assert!(pending_requests(&b).await.is_empty());
+
+    // A malformed home id or alias is refused before anything is dialed; a home id in lower
+    // case is the same id.
+    let too_long = "x".repeat(65);
+    for (expect, name, field) in [
+        ("garbage".to_string(), "bee", "expect"),
+        (String::new(), "two words", "name"),
+        (String::new(), "esc\u{1b}[2J", "name"),
+        (String::new(), &too_long, "name"),
+        (String::new(), &home_id(&c).await.to_ascii_lowercase(), "name"),
+        (String::new(), "br_01abc", "name"),
+    ] {
+        let request = pb::BridgeRequestRequest {
+            address: listen_addr(&b).await,
+            want: vec!["read".into()],
+            expect,
+            name: name.into(),
+        };
+        let err = a.client().bridges().bridge_request(request).await.expect_err("malformed");
+        assert_eq!(err.code(), Code::InvalidArgument, "{name}: {}", err.message());
+        assert!(err.message().starts_with(field), "{name}: {}", err.message());
+    }
+    assert!(pending_requests(&b).await.is_empty());
+    let request = pb::BridgeRequestRequest {
+        address: listen_addr(&b).await,
+        want: vec!["read".into()],
+        expect: home_id(&b).await.to_ascii_lowercase(),
+        name: "bee".into(),
+    };
+    a.client().bridges().bridge_request(request).await.expect("a lower-case home id");
+    assert_eq!(pending_requests(&b).await.len(), 1);
+}
+
+/// A pairing request's name is the peer's to choose, and the owner reads it beside the
+/// peer's home id before approving: control characters are dropped when it is filed (an
+/// escape sequence could otherwise paint another home's id over the real one), and a name
+/// shaped like a home id does not become the bridge's alias.
+#[tokio::test]
+async fn a_peer_chosen_pairing_name_cannot_pass_for_another_home() {
+    let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    let a_id = home_id(&a).await;
+    assert_eq!(request_as_stranger_named(&b, &format!("\u{1b}[54D{a_id} (vm")).await, None, "filed");
+    assert_eq!(request_as_stranger_named(&b, &a_id).await, None, "filed");
+    let waiting = pending_requests(&b).await;
+    assert_eq!(waiting[0].name, format!("[54D{a_id} (vm"), "no control character kept");
+    for request in &waiting {
+        let bridge = approve(&b, &request.id, "read", vec![]).await;
+        assert!(!bridge.alias.chars().any(|c| c.is_control() || c.is_whitespace()), "{:?}", bridge.alias);
+        assert!(!bridge.alias.eq_ignore_ascii_case(&a_id), "{:?}", bridge.alias);
+        assert!(bridge.alias.len() <= 64, "{:?}", bridge.alias);
+    }
 }
 
 #[tokio::test]
@@ -418,10 +469,15 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
 /// A pairing request from a new key, the cheapest identity there is: a raw call over a fresh
 /// QUIC endpoint. The answer's wire error code, if refused.
 async fn request_as_stranger(target: &TestHome) -> Option<String> {
+    request_as_stranger_named(target, "stranger").await
+}
+
+/// [`request_as_stranger`], the request naming its machine `name`.
+async fn request_as_stranger_named(target: &TestHome, name: &str) -> Option<String> {
     let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
     let identity = kiki_bridge::BridgeIdentity::from_key_pem(&key).expect("identity");
     let (_endpoint, link) = link_with(identity, target).await;
-    let pair = pb::PairCall { want: vec!["read".into()], name: "stranger".into() };
+    let pair = pb::PairCall { want: vec!["read".into()], name: name.into() };
     match raw_call(&link, pb::bridge_call::Call::Pair(pair)).await {
         pb::bridge_reply::Reply::Pair(_) => None,
         pb::bridge_reply::Reply::Error(e) => Some(e.code),

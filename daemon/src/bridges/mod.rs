@@ -134,6 +134,27 @@ fn wire_error(code: &str, message: impl Into<String>) -> pb::BridgeReply {
 
 /// How this home introduces itself in a pairing request: the machine's host name (the home
 /// id is shown beside it anyway), or the id's first characters if there is none.
+/// The longest bridge alias (and pairing name kept).
+const ALIAS_MAX_CHARS: usize = 64;
+
+/// Why `alias` cannot name a bridge, if it cannot: a user types it to address the bridge
+/// (`ALIAS/SESSION`, `kiki bridge revoke ALIAS`) and reads it in listings, so it is one
+/// printable word, and never taken for a home id, a bridge id or this home.
+fn alias_problem(alias: &str) -> Option<&'static str> {
+    if alias.is_empty() || alias.chars().count() > ALIAS_MAX_CHARS {
+        Some("1-64 characters")
+    } else if alias.chars().any(|c| c.is_control() || c.is_whitespace() || c == '/') {
+        Some("no spaces, control characters or '/'")
+    } else if alias == "local"
+        || kiki_bridge::is_home_id(&alias.to_ascii_uppercase())
+        || alias.starts_with("br_")
+    {
+        Some("not \"local\", and not shaped like a home id or a bridge id")
+    } else {
+        None
+    }
+}
+
 fn home_name(home_id: &str) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     match host.trim() {
@@ -327,7 +348,9 @@ impl Bridges {
                 ),
             ));
         }
-        let name: String = pair.name.chars().take(64).collect();
+        // Shown to the owner beside the peer's home id: nothing in it may move the cursor or
+        // recolour the terminal (a name can not pass itself off as another home's id).
+        let name: String = pair.name.chars().filter(|c| !c.is_control()).take(ALIAS_MAX_CHARS).collect();
         let request = BridgeRequestRecord {
             id: new_id("breq"),
             peer_home_id: peer.to_string(),
@@ -525,8 +548,18 @@ impl Bridges {
         name: &str,
     ) -> Result<(BridgeRecord, String)> {
         let want = parse_permissions("want", want)?;
+        let expect = expect.to_ascii_uppercase();
+        if !expect.is_empty() && !kiki_bridge::is_home_id(&expect) {
+            return Err(Error::invalid(
+                "expect",
+                "a home id: 52 characters of A-Z and 2-7 (`kiki status` shows it)",
+            ));
+        }
+        if let Some(problem) = (!name.is_empty()).then(|| alias_problem(name)).flatten() {
+            return Err(Error::invalid("name", problem));
+        }
         let addr = resolve(address).await?;
-        let expect = (!expect.is_empty()).then_some(expect);
+        let expect = (!expect.is_empty()).then_some(expect.as_str());
         let peer = self.inner.endpoint.connect(addr, expect).await.map_err(|e| match e {
             kiki_bridge::EndpointError::WrongPeer(wrong) => Error::FailedPrecondition(format!(
                 "{address} is home {}, not the expected {}; nothing was filed",
@@ -539,9 +572,6 @@ impl Bridges {
             return Err(Error::invalid("address", "that is this home"));
         }
         let alias = if name.is_empty() { peer_home_id[..8].to_ascii_lowercase() } else { name.to_string() };
-        if alias.contains('/') || alias == "local" {
-            return Err(Error::invalid("name", "must not contain '/' or be \"local\""));
-        }
         let existing = self.all().await?;
         if existing.iter().any(|b| b.alias == alias && b.peer_home_id != peer_home_id) {
             return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
@@ -693,18 +723,21 @@ impl Bridges {
         Ok(bridge)
     }
 
-    /// A new inbound bridge's alias: the name the peer gave, made usable (no `/`, not
-    /// `local`) and unique on this home — the peer chose it, and two machines may share a
+    /// A new inbound bridge's alias: the name the peer gave, made usable (one printable word,
+    /// see [`alias_problem`]) and unique on this home — the peer chose it, and two machines may share a
     /// host name — by the peer id's first characters if needed.
     async fn inbound_alias(&self, name: &str, peer: &str) -> Result<String> {
-        let cleaned: String = name.chars().filter(|c| *c != '/' && !c.is_whitespace()).collect();
+        let cleaned: String = name
+            .chars()
+            .filter(|c| *c != '/' && !c.is_whitespace() && !c.is_control())
+            .take(ALIAS_MAX_CHARS - 9)
+            .collect();
         let id_part = peer.chars().take(8).collect::<String>().to_ascii_lowercase();
         let taken = self.all().await?;
-        let free =
-            |alias: &str| !alias.is_empty() && alias != "local" && !taken.iter().any(|b| b.answers_to(alias));
+        let free = |alias: &str| alias_problem(alias).is_none() && !taken.iter().any(|b| b.answers_to(alias));
         Ok(if free(&cleaned) {
             cleaned
-        } else if cleaned.is_empty() || cleaned == "local" {
+        } else if alias_problem(&cleaned).is_some() {
             id_part
         } else {
             format!("{cleaned}-{id_part}")
