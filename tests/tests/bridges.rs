@@ -1015,29 +1015,48 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     let t = b.thread("echo", None).await;
     approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
     let (_endpoint, as_a) = link_as(&a, &b).await;
-    let send = |content: String| {
+    let send_keyed = |content: String, key: String| {
         pb::bridge_call::Call::ThreadSend(pb::BridgeSendCall {
             target_session: t.id.clone(),
             content,
-            idempotency_key: "big".into(),
+            idempotency_key: key,
             source_thread: String::new(),
         })
     };
+    let send = |content: String| send_keyed(content, "big".into());
     let Reply::ThreadSend(answer) = raw_call(&as_a, send("x".repeat(100_001))).await else {
         panic!("not a send")
     };
     assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "too_large"));
-    kiki_tests::eventually("the refusal's receipt", || async {
-        let inbound = receipts(&b, &home_id(&a).await).await;
-        inbound.iter().any(|r| r.status == "rejected" && r.reason == "too_large").then_some(())
-    })
-    .await;
+    // The refusal's receipt was written before the answer.
+    let a_id = home_id(&a).await;
+    let inbound = receipts(&b, &a_id).await;
+    assert!(inbound.iter().any(|r| r.status == "rejected" && r.reason == "too_large"), "{inbound:?}");
+    // What a refusal writes is bounded: with a key over its limit, nothing is.
+    let Reply::ThreadSend(answer) = raw_call(&as_a, send_keyed("x".repeat(100_001), "k".repeat(257))).await
+    else {
+        panic!("not a send")
+    };
+    assert_eq!(answer.reason, "too_large");
+    assert_eq!(receipts(&b, &a_id).await.len(), inbound.len(), "no receipt for an overlong key");
     // Exactly at the limit it is a message like any other.
     let Reply::ThreadSend(answer) = raw_call(&as_a, send("x".repeat(100_000))).await else {
         panic!("not a send")
     };
     assert_eq!(answer.status(), pb::SendStatus::Delivered);
     assert_eq!(b.wait_turns(&t.id, 1).await.len(), 1, "only the one within the limit arrived");
+    // Revoked, the peer can do nothing but file a request: its refused sends leave no trace.
+    let before = receipts(&b, &a_id).await.len();
+    b.client()
+        .bridges()
+        .bridge_revoke(pb::BridgeRevokeRequest { bridge: a_id.clone() })
+        .await
+        .expect("revoke");
+    let Reply::ThreadSend(answer) = raw_call(&as_a, send_keyed("late".into(), "late".into())).await else {
+        panic!("not a send")
+    };
+    assert_eq!(answer.reason, "bridge_revoked");
+    assert_eq!(receipts(&b, &a_id).await.len(), before, "no receipt after the revocation");
 }
 
 /// One follow-up call asks where many messages stand: the target answers each key, in order,

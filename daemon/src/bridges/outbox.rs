@@ -422,7 +422,7 @@ impl Bridges {
 
     /// A send arriving from `peer`: checked against the bridge, deduplicated by key,
     /// delivered into a prompt only with `wake`. Every outcome is a receipt: an accepted
-    /// message's is committed with it, a final refusal's is written after the answer leaves.
+    /// message's is committed with it, a final refusal's is written before the answer leaves.
     /// A replay (a retry) or a refusal for now changes nothing and adds none.
     pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
         let mut receipt = ReceiptRecord {
@@ -442,23 +442,25 @@ impl Bridges {
         (receipt.status, receipt.reason) = ("rejected".into(), code.into());
         let response = refusal_response(code);
         // A refusal for now (the bridge's inbound access is off, say) is not the message's
-        // fate: the source retries it, and its receipt comes with the outcome. And a peer
-        // without a bridge can do nothing but file a request: its refused sends are not
-        // written down either.
+        // fate: the source retries it, and its receipt comes with the outcome. A peer
+        // without a bridge, or whose bridge is revoked, can do nothing but file a request:
+        // its refused sends are not written down either, nor is a send whose key or target
+        // breaks the limits (a source checks them before sending: only a rogue peer does).
+        let bounded = (1..=limits::KEY_MAX_CHARS).contains(&call.idempotency_key.chars().count())
+            && call.target_session.chars().count() <= limits::REMOTE_ID_MAX_CHARS;
         if !FINAL.contains(&code)
+            || !bounded
             || !matches!(
                 self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await,
-                Ok(Some(_))
+                Ok(Some(b)) if b.state != "revoked"
             )
         {
             return response;
         }
-        let store = self.inner.store.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.add_receipt(&receipt).await {
-                warn!(error = %e, "cannot record a bridge receipt");
-            }
-        });
+        // Written before the answer, so a peer's refused sends wait for the store's pace.
+        if let Err(e) = self.inner.store.add_receipt(&receipt).await {
+            warn!(error = %e, "cannot record a bridge receipt");
+        }
         response
     }
 
