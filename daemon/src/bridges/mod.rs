@@ -439,12 +439,7 @@ impl Bridges {
         request: pb::ThreadReadRequest,
     ) -> std::result::Result<pb::ThreadReadResponse, Rejection> {
         let bridge = self.granted(peer, "read").await?;
-        let target = request.target.unwrap_or_default();
-        let thread = self.inner.threads.get("", &target.workspace_id, &target.session_id).await?;
-        if !bridge.workspaces.is_empty() && !bridge.workspaces.contains(&thread.workspace_id) {
-            // Outside the grant looks exactly like absent: the scope is not to be probed.
-            return Err(Error::NotFound(format!("no thread {} in this home", target.session_id)).into());
-        }
+        let thread = self.scoped_thread(&bridge, &request.target.unwrap_or_default()).await?;
         crate::grpc::read_response(
             &self.inner.threads,
             thread,
@@ -463,17 +458,15 @@ impl Bridges {
         peer: &str,
         request: pb::ThreadWaitRequest,
     ) -> std::result::Result<pb::ThreadWaitResponse, Rejection> {
-        // Taken before the grant is checked: a revocation in between still ends this call.
+        // Taken before the grant is checked, so a revocation in between still ends this call;
+        // but only for a peer with a bridge here (a stranger's calls must leave nothing).
+        self.approved(peer).await?;
         let cut_off = lock(&self.inner.cut_off).entry(peer.to_string()).or_default().clone();
         let bridge = self.granted(peer, "wait").await?;
+        crate::mailbox::wait_target_count(request.targets.len())?;
         if !bridge.workspaces.is_empty() {
             for target in &request.targets {
-                let thread = self.inner.threads.get("", &target.workspace_id, &target.session_id).await?;
-                if !bridge.workspaces.contains(&thread.workspace_id) {
-                    return Err(
-                        Error::NotFound(format!("no thread {} in this home", target.session_id)).into()
-                    );
-                }
+                self.scoped_thread(&bridge, target).await?;
             }
         }
         let Some(mailbox) = self.inner.mailbox.get() else {
@@ -490,6 +483,26 @@ impl Bridges {
             results: results.into_iter().map(crate::grpc::wait_result_to_pb).collect(),
             timed_out,
         })
+    }
+
+    /// The thread `target` names, as a peer limited to `bridge`'s scope sees it: outside the
+    /// scope is exactly like absent — also when the peer names a workspace, where "not in
+    /// that workspace" would tell it the thread exists.
+    async fn scoped_thread(
+        &self,
+        bridge: &BridgeRecord,
+        target: &pb::ThreadRef,
+    ) -> std::result::Result<crate::store::ThreadRecord, Rejection> {
+        if bridge.workspaces.is_empty() {
+            return Ok(self.inner.threads.get("", &target.workspace_id, &target.session_id).await?);
+        }
+        let absent = || Error::NotFound(format!("no thread {} in this home", target.session_id));
+        let thread = self.inner.threads.get("", "", &target.session_id).await?;
+        let named_elsewhere = !target.workspace_id.is_empty() && target.workspace_id != thread.workspace_id;
+        if named_elsewhere || !bridge.workspaces.contains(&thread.workspace_id) {
+            return Err(absent().into());
+        }
+        Ok(thread)
     }
 
     // ----- owner actions ---------------------------------------------------------------

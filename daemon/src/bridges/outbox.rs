@@ -582,6 +582,13 @@ impl Bridges {
         {
             return Err(("invalid_argument", "content and a key of 1-256 characters are required".into()));
         }
+        // The source thread is the source home's word, shown to the agent in the message's
+        // header: an id, not text that could forge a line of its own.
+        if call.source_thread.chars().count() > limits::REMOTE_ID_MAX_CHARS
+            || call.source_thread.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(("invalid_argument", "source_thread: at most 256 characters, no spaces".into()));
+        }
         let thread = match self.inner.threads.get("", "", &call.target_session).await {
             Ok(t) if bridge.workspaces.is_empty() || bridge.workspaces.contains(&t.workspace_id) => t,
             _ => return Err(("thread_not_found", format!("no thread {} in this home", call.target_session))),
