@@ -1,11 +1,21 @@
 //! One QUIC endpoint per home: it accepts peers' connections and dials peers, and reports
 //! each connection's verified peer home id.
+//!
+//! Any key can complete a handshake (an unknown peer must be able to file a pairing
+//! request), so what a peer can make this home hold is bounded before anyone knows who it
+//! is: handshakes run side by side, each for at most [`HANDSHAKE_TIMEOUT`], at most
+//! [`MAX_HANDSHAKES`] at once; a new connection may open [`STRANGER_STREAMS`] streams and
+//! have [`STRANGER_WINDOW`] bytes in flight, requests of at most `rpc::MAX_STRANGER_REQUEST`,
+//! and all such connections together take at most [`MAX_STRANGER_CONNECTIONS`] slots —
+//! until the daemon says the peer has a bridge (`TrustCheck`): then [`open_up`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::pki_types::CertificateDer;
+use tokio::sync::{Mutex, Semaphore, mpsc};
 
 use crate::identity::{BridgeIdentity, home_id_of_cert};
 use crate::tls;
@@ -29,11 +39,29 @@ pub enum EndpointError {
     Closed,
 }
 
+/// The longest a peer's handshake may take before it is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes under way at once; more are refused until some end.
+pub const MAX_HANDSHAKES: usize = 64;
+/// Connections from peers without a bridge at once, all of them together; another one is
+/// closed at once (busy).
+pub const MAX_STRANGER_CONNECTIONS: usize = 64;
+/// Streams a peer without a bridge may have open at once on a connection.
+pub const STRANGER_STREAMS: u32 = 4;
+/// Bytes a peer without a bridge may have in flight on a connection.
+pub const STRANGER_WINDOW: u32 = 256 * 1024;
+/// A peer with a bridge: up to 256 calls at once (the source's outbox makes at most 128 to
+/// one peer, plus its users' calls), and a connection window that carries them.
+pub const TRUSTED_STREAMS: u32 = 256;
+pub const TRUSTED_WINDOW: u32 = 32 * 1024 * 1024;
+
 /// A connection with the peer's verified home id.
 #[derive(Debug, Clone)]
 pub struct PeerConnection {
     pub peer_home_id: String,
     pub connection: quinn::Connection,
+    /// The endpoint's slots for connections of peers without a bridge.
+    pub(crate) stranger_slots: Arc<Semaphore>,
 }
 
 /// The home's QUIC endpoint for bridges.
@@ -41,6 +69,9 @@ pub struct PeerConnection {
 pub struct BridgeEndpoint {
     endpoint: quinn::Endpoint,
     identity: BridgeIdentity,
+    /// Connections whose handshake succeeded, from the task that runs the handshakes.
+    accepted: Arc<Mutex<mpsc::Receiver<PeerConnection>>>,
+    stranger_slots: Arc<Semaphore>,
 }
 
 impl BridgeEndpoint {
@@ -48,10 +79,19 @@ impl BridgeEndpoint {
     pub fn bind(addr: SocketAddr, identity: BridgeIdentity) -> Result<Self, EndpointError> {
         let server = QuicServerConfig::try_from(tls::server_config(&identity)?)
             .map_err(|e| EndpointError::QuicTls(e.to_string()))?;
-        let server = quinn::ServerConfig::with_crypto(Arc::new(server));
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(server));
+        let mut stranger = quinn::TransportConfig::default();
+        stranger
+            .max_concurrent_bidi_streams(STRANGER_STREAMS.into())
+            .max_concurrent_uni_streams(0u32.into())
+            .receive_window(STRANGER_WINDOW.into());
+        server.transport_config(Arc::new(stranger));
         let endpoint =
             quinn::Endpoint::server(server, addr).map_err(|source| EndpointError::Bind { addr, source })?;
-        Ok(Self { endpoint, identity })
+        let stranger_slots = Arc::new(Semaphore::new(MAX_STRANGER_CONNECTIONS));
+        let (handshaken, accepted) = mpsc::channel(MAX_HANDSHAKES);
+        tokio::spawn(run_handshakes(endpoint.clone(), handshaken, stranger_slots.clone()));
+        Ok(Self { endpoint, identity, accepted: Arc::new(Mutex::new(accepted)), stranger_slots })
     }
 
     /// The address actually bound (the real port when bound to port 0).
@@ -71,28 +111,26 @@ impl BridgeEndpoint {
     ) -> Result<PeerConnection, EndpointError> {
         let (tls, refused) = tls::client_config(&self.identity, expect)?;
         let client = QuicClientConfig::try_from(tls).map_err(|e| EndpointError::QuicTls(e.to_string()))?;
+        let mut client = quinn::ClientConfig::new(Arc::new(client));
+        // The dialed peer answers calls; it opens no streams of its own.
+        let mut transport = quinn::TransportConfig::default();
+        transport.max_concurrent_bidi_streams(0u32.into()).max_concurrent_uni_streams(0u32.into());
+        client.transport_config(Arc::new(transport));
         let connecting = self
             .endpoint
-            .connect_with(quinn::ClientConfig::new(Arc::new(client)), addr, tls::SERVER_NAME)
+            .connect_with(client, addr, tls::SERVER_NAME)
             .map_err(|e| EndpointError::Connect { addr, message: e.to_string() })?;
         let connection =
             connecting.await.map_err(|e| match refused.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 Some(wrong) => EndpointError::WrongPeer(wrong),
                 None => EndpointError::Connect { addr, message: e.to_string() },
             })?;
-        peer(connection)
+        peer(connection, &self.stranger_slots)
     }
 
     /// The next incoming connection whose handshake succeeded; `None` once closed.
     pub async fn accept(&self) -> Option<Result<PeerConnection, EndpointError>> {
-        loop {
-            let incoming = self.endpoint.accept().await?;
-            match incoming.await {
-                Ok(connection) => return Some(peer(connection)),
-                // A failed handshake (wrong ALPN, bad certificate) costs nothing more.
-                Err(e) => tracing::debug!(error = %e, "bridge handshake refused"),
-            }
-        }
+        self.accepted.lock().await.recv().await.map(Ok)
     }
 
     /// Closes every connection and stops accepting.
@@ -102,12 +140,55 @@ impl BridgeEndpoint {
     }
 }
 
-fn peer(connection: quinn::Connection) -> Result<PeerConnection, EndpointError> {
+/// Runs each incoming handshake on a task of its own (one that stalls holds up no other),
+/// and hands the connections that made it to [`BridgeEndpoint::accept`].
+async fn run_handshakes(
+    endpoint: quinn::Endpoint,
+    handshaken: mpsc::Sender<PeerConnection>,
+    stranger_slots: Arc<Semaphore>,
+) {
+    let under_way = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    while let Some(incoming) = endpoint.accept().await {
+        let Ok(slot) = under_way.clone().try_acquire_owned() else {
+            tracing::debug!(from = %incoming.remote_address(), "too many bridge handshakes under way; refused");
+            incoming.refuse();
+            continue;
+        };
+        let (handshaken, stranger_slots) = (handshaken.clone(), stranger_slots.clone());
+        tokio::spawn(async move {
+            let connection = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
+                Ok(Ok(connection)) => connection,
+                // A failed handshake (wrong ALPN, bad certificate) costs nothing more.
+                Ok(Err(e)) => return tracing::debug!(error = %e, "bridge handshake refused"),
+                Err(_) => return tracing::debug!("a bridge handshake took too long; dropped"),
+            };
+            drop(slot);
+            match peer(connection, &stranger_slots) {
+                Ok(peer) => {
+                    let _ = handshaken.send(peer).await;
+                }
+                Err(e) => tracing::debug!(error = %e, "bridge connection without identity"),
+            }
+        });
+    }
+}
+
+/// A connection whose peer has a bridge here: the streams and window it needs (see the
+/// module's notes).
+pub(crate) fn open_up(connection: &quinn::Connection) {
+    connection.set_max_concurrent_bi_streams(TRUSTED_STREAMS.into());
+    connection.set_receive_window(TRUSTED_WINDOW.into());
+}
+
+fn peer(
+    connection: quinn::Connection,
+    stranger_slots: &Arc<Semaphore>,
+) -> Result<PeerConnection, EndpointError> {
     let certificates = connection
         .peer_identity()
         .and_then(|identity| identity.downcast::<Vec<CertificateDer<'static>>>().ok())
         .ok_or(EndpointError::NoPeerIdentity)?;
     let peer_home_id =
         certificates.first().and_then(|c| home_id_of_cert(c)).ok_or(EndpointError::NoPeerIdentity)?;
-    Ok(PeerConnection { peer_home_id, connection })
+    Ok(PeerConnection { peer_home_id, connection, stranger_slots: stranger_slots.clone() })
 }

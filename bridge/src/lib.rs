@@ -26,4 +26,4 @@ pub mod transport;
 
 pub use endpoint::{BridgeEndpoint, EndpointError, PeerConnection};
 pub use identity::{BridgeIdentity, IdentityError, home_id_of, home_id_of_cert, is_home_id};
-pub use transport::{BoxFuture, CallHandler, Link, LinkError, Transport};
+pub use transport::{BoxFuture, CallHandler, Link, LinkError, Transport, TrustCheck};

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::endpoint::EndpointError;
 use crate::tls::WrongPeer;
-use crate::transport::{BoxFuture, CallHandler, Link, LinkError, Transport};
+use crate::transport::{BoxFuture, CallHandler, Link, LinkError, Transport, TrustCheck};
 
 /// Calls waiting on one side of a link.
 const LINK_QUEUE: usize = 256;
@@ -137,7 +137,8 @@ impl Link for MemoryLink {
         })
     }
 
-    fn serve(&self, handler: CallHandler) -> BoxFuture<'static, ()> {
+    /// In memory a peer holds nothing beyond its calls in the link's queue: no allowance.
+    fn serve(&self, handler: CallHandler, _trusted: TrustCheck) -> BoxFuture<'static, ()> {
         let inbox = lock(&self.from_peer).take();
         Box::pin(async move {
             let Some(mut inbox) = inbox else { return };

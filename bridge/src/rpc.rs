@@ -3,14 +3,22 @@
 //! response. Streams are cheap in QUIC, so calls never block each other. The bytes are
 //! protobuf messages encoded by the caller (see `kiki.v1.BridgeCall`/`BridgeReply`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::transport::CallHandler;
+use crate::endpoint::PeerConnection;
+use crate::transport::{CallHandler, TrustCheck};
 
-/// The largest request a peer may send: a ThreadSend of 100,000 characters is at most ~400
-/// KB, a follow-up of 256 keys less. A peer that is not yet known (it may only file a pairing
-/// request) can make a home hold at most this much per stream it opens.
+/// The largest request a peer with a bridge may send: a ThreadSend of 100,000 characters is
+/// at most ~400 KB, a follow-up of 256 keys less.
 pub const MAX_REQUEST: usize = 1024 * 1024;
+
+/// The largest request of a peer without a bridge: all it may do is file a pairing request
+/// or ping, a few hundred bytes.
+pub const MAX_STRANGER_REQUEST: usize = 16 * 1024;
+
+/// How long a request may take to arrive once its stream is open: a peer cannot hold a
+/// home's memory by sending slowly.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The largest response a home accepts: a ThreadRead page of up to 100 turns, whose fields
 /// may each be 16,384 UTF-16 units, stays under this.
@@ -73,16 +81,43 @@ impl Drop for Request {
     }
 }
 
-/// Serves every call arriving on `connection`, each on its own task, until the peer goes
-/// away. A stream that does not carry a well-formed frame is dropped.
-pub async fn serve_bytes(connection: quinn::Connection, handler: CallHandler) {
+/// Serves every call arriving on `peer`'s connection, each on its own task, until the peer
+/// goes away. A stream that does not carry a well-formed frame within [`REQUEST_DEADLINE`]
+/// is dropped. Until `trusted` says the peer has a bridge, it is held to a stranger's
+/// allowance (see `endpoint`): without a free stranger slot its connection is closed.
+pub async fn serve_bytes(peer: PeerConnection, handler: CallHandler, trusted: TrustCheck) {
+    let connection = peer.connection;
+    let mut stranger_slot = None;
+    let mut is_trusted = trusted().await;
+    if is_trusted {
+        crate::endpoint::open_up(&connection);
+    } else {
+        match peer.stranger_slots.try_acquire_owned() {
+            Ok(slot) => stranger_slot = Some(slot),
+            Err(_) => {
+                tracing::debug!(peer = %peer.peer_home_id, "too many connections of peers without a bridge");
+                return connection.close(0u32.into(), b"busy");
+            }
+        }
+    }
     while let Ok((mut send, mut recv)) = connection.accept_bi().await {
+        if !is_trusted && trusted().await {
+            is_trusted = true;
+            stranger_slot = None;
+            crate::endpoint::open_up(&connection);
+        }
+        let limit = if is_trusted { MAX_REQUEST } else { MAX_STRANGER_REQUEST };
         let handler = handler.clone();
         tokio::spawn(async move {
-            let request = match read_frame(&mut recv, MAX_REQUEST).await {
-                Ok(request) => request,
-                Err(e) => {
+            let request = match tokio::time::timeout(REQUEST_DEADLINE, read_frame(&mut recv, limit)).await {
+                Ok(Ok(request)) => request,
+                Ok(Err(e)) => {
                     tracing::debug!(error = %e, "dropping a bridge call (malformed, oversized or withdrawn)");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("dropping a bridge call that did not arrive within {REQUEST_DEADLINE:?}");
+                    let _ = recv.stop(0u32.into());
                     return;
                 }
             };
@@ -92,6 +127,7 @@ pub async fn serve_bytes(connection: quinn::Connection, handler: CallHandler) {
             }
         });
     }
+    drop(stranger_slot);
 }
 
 async fn write_frame(send: &mut quinn::SendStream, body: &[u8], limit: usize) -> Result<(), RpcError> {

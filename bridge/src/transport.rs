@@ -16,6 +16,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Answers one call: request bytes in, response bytes out.
 pub type CallHandler = Arc<dyn Fn(Vec<u8>) -> BoxFuture<'static, Vec<u8>> + Send + Sync>;
 
+/// Whether the peer of a served link has a bridge here now (asked as its calls arrive). Any
+/// key can connect, so until this says yes the peer gets a stranger's allowance: small
+/// requests, a few at a time, on one of a few connections shared by all strangers (see
+/// `endpoint`), so that fresh keys cannot make a home hold much memory.
+pub type TrustCheck = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
+
 /// A call that did not get an answer (the link failed, or the frame was bad).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
@@ -33,8 +39,8 @@ pub trait Link: Send + Sync + Debug {
         request: Vec<u8>,
         withdraw_after: Option<std::time::Instant>,
     ) -> BoxFuture<'_, Result<Vec<u8>, LinkError>>;
-    /// Serves the peer's calls until it goes away.
-    fn serve(&self, handler: CallHandler) -> BoxFuture<'static, ()>;
+    /// Serves the peer's calls until it goes away, within what `trusted` allows it.
+    fn serve(&self, handler: CallHandler, trusted: TrustCheck) -> BoxFuture<'static, ()>;
     fn is_closed(&self) -> bool;
 }
 
@@ -72,9 +78,8 @@ impl Link for PeerConnection {
         })
     }
 
-    fn serve(&self, handler: CallHandler) -> BoxFuture<'static, ()> {
-        let connection = self.connection.clone();
-        Box::pin(crate::rpc::serve_bytes(connection, handler))
+    fn serve(&self, handler: CallHandler, trusted: TrustCheck) -> BoxFuture<'static, ()> {
+        Box::pin(crate::rpc::serve_bytes(self.clone(), handler, trusted))
     }
 
     fn is_closed(&self) -> bool {

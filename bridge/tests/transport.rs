@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use std::sync::Arc;
 
-use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link};
+use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link, TrustCheck};
 use kiki_proto as pb;
 use prost::Message;
 
@@ -19,6 +19,25 @@ fn home() -> BridgeEndpoint {
 
 fn addr(e: &BridgeEndpoint) -> SocketAddr {
     e.local_addr().expect("local addr")
+}
+
+/// Every peer has a bridge here.
+fn trusted() -> TrustCheck {
+    Arc::new(|| Box::pin(async { true }))
+}
+
+/// Whether the peer has a bridge here is `flag`.
+fn trusted_if(flag: &Arc<std::sync::atomic::AtomicBool>) -> TrustCheck {
+    let flag = flag.clone();
+    Arc::new(move || {
+        let trusted = flag.load(std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move { trusted })
+    })
+}
+
+/// Echoes each request.
+fn echo() -> CallHandler {
+    Arc::new(|request: Vec<u8>| Box::pin(async move { request }))
 }
 
 #[tokio::test]
@@ -153,7 +172,7 @@ async fn framed_calls_round_trip_concurrently() {
                 pb::ThreadRef { host_id: "answered".into(), ..r }.encode_to_vec()
             })
         });
-        peer.serve(handler).await;
+        peer.serve(handler, trusted()).await;
     });
     let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
     let big = "x".repeat(400_000);
@@ -197,7 +216,7 @@ async fn oversized_or_malformed_requests_never_reach_the_handler() {
             counted.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move { request })
         });
-        peer.serve(handler).await;
+        peer.serve(handler, trusted()).await;
     });
     let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
 
@@ -229,4 +248,178 @@ async fn oversized_or_malformed_requests_never_reach_the_handler() {
     // The connection still serves well-formed calls, and only those reached the handler.
     assert_eq!(peer.call(b"fine".to_vec(), None).await.expect("call"), b"fine");
     assert_eq!(handled.load(Ordering::SeqCst), 1);
+}
+
+/// Until the daemon says a peer has a bridge, it gets a stranger's allowance: requests of at
+/// most `MAX_STRANGER_REQUEST`, `STRANGER_STREAMS` at a time. Trusted, the same connection
+/// opens up: large requests, many at once.
+#[tokio::test]
+async fn a_stranger_sends_small_requests_a_few_at_a_time_until_trusted() {
+    use kiki_bridge::endpoint::STRANGER_STREAMS;
+    use kiki_bridge::rpc::MAX_STRANGER_REQUEST;
+    use std::time::Duration;
+    let (a, b) = (home(), home());
+    let known = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (server, trust) = (b.clone(), trusted_if(&known));
+    tokio::spawn(async move {
+        let peer = server.accept().await.expect("incoming").expect("handshake");
+        peer.serve(echo(), trust).await;
+    });
+    let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
+    assert_eq!(peer.call(b"ping".to_vec(), None).await.expect("a small call"), b"ping");
+    peer.call(vec![7; MAX_STRANGER_REQUEST + 1], None).await.expect_err("over a stranger's limit");
+
+    // Its streams, open and unfinished, take all it may have; another call waits.
+    let mut open = Vec::new();
+    for _ in 0..STRANGER_STREAMS {
+        let (mut send, recv) = peer.connection.open_bi().await.expect("stream");
+        send.write_all(&[0, 0]).await.expect("part of a prefix");
+        open.push((send, recv));
+    }
+    let waiting = tokio::time::timeout(Duration::from_millis(500), peer.call(b"fifth".to_vec(), None)).await;
+    assert!(waiting.is_err(), "a fifth stream at once: {waiting:?}");
+
+    known.store(true, std::sync::atomic::Ordering::SeqCst);
+    for (mut send, _) in open {
+        send.reset(0u32.into()).expect("reset");
+    }
+    assert_eq!(peer.call(b"fifth".to_vec(), None).await.expect("answered"), b"fifth");
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let peer = peer.clone();
+            tokio::spawn(async move { peer.call(vec![7; 400_000], None).await })
+        })
+        .collect();
+    for call in calls {
+        let answer = call.await.expect("task").expect("trusted: large calls, many at once");
+        assert_eq!(answer.len(), 400_000);
+    }
+}
+
+/// Fresh keys are free, so connections of peers without a bridge share a few slots: one
+/// more is closed at once, and a slot frees when a stranger goes away.
+#[tokio::test]
+async fn strangers_share_a_few_connections() {
+    use kiki_bridge::endpoint::MAX_STRANGER_CONNECTIONS;
+    let b = home();
+    let server = b.clone();
+    let stranger = trusted_if(&Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    tokio::spawn(async move {
+        while let Some(Ok(peer)) = server.accept().await {
+            tokio::spawn(peer.serve(echo(), stranger.clone()));
+        }
+    });
+    let mut strangers = Vec::new();
+    for _ in 0..MAX_STRANGER_CONNECTIONS {
+        let a = home();
+        let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
+        assert_eq!(peer.call(b"hi".to_vec(), None).await.expect("served"), b"hi");
+        strangers.push((a, peer));
+    }
+    let one_more = home();
+    let peer = one_more.connect(addr(&b), Some(b.home_id())).await.expect("the handshake succeeds");
+    peer.call(b"hi".to_vec(), None).await.expect_err("no slot left: closed at once");
+    assert!(peer.is_closed());
+
+    let (gone, connection) = strangers.pop().expect("a stranger");
+    connection.connection.close(0u32.into(), b"bye");
+    drop(gone);
+    let again = home();
+    let peer = again.connect(addr(&b), Some(b.home_id())).await.expect("connect");
+    let mut answered = None;
+    for _ in 0..50 {
+        if let Ok(answer) = peer.call(b"hi".to_vec(), None).await {
+            answered = Some(answer);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(answered.is_some(), "a freed slot is taken again");
+}
+
+/// A dialer's certificate check that takes `pause` (then accepts any certificate): its
+/// handshake stalls at the server, waiting for the dialer's last flight.
+#[derive(Debug)]
+struct SlowVerifier {
+    pause: std::time::Duration,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for SlowVerifier {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        std::thread::sleep(self.pause);
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &rustls::pki_types::CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::General("TLS 1.3 only".into()))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Handshakes run side by side: one that stalls (its dialer takes 3 s to check the server's
+/// certificate) holds up no other peer's connection.
+#[tokio::test]
+async fn a_stalled_handshake_holds_up_no_other() {
+    use std::time::{Duration, Instant};
+    let (a, b) = (home(), home());
+    let server = b.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(peer)) = server.accept().await {
+            tokio::spawn(peer.serve(echo(), trusted()));
+        }
+    });
+    let (target, target_id) = (addr(&b), b.home_id().to_string());
+    let stalled = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async move {
+            let (mut tls, _) = kiki_bridge::tls::client_config(&identity(), Some(&target_id)).expect("tls");
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            tls.dangerous()
+                .set_certificate_verifier(Arc::new(SlowVerifier { pause: Duration::from_secs(3), provider }));
+            let client = quinn::ClientConfig::new(Arc::new(
+                quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("quic tls"),
+            ));
+            let raw = quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("client");
+            let connecting =
+                raw.connect_with(client, target, kiki_bridge::tls::SERVER_NAME).expect("connect");
+            let _ = connecting.await;
+        });
+    });
+    // The stalled dialer's first flight has reached the server.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let peer = a.connect(addr(&b), Some(b.home_id())).await.expect("connect");
+    assert_eq!(peer.call(b"hi".to_vec(), None).await.expect("served"), b"hi");
+    assert!(started.elapsed() < Duration::from_millis(1500), "waited {:?}", started.elapsed());
+    stalled.join().expect("the stalled dialer");
 }

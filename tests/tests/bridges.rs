@@ -1522,8 +1522,10 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
         (outbound_pending(&a).await == 0).then_some(())
     })
     .await;
+    // (Whether a failed attempt was counted depends on timing: an attempt still under way
+    // at the heal, or the first one's request resent by QUIC, may be the one answered.)
     let receipts = receipts(&a, "bee").await;
-    assert!(receipts[0].attempts >= 2, "it was retried: {receipts:?}");
+    assert_eq!(receipts[0].status, "delivered", "{receipts:?}");
 }
 
 /// The target's owner revokes the bridge while a send waits at the source behind a cut
@@ -1948,7 +1950,7 @@ async fn a_call_given_up_during_a_partition_arrives_after_the_heal_unless_withdr
             seen.lock().expect("lock").push(request.clone());
             Box::pin(async move { request })
         });
-        peer.serve(handler).await;
+        peer.serve(handler, Arc::new(|| Box::pin(async { true }))).await;
     });
     let link = a.connect(relay.addr, Some(b.home_id())).await.expect("connect");
     assert_eq!(link.call(b"before".to_vec(), None).await.expect("answered"), b"before");

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link, Transport};
+use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link, Transport, TrustCheck};
 use kiki_proto as pb;
 use pb::bridge_call::Call;
 use pb::bridge_reply::Reply;
@@ -236,6 +236,15 @@ impl Bridges {
                         continue;
                     }
                 };
+                // A peer with an approved bridge (disabled too: it retries, and is answered
+                // refusals) gets a known peer's allowance; anyone else a stranger's.
+                let trusted: TrustCheck = {
+                    let (checking, peer_id) = (accepting.clone(), peer.peer_home_id().to_string());
+                    Arc::new(move || {
+                        let (checking, peer_id) = (checking.clone(), peer_id.clone());
+                        Box::pin(async move { checking.approved(&peer_id).await.is_ok() })
+                    })
+                };
                 let serving = accepting.clone();
                 let peer_id = peer.peer_home_id().to_string();
                 let handler: CallHandler = Arc::new(move |request: Vec<u8>| {
@@ -249,7 +258,7 @@ impl Bridges {
                         reply.encode_to_vec()
                     })
                 });
-                tokio::spawn(peer.serve(handler));
+                tokio::spawn(peer.serve(handler, trusted));
             }
             accepting.inner.endpoint.close().await;
         });
