@@ -454,16 +454,25 @@ async fn a_workspace_scope_limits_list_read_send_and_wait() {
 #[tokio::test]
 async fn unknown_peers_can_only_file_rate_limited_requests() {
     let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    let mut filed = Vec::new();
     for _ in 0..5 {
-        request(&a, &b, "read", "bee").await;
+        filed.push(request(&a, &b, "read", "bee").await);
     }
+    // The newest request replaces those still waiting: the owner cannot approve a stale one.
+    let waiting = pending_requests(&b).await;
+    assert_eq!(waiting.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), [filed[4].clone()]);
+    let stale = pb::BridgeApproveRequest {
+        request_id: filed[0].clone(),
+        allow: vec!["read".into()],
+        workspaces: vec![],
+    };
+    let err = b.client().bridges().bridge_approve(stale).await.expect_err("replaced");
+    assert!(err.message().contains("replaced"), "{}", err.message());
     // Its sends are refused, and leave no trace at the target (not even a receipt).
     let t = b.thread("echo", None).await;
     let refused = a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k")).await;
     let refused = refused.expect_err("refused");
     assert!(refused.message().contains("permission_denied"), "{}", refused.message());
-    // A receipt is written just after the answer leaves: give one the time to land.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open the store");
     let written: i64 =
         db.query_row("SELECT COUNT(*) FROM bridge_receipts", [], |row| row.get(0)).expect("count");

@@ -370,6 +370,13 @@ impl Bridges {
             decided_at: None,
         };
         self.save_bridge(None, Some(&request)).await.map_err(Error::from)?;
+        // A peer's newest request replaces the ones still waiting: the owner decides on what
+        // it wants now, and cannot approve a stale request (changing the grant) by mistake.
+        for stale in requests.iter().filter(|r| r.peer_home_id == peer && r.status == "pending") {
+            let replaced =
+                BridgeRequestRecord { status: "replaced".into(), decided_at: Some(now), ..stale.clone() };
+            self.save_bridge(None, Some(&replaced)).await.map_err(Error::from)?;
+        }
         info!(peer, request_id = %request.id, "pairing request filed");
         Ok(pb::PairReply { request_id: request.id })
     }

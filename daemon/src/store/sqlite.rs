@@ -42,6 +42,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (12, "pairing requests expire", include_str!("migrations/sqlite/0012_pairing_requests_expire.sql")),
     (13, "keys by insert order", include_str!("migrations/sqlite/0013_keys_by_insert_order.sql")),
     (14, "bridges revoked by peer", include_str!("migrations/sqlite/0014_bridges_revoked_by_peer.sql")),
+    (15, "pairing requests replaced", include_str!("migrations/sqlite/0015_pairing_requests_replaced.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
