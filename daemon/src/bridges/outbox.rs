@@ -527,10 +527,11 @@ impl Bridges {
         match mailbox.deliver(delivery).await {
             Ok(sent) => Ok(sent),
             // Revoked or turned off between the check above and the commit: refused as the
-            // bridge's state now says.
+            // bridge's state now says — for now only, if it is back on already (a retry
+            // settles it; revocation is final and must not be guessed).
             Err(Error::PermissionDenied(_)) => Err(match self.granted(peer, "send").await {
                 Err(Rejection::Wire(code, message)) => (code, message),
-                _ => ("bridge_revoked", "the target's owner changed this bridge".into()),
+                _ => ("bridge_disabled", "the target's owner changed this bridge during the call; retry".into()),
             }),
             Err(e) => Err(wire_refusal(e)),
         }
