@@ -1981,6 +1981,38 @@ async fn a_call_given_up_during_a_partition_arrives_after_the_heal_unless_withdr
     );
 }
 
+/// A send the target delivered does not expire at the source because the source lost its
+/// record of the answer (a kill -9 between answering and recording it: the test rewinds the
+/// entry to `pending` while the home is stopped) and came back after the retry window:
+/// before expiring it, the source asks the target once, and the entry ends `delivered`.
+#[tokio::test]
+async fn a_delivered_send_found_pending_after_its_window_is_asked_about_not_expired() {
+    let (mut a, b) = (open_home_with(std::time::Duration::from_secs(2)).await, open_home().await);
+    let t = b.thread("echo", None).await;
+    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let sent = a
+        .client()
+        .threads()
+        .thread_send(remote_send("bee", &t.id, "hello", "k1"))
+        .await
+        .expect("send")
+        .into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Delivered);
+    a.restart_with(async |home| {
+        let db = rusqlite::Connection::open(home.join("kiki.db")).expect("open");
+        let sql =
+            "UPDATE outbox SET status = 'pending', next_attempt_at = 0, created_at = created_at - 60000";
+        assert_eq!(db.execute(sql, []).expect("rewind"), 1);
+    })
+    .await;
+    let at_source = kiki_tests::eventually("the entry's end", || async {
+        receipts(&a, "bee").await.into_iter().find(|r| r.idempotency_key == "k1" && r.status != "pending")
+    })
+    .await;
+    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("delivered", ""));
+    assert_eq!(b.all_turns(&t.id).await.len(), 1, "delivered once");
+}
+
 /// What becomes of a bridged message after the target took it shows on the target's
 /// receipts too: archiving its thread, or an agent that cannot be started, makes it
 /// undeliverable there, and its receipt says so (`rejected`, with the reason). No event is

@@ -91,6 +91,8 @@ struct Inner {
     settled: std::sync::Mutex<HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).
     answered: std::sync::Mutex<HashMap<String, i64>>,
+    /// When a call to each peer last went unanswered (see `Bridges::expire`).
+    unreached: std::sync::Mutex<HashMap<String, i64>>,
     /// How often each peer's entries were made due again as it answered after a silence
     /// (see `link_up` and `Bridges::record`).
     resets: std::sync::Mutex<HashMap<String, u64>>,
@@ -206,6 +208,7 @@ impl Bridges {
                 connections: std::sync::Mutex::new(HashMap::new()),
                 settled: std::sync::Mutex::new(HashSet::new()),
                 answered: std::sync::Mutex::new(HashMap::new()),
+                unreached: std::sync::Mutex::new(HashMap::new()),
                 resets: std::sync::Mutex::new(HashMap::new()),
                 recording: std::sync::Mutex::new(Default::default()),
                 outcomes_queued: tokio::sync::Notify::new(),

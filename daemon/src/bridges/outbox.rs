@@ -531,7 +531,10 @@ impl Bridges {
             // settles it; revocation is final and must not be guessed).
             Err(Error::PermissionDenied(_)) => Err(match self.granted(peer, "send").await {
                 Err(Rejection::Wire(code, message)) => (code, message),
-                _ => ("bridge_disabled", "the target's owner changed this bridge during the call; retry".into()),
+                _ => (
+                    "bridge_disabled",
+                    "the target's owner changed this bridge during the call; retry".into(),
+                ),
             }),
             Err(e) => Err(wire_refusal(e)),
         }
@@ -810,7 +813,7 @@ impl Bridges {
             return Ok(finish(entry, "rejected", "bridge_revoked"));
         }
         if self.window_over(&entry) {
-            return Ok(finish(entry, "expired", "expired"));
+            return Ok(self.expire(entry, &bridge).await);
         }
         // An attempt under way as the window ends runs its course (up to ATTEMPT_TIMEOUT):
         // its call may have reached the target, which may still take the message.
@@ -832,6 +835,47 @@ impl Bridges {
             outcome.0.next_attempt_at = outcome.0.next_attempt_at.min(expires_at);
         }
         Ok(outcome)
+    }
+
+    /// A pending entry at the end of its window. Unless its peer was found unreachable
+    /// since then, the peer is asked once whether it has the message — an attempt's answer
+    /// may have been lost, or this home stopped before recording it — with a follow-up,
+    /// which is read-only, so nothing arrives late. Delivered or accepted there, the entry
+    /// says so (and is not asked about again); otherwise it expires.
+    async fn expire(&self, mut entry: OutboxRecord, bridge: &BridgeRecord) -> Outcome {
+        let peer = entry.peer_home_id.clone();
+        let window_end = self.expires_at(&entry);
+        if lock(&self.inner.unreached).get(&peer).is_none_or(|at| *at < window_end) {
+            let asked =
+                self.ask(bridge, &follow_up_call(std::slice::from_ref(&entry)), WHOLE_CALL_FINAL, None).await;
+            match asked {
+                Ok(Reply::FollowUp(reply)) if reply.answers.len() == 1 => {
+                    match verdict(&reply.answers[0], &mut entry) {
+                        Verdict::Delivered => return finish(entry, "delivered", ""),
+                        Verdict::Waiting => {
+                            let (mut accepted, _) = finish(entry, "accepted", "");
+                            accepted.next_attempt_at = i64::MAX;
+                            return (accepted, None);
+                        }
+                        Verdict::Refused(reason) if reason != "unknown_key" => {
+                            return finish(entry, "rejected", &reason);
+                        }
+                        _ => {}
+                    }
+                }
+                Err(Verdict::Unanswered(_)) => self.unreached(&peer),
+                _ => {}
+            }
+        }
+        finish(entry, "expired", "expired")
+    }
+
+    /// A call to `peer` went unanswered: the peer is silent (see [`Bridges::probe`]), and
+    /// entries whose window ended before now expire without asking it (see
+    /// [`Bridges::expire`]).
+    fn unreached(&self, peer: &str) {
+        lock(&self.inner.settled).remove(peer);
+        lock(&self.inner.unreached).insert(peer.to_string(), now_ms());
     }
 
     /// One ThreadSend call for `entry`, and what the answer says.
@@ -906,7 +950,7 @@ impl Bridges {
     /// The entry's state for another attempt after a jittered backoff, as long as the peer
     /// has been silent for this entry.
     fn retry_later(&self, entry: OutboxRecord, why: &str) -> Outcome {
-        lock(&self.inner.settled).remove(&entry.peer_home_id);
+        self.unreached(&entry.peer_home_id);
         let last_answer = lock(&self.inner.answered).get(&entry.peer_home_id).copied().unwrap_or(0);
         let silent = now_ms() - entry.created_at.max(last_answer);
         let delay = backoff(Duration::from_millis(silent.max(0) as u64));
@@ -957,7 +1001,7 @@ impl Bridges {
                     Verdict::Delivered => finish(entry, "delivered", ""),
                     Verdict::Refused(reason) => finish(entry, "rejected", &reason),
                     Verdict::Unanswered(_) if !self.answered_since(&entry.peer_home_id, now) => {
-                        lock(&self.inner.settled).remove(&entry.peer_home_id);
+                        self.unreached(&entry.peer_home_id);
                         follow_up_later(entry)
                     }
                     Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => follow_up_later(entry),
