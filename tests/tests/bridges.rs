@@ -2013,6 +2013,45 @@ async fn a_delivered_send_found_pending_after_its_window_is_asked_about_not_expi
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "delivered once");
 }
 
+/// A sender's key names one message, wherever it went: reused for a thread of another home
+/// than the first time, or behind another bridge, or across this home and another, it is a
+/// conflict (`ALREADY_EXISTS`) and nothing is sent; the same send again is a replay.
+#[tokio::test]
+async fn a_key_names_one_message_across_homes() {
+    let (a, b, c) = (open_home().await, open_home().await, open_home().await);
+    let (at_b, at_c, at_a) =
+        (b.thread("echo", None).await, c.thread("echo", None).await, a.thread("echo", None).await);
+    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    approve(&c, &request(&a, &c, "send,wake", "sea").await, "send,wake", vec![]).await;
+    let local = |key: &str| pb::ThreadSendRequest {
+        target: Some(kiki_tests::local(&at_a.id)),
+        content: "hi".into(),
+        idempotency_key: key.into(),
+        ..Default::default()
+    };
+    let conflict = |sent: Result<tonic::Response<pb::ThreadSendResponse>, tonic::Status>| {
+        let err = sent.expect_err("a key already used");
+        assert_eq!(err.code(), Code::AlreadyExists, "{}", err.message());
+    };
+    let mut threads = a.client().threads();
+    threads.thread_send(local("k1")).await.expect("local");
+    conflict(threads.thread_send(remote_send("bee", &at_b.id, "hi", "k1")).await);
+
+    let first =
+        threads.thread_send(remote_send("bee", &at_b.id, "hi", "k2")).await.expect("sent").into_inner();
+    conflict(threads.thread_send(remote_send("sea", &at_c.id, "hi", "k2")).await);
+    conflict(threads.thread_send(local("k2")).await);
+    let again =
+        threads.thread_send(remote_send("bee", &at_b.id, "hi", "k2")).await.expect("replay").into_inner();
+    assert_eq!((again.message_id, again.replayed), (first.message_id, true));
+
+    assert_eq!(a.wait_turns(&at_a.id, 1).await.len(), 1);
+    assert_eq!(b.wait_turns(&at_b.id, 1).await.len(), 1);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!((a.all_turns(&at_a.id).await.len(), b.all_turns(&at_b.id).await.len()), (1, 1));
+    assert!(c.all_turns(&at_c.id).await.is_empty(), "nothing reached the other home");
+}
+
 /// What becomes of a bridged message after the target took it shows on the target's
 /// receipts too: archiving its thread, or an agent that cannot be started, makes it
 /// undeliverable there, and its receipt says so (`rejected`, with the reason). No event is

@@ -82,8 +82,8 @@ struct Inner {
     probing: std::sync::Mutex<HashSet<String>>,
     /// The worker's attempts under way, by peer (see `outbox::PeerSlot`).
     shipping: std::sync::Mutex<HashMap<String, usize>>,
-    /// Cross-home sends under way, by (peer, key scope, key): one at a time per key, and how
-    /// many sends hold or await it (see `outbox::KeyLock`).
+    /// Cross-home sends under way, by (key scope, key): one at a time per key, whatever
+    /// their peers, and how many sends hold or await it (see `outbox::KeyLock`).
     sending: std::sync::Mutex<HashMap<outbox::SendKey, outbox::KeyUsers>>,
     /// Peers that answered since the last attempt that found them silent: none of their
     /// outbox entries is backing off (see `link_up`). Any other peer is silent, and gets

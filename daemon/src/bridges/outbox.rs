@@ -332,8 +332,8 @@ impl Drop for PeerSlot {
     }
 }
 
-/// A sender's key towards a peer: (peer home id, key scope, key).
-pub(super) type SendKey = (String, String, String);
+/// A sender's key: (key scope, key). It names one message, whichever home it went to.
+pub(super) type SendKey = (String, String);
 /// A key's lock, and how many sends hold or await it.
 pub(super) type KeyUsers = (Arc<tokio::sync::Mutex<()>>, usize);
 
@@ -641,7 +641,7 @@ impl Bridges {
             created_at: now,
             updated_at: now,
         };
-        let key = (entry.peer_home_id.clone(), entry.key_scope.clone(), entry.key.clone());
+        let key = (entry.key_scope.clone(), entry.key.clone());
         // Held until the outcome is in the store or in `recording`, where a send with this
         // key looks first.
         let _key_lock = KeyLock::take(&self.inner, key.clone()).await;
@@ -651,6 +651,10 @@ impl Bridges {
             self.inner.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
         if let Some(existing) = stored {
             return replay(in_flight, existing, &entry.request_hash);
+        }
+        // Nor may the key name a message the sender sent to a thread of this home.
+        if let Some(message_id) = self.inner.store.local_key_message(&entry.key_scope, &entry.key).await? {
+            return Err(key_conflict(&message_id));
         }
         // A new key: a revoked bridge takes no more (a retry of an earlier send is answered
         // above, even after this home revoked its side).
@@ -669,6 +673,8 @@ impl Bridges {
         let attempted = AtomicBool::new(false);
         let insert = async {
             self.inner.store.outbox_insert(&entry).await.map_err(|e| match e {
+                // A local send with the key committed since the check above.
+                StoreError::Conflict(why) => Error::Conflict(why),
                 e if attempted.load(Ordering::Relaxed) => Error::Store(StoreError::Backend(format!(
                     "{e}; the message may have reached {host} already: retry with the same key"
                 ))),
@@ -736,8 +742,7 @@ impl Bridges {
         key: &str,
     ) -> Result<Option<Sent>> {
         let bridge = self.outbound(host).await?;
-        let in_flight =
-            self.in_flight(&(bridge.peer_home_id.clone(), source_thread.to_string(), key.to_string()));
+        let in_flight = self.in_flight(&(source_thread.to_string(), key.to_string()));
         let Some(stored) = self.inner.store.outbox_by_key(&bridge.peer_home_id, source_thread, key).await?
         else {
             return Ok(None);

@@ -553,6 +553,10 @@ pub trait Store: Send + Sync + 'static {
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
     /// The request hash and message of a key seen before, if it is still kept.
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>>;
+    /// The message a sender of this home (`scope`: its thread, or `""`) sent to a thread of
+    /// this home with `key`, if the key is still kept: a cross-home send with that key is a
+    /// conflict.
+    async fn local_key_message(&self, scope: &str, key: &str) -> StoreResult<Option<String>>;
     /// Forgets those of the `limit` oldest keys (in the order they were written) that were
     /// created before `before` (keys are kept far longer than any retry); how many it forgot
     /// — none once the oldest keys left are young. Bounded, so that a large backlog is
@@ -590,7 +594,8 @@ pub trait Store: Send + Sync + 'static {
     async fn prune_bridge_requests(&self, decided_before: Millis) -> StoreResult<u64>;
 
     /// Stores a new outbox entry: `None` if it was stored, or the entry already holding its
-    /// (peer, scope, key).
+    /// (peer, scope, key); a conflict if the sender used the key for a message to a thread of
+    /// this home.
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
     /// Saves pending or accepted entries' new states, each with an optional event (e.g.
     /// `undeliverable`), in one transaction. A final entry (delivered, rejected, expired) is
@@ -610,7 +615,8 @@ pub trait Store: Send + Sync + 'static {
     /// How many entries of the bridge to `peer` the target has not acknowledged (`pending`),
     /// those with an id in `except` left out.
     async fn outbox_pending(&self, peer: &str, bridge_id: &str, except: &[String]) -> StoreResult<u64>;
-    /// The outbox entry of a sender's key for a peer, if any.
+    /// The outbox entry of a sender's key: the one for `peer`, or else one for another peer
+    /// (a key names one message, wherever it went).
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;
     /// Makes every pending or accepted entry for `peer` due now (the link answered again,
     /// after a silence that backed them off or put them off); one no longer followed up

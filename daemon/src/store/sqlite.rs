@@ -43,6 +43,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (13, "keys by insert order", include_str!("migrations/sqlite/0013_keys_by_insert_order.sql")),
     (14, "bridges revoked by peer", include_str!("migrations/sqlite/0014_bridges_revoked_by_peer.sql")),
     (15, "pairing requests replaced", include_str!("migrations/sqlite/0015_pairing_requests_replaced.sql")),
+    (16, "outbox keys across peers", include_str!("migrations/sqlite/0016_outbox_keys_across_peers.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -53,7 +54,10 @@ pub struct SqliteStore {
     path: PathBuf,
     db: Arc<Connections>,
     threads: Arc<ThreadCache>,
+    /// The keys of the outbox (cross-home sends).
     outbox_keys: Arc<KeyFilter>,
+    /// The keys of this home's senders' messages to its own threads.
+    local_keys: Arc<KeyFilter>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -336,37 +340,51 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Backend(format!("opening the store failed: {e}")))??;
-        let store =
-            Self { path: path.to_path_buf(), db: Arc::new(db), threads, outbox_keys: Default::default() };
-        tokio::spawn(store.fill_outbox_keys());
+        let store = Self {
+            path: path.to_path_buf(),
+            db: Arc::new(db),
+            threads,
+            outbox_keys: Default::default(),
+            local_keys: Default::default(),
+        };
+        tokio::spawn(fill_keys(
+            store.db.clone(),
+            store.outbox_keys.clone(),
+            "SELECT key_scope, key FROM outbox",
+        ));
+        tokio::spawn(fill_keys(
+            store.db.clone(),
+            store.local_keys.clone(),
+            "SELECT scope, key FROM idempotency_keys WHERE instr(scope, '/') = 0",
+        ));
         Ok(store)
     }
+}
 
-    /// Adds the outbox's keys to its filter, on a reader, beside the home's work.
-    fn fill_outbox_keys(&self) -> impl Future<Output = ()> + use<> {
-        let (db, filter) = (self.db.clone(), self.outbox_keys.clone());
-        async move {
-            let filled = db
-                .read(move |conn| {
-                    let mut keys = conn.prepare("SELECT peer_home_id, key_scope, key FROM outbox")?;
-                    let mut rows = keys.query([])?;
-                    while let Some(row) = rows.next()? {
-                        let (peer, scope, key): (String, String, String) =
-                            (row.get(0)?, row.get(1)?, row.get(2)?);
-                        filter.add(&peer, &scope, &key);
-                    }
-                    filter.set_filled();
-                    Ok(())
-                })
-                .await;
-            match filled {
-                // The home stopped first: nothing more is sent.
-                Ok(()) | Err(StoreError::Closed) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the outbox's keys: every send reads the outbox")
-                }
+/// Whether a key scope is one of this home's senders (a thread, or `""` for external
+/// clients), not a peer's (`PEER/THREAD`, the target side's dedup).
+fn is_local_scope(scope: &str) -> bool {
+    !scope.contains('/')
+}
+
+/// Adds the keys `sql` lists (scope, key) to `filter`, on a reader, beside the home's work.
+async fn fill_keys(db: Arc<Connections>, filter: Arc<KeyFilter>, sql: &'static str) {
+    let filled = db
+        .read(move |conn| {
+            let mut keys = conn.prepare(sql)?;
+            let mut rows = keys.query([])?;
+            while let Some(row) = rows.next()? {
+                let (scope, key): (String, String) = (row.get(0)?, row.get(1)?);
+                filter.add(&scope, &key);
             }
-        }
+            filter.set_filled();
+            Ok(())
+        })
+        .await;
+    match filled {
+        // The home stopped first: nothing more is sent.
+        Ok(()) | Err(StoreError::Closed) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read a key filter's keys: probes read the store"),
     }
 }
 
@@ -481,11 +499,15 @@ fn insert_input(
 }
 
 /// The outbox entry of a sender's key for a peer.
+/// The outbox entry holding a sender's key: the one for `peer` if there is one, else the
+/// one for another peer (a key names one message, wherever it went).
 fn outbox_entry(conn: &Connection, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
     first(
         conn,
-        &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE peer_home_id = ? AND key_scope = ? AND key = ?"),
-        params![peer, scope, key],
+        &format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE key_scope = ? AND key = ? ORDER BY peer_home_id <> ? LIMIT 1"
+        ),
+        params![scope, key, peer],
         outbox_from,
     )
 }
@@ -570,6 +592,16 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         } else {
             SendOutcome::KeyConflict { message_id }
         });
+    }
+    // The sender's key may name a message it sent to another home.
+    let sent_away = first(
+        conn,
+        "SELECT id FROM outbox WHERE key_scope = ? AND key = ? LIMIT 1",
+        params![m.key_scope, m.key],
+        |row| Ok(row.get::<_, String>(0)?),
+    )?;
+    if let Some(message_id) = sent_away {
+        return Ok(SendOutcome::KeyConflict { message_id });
     }
     let live =
         first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [&m.target_thread], |_| Ok(()))?;
@@ -1161,8 +1193,22 @@ impl Store for SqliteStore {
     }
 
     async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome> {
+        // Before the write: from now on a cross-home send's probe for the key reads it.
+        if is_local_scope(&message.key_scope) {
+            self.local_keys.add(&message.key_scope, &message.key);
+        }
         let message = message.clone();
         self.db.write(move |conn| accept_message(conn, &message)).await
+    }
+
+    async fn local_key_message(&self, scope: &str, key: &str) -> StoreResult<Option<String>> {
+        if !self.local_keys.may_hold(scope, key) {
+            return Ok(None);
+        }
+        let (scope, key) = (scope.to_string(), key.to_string());
+        self.db
+            .lookup(move |conn| Ok(stored_key(conn, &scope, &key)?.map(|(_, message_id)| message_id)))
+            .await
     }
 
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
@@ -1356,7 +1402,7 @@ impl Store for SqliteStore {
     }
 
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
-        if !self.outbox_keys.may_hold(peer, scope, key) {
+        if !self.outbox_keys.may_hold(scope, key) {
             return Ok(None);
         }
         let (peer, scope, key) = (peer.to_string(), scope.to_string(), key.to_string());
@@ -1365,10 +1411,19 @@ impl Store for SqliteStore {
 
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
         // Before the write: from now on a probe for the key reads the outbox.
-        self.outbox_keys.add(&entry.peer_home_id, &entry.key_scope, &entry.key);
+        self.outbox_keys.add(&entry.key_scope, &entry.key);
         let e = entry.clone();
         self.db
             .write(move |conn| {
+                // A key the sender used for a message to a thread of this home names that
+                // message (checked before shipping too; this catches a local send that
+                // committed in between).
+                if let Some((_, message_id)) = stored_key(conn, &e.key_scope, &e.key)? {
+                    return Err(StoreError::Conflict(format!(
+                        "idempotency_key {:?} already names message {message_id}, sent to another thread",
+                        e.key
+                    )));
+                }
                 // One probe of the key's index on the writer: the insert's own. Only a key
                 // already there costs a second, to read its entry.
                 let inserted = run(
@@ -1376,7 +1431,7 @@ impl Store for SqliteStore {
                     &format!(
                         "INSERT INTO outbox ({OUTBOX_COLUMNS})
                          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                         ON CONFLICT (peer_home_id, key_scope, key) DO NOTHING"
+                         ON CONFLICT (key_scope, key, peer_home_id) DO NOTHING"
                     ),
                     params![
                         e.id,
@@ -1743,12 +1798,12 @@ mod tests {
         // filter once filled (a probe reads the outbox until then).
         let store = SqliteStore::open_path(&path).await.expect("open again");
         for _ in 0..500 {
-            if !store.outbox_keys.may_hold("PEER", "", "never used") {
+            if !store.outbox_keys.may_hold("", "never used") {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert!(!store.outbox_keys.may_hold("PEER", "", "never used"), "filled");
+        assert!(!store.outbox_keys.may_hold("", "never used"), "filled");
         let found = store.outbox_by_key("PEER", "", "old").await.expect("probe");
         assert_eq!(found.map(|e| e.id).as_deref(), Some("msg_1"));
         assert_eq!(store.outbox_insert(&entry("msg_2", "new")).await.expect("insert"), None);

@@ -1,14 +1,16 @@
-//! The outbox keys a home may have used: a Bloom filter, so the key probe every cross-home
-//! send makes before it ships (is this key in the outbox already?) is answered without a
-//! read when the key is new, as nearly every send's is. A read transaction after any commit
-//! starts from an empty page cache (~20 µs of an async worker per probe).
+//! The send keys a home's senders may have used, by (scope, key): a Bloom filter, so the key
+//! probes every cross-home send makes before it ships (is this key in the outbox already, or
+//! on a message to a thread of this home?) are answered without a read when the key is new,
+//! as nearly every send's is. The store keeps one for each of those two places. A read
+//! transaction after any commit starts from an empty page cache (~20 µs of an async worker
+//! per probe).
 //!
-//! Every key the outbox holds is in the filter: the store fills it from the outbox when it
-//! opens (until then every probe reads) and adds each key before its insert is written. A
-//! key the filter may hold is looked up as before; a key it cannot hold is new. Like the
-//! thread cache, it assumes the only writer of the file is this store. 2 MiB of
-//! bits: about one new key in 500 is read anyway at a million keys, one in seven at four
-//! million — past that the probes simply read more often.
+//! Every key the place holds is in its filter: the store fills it when it opens (until then
+//! every probe reads) and adds each key before its write. A key the filter may hold is
+//! looked up as before; a key it cannot hold is new. Like the thread cache, it assumes the
+//! only writer of the file is this store. Keys are never taken out (the store forgets local
+//! keys after a day): 2 MiB of bits, about one new key in 500 is read anyway at a million
+//! keys, one in seven at four million — past that the probes simply read more often.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,16 +31,16 @@ impl Default for KeyFilter {
 }
 
 impl KeyFilter {
-    pub fn add(&self, peer: &str, scope: &str, key: &str) {
-        for bit in bits(peer, scope, key) {
+    pub fn add(&self, scope: &str, key: &str) {
+        for bit in bits(scope, key) {
             self.words[bit / 64].fetch_or(1 << (bit % 64), Ordering::Relaxed);
         }
     }
 
-    /// False only if the outbox cannot hold the key.
-    pub fn may_hold(&self, peer: &str, scope: &str, key: &str) -> bool {
+    /// False only if the keys it stands for cannot hold this one.
+    pub fn may_hold(&self, scope: &str, key: &str) -> bool {
         !self.filled.load(Ordering::Acquire)
-            || bits(peer, scope, key)
+            || bits(scope, key)
                 .all(|bit| self.words[bit / 64].load(Ordering::Relaxed) & (1 << (bit % 64)) != 0)
     }
 
@@ -49,9 +51,9 @@ impl KeyFilter {
 }
 
 /// The key's bits: two halves of one hash, combined (Kirsch and Mitzenmacher).
-fn bits(peer: &str, scope: &str, key: &str) -> impl Iterator<Item = usize> {
+fn bits(scope: &str, key: &str) -> impl Iterator<Item = usize> {
     let mut hasher = DefaultHasher::new();
-    (peer, scope, key).hash(&mut hasher);
+    (scope, key).hash(&mut hasher);
     let hash = hasher.finish();
     let (first, step) = (hash & 0xffff_ffff, (hash >> 32) | 1);
     (0..PROBES).map(move |i| (first.wrapping_add(i.wrapping_mul(step)) % BITS as u64) as usize)
@@ -64,12 +66,12 @@ mod tests {
     #[test]
     fn a_key_added_is_held_and_until_filled_anything_may_be() {
         let filter = KeyFilter::default();
-        assert!(filter.may_hold("peer", "", "new"), "not filled yet: it may be there");
-        filter.add("peer", "", "old");
+        assert!(filter.may_hold("", "new"), "not filled yet: it may be there");
+        filter.add("", "old");
         filter.set_filled();
-        assert!(filter.may_hold("peer", "", "old"));
-        let new = (0..1000).filter(|i| filter.may_hold("peer", "", &format!("k{i}"))).count();
+        assert!(filter.may_hold("", "old"));
+        let new = (0..1000).filter(|i| filter.may_hold("", &format!("k{i}"))).count();
         assert_eq!(new, 0, "a near-empty filter holds no other key");
-        assert!(!filter.may_hold("other", "", "old"), "keys are the peer's");
+        assert!(!filter.may_hold("th_other", "old"), "keys are their sender's");
     }
 }
