@@ -1403,10 +1403,11 @@ async fn a_send_expires_after_the_retry_window() {
 
 /// A silent peer gets one attempt at a time (its probe), and its other messages are put off
 /// until that attempt ends — but not past their window: they expire when it ends, without
-/// waiting for the probe's attempt (a dial of up to 5 s) to end first.
+/// waiting for the probe's next attempt. (The probe's first attempt, a dial of up to 5 s,
+/// has ended unanswered by then: so the peer is not asked about them first.)
 #[tokio::test]
 async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
-    let window = std::time::Duration::from_secs(6);
+    let window = std::time::Duration::from_secs(12);
     let (a, b) = (open_home_with(window).await, open_home().await);
     let t = b.thread("echo", None).await;
     approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
@@ -1425,7 +1426,8 @@ async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
         receipts(&a, "bee").await.into_iter().find(|r| r.status == "expired")
     })
     .await;
-    // (Waiting for the probe, it would take 8 s or more: the first attempt's 3 s, a 5 s dial.)
+    // (Waiting for the probe, it would take 16 s or more: the first attempt's 3 s, a 5 s
+    // dial, a backoff of about as long as the silence, another dial.)
     let took = started.elapsed();
     let slack = std::time::Duration::from_millis(1_500);
     assert!(took >= window && took < window + slack, "first expiry after {took:?}");

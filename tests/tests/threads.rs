@@ -170,6 +170,18 @@ async fn list_filters_by_workspace_and_hides_archived() {
         page.threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(),
         vec![b.id.clone(), a.id.clone()]
     );
+    // A directory in the workspace names it too; a name that is neither is refused, not
+    // answered with an empty page.
+    let by_dir =
+        pb::ThreadListRequest { workspace_id: repo.join("src").display().to_string(), ..Default::default() };
+    let page = home.client().threads().thread_list(by_dir).await.expect("list").into_inner();
+    assert_eq!(page.threads.len(), 2);
+    for bogus in ["ws_nope", "repo", "/no/such/dir"] {
+        let request = pb::ThreadListRequest { workspace_id: bogus.into(), ..Default::default() };
+        let err = home.client().threads().thread_list(request).await.expect_err(bogus);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bogus}: {}", err.message());
+        assert!(err.message().contains("workspace_id"), "{}", err.message());
+    }
 
     let archive = |id: &str, archived| pb::ThreadArchiveRequest { target: Some(local(id)), archived };
     let done = home.client().home().thread_archive(archive(&b.id, true)).await.expect("archive").into_inner();

@@ -91,7 +91,7 @@ struct Inner {
     settled: std::sync::Mutex<HashSet<String>>,
     /// When each peer last answered a call (see `link_up`).
     answered: std::sync::Mutex<HashMap<String, i64>>,
-    /// When a call to each peer last went unanswered (see `Bridges::expire`).
+    /// When a call to each peer last went unanswered, in this run (see `Bridges::expire`).
     unreached: std::sync::Mutex<HashMap<String, i64>>,
     /// How often each peer's entries were made due again as it answered after a silence
     /// (see `link_up` and `Bridges::record`).
@@ -440,10 +440,19 @@ impl Bridges {
         request: pb::ThreadListRequest,
     ) -> std::result::Result<pb::ThreadListResponse, Rejection> {
         let bridge = self.granted(peer, "read").await?;
+        // Named by id only: a directory would be looked up on this home's disk.
+        if !request.workspace_id.is_empty() && !crate::threads::workspace::is_id(&request.workspace_id) {
+            return Err(Error::invalid("workspace_id", "a workspace id (ws_ and 16 hex digits)").into());
+        }
         let page = self
             .inner
             .threads
-            .list(Some(request.workspace_id), request.limit, &request.cursor, &bridge.workspaces)
+            .list(
+                Some(request.workspace_id.to_ascii_lowercase()),
+                request.limit,
+                &request.cursor,
+                &bridge.workspaces,
+            )
             .await?;
         let home = self.inner.endpoint.home_id().to_string();
         Ok(pb::ThreadListResponse {

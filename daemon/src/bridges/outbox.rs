@@ -842,15 +842,16 @@ impl Bridges {
         Ok(outcome)
     }
 
-    /// A pending entry at the end of its window. Unless its peer was found unreachable
-    /// since then, the peer is asked once whether it has the message — an attempt's answer
-    /// may have been lost, or this home stopped before recording it — with a follow-up,
-    /// which is read-only, so nothing arrives late. Delivered or accepted there, the entry
-    /// says so (and is not asked about again); otherwise it expires.
+    /// A pending entry at the end of its window. Unless the last call to its peer went
+    /// unanswered (then it expires at once: the peer is unreachable now), the peer is asked
+    /// once whether it has the message — an attempt's answer may have been lost, or this
+    /// home stopped before recording it — with a follow-up, which is read-only, so nothing
+    /// arrives late. Delivered or accepted there, the entry says so (and is not asked about
+    /// again); otherwise it expires.
     async fn expire(&self, mut entry: OutboxRecord, bridge: &BridgeRecord) -> Outcome {
         let peer = entry.peer_home_id.clone();
-        let window_end = self.expires_at(&entry);
-        if lock(&self.inner.unreached).get(&peer).is_none_or(|at| *at < window_end) {
+        let last_answer = lock(&self.inner.answered).get(&peer).copied().unwrap_or(i64::MIN);
+        if lock(&self.inner.unreached).get(&peer).is_none_or(|at| *at < last_answer) {
             let asked =
                 self.ask(bridge, &follow_up_call(std::slice::from_ref(&entry)), WHOLE_CALL_FINAL, None).await;
             match asked {
@@ -876,7 +877,7 @@ impl Bridges {
     }
 
     /// A call to `peer` went unanswered: the peer is silent (see [`Bridges::probe`]), and
-    /// entries whose window ended before now expire without asking it (see
+    /// until it answers again entries whose window ends expire without asking it (see
     /// [`Bridges::expire`]).
     fn unreached(&self, peer: &str) {
         lock(&self.inner.settled).remove(peer);

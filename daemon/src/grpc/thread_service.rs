@@ -222,7 +222,12 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             let page = self.bridges.list_remote(&r.bridge.clone(), r).await.map_err(status)?;
             return Ok(Response::new(page));
         }
-        let page = self.threads.list(Some(r.workspace_id), r.limit, &r.cursor, &[]).await.map_err(status)?;
+        // A workspace by its id or a directory in it; an unknown one is refused, not empty.
+        let workspace = match r.workspace_id.as_str() {
+            "" => None,
+            named => Some(crate::threads::workspace::named("workspace_id", named).map_err(status)?),
+        };
+        let page = self.threads.list(workspace, r.limit, &r.cursor, &[]).await.map_err(status)?;
         Ok(Response::new(pb::ThreadListResponse {
             threads: page.threads.iter().map(|t| thread_to_pb(t, "")).collect(),
             next_cursor: page.next_cursor,

@@ -38,11 +38,21 @@ pub fn checked_dir(field: &'static str, value: &str) -> Result<PathBuf> {
 /// A workspace named by a caller: its id (`ws_` + 16 hex digits) as given, or an absolute
 /// directory (in it or below its root) as that workspace's id.
 pub fn named(field: &'static str, value: &str) -> Result<String> {
-    let id = value.strip_prefix("ws_");
-    if id.is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())) {
+    if is_id(value) {
         return Ok(value.to_ascii_lowercase());
     }
+    if value.starts_with("ws_") || !Path::new(value).is_absolute() {
+        return Err(Error::invalid(
+            field,
+            format!("a workspace id (ws_ and 16 hex digits) or an absolute directory, got {value:?}"),
+        ));
+    }
     Ok(id_of(&root_of(&checked_dir(field, value)?)))
+}
+
+/// Whether `value` has a workspace id's shape (`ws_` + 16 hex digits).
+pub fn is_id(value: &str) -> bool {
+    value.strip_prefix("ws_").is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]
