@@ -211,11 +211,15 @@ fn reference(text: &str) -> Result<pb::ThreadRef> {
     Ok(pb::parse_ref(text).map_err(|e| UsageError(e.to_string()))?)
 }
 
+/// A text argument's file (`-`: stdin); one that cannot be read as UTF-8 text is a usage
+/// error (exit 2), like any other bad argument.
 fn read_text(path: &std::path::Path) -> Result<String> {
-    if path.as_os_str() == "-" {
-        return std::io::read_to_string(std::io::stdin()).context("reading stdin");
-    }
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    let read = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    };
+    Ok(read.map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?)
 }
 
 async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> Result<()> {
@@ -244,6 +248,7 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             }
         }
         ThreadCommand::List { bridge, workspace, limit, cursor } => {
+            let more = bridge.as_ref().map(|b| format!("--bridge {b} ")).unwrap_or_default();
             let request = pb::ThreadListRequest {
                 bridge: bridge.unwrap_or_default(),
                 workspace_id: workspace.unwrap_or_default(),
@@ -259,7 +264,7 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
                     outln!("{}  {:<7}  {:<8}  {}  ({})", t.id, state, t.profile, t.title, t.cwd);
                 }
                 if let Some(next) = &page.next_cursor {
-                    outln!("more: --cursor {next}");
+                    outln!("more: {more}--cursor {next}");
                 }
             }
         }
@@ -311,7 +316,11 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
                 let (r, c) = pair
                     .split_once('=')
                     .ok_or_else(|| UsageError(format!("--cursor {pair:?}: expected REF=CURSOR")))?;
-                map.insert(r.to_string(), c.to_string());
+                if map.insert(r.to_string(), c.to_string()).is_some() {
+                    return Err(
+                        UsageError(format!("--cursor: two cursors for {r:?}; give one per thread")).into()
+                    );
+                }
             }
             let request = pb::ThreadWaitRequest { targets, timeout_ms, cursors: map };
             let waited = client.threads().thread_wait(request).await?.into_inner();

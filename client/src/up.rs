@@ -56,6 +56,8 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
         .mode(0o600)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
+    // Where this start's lines begin: an earlier failed start's stay above them.
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
     let binary = kikid_binary();
     let mut child = {
         use std::os::unix::process::CommandExt;
@@ -82,7 +84,7 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
                 show_status(&s, json);
                 return Ok(());
             }
-            bail!("kikid exited ({exit}) before answering:\n{}", log_tail(&log_path));
+            bail!("kikid exited ({exit}) before answering:\n{}", log_tail(&log_path, log_start));
         }
         if started.elapsed() > START_TIMEOUT {
             bail!("kikid did not answer within {START_TIMEOUT:?}; see {}", log_path.display());
@@ -126,8 +128,10 @@ fn lock_held(home: &Path) -> bool {
     }
 }
 
-fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+/// The last lines `path` got from byte `from` on.
+fn log_tail(path: &Path, from: u64) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(bytes.get(from as usize..).unwrap_or_default());
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(10)..].join("\n")
 }

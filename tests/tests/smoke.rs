@@ -154,6 +154,16 @@ fn cli_errors_are_json_with_codes_and_leave_no_trace() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(kiki_json(&home, &["status"])["threads"], 0, "nothing written");
 
+    // An argument's file that cannot be read as text is bad input too.
+    let missing = home.join("no-such-file");
+    let out = kiki(&home, &["--json", "thread", "create", "--prompt-file", missing.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(error["error"]["code"], "invalid_argument");
+    let out = kiki(&home, &["--json", "thread", "wait", "th_a", "--cursor", "th_a=1", "--cursor", "th_a=2"]);
+    assert_eq!(out.status.code(), Some(2), "two cursors for one thread");
+    assert_eq!(kiki_json(&home, &["status"])["threads"], 0, "nothing written");
+
     let out = kiki(&home, &["--json", "thread", "read", "th_nope"]);
     assert_eq!(out.status.code(), Some(3));
     let out = kiki(&home, &["--json", "thread", "read", "a/b/c"]);

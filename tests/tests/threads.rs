@@ -104,6 +104,11 @@ async fn create_limits_are_checked_and_leave_no_trace() {
     let mut r = create_in(&cwd);
     r.title = Some("t".repeat(201));
     assert_invalid(home.create(r).await, "title", "200 characters");
+    for bad in ["two\nlines", "a\u{0}b", "   "] {
+        let mut r = create_in(&cwd);
+        r.title = Some(bad.into());
+        assert_invalid(home.create(r).await, "title", "one line");
+    }
 
     assert_eq!(count_threads(&home).await, 1, "only the valid create wrote anything");
 }

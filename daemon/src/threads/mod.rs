@@ -125,6 +125,10 @@ impl Threads {
         }
         if let Some(title) = &req.title {
             limits::text("title", title, limits::TITLE_MAX_CHARS)?;
+            // Listed one per line: a title is one printable line, not blank.
+            if title.chars().any(char::is_control) || title.trim().is_empty() {
+                return Err(Error::invalid("title", "one line of printable characters, not blank"));
+            }
         }
         let profile = match &req.profile {
             Some(name) => match self.config.profile(name) {
@@ -397,7 +401,7 @@ pub fn new_id(prefix: &str) -> String {
 /// The first non-blank line of the prompt, trimmed and cut to 80 characters.
 fn title_from_prompt(prompt: &str) -> String {
     let line = prompt.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(DEFAULT_TITLE);
-    line.chars().take(limits::DERIVED_TITLE_CHARS).collect()
+    line.chars().filter(|c| !c.is_control()).take(limits::DERIVED_TITLE_CHARS).collect()
 }
 
 #[cfg(test)]
