@@ -128,9 +128,10 @@ impl BridgeEndpoint {
         peer(connection, &self.stranger_slots)
     }
 
-    /// The next incoming connection whose handshake succeeded; `None` once closed.
-    pub async fn accept(&self) -> Option<Result<PeerConnection, EndpointError>> {
-        self.accepted.lock().await.recv().await.map(Ok)
+    /// The next incoming connection whose handshake succeeded (its peer proved its key);
+    /// `None` once closed.
+    pub async fn accept(&self) -> Option<PeerConnection> {
+        self.accepted.lock().await.recv().await
     }
 
     /// Closes every connection and stops accepting.

@@ -210,8 +210,8 @@ impl Transport for MemoryEndpoint {
         })
     }
 
-    fn accept(&self) -> BoxFuture<'_, Option<Result<Arc<dyn Link>, EndpointError>>> {
-        Box::pin(async move { self.incoming.lock().await.recv().await.map(Ok) })
+    fn accept(&self) -> BoxFuture<'_, Option<Arc<dyn Link>>> {
+        Box::pin(async move { self.incoming.lock().await.recv().await })
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -16,9 +16,10 @@ pub const MAX_REQUEST: usize = 1024 * 1024;
 /// or ping, a few hundred bytes.
 pub const MAX_STRANGER_REQUEST: usize = 16 * 1024;
 
-/// How long a request may take to arrive once its stream is open: a peer cannot hold a
-/// home's memory by sending slowly.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a stranger's request may take to arrive once its stream is open: it cannot hold
+/// a home's memory by sending slowly. (A peer with a bridge has none: a large message on a
+/// slow link must get through.)
+pub const STRANGER_REQUEST_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The largest response a home accepts: a ThreadRead page of up to 100 turns, whose fields
 /// may each be 16,384 UTF-16 units, stays under this.
@@ -82,9 +83,9 @@ impl Drop for Request {
 }
 
 /// Serves every call arriving on `peer`'s connection, each on its own task, until the peer
-/// goes away. A stream that does not carry a well-formed frame within [`REQUEST_DEADLINE`]
-/// is dropped. Until `trusted` says the peer has a bridge, it is held to a stranger's
-/// allowance (see `endpoint`): without a free stranger slot its connection is closed.
+/// goes away. A stream that does not carry a well-formed frame is dropped. Until `trusted`
+/// says the peer has a bridge, it is held to a stranger's allowance (see `endpoint`, and
+/// [`STRANGER_REQUEST_DEADLINE`]): without a free stranger slot its connection is closed.
 pub async fn serve_bytes(peer: PeerConnection, handler: CallHandler, trusted: TrustCheck) {
     let connection = peer.connection;
     let mut stranger_slot = None;
@@ -106,17 +107,30 @@ pub async fn serve_bytes(peer: PeerConnection, handler: CallHandler, trusted: Tr
             stranger_slot = None;
             crate::endpoint::open_up(&connection);
         }
-        let limit = if is_trusted { MAX_REQUEST } else { MAX_STRANGER_REQUEST };
+        let (limit, deadline) = if is_trusted {
+            (MAX_REQUEST, None)
+        } else {
+            (MAX_STRANGER_REQUEST, Some(STRANGER_REQUEST_DEADLINE))
+        };
         let handler = handler.clone();
         tokio::spawn(async move {
-            let request = match tokio::time::timeout(REQUEST_DEADLINE, read_frame(&mut recv, limit)).await {
+            let read = read_frame(&mut recv, limit);
+            let read = async {
+                match deadline {
+                    Some(deadline) => tokio::time::timeout(deadline, read).await,
+                    None => Ok(read.await),
+                }
+            };
+            let request = match read.await {
                 Ok(Ok(request)) => request,
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "dropping a bridge call (malformed, oversized or withdrawn)");
                     return;
                 }
                 Err(_) => {
-                    tracing::debug!("dropping a bridge call that did not arrive within {REQUEST_DEADLINE:?}");
+                    tracing::debug!(
+                        "dropping a stranger's call that did not arrive within {STRANGER_REQUEST_DEADLINE:?}"
+                    );
                     let _ = recv.stop(0u32.into());
                     return;
                 }

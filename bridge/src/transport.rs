@@ -55,8 +55,8 @@ pub trait Transport: Send + Sync + Debug {
         addr: SocketAddr,
         expect: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Arc<dyn Link>, EndpointError>>;
-    /// The next peer that connected; `None` once closed.
-    fn accept(&self) -> BoxFuture<'_, Option<Result<Arc<dyn Link>, EndpointError>>>;
+    /// The next peer that connected (its identity verified); `None` once closed.
+    fn accept(&self) -> BoxFuture<'_, Option<Arc<dyn Link>>>;
     /// Closes every link and stops accepting.
     fn close(&self) -> BoxFuture<'_, ()>;
 }
@@ -107,10 +107,10 @@ impl Transport for BridgeEndpoint {
         })
     }
 
-    fn accept(&self) -> BoxFuture<'_, Option<Result<Arc<dyn Link>, EndpointError>>> {
-        Box::pin(async move {
-            BridgeEndpoint::accept(self).await.map(|peer| peer.map(|p| Arc::new(p) as Arc<dyn Link>))
-        })
+    fn accept(&self) -> BoxFuture<'_, Option<Arc<dyn Link>>> {
+        Box::pin(
+            async move { BridgeEndpoint::accept(self).await.map(|peer| Arc::new(peer) as Arc<dyn Link>) },
+        )
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

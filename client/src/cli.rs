@@ -211,6 +211,15 @@ fn reference(text: &str) -> Result<pb::ThreadRef> {
     Ok(pb::parse_ref(text).map_err(|e| UsageError(e.to_string()))?)
 }
 
+/// A workspace argument: a directory names the workspace it is in (the daemon needs it
+/// absolute); anything else goes as given, for the daemon to check.
+fn absolute_if_dir(workspace: String) -> String {
+    if !std::path::Path::new(&workspace).is_dir() {
+        return workspace;
+    }
+    std::path::absolute(&workspace).map_or(workspace, |dir| dir.display().to_string())
+}
+
 /// A text argument's file (`-`: stdin); one that cannot be read as UTF-8 text is a usage
 /// error (exit 2), like any other bad argument.
 fn read_text(path: &std::path::Path) -> Result<String> {
@@ -248,7 +257,12 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             }
         }
         ThreadCommand::List { bridge, workspace, limit, cursor } => {
-            let more = bridge.as_ref().map(|b| format!("--bridge {b} ")).unwrap_or_default();
+            // A directory names its workspace; the daemon needs it absolute.
+            let workspace = workspace.map(absolute_if_dir);
+            let more = [("--bridge", &bridge), ("--workspace", &workspace)]
+                .iter()
+                .filter_map(|(flag, value)| value.as_ref().map(|v| format!("{flag} {v} ")))
+                .collect::<String>();
             let request = pb::ThreadListRequest {
                 bridge: bridge.unwrap_or_default(),
                 workspace_id: workspace.unwrap_or_default(),
@@ -464,17 +478,7 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             }
         }
         BridgeCommand::Approve { request, allow, workspaces } => {
-            // A directory here names the workspace it is in (the daemon needs it absolute);
-            // anything else goes as given, for the daemon to check.
-            let workspaces = workspaces
-                .into_iter()
-                .map(|w| {
-                    if !std::path::Path::new(&w).is_dir() {
-                        return w;
-                    }
-                    std::path::absolute(&w).map_or(w, |dir| dir.display().to_string())
-                })
-                .collect();
+            let workspaces = workspaces.into_iter().map(absolute_if_dir).collect();
             let approved = bridges
                 .bridge_approve(pb::BridgeApproveRequest { request_id: request, allow, workspaces })
                 .await?

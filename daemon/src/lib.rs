@@ -173,7 +173,14 @@ impl DaemonBuilder {
         let threads =
             Threads::new(store.clone(), config.clone(), runner.clone(), identity.home_id().to_string());
         let shutdown = CancellationToken::new();
-        let mailbox = mailbox::Mailbox::new(threads.clone(), config.clone(), signals, shutdown.clone());
+        let send_keys = Arc::new(sync::KeyLocks::default());
+        let mailbox = mailbox::Mailbox::new(
+            threads.clone(),
+            config.clone(),
+            signals,
+            send_keys.clone(),
+            shutdown.clone(),
+        );
         for thread_id in store.threads_with_queued_input().await? {
             runner.kick(&thread_id);
         }
@@ -187,6 +194,7 @@ impl DaemonBuilder {
             threads.clone(),
             config.clone(),
             transport,
+            send_keys,
             shutdown.clone(),
         );
         bridges.attach_mailbox(mailbox.clone());

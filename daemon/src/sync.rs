@@ -1,6 +1,7 @@
 //! Small synchronisation helpers shared across the daemon.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Locks `m`, ignoring poisoning: every mutex here guards plain maps and queues that a
 /// panicking holder cannot leave half-updated, so carrying on is safe.
@@ -19,5 +20,55 @@ pub async fn uncancelled<T: Send + 'static>(
         Ok(done) => done,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(_) => Err(crate::error::Error::Unavailable("kikid is stopping".into())),
+    }
+}
+
+/// A sender's idempotency key: (key scope, key).
+pub type SendKey = (String, String);
+
+/// One send at a time per sender's key, whichever home it goes to: a cross-home send ships
+/// its message while its outbox entry is still being committed, so any other send with that
+/// key — local or cross-home — waits for that entry, which then answers it (a replay, or a
+/// conflict whose content never leaves this home). Shared by the mailbox and the bridges.
+#[derive(Default)]
+pub struct KeyLocks {
+    held: Mutex<HashMap<SendKey, KeyUsers>>,
+}
+
+/// A key's lock, and how many sends hold or await it.
+type KeyUsers = (Arc<tokio::sync::Mutex<()>>, usize);
+
+/// The right to send with a key, until dropped.
+pub struct KeyGuard {
+    locks: Arc<KeyLocks>,
+    key: SendKey,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl KeyLocks {
+    pub async fn take(self: &Arc<Self>, key: SendKey) -> KeyGuard {
+        let mutex = {
+            let mut held = lock(&self.held);
+            let (mutex, users) = held.entry(key.clone()).or_default();
+            *users += 1;
+            mutex.clone()
+        };
+        // Counted from here: a send that goes away while it waits uncounts itself on drop.
+        let mut this = KeyGuard { locks: self.clone(), key, guard: None };
+        this.guard = Some(mutex.lock_owned().await);
+        this
+    }
+}
+
+impl Drop for KeyGuard {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut held = lock(&self.locks.held);
+        if let Some((_, users)) = held.get_mut(&self.key) {
+            *users -= 1;
+            if *users == 0 {
+                held.remove(&self.key);
+            }
+        }
     }
 }

@@ -733,7 +733,7 @@ async fn inbound_bridge(store: &dyn Store, peer: &str, state: &str) {
         last_error_at: None,
         revoked_by_peer: false,
     };
-    store.save_bridge(Some(&bridge), None).await.expect("bridge");
+    store.save_bridge(Some(&bridge), &[]).await.expect("bridge");
 }
 
 pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dyn Store) {
@@ -759,7 +759,7 @@ pub async fn a_bridge_record_round_trips(store: &dyn Store) {
     let mut bridge = store.bridges().await.expect("list").remove(0);
     (bridge.state, bridge.revoked_by_peer, bridge.last_error_at) = ("revoked".into(), true, Some(7));
     bridge.last_error = "refused".into();
-    store.save_bridge(Some(&bridge), None).await.expect("save");
+    store.save_bridge(Some(&bridge), &[]).await.expect("save");
     assert_eq!(store.bridges().await.expect("list"), vec![bridge], "every field as saved");
 }
 

@@ -1195,10 +1195,12 @@ async fn a_delivered_send_stays_delivered_after_the_target_revoked_the_bridge() 
     let (mut a, b) = (open_home().await, open_home().await);
     let t = b.thread("echo", None).await;
     let bridge = approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    // Larger than a stranger may send: the revoked peer still gets a known peer's allowance.
+    let hello = "hello ".repeat(5_000);
     let sent = a
         .client()
         .threads()
-        .thread_send(remote_send("bee", &t.id, "hello", "k1"))
+        .thread_send(remote_send("bee", &t.id, &hello, "k1"))
         .await
         .expect("send")
         .into_inner();
@@ -1220,7 +1222,7 @@ async fn a_delivered_send_stays_delivered_after_the_target_revoked_the_bridge() 
     let again = a
         .client()
         .threads()
-        .thread_send(remote_send("bee", &t.id, "hello", "k1"))
+        .thread_send(remote_send("bee", &t.id, &hello, "k1"))
         .await
         .expect("replay")
         .into_inner();
@@ -1956,7 +1958,7 @@ async fn a_call_given_up_during_a_partition_arrives_after_the_heal_unless_withdr
     let server = b.clone();
     let seen = received.clone();
     tokio::spawn(async move {
-        let peer = server.accept().await.expect("incoming").expect("handshake");
+        let peer = server.accept().await.expect("incoming");
         let handler: CallHandler = Arc::new(move |request: Vec<u8>| {
             seen.lock().expect("lock").push(request.clone());
             Box::pin(async move { request })
@@ -2052,6 +2054,33 @@ async fn a_key_names_one_message_across_homes() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!((a.all_turns(&at_a.id).await.len(), b.all_turns(&at_b.id).await.len()), (1, 1));
     assert!(c.all_turns(&at_c.id).await.is_empty(), "nothing reached the other home");
+
+    // A local and a cross-home send with one key at the same moment (many such pairs at
+    // once, so the writer's commits take a while): one of each pair is taken, the other is a
+    // conflict, and a cross-home send so refused never reached the target.
+    let pairs = (0..60).map(|round| {
+        let key = format!("race{round}");
+        let (mut one, mut two) = (a.client().threads(), a.client().threads());
+        let (here, there) = (local(&key), remote_send("bee", &at_b.id, "hi", &key));
+        tokio::spawn(async move {
+            let (here, there) = tokio::join!(one.thread_send(here), two.thread_send(there));
+            (key, here.map(drop), there.map(drop))
+        })
+    });
+    let mut lost_remotely = Vec::new();
+    for pair in pairs.collect::<Vec<_>>() {
+        let (key, here, there) = pair.await.expect("task");
+        assert!(here.is_ok() != there.is_ok(), "{key}: exactly one taken: {here:?} / {there:?}");
+        if let Err(refused) = there {
+            assert_eq!(refused.code(), Code::AlreadyExists, "{}", refused.message());
+            lost_remotely.push(key);
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let at_target = receipts(&b, &home_id(&a).await).await;
+    for key in &lost_remotely {
+        assert!(!at_target.iter().any(|r| &r.idempotency_key == key), "{key} reached the target");
+    }
 }
 
 /// What becomes of a bridged message after the target took it shows on the target's

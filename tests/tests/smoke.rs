@@ -227,6 +227,9 @@ fn thread_commands_end_to_end() {
     let list = kiki_json(&home, &["thread", "list"]);
     assert_eq!(list["threads"][0]["id"], id.as_str());
     assert_eq!(list["threads"][0]["state"], "idle");
+    // A directory names its workspace, a relative one too (the thread's cwd is this one).
+    let here = kiki_json(&home, &["thread", "list", "--workspace", "."]);
+    assert_eq!(here["threads"][0]["id"], id.as_str());
     let archived = kiki_json(&home, &["thread", "archive", &id]);
     assert_eq!(archived["changed"], true);
     assert_eq!(kiki_json(&home, &["thread", "list"])["threads"].as_array().map(Vec::len), Some(0));

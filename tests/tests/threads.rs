@@ -38,6 +38,10 @@ async fn create_with_prompt_runs_echo_and_derives_the_title() {
     assert_eq!(turns[0].status(), pb::TurnStatus::Completed);
     assert_eq!(turns[0].output, format!("echo: {}\nsecond line", "x".repeat(120)));
     assert_eq!(turns[0].inputs.len(), 1);
+    // A title is printable: a line of control characters only is blank.
+    let mut request = create_in(&cwd);
+    request.prompt = Some("\u{7}\u{1b}\n  real \u{7}first line".into());
+    assert_eq!(home.create(request).await.expect("created").title, "real first line");
     assert_eq!(turns[0].inputs[0].kind(), pb::InputKind::User);
     assert!(turns[0].inputs[0].source.is_none(), "user input has no peer attribution");
 }

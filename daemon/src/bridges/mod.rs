@@ -30,7 +30,7 @@ mod receipts;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, BridgeRequestRecord, EventRecord, OutboxRecord, ReceiptRecord, Store};
-use crate::sync::lock;
+use crate::sync::{KeyLocks, lock};
 use crate::threads::{Threads, new_id};
 use crate::time::now_ms;
 
@@ -82,9 +82,8 @@ struct Inner {
     probing: std::sync::Mutex<HashSet<String>>,
     /// The worker's attempts under way, by peer (see `outbox::PeerSlot`).
     shipping: std::sync::Mutex<HashMap<String, usize>>,
-    /// Cross-home sends under way, by (key scope, key): one at a time per key, whatever
-    /// their peers, and how many sends hold or await it (see `outbox::KeyLock`).
-    sending: std::sync::Mutex<HashMap<outbox::SendKey, outbox::KeyUsers>>,
+    /// Sends under way, one at a time per sender's key (shared with the mailbox).
+    send_keys: Arc<KeyLocks>,
     /// Peers that answered since the last attempt that found them silent: none of their
     /// outbox entries is backing off (see `link_up`). Any other peer is silent, and gets
     /// one outbox attempt at a time (see `Bridges::probe`).
@@ -134,8 +133,6 @@ fn wire_error(code: &str, message: impl Into<String>) -> pb::BridgeReply {
     }
 }
 
-/// How this home introduces itself in a pairing request: the machine's host name (the home
-/// id is shown beside it anyway), or the id's first characters if there is none.
 /// The longest bridge alias (and pairing name kept).
 const ALIAS_MAX_CHARS: usize = 64;
 
@@ -157,6 +154,8 @@ fn alias_problem(alias: &str) -> Option<&'static str> {
     }
 }
 
+/// How this home introduces itself in a pairing request: the machine's host name (the home
+/// id is shown beside it anyway), or the id's first characters if there is none.
 fn home_name(home_id: &str) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     match host.trim() {
@@ -197,6 +196,7 @@ impl Bridges {
         threads: Threads,
         config: Arc<Config>,
         endpoint: Arc<dyn Transport>,
+        send_keys: Arc<KeyLocks>,
         stop: CancellationToken,
     ) -> Self {
         let bridges = Self {
@@ -215,7 +215,7 @@ impl Bridges {
                 attempting: std::sync::Mutex::new(HashSet::new()),
                 probing: std::sync::Mutex::new(HashSet::new()),
                 shipping: std::sync::Mutex::new(HashMap::new()),
-                sending: std::sync::Mutex::new(HashMap::new()),
+                send_keys,
                 mailbox: std::sync::OnceLock::new(),
                 cache: tokio::sync::Mutex::new(None),
                 decisions: tokio::sync::Mutex::new(()),
@@ -231,21 +231,20 @@ impl Bridges {
                     () = stop.cancelled() => break,
                     next = accepting.inner.endpoint.accept() => next,
                 };
-                let Some(next) = next else { break };
-                let peer = match next {
-                    Ok(peer) => peer,
-                    Err(e) => {
-                        debug!(error = %e, "bridge connection without identity");
-                        continue;
-                    }
-                };
-                // A peer with an approved bridge (disabled too: it retries, and is answered
-                // refusals) gets a known peer's allowance; anyone else a stranger's.
+                let Some(peer) = next else { break };
+                // A peer with a bridge here gets a known peer's allowance — also when the
+                // bridge is disabled or revoked: its retries and follow-ups about what it sent
+                // are answered (large sends included), the rest refused; anyone else gets a
+                // stranger's.
                 let trusted: TrustCheck = {
                     let (checking, peer_id) = (accepting.clone(), peer.peer_home_id().to_string());
                     Arc::new(move || {
                         let (checking, peer_id) = (checking.clone(), peer_id.clone());
-                        Box::pin(async move { checking.approved(&peer_id).await.is_ok() })
+                        Box::pin(async move {
+                            let inbound =
+                                checking.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer_id);
+                            matches!(inbound.await, Ok(Some(_)))
+                        })
                     })
                 };
                 let serving = accepting.clone();
@@ -352,7 +351,10 @@ impl Bridges {
                 format!("at most {REQUESTS_PER_WINDOW} pairing requests per minute"),
             ));
         }
-        if requests.iter().filter(|r| r.status == "pending").count() >= MAX_WAITING_REQUESTS {
+        // (A peer's own waiting request does not count: its new one replaces it.)
+        if requests.iter().filter(|r| r.status == "pending" && r.peer_home_id != peer).count()
+            >= MAX_WAITING_REQUESTS
+        {
             return Err(Rejection::Wire(
                 "rate_limited",
                 format!(
@@ -372,14 +374,15 @@ impl Bridges {
             created_at: now,
             decided_at: None,
         };
-        self.save_bridge(None, Some(&request)).await.map_err(Error::from)?;
-        // A peer's newest request replaces the ones still waiting: the owner decides on what
-        // it wants now, and cannot approve a stale request (changing the grant) by mistake.
-        for stale in requests.iter().filter(|r| r.peer_home_id == peer && r.status == "pending") {
-            let replaced =
-                BridgeRequestRecord { status: "replaced".into(), decided_at: Some(now), ..stale.clone() };
-            self.save_bridge(None, Some(&replaced)).await.map_err(Error::from)?;
-        }
+        // A peer's newest request replaces the ones still waiting (in the same write): the
+        // owner decides on what it wants now, and cannot approve a stale request (changing
+        // the grant) by mistake.
+        let replaced =
+            requests.iter().filter(|r| r.peer_home_id == peer && r.status == "pending").map(|stale| {
+                BridgeRequestRecord { status: "replaced".into(), decided_at: Some(now), ..stale.clone() }
+            });
+        let saved: Vec<BridgeRequestRecord> = std::iter::once(request.clone()).chain(replaced).collect();
+        self.save_bridge(None, &saved).await.map_err(Error::from)?;
         info!(peer, request_id = %request.id, "pairing request filed");
         Ok(pb::PairReply { request_id: request.id })
     }
@@ -556,14 +559,14 @@ impl Bridges {
         Ok(bridges)
     }
 
-    /// Saves a bridge and/or request; saving a bridge drops the cached bridge table (a
-    /// request alone leaves it: every bridged call reads the cache).
+    /// Saves a bridge and/or requests, in one write; saving a bridge drops the cached bridge
+    /// table (requests alone leave it: every bridged call reads the cache).
     async fn save_bridge(
         &self,
         bridge: Option<&BridgeRecord>,
-        request: Option<&BridgeRequestRecord>,
+        requests: &[BridgeRequestRecord],
     ) -> crate::store::StoreResult<()> {
-        let save = self.inner.store.save_bridge(bridge, request);
+        let save = self.inner.store.save_bridge(bridge, requests);
         if bridge.is_some() { self.changing_bridges(save).await } else { save.await }
     }
 
@@ -650,7 +653,7 @@ impl Bridges {
             last_error_at: None,
             revoked_by_peer: false,
         };
-        self.save_bridge(Some(&bridge), None).await?;
+        self.save_bridge(Some(&bridge), &[]).await?;
         *self.connection_slot(&peer_home_id).lock().await = Some(peer);
         Ok((bridge, request_id))
     }
@@ -680,7 +683,7 @@ impl Bridges {
         for request in requests.iter_mut().filter(|r| self.expired(r, now)) {
             request.status = "expired".into();
             request.decided_at = Some(now);
-            self.save_bridge(None, Some(request)).await?;
+            self.save_bridge(None, std::slice::from_ref(request)).await?;
         }
         Ok(requests)
     }
@@ -759,7 +762,7 @@ impl Bridges {
         };
         request.status = "approved".into();
         request.decided_at = Some(now);
-        self.save_bridge(Some(&bridge), Some(&request)).await?;
+        self.save_bridge(Some(&bridge), std::slice::from_ref(&request)).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge approved");
         Ok(bridge)
     }
@@ -791,7 +794,7 @@ impl Bridges {
         let mut request = self.pending_request(request_id).await?;
         request.status = "rejected".into();
         request.decided_at = Some(now_ms());
-        self.save_bridge(None, Some(&request)).await?;
+        self.save_bridge(None, std::slice::from_ref(&request)).await?;
         Ok(request)
     }
 
@@ -817,7 +820,7 @@ impl Bridges {
                 }
             }
         } else {
-            self.save_bridge(Some(&bridge), None).await?;
+            self.save_bridge(Some(&bridge), &[]).await?;
             // Its pending sends are refused now (`bridge_revoked`), not when their backoff
             // would have brought them round. Best effort: the revocation stands either way.
             if let Err(e) = self.inner.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
@@ -857,7 +860,7 @@ impl Bridges {
             }
         };
         bridge.updated_at = now_ms();
-        self.save_bridge(Some(&bridge), None).await?;
+        self.save_bridge(Some(&bridge), &[]).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
         if enabled {
             // Messages held back while it was off may start turns now.
@@ -939,7 +942,7 @@ impl Bridges {
             current.revoked_by_peer = learnt.revoked_by_peer;
         }
         current.updated_at = learnt.updated_at;
-        self.save_bridge(Some(&current), None).await?;
+        self.save_bridge(Some(&current), &[]).await?;
         Ok(current)
     }
 

@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 use super::*;
 use crate::mailbox::{Delivery, Mailbox, Sent, key_conflict};
 use crate::store::{EventKind, MessageStatus, OutboxOutcome as Outcome, SourceRef, StoreError, ThreadRecord};
-use crate::sync::lock;
+use crate::sync::{SendKey, lock};
 use crate::threads::limits;
 
 /// The longest pause between two attempts.
@@ -332,11 +332,6 @@ impl Drop for PeerSlot {
     }
 }
 
-/// A sender's key: (key scope, key). It names one message, whichever home it went to.
-pub(super) type SendKey = (String, String);
-/// A key's lock, and how many sends hold or await it.
-pub(super) type KeyUsers = (Arc<tokio::sync::Mutex<()>>, usize);
-
 /// Answered sends whose outcomes are on their way to the store (see
 /// [`Bridges::run_recorder`]). Until the store has an outcome, a send with its key, the
 /// receipts and the pending count read it here.
@@ -363,43 +358,6 @@ impl Recording {
     /// The outbox entries as their outcomes will be written.
     pub(super) fn entries(&self) -> impl Iterator<Item = &OutboxRecord> {
         self.answered.values().map(|a| &a.outcome.0)
-    }
-}
-
-/// The right to send with a key: a send ships its message while its outbox entry is still
-/// being committed, so a second send with that key must wait for the first one's entry —
-/// which then answers it (a replay, or a conflict whose content never leaves this home).
-struct KeyLock {
-    inner: Arc<Inner>,
-    key: SendKey,
-    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-impl KeyLock {
-    async fn take(inner: &Arc<Inner>, key: SendKey) -> Self {
-        let mutex = {
-            let mut sending = lock(&inner.sending);
-            let (mutex, users) = sending.entry(key.clone()).or_default();
-            *users += 1;
-            mutex.clone()
-        };
-        // Counted from here: a send that goes away while it waits uncounts itself on drop.
-        let mut this = Self { inner: inner.clone(), key, guard: None };
-        this.guard = Some(mutex.lock_owned().await);
-        this
-    }
-}
-
-impl Drop for KeyLock {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        let mut sending = lock(&self.inner.sending);
-        if let Some((_, users)) = sending.get_mut(&self.key) {
-            *users -= 1;
-            if *users == 0 {
-                sending.remove(&self.key);
-            }
-        }
     }
 }
 
@@ -644,7 +602,7 @@ impl Bridges {
         let key = (entry.key_scope.clone(), entry.key.clone());
         // Held until the outcome is in the store or in `recording`, where a send with this
         // key looks first.
-        let _key_lock = KeyLock::take(&self.inner, key.clone()).await;
+        let _key_lock = self.inner.send_keys.take(key.clone()).await;
         // The key decides first: a key in the outbox is answered from there and sends nothing.
         let in_flight = self.in_flight(&key);
         let stored =
@@ -1032,8 +990,9 @@ impl Bridges {
         self.inner.config.bridge.retry_window.as_millis() as i64 + 1
     }
 
-    /// The bridge to call about the entry; none once its window is over or the bridge is
-    /// revoked here or gone (its fate then needs no call).
+    /// The bridge to call about the entry; none once its window is over (it then expires,
+    /// asking at most once, see [`Bridges::expire`]) or the bridge is revoked here or gone
+    /// (its fate then needs no call). Such entries do not wait for a silent peer's probe.
     async fn bridge_to_call(&self, entry: &OutboxRecord) -> Result<Option<BridgeRecord>> {
         if self.window_over(entry) {
             return Ok(None);
@@ -1162,9 +1121,9 @@ impl Bridges {
     /// task, so a peer that does not answer (up to [`ATTEMPT_TIMEOUT`] per attempt) holds
     /// up no other; an entry already being attempted (inline by its send, or by an
     /// earlier tick) is skipped until its outcome is recorded. A silent peer gets one
-    /// attempt at a time (see [`Bridges::probe`]), except for entries whose fate needs no
-    /// call: their retry window is over, or this home revoked the bridge. No peer gets
-    /// more than [`MAX_ATTEMPTS_PER_PEER`] at once.
+    /// attempt at a time (see [`Bridges::probe`]), except for entries whose retry window is
+    /// over (they expire, asking at most once) or whose bridge this home revoked. No peer
+    /// gets more than [`MAX_ATTEMPTS_PER_PEER`] at once.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
         for tick in 0usize.. {
             // Whatever their state: a revoked bridge's entries still have to end.
@@ -1181,8 +1140,8 @@ impl Bridges {
             for bridge in outbound[first..].iter().chain(&outbound[..first]) {
                 let peer = &bridge.peer_home_id;
                 // A silent peer's entries wait for its probe: put off until it ends, and passed
-                // over by `ship_due` if due anyway. Those whose fate needs no call (their
-                // window is over, the bridge revoked) are listed and ended meanwhile.
+                // over by `ship_due` if due anyway. Those whose window is over, or whose
+                // bridge is revoked here, are listed and ended meanwhile.
                 if PeerSlot::is_full(&self.inner, peer) {
                     continue;
                 }
@@ -1221,9 +1180,10 @@ impl Bridges {
             let Some(claim) = Claim::try_take(&self.inner, Claimed::Attempt, &entry.id) else {
                 continue;
             };
-            // A silent peer's entries wait for one of them, the first listed.
-            let needs_call = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
-            let silent = needs_call && self.silent(&entry.peer_home_id);
+            // A silent peer's entries wait for one of them, the first listed (not those
+            // that end now: window over, or bridge revoked here).
+            let probed = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
+            let silent = probed && self.silent(&entry.peer_home_id);
             if entry.status == "accepted" && !silent {
                 follow_ups.push((entry, claim));
                 continue;

@@ -26,7 +26,7 @@ use crate::store::{
     Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, ReceiptRecord,
     SendOutcome, SourceRef, Store, ThreadRecord,
 };
-use crate::sync::uncancelled;
+use crate::sync::{KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::{Threads, cursor, limits, new_id};
 use crate::time::now_ms;
@@ -46,6 +46,8 @@ pub struct Mailbox {
     config: Arc<Config>,
     runner: TurnRunner,
     signals: Signals,
+    /// One send at a time per sender's key, shared with the bridges' cross-home sends.
+    send_keys: Arc<KeyLocks>,
     /// Cancelled when the daemon stops: parked calls answer at once instead of holding the
     /// shutdown for up to a minute.
     stopping: CancellationToken,
@@ -120,10 +122,16 @@ pub struct WaitResult {
 }
 
 impl Mailbox {
-    pub fn new(threads: Threads, config: Arc<Config>, signals: Signals, stopping: CancellationToken) -> Self {
+    pub fn new(
+        threads: Threads,
+        config: Arc<Config>,
+        signals: Signals,
+        send_keys: Arc<KeyLocks>,
+        stopping: CancellationToken,
+    ) -> Self {
         let store = threads.store().clone();
         let runner = threads.runner().clone();
-        Self { threads, store, config, runner, signals, stopping }
+        Self { threads, store, config, runner, signals, send_keys, stopping }
     }
 
     /// Parks until one of the subscribed threads changes; `false` at the deadline or when
@@ -159,6 +167,9 @@ impl Mailbox {
             // A switch turned off since the first send does not turn its retry away.
             Err(refusal) => return self.replay_of(&scope, key, &thread.id, content).await?.ok_or(refusal),
         };
+        // A cross-home send with this key may be shipping right now, its outbox entry not
+        // yet committed: this send waits for it (and then finds the key taken).
+        let _key = self.send_keys.take((scope.clone(), key.to_string())).await;
         self.deliver(Delivery { thread, source, scope, content, key, wake: true, receipt: None }).await
     }
 

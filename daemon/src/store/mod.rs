@@ -582,11 +582,11 @@ pub trait Store: Send + Sync + 'static {
     async fn revoke_inbound(&self, bridge: &BridgeRecord, now: Millis) -> StoreResult<Vec<String>>;
     /// Sets a bridge's `last_success` (its peer reached it), leaving the rest as it is.
     async fn bridge_heard_from(&self, bridge_id: &str, now: Millis) -> StoreResult<()>;
-    /// Saves (inserts or replaces by id) a bridge and/or a request, in one transaction.
+    /// Saves (inserts or replaces by id) a bridge and/or requests, in one transaction.
     async fn save_bridge(
         &self,
         bridge: Option<&BridgeRecord>,
-        request: Option<&BridgeRequestRecord>,
+        requests: &[BridgeRequestRecord],
     ) -> StoreResult<()>;
     async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>>;
     async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>>;

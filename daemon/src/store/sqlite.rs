@@ -1348,15 +1348,15 @@ impl Store for SqliteStore {
     async fn save_bridge(
         &self,
         bridge: Option<&BridgeRecord>,
-        request: Option<&BridgeRequestRecord>,
+        requests: &[BridgeRequestRecord],
     ) -> StoreResult<()> {
-        let (bridge, request) = (bridge.cloned(), request.cloned());
+        let (bridge, requests) = (bridge.cloned(), requests.to_vec());
         self.db
             .write(move |conn| {
                 if let Some(b) = &bridge {
                     upsert_bridge(conn, b)?;
                 }
-                if let Some(r) = &request {
+                for r in &requests {
                     run(
                         conn,
                         "INSERT OR REPLACE INTO bridge_requests (id, peer_home_id, name, want, status, created_at, decided_at)

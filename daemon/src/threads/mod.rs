@@ -400,8 +400,9 @@ pub fn new_id(prefix: &str) -> String {
 
 /// The first non-blank line of the prompt, trimmed and cut to 80 characters.
 fn title_from_prompt(prompt: &str) -> String {
-    let line = prompt.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(DEFAULT_TITLE);
-    line.chars().filter(|c| !c.is_control()).take(limits::DERIVED_TITLE_CHARS).collect()
+    let printable = |line: &str| line.chars().filter(|c| !c.is_control()).collect::<String>();
+    let line = prompt.lines().map(|l| printable(l).trim().to_string()).find(|l| !l.is_empty());
+    line.unwrap_or_else(|| DEFAULT_TITLE.into()).chars().take(limits::DERIVED_TITLE_CHARS).collect()
 }
 
 #[cfg(test)]
