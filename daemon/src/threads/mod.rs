@@ -221,6 +221,8 @@ impl Threads {
         {
             return Ok(ThreadPage { threads: Vec::new(), next_cursor: None });
         }
+        // A scope of one workspace is that workspace's index walk, not a filter over them all.
+        let workspace_id = workspace_id.or_else(|| (scope.len() == 1).then(|| scope[0].clone()));
         let mut query = ThreadQuery { workspace_id, before_seq, limit: limit + 1 };
         let mut threads = Vec::new();
         // Keyset pages of the store, filtered to the scope, until a page is full.
