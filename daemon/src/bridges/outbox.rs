@@ -481,6 +481,8 @@ impl Bridges {
             key: &call.idempotency_key,
             wake: bridge.permissions.iter().any(|p| p == "wake"),
             receipt: Some(receipt),
+            // A peer's keys are its own: no send here shares them.
+            key_lock: None,
         };
         match mailbox.deliver(delivery).await {
             Ok(sent) => Ok(sent),

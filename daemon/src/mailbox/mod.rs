@@ -26,7 +26,7 @@ use crate::store::{
     Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, ReceiptRecord,
     SendOutcome, SourceRef, Store, ThreadRecord,
 };
-use crate::sync::{KeyLocks, uncancelled};
+use crate::sync::{KeyGuard, KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::{Threads, cursor, limits, new_id};
 use crate::time::now_ms;
@@ -80,6 +80,9 @@ pub struct Delivery<'a> {
     pub wake: bool,
     /// For a bridged send: its receipt, committed with the message.
     pub receipt: Option<ReceiptRecord>,
+    /// The sender's key lock (a local send's), released once the send is committed: a send
+    /// with the key waits for the commit, not for the delivery.
+    pub key_lock: Option<KeyGuard>,
 }
 
 /// A ThreadWait's timeout in ms (the default if none), checked against its limit.
@@ -169,8 +172,9 @@ impl Mailbox {
         };
         // A cross-home send with this key may be shipping right now, its outbox entry not
         // yet committed: this send waits for it (and then finds the key taken).
-        let _key = self.send_keys.take((scope.clone(), key.to_string())).await;
-        self.deliver(Delivery { thread, source, scope, content, key, wake: true, receipt: None }).await
+        let key_lock = Some(self.send_keys.take((scope.clone(), key.to_string())).await);
+        self.deliver(Delivery { thread, source, scope, content, key, wake: true, receipt: None, key_lock })
+            .await
     }
 
     /// The verified source of a send to `thread`, if both switches let it through.
@@ -267,7 +271,9 @@ impl Mailbox {
         let subscription = d.wake.then(|| self.signals.subscribe(vec![thread.id.clone()]));
         // The key decides first: a replay answers with the original message (even if the
         // thread was archived since) and writes nothing, so it costs no fsync.
-        let message_id = match self.accept(message, thread.clone(), d.wake).await? {
+        let accepted = self.accept(message, thread.clone(), d.wake).await;
+        drop(d.key_lock);
+        let message_id = match accepted? {
             SendOutcome::Accepted { message_id, delivered: true, .. } => {
                 return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
