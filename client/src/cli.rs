@@ -211,6 +211,16 @@ fn reference(text: &str) -> Result<pb::ThreadRef> {
     Ok(pb::parse_ref(text).map_err(|e| UsageError(e.to_string()))?)
 }
 
+/// `text` as one shell word, to paste back: quoted if it holds anything but plain
+/// characters.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        return text.to_string();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
 /// A workspace argument: a directory names the workspace it is in (the daemon needs it
 /// absolute); anything else goes as given, for the daemon to check.
 fn absolute_if_dir(workspace: String) -> String {
@@ -261,7 +271,8 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             let workspace = workspace.map(absolute_if_dir);
             let more = [("--bridge", &bridge), ("--workspace", &workspace)]
                 .iter()
-                .filter_map(|(flag, value)| value.as_ref().map(|v| format!("{flag} {v} ")))
+                .filter_map(|(flag, value)| value.as_ref().map(|v| format!("{flag} {} ", shell_word(v))))
+                .chain(limit.map(|n| format!("--limit {n} ")))
                 .collect::<String>();
             let request = pb::ThreadListRequest {
                 bridge: bridge.unwrap_or_default(),
@@ -597,4 +608,17 @@ pub fn show_status(s: &pb::StatusResponse, json: bool) {
     outln!("threads   {} ({} running turns)", s.threads, s.running_turns);
     outln!("profiles  {} (default {})", s.profiles.join(", "), s.default_profile);
     outln!("bridges   listening on {} (QUIC)", s.bridge_listen);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hint_quotes_what_a_shell_would_split() {
+        assert_eq!(shell_word("ws_0123456789abcdef"), "ws_0123456789abcdef");
+        assert_eq!(shell_word("/tmp/a dir"), "'/tmp/a dir'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
 }

@@ -80,8 +80,9 @@ pub struct Delivery<'a> {
     pub wake: bool,
     /// For a bridged send: its receipt, committed with the message.
     pub receipt: Option<ReceiptRecord>,
-    /// The sender's key lock (a local send's), released once the send is committed: a send
-    /// with the key waits for the commit, not for the delivery.
+    /// The sender's key lock (a local send's), released once the send is committed (also if
+    /// the caller goes away first): a send with the key waits for the commit, not for the
+    /// delivery.
     pub key_lock: Option<KeyGuard>,
 }
 
@@ -271,9 +272,7 @@ impl Mailbox {
         let subscription = d.wake.then(|| self.signals.subscribe(vec![thread.id.clone()]));
         // The key decides first: a replay answers with the original message (even if the
         // thread was archived since) and writes nothing, so it costs no fsync.
-        let accepted = self.accept(message, thread.clone(), d.wake).await;
-        drop(d.key_lock);
-        let message_id = match accepted? {
+        let message_id = match self.accept(message, thread.clone(), d.wake, d.key_lock).await? {
             SendOutcome::Accepted { message_id, delivered: true, .. } => {
                 return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
@@ -313,10 +312,19 @@ impl Mailbox {
 
     /// Commits the send, then starts the turn its transaction claimed or kicks the target
     /// (with `wake`), whether or not the caller is still there. The outcome's turn is taken.
-    async fn accept(&self, message: NewMessage, thread: ThreadRecord, wake: bool) -> Result<SendOutcome> {
+    async fn accept(
+        &self,
+        message: NewMessage,
+        thread: ThreadRecord,
+        wake: bool,
+        key_lock: Option<KeyGuard>,
+    ) -> Result<SendOutcome> {
         let (store, runner) = (self.store.clone(), self.runner.clone());
         uncancelled(async move {
-            let mut outcome = store.accept_message(&message).await?;
+            let committed = store.accept_message(&message).await;
+            // Held until the commit landed, even if the caller went away meanwhile.
+            drop(key_lock);
+            let mut outcome = committed?;
             if let SendOutcome::Accepted { turn, .. } = &mut outcome {
                 match turn.take() {
                     Some(turn) => runner.start_claimed(thread, *turn),
