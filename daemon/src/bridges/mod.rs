@@ -233,17 +233,21 @@ impl Bridges {
                 };
                 let Some(peer) = next else { break };
                 // A peer with a bridge here gets a known peer's allowance — also when the
-                // bridge is disabled or revoked: its retries and follow-ups about what it sent
-                // are answered (large sends included), the rest refused; anyone else gets a
-                // stranger's.
+                // bridge is disabled, or revoked within the time its keys are kept: its
+                // retries and follow-ups about what it sent are answered (large sends
+                // included), the rest refused. Anyone else gets a stranger's.
                 let trusted: TrustCheck = {
                     let (checking, peer_id) = (accepting.clone(), peer.peer_home_id().to_string());
+                    let kept = accepting.inner.config.mailbox.key_retention.as_millis() as i64;
                     Arc::new(move || {
                         let (checking, peer_id) = (checking.clone(), peer_id.clone());
                         Box::pin(async move {
                             let inbound =
                                 checking.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer_id);
-                            matches!(inbound.await, Ok(Some(_)))
+                            matches!(
+                                inbound.await,
+                                Ok(Some(b)) if b.state != "revoked" || now_ms() - b.updated_at < kept
+                            )
                         })
                     })
                 };
