@@ -80,6 +80,11 @@ pub fn rss_kb(pid: u32) -> u64 {
     proc_field(&format!("/proc/{pid}/status"), "VmRSS")
 }
 
+/// The most resident memory this process has had so far (`VmHWM`), in kB.
+pub fn peak_rss_kb() -> u64 {
+    proc_field("/proc/self/status", "VmHWM")
+}
+
 /// CPU time (user + system) this process has used so far, all threads.
 pub fn cpu_time() -> Duration {
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).expect("getrusage");

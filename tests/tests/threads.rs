@@ -654,3 +654,37 @@ async fn recovery_goes_by_the_claim_not_by_the_config() {
         "claimed for an exec agent"
     );
 }
+
+/// An agent's stderr is kept only as a tail, for the turn's error: a flood of it (here
+/// 300 MB) does not grow kikid's memory (this test's process runs the home).
+#[tokio::test]
+async fn a_flood_of_stderr_keeps_only_its_tail() {
+    let loud = "cat >/dev/null; head -c 300000000 /dev/zero | tr '\\0' x >&2; echo last words >&2; exit 2";
+    let home = TestHome::builder().shell_profile("loud", loud).start().await;
+    let before = kiki_tests::measure::peak_rss_kb();
+    let t = home.thread("loud", Some("go")).await;
+    let turn = home.wait_turns(&t.id, 1).await.remove(0);
+    assert_eq!(turn.status(), pb::TurnStatus::Failed);
+    assert!(turn.error.starts_with("the agent exited with status 2") && turn.error.ends_with("last words"));
+    assert!(turn.error.len() < 4200, "{} bytes of error", turn.error.len());
+    let grown = kiki_tests::measure::peak_rss_kb().saturating_sub(before);
+    assert!(grown < 100_000, "peak memory grew by {grown} kB");
+}
+
+/// User input queued while its thread was busy, then archived, is taken when the thread is
+/// unarchived (an archived thread starts no turn).
+#[tokio::test]
+async fn input_queued_before_archiving_is_taken_on_unarchive() {
+    let home = TestHome::builder().shell_profile("slow", "cat; sleep 1").start().await;
+    let t = home.thread("slow", Some("one")).await;
+    let said = home.say(&t.id, "two").await.expect("say");
+    assert!(!said.turn_started, "queued behind the running turn");
+    let archive = |archived| pb::ThreadArchiveRequest { target: Some(local(&t.id)), archived };
+    home.client().home().thread_archive(archive(true)).await.expect("archive");
+    home.wait_turns(&t.id, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(home.all_turns(&t.id).await.len(), 1, "archived: no turn for the queued input");
+    home.client().home().thread_archive(archive(false)).await.expect("unarchive");
+    let turns = home.wait_turns(&t.id, 2).await;
+    assert_eq!(turns[1].output, "two");
+}

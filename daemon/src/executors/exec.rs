@@ -76,10 +76,17 @@ pub async fn run(command: &[String], mut input: TurnInput<'_>) -> Result<String,
     let write = tokio::spawn(async move {
         let _ = stdin.write_all(&rendered).await;
     });
+    // Only the tail is kept (it goes into the turn's error): a chatty agent's stderr must
+    // not grow kikid's memory.
     let read_err = tokio::spawn(async move {
-        let mut err = Vec::new();
-        let _ = stderr.read_to_end(&mut err).await;
-        err
+        let (mut tail, mut chunk) = (Vec::new(), vec![0; 8192]);
+        while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
+            tail.extend_from_slice(&chunk[..n]);
+            if tail.len() > 2 * STDERR_TAIL_BYTES {
+                tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+            }
+        }
+        tail
     });
     let limit = input.max_output_bytes;
     let mut out = Vec::new();

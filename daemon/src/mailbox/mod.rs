@@ -514,12 +514,17 @@ impl Mailbox {
 
     /// Archive/unarchive with the events and wake-ups they cause.
     pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<Archived> {
-        let (threads, signals, thread_id) =
-            (self.threads.clone(), self.signals.clone(), thread_id.to_string());
+        let (threads, signals, runner, thread_id) =
+            (self.threads.clone(), self.signals.clone(), self.runner.clone(), thread_id.to_string());
         uncancelled(async move {
             let done = threads.set_archived(&thread_id, archived).await?;
             for thread in &done.notified {
                 signals.notify(thread);
+            }
+            // User input queued before the archiving (an archived thread starts no turn)
+            // is taken now.
+            if done.changed && !archived {
+                runner.kick(&thread_id);
             }
             Ok(done)
         })
