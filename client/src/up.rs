@@ -19,10 +19,17 @@ use crate::output::print_json;
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(5);
+/// How long one status or shutdown call may take.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The home's status, if its daemon answers within [`ANSWER_TIMEOUT`] (a stopped or wedged
+/// daemon is not waited for).
 async fn status(socket: &Path) -> Option<pb::StatusResponse> {
-    let client = Client::connect(socket).await.ok()?;
-    Some(client.home().status(pb::StatusRequest {}).await.ok()?.into_inner())
+    let ask = async {
+        let client = Client::connect(socket).await.ok()?;
+        Some(client.home().status(pb::StatusRequest {}).await.ok()?.into_inner())
+    };
+    tokio::time::timeout(ANSWER_TIMEOUT, ask).await.ok().flatten()
 }
 
 /// `kikid` next to this `kiki`, else from `PATH`.
@@ -79,7 +86,18 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
             return Ok(());
         }
         if let Some(exit) = child.try_wait()? {
-            // Another `kiki up` may have won the race for the home's lock.
+            // Another `kiki up` may have won the race for the home's lock: while its kikid
+            // holds the lock, wait for that one to answer (the loop's next turns).
+            if lock_held(home) {
+                if started.elapsed() > START_TIMEOUT {
+                    bail!(
+                        "the home's kikid did not answer within {START_TIMEOUT:?}; see {}",
+                        log_path.display()
+                    );
+                }
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
             if let Some(s) = status(&socket).await {
                 show_status(&s, json);
                 return Ok(());
@@ -104,7 +122,10 @@ pub async fn down(home: &Path, json: bool) -> Result<()> {
         return Ok(());
     };
     // An agent's `kiki down` (its turn's token set) is refused: stopping the home is the owner's.
-    crate::cli::as_caller(client)?.home().shutdown(pb::ShutdownRequest {}).await?;
+    let mut home_service = crate::cli::as_caller(client)?.home();
+    tokio::time::timeout(ANSWER_TIMEOUT, home_service.shutdown(pb::ShutdownRequest {}))
+        .await
+        .map_err(|_| anyhow::anyhow!("kikid did not answer within {ANSWER_TIMEOUT:?}"))??;
     let started = Instant::now();
     // The daemon releases the home's lock as its very last step (or the OS does, at exit).
     while lock_held(home) {

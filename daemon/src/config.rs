@@ -46,6 +46,8 @@ const MAX_REQUEST_EXPIRY: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The least time any home keeps idempotency keys (`[mailbox] key_retention`).
 const MIN_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// The most: ten years (far beyond any use, and well within the store's millisecond times).
+const MAX_KEY_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -234,7 +236,9 @@ impl Config {
                 ));
             }
             match profile.executor {
-                ExecutorKind::Exec if profile.command.is_empty() => {
+                ExecutorKind::Exec
+                    if profile.command.first().is_none_or(|program| program.trim().is_empty()) =>
+                {
                     problems.push(format!("profiles.{name}.command: an exec profile needs a command"))
                 }
                 ExecutorKind::Echo if !profile.command.is_empty() => {
@@ -255,8 +259,11 @@ impl Config {
                 defaults.join(", ")
             ));
         }
-        if self.mailbox.key_retention < MIN_KEY_RETENTION {
-            problems.push("mailbox.key_retention: must be at least 24h".into());
+        if self.mailbox.key_retention < MIN_KEY_RETENTION || self.mailbox.key_retention > MAX_KEY_RETENTION {
+            problems.push("mailbox.key_retention: must be at least 24h and at most 3650d".into());
+        }
+        if self.bridge.retry_window.is_zero() {
+            problems.push("bridge.retry_window: must be more than 0".into());
         }
         if self.bridge.retry_window > MIN_KEY_RETENTION {
             // A retry or follow-up must find its key at the target, whose keys live 24h at least.
@@ -339,6 +346,18 @@ mod tests {
         assert_eq!(err.problems.len(), 3, "{err}");
         assert!(err.to_string().contains("profiles.a.command"));
         assert!(err.to_string().contains("at most one profile"));
+    }
+
+    #[test]
+    fn empty_windows_programs_and_endless_retention_are_refused() {
+        for (text, says) in [
+            ("[bridge]\nretry_window = \"0s\"\n", "bridge.retry_window: must be more than 0"),
+            ("[profiles.a]\nexecutor = \"exec\"\ncommand = [\"\"]\n", "profiles.a.command"),
+            ("[mailbox]\nkey_retention = \"18446744073709551615s\"\n", "mailbox.key_retention"),
+        ] {
+            let err = Config::parse(text).expect_err(text);
+            assert!(err.to_string().contains(says), "{text}: {err}");
+        }
     }
 
     #[test]

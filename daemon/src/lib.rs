@@ -158,7 +158,7 @@ impl DaemonBuilder {
         info!(home_id = identity.home_id(), home = %home.root().display(), "home identity loaded");
 
         let store: Arc<dyn Store> = match &config.store.url {
-            Some(url) => Arc::new(SqliteStore::open(url).await?),
+            Some(url) => Arc::new(SqliteStore::open(url, home.root()).await?),
             None => Arc::new(SqliteStore::open_path(&home.sqlite_file()).await?),
         };
         recover_interrupted_turns(store.as_ref()).await?;

@@ -40,6 +40,8 @@ async fn run() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_env("KIKI_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)
+        // Colour only for a terminal: `kiki up` sends kikid's log to a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if !kiki_daemon::runtime::LIFO_SLOT_OFF {
         tracing::warn!(

@@ -120,6 +120,29 @@ fn up_status_down_and_an_owner_only_home() {
     assert_eq!(up2["home_id"], up["home_id"]);
 }
 
+/// `kiki up` run several times at once: one kikid serves the home, and every `kiki up`
+/// returns once it answers (the others' kikid lost the race for the home's lock).
+#[test]
+fn concurrent_ups_all_return_the_one_daemon() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    let ups: Vec<_> = (0..4)
+        .map(|_| {
+            let home = home.clone();
+            std::thread::spawn(move || kiki(&home, &["--json", "up"]))
+        })
+        .collect();
+    let mut pids = Vec::new();
+    for up in ups {
+        let out = up.join().expect("kiki up");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        pids.push(status["pid"].clone());
+    }
+    pids.dedup();
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+}
+
 #[test]
 fn a_second_daemon_on_the_same_home_is_refused() {
     let (_dir, home) = new_home();

@@ -36,8 +36,21 @@ async fn data_survives_reopening_and_migrations_run_once() {
     assert!(reopened.thread("th_a").await.expect("read").is_some());
 }
 
+/// A relative store path is taken from the home (given here as `base`), never from the
+/// directory kikid happens to run in.
+#[tokio::test]
+async fn a_relative_store_path_is_the_homes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = SqliteStore::open("sqlite://sub.db", dir.path()).await.expect("open");
+    drop(store);
+    assert!(dir.path().join("sub.db").is_file());
+    assert!(!std::path::Path::new("sub.db").exists());
+}
+
 #[tokio::test]
 async fn only_sqlite_urls_are_accepted() {
-    let err = SqliteStore::open("postgres://localhost/kiki").await.expect_err("not sqlite");
+    let err = SqliteStore::open("postgres://localhost/kiki", std::path::Path::new("/"))
+        .await
+        .expect_err("not sqlite");
     assert!(err.to_string().contains("unsupported store url"), "{err}");
 }

@@ -688,3 +688,25 @@ async fn input_queued_before_archiving_is_taken_on_unarchive() {
     let turns = home.wait_turns(&t.id, 2).await;
     assert_eq!(turns[1].output, "two");
 }
+
+/// With the default profile disabled (here the built-in `echo`), a ThreadCreate naming no
+/// profile is refused, not given the disabled one.
+#[tokio::test]
+async fn a_disabled_default_profile_is_not_used() {
+    let home = TestHome::builder()
+        .config(|c| {
+            let echo = kiki_daemon::config::ProfileConfig {
+                executor: kiki_daemon::config::ExecutorKind::Echo,
+                command: Vec::new(),
+                default: false,
+                enabled: false,
+                thread_communication: None,
+            };
+            c.profiles.insert("echo".into(), echo);
+        })
+        .start()
+        .await;
+    let err = home.create(create_in(&home.workdir("a"))).await.expect_err("disabled");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("profile") && err.message().contains("disabled"), "{}", err.message());
+}

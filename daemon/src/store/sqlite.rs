@@ -314,16 +314,17 @@ impl SqliteStore {
         self.db.write(move |conn| run(conn, sql, params.clone()).map(drop)).await
     }
 
-    /// Opens (creating if needed) the database at `url` — `sqlite://PATH` or a plain path —
-    /// and applies pending migrations.
-    pub async fn open(url: &str) -> StoreResult<Self> {
+    /// Opens (creating if needed) the database at `url` — `sqlite://PATH` or a plain path,
+    /// a relative one taken from `base` (the home: never the directory kikid was started
+    /// in) — and applies pending migrations.
+    pub async fn open(url: &str, base: &Path) -> StoreResult<Self> {
         let path = PathBuf::from(
             url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url),
         );
         if path.as_os_str().is_empty() || url.contains("://") && !url.starts_with("sqlite://") {
             return Err(StoreError::UnsupportedUrl(url.to_string()));
         }
-        Self::open_path(&path).await
+        Self::open_path(&base.join(path)).await
     }
 
     pub async fn open_path(path: &Path) -> StoreResult<Self> {
@@ -421,7 +422,15 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
         if applied.is_some() {
             continue;
         }
-        let failed = |e: rusqlite::Error| StoreError::Migration { version, name, message: e.to_string() };
+        // The cause alone, on one line: an error carrying the migration's whole SQL would
+        // push it out of the log lines `kiki up` shows.
+        let failed = |e: rusqlite::Error| {
+            let message = match &e {
+                rusqlite::Error::SqlInputError { msg, offset, .. } => format!("{msg} (at offset {offset})"),
+                e => e.to_string(),
+            };
+            StoreError::Migration { version, name, message }
+        };
         tx.execute_batch(sql).map_err(failed)?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, strftime('%s','now'))",
@@ -1810,6 +1819,17 @@ mod tests {
         let found = store.outbox_by_key("PEER", "", "new").await.expect("probe");
         assert_eq!(found.map(|e| e.id).as_deref(), Some("msg_2"), "a key written since");
         assert_eq!(store.outbox_by_key("PEER", "", "never used").await.expect("probe"), None);
+    }
+
+    #[test]
+    fn a_failed_migration_says_why_in_one_line() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        migrate(&mut conn).expect("migrate");
+        conn.execute("DELETE FROM schema_migrations WHERE version = 16", []).expect("forget 16");
+        conn.execute("CREATE TABLE outbox_new (x)", []).expect("in the way");
+        let err = migrate(&mut conn).expect_err("fails").to_string();
+        assert!(err.starts_with("migration 16") && err.contains("already exists"), "{err}");
+        assert!(!err.contains('\n') && !err.contains("CREATE"), "{err}");
     }
 
     #[test]

@@ -144,7 +144,15 @@ impl Threads {
                     ));
                 }
             },
-            None => self.config.default_profile().to_string(),
+            None => match self.config.default_profile() {
+                name if self.config.profile(name).is_some_and(|p| p.enabled) => name.to_string(),
+                name => {
+                    return Err(Error::invalid(
+                        "profile",
+                        format!("the default profile {name:?} is disabled; name an enabled one"),
+                    ));
+                }
+            },
         };
         let parent = match caller {
             Some(caller) => Some(self.get("", "", &caller.thread_id).await?),
