@@ -175,8 +175,12 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Up => up::up(&home, json).await,
         Command::Down => up::down(&home, json).await,
         Command::Status => {
-            let status = connect(&home).await?.home().status(pb::StatusRequest {}).await?.into_inner();
-            show_status(&status, json);
+            let mut service = connect(&home).await?.home();
+            let asked = tokio::time::timeout(up::ANSWER_TIMEOUT, service.status(pb::StatusRequest {})).await;
+            let status = asked.map_err(|_| {
+                tonic::Status::unavailable(format!("kikid did not answer within {:?}", up::ANSWER_TIMEOUT))
+            })??;
+            show_status(&status.into_inner(), json);
             Ok(())
         }
         Command::Thread(command) => thread(&home, command, json).await,

@@ -20,7 +20,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(5);
 /// How long one status or shutdown call may take.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The home's status, if its daemon answers within [`ANSWER_TIMEOUT`] (a stopped or wedged
 /// daemon is not waited for).
