@@ -50,6 +50,15 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
         show_status(&s, json);
         return Ok(());
     }
+    // A home someone else made is not written into (kikid refuses it too).
+    if let Ok(existing) = std::fs::symlink_metadata(home) {
+        use std::os::unix::fs::MetadataExt;
+        // `/proc/self` belongs to this process's effective user.
+        let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+        if !existing.is_dir() || me.is_some_and(|me| existing.uid() != me) {
+            bail!("{} is not a directory of yours; a home must be", home.display());
+        }
+    }
     // Owner-only, like everything the daemon keeps in the home.
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -61,6 +70,8 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
         .create(true)
         .append(true)
         .mode(0o600)
+        // Never through a symlink planted in the home.
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     // Where this start's lines begin: an earlier failed start's stay above them.

@@ -46,14 +46,27 @@ impl Identity {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = rcgen::KeyPair::generate()
                     .map_err(|e| IdentityError::Invalid { path: shown.clone(), message: e.to_string() })?;
+                // Written whole under another name, then renamed into place (and the rename
+                // synced): a crash part-way leaves no key file, never an empty or partial one
+                // that would lock the home out. The home's lock keeps a second kikid away.
+                let partial = path.with_extension("key.partial");
+                // One left by a crash is not reused: it may have another owner's mode.
+                match std::fs::remove_file(&partial) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+                    _ => {}
+                }
                 let mut file = std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .mode(0o600)
-                    .open(path)
+                    .open(&partial)
                     .map_err(io)?;
                 file.write_all(key.serialize_pem().as_bytes()).map_err(io)?;
                 file.sync_all().map_err(io)?;
+                std::fs::rename(&partial, path).map_err(io)?;
+                if let Some(dir) = path.parent() {
+                    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+                }
                 Ok(Self::from_key(key))
             }
             Err(e) => Err(io(e)),
@@ -91,6 +104,20 @@ mod tests {
         assert_eq!(first.home_id().len(), 52);
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        let names: Vec<_> =
+            std::fs::read_dir(dir.path()).expect("dir").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names, ["identity.key"], "no partial file left");
+    }
+
+    /// A crash while the key was being written leaves a partial file beside it, never an
+    /// empty key: the next start writes the key afresh.
+    #[test]
+    fn a_partial_key_from_a_crash_is_written_over() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("identity.key");
+        std::fs::write(dir.path().join("identity.key.partial"), b"-----BEGIN PRIV").expect("partial");
+        let created = Identity::load_or_create(&path).expect("create");
+        assert_eq!(Identity::load_or_create(&path).expect("load").home_id(), created.home_id());
     }
 
     #[test]

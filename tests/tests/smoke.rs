@@ -143,6 +143,20 @@ fn concurrent_ups_all_return_the_one_daemon() {
     assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
 }
 
+/// `kiki up` writes its log only into a home of its user's, and never through a symlink.
+#[test]
+fn kiki_up_writes_no_log_through_a_symlink() {
+    let (dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "untouched").expect("victim");
+    std::os::unix::fs::symlink(&victim, home.join("kikid.log")).expect("symlink");
+    let out = kiki(&home, &["up"]);
+    assert!(!out.status.success(), "started through a symlinked log");
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "untouched");
+}
+
 #[test]
 fn a_second_daemon_on_the_same_home_is_refused() {
     let (_dir, home) = new_home();
