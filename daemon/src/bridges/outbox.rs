@@ -612,7 +612,8 @@ impl Bridges {
         if let Some(existing) = stored {
             return replay(in_flight, existing, &entry.request_hash);
         }
-        // Nor may the key name a message the sender sent to a thread of this home.
+        // Nor may the key name a message the sender sent to a thread of this home (a local
+        // send holds this key's lock until its commit, so none lands after this check).
         if let Some(message_id) = self.inner.store.local_key_message(&entry.key_scope, &entry.key).await? {
             return Err(key_conflict(&message_id));
         }
@@ -633,8 +634,6 @@ impl Bridges {
         let attempted = AtomicBool::new(false);
         let insert = async {
             self.inner.store.outbox_insert(&entry).await.map_err(|e| match e {
-                // A local send with the key committed since the check above.
-                StoreError::Conflict(why) => Error::Conflict(why),
                 e if attempted.load(Ordering::Relaxed) => Error::Store(StoreError::Backend(format!(
                     "{e}; the message may have reached {host} already: retry with the same key"
                 ))),

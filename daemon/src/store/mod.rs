@@ -594,8 +594,8 @@ pub trait Store: Send + Sync + 'static {
     async fn prune_bridge_requests(&self, decided_before: Millis) -> StoreResult<u64>;
 
     /// Stores a new outbox entry: `None` if it was stored, or the entry already holding its
-    /// (peer, scope, key); a conflict if the sender used the key for a message to a thread of
-    /// this home.
+    /// (peer, scope, key). (The caller holds the key's lock and has checked the sender's
+    /// local messages: see `sync::KeyLocks`.)
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
     /// Saves pending or accepted entries' new states, each with an optional event (e.g.
     /// `undeliverable`), in one transaction. A final entry (delivered, rejected, expired) is

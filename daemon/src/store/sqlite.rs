@@ -1424,15 +1424,6 @@ impl Store for SqliteStore {
         let e = entry.clone();
         self.db
             .write(move |conn| {
-                // A key the sender used for a message to a thread of this home names that
-                // message (checked before shipping too; this catches a local send that
-                // committed in between).
-                if let Some((_, message_id)) = stored_key(conn, &e.key_scope, &e.key)? {
-                    return Err(StoreError::Conflict(format!(
-                        "idempotency_key {:?} already names message {message_id}, sent to another thread",
-                        e.key
-                    )));
-                }
                 // One probe of the key's index on the writer: the insert's own. Only a key
                 // already there costs a second, to read its entry.
                 let inserted = run(
