@@ -678,24 +678,34 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
 }
 
 pub async fn receipts_page_back_from_the_newest(store: &dyn Store) {
-    let receipt = |peer: &str, key: &str| ReceiptRecord {
+    let refusal = |peer: &str, key: &str, reason: &str| ReceiptRecord {
         peer_home_id: peer.into(),
         key: key.into(),
-        message_id: format!("msg_{key}"),
+        message_id: String::new(),
         target: "th_a".into(),
-        status: "pending".into(),
-        reason: String::new(),
+        status: "rejected".into(),
+        reason: reason.into(),
         at: 5,
     };
-    for (peer, key) in [("HOME_P", "k1"), ("HOME_Q", "k2"), ("HOME_P", "k3"), ("HOME_P", "k4")] {
-        store.add_receipt(&receipt(peer, key)).await.expect("receipt");
+    for (peer, key) in
+        [("HOME_P", "k1"), ("HOME_Q", "k2"), ("HOME_P", "k3"), ("HOME_P", "k3"), ("HOME_P", "k4")]
+    {
+        store.add_refusal(&refusal(peer, key, "thread_not_found")).await.expect("receipt");
     }
     let keys = |page: &[(i64, ReceiptRecord)]| page.iter().map(|(_, r)| r.key.clone()).collect::<Vec<_>>();
     let newest = store.receipts_from("HOME_P", None, 2).await.expect("page");
     assert_eq!(keys(&newest), ["k4", "k3"]);
     let from = newest.last().map(|(seq, _)| *seq);
     let again = store.receipts_from("HOME_P", from, 2).await.expect("page");
-    assert_eq!(keys(&again), ["k3", "k1"], "from a receipt back, the receipt included, only this peer's");
+    assert_eq!(
+        keys(&again),
+        ["k3", "k1"],
+        "from a receipt back, the receipt included, only this peer's, once"
+    );
+    // Another reason for the key is another refusal (a grant changed between the asks).
+    store.add_refusal(&refusal("HOME_P", "k1", "permission_denied")).await.expect("receipt");
+    let all = store.receipts_from("HOME_P", None, 10).await.expect("page");
+    assert_eq!(keys(&all), ["k1", "k4", "k3", "k1"]);
 }
 
 /// A write that fails half-way leaves nothing behind, and writes committed with it (a

@@ -242,6 +242,26 @@ async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
     assert_eq!(turn.output, "echo: the user speaks", "held back while communication is off");
 }
 
+/// The target refused a send for good but its answer was lost: the source's retry is
+/// refused again, with the same reason, and the target's receipts still say so once.
+#[tokio::test]
+async fn a_refusal_whose_answer_was_lost_is_written_once_at_the_target() {
+    let network = MemoryNetwork::new();
+    let Paired { a, b, a_id, b_id, .. } = paired(&network, "send").await;
+    network.lose_answers(&a_id, &b_id, true);
+    let sent = a.client().threads().thread_send(send("th_nope", "lost", "k1")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending);
+    network.lose_answers(&a_id, &b_id, false);
+
+    let settled = settled_receipt(&a, "k1").await;
+    assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("rejected", "thread_not_found"));
+    let request = pb::BridgeReceiptsRequest { bridge: a_id.clone(), ..Default::default() };
+    let at_target = b.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
+    let refusals: Vec<_> = at_target.receipts.iter().filter(|r| r.idempotency_key == "k1").collect();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!((refusals[0].status.as_str(), refusals[0].reason.as_str()), ("rejected", "thread_not_found"));
+}
+
 /// The source's owner revokes its own outbound bridge while a send waits in the outbox for a
 /// cut-off target: the send ends as rejected (`bridge_revoked`) instead of being retried.
 #[tokio::test]

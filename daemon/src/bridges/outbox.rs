@@ -416,7 +416,7 @@ impl Bridges {
             return response;
         }
         // Written before the answer, so a peer's refused sends wait for the store's pace.
-        if let Err(e) = self.inner.store.add_receipt(&receipt).await {
+        if let Err(e) = self.inner.store.add_refusal(&receipt).await {
             warn!(error = %e, "cannot record a bridge receipt");
         }
         response

@@ -626,7 +626,10 @@ pub trait Store: Send + Sync + 'static {
     /// `until` to `until` (the peer is silent: they wait for one entry's attempt, a probe),
     /// or to `window` after it was sent (the end of its retry window) if that is sooner.
     async fn outbox_defer(&self, peer: &str, except: &str, until: Millis, window: Millis) -> StoreResult<()>;
-    async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
+    /// Writes the receipt of a send refused for good from `peer` (no message was made),
+    /// unless one with its key and reason is written already: a source asks again when the
+    /// answer was lost.
+    async fn add_refusal(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
     /// Receipts of sends from the peer home `peer`, newest first with their seq: at most
     /// `limit`, from `from_seq` back (included) when given.
     async fn receipts_from(

@@ -44,6 +44,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (14, "bridges revoked by peer", include_str!("migrations/sqlite/0014_bridges_revoked_by_peer.sql")),
     (15, "pairing requests replaced", include_str!("migrations/sqlite/0015_pairing_requests_replaced.sql")),
     (16, "outbox keys across peers", include_str!("migrations/sqlite/0016_outbox_keys_across_peers.sql")),
+    (17, "refusals by key", include_str!("migrations/sqlite/0017_refusals_by_key.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -1545,9 +1546,21 @@ impl Store for SqliteStore {
         self.write_statement(OUTBOX_DEFER, (until, peer.to_string(), except.to_string(), window)).await
     }
 
-    async fn add_receipt(&self, receipt: &ReceiptRecord) -> StoreResult<()> {
-        let receipt = receipt.clone();
-        self.db.write(move |conn| insert_receipt(conn, &receipt)).await
+    async fn add_refusal(&self, r: &ReceiptRecord) -> StoreResult<()> {
+        let r = r.clone();
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+                     SELECT ?1, ?2, '', ?3, ?4, ?5, ?6 WHERE NOT EXISTS (
+                         SELECT 1 FROM bridge_receipts WHERE peer_home_id = ?1 AND key = ?2
+                             AND message_id = '' AND status = ?4 AND reason = ?5)",
+                    params![r.peer_home_id, r.key, r.target, r.status, r.reason, r.at],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
     async fn receipts_from(
