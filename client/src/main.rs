@@ -30,6 +30,13 @@ async fn main() -> ExitCode {
             output::print_error_json("invalid_argument", &e.to_string());
             return ExitCode::from(2);
         }
+        Err(e)
+            if e.kind() == clap::error::ErrorKind::DisplayVersion
+                && std::env::args().any(|a| a == "--json") =>
+        {
+            println!("{}", serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }));
+            return ExitCode::SUCCESS;
+        }
         Err(e) => e.exit(),
     };
     let json = args.json;

@@ -213,6 +213,19 @@ fn cli_errors_are_json_with_codes_and_leave_no_trace() {
 }
 
 #[test]
+fn the_version_is_text_or_one_json_document() {
+    let (_dir, home) = new_home();
+    let out = kiki(&home, &["--version"]);
+    assert!(out.status.success());
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("kiki {version}"));
+    let out = kiki(&home, &["--json", "--version"]);
+    assert!(out.status.success());
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(printed, serde_json::json!({ "version": version }));
+}
+
+#[test]
 fn a_reader_that_goes_away_ends_kiki_quietly() {
     let (_dir, home) = new_home();
     let _down = Down(&home);
