@@ -208,15 +208,42 @@ impl Config {
         Ok((config, unknown))
     }
 
-    /// Parses and validates TOML text.
+    /// Parses and validates TOML text. Each section (and each profile) is read on its own,
+    /// so a wrong type in one does not hide the problems of the others.
     pub fn parse(text: &str) -> Result<(Self, Vec<String>), ConfigError> {
-        let mut unknown = Vec::new();
-        let de = toml::Deserializer::parse(text)
-            .map_err(|e| ConfigError { source_name: None, problems: vec![e.to_string()] })?;
-        let config: Config = serde_ignored::deserialize(de, |path| unknown.push(path.to_string()))
-            .map_err(|e| ConfigError { source_name: None, problems: vec![e.to_string()] })?;
-        config.validate()?;
-        Ok((config, unknown))
+        let one = |problem: String| ConfigError { source_name: None, problems: vec![problem] };
+        let root = toml::de::DeTable::parse(text).map_err(|e| one(located(text, &e)))?.into_inner();
+        let mut config = Config::default();
+        let mut read = Reader { text, unknown: Vec::new(), problems: Vec::new() };
+        for (key, value) in root {
+            let key = key.into_inner();
+            match &*key {
+                "store" => read.section(&key, value, &mut config.store),
+                "thread_communication" => read.section(&key, value, &mut config.thread_communication),
+                "turns" => read.section(&key, value, &mut config.turns),
+                "mailbox" => read.section(&key, value, &mut config.mailbox),
+                "bridge" => read.section(&key, value, &mut config.bridge),
+                "profiles" => match value.into_inner() {
+                    toml::de::DeValue::Table(profiles) => {
+                        for (name, value) in profiles {
+                            let name = name.into_inner().into_owned();
+                            if let Some(profile) = read.value(&format!("profiles.{name}"), value) {
+                                config.profiles.insert(name, profile);
+                            }
+                        }
+                    }
+                    _ => read.problems.push("profiles: must be a table of profiles".into()),
+                },
+                _ => read.unknown.push(key.into_owned()),
+            }
+        }
+        if let Err(invalid) = config.validate() {
+            read.problems.extend(invalid.problems);
+        }
+        match read.problems.is_empty() {
+            true => Ok((config, read.unknown)),
+            false => Err(ConfigError { source_name: None, problems: read.problems }),
+        }
     }
 
     fn apply_env(&mut self) {
@@ -313,6 +340,44 @@ impl Config {
     }
 }
 
+type Value<'t> = toml::Spanned<toml::de::DeValue<'t>>;
+
+/// Reads a config's sections one by one, gathering their unknown keys and problems.
+struct Reader<'t> {
+    text: &'t str,
+    unknown: Vec<String>,
+    problems: Vec<String>,
+}
+
+impl<'t> Reader<'t> {
+    /// Reads the section at `path` into `slot`, which keeps its default if the section is
+    /// invalid.
+    fn section<T: Deserialize<'t>>(&mut self, path: &str, value: Value<'t>, slot: &mut T) {
+        if let Some(value) = self.value(path, value) {
+            *slot = value;
+        }
+    }
+
+    /// The value at `path`; none if it is invalid (the problem is noted, with its line).
+    fn value<T: Deserialize<'t>>(&mut self, path: &str, value: Value<'t>) -> Option<T> {
+        let unknown = &mut self.unknown;
+        let de = toml::de::ValueDeserializer::from(value);
+        serde_ignored::deserialize(de, |key| unknown.push(format!("{path}.{key}")))
+            .map_err(|e| self.problems.push(format!("{path}: {}", located(self.text, &e))))
+            .ok()
+    }
+}
+
+/// "line L, column C: MESSAGE": one line per problem, so a list of them reads at a glance,
+/// also in the tail of the log that `kiki up` shows.
+fn located(text: &str, e: &toml::de::Error) -> String {
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else { return e.message().to_string() };
+    let before = text.get(..at).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
+    format!("line {line}, column {column}: {}", e.message())
+}
+
 fn valid_profile_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
@@ -346,6 +411,28 @@ mod tests {
         assert_eq!(err.problems.len(), 3, "{err}");
         assert!(err.to_string().contains("profiles.a.command"));
         assert!(err.to_string().contains("at most one profile"));
+    }
+
+    #[test]
+    fn wrong_types_in_several_sections_are_all_reported_with_their_lines() {
+        let err = Config::parse("[bridge]\nretry_window = \"1s\"\n[turns\n").expect_err("not TOML");
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert!(err.problems[0].starts_with("line 3, column 7: "), "{err}");
+        let text = "[bridge]\nretry_window = 5\n[turns]\nmax_output_bytes = \"big\"\n\
+                    [mailbox]\ndelivery_wait = \"2m\"\n[profiles.a]\nexecutor = \"shell\"\n\
+                    [profiles.b]\nexecutor = \"exec\"\n";
+        let err = Config::parse(text).expect_err("invalid");
+        let said = err.to_string();
+        assert_eq!(err.problems.len(), 5, "{said}");
+        for says in [
+            "bridge: line 2, column 16: invalid type: integer `5`, expected a string",
+            "turns: line 4, column 20: invalid type: string \"big\", expected usize",
+            "profiles.a: line 8, column 12: unknown variant `shell`, expected `echo` or `exec`",
+            "mailbox.delivery_wait: must be at most 60s",
+            "profiles.b.command: an exec profile needs a command",
+        ] {
+            assert!(err.problems.iter().any(|p| p.starts_with(says)), "{says:?} in {said}");
+        }
     }
 
     #[test]

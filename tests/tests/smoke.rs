@@ -212,6 +212,27 @@ fn cli_errors_are_json_with_codes_and_leave_no_trace() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("frobnicate"), "and on stderr");
 }
 
+/// A config with several mistakes: `kiki up` fails with every one of them, one line each.
+#[test]
+fn kiki_up_lists_every_mistake_in_the_config() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    let config = "[bridge]\nretry_window = 5\n[turns]\nmax_output_bytes = \"big\"\n[mailbox]\ndelivery_wait = \"2m\"\n";
+    std::fs::write(home.join("config.toml"), config).expect("config");
+    let out = kiki(&home, &["up"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    for line in [
+        "  - bridge: line 2, column 16: invalid type: integer `5`, expected a string",
+        "  - turns: line 4, column 20: invalid type: string \"big\", expected usize",
+        "  - mailbox.delivery_wait: must be at most 60s",
+    ] {
+        assert!(said.lines().any(|l| l == line), "{line:?} in {said}");
+    }
+    assert!(!home.join("kikid.sock").exists(), "no home runs");
+}
+
 #[test]
 fn the_version_is_text_or_one_json_document() {
     let (_dir, home) = new_home();
