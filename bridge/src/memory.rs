@@ -104,6 +104,7 @@ pub struct MemoryLink {
     network: Arc<MemoryNetwork>,
     local: String,
     peer: String,
+    peer_addr: SocketAddr,
     to_peer: mpsc::Sender<Call>,
     from_peer: Mutex<Option<mpsc::Receiver<Call>>>,
     closed: Arc<AtomicBool>,
@@ -112,6 +113,10 @@ pub struct MemoryLink {
 impl Link for MemoryLink {
     fn peer_home_id(&self) -> &str {
         &self.peer
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
     }
 
     /// In memory nothing is retransmitted after a partition, so nothing needs withdrawing.
@@ -194,6 +199,7 @@ impl Transport for MemoryEndpoint {
                 network: self.network.clone(),
                 local: peer.clone(),
                 peer: self.home_id.clone(),
+                peer_addr: self.addr,
                 to_peer: to_client,
                 from_peer: Mutex::new(Some(server_inbox)),
                 closed: closed.clone(),
@@ -203,6 +209,7 @@ impl Transport for MemoryEndpoint {
                 network: self.network.clone(),
                 local: self.home_id.clone(),
                 peer,
+                peer_addr: addr,
                 to_peer: to_server,
                 from_peer: Mutex::new(Some(client_inbox)),
                 closed,

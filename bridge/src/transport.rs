@@ -31,6 +31,8 @@ pub struct LinkError(pub String);
 pub trait Link: Send + Sync + Debug {
     /// The peer's home id, verified by the transport.
     fn peer_home_id(&self) -> &str;
+    /// Where the peer's packets come from (not verified: it only groups strangers' requests).
+    fn peer_addr(&self) -> SocketAddr;
     /// One call: request out, response back. A call dropped before its answer from
     /// `withdraw_after` on is withdrawn (see `rpc::call_bytes`); dropped earlier, or without
     /// it, its request still goes out.
@@ -64,6 +66,10 @@ pub trait Transport: Send + Sync + Debug {
 impl Link for PeerConnection {
     fn peer_home_id(&self) -> &str {
         &self.peer_home_id
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        self.connection.remote_address()
     }
 
     fn call(

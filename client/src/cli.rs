@@ -479,10 +479,11 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             } else {
                 for r in &pending.requests {
                     outln!(
-                        "{}  from {} ({})  wants {}  since {}",
+                        "{}  from {} ({}, at {})  wants {}  since {}",
                         r.id,
                         r.peer_home_id,
                         r.name,
+                        r.address,
                         r.want.join(","),
                         r.created_at
                     );

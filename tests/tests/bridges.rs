@@ -498,38 +498,57 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
 }
 
 /// A pairing request from a new key, the cheapest identity there is: a raw call over a fresh
-/// QUIC endpoint. The answer's wire error code, if refused.
-async fn request_as_stranger(target: &TestHome) -> Option<String> {
-    request_as_stranger_named(target, "stranger").await
+/// QUIC endpoint on the loopback address `from` (all of 127/8 is this machine's). The
+/// answer's wire error, if refused.
+async fn request_as_stranger_from(target: &TestHome, from: &str) -> Option<pb::WireError> {
+    stranger_request(target, "stranger", from).await
 }
 
-/// [`request_as_stranger`], the request naming its machine `name`.
+/// [`request_as_stranger_from`] 127.0.0.1, the request naming its machine `name`: the
+/// answer's wire error code, if refused.
 async fn request_as_stranger_named(target: &TestHome, name: &str) -> Option<String> {
+    stranger_request(target, name, "127.0.0.1").await.map(|e| e.code)
+}
+
+async fn stranger_request(target: &TestHome, name: &str, from: &str) -> Option<pb::WireError> {
     let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
     let identity = kiki_bridge::BridgeIdentity::from_key_pem(&key).expect("identity");
-    let (_endpoint, link) = link_with(identity, target).await;
+    let (_endpoint, link) = link_from(identity, target, from).await;
     let pair = pb::PairCall { want: vec!["read".into()], name: name.into() };
     match raw_call(&link, pb::bridge_call::Call::Pair(pair)).await {
         pb::bridge_reply::Reply::Pair(_) => None,
-        pb::bridge_reply::Reply::Error(e) => Some(e.code),
+        pb::bridge_reply::Reply::Error(e) => Some(e),
         other => panic!("unexpected answer {other:?}"),
     }
 }
 
 /// New keys are new peers, each allowed its own 5 requests a minute: the home caps the
-/// requests waiting for its owner, whoever filed them.
+/// requests waiting for its owner from one address at 8, and from everyone at 32.
 #[tokio::test]
 async fn strangers_cannot_fill_the_owners_list_of_requests() {
     let b = TestHome::builder().start().await;
-    for _ in 0..32 {
-        assert_eq!(request_as_stranger(&b).await, None, "filed");
+    let code = |refused: Option<pb::WireError>| refused.map(|e| e.code);
+    for _ in 0..8 {
+        assert_eq!(code(request_as_stranger_from(&b, "127.0.0.2").await), None, "filed");
     }
-    assert_eq!(request_as_stranger(&b).await.as_deref(), Some("rate_limited"), "the 33rd waits");
+    let refused = request_as_stranger_from(&b, "127.0.0.2").await.expect("a 9th from one address waits");
+    assert_eq!(refused.code, "rate_limited");
+    assert!(refused.message.contains("8 pairing requests from 127.0.0.2"), "{}", refused.message);
+    let waiting = pending_requests(&b).await;
+    assert!(waiting.iter().all(|r| r.address == "127.0.0.2"), "each shows where it came from: {waiting:?}");
+    for from in ["127.0.0.3", "127.0.0.4", "127.0.0.5"] {
+        for _ in 0..8 {
+            assert_eq!(code(request_as_stranger_from(&b, from).await), None, "filed from {from}");
+        }
+    }
+    let refused = request_as_stranger_from(&b, "127.0.0.6").await.expect("the 33rd waits");
+    assert_eq!(refused.code, "rate_limited");
+    assert!(refused.message.contains("32 pairing requests already wait"), "{}", refused.message);
     let waiting = pending_requests(&b).await;
     assert_eq!(waiting.len(), 32);
     let reject = pb::BridgeRejectRequest { request_id: waiting[0].id.clone() };
     b.client().bridges().bridge_reject(reject).await.expect("reject");
-    assert_eq!(request_as_stranger(&b).await, None, "a decision makes room");
+    assert_eq!(code(request_as_stranger_from(&b, "127.0.0.2").await), None, "a decision makes room");
 }
 
 /// A request the owner leaves undecided expires: it leaves the owner's list, stops counting
@@ -541,10 +560,12 @@ async fn an_undecided_pairing_request_expires() {
     let a = TestHome::builder().start().await;
     let b = TestHome::builder().config(move |c| c.bridge.request_expiry = expiry).start().await;
     let first = request(&a, &b, "read", "bee").await;
-    for _ in 0..31 {
-        assert_eq!(request_as_stranger(&b).await, None, "filed");
+    for i in 0..31 {
+        let from = format!("127.0.1.{}", i / 8);
+        assert!(request_as_stranger_from(&b, &from).await.is_none(), "filed");
     }
-    assert_eq!(request_as_stranger(&b).await.as_deref(), Some("rate_limited"), "32 wait");
+    let refused = request_as_stranger_from(&b, "127.0.2.1").await.map(|e| e.code);
+    assert_eq!(refused.as_deref(), Some("rate_limited"), "32 wait");
     tokio::time::sleep(expiry).await;
     assert_eq!(pending_requests(&b).await.len(), 0, "all 32 expired");
     let late = pb::BridgeApproveRequest {
@@ -557,7 +578,7 @@ async fn an_undecided_pairing_request_expires() {
     assert!(late.message().contains("expired"), "{}", late.message());
     assert_eq!(outbound_listed(&a).await.state, "expired", "the source sees it");
     // Expired requests make room, and the source may ask again.
-    assert_eq!(request_as_stranger(&b).await, None, "room again");
+    assert!(request_as_stranger_from(&b, "127.0.2.1").await.is_none(), "room again");
     let again = request(&a, &b, "read", "bee").await;
     assert_eq!(pending_requests(&b).await.len(), 2);
     approve(&b, &again, "read", vec![]).await;
@@ -996,17 +1017,18 @@ async fn link_as(
     target: &TestHome,
 ) -> (kiki_bridge::BridgeEndpoint, kiki_bridge::PeerConnection) {
     let pem = std::fs::read_to_string(home.handle().home_dir().join("identity.key")).expect("identity key");
-    link_with(kiki_bridge::BridgeIdentity::from_key_pem(&pem).expect("identity"), target).await
+    link_from(kiki_bridge::BridgeIdentity::from_key_pem(&pem).expect("identity"), target, "127.0.0.1").await
 }
 
-/// A QUIC link to `target` from an endpoint of its own with `identity`. The endpoint must
-/// outlive the calls.
-async fn link_with(
+/// A QUIC link to `target` from an endpoint of its own with `identity`, bound to the IP
+/// address `from`. The endpoint must outlive the calls.
+async fn link_from(
     identity: kiki_bridge::BridgeIdentity,
     target: &TestHome,
+    from: &str,
 ) -> (kiki_bridge::BridgeEndpoint, kiki_bridge::PeerConnection) {
-    let endpoint =
-        kiki_bridge::BridgeEndpoint::bind("127.0.0.1:0".parse().expect("addr"), identity).expect("endpoint");
+    let bind = std::net::SocketAddr::new(from.parse().expect("an IP address"), 0);
+    let endpoint = kiki_bridge::BridgeEndpoint::bind(bind, identity).expect("endpoint");
     let addr = listen_addr(target).await.parse().expect("target address");
     let link = endpoint.connect(addr, Some(&home_id(target).await)).await.expect("connect");
     (endpoint, link)

@@ -12,7 +12,7 @@
 //! Cross-home ThreadSend and its outbox are in [`outbox`].
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,9 @@ const REQUEST_WINDOW: Duration = Duration::from_secs(60);
 /// Requests waiting for the owner's decision, from all peers together: a new key is a new
 /// peer, so the per-peer limit alone would let anyone fill this home's list (and store).
 const MAX_WAITING_REQUESTS: usize = 32;
+/// Of those, the most from one network (see [`network_of`]): a new key costs nothing, an
+/// address does, so one machine cannot take the owner's whole list.
+const MAX_WAITING_PER_NETWORK: usize = 8;
 /// How often a busy link's `last_success` is written (every call would be a write).
 const HEALTH_EVERY: Duration = Duration::from_secs(10);
 /// How long `kiki bridge list` waits for each peer's answer.
@@ -125,6 +128,18 @@ pub fn parse_permissions(field: &'static str, values: &[String]) -> Result<Vec<S
         return Err(Error::invalid(field, "name at least one of read, send, wake, wait"));
     }
     Ok(out)
+}
+
+/// The network whose pairing requests share one allowance: an IPv4 address, or an IPv6
+/// /64 (what one machine or site is usually given).
+fn network_of(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let [a, b, c, d, ..] = v6.segments();
+            format!("{a:x}:{b:x}:{c:x}:{d:x}::/64")
+        }
+    }
 }
 
 fn wire_error(code: &str, message: impl Into<String>) -> pb::BridgeReply {
@@ -252,13 +267,13 @@ impl Bridges {
                     })
                 };
                 let serving = accepting.clone();
-                let peer_id = peer.peer_home_id().to_string();
+                let (peer_id, from) = (peer.peer_home_id().to_string(), peer.peer_addr().ip());
                 let handler: CallHandler = Arc::new(move |request: Vec<u8>| {
                     let serving = serving.clone();
                     let peer_id = peer_id.clone();
                     Box::pin(async move {
                         let reply = match pb::BridgeCall::decode(request.as_slice()) {
-                            Ok(call) => serving.handle(&peer_id, call).await,
+                            Ok(call) => serving.handle(&peer_id, from, call).await,
                             Err(e) => wire_error("invalid_argument", format!("undecodable call: {e}")),
                         };
                         reply.encode_to_vec()
@@ -291,10 +306,10 @@ impl Bridges {
 
     // ----- target side -----------------------------------------------------------------
 
-    /// Answers one call from `peer` (a verified home id). A call over an inbound bridge is a
-    /// real round trip from the peer: it is that bridge's link health.
-    pub async fn handle(&self, peer: &str, call: pb::BridgeCall) -> pb::BridgeReply {
-        let reply = self.answer(peer, call).await;
+    /// Answers one call from `peer` (a verified home id) at the address `from`. A call over
+    /// an inbound bridge is a real round trip from the peer: it is that bridge's link health.
+    pub async fn handle(&self, peer: &str, from: IpAddr, call: pb::BridgeCall) -> pb::BridgeReply {
+        let reply = self.answer(peer, from, call).await;
         self.heard_from(peer).await;
         reply
     }
@@ -318,9 +333,9 @@ impl Bridges {
         }
     }
 
-    async fn answer(&self, peer: &str, call: pb::BridgeCall) -> pb::BridgeReply {
+    async fn answer(&self, peer: &str, from: IpAddr, call: pb::BridgeCall) -> pb::BridgeReply {
         let result = match call.call {
-            Some(Call::Pair(pair)) => self.file_request(peer, pair).await.map(Reply::Pair),
+            Some(Call::Pair(pair)) => self.file_request(peer, from, pair).await.map(Reply::Pair),
             Some(Call::Ping(_)) => self.ping_reply(peer).await.map(Reply::Ping),
             Some(Call::ThreadList(request)) => self.serve_list(peer, request).await.map(Reply::ThreadList),
             Some(Call::ThreadRead(request)) => self.serve_read(peer, request).await.map(Reply::ThreadRead),
@@ -339,6 +354,7 @@ impl Bridges {
     async fn file_request(
         &self,
         peer: &str,
+        from: IpAddr,
         pair: pb::PairCall,
     ) -> std::result::Result<pb::PairReply, Rejection> {
         let want = parse_permissions("want", &pair.want)?;
@@ -356,9 +372,20 @@ impl Bridges {
             ));
         }
         // (A peer's own waiting request does not count: its new one replaces it.)
-        if requests.iter().filter(|r| r.status == "pending" && r.peer_home_id != peer).count()
-            >= MAX_WAITING_REQUESTS
+        let others_waiting = || requests.iter().filter(|r| r.status == "pending" && r.peer_home_id != peer);
+        let network = network_of(from);
+        let address = from.to_canonical().to_string();
+        if others_waiting().filter(|r| r.address.parse().is_ok_and(|ip| network_of(ip) == network)).count()
+            >= MAX_WAITING_PER_NETWORK
         {
+            return Err(Rejection::Wire(
+                "rate_limited",
+                format!(
+                    "{MAX_WAITING_PER_NETWORK} pairing requests from {network} already wait for this home's owner; try again once they are decided"
+                ),
+            ));
+        }
+        if others_waiting().count() >= MAX_WAITING_REQUESTS {
             return Err(Rejection::Wire(
                 "rate_limited",
                 format!(
@@ -377,6 +404,7 @@ impl Bridges {
             status: "pending".into(),
             created_at: now,
             decided_at: None,
+            address,
         };
         // A peer's newest request replaces the ones still waiting (in the same write): the
         // owner decides on what it wants now, and cannot approve a stale request (changing
@@ -1194,6 +1222,16 @@ async fn resolve(address: &str) -> Result<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_machine_is_one_network_for_pairing_requests() {
+        let network = |ip: &str| network_of(ip.parse().expect("ip"));
+        assert_eq!(network("192.0.2.7"), "192.0.2.7");
+        assert_eq!(network("::ffff:192.0.2.7"), "192.0.2.7", "an IPv4 peer on a dual-stack socket");
+        assert_eq!(network("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(network("2001:db8:1:2:bbbb::9"), network("2001:db8:1:2:aaaa::1"), "one /64");
+        assert_ne!(network("2001:db8:1:3::1"), network("2001:db8:1:2::1"));
+    }
 
     #[test]
     fn permissions_are_checked_and_deduplicated() {

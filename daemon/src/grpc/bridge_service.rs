@@ -57,6 +57,7 @@ fn request_to_pb(r: BridgeRequestRecord) -> pb::BridgeRequestRecord {
         want: r.want,
         status: r.status,
         created_at: rfc3339(r.created_at),
+        address: r.address,
     }
 }
 

@@ -445,6 +445,8 @@ pub struct BridgeRequestRecord {
     pub status: String,
     pub created_at: Millis,
     pub decided_at: Option<Millis>,
+    /// The IP address the request came from ("" for requests filed before it was kept).
+    pub address: String,
 }
 
 /// How a turn ended.

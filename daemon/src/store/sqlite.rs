@@ -45,6 +45,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (15, "pairing requests replaced", include_str!("migrations/sqlite/0015_pairing_requests_replaced.sql")),
     (16, "outbox keys across peers", include_str!("migrations/sqlite/0016_outbox_keys_across_peers.sql")),
     (17, "refusals by key", include_str!("migrations/sqlite/0017_refusals_by_key.sql")),
+    (18, "pairing requests' address", include_str!("migrations/sqlite/0018_pairing_requests_address.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -282,6 +283,7 @@ fn request_from(row: &Row) -> StoreResult<BridgeRequestRecord> {
         status: row.get("status")?,
         created_at: row.get("created_at")?,
         decided_at: row.get("decided_at")?,
+        address: row.get("address")?,
     })
 }
 
@@ -1369,9 +1371,19 @@ impl Store for SqliteStore {
                 for r in &requests {
                     run(
                         conn,
-                        "INSERT OR REPLACE INTO bridge_requests (id, peer_home_id, name, want, status, created_at, decided_at)
-                         VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        params![r.id, r.peer_home_id, r.name, r.want.join(","), r.status, r.created_at, r.decided_at],
+                        "INSERT OR REPLACE INTO bridge_requests
+                             (id, peer_home_id, name, want, status, created_at, decided_at, address)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        params![
+                            r.id,
+                            r.peer_home_id,
+                            r.name,
+                            r.want.join(","),
+                            r.status,
+                            r.created_at,
+                            r.decided_at,
+                            r.address
+                        ],
                     )?;
                 }
                 Ok(())
@@ -1397,7 +1409,7 @@ impl Store for SqliteStore {
             .read(|conn| {
                 all(
                     conn,
-                    "SELECT id, peer_home_id, name, want, status, created_at, decided_at FROM bridge_requests
+                    "SELECT id, peer_home_id, name, want, status, created_at, decided_at, address FROM bridge_requests
                      ORDER BY created_at, id",
                     [],
                     request_from,
