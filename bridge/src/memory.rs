@@ -35,18 +35,19 @@ pub struct MemoryNetwork {
     partitions: Mutex<HashSet<(String, String)>>,
     /// (caller, callee): the callee runs the call, the caller hears a failure.
     lost_answers: Mutex<HashSet<(String, String)>>,
-    next_port: AtomicU16,
+    next_host: AtomicU16,
 }
 
 impl MemoryNetwork {
     pub fn new() -> Arc<Self> {
-        Arc::new(Self { next_port: AtomicU16::new(1), ..Default::default() })
+        Arc::new(Self { next_host: AtomicU16::new(1), ..Default::default() })
     }
 
     /// A new endpoint for the home `home_id` on a fresh address.
     pub fn endpoint(self: &Arc<Self>, home_id: &str) -> Arc<MemoryEndpoint> {
-        let port = self.next_port.fetch_add(1, Ordering::Relaxed);
-        let addr = SocketAddr::from(([10, 0, 0, 1], port));
+        // Each endpoint on an address of its own, as each home has on a real network.
+        let [high, low] = self.next_host.fetch_add(1, Ordering::Relaxed).to_be_bytes();
+        let addr = SocketAddr::from(([10, 0, high, low], 7443));
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
         lock(&self.listeners).insert(addr, (home_id.to_string(), tx));
         Arc::new(MemoryEndpoint {

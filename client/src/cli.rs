@@ -483,7 +483,7 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                         r.id,
                         r.peer_home_id,
                         r.name,
-                        r.address,
+                        if r.address.is_empty() { "an unknown address" } else { &r.address },
                         r.want.join(","),
                         r.created_at
                     );

@@ -24,7 +24,7 @@ use clap::Parser;
 async fn main() -> ExitCode {
     let args = match cli::Args::try_parse() {
         Ok(args) => args,
-        Err(e) if e.use_stderr() && std::env::args().any(|a| a == "--json") => {
+        Err(e) if e.use_stderr() && std::env::args_os().any(|a| a == "--json") => {
             // On stderr as always, and also as JSON on stdout.
             eprint!("{e}");
             output::print_error_json("invalid_argument", &e.to_string());
@@ -32,7 +32,7 @@ async fn main() -> ExitCode {
         }
         Err(e)
             if e.kind() == clap::error::ErrorKind::DisplayVersion
-                && std::env::args().any(|a| a == "--json") =>
+                && std::env::args_os().any(|a| a == "--json") =>
         {
             println!("{}", serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }));
             return ExitCode::SUCCESS;

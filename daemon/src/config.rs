@@ -46,6 +46,9 @@ const MAX_REQUEST_EXPIRY: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The least time any home keeps idempotency keys (`[mailbox] key_retention`).
 const MIN_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// The longest `[bridge] retry_window`: a retry or follow-up must find its key at the
+/// target, whose keys live 24h at least.
+pub const MAX_RETRY_WINDOW: Duration = MIN_KEY_RETENTION;
 /// The most: ten years (far beyond any use, and well within the store's millisecond times).
 const MAX_KEY_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
 
@@ -223,8 +226,8 @@ impl Config {
                 "turns" => read.section(&key, value, &mut config.turns),
                 "mailbox" => read.section(&key, value, &mut config.mailbox),
                 "bridge" => read.section(&key, value, &mut config.bridge),
-                "profiles" => match value.into_inner() {
-                    toml::de::DeValue::Table(profiles) => {
+                "profiles" => match (value.span(), value.into_inner()) {
+                    (_, toml::de::DeValue::Table(profiles)) => {
                         for (name, value) in profiles {
                             let name = name.into_inner().into_owned();
                             if let Some(profile) = read.value(&format!("profiles.{name}"), value) {
@@ -232,7 +235,9 @@ impl Config {
                             }
                         }
                     }
-                    _ => read.problems.push("profiles: must be a table of profiles".into()),
+                    (span, _) => read
+                        .problems
+                        .push(format!("profiles: {}must be a table of profiles", place(text, Some(span)))),
                 },
                 _ => read.unknown.push(key.into_owned()),
             }
@@ -292,8 +297,7 @@ impl Config {
         if self.bridge.retry_window.is_zero() {
             problems.push("bridge.retry_window: must be more than 0".into());
         }
-        if self.bridge.retry_window > MIN_KEY_RETENTION {
-            // A retry or follow-up must find its key at the target, whose keys live 24h at least.
+        if self.bridge.retry_window > MAX_RETRY_WINDOW {
             problems
                 .push("bridge.retry_window: must be at most 24h (the least time a home keeps keys)".into());
         }
@@ -371,11 +375,19 @@ impl<'t> Reader<'t> {
 /// "line L, column C: MESSAGE": one line per problem, so a list of them reads at a glance,
 /// also in the tail of the log that `kiki up` shows.
 fn located(text: &str, e: &toml::de::Error) -> String {
-    let Some(at) = e.span().map(|s| s.start.min(text.len())) else { return e.message().to_string() };
-    let before = text.get(..at).unwrap_or_default();
+    format!("{}{}", place(text, e.span()), e.message())
+}
+
+/// "line L, column C (`the line`): " for a byte range of the text, or nothing.
+fn place(text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    let Some(at) = span.map(|s| s.start.min(text.len())) else { return String::new() };
+    let (before, after) = text.split_at(text.floor_char_boundary(at));
     let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
-    format!("line {line}, column {column}: {}", e.message())
+    let start = before.rsplit('\n').next().unwrap_or_default();
+    let column = start.chars().count() + 1;
+    let shown: String =
+        format!("{start}{}", after.split('\n').next().unwrap_or_default()).trim().chars().take(60).collect();
+    format!("line {line}, column {column} (`{shown}`): ")
 }
 
 fn valid_profile_name(name: &str) -> bool {
@@ -417,7 +429,12 @@ mod tests {
     fn wrong_types_in_several_sections_are_all_reported_with_their_lines() {
         let err = Config::parse("[bridge]\nretry_window = \"1s\"\n[turns\n").expect_err("not TOML");
         assert_eq!(err.problems.len(), 1, "{err}");
-        assert!(err.problems[0].starts_with("line 3, column 7: "), "{err}");
+        assert!(err.problems[0].starts_with("line 3, column 7 (`[turns`): "), "{err}");
+        let err = Config::parse("profiles = 5\n").expect_err("not a table");
+        assert_eq!(
+            err.problems,
+            ["profiles: line 1, column 12 (`profiles = 5`): must be a table of profiles"]
+        );
         let text = "[bridge]\nretry_window = 5\n[turns]\nmax_output_bytes = \"big\"\n\
                     [mailbox]\ndelivery_wait = \"2m\"\n[profiles.a]\nexecutor = \"shell\"\n\
                     [profiles.b]\nexecutor = \"exec\"\n";
@@ -425,9 +442,9 @@ mod tests {
         let said = err.to_string();
         assert_eq!(err.problems.len(), 5, "{said}");
         for says in [
-            "bridge: line 2, column 16: invalid type: integer `5`, expected a string",
-            "turns: line 4, column 20: invalid type: string \"big\", expected usize",
-            "profiles.a: line 8, column 12: unknown variant `shell`, expected `echo` or `exec`",
+            "bridge: line 2, column 16 (`retry_window = 5`): invalid type: integer `5`, expected a string",
+            "turns: line 4, column 20 (`max_output_bytes = \"big\"`): invalid type: string \"big\", expected usize",
+            "profiles.a: line 8, column 12 (`executor = \"shell\"`): unknown variant `shell`, expected `echo` or `exec`",
             "mailbox.delivery_wait: must be at most 60s",
             "profiles.b.command: an exec profile needs a command",
         ] {

@@ -271,6 +271,7 @@ fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMes
         wake: true,
         claim: None,
         receipt: None,
+        deadline: None,
         now: 10,
     }
 }

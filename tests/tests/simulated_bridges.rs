@@ -54,7 +54,10 @@ async fn pairing_sending_and_a_partition_over_the_simulated_network() {
     let (a, b) = (home(&network).await, home(&network).await);
     let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
     let listen = b.bridge_listen().await;
-    assert!(listen.starts_with("10.0.0.1:"), "the simulated network, not a UDP socket: {listen}");
+    assert!(
+        listen.starts_with("10.0.") && listen.ends_with(":7443"),
+        "the simulated network, not a UDP socket: {listen}"
+    );
     a.pair_with(&b, listen, "read,send,wake", "bee").await;
 
     let t = b.thread("echo", None).await;
@@ -207,7 +210,25 @@ struct Paired {
 }
 
 async fn paired(network: &std::sync::Arc<MemoryNetwork>, permissions: &str) -> Paired {
-    let (a, b) = (home(network).await, home(network).await);
+    paired_with_window(network, permissions, Duration::from_secs(15 * 60)).await
+}
+
+/// [`paired`], `a` retrying its sends for `window`.
+async fn paired_with_window(
+    network: &std::sync::Arc<MemoryNetwork>,
+    permissions: &str,
+    window: Duration,
+) -> Paired {
+    let a = TestHome::builder()
+        .memory_network(network)
+        .config(move |c| {
+            c.thread_communication.enabled = Some(true);
+            c.mailbox.delivery_wait = Duration::from_millis(300);
+            c.bridge.retry_window = window;
+        })
+        .start()
+        .await;
+    let b = home(network).await;
     let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
     a.pair_with(&b, b.bridge_listen().await, permissions, "bee").await;
     let thread = b.thread("echo", None).await.id;
@@ -309,6 +330,65 @@ async fn follow_ups_outlast_a_partition() {
     network.partition(&a_id, &b_id, false);
     kiki_tests::eventually("the source's receipt to say delivered", || async {
         (settled_receipt(&a, "k1").await.status == "delivered").then_some(())
+    })
+    .await;
+}
+
+/// The target took a message but the source never heard (every answer lost) until its retry
+/// window ended: the source declares it expired, and the target never delivers it — also
+/// when the thread runs a turn later — but says so in its receipts.
+#[tokio::test]
+async fn a_message_its_source_gave_up_on_is_never_delivered() {
+    let network = MemoryNetwork::new();
+    let window = Duration::from_secs(3);
+    let Paired { a, b, a_id, b_id, thread: t } = paired_with_window(&network, "send", window).await;
+    network.lose_answers(&a_id, &b_id, true);
+    let sent = a.client().threads().thread_send(send(&t, "too late", "k1")).await.expect("send").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Pending);
+    let expired = settled_receipt(&a, "k1").await;
+    assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
+    network.lose_answers(&a_id, &b_id, false);
+
+    b.say(&t, "the user speaks").await.expect("say");
+    let turn = b.wait_turns(&t, 1).await.remove(0);
+    assert_eq!(turn.output, "echo: the user speaks", "the expired message stays out of the prompt");
+    let request = pb::BridgeReceiptsRequest { bridge: a_id.clone(), ..Default::default() };
+    let at_target = b.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
+    let mut story: Vec<String> =
+        at_target.receipts.iter().map(|r| format!("{}:{}", r.status, r.reason)).collect();
+    story.sort();
+    assert_eq!(story, ["expired:expired", "pending:"]);
+    // A retry now hears the same.
+    let again =
+        a.client().threads().thread_send(send(&t, "too late", "k1")).await.expect("replay").into_inner();
+    assert_eq!((again.status(), again.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
+}
+
+/// A message the source knows arrived (it heard `accepted`) is confirmed by its follow-up:
+/// it waits at the target past the source's retry window, for a turn started by something
+/// else, and is delivered then.
+#[tokio::test]
+async fn a_confirmed_message_waits_past_its_window() {
+    let network = MemoryNetwork::new();
+    let window = Duration::from_secs(2);
+    let Paired { a, b, thread: t, .. } = paired_with_window(&network, "send", window).await;
+    let sent = a.client().threads().thread_send(send(&t, "held", "k1")).await.expect("send").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
+    assert_eq!(settled_receipt(&a, "k1").await.status, "accepted");
+    tokio::time::sleep(window + Duration::from_secs(2)).await;
+    b.say(&t, "the user speaks").await.expect("say");
+    let turn = b.wait_turns(&t, 1).await.remove(0);
+    assert!(turn.output.contains("echo: held"), "{}", turn.output);
+    kiki_tests::eventually("the source's receipt to say delivered", || async {
+        a.client()
+            .bridges()
+            .bridge_receipts(pb::BridgeReceiptsRequest { bridge: "bee".into(), ..Default::default() })
+            .await
+            .expect("receipts")
+            .into_inner()
+            .receipts
+            .into_iter()
+            .find(|r| r.idempotency_key == "k1" && r.status == "delivered")
     })
     .await;
 }

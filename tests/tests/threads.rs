@@ -611,6 +611,7 @@ async fn claim_then_restart(home: &mut TestHome, thread_id: &str, exec: bool) ->
                 exec,
             }),
             receipt: None,
+            deadline: None,
             now: 1,
         };
         store.accept_message(&message).await.expect("claimed");

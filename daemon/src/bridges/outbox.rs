@@ -195,20 +195,22 @@ fn follow_up_later(mut entry: OutboxRecord) -> Outcome {
 }
 
 /// The bridge call that ships an entry (again: the target answers a known key from its
-/// dedup).
-fn send_call(entry: &OutboxRecord) -> pb::BridgeCall {
+/// dedup), with what is `left` of its retry window: the target's deadline for it.
+fn send_call(entry: &OutboxRecord, left: Duration) -> pb::BridgeCall {
     pb::BridgeCall {
         call: Some(Call::ThreadSend(pb::BridgeSendCall {
             target_session: entry.target_session.clone(),
             content: entry.content.clone(),
             idempotency_key: entry.key.clone(),
             source_thread: entry.source_thread.clone().unwrap_or_default(),
+            window_left_ms: (left.as_millis() as u64).max(1),
         })),
     }
 }
 
-/// The bridge call that asks where the entries' messages stand (their keys only).
-fn follow_up_call(entries: &[OutboxRecord]) -> pb::BridgeCall {
+/// The bridge call that asks where the entries' messages stand (their keys only), which
+/// confirms those waiting there — or, with `window_over`, expires those not confirmed.
+fn follow_up_call(entries: &[OutboxRecord], window_over: bool) -> pb::BridgeCall {
     let keys = entries
         .iter()
         .map(|e| pb::FollowUpKey {
@@ -216,7 +218,15 @@ fn follow_up_call(entries: &[OutboxRecord]) -> pb::BridgeCall {
             idempotency_key: e.key.clone(),
         })
         .collect();
-    pb::BridgeCall { call: Some(Call::FollowUp(pb::FollowUpCall { keys })) }
+    pb::BridgeCall { call: Some(Call::FollowUp(pb::FollowUpCall { keys, window_over })) }
+}
+
+/// An entry the target refused for good (or expired: its deadline passed there first).
+fn refused(entry: OutboxRecord, reason: &str) -> Outcome {
+    match reason {
+        "expired" => finish(entry, "expired", reason),
+        _ => finish(entry, "rejected", reason),
+    }
 }
 
 /// What the target's answer for one message says; the target's message id is kept.
@@ -447,15 +457,18 @@ impl Bridges {
         let Some(mailbox) = self.inner.mailbox.get() else {
             return Err(Rejection::Wire("failed_precondition", "the home is starting".into()));
         };
-        let mut answers = Vec::with_capacity(call.keys.len());
-        for key in &call.keys {
-            let scope = key_scope(peer, &key.source_thread);
-            answers.push(match mailbox.keyed_status(&scope, &key.idempotency_key).await {
-                Ok(Some(sent)) => crate::grpc::sent_to_pb(sent),
-                Ok(None) => refusal_response(unknown),
-                Err(e) => refusal_response(wire_refusal(e).0),
-            });
-        }
+        let keys: Vec<(String, String)> = call
+            .keys
+            .iter()
+            .map(|k| (key_scope(peer, &k.source_thread), k.idempotency_key.clone()))
+            .collect();
+        let answers = match mailbox.follow_up(&keys, call.window_over).await {
+            Ok(found) => found
+                .into_iter()
+                .map(|sent| sent.map(crate::grpc::sent_to_pb).unwrap_or_else(|| refusal_response(unknown)))
+                .collect(),
+            Err(e) => return Err(Rejection::Wire(wire_refusal(e).0, "cannot follow up now".into())),
+        };
         Ok(pb::FollowUpReply { answers })
     }
 
@@ -481,6 +494,10 @@ impl Bridges {
             key: &call.idempotency_key,
             wake: bridge.permissions.iter().any(|p| p == "wake"),
             receipt: Some(receipt),
+            deadline: (call.window_left_ms > 0).then(|| {
+                let left = call.window_left_ms.min(crate::config::MAX_RETRY_WINDOW.as_millis() as u64);
+                now_ms() + left as i64
+            }),
             // A peer's keys are its own: no send here shares them.
             key_lock: None,
         };
@@ -784,8 +801,14 @@ impl Bridges {
         let expires_at = self.expires_at(&entry);
         let mut outcome = match self.ship(&bridge, &mut entry).await {
             Verdict::Delivered => finish(entry, "delivered", ""),
-            Verdict::Waiting => follow_up_later(finish(entry, "accepted", "").0),
-            Verdict::Refused(reason) => finish(entry, "rejected", &reason),
+            // Followed up soon, before the target's deadline: that confirms it arrived.
+            Verdict::Waiting => {
+                let (mut accepted, _) = finish(entry, "accepted", "");
+                let left = (expires_at - now_ms()).max(0) / 2;
+                accepted.next_attempt_at = now_ms() + (FOLLOW_UP_FIRST.as_millis() as i64).min(left);
+                (accepted, None)
+            }
+            Verdict::Refused(reason) => refused(entry, &reason),
             Verdict::NotNow(why) => retry_refused(entry, &why),
             // Unreached: unless the peer answered another call meanwhile (the link is back
             // and this attempt rode a stale connection), back off.
@@ -811,8 +834,9 @@ impl Bridges {
         let peer = entry.peer_home_id.clone();
         let last_answer = lock(&self.inner.answered).get(&peer).copied().unwrap_or(i64::MIN);
         if lock(&self.inner.unreached).get(&peer).is_none_or(|at| *at < last_answer) {
-            let asked =
-                self.ask(bridge, &follow_up_call(std::slice::from_ref(&entry)), WHOLE_CALL_FINAL, None).await;
+            let asked = self
+                .ask(bridge, &follow_up_call(std::slice::from_ref(&entry), true), WHOLE_CALL_FINAL, None)
+                .await;
             match asked {
                 Ok(Reply::FollowUp(reply)) if reply.answers.len() == 1 => {
                     match verdict(&reply.answers[0], &mut entry) {
@@ -823,7 +847,7 @@ impl Bridges {
                             return (accepted, None);
                         }
                         Verdict::Refused(reason) if reason != "unknown_key" => {
-                            return finish(entry, "rejected", &reason);
+                            return refused(entry, &reason);
                         }
                         _ => {}
                     }
@@ -848,7 +872,7 @@ impl Bridges {
         // Given up after the entry's window, the call is withdrawn: the message expires then,
         // and must not reach the target later through QUIC's retransmissions.
         let left = Duration::from_millis((self.expires_at(entry) - now_ms()).max(0) as u64);
-        match self.ask(bridge, &send_call(entry), FINAL, Some(Instant::now() + left)).await {
+        match self.ask(bridge, &send_call(entry, left), FINAL, Some(Instant::now() + left)).await {
             Ok(Reply::ThreadSend(answer)) => verdict(&answer, entry),
             Ok(other) => Verdict::NotNow(format!("unexpected answer: {other:?}")),
             Err(verdict) => verdict,
@@ -930,41 +954,50 @@ impl Bridges {
     }
 
     /// The follow-up of entries the target accepted without delivering them: one call asks
-    /// where all of them stand, and the target answers each from its dedup (creating
-    /// nothing), also after it revoked the bridge. Delivered or refused there ends an entry;
-    /// still waiting, or no answer, asks again later. Once the retry window is over, or this
-    /// home revoked the bridge, an entry stays `accepted` and is not asked about again: the
-    /// target has the message.
+    /// where all of them stand, and the target answers each from its dedup (creating no
+    /// message), also after it revoked the bridge. Delivered or refused there ends an entry;
+    /// still waiting, or no answer, asks again later. A follow-up confirms at the target that
+    /// the message arrived, so it waits there past its deadline; one after the retry window
+    /// is over says so (`window_over`: expired there unless confirmed before). A day after
+    /// it was sent (when the target may forget its key), or once this home revoked the
+    /// bridge, an entry stays `accepted` and is not asked about again.
     async fn follow_up(&self, entries: Vec<OutboxRecord>) -> Result<Vec<Outcome>> {
         let mut outcomes = Vec::with_capacity(entries.len());
-        // By the bridge to call: one, in practice (a peer has one outbound bridge).
-        let mut asked: Vec<(BridgeRecord, Vec<OutboxRecord>)> = Vec::new();
+        // By the bridge to call (one, in practice: a peer has one outbound bridge) and
+        // whether the entries' window is over.
+        let mut asked: Vec<((BridgeRecord, bool), Vec<OutboxRecord>)> = Vec::new();
         for mut entry in entries {
-            match self.bridge_to_call(&entry).await? {
+            let bridge = self.bridge(|b| b.id == entry.bridge_id && !b.revoked_here()).await?;
+            // Past the least time any home keeps keys, the target may have forgotten it.
+            let forgotten = age(&entry) > crate::config::MAX_RETRY_WINDOW;
+            match bridge.filter(|_| !forgotten) {
                 None => {
                     entry.next_attempt_at = i64::MAX;
                     outcomes.push((entry, None));
                 }
-                Some(bridge) => match asked.iter_mut().find(|(b, _)| b.id == bridge.id) {
-                    Some((_, group)) => group.push(entry),
-                    None => asked.push((bridge, vec![entry])),
-                },
+                Some(bridge) => {
+                    let over = self.window_over(&entry);
+                    match asked.iter_mut().find(|((b, o), _)| b.id == bridge.id && *o == over) {
+                        Some((_, group)) => group.push(entry),
+                        None => asked.push(((bridge, over), vec![entry])),
+                    }
+                }
             }
         }
-        for (bridge, mut group) in asked {
+        for ((bridge, window_over), mut group) in asked {
             let now = now_ms();
-            let verdicts: Vec<Verdict> =
-                match self.ask(&bridge, &follow_up_call(&group), WHOLE_CALL_FINAL, None).await {
-                    Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
-                        reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
-                    }
-                    Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
-                    Err(verdict) => vec![verdict; group.len()],
-                };
+            let call = follow_up_call(&group, window_over);
+            let verdicts: Vec<Verdict> = match self.ask(&bridge, &call, WHOLE_CALL_FINAL, None).await {
+                Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
+                    reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
+                }
+                Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
+                Err(verdict) => vec![verdict; group.len()],
+            };
             for (entry, verdict) in group.into_iter().zip(verdicts) {
                 outcomes.push(match verdict {
                     Verdict::Delivered => finish(entry, "delivered", ""),
-                    Verdict::Refused(reason) => finish(entry, "rejected", &reason),
+                    Verdict::Refused(reason) => refused(entry, &reason),
                     Verdict::Unanswered(_) if !self.answered_since(&entry.peer_home_id, now) => {
                         self.unreached(&entry.peer_home_id);
                         follow_up_later(entry)

@@ -23,8 +23,8 @@ use tracing::instrument;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
-    Archived, CommunicationSetting, EventKind, EventRecord, MessageStatus, NewMessage, ReceiptRecord,
-    SendOutcome, SourceRef, Store, ThreadRecord,
+    Archived, CommunicationSetting, EventKind, EventRecord, MessageRecord, MessageStatus, Millis, NewMessage,
+    ReceiptRecord, SendOutcome, SourceRef, Store, ThreadRecord,
 };
 use crate::sync::{KeyGuard, KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
@@ -80,10 +80,24 @@ pub struct Delivery<'a> {
     pub wake: bool,
     /// For a bridged send: its receipt, committed with the message.
     pub receipt: Option<ReceiptRecord>,
+    /// For a bridged send: when its source's retry window ends (see `NewMessage::deadline`).
+    pub deadline: Option<Millis>,
     /// The sender's key lock (a local send's), released once the send is committed (also if
     /// the caller goes away first): a send with the key waits for the commit, not for the
     /// delivery.
     pub key_lock: Option<KeyGuard>,
+}
+
+/// How a stored message answers a replay of its send at `now`: a bridged message pending
+/// past its deadline is expired, whether or not a claim has written that down yet.
+fn replayed(message: MessageRecord, now: Millis) -> Sent {
+    let (status, reason) = match message.deadline {
+        Some(deadline) if message.status == MessageStatus::Pending && deadline <= now => {
+            (MessageStatus::Undeliverable, "expired".to_string())
+        }
+        _ => (message.status, message.reason),
+    };
+    Sent { message_id: message.id, status, replayed: true, reason }
 }
 
 /// A ThreadWait's timeout in ms (the default if none), checked against its limit.
@@ -174,8 +188,18 @@ impl Mailbox {
         // A cross-home send with this key may be shipping right now, its outbox entry not
         // yet committed: this send waits for it (and then finds the key taken).
         let key_lock = Some(self.send_keys.take((scope.clone(), key.to_string())).await);
-        self.deliver(Delivery { thread, source, scope, content, key, wake: true, receipt: None, key_lock })
-            .await
+        let delivery = Delivery {
+            thread,
+            source,
+            scope,
+            content,
+            key,
+            wake: true,
+            receipt: None,
+            deadline: None,
+            key_lock,
+        };
+        self.deliver(delivery).await
     }
 
     /// The verified source of a send to `thread`, if both switches let it through.
@@ -265,6 +289,7 @@ impl Mailbox {
             // An idle target starts its turn in the same transaction: one commit delivers.
             claim: d.wake.then(|| self.runner.claim_for(&thread)),
             receipt: d.receipt,
+            deadline: d.deadline,
             now: now_ms(),
         };
         // Subscribe before the message can be delivered, so the delivery is not missed —
@@ -351,7 +376,16 @@ impl Mailbox {
             .message(message_id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("message {message_id} is gone")))?;
-        Ok(Sent { message_id: message.id, status: message.status, replayed: true, reason: message.reason })
+        Ok(replayed(message, now_ms()))
+    }
+
+    /// A source's follow-up of the messages it sent with `keys` (scope, key) over a bridge:
+    /// each confirmed, or expired (see [`Store::follow_up`]); where each stands, `None` for
+    /// an unknown key.
+    pub async fn follow_up(&self, keys: &[(String, String)], window_over: bool) -> Result<Vec<Option<Sent>>> {
+        let now = now_ms();
+        let messages = self.store.follow_up(keys, window_over, now).await?;
+        Ok(messages.into_iter().map(|m| m.map(|m| replayed(m, now))).collect())
     }
 
     /// ThreadWait on threads of this home.

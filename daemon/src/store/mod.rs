@@ -230,6 +230,9 @@ pub struct NewMessage {
     /// message id and status (`delivered` if the turn its claim started took it, else
     /// `pending`).
     pub receipt: Option<ReceiptRecord>,
+    /// A bridged message's deadline, the end of its source's retry window: not delivered by
+    /// then, nor confirmed by a follow-up (see [`Store::follow_up`]), it expires instead.
+    pub deadline: Option<Millis>,
     pub now: Millis,
 }
 
@@ -320,6 +323,8 @@ pub struct MessageRecord {
     pub created_at: Millis,
     pub delivered_at: Option<Millis>,
     pub turn_id: Option<String>,
+    /// A bridged message's deadline while it is pending and unconfirmed (see `NewMessage`).
+    pub deadline: Option<Millis>,
 }
 
 /// What committing a message came to.
@@ -555,6 +560,17 @@ pub trait Store: Send + Sync + 'static {
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>>;
     /// The request hash and message of a key seen before, if it is still kept.
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>>;
+    /// A source's follow-up of the bridged messages it sent with these (scope, key) pairs, in
+    /// one write: each pending one is confirmed — its deadline dropped, it waits for its
+    /// turn however long — unless its deadline passed, or `window_over` (the source gave up
+    /// without learning it arrived) finds it unconfirmed: then it expires (see
+    /// [`NewMessage::deadline`]). Each message as it then stands; `None` for an unknown key.
+    async fn follow_up(
+        &self,
+        keys: &[(String, String)],
+        window_over: bool,
+        now: Millis,
+    ) -> StoreResult<Vec<Option<MessageRecord>>>;
     /// The message a sender of this home (`scope`: its thread, or `""`) sent to a thread of
     /// this home with `key`, if the key is still kept: a cross-home send with that key is a
     /// conflict.
@@ -629,8 +645,9 @@ pub trait Store: Send + Sync + 'static {
     /// or to `window` after it was sent (the end of its retry window) if that is sooner.
     async fn outbox_defer(&self, peer: &str, except: &str, until: Millis, window: Millis) -> StoreResult<()>;
     /// Writes the receipt of a send refused for good from `peer` (no message was made),
-    /// unless one with its key and reason is written already: a source asks again when the
-    /// answer was lost.
+    /// unless one with its key, target and reason is written already: a source asks again
+    /// when the answer was lost. (Receipts do not name the source thread: two of the peer's
+    /// threads refused alike for one key and target share one.)
     async fn add_refusal(&self, receipt: &ReceiptRecord) -> StoreResult<()>;
     /// Receipts of sends from the peer home `peer`, newest first with their seq: at most
     /// `limit`, from `from_seq` back (included) when given.

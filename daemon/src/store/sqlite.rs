@@ -46,6 +46,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (16, "outbox keys across peers", include_str!("migrations/sqlite/0016_outbox_keys_across_peers.sql")),
     (17, "refusals by key", include_str!("migrations/sqlite/0017_refusals_by_key.sql")),
     (18, "pairing requests' address", include_str!("migrations/sqlite/0018_pairing_requests_address.sql")),
+    (19, "bridged message deadlines", include_str!("migrations/sqlite/0019_bridged_message_deadlines.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -143,7 +144,7 @@ const THREAD_COLUMNS: &str = "seq, id, workspace_id, cwd, title, profile, create
 const TURN_COLUMNS: &str = "id, thread_id, seq, status, input, output, error, started_at, ended_at";
 const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
      request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at";
-const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, content, status, reason, created_at, delivered_at, turn_id";
+const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, content, status, reason, created_at, delivered_at, turn_id, deadline";
 const EVENT_COLUMNS: &str = "seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at";
 const BRIDGE_COLUMNS: &str = "id, direction, peer_home_id, alias, address, state, permissions, workspaces, \
      request_id, created_at, updated_at, last_success, last_error, last_error_at, revoked_by_peer";
@@ -251,6 +252,7 @@ fn message_from(row: &Row) -> StoreResult<MessageRecord> {
         created_at: row.get("created_at")?,
         delivered_at: row.get("delivered_at")?,
         turn_id: row.get("turn_id")?,
+        deadline: row.get("deadline")?,
     })
 }
 
@@ -660,8 +662,8 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     run(
         conn,
         "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at,
-                               delivered_at, turn_id)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               delivered_at, turn_id, deadline)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         params![
             m.id,
             m.target_thread,
@@ -671,7 +673,8 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
             status,
             m.now,
             taken_by.map(|_| m.now),
-            taken_by
+            taken_by,
+            m.deadline.filter(|_| !delivered)
         ],
     )?;
     run(
@@ -690,17 +693,86 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
 }
 
 /// A bridged message that became undeliverable here gets a receipt saying so (`rejected`
-/// with `reason`), copied from its receipt of acceptance (found by message id); a local
-/// message has no receipt and gets none.
+/// with `reason`, or `expired`), copied from its receipt of acceptance (found by message
+/// id); a local message has no receipt and gets none.
 fn receipt_follows(conn: &Connection, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
+    let status = if reason == EXPIRED { EXPIRED } else { "rejected" };
     run(
         conn,
         "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-         SELECT peer_home_id, key, message_id, target, 'rejected', ?, ? FROM bridge_receipts
+         SELECT peer_home_id, key, message_id, target, ?, ?, ? FROM bridge_receipts
          WHERE message_id = ? LIMIT 1",
-        params![reason, now, message_id],
+        params![status, reason, now, message_id],
     )?;
     Ok(())
+}
+
+/// The reason (and receipt status) of a bridged message whose deadline passed before it
+/// was delivered or confirmed.
+const EXPIRED: &str = "expired";
+
+/// Expires a thread's bridged messages whose deadline passed before they were delivered or
+/// confirmed (`?` = thread, now): they are never delivered, as their sources declare them
+/// expired. Walks the thread's pending messages only.
+const EXPIRE_THREAD_MESSAGES: &str = "UPDATE messages SET status = 'undeliverable', reason = 'expired'
+     WHERE target_thread = ? AND status = 'pending' AND deadline <= ? RETURNING id";
+
+/// Makes a pending message undeliverable with `reason`: its queued input goes (a message's
+/// input id is derived from its id, see `accept_message`) and a bridged one gets a receipt.
+fn undeliver(conn: &Connection, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
+    run(conn, "DELETE FROM inputs WHERE id = ? AND turn_id IS NULL", [format!("in_{message_id}")])?;
+    receipt_follows(conn, message_id, reason, now)
+}
+
+/// Expires the thread's bridged messages past their deadline (see [`EXPIRE_THREAD_MESSAGES`]).
+fn expire_overdue(conn: &Connection, thread_id: &str, now: Millis) -> StoreResult<()> {
+    let expired =
+        all(conn, EXPIRE_THREAD_MESSAGES, params![thread_id, now], |row| Ok(row.get::<_, String>(0)?))?;
+    for message_id in expired {
+        undeliver(conn, &message_id, EXPIRED, now)?;
+    }
+    Ok(())
+}
+
+/// A source's follow-up of its bridged message `message_id` (see [`Store::follow_up`]):
+/// confirmed (its deadline dropped) unless `window_over`, expired if its deadline passed or
+/// `window_over` found it unconfirmed; the message as it then stands.
+fn follow_up_message(
+    conn: &Connection,
+    message_id: &str,
+    window_over: bool,
+    now: Millis,
+) -> StoreResult<Option<MessageRecord>> {
+    let Some(message) = first(
+        conn,
+        &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"),
+        [message_id],
+        message_from,
+    )?
+    else {
+        return Ok(None);
+    };
+    match message.deadline {
+        Some(deadline) if message.status == MessageStatus::Pending => {
+            if window_over || deadline <= now {
+                run(
+                    conn,
+                    "UPDATE messages SET status = 'undeliverable', reason = 'expired' WHERE id = ?",
+                    [message_id],
+                )?;
+                undeliver(conn, message_id, EXPIRED, now)?;
+                return Ok(Some(MessageRecord {
+                    status: MessageStatus::Undeliverable,
+                    reason: EXPIRED.into(),
+                    deadline: None,
+                    ..message
+                }));
+            }
+            run(conn, "UPDATE messages SET deadline = NULL WHERE id = ?", [message_id])?;
+            Ok(Some(MessageRecord { deadline: None, ..message }))
+        }
+        _ => Ok(Some(message)),
+    }
 }
 
 /// The thread to tell that its message became undeliverable: the sending thread, if it is
@@ -775,6 +847,8 @@ fn claim_turn(
     let Some((false, turn_count)) = thread else {
         return Ok(None);
     };
+    // What its source gave up on never enters a prompt.
+    expire_overdue(conn, thread_id, now)?;
     let queued = all(
         conn,
         &format!(
@@ -1204,6 +1278,27 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn follow_up(
+        &self,
+        keys: &[(String, String)],
+        window_over: bool,
+        now: Millis,
+    ) -> StoreResult<Vec<Option<MessageRecord>>> {
+        let keys = keys.to_vec();
+        self.db
+            .write(move |conn| {
+                let mut messages = Vec::with_capacity(keys.len());
+                for (scope, key) in &keys {
+                    messages.push(match stored_key(conn, scope, key)? {
+                        Some((_, message_id)) => follow_up_message(conn, &message_id, window_over, now)?,
+                        None => None,
+                    });
+                }
+                Ok(messages)
+            })
+            .await
+    }
+
     async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome> {
         // Before the write: from now on a cross-home send's probe for the key reads it.
         if is_local_scope(&message.key_scope) {
@@ -1567,7 +1662,7 @@ impl Store for SqliteStore {
                     "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
                      SELECT ?1, ?2, '', ?3, ?4, ?5, ?6 WHERE NOT EXISTS (
                          SELECT 1 FROM bridge_receipts WHERE peer_home_id = ?1 AND key = ?2
-                             AND message_id = '' AND status = ?4 AND reason = ?5)",
+                             AND message_id = '' AND target = ?3 AND status = ?4 AND reason = ?5)",
                     params![r.peer_home_id, r.key, r.target, r.status, r.reason, r.at],
                 )?;
                 Ok(())
@@ -1706,6 +1801,7 @@ mod tests {
             wake: true,
             claim: None,
             receipt: None,
+            deadline: None,
             now: 1,
         };
         accept_message(&conn, &message).expect("accept");
@@ -1745,6 +1841,7 @@ mod tests {
                 exec: false,
             }),
             receipt: None,
+            deadline: None,
             now: 1,
         };
         let state = |conn: &Connection, id: &str| -> (String, Option<String>, Option<String>) {
