@@ -194,6 +194,13 @@ fn follow_up_later(mut entry: OutboxRecord) -> Outcome {
     (entry, None)
 }
 
+/// A follow-up due at `due`, brought forward to within half of what is left of a retry
+/// window ending at `expires_at` while that is open (but not closer than 250 ms).
+fn within_the_window(due: i64, now: i64, expires_at: i64) -> i64 {
+    let left = expires_at - now;
+    if left <= 0 { due } else { due.min(now + (left / 2).max(250)) }
+}
+
 /// The bridge call that ships an entry (again: the target answers a known key from its
 /// dedup), with what is `left` of its retry window: the target's deadline for it.
 fn send_call(entry: &OutboxRecord, left: Duration) -> pb::BridgeCall {
@@ -1000,13 +1007,26 @@ impl Bridges {
                     Verdict::Refused(reason) => refused(entry, &reason),
                     Verdict::Unanswered(_) if !self.answered_since(&entry.peer_home_id, now) => {
                         self.unreached(&entry.peer_home_id);
-                        follow_up_later(entry)
+                        self.next_follow_up(entry)
                     }
-                    Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => follow_up_later(entry),
+                    Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => {
+                        self.next_follow_up(entry)
+                    }
                 });
             }
         }
         Ok(outcomes)
+    }
+
+    /// An accepted entry's next follow-up (see [`follow_up_later`]), within half of what is
+    /// left of its retry window while that is open: one follow-up answered before the window
+    /// ends confirms the message at the target, so a lost one must not leave it unconfirmed
+    /// (the source does not know which of its answered follow-ups confirmed it).
+    fn next_follow_up(&self, entry: OutboxRecord) -> Outcome {
+        let expires_at = self.expires_at(&entry);
+        let (mut entry, event) = follow_up_later(entry);
+        entry.next_attempt_at = within_the_window(entry.next_attempt_at, now_ms(), expires_at);
+        (entry, event)
     }
 
     /// Whether the entry's retry window is over.
@@ -1282,6 +1302,16 @@ fn refusal_response(code: &str) -> pb::ThreadSendResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn follow_ups_come_twice_within_what_is_left_of_the_window() {
+        // An old message's next follow-up (a minute away) while 20 s of its window are left:
+        // in 10 s, so a lost one still leaves time to confirm it before the window ends.
+        assert_eq!(within_the_window(60_000, 0, 20_000), 10_000);
+        assert_eq!(within_the_window(5_000, 0, 20_000), 5_000, "sooner already");
+        assert_eq!(within_the_window(60_000, 0, 300), 250, "never closer than 250 ms");
+        assert_eq!(within_the_window(60_000, 30_000, 20_000), 60_000, "the window is over");
+    }
 
     #[test]
     fn backoff_is_the_silence_so_far_with_jitter_from_250_ms_to_30_s() {

@@ -847,8 +847,9 @@ fn claim_turn(
     let Some((false, turn_count)) = thread else {
         return Ok(None);
     };
-    // What its source gave up on never enters a prompt.
-    expire_overdue(conn, thread_id, now)?;
+    // What its source gave up on never enters a prompt: checked against the clock as the
+    // write runs (a replay may have answered `expired` while this claim was queued).
+    expire_overdue(conn, thread_id, now.max(crate::time::now_ms()))?;
     let queued = all(
         conn,
         &format!(
@@ -1288,6 +1289,8 @@ impl Store for SqliteStore {
         self.db
             .write(move |conn| {
                 let mut messages = Vec::with_capacity(keys.len());
+                // As the write runs: a claim queued meanwhile must not see a later deadline.
+                let now = now.max(crate::time::now_ms());
                 for (scope, key) in &keys {
                     messages.push(match stored_key(conn, scope, key)? {
                         Some((_, message_id)) => follow_up_message(conn, &message_id, window_over, now)?,
