@@ -1058,6 +1058,37 @@ async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) ->
     raw_call(link, pb::bridge_call::Call::FollowUp(pb::FollowUpCall { keys, window_over: false })).await
 }
 
+/// A source's question at the end of a retry window (`window_over`) about a key the target
+/// never saw gives the key up there: a call of it arriving later (QUIC delivering an attempt
+/// the source had given up on) is answered `expired` and delivers nothing.
+#[tokio::test]
+async fn a_call_arriving_after_its_source_gave_up_is_refused() {
+    use pb::bridge_reply::Reply;
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let (_endpoint, as_a) = link_as(&a, &b).await;
+    let keys = vec![pb::FollowUpKey { source_thread: String::new(), idempotency_key: "late".into() }];
+    let asked = pb::bridge_call::Call::FollowUp(pb::FollowUpCall { keys, window_over: true });
+    let reply = match raw_call(&as_a, asked).await {
+        Reply::FollowUp(reply) => reply,
+        other => panic!("not a follow-up: {other:?}"),
+    };
+    assert_eq!(reply.answers[0].reason, "unknown_key");
+    let late = pb::bridge_call::Call::ThreadSend(pb::BridgeSendCall {
+        target_session: t.id.clone(),
+        content: "given up on".into(),
+        idempotency_key: "late".into(),
+        source_thread: String::new(),
+        window_left_ms: 10_000,
+    });
+    let Reply::ThreadSend(answer) = raw_call(&as_a, late).await else { panic!("not a send") };
+    assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
+    b.say(&t.id, "the user speaks").await.expect("say");
+    let turn = b.wait_turns(&t.id, 1).await.remove(0);
+    assert_eq!(turn.output, "echo: the user speaks", "the late call delivered nothing");
+}
+
 /// The target checks a peer's send against its own limits, whatever the source checked: a
 /// peer that ships 100,001 characters is refused `too_large`, with a receipt, and nothing
 /// is queued.

@@ -313,6 +313,15 @@ impl Mailbox {
             SendOutcome::BridgeClosed => {
                 return Err(Error::PermissionDenied("bridge_closed: the bridge changed meanwhile".into()));
             }
+            SendOutcome::GivenUp => {
+                let reason = "expired".to_string();
+                return Ok(Sent {
+                    message_id: String::new(),
+                    status: MessageStatus::Undeliverable,
+                    replayed: false,
+                    reason,
+                });
+            }
             SendOutcome::TargetGone => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} was archived or removed meanwhile",

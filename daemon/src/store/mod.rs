@@ -344,6 +344,9 @@ pub enum SendOutcome {
     /// Brought by a bridge that is no longer active (revoked or turned off since its call
     /// was let in): nothing was stored.
     BridgeClosed,
+    /// A bridged send whose source gave up on its key before this call arrived (the call
+    /// was on its way as the retry window ended): nothing was stored; it is expired.
+    GivenUp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -564,7 +567,9 @@ pub trait Store: Send + Sync + 'static {
     /// one write: each pending one is confirmed — its deadline dropped, it waits for its
     /// turn however long — unless its deadline passed, or `window_over` (the source gave up
     /// without learning it arrived) finds it unconfirmed: then it expires (see
-    /// [`NewMessage::deadline`]). Each message as it then stands; `None` for an unknown key.
+    /// [`NewMessage::deadline`]). Each message as it then stands; `None` for an unknown key,
+    /// which `window_over` keeps as given up on (a send with it is refused, see
+    /// [`SendOutcome::GivenUp`]).
     async fn follow_up(
         &self,
         keys: &[(String, String)],

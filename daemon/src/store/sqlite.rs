@@ -47,6 +47,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (17, "refusals by key", include_str!("migrations/sqlite/0017_refusals_by_key.sql")),
     (18, "pairing requests' address", include_str!("migrations/sqlite/0018_pairing_requests_address.sql")),
     (19, "bridged message deadlines", include_str!("migrations/sqlite/0019_bridged_message_deadlines.sql")),
+    (20, "given up keys", include_str!("migrations/sqlite/0020_given_up_keys.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -616,6 +617,19 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     )?;
     if let Some(message_id) = sent_away {
         return Ok(SendOutcome::KeyConflict { message_id });
+    }
+    // A bridged key its source gave up on before any of its calls arrived (see
+    // `Store::follow_up`): this call comes too late.
+    if m.deadline.is_some() {
+        let given_up = first(
+            conn,
+            "SELECT 1 FROM given_up_keys WHERE scope = ? AND key = ?",
+            params![m.key_scope, m.key],
+            |_| Ok(()),
+        )?;
+        if given_up.is_some() {
+            return Ok(SendOutcome::GivenUp);
+        }
     }
     let live =
         first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [&m.target_thread], |_| Ok(()))?;
@@ -1294,6 +1308,16 @@ impl Store for SqliteStore {
                 for (scope, key) in &keys {
                     messages.push(match stored_key(conn, scope, key)? {
                         Some((_, message_id)) => follow_up_message(conn, &message_id, window_over, now)?,
+                        // Given up on before it arrived: should a call of it still come (QUIC
+                        // delivering an attempt given up earlier), the key refuses it.
+                        None if window_over => {
+                            run(
+                                conn,
+                                "INSERT OR IGNORE INTO given_up_keys (scope, key, created_at) VALUES (?, ?, ?)",
+                                params![scope, key, now],
+                            )?;
+                            None
+                        }
                         None => None,
                     });
                 }
@@ -1346,7 +1370,16 @@ impl Store for SqliteStore {
         // them, however many keys are young.
         let sql = "DELETE FROM idempotency_keys
                    WHERE rowid IN (SELECT rowid FROM idempotency_keys ORDER BY rowid LIMIT ?2) AND created_at < ?1";
-        self.db.write(move |conn| Ok(run(conn, sql, params![before, limit])? as u64)).await
+        // Given-up keys are rare (a call that might still arrive as a window ended): their
+        // whole table is walked.
+        let given_up = "DELETE FROM given_up_keys WHERE created_at < ?";
+        self.db
+            .write(move |conn| {
+                let pruned = run(conn, sql, params![before, limit])? as u64;
+                run(conn, given_up, [before])?;
+                Ok(pruned)
+            })
+            .await
     }
 
     async fn set_communication(
