@@ -811,8 +811,9 @@ impl Bridges {
             // Followed up soon, before the target's deadline: that confirms it arrived.
             Verdict::Waiting => {
                 let (mut accepted, _) = finish(entry, "accepted", "");
-                let left = (expires_at - now_ms()).max(0) / 2;
-                accepted.next_attempt_at = now_ms() + (FOLLOW_UP_FIRST.as_millis() as i64).min(left);
+                let now = now_ms();
+                let first = now + FOLLOW_UP_FIRST.as_millis() as i64;
+                accepted.next_attempt_at = within_the_window(first, now, expires_at);
                 (accepted, None)
             }
             Verdict::Refused(reason) => refused(entry, &reason),

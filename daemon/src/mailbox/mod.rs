@@ -23,8 +23,8 @@ use tracing::instrument;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
-    Archived, CommunicationSetting, EventKind, EventRecord, MessageRecord, MessageStatus, Millis, NewMessage,
-    ReceiptRecord, SendOutcome, SourceRef, Store, ThreadRecord,
+    Archived, CommunicationSetting, EXPIRED, EventKind, EventRecord, MessageRecord, MessageStatus, Millis,
+    NewMessage, ReceiptRecord, SendOutcome, SourceRef, Store, ThreadRecord,
 };
 use crate::sync::{KeyGuard, KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
@@ -66,6 +66,11 @@ impl Sent {
     fn new(message_id: String, status: MessageStatus) -> Self {
         Self { message_id, status, replayed: false, reason: String::new() }
     }
+
+    /// A bridged send past its deadline, or whose key its source gave up on.
+    fn expired(message_id: String, replayed: bool) -> Self {
+        Self { message_id, status: MessageStatus::Undeliverable, replayed, reason: EXPIRED.into() }
+    }
 }
 
 /// A send ready to commit: target resolved, limits and switches checked.
@@ -91,13 +96,12 @@ pub struct Delivery<'a> {
 /// How a stored message answers a replay of its send at `now`: a bridged message pending
 /// past its deadline is expired, whether or not a claim has written that down yet.
 fn replayed(message: MessageRecord, now: Millis) -> Sent {
-    let (status, reason) = match message.deadline {
+    match message.deadline {
         Some(deadline) if message.status == MessageStatus::Pending && deadline <= now => {
-            (MessageStatus::Undeliverable, "expired".to_string())
+            Sent::expired(message.id, true)
         }
-        _ => (message.status, message.reason),
-    };
-    Sent { message_id: message.id, status, replayed: true, reason }
+        _ => Sent { message_id: message.id, status: message.status, replayed: true, reason: message.reason },
+    }
 }
 
 /// A ThreadWait's timeout in ms (the default if none), checked against its limit.
@@ -227,25 +231,10 @@ impl Mailbox {
         thread_id: &str,
         content: &str,
     ) -> Result<Option<Sent>> {
-        self.replay_by_key(scope, key, |hash| hash == request_hash(thread_id, content)).await
-    }
-
-    /// Where the message sent with this key stands (a replay), whatever its content; `None`
-    /// if the key is unknown.
-    pub async fn keyed_status(&self, scope: &str, key: &str) -> Result<Option<Sent>> {
-        self.replay_by_key(scope, key, |_| true).await
-    }
-
-    /// The replay of the message stored under the key, if any; `same_request` tells from its
-    /// request hash whether this is the same request (else a conflict).
-    async fn replay_by_key(
-        &self,
-        scope: &str,
-        key: &str,
-        same_request: impl FnOnce(&str) -> bool,
-    ) -> Result<Option<Sent>> {
         match self.store.keyed_message(scope, key).await? {
-            Some((hash, message_id)) => self.replay(&message_id, same_request(&hash)).await.map(Some),
+            Some((hash, message_id)) => {
+                self.replay(&message_id, hash == request_hash(thread_id, content)).await.map(Some)
+            }
             None => Ok(None),
         }
     }
@@ -313,15 +302,7 @@ impl Mailbox {
             SendOutcome::BridgeClosed => {
                 return Err(Error::PermissionDenied("bridge_closed: the bridge changed meanwhile".into()));
             }
-            SendOutcome::GivenUp => {
-                let reason = "expired".to_string();
-                return Ok(Sent {
-                    message_id: String::new(),
-                    status: MessageStatus::Undeliverable,
-                    replayed: false,
-                    reason,
-                });
-            }
+            SendOutcome::GivenUp => return Ok(Sent::expired(String::new(), false)),
             SendOutcome::TargetGone => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} was archived or removed meanwhile",

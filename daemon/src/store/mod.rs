@@ -11,6 +11,11 @@ use async_trait::async_trait;
 
 pub use sqlite::SqliteStore;
 
+/// The reason (and target receipt status) of a bridged message whose deadline passed before
+/// it was delivered or confirmed, or whose key its source gave up on (see
+/// [`Store::follow_up`]).
+pub const EXPIRED: &str = "expired";
+
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
 

@@ -564,6 +564,15 @@ fn insert_receipt(conn: &Connection, r: &ReceiptRecord) -> StoreResult<()> {
     Ok(())
 }
 
+fn message_in(conn: &Connection, id: &str) -> StoreResult<Option<MessageRecord>> {
+    first(conn, &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"), [id], message_from)
+}
+
+/// The id of a message's one input (see `accept_message`).
+fn message_input_id(message_id: &str) -> String {
+    format!("in_{message_id}")
+}
+
 fn thread_in(conn: &Connection, id: &str) -> StoreResult<Option<ThreadRecord>> {
     first(conn, &format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"), [id], thread_from)
 }
@@ -652,7 +661,7 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
     // The input refers to the message for its content (see `claim_turn`): a message of up
     // to 100,000 characters is not copied into its queued input.
     let input = NewInput {
-        id: format!("in_{}", m.id),
+        id: message_input_id(&m.id),
         kind: InputKind::Message,
         content: String::new(),
         message_id: Some(m.id.clone()),
@@ -721,28 +730,29 @@ fn receipt_follows(conn: &Connection, message_id: &str, reason: &str, now: Milli
     Ok(())
 }
 
-/// The reason (and receipt status) of a bridged message whose deadline passed before it
-/// was delivered or confirmed.
-const EXPIRED: &str = "expired";
+/// A thread's bridged messages whose deadline passed before they were delivered or
+/// confirmed (`?` = thread, now). Walks the thread's pending messages only.
+const OVERDUE_THREAD_MESSAGES: &str =
+    "SELECT id FROM messages WHERE target_thread = ? AND status = 'pending' AND deadline <= ?";
 
-/// Expires a thread's bridged messages whose deadline passed before they were delivered or
-/// confirmed (`?` = thread, now): they are never delivered, as their sources declare them
-/// expired. Walks the thread's pending messages only.
-const EXPIRE_THREAD_MESSAGES: &str = "UPDATE messages SET status = 'undeliverable', reason = 'expired'
-     WHERE target_thread = ? AND status = 'pending' AND deadline <= ? RETURNING id";
-
-/// Makes a pending message undeliverable with `reason`: its queued input goes (a message's
-/// input id is derived from its id, see `accept_message`) and a bridged one gets a receipt.
+/// Makes a pending message undeliverable with `reason`: its queued input goes and a bridged
+/// one gets a receipt.
 fn undeliver(conn: &Connection, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
-    run(conn, "DELETE FROM inputs WHERE id = ? AND turn_id IS NULL", [format!("in_{message_id}")])?;
+    run(
+        conn,
+        "UPDATE messages SET status = 'undeliverable', reason = ?, deadline = NULL WHERE id = ?",
+        params![reason, message_id],
+    )?;
+    run(conn, "DELETE FROM inputs WHERE id = ? AND turn_id IS NULL", [message_input_id(message_id)])?;
     receipt_follows(conn, message_id, reason, now)
 }
 
-/// Expires the thread's bridged messages past their deadline (see [`EXPIRE_THREAD_MESSAGES`]).
+/// Expires the thread's bridged messages past their deadline: they are never delivered, as
+/// their sources declare them expired.
 fn expire_overdue(conn: &Connection, thread_id: &str, now: Millis) -> StoreResult<()> {
-    let expired =
-        all(conn, EXPIRE_THREAD_MESSAGES, params![thread_id, now], |row| Ok(row.get::<_, String>(0)?))?;
-    for message_id in expired {
+    let overdue =
+        all(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, now], |row| Ok(row.get::<_, String>(0)?))?;
+    for message_id in overdue {
         undeliver(conn, &message_id, EXPIRED, now)?;
     }
     Ok(())
@@ -757,23 +767,12 @@ fn follow_up_message(
     window_over: bool,
     now: Millis,
 ) -> StoreResult<Option<MessageRecord>> {
-    let Some(message) = first(
-        conn,
-        &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"),
-        [message_id],
-        message_from,
-    )?
-    else {
+    let Some(message) = message_in(conn, message_id)? else {
         return Ok(None);
     };
     match message.deadline {
         Some(deadline) if message.status == MessageStatus::Pending => {
             if window_over || deadline <= now {
-                run(
-                    conn,
-                    "UPDATE messages SET status = 'undeliverable', reason = 'expired' WHERE id = ?",
-                    [message_id],
-                )?;
                 undeliver(conn, message_id, EXPIRED, now)?;
                 return Ok(Some(MessageRecord {
                     status: MessageStatus::Undeliverable,
@@ -1352,16 +1351,7 @@ impl Store for SqliteStore {
 
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
         let id = id.to_string();
-        self.db
-            .lookup(move |conn| {
-                first(
-                    conn,
-                    &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"),
-                    [&id],
-                    message_from,
-                )
-            })
-            .await
+        self.db.lookup(move |conn| message_in(conn, &id)).await
     }
 
     async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64> {
