@@ -27,7 +27,7 @@ macro_rules! store_conformance {
             outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
             a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home,
             a_bridged_message_needs_an_active_bridge_when_it_commits, receipts_page_back_from_the_newest,
-            a_bridge_record_round_trips);
+            a_bridge_record_round_trips, overdue_bridged_messages_expire_in_a_sweep);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -791,4 +791,71 @@ pub async fn pending_messages_are_counted_per_peer_home(store: &dyn Store) {
     assert_eq!(store.pending_messages_from("HOME_Q").await.expect("count"), 1);
     store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("the messages");
     assert_eq!(store.pending_messages_from("HOME_P").await.expect("count"), 0, "delivered");
+}
+
+/// A sweep expires bridged messages whose deadline passed while they waited (earliest first,
+/// a bounded number at a time), with their receipts; a message with a later deadline, or
+/// none, waits on.
+pub async fn overdue_bridged_messages_expire_in_a_sweep(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    inbound_bridge(store, "HOME_P", "active").await;
+    let now = kiki_daemon::time::now_ms();
+    let from = |id: &str, deadline: Option<i64>| {
+        let mut m = message(id, "th_a", "th_far", id, id);
+        m.source = Some(SourceRef { host_id: "HOME_P".into(), thread_id: "th_far".into() });
+        m.key_scope = "HOME_P/th_far".into();
+        (m.wake, m.deadline) = (false, deadline);
+        m.receipt = Some(ReceiptRecord {
+            peer_home_id: "HOME_P".into(),
+            key: id.into(),
+            message_id: String::new(),
+            target: "th_a".into(),
+            status: String::new(),
+            reason: String::new(),
+            at: now,
+        });
+        m
+    };
+    for m in [
+        from("msg_2", Some(now - 1_000)),
+        from("msg_1", Some(now - 2_000)),
+        from("msg_3", Some(now + 3_600_000)),
+        from("msg_4", None),
+    ] {
+        store.accept_message(&m).await.expect("commit");
+    }
+    assert_eq!(store.expire_overdue_messages(now, 1).await.expect("sweep"), 1, "at most the limit");
+    let status = |id: &'static str| async move {
+        let m = store.message(id).await.expect("read").expect("kept");
+        (m.status, m.reason)
+    };
+    assert_eq!(status("msg_1").await, (MessageStatus::Undeliverable, "expired".into()), "earliest first");
+    assert_eq!(status("msg_2").await.0, MessageStatus::Pending);
+    assert_eq!(store.expire_overdue_messages(now, 10).await.expect("sweep"), 1);
+    assert_eq!(store.expire_overdue_messages(now, 10).await.expect("sweep"), 0, "nothing left");
+    assert_eq!(status("msg_2").await, (MessageStatus::Undeliverable, "expired".into()));
+    let mut receipts: Vec<String> = store
+        .receipts_from("HOME_P", None, 10)
+        .await
+        .expect("receipts")
+        .into_iter()
+        .map(|(_, r)| format!("{}:{}:{}", r.message_id, r.status, r.reason))
+        .collect();
+    receipts.sort();
+    assert_eq!(
+        receipts,
+        [
+            "msg_1:expired:expired",
+            "msg_1:pending:",
+            "msg_2:expired:expired",
+            "msg_2:pending:",
+            "msg_3:pending:",
+            "msg_4:pending:"
+        ]
+    );
+    // A turn started by something else takes what still waits.
+    store.enqueue_input("th_a", &user("in_u", "go")).await.expect("enqueue");
+    let turn = store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("a turn");
+    let taken: Vec<_> = turn.inputs.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(taken, ["in_msg_3", "in_msg_4", "in_u"], "the expired messages' input is gone");
 }

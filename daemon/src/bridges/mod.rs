@@ -239,6 +239,7 @@ impl Bridges {
         };
         tokio::spawn(bridges.clone().run_outbox(stop.clone()));
         tokio::spawn(bridges.clone().run_recorder(stop.clone()));
+        tokio::spawn(bridges.clone().run_expiry(stop.clone()));
         let accepting = bridges.clone();
         tokio::spawn(async move {
             loop {

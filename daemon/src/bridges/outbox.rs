@@ -440,7 +440,8 @@ impl Bridges {
     }
 
     /// A follow-up: where the messages with the call's keys stand, each as a replay would
-    /// answer it. Nothing is created or recorded. Only a peer with an approved bridge is
+    /// answer it. No message is created; each is confirmed or expired (see
+    /// [`Mailbox::follow_up`]). Only a peer with an approved bridge is
     /// answered, even if that bridge is disabled now, its grant narrowed (as for a retry) or
     /// revoked: the source learns what became of what it sent — delivered before the
     /// revocation, or refused by it — and a key this home does not know is `bridge_revoked`.
@@ -477,6 +478,33 @@ impl Bridges {
             Err(e) => return Err(Rejection::Wire(wire_refusal(e).0, "cannot follow up now".into())),
         };
         Ok(pb::FollowUpReply { answers })
+    }
+
+    /// Expires bridged messages here whose deadline passed before a turn took them or their
+    /// source confirmed them, about when it passes, until `stop`: their receipts then say
+    /// `expired`, as their sources do, also for a thread that runs no turn for a long time.
+    /// (A claim expires its thread's overdue messages first, whatever this sweep has done.)
+    pub(super) async fn run_expiry(self, stop: CancellationToken) {
+        const EVERY: Duration = Duration::from_secs(1);
+        const CHUNK: u32 = 256;
+        loop {
+            loop {
+                match self.inner.store.expire_overdue_messages(now_ms(), CHUNK).await {
+                    Ok(n) if n == u64::from(CHUNK) && !stop.is_cancelled() => continue,
+                    Ok(n) => {
+                        if n > 0 {
+                            debug!(messages = n, "bridged messages expired at their deadline");
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "cannot expire overdue bridged messages"),
+                }
+                break;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(EVERY) => {}
+            }
+        }
     }
 
     async fn accept_from(

@@ -590,6 +590,11 @@ pub trait Store: Send + Sync + 'static {
     /// — none once the oldest keys left are young. Bounded, so that a large backlog is
     /// forgotten in many short writes that sends can pass between, not in one long one.
     async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64>;
+    /// Expires up to `limit` bridged messages, of any thread, whose deadline passed before
+    /// they entered a prompt or were confirmed (see [`NewMessage::deadline`]), earliest
+    /// first, each with its receipt; how many. A claim expires its thread's first anyway:
+    /// this brings the receipts of threads that run no turn up to date.
+    async fn expire_overdue_messages(&self, now: Millis, limit: u32) -> StoreResult<u64>;
     async fn set_communication(
         &self,
         thread_id: &str,

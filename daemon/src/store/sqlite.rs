@@ -48,6 +48,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (18, "pairing requests' address", include_str!("migrations/sqlite/0018_pairing_requests_address.sql")),
     (19, "bridged message deadlines", include_str!("migrations/sqlite/0019_bridged_message_deadlines.sql")),
     (20, "given up keys", include_str!("migrations/sqlite/0020_given_up_keys.sql")),
+    (21, "messages by deadline", include_str!("migrations/sqlite/0021_messages_by_deadline.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -735,6 +736,11 @@ fn receipt_follows(conn: &Connection, message_id: &str, reason: &str, now: Milli
 const OVERDUE_THREAD_MESSAGES: &str =
     "SELECT id FROM messages WHERE target_thread = ? AND status = 'pending' AND deadline <= ?";
 
+/// Bridged messages of any thread whose deadline passed before they were delivered or
+/// confirmed, earliest first (`?` = now, limit). Walks `messages_by_deadline`.
+const OVERDUE_MESSAGES: &str = "SELECT id FROM messages WHERE status = 'pending' AND deadline IS NOT NULL
+     AND deadline <= ? ORDER BY deadline LIMIT ?";
+
 /// Makes a pending message undeliverable with `reason`: its queued input goes and a bridged
 /// one gets a receipt.
 fn undeliver(conn: &Connection, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
@@ -1372,6 +1378,27 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn expire_overdue_messages(&self, now: Millis, limit: u32) -> StoreResult<u64> {
+        // Read first: most sweeps find nothing, and then need no write.
+        let overdue = move |conn: &Connection, now: Millis| {
+            all(conn, OVERDUE_MESSAGES, params![now, limit], |row| Ok(row.get::<_, String>(0)?))
+        };
+        if self.db.lookup(move |conn| overdue(conn, now)).await?.is_empty() {
+            return Ok(0);
+        }
+        self.db
+            .write(move |conn| {
+                // As the write runs, as a claim reads it.
+                let now = now.max(crate::time::now_ms());
+                let ids = overdue(conn, now)?;
+                for id in &ids {
+                    undeliver(conn, id, EXPIRED, now)?;
+                }
+                Ok(ids.len() as u64)
+            })
+            .await
+    }
+
     async fn set_communication(
         &self,
         thread_id: &str,
@@ -1788,6 +1815,11 @@ mod tests {
         // One pass over the queued input, whichever index it walks.
         let peer = plan(UNQUEUE_PEER_MESSAGES);
         assert!(peer.contains("turn_id=?") || peer.contains("inputs_queued"), "{peer}");
+        // Overdue messages: a thread's among its pending ones, all of them by deadline.
+        let thread_overdue = plan(OVERDUE_THREAD_MESSAGES);
+        assert!(thread_overdue.contains("messages_pending_by_target (target_thread=?)"), "{thread_overdue}");
+        let overdue = plan(OVERDUE_MESSAGES);
+        assert!(overdue.starts_with("SEARCH messages USING INDEX messages_by_deadline"), "{overdue}");
     }
 
     #[test]
