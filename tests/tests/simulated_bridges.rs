@@ -347,6 +347,13 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
     assert_eq!(sent.status(), pb::SendStatus::Pending);
     let expired = settled_receipt(&a, "k1").await;
     assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
+    // The target agrees without waiting for a turn of the thread.
+    kiki_tests::eventually("the target's receipt to say expired", || async {
+        let request = pb::BridgeReceiptsRequest { bridge: a_id.clone(), ..Default::default() };
+        let at_target = b.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
+        at_target.receipts.into_iter().find(|r| r.status == "expired")
+    })
+    .await;
     network.lose_answers(&a_id, &b_id, false);
 
     b.say(&t, "the user speaks").await.expect("say");
@@ -362,6 +369,36 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
     let again =
         a.client().threads().thread_send(send(&t, "too late", "k1")).await.expect("replay").into_inner();
     assert_eq!((again.status(), again.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
+}
+
+/// The target delivered a message into a prompt, but every answer saying so was lost until
+/// the source's window ended: the source declares it expired then, asks again until the
+/// target answers, and its receipt (and a retry) then says delivered.
+#[tokio::test]
+async fn a_message_delivered_before_its_window_ended_is_found_so_after_it_expired() {
+    let network = MemoryNetwork::new();
+    let window = Duration::from_secs(2);
+    let Paired { a, b, a_id, b_id, thread: t } = paired_with_window(&network, "send,wake", window).await;
+    network.lose_answers(&a_id, &b_id, true);
+    let sent = a.client().threads().thread_send(send(&t, "in time", "k1")).await.expect("send").into_inner();
+    assert_eq!(sent.status(), pb::SendStatus::Pending, "no answer came");
+    let turn = b.wait_turns(&t, 1).await.remove(0);
+    assert!(turn.output.contains("echo: in time"), "{}", turn.output);
+    let expired = settled_receipt(&a, "k1").await;
+    assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
+    network.lose_answers(&a_id, &b_id, false);
+
+    let found = kiki_tests::eventually("the source's receipt to say delivered", || async {
+        let request = pb::BridgeReceiptsRequest { bridge: "bee".into(), ..Default::default() };
+        let receipts = a.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
+        receipts.receipts.into_iter().find(|r| r.idempotency_key == "k1" && r.status == "delivered")
+    })
+    .await;
+    assert_eq!(found.reason, "found_delivered");
+    let again =
+        a.client().threads().thread_send(send(&t, "in time", "k1")).await.expect("replay").into_inner();
+    assert_eq!((again.status(), again.reason.as_str()), (pb::SendStatus::Delivered, "found_delivered"));
+    assert_eq!(b.wait_turns(&t, 1).await.len(), 1, "delivered once");
 }
 
 /// A message the source knows arrived (it heard `accepted`) is confirmed by its follow-up:

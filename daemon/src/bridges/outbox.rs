@@ -23,7 +23,9 @@ use tracing::{debug, warn};
 
 use super::*;
 use crate::mailbox::{Delivery, Mailbox, Sent, key_conflict};
-use crate::store::{EventKind, MessageStatus, OutboxOutcome as Outcome, SourceRef, StoreError, ThreadRecord};
+use crate::store::{
+    EXPIRED, EventKind, MessageStatus, OutboxOutcome as Outcome, SourceRef, StoreError, ThreadRecord,
+};
 use crate::sync::{SendKey, lock};
 use crate::threads::limits;
 
@@ -54,6 +56,10 @@ const RECORD_LINGER: Duration = Duration::from_millis(50);
 /// As many answered sends' outcomes waiting for the recorder are written at once, without
 /// waiting out the linger (more may queue while that write is under way).
 const MAX_QUEUED_OUTCOMES: usize = 1024;
+/// The reason an entry that expired here gives once its target says it delivered the
+/// message after all: before the window ended, every answer saying so lost, or from a late
+/// call before the target was asked at the window's end.
+const FOUND_DELIVERED: &str = "found_delivered";
 /// Wire codes after which retrying cannot help.
 const FINAL: &[&str] = &[
     "permission_denied",
@@ -107,11 +113,13 @@ fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
     crate::hex::hex(&hash.finalize())
 }
 
-/// An entry's final state; a failure gives the sending thread an `undeliverable` event.
+/// An entry's final state, due never; a failure gives the sending thread an `undeliverable`
+/// event.
 fn finish(mut entry: OutboxRecord, status: &str, reason: &str) -> Outcome {
     let now = now_ms();
     entry.status = status.to_string();
     entry.reason = reason.to_string();
+    entry.next_attempt_at = i64::MAX;
     entry.updated_at = now;
     let failed = matches!(status, "rejected" | "expired");
     let event = entry.source_thread.clone().filter(|_| failed).map(|thread| EventRecord {
@@ -863,9 +871,11 @@ impl Bridges {
     /// A pending entry at the end of its window. Unless the last call to its peer went
     /// unanswered (then it expires at once: the peer is unreachable now), the peer is asked
     /// once whether it has the message — an attempt's answer may have been lost, or this
-    /// home stopped before recording it — with a follow-up, which is read-only, so nothing
-    /// arrives late. Delivered or accepted there, the entry says so (and is not asked about
-    /// again); otherwise it expires.
+    /// home stopped before recording it — with a follow-up, which creates no message, so
+    /// nothing arrives late. Delivered or accepted there, the entry says so (and is not
+    /// asked about again); otherwise it expires. Expired without the target's word, it is
+    /// asked about again until the target answers (see [`Bridges::rechecked`]): the target
+    /// may have delivered it before the window ended and lost every answer.
     async fn expire(&self, mut entry: OutboxRecord, bridge: &BridgeRecord) -> Outcome {
         let peer = entry.peer_home_id.clone();
         let last_answer = lock(&self.inner.answered).get(&peer).copied().unwrap_or(i64::MIN);
@@ -885,14 +895,53 @@ impl Bridges {
                         Verdict::Refused(reason) if reason != "unknown_key" => {
                             return refused(entry, &reason);
                         }
-                        _ => {}
+                        // Unknown there: the target now refuses the key (given up on).
+                        Verdict::Refused(_) => return finish(entry, "expired", "expired"),
+                        Verdict::NotNow(_) | Verdict::Unanswered(_) => {}
                     }
                 }
                 Err(Verdict::Unanswered(_)) => self.unreached(&peer),
                 _ => {}
             }
         }
-        finish(entry, "expired", "expired")
+        let (mut expired, event) = finish(entry, "expired", "expired");
+        expired.next_attempt_at = self.next_recheck(&expired);
+        (expired, event)
+    }
+
+    /// When to ask the target about an entry that expired without its word: as long after
+    /// the window's end again (from 250 ms to 30 s, see [`backoff`]); never once the target
+    /// may have forgotten the key.
+    fn next_recheck(&self, entry: &OutboxRecord) -> i64 {
+        if age(entry) > crate::config::MAX_RETRY_WINDOW {
+            return i64::MAX;
+        }
+        let now = now_ms();
+        now + backoff(Duration::from_millis((now - self.expires_at(entry)).max(0) as u64)).as_millis() as i64
+    }
+
+    /// An entry that expired here without its target's word, after the target was asked
+    /// again (with `window_over`: a message it still holds unconfirmed expires there). The
+    /// target delivered it: the entry says `delivered` (see [`FOUND_DELIVERED`]; the
+    /// `undeliverable` event its sender got stays in its log). Confirmed there, waiting for
+    /// a turn: `accepted`, followed up. Expired, refused or unknown there: expired for good.
+    /// No answer: asked again later.
+    fn rechecked(&self, entry: OutboxRecord, verdict: Verdict) -> Outcome {
+        match verdict {
+            Verdict::Delivered => {
+                let (delivered, _) = finish(entry, "delivered", FOUND_DELIVERED);
+                (delivered, None)
+            }
+            Verdict::Waiting => {
+                let (accepted, _) = finish(entry, "accepted", "");
+                self.next_follow_up(accepted)
+            }
+            Verdict::Refused(_) => (OutboxRecord { next_attempt_at: i64::MAX, ..entry }, None),
+            Verdict::NotNow(_) | Verdict::Unanswered(_) => {
+                let next_attempt_at = self.next_recheck(&entry);
+                (OutboxRecord { next_attempt_at, ..entry }, None)
+            }
+        }
     }
 
     /// A call to `peer` went unanswered: the peer is silent (see [`Bridges::probe`]), and
@@ -989,9 +1038,10 @@ impl Bridges {
         retry_after(entry, why, backoff(Duration::ZERO))
     }
 
-    /// The follow-up of entries the target accepted without delivering them: one call asks
-    /// where all of them stand, and the target answers each from its dedup (creating no
-    /// message), also after it revoked the bridge. Delivered or refused there ends an entry;
+    /// The follow-up of entries the target accepted without delivering them (and the
+    /// question again about those that expired without its word, see
+    /// [`Bridges::rechecked`]): one call asks where all of them stand, and the target
+    /// answers each from its dedup (creating no message), also after it revoked the bridge. Delivered or refused there ends an entry;
     /// still waiting, or no answer, asks again later. A follow-up confirms at the target that
     /// the message arrived, so it waits there past its deadline; one after the retry window
     /// is over says so (`window_over`: expired there unless confirmed before). A day after
@@ -1031,13 +1081,17 @@ impl Bridges {
                 Err(verdict) => vec![verdict; group.len()],
             };
             for (entry, verdict) in group.into_iter().zip(verdicts) {
+                if matches!(verdict, Verdict::Unanswered(_)) && !self.answered_since(&entry.peer_home_id, now)
+                {
+                    self.unreached(&entry.peer_home_id);
+                }
+                if entry.status == EXPIRED {
+                    outcomes.push(self.rechecked(entry, verdict));
+                    continue;
+                }
                 outcomes.push(match verdict {
                     Verdict::Delivered => finish(entry, "delivered", ""),
                     Verdict::Refused(reason) => refused(entry, &reason),
-                    Verdict::Unanswered(_) if !self.answered_since(&entry.peer_home_id, now) => {
-                        self.unreached(&entry.peer_home_id);
-                        self.next_follow_up(entry)
-                    }
                     Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => {
                         self.next_follow_up(entry)
                     }
@@ -1088,8 +1142,9 @@ impl Bridges {
     async fn still_due(&self, listed: &OutboxRecord) -> Result<Option<OutboxRecord>> {
         let current =
             self.inner.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
-        Ok(current
-            .filter(|e| e.next_attempt_at <= now_ms() && matches!(e.status.as_str(), "pending" | "accepted")))
+        Ok(current.filter(|e| {
+            e.next_attempt_at <= now_ms() && matches!(e.status.as_str(), "pending" | "accepted" | EXPIRED)
+        }))
     }
 
     /// The worker's attempt of a due entry (a send again, or the follow-up of an accepted
@@ -1108,12 +1163,12 @@ impl Bridges {
         Ok(outcomes.into_iter().next().map(|(entry, _)| entry))
     }
 
-    /// The worker's follow-up of one peer's due accepted entries, each read again once
-    /// claimed: one call asks about all of them.
+    /// The worker's follow-up of one peer's due accepted entries (and expired ones to ask
+    /// about again), each read again once claimed: one call asks about all of them.
     async fn follow_up_due(&self, listed: Vec<OutboxRecord>) -> Result<()> {
         let mut due = Vec::with_capacity(listed.len());
         for entry in &listed {
-            due.extend(self.still_due(entry).await?.filter(|e| e.status == "accepted"));
+            due.extend(self.still_due(entry).await?.filter(|e| e.status != "pending"));
         }
         let Some(peer) = due.first().map(|e| e.peer_home_id.clone()) else {
             return Ok(());
@@ -1267,7 +1322,8 @@ impl Bridges {
             // that end now: window over, or bridge revoked here).
             let probed = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
             let silent = probed && self.silent(&entry.peer_home_id);
-            if entry.status == "accepted" && !silent {
+            // Followed up (or, expired, asked about again) together.
+            if entry.status != "pending" && !silent {
                 follow_ups.push((entry, claim));
                 continue;
             }

@@ -271,6 +271,8 @@ pub struct OutboxRecord {
     pub reason: String,
     pub remote_message_id: String,
     pub attempts: i64,
+    /// When the worker takes the entry up next: another attempt (pending), a follow-up
+    /// (accepted), asking the target again (expired without its word); `i64::MAX`: never.
     pub next_attempt_at: Millis,
     pub created_at: Millis,
     pub updated_at: Millis,
@@ -631,11 +633,13 @@ pub trait Store: Send + Sync + 'static {
     /// local messages: see `sync::KeyLocks`.)
     async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>>;
     /// Saves pending or accepted entries' new states, each with an optional event (e.g.
-    /// `undeliverable`), in one transaction. A final entry (delivered, rejected, expired) is
-    /// left as it is, and its event is not added.
+    /// `undeliverable`), in one transaction; also those of expired entries whose target is
+    /// still to be asked (due before `i64::MAX`). Any other entry that ended (delivered,
+    /// rejected, expired) is left as it is, and its event is not added.
     async fn outbox_update(&self, outcomes: &[OutboxOutcome]) -> StoreResult<()>;
     /// The peer's pending entries (to ship) and accepted ones (to follow up) due at `now`,
-    /// oldest first, at most `limit`.
+    /// oldest first, at most `limit`; then, as the limit allows, its expired entries due to
+    /// ask the target about again.
     async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
     /// The bridge's entries newest first (by creation, then id), at most `limit`: from
     /// (created_at, id) back, that entry included, when given.

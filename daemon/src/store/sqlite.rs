@@ -49,6 +49,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (19, "bridged message deadlines", include_str!("migrations/sqlite/0019_bridged_message_deadlines.sql")),
     (20, "given up keys", include_str!("migrations/sqlite/0020_given_up_keys.sql")),
     (21, "messages by deadline", include_str!("migrations/sqlite/0021_messages_by_deadline.sql")),
+    (22, "outbox unsettled", include_str!("migrations/sqlite/0022_outbox_unsettled.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -824,6 +825,10 @@ const UNQUEUE_PEER_MESSAGES: &str = "DELETE FROM inputs WHERE turn_id IS NULL AN
 /// A peer's due entries, oldest first (after `SELECT` and the columns).
 const OUTBOX_DUE: &str = "FROM outbox WHERE peer_home_id = ? AND status IN ('pending', 'accepted')
      AND next_attempt_at <= ? ORDER BY next_attempt_at";
+/// A peer's expired entries whose target is still to be asked about them, oldest first
+/// (after `SELECT` and the columns): they walk `outbox_unsettled`.
+const OUTBOX_UNSETTLED: &str = "FROM outbox WHERE peer_home_id = ? AND status = 'expired'
+     AND next_attempt_at < 9223372036854775807 AND next_attempt_at <= ? ORDER BY next_attempt_at";
 /// A bridge's unacknowledged entries but those in a JSON list of ids. `status IN` is what lets
 /// the index serve (its condition); the bridge's peer, its first column.
 const OUTBOX_PENDING: &str = "SELECT COUNT(*) FROM outbox INDEXED BY outbox_due
@@ -1626,13 +1631,15 @@ impl Store for SqliteStore {
         self.db
             .write(move |conn| {
                 for (e, event) in &outcomes {
-                    // Only a pending or accepted entry moves on: an outcome is final, and its
-                    // event is given once.
+                    // Only a pending or accepted entry moves on, or an expired one its target
+                    // is still to be asked about: an outcome is final, and its event is given
+                    // once.
                     let changed = run(
                         conn,
                         "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
                              next_attempt_at = ?, updated_at = ?
-                         WHERE id = ? AND status IN ('pending', 'accepted')",
+                         WHERE id = ? AND (status IN ('pending', 'accepted')
+                             OR (status = 'expired' AND next_attempt_at < 9223372036854775807))",
                         params![
                             e.status,
                             e.reason,
@@ -1656,13 +1663,19 @@ impl Store for SqliteStore {
         let peer = peer.to_string();
         self.db
             .read(move |conn| {
-                page(
+                let mut due = page(
                     conn,
                     &format!("SELECT {OUTBOX_COLUMNS} {OUTBOX_DUE}"),
                     params![peer, now],
                     limit,
                     outbox_from,
-                )
+                )?;
+                let left = limit.saturating_sub(due.len() as u32);
+                if left > 0 {
+                    let sql = format!("SELECT {OUTBOX_COLUMNS} {OUTBOX_UNSETTLED}");
+                    due.extend(page(conn, &sql, params![peer, now], left, outbox_from)?);
+                }
+                Ok(due)
             })
             .await
     }
@@ -1827,14 +1840,21 @@ mod tests {
         let mut conn = Connection::open_in_memory().expect("open");
         migrate(&mut conn).expect("migrate");
         for (sql, walk) in [
-            (format!("SELECT * {OUTBOX_DUE}"), "(peer_home_id=? AND next_attempt_at<?)"),
-            (OUTBOX_PENDING.to_string(), "(peer_home_id=?)"),
+            (format!("SELECT * {OUTBOX_DUE}"), "outbox_due (peer_home_id=? AND next_attempt_at<?)"),
+            (
+                format!("SELECT * {OUTBOX_UNSETTLED}"),
+                "outbox_unsettled (peer_home_id=? AND next_attempt_at<?)",
+            ),
+            (OUTBOX_PENDING.to_string(), "outbox_due (peer_home_id=?)"),
             // Not the entries no longer followed up (due at i64::MAX), however many there are.
-            (OUTBOX_RETRY_NOW.to_string(), "(peer_home_id=? AND next_attempt_at>? AND next_attempt_at<?)"),
-            (OUTBOX_DEFER.to_string(), "(peer_home_id=? AND next_attempt_at<?)"),
+            (
+                OUTBOX_RETRY_NOW.to_string(),
+                "outbox_due (peer_home_id=? AND next_attempt_at>? AND next_attempt_at<?)",
+            ),
+            (OUTBOX_DEFER.to_string(), "outbox_due (peer_home_id=? AND next_attempt_at<?)"),
         ] {
             let plan = query_plan(&conn, &sql);
-            assert!(plan.contains(&format!("USING INDEX outbox_due {walk}")), "{sql}: {plan}");
+            assert!(plan.contains(&format!("USING INDEX {walk}")), "{sql}: {plan}");
         }
     }
 
