@@ -11,8 +11,10 @@
 //! sending thread an `undeliverable` event. Both sides keep receipts. A message the target
 //! accepted without delivering it (no `wake`) is followed up: a follow-up call asks the
 //! target where a peer's due messages stand, many keys at once, and the target answers from
-//! its dedup, until each is delivered or refused there — within the retry window; after it
-//! the receipt stays `accepted`.
+//! its dedup, until each is delivered or refused there, or a day after it was sent (then
+//! the receipt stays `accepted`). Both ends agree on `expired`: the target keeps the end of
+//! the window as the message's deadline, and a message the source expired without the
+//! target's word (it was unreachable) is asked about until the target answers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -113,8 +115,9 @@ fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
     crate::hex::hex(&hash.finalize())
 }
 
-/// An entry's final state, due never; a failure gives the sending thread an `undeliverable`
-/// event.
+/// An entry's final state, due never (unless the caller makes it due: an `accepted` entry's
+/// follow-up, an expiry to ask the target about); a failure gives the sending thread an
+/// `undeliverable` event.
 fn finish(mut entry: OutboxRecord, status: &str, reason: &str) -> Outcome {
     let now = now_ms();
     entry.status = status.to_string();
@@ -870,12 +873,12 @@ impl Bridges {
 
     /// A pending entry at the end of its window. Unless the last call to its peer went
     /// unanswered (then it expires at once: the peer is unreachable now), the peer is asked
-    /// once whether it has the message — an attempt's answer may have been lost, or this
-    /// home stopped before recording it — with a follow-up, which creates no message, so
-    /// nothing arrives late. Delivered or accepted there, the entry says so (and is not
-    /// asked about again); otherwise it expires. Expired without the target's word, it is
-    /// asked about again until the target answers (see [`Bridges::rechecked`]): the target
-    /// may have delivered it before the window ended and lost every answer.
+    /// whether it has the message — an attempt's answer may have been lost, or this home
+    /// stopped before recording it — with a follow-up, which creates no message, so nothing
+    /// arrives late. Delivered or accepted there, the entry says so (and is not asked about
+    /// again); otherwise it expires. Expired without the target's word, it is asked about
+    /// again until the target answers (see [`Bridges::rechecked`]): the target may have
+    /// delivered it after all.
     async fn expire(&self, mut entry: OutboxRecord, bridge: &BridgeRecord) -> Outcome {
         let peer = entry.peer_home_id.clone();
         let last_answer = lock(&self.inner.answered).get(&peer).copied().unwrap_or(i64::MIN);
@@ -924,8 +927,9 @@ impl Bridges {
     /// again (with `window_over`: a message it still holds unconfirmed expires there). The
     /// target delivered it: the entry says `delivered` (see [`FOUND_DELIVERED`]; the
     /// `undeliverable` event its sender got stays in its log). Confirmed there, waiting for
-    /// a turn: `accepted`, followed up. Expired, refused or unknown there: expired for good.
-    /// No answer: asked again later.
+    /// a turn: `accepted`, not asked about again (as in [`Bridges::expire`]: a later refusal
+    /// must not give the sender a second event). Expired, refused or unknown there: expired
+    /// for good. No answer: asked again later.
     fn rechecked(&self, entry: OutboxRecord, verdict: Verdict) -> Outcome {
         match verdict {
             Verdict::Delivered => {
@@ -934,7 +938,7 @@ impl Bridges {
             }
             Verdict::Waiting => {
                 let (accepted, _) = finish(entry, "accepted", "");
-                self.next_follow_up(accepted)
+                (accepted, None)
             }
             Verdict::Refused(_) => (OutboxRecord { next_attempt_at: i64::MAX, ..entry }, None),
             Verdict::NotNow(_) | Verdict::Unanswered(_) => {
@@ -1062,7 +1066,8 @@ impl Bridges {
                     outcomes.push((entry, None));
                 }
                 Some(bridge) => {
-                    let over = self.window_over(&entry);
+                    // Expired here, it is over whatever the window is now (raised since?).
+                    let over = entry.status == EXPIRED || self.window_over(&entry);
                     match asked.iter_mut().find(|((b, o), _)| b.id == bridge.id && *o == over) {
                         Some((_, group)) => group.push(entry),
                         None => asked.push(((bridge, over), vec![entry])),
@@ -1128,10 +1133,11 @@ impl Bridges {
     }
 
     /// The bridge to call about the entry; none once its window is over (it then expires,
-    /// asking at most once, see [`Bridges::expire`]) or the bridge is revoked here or gone
-    /// (its fate then needs no call). Such entries do not wait for a silent peer's probe.
+    /// and the target is asked with `window_over`, see [`Bridges::expire`]) or the bridge is
+    /// revoked here or gone (its fate then needs no call). Such entries do not wait for a
+    /// silent peer's probe.
     async fn bridge_to_call(&self, entry: &OutboxRecord) -> Result<Option<BridgeRecord>> {
-        if self.window_over(entry) {
+        if entry.status == EXPIRED || self.window_over(entry) {
             return Ok(None);
         }
         self.bridge(|b| b.id == entry.bridge_id && !b.revoked_here()).await
@@ -1260,7 +1266,7 @@ impl Bridges {
     /// up no other; an entry already being attempted (inline by its send, or by an
     /// earlier tick) is skipped until its outcome is recorded. A silent peer gets one
     /// attempt at a time (see [`Bridges::probe`]), except for entries whose retry window is
-    /// over (they expire, asking at most once) or whose bridge this home revoked. No peer
+    /// over (they expire, see [`Bridges::expire`]) or whose bridge this home revoked. No peer
     /// gets more than [`MAX_ATTEMPTS_PER_PEER`] at once.
     pub(super) async fn run_outbox(self, stop: CancellationToken) {
         for tick in 0usize.. {

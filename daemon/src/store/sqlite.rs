@@ -820,8 +820,9 @@ const UNQUEUE_THREAD_MESSAGES: &str =
 /// messages are undeliverable: one pass over the queued input, not one per message.
 const UNQUEUE_PEER_MESSAGES: &str = "DELETE FROM inputs WHERE turn_id IS NULL AND source_host = ?";
 
-// The outbox statements by peer walk `outbox_due` (entries in flight, by peer and due time),
-// never a peer's whole history nor the other peers' due entries.
+// The outbox statements by peer walk `outbox_due` (entries in flight, by peer and due time)
+// or `outbox_unsettled` (expiries to ask about), never a peer's whole history nor the other
+// peers' due entries.
 /// A peer's due entries, oldest first (after `SELECT` and the columns).
 const OUTBOX_DUE: &str = "FROM outbox WHERE peer_home_id = ? AND status IN ('pending', 'accepted')
      AND next_attempt_at <= ? ORDER BY next_attempt_at";
@@ -1632,8 +1633,8 @@ impl Store for SqliteStore {
             .write(move |conn| {
                 for (e, event) in &outcomes {
                     // Only a pending or accepted entry moves on, or an expired one its target
-                    // is still to be asked about: an outcome is final, and its event is given
-                    // once.
+                    // is still to be asked about: any other outcome is final, and an event is
+                    // given once (an expired entry's new outcome carries none).
                     let changed = run(
                         conn,
                         "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
