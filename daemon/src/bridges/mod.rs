@@ -9,7 +9,7 @@
 //!   the request and keeps an outbound bridge; remote ThreadList/ThreadRead go over it.
 //!   `kiki bridge list` pings every outbound bridge, so health comes from real round trips.
 //!
-//! Cross-home ThreadSend and its outbox are in [`outbox`].
+//! Cross-home ThreadSend: the target's side is in [`inbox`], the source's outbox in [`outbox`].
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -24,6 +24,7 @@ use prost::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+mod inbox;
 mod outbox;
 mod receipts;
 

@@ -1,0 +1,263 @@
+//! Cross-home ThreadSend at the target: sends arriving over a bridge, checked against its
+//! grant on every call, deduplicated by (source home, source thread, key) so that any number
+//! of retries delivers a message once, and delivered into a prompt only with `wake`; the
+//! source's follow-ups, answered from the dedup; and the sweep that expires a message whose
+//! deadline (the end of its source's retry window) passed before a turn took it or its
+//! source confirmed it. The source's side is in `outbox.rs`.
+
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use super::outbox::{FINAL, MAX_FOLLOW_UP_KEYS};
+use super::*;
+use crate::mailbox::{Delivery, Mailbox, Sent};
+use crate::store::{SourceRef, ThreadRecord};
+use crate::threads::limits;
+
+/// Keys are the sender's: scoped by its home and thread, they never collide.
+fn key_scope(peer: &str, source_thread: &str) -> String {
+    format!("{peer}/{source_thread}")
+}
+
+/// A refusal from the mailbox, as a bridge answer's code and message.
+fn wire_refusal(e: Error) -> (&'static str, String) {
+    match e {
+        Error::Conflict(m) => ("invalid_argument", m),
+        Error::FailedPrecondition(m) => ("failed_precondition", m),
+        other => ("internal", other.to_string()),
+    }
+}
+
+impl Bridges {
+    /// A send arriving from `peer`: checked against the bridge, deduplicated by key,
+    /// delivered into a prompt only with `wake`. Every outcome is a receipt: an accepted
+    /// message's is committed with it, a final refusal's is written before the answer leaves.
+    /// A replay (a retry) or a refusal for now changes nothing and adds none.
+    pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
+        let mut receipt = ReceiptRecord {
+            peer_home_id: peer.to_string(),
+            key: call.idempotency_key.clone(),
+            message_id: String::new(),
+            target: call.target_session.clone(),
+            status: String::new(),
+            reason: String::new(),
+            at: now_ms(),
+        };
+        let (code, message) = match self.accept_from(peer, &call, receipt.clone()).await {
+            Ok(sent) => return crate::grpc::sent_to_pb(sent),
+            Err(refusal) => refusal,
+        };
+        debug!(peer, code, %message, "bridged send refused");
+        (receipt.status, receipt.reason) = ("rejected".into(), code.into());
+        let response = refusal_response(code);
+        // A refusal for now (the bridge's inbound access is off, say) is not the message's
+        // fate: the source retries it, and its receipt comes with the outcome. A peer
+        // without a bridge, or whose bridge is revoked, can do nothing but file a request:
+        // its refused sends are not written down either, nor is a send whose key or target
+        // breaks the limits (a source checks them before sending: only a rogue peer does).
+        let bounded = (1..=limits::KEY_MAX_CHARS).contains(&call.idempotency_key.chars().count())
+            && call.target_session.chars().count() <= limits::REMOTE_ID_MAX_CHARS;
+        if !FINAL.contains(&code)
+            || !bounded
+            || !matches!(
+                self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await,
+                Ok(Some(b)) if b.state != "revoked"
+            )
+        {
+            return response;
+        }
+        // Written before the answer, so a peer's refused sends wait for the store's pace.
+        if let Err(e) = self.inner.store.add_refusal(&receipt).await {
+            warn!(error = %e, "cannot record a bridge receipt");
+        }
+        response
+    }
+
+    /// A follow-up: where the messages with the call's keys stand, each as a replay would
+    /// answer it. No message is created; each is confirmed or expired (see
+    /// [`Mailbox::follow_up`]). Only a peer with an approved bridge is
+    /// answered, even if that bridge is disabled now, its grant narrowed (as for a retry) or
+    /// revoked: the source learns what became of what it sent — delivered before the
+    /// revocation, or refused by it — and a key this home does not know is `bridge_revoked`.
+    pub(super) async fn serve_follow_up(
+        &self,
+        peer: &str,
+        call: pb::FollowUpCall,
+    ) -> std::result::Result<pb::FollowUpReply, Rejection> {
+        if call.keys.len() > MAX_FOLLOW_UP_KEYS {
+            let given = call.keys.len();
+            return Err(Rejection::Wire(
+                "invalid_argument",
+                format!("keys: {given} given; a follow-up asks about at most {MAX_FOLLOW_UP_KEYS}"),
+            ));
+        }
+        let unknown = match self.approved(peer).await {
+            Ok(_) => "unknown_key",
+            Err(Rejection::Wire("bridge_revoked", _)) => "bridge_revoked",
+            Err(refusal) => return Err(refusal),
+        };
+        let Some(mailbox) = self.inner.mailbox.get() else {
+            return Err(Rejection::Wire("failed_precondition", "the home is starting".into()));
+        };
+        let keys: Vec<(String, String)> = call
+            .keys
+            .iter()
+            .map(|k| (key_scope(peer, &k.source_thread), k.idempotency_key.clone()))
+            .collect();
+        let answers = match mailbox.follow_up(&keys, call.window_over).await {
+            Ok(found) => found
+                .into_iter()
+                .map(|sent| sent.map(crate::grpc::sent_to_pb).unwrap_or_else(|| refusal_response(unknown)))
+                .collect(),
+            Err(e) => return Err(Rejection::Wire(wire_refusal(e).0, "cannot follow up now".into())),
+        };
+        Ok(pb::FollowUpReply { answers })
+    }
+
+    /// Expires bridged messages here whose deadline passed before a turn took them or their
+    /// source confirmed them, about when it passes, until `stop`: their receipts then say
+    /// `expired`, as their sources do, also for a thread that runs no turn for a long time.
+    /// (A claim expires its thread's overdue messages first, whatever this sweep has done.)
+    pub(super) async fn run_expiry(self, stop: CancellationToken) {
+        const EVERY: Duration = Duration::from_secs(1);
+        const CHUNK: u32 = 256;
+        loop {
+            loop {
+                match self.inner.store.expire_overdue_messages(now_ms(), CHUNK).await {
+                    Ok(n) if n == u64::from(CHUNK) && !stop.is_cancelled() => continue,
+                    Ok(n) => {
+                        if n > 0 {
+                            debug!(messages = n, "bridged messages expired at their deadline");
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "cannot expire overdue bridged messages"),
+                }
+                break;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(EVERY) => {}
+            }
+        }
+    }
+
+    async fn accept_from(
+        &self,
+        peer: &str,
+        call: &pb::BridgeSendCall,
+        receipt: ReceiptRecord,
+    ) -> std::result::Result<Sent, (&'static str, String)> {
+        let (bridge, thread, mailbox) = match self.admit(peer, call).await {
+            Ok(admitted) => admitted,
+            Err(refusal) => return self.replay_refused(peer, call, refusal).await,
+        };
+        let source_thread = (!call.source_thread.is_empty()).then(|| call.source_thread.clone());
+        let delivery = Delivery {
+            thread,
+            source: Some(SourceRef {
+                host_id: peer.to_string(),
+                thread_id: source_thread.clone().unwrap_or_default(),
+            }),
+            scope: key_scope(peer, &call.source_thread),
+            content: &call.content,
+            key: &call.idempotency_key,
+            wake: bridge.permissions.iter().any(|p| p == "wake"),
+            receipt: Some(receipt),
+            deadline: (call.window_left_ms > 0).then(|| {
+                let left = call.window_left_ms.min(crate::config::MAX_RETRY_WINDOW.as_millis() as u64);
+                now_ms() + left as i64
+            }),
+            // A peer's keys are its own: no send here shares them.
+            key_lock: None,
+        };
+        match mailbox.deliver(delivery).await {
+            Ok(sent) => Ok(sent),
+            // Revoked or turned off between the check above and the commit: refused as the
+            // bridge's state now says — for now only, if it is back on already (a retry
+            // settles it; revocation is final and must not be guessed).
+            Err(Error::PermissionDenied(_)) => Err(match self.granted(peer, "send").await {
+                Err(Rejection::Wire(code, message)) => (code, message),
+                _ => (
+                    "bridge_disabled",
+                    "the target's owner changed this bridge during the call; retry".into(),
+                ),
+            }),
+            Err(e) => Err(wire_refusal(e)),
+        }
+    }
+
+    /// A refused send whose key this home accepted before gets the original answer instead:
+    /// a grant narrowed, a switch or the bridge's inbound access turned off since does not
+    /// turn a retry away, nor does revocation (a message it found still waiting answers
+    /// `bridge_revoked`; one delivered before it, `delivered`). Nothing new gets in.
+    async fn replay_refused(
+        &self,
+        peer: &str,
+        call: &pb::BridgeSendCall,
+        refusal: (&'static str, String),
+    ) -> std::result::Result<Sent, (&'static str, String)> {
+        let Some(mailbox) = self.inner.mailbox.get() else { return Err(refusal) };
+        if call.idempotency_key.is_empty() {
+            return Err(refusal);
+        }
+        let scope = key_scope(peer, &call.source_thread);
+        match mailbox.replay_of(&scope, &call.idempotency_key, &call.target_session, &call.content).await {
+            Ok(Some(sent)) => Ok(sent),
+            Ok(None) => Err(refusal),
+            Err(e) => Err(wire_refusal(e)),
+        }
+    }
+
+    /// The bridge, target thread and mailbox of a send the bridge and the target let in.
+    async fn admit(
+        &self,
+        peer: &str,
+        call: &pb::BridgeSendCall,
+    ) -> std::result::Result<(BridgeRecord, ThreadRecord, &Mailbox), (&'static str, String)> {
+        let bridge = match self.granted(peer, "send").await {
+            Ok(bridge) => bridge,
+            Err(Rejection::Wire(code, message)) => return Err((code, message)),
+            Err(Rejection::Daemon(e)) => return Err(("internal", e.to_string())),
+        };
+        let chars = call.content.chars().count();
+        if chars > limits::CONTENT_MAX_CHARS {
+            return Err((
+                "too_large",
+                format!("content is {chars} characters; at most {}", limits::CONTENT_MAX_CHARS),
+            ));
+        }
+        if call.content.is_empty()
+            || call.idempotency_key.is_empty()
+            || call.idempotency_key.chars().count() > limits::KEY_MAX_CHARS
+        {
+            return Err(("invalid_argument", "content and a key of 1-256 characters are required".into()));
+        }
+        // The source thread is the source home's word, shown to the agent in the message's
+        // header: an id, not text that could forge a line of its own.
+        if call.source_thread.chars().count() > limits::REMOTE_ID_MAX_CHARS
+            || call.source_thread.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(("invalid_argument", "source_thread: at most 256 characters, no spaces".into()));
+        }
+        let thread = match self.inner.threads.get("", "", &call.target_session).await {
+            Ok(t) if bridge.workspaces.is_empty() || bridge.workspaces.contains(&t.workspace_id) => t,
+            _ => return Err(("thread_not_found", format!("no thread {} in this home", call.target_session))),
+        };
+        let Some(mailbox) = self.inner.mailbox.get() else {
+            return Err(("failed_precondition", "the home is starting".into()));
+        };
+        mailbox.may_receive(&thread).map_err(|e| ("communication_disabled", e.to_string()))?;
+        Ok((bridge, thread, mailbox))
+    }
+}
+
+/// A refused send, as the target answers it: `undeliverable` with the code as its reason.
+fn refusal_response(code: &str) -> pb::ThreadSendResponse {
+    pb::ThreadSendResponse {
+        message_id: String::new(),
+        status: pb::SendStatus::Undeliverable as i32,
+        replayed: false,
+        reason: code.to_string(),
+    }
+}
