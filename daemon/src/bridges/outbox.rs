@@ -199,9 +199,14 @@ fn retry_refused(entry: OutboxRecord, why: &str) -> Outcome {
 /// existed (so the pauses double), from 1 s up to a minute — about 20 follow-ups in a
 /// 15-minute window. `attempts` still counts the sends only.
 fn follow_up_later(mut entry: OutboxRecord) -> Outcome {
-    let delay = age(&entry).clamp(FOLLOW_UP_FIRST, FOLLOW_UP_CAP).mul_f64(rand::rng().random_range(0.8..1.2));
-    entry.next_attempt_at = now_ms() + delay.as_millis() as i64;
+    entry.next_attempt_at = next_follow_up_at(&entry);
     (entry, None)
+}
+
+/// When an entry's next follow-up is due (see [`follow_up_later`]).
+fn next_follow_up_at(entry: &OutboxRecord) -> i64 {
+    let delay = age(entry).clamp(FOLLOW_UP_FIRST, FOLLOW_UP_CAP).mul_f64(rand::rng().random_range(0.8..1.2));
+    now_ms() + delay.as_millis() as i64
 }
 
 /// A follow-up due at `due`, brought forward to within half of what is left of a retry
@@ -672,15 +677,15 @@ impl Bridges {
         (expired, event)
     }
 
-    /// When to ask the target about an entry that expired without its word: as long after
-    /// the window's end again (from 250 ms to 30 s, see [`backoff`]); never once the target
-    /// may have forgotten the key.
+    /// When to ask the target about an entry that expired without its word: at the pace of
+    /// an accepted entry's follow-ups (see [`follow_up_later`]: a minute apart after a
+    /// default window), so a peer gone for good costs no more than its accepted messages;
+    /// never once the target may have forgotten the key.
     fn next_recheck(&self, entry: &OutboxRecord) -> i64 {
         if age(entry) > crate::config::MAX_RETRY_WINDOW {
             return i64::MAX;
         }
-        let now = now_ms();
-        now + backoff(Duration::from_millis((now - self.expires_at(entry)).max(0) as u64)).as_millis() as i64
+        next_follow_up_at(entry)
     }
 
     /// An entry that expired here without its target's word, after the target was asked
