@@ -1009,6 +1009,14 @@ async fn a_follow_up_never_makes_a_second_message() {
     assert_eq!(messages, 1, "the follow-up created nothing");
 }
 
+/// An echo thread on `target`, behind a bridge from `source` (alias "bee") that its owner
+/// approved with `send,wake`.
+async fn echo_behind_wake_bridge(source: &TestHome, target: &TestHome) -> pb::ThreadCreateResponse {
+    let thread = target.thread("echo", None).await;
+    approve(target, &request(source, target, "send,wake", "bee").await, "send,wake", vec![]).await;
+    thread
+}
+
 /// A QUIC link to `target` from an endpoint of its own holding `home`'s identity key: calls
 /// made on it come from that home as far as the target can tell. The endpoint must outlive
 /// the calls.
@@ -1086,8 +1094,7 @@ fn raw_send(target_session: &str, content: String, key: &str) -> pb::BridgeSendC
 async fn a_call_arriving_after_its_source_gave_up_is_refused() {
     use pb::bridge_reply::Reply;
     let (a, b) = (open_home().await, open_home().await);
-    let t = b.thread("echo", None).await;
-    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let t = echo_behind_wake_bridge(&a, &b).await;
     let (_endpoint, as_a) = link_as(&a, &b).await;
     let Reply::FollowUp(reply) = follow_up_as(&as_a, &[("", "late")], true).await else {
         panic!("not a follow-up")
@@ -1108,8 +1115,7 @@ async fn a_call_arriving_after_its_source_gave_up_is_refused() {
 async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     use pb::bridge_reply::Reply;
     let (a, b) = (open_home().await, open_home().await);
-    let t = b.thread("echo", None).await;
-    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let t = echo_behind_wake_bridge(&a, &b).await;
     let (_endpoint, as_a) = link_as(&a, &b).await;
     let send_keyed =
         |content: String, key: &str| pb::bridge_call::Call::ThreadSend(raw_send(&t.id, content, key));
@@ -1414,8 +1420,7 @@ async fn a_send_survives_a_short_outage_of_the_target() {
 #[tokio::test]
 async fn a_clean_stop_writes_the_outcomes_of_answered_sends() {
     let (mut a, b) = (open_home().await, open_home().await);
-    let t = b.thread("echo", None).await;
-    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let t = echo_behind_wake_bridge(&a, &b).await;
     for i in 0..5 {
         let send = remote_send("bee", &t.id, &format!("m{i}"), &format!("k{i}"));
         let sent = a.client().threads().thread_send(send).await.expect("send").into_inner();
@@ -1468,8 +1473,7 @@ async fn a_send_expires_after_the_retry_window() {
 async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
     let window = std::time::Duration::from_secs(12);
     let (a, b) = (open_home_with(window).await, open_home().await);
-    let t = b.thread("echo", None).await;
-    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let t = echo_behind_wake_bridge(&a, &b).await;
     b.handle().shutdown();
     b.handle().stopped().await;
     let started = std::time::Instant::now();
@@ -1791,8 +1795,7 @@ async fn revoking_the_bridge_to_a_silent_peer_rejects_its_whole_backlog() {
         .start()
         .await;
     let b = open_home().await;
-    let t = b.thread("echo", None).await;
-    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let t = echo_behind_wake_bridge(&a, &b).await;
     b.handle().shutdown();
     b.handle().stopped().await;
     for n in 0..20 {
@@ -2049,8 +2052,7 @@ async fn a_call_given_up_during_a_partition_arrives_after_the_heal_unless_withdr
 #[tokio::test]
 async fn a_delivered_send_found_pending_after_its_window_is_asked_about_not_expired() {
     let (mut a, b) = (open_home_with(std::time::Duration::from_secs(2)).await, open_home().await);
-    let t = b.thread("echo", None).await;
-    approve(&b, &request(&a, &b, "send,wake", "bee").await, "send,wake", vec![]).await;
+    let t = echo_behind_wake_bridge(&a, &b).await;
     let sent = a
         .client()
         .threads()

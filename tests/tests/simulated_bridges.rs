@@ -192,11 +192,23 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
 /// The source's receipt of its send with `key` once it is no longer pending.
 async fn settled_receipt(home: &TestHome, key: &str) -> pb::Receipt {
     kiki_tests::eventually("the send settled", || async {
-        let request = pb::BridgeReceiptsRequest { bridge: "bee".into(), ..Default::default() };
-        let receipts = home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
-        receipts.receipts.into_iter().find(|r| r.idempotency_key == key && r.status != "pending")
+        receipts(home, "bee").await.into_iter().find(|r| r.idempotency_key == key && r.status != "pending")
     })
     .await
+}
+
+/// The receipt of the send with `key` over "bee" at `home`, once it says `delivered`.
+async fn delivered_receipt(home: &TestHome, key: &str) -> pb::Receipt {
+    kiki_tests::eventually("the source's receipt to say delivered", || async {
+        receipts(home, "bee").await.into_iter().find(|r| r.idempotency_key == key && r.status == "delivered")
+    })
+    .await
+}
+
+/// The receipts `home` keeps for `bridge` (an alias or a peer's home id).
+async fn receipts(home: &TestHome, bridge: &str) -> Vec<pb::Receipt> {
+    let request = pb::BridgeReceiptsRequest { bridge: bridge.into(), ..Default::default() };
+    home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner().receipts
 }
 
 /// Two homes on `network`: `a` paired to `b` as "bee" with `permissions`, and an echo thread
@@ -263,6 +275,22 @@ async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
     assert_eq!(turn.output, "echo: the user speaks", "held back while communication is off");
 }
 
+/// [`paired_with_window`], every answer from `b` to `a` lost, and a send of `content` with
+/// the key `k1` that hears none (it is pending).
+async fn sent_unanswered(
+    network: &std::sync::Arc<MemoryNetwork>,
+    permissions: &str,
+    window: Duration,
+    content: &str,
+) -> Paired {
+    let paired = paired_with_window(network, permissions, window).await;
+    network.lose_answers(&paired.a_id, &paired.b_id, true);
+    let sent =
+        paired.a.client().threads().thread_send(send(&paired.thread, content, "k1")).await.expect("send");
+    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending, "no answer came");
+    paired
+}
+
 /// The target refused a send for good but its answer was lost: the source's retry is
 /// refused again, with the same reason, and the target's receipts still say so once.
 #[tokio::test]
@@ -276,9 +304,8 @@ async fn a_refusal_whose_answer_was_lost_is_written_once_at_the_target() {
 
     let settled = settled_receipt(&a, "k1").await;
     assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("rejected", "thread_not_found"));
-    let request = pb::BridgeReceiptsRequest { bridge: a_id.clone(), ..Default::default() };
-    let at_target = b.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
-    let refusals: Vec<_> = at_target.receipts.iter().filter(|r| r.idempotency_key == "k1").collect();
+    let at_target = receipts(&b, &a_id).await;
+    let refusals: Vec<_> = at_target.iter().filter(|r| r.idempotency_key == "k1").collect();
     assert_eq!(refusals.len(), 1, "{refusals:?}");
     assert_eq!((refusals[0].status.as_str(), refusals[0].reason.as_str()), ("rejected", "thread_not_found"));
 }
@@ -340,18 +367,13 @@ async fn follow_ups_outlast_a_partition() {
 #[tokio::test]
 async fn a_message_its_source_gave_up_on_is_never_delivered() {
     let network = MemoryNetwork::new();
-    let window = Duration::from_secs(3);
-    let Paired { a, b, a_id, b_id, thread: t } = paired_with_window(&network, "send", window).await;
-    network.lose_answers(&a_id, &b_id, true);
-    let sent = a.client().threads().thread_send(send(&t, "too late", "k1")).await.expect("send").into_inner();
-    assert_eq!(sent.status(), pb::SendStatus::Pending);
+    let Paired { a, b, a_id, b_id, thread: t } =
+        sent_unanswered(&network, "send", Duration::from_secs(3), "too late").await;
     let expired = settled_receipt(&a, "k1").await;
     assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
     // The target agrees without waiting for a turn of the thread.
     kiki_tests::eventually("the target's receipt to say expired", || async {
-        let request = pb::BridgeReceiptsRequest { bridge: a_id.clone(), ..Default::default() };
-        let at_target = b.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
-        at_target.receipts.into_iter().find(|r| r.status == "expired")
+        receipts(&b, &a_id).await.into_iter().find(|r| r.status == "expired")
     })
     .await;
     network.lose_answers(&a_id, &b_id, false);
@@ -359,10 +381,8 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
     b.say(&t, "the user speaks").await.expect("say");
     let turn = b.wait_turns(&t, 1).await.remove(0);
     assert_eq!(turn.output, "echo: the user speaks", "the expired message stays out of the prompt");
-    let request = pb::BridgeReceiptsRequest { bridge: a_id.clone(), ..Default::default() };
-    let at_target = b.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
     let mut story: Vec<String> =
-        at_target.receipts.iter().map(|r| format!("{}:{}", r.status, r.reason)).collect();
+        receipts(&b, &a_id).await.iter().map(|r| format!("{}:{}", r.status, r.reason)).collect();
     story.sort();
     assert_eq!(story, ["expired:expired", "pending:"]);
     // A retry now hears the same.
@@ -377,24 +397,15 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
 #[tokio::test]
 async fn a_message_delivered_before_its_window_ended_is_found_so_after_it_expired() {
     let network = MemoryNetwork::new();
-    let window = Duration::from_secs(2);
-    let Paired { a, b, a_id, b_id, thread: t } = paired_with_window(&network, "send,wake", window).await;
-    network.lose_answers(&a_id, &b_id, true);
-    let sent = a.client().threads().thread_send(send(&t, "in time", "k1")).await.expect("send").into_inner();
-    assert_eq!(sent.status(), pb::SendStatus::Pending, "no answer came");
+    let Paired { a, b, a_id, b_id, thread: t } =
+        sent_unanswered(&network, "send,wake", Duration::from_secs(2), "in time").await;
     let turn = b.wait_turns(&t, 1).await.remove(0);
     assert!(turn.output.contains("echo: in time"), "{}", turn.output);
     let expired = settled_receipt(&a, "k1").await;
     assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
     network.lose_answers(&a_id, &b_id, false);
 
-    let found = kiki_tests::eventually("the source's receipt to say delivered", || async {
-        let request = pb::BridgeReceiptsRequest { bridge: "bee".into(), ..Default::default() };
-        let receipts = a.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner();
-        receipts.receipts.into_iter().find(|r| r.idempotency_key == "k1" && r.status == "delivered")
-    })
-    .await;
-    assert_eq!(found.reason, "found_delivered");
+    assert_eq!(delivered_receipt(&a, "k1").await.reason, "found_delivered");
     let again =
         a.client().threads().thread_send(send(&t, "in time", "k1")).await.expect("replay").into_inner();
     assert_eq!((again.status(), again.reason.as_str()), (pb::SendStatus::Delivered, "found_delivered"));
@@ -416,16 +427,5 @@ async fn a_confirmed_message_waits_past_its_window() {
     b.say(&t, "the user speaks").await.expect("say");
     let turn = b.wait_turns(&t, 1).await.remove(0);
     assert!(turn.output.contains("echo: held"), "{}", turn.output);
-    kiki_tests::eventually("the source's receipt to say delivered", || async {
-        a.client()
-            .bridges()
-            .bridge_receipts(pb::BridgeReceiptsRequest { bridge: "bee".into(), ..Default::default() })
-            .await
-            .expect("receipts")
-            .into_inner()
-            .receipts
-            .into_iter()
-            .find(|r| r.idempotency_key == "k1" && r.status == "delivered")
-    })
-    .await;
+    delivered_receipt(&a, "k1").await;
 }

@@ -123,17 +123,21 @@ impl Bridges {
         const EVERY: Duration = Duration::from_secs(1);
         const CHUNK: u32 = 256;
         loop {
-            loop {
-                match self.inner.store.expire_overdue_messages(now_ms(), CHUNK).await {
-                    Ok(n) if n == u64::from(CHUNK) && !stop.is_cancelled() => continue,
-                    Ok(n) => {
-                        if n > 0 {
-                            debug!(messages = n, "bridged messages expired at their deadline");
-                        }
+            // A full chunk: more may be overdue, so the next one goes at once.
+            let more = match self.inner.store.expire_overdue_messages(now_ms(), CHUNK).await {
+                Ok(n) => {
+                    if n > 0 {
+                        debug!(messages = n, "bridged messages expired at their deadline");
                     }
-                    Err(e) => warn!(error = %e, "cannot expire overdue bridged messages"),
+                    n == u64::from(CHUNK)
                 }
-                break;
+                Err(e) => {
+                    warn!(error = %e, "cannot expire overdue bridged messages");
+                    false
+                }
+            };
+            if more && !stop.is_cancelled() {
+                continue;
             }
             tokio::select! {
                 () = stop.cancelled() => return,

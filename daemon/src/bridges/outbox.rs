@@ -246,7 +246,7 @@ fn follow_up_call(entries: &[OutboxRecord], window_over: bool) -> pb::BridgeCall
 /// An entry the target refused for good (or expired: its deadline passed there first).
 fn refused(entry: OutboxRecord, reason: &str) -> Outcome {
     match reason {
-        "expired" => finish(entry, "expired", reason),
+        EXPIRED => finish(entry, EXPIRED, reason),
         _ => finish(entry, "rejected", reason),
     }
 }
@@ -655,16 +655,12 @@ impl Bridges {
                 Ok(Reply::FollowUp(reply)) if reply.answers.len() == 1 => {
                     match verdict(&reply.answers[0], &mut entry) {
                         Verdict::Delivered => return finish(entry, "delivered", ""),
-                        Verdict::Waiting => {
-                            let (mut accepted, _) = finish(entry, "accepted", "");
-                            accepted.next_attempt_at = i64::MAX;
-                            return (accepted, None);
-                        }
+                        Verdict::Waiting => return finish(entry, "accepted", ""),
                         Verdict::Refused(reason) if reason != "unknown_key" => {
                             return refused(entry, &reason);
                         }
                         // Unknown there: the target now refuses the key (given up on).
-                        Verdict::Refused(_) => return finish(entry, "expired", "expired"),
+                        Verdict::Refused(_) => return finish(entry, EXPIRED, EXPIRED),
                         Verdict::NotNow(_) | Verdict::Unanswered(_) => {}
                     }
                 }
@@ -672,7 +668,7 @@ impl Bridges {
                 _ => {}
             }
         }
-        let (mut expired, event) = finish(entry, "expired", "expired");
+        let (mut expired, event) = finish(entry, EXPIRED, EXPIRED);
         expired.next_attempt_at = self.next_recheck(&expired);
         (expired, event)
     }
@@ -697,14 +693,9 @@ impl Bridges {
     /// for good. No answer: asked again later.
     fn rechecked(&self, entry: OutboxRecord, verdict: Verdict) -> Outcome {
         match verdict {
-            Verdict::Delivered => {
-                let (delivered, _) = finish(entry, "delivered", FOUND_DELIVERED);
-                (delivered, None)
-            }
-            Verdict::Waiting => {
-                let (accepted, _) = finish(entry, "accepted", "");
-                (accepted, None)
-            }
+            // Neither gives an event (see `finish`).
+            Verdict::Delivered => finish(entry, "delivered", FOUND_DELIVERED),
+            Verdict::Waiting => finish(entry, "accepted", ""),
             Verdict::Refused(_) => (OutboxRecord { next_attempt_at: i64::MAX, ..entry }, None),
             Verdict::NotNow(_) | Verdict::Unanswered(_) => {
                 let next_attempt_at = self.next_recheck(&entry);
@@ -831,8 +822,7 @@ impl Bridges {
                     outcomes.push((entry, None));
                 }
                 Some(bridge) => {
-                    // Expired here, it is over whatever the window is now (raised since?).
-                    let over = entry.status == EXPIRED || self.window_over(&entry);
+                    let over = self.window_over(&entry);
                     match asked.iter_mut().find(|((b, o), _)| b.id == bridge.id && *o == over) {
                         Some((_, group)) => group.push(entry),
                         None => asked.push(((bridge, over), vec![entry])),
@@ -882,9 +872,10 @@ impl Bridges {
         (entry, event)
     }
 
-    /// Whether the entry's retry window is over.
+    /// Whether the entry's retry window is over: also for one that expired here, whatever
+    /// the window is now (raised since?).
     fn window_over(&self, entry: &OutboxRecord) -> bool {
-        now_ms() >= self.expires_at(entry)
+        entry.status == EXPIRED || now_ms() >= self.expires_at(entry)
     }
 
     /// The first moment the entry's retry window is over.
@@ -902,7 +893,7 @@ impl Bridges {
     /// revoked here or gone (its fate then needs no call). Such entries do not wait for a
     /// silent peer's probe.
     async fn bridge_to_call(&self, entry: &OutboxRecord) -> Result<Option<BridgeRecord>> {
-        if entry.status == EXPIRED || self.window_over(entry) {
+        if self.window_over(entry) {
             return Ok(None);
         }
         self.bridge(|b| b.id == entry.bridge_id && !b.revoked_here()).await

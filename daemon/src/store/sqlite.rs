@@ -754,15 +754,19 @@ fn undeliver(conn: &Connection, message_id: &str, reason: &str, now: Millis) -> 
     receipt_follows(conn, message_id, reason, now)
 }
 
-/// Expires the thread's bridged messages past their deadline: they are never delivered, as
-/// their sources declare them expired.
-fn expire_overdue(conn: &Connection, thread_id: &str, now: Millis) -> StoreResult<()> {
-    let overdue =
-        all(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, now], |row| Ok(row.get::<_, String>(0)?))?;
-    for message_id in overdue {
-        undeliver(conn, &message_id, EXPIRED, now)?;
+/// Expires the bridged messages an `OVERDUE_*` statement lists (their deadline passed):
+/// they are never delivered, as their sources declare them expired. How many.
+fn expire_overdue(
+    conn: &Connection,
+    overdue: &str,
+    params: impl rusqlite::Params,
+    now: Millis,
+) -> StoreResult<usize> {
+    let ids = all(conn, overdue, params, |row| Ok(row.get::<_, String>(0)?))?;
+    for id in &ids {
+        undeliver(conn, id, EXPIRED, now)?;
     }
-    Ok(())
+    Ok(ids.len())
 }
 
 /// A source's follow-up of its bridged message `message_id` (see [`Store::follow_up`]):
@@ -874,7 +878,8 @@ fn claim_turn(
     };
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
-    expire_overdue(conn, thread_id, now.max(crate::time::now_ms()))?;
+    let clock = now.max(crate::time::now_ms());
+    expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
     let queued = all(
         conn,
         &format!(
@@ -1386,21 +1391,19 @@ impl Store for SqliteStore {
 
     async fn expire_overdue_messages(&self, now: Millis, limit: u32) -> StoreResult<u64> {
         // Read first: most sweeps find nothing, and then need no write.
-        let overdue = move |conn: &Connection, now: Millis| {
-            all(conn, OVERDUE_MESSAGES, params![now, limit], |row| Ok(row.get::<_, String>(0)?))
-        };
-        if self.db.lookup(move |conn| overdue(conn, now)).await?.is_empty() {
+        if self
+            .db
+            .lookup(move |conn| first(conn, OVERDUE_MESSAGES, params![now, 1], |_| Ok(())))
+            .await?
+            .is_none()
+        {
             return Ok(0);
         }
         self.db
             .write(move |conn| {
                 // As the write runs, as a claim reads it.
                 let now = now.max(crate::time::now_ms());
-                let ids = overdue(conn, now)?;
-                for id in &ids {
-                    undeliver(conn, id, EXPIRED, now)?;
-                }
-                Ok(ids.len() as u64)
+                Ok(expire_overdue(conn, OVERDUE_MESSAGES, params![now, limit], now)? as u64)
             })
             .await
     }
