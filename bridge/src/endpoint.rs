@@ -54,6 +54,11 @@ pub const STRANGER_WINDOW: u32 = 256 * 1024;
 /// one peer, plus its users' calls), and a connection window that carries them.
 pub const TRUSTED_STREAMS: u32 = 256;
 pub const TRUSTED_WINDOW: u32 = 32 * 1024 * 1024;
+/// A dialed connection that hears nothing from its peer for this long is closed, so calls
+/// to a peer that vanished (killed, or its machine gone) fail and redial instead of waiting
+/// for QUIC's default 30 s; [`KEEP_ALIVE`] keeps a live but quiet connection open.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const KEEP_ALIVE: Duration = Duration::from_secs(3);
 
 /// A connection with the peer's verified home id.
 #[derive(Debug, Clone)]
@@ -86,8 +91,15 @@ impl BridgeEndpoint {
             .max_concurrent_uni_streams(0u32.into())
             .receive_window(STRANGER_WINDOW.into());
         server.transport_config(Arc::new(stranger));
-        let endpoint =
-            quinn::Endpoint::server(server, addr).map_err(|source| EndpointError::Bind { addr, source })?;
+        let socket =
+            std::net::UdpSocket::bind(addr).map_err(|source| EndpointError::Bind { addr, source })?;
+        let endpoint = quinn::Endpoint::new(
+            endpoint_config(&identity),
+            Some(server),
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(|source| EndpointError::Bind { addr, source })?;
         let stranger_slots = Arc::new(Semaphore::new(MAX_STRANGER_CONNECTIONS));
         let (handshaken, accepted) = mpsc::channel(MAX_HANDSHAKES);
         tokio::spawn(run_handshakes(endpoint.clone(), handshaken, stranger_slots.clone()));
@@ -114,7 +126,11 @@ impl BridgeEndpoint {
         let mut client = quinn::ClientConfig::new(Arc::new(client));
         // The dialed peer answers calls; it opens no streams of its own.
         let mut transport = quinn::TransportConfig::default();
-        transport.max_concurrent_bidi_streams(0u32.into()).max_concurrent_uni_streams(0u32.into());
+        transport
+            .max_concurrent_bidi_streams(0u32.into())
+            .max_concurrent_uni_streams(0u32.into())
+            .keep_alive_interval(Some(KEEP_ALIVE))
+            .max_idle_timeout(Some(IDLE_TIMEOUT.try_into().expect("a few seconds fit a QUIC idle timeout")));
         client.transport_config(Arc::new(transport));
         let connecting = self
             .endpoint
@@ -139,6 +155,20 @@ impl BridgeEndpoint {
         self.endpoint.close(0u32.into(), b"home stopping");
         self.endpoint.wait_idle().await;
     }
+}
+
+/// The endpoint's secrets, derived from the home key so they outlive a restart: a home
+/// restarted after a crash recognises the connection ids it handed out before and answers
+/// their packets with a stateless reset its peers can verify, so their calls fail at once
+/// and redial instead of waiting out [`IDLE_TIMEOUT`] on a connection nobody serves.
+fn endpoint_config(identity: &BridgeIdentity) -> quinn::EndpointConfig {
+    let reset_key =
+        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &identity.derived_secret("quic stateless reset"));
+    let mut config = quinn::EndpointConfig::new(Arc::new(reset_key));
+    let [a, b, c, d, e, f, g, h, ..] = identity.derived_secret("quic connection ids");
+    let cid_key = u64::from_le_bytes([a, b, c, d, e, f, g, h]);
+    config.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
+    config
 }
 
 /// Runs each incoming handshake on a task of its own (one that stalls holds up no other),

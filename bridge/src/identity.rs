@@ -73,6 +73,17 @@ impl BridgeIdentity {
     pub(crate) fn key(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(self.key.as_ref().clone_key())
     }
+
+    /// A secret for `purpose`, derived from the home key: the same on every start of the
+    /// home, and different for every purpose and every home.
+    pub(crate) fn derived_secret(&self, purpose: &str) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        hash.update(b"kiki derived secret\0");
+        hash.update(purpose.as_bytes());
+        hash.update(b"\0");
+        hash.update(self.key.secret_pkcs8_der());
+        hash.finalize().into()
+    }
 }
 
 #[cfg(test)]
@@ -88,5 +99,10 @@ mod tests {
         let again = BridgeIdentity::from_key_pem(&key.serialize_pem()).expect("identity");
         assert_eq!(again.home_id(), identity.home_id(), "stable for the same key");
         assert!(BridgeIdentity::from_key_pem("not a key").is_err());
+        assert_eq!(again.derived_secret("a"), identity.derived_secret("a"), "stable for the same key");
+        assert_ne!(identity.derived_secret("a"), identity.derived_secret("b"), "one per purpose");
+        let other = BridgeIdentity::from_key_pem(&rcgen::KeyPair::generate().expect("key").serialize_pem())
+            .expect("identity");
+        assert_ne!(other.derived_secret("a"), identity.derived_secret("a"), "one per home");
     }
 }

@@ -554,6 +554,30 @@ fn kill_9_of_the_source_keeps_its_outbox() {
     assert_eq!(receipts["receipts"][0]["status"], "delivered");
 }
 
+/// A target restarted after kill -9 answers the packets of its connections from before the
+/// crash with a stateless reset: the source redials at once instead of calling into a
+/// connection nobody serves until QUIC's idle timeout ends it (30 s by default, 10 s here).
+#[test]
+fn a_source_reaches_a_target_restarted_after_kill_9_at_once() {
+    let (_dir_a, a) = new_home();
+    let (_dir_b, b) = new_home();
+    let (_down_a, _down_b) = (Down(&a), Down(&b));
+    let target = paired_homes(&a, &b);
+    let send = |key: &str| {
+        kiki_json(&a, &["thread", "send", &format!("bee/{target}"), "--key", key, "--content", key]);
+    };
+    send("before");
+    wait_for_turns(&b, &target, 1);
+    kill_9(&pid_of(&b));
+    kiki_json(&b, &["up"]);
+    let restarted = Instant::now();
+    send("after");
+    let page = wait_for_turns(&b, &target, 2);
+    let took = restarted.elapsed();
+    assert_eq!(page["turns"][1]["output"], "echo: after");
+    assert!(took < Duration::from_secs(5), "delivered {took:?} after the target's restart");
+}
+
 /// The target killed with -9 while sends are arriving: whatever it had acknowledged is kept,
 /// what it had not is retried, and each message is delivered exactly once.
 #[test]
