@@ -72,7 +72,8 @@ pub enum BridgeCommand {
     },
     /// Reject a pending pairing request (target side): the source sees `rejected`.
     Reject { request: String },
-    /// Revoke a bridge (id, alias or peer home id); takes effect at once.
+    /// Revoke a bridge (id, alias or peer home id; one that names bridges both ways is
+    /// refused: use the id); takes effect at once.
     Revoke { bridge: String },
     /// Turn an inbound bridge's access off: calls are refused with `bridge_disabled`,
     /// messages it brought wait; nothing is deleted and the source keeps retrying.

@@ -257,6 +257,24 @@ async fn inbound_aliases_are_unique_though_peers_share_a_host_name() {
     a.client().threads().thread_list(list_via("bee")).await.expect("a's bridge is untouched");
 }
 
+/// A peer's home id names both bridges with it when they run both ways: revoking by it is
+/// refused (naming both) rather than cutting one direction the owner may not have meant.
+#[tokio::test]
+async fn revoking_by_a_home_id_that_names_both_directions_is_refused() {
+    let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    approve(&b, &request(&a, &b, "read", "bee").await, "read", vec![]).await;
+    let inbound = approve(&a, &request(&b, &a, "read", "ay").await, "read", vec![]).await;
+    let by_home = pb::BridgeRevokeRequest { bridge: home_id(&b).await };
+    let refused = a.client().bridges().bridge_revoke(by_home).await.expect_err("ambiguous");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains(&inbound.id) && refused.message().contains("outbound"), "{refused:?}");
+    a.client().threads().thread_list(list_via("bee")).await.expect("nothing was revoked");
+    let by_id = pb::BridgeRevokeRequest { bridge: inbound.id.clone() };
+    let revoked = a.client().bridges().bridge_revoke(by_id).await.expect("revoke").into_inner();
+    assert_eq!(revoked.bridge.expect("bridge").direction, "inbound");
+    a.client().threads().thread_list(list_via("bee")).await.expect("the other direction still works");
+}
+
 /// Dialing a peer that is gone holds up calls to that peer only: another bridge answers
 /// meanwhile.
 #[tokio::test]

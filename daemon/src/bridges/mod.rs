@@ -837,11 +837,19 @@ impl Bridges {
     pub async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
         let _decision = self.inner.decisions.lock().await;
         let bridges = self.all().await?;
-        let mut matches: Vec<BridgeRecord> = bridges.iter().filter(|b| b.answers_to(name)).cloned().collect();
-        // The target's owner revokes an inbound bridge; prefer it when both directions match.
-        matches.sort_by_key(|b| b.direction != "inbound");
-        let mut bridge =
-            matches.into_iter().next().ok_or_else(|| Error::NotFound(format!("no bridge {name:?}")))?;
+        // A peer's home id (or an alias both directions share) may name two bridges, and
+        // revoking the wrong one would cut the other direction: the owner names one.
+        let mut bridge = match bridges.iter().filter(|b| b.answers_to(name)).collect::<Vec<_>>()[..] {
+            [] => return Err(Error::NotFound(format!("no bridge {name:?}"))),
+            [one] => one.clone(),
+            ref both => {
+                let named: Vec<String> = both.iter().map(|b| format!("{} {}", b.direction, b.id)).collect();
+                return Err(Error::invalid(
+                    "bridge",
+                    format!("{name:?} names {}: revoke one by its id", named.join(" and ")),
+                ));
+            }
+        };
         bridge.state = "revoked".into();
         bridge.updated_at = now_ms();
         if bridge.direction == "inbound" {
