@@ -763,6 +763,11 @@ pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dy
     inbound_bridge(store, "HOME_P", "active").await;
     let outcome = store.accept_message(&m).await.expect("accepted");
     assert!(matches!(outcome, SendOutcome::Accepted { .. }), "{outcome:?}");
+    // Its id is its source's: another bridged message cannot take one already given.
+    let taken = NewMessage { key: "k2".into(), ..m.clone() };
+    let outcome = store.accept_message(&taken).await.expect("decided");
+    assert!(matches!(outcome, SendOutcome::IdTaken), "{outcome:?}");
+    assert_eq!(store.keyed_message("HOME_P/th_far", "k2").await.expect("read"), None, "nothing stored");
 }
 
 pub async fn a_bridge_record_round_trips(store: &dyn Store) {

@@ -841,6 +841,13 @@ async fn a_send_with_send_and_wake_is_delivered_once_and_attributed_to_the_sourc
     let inbound = receipts(&b, &home_id(&a).await).await;
     // The replay was answered from the source's outbox: the target saw one send.
     assert_eq!(inbound.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(), ["delivered"]);
+    // One id names the message at both homes: the sender's answer, both receipts, and the
+    // input the target's agent saw.
+    assert_eq!(turns[0].inputs[0].message_id, sent.message_id);
+    assert_eq!(
+        (outbound[0].message_id.as_str(), inbound[0].message_id.as_str()),
+        (&*sent.message_id, &*sent.message_id)
+    );
 }
 
 /// A peer home id names both bridges between two homes: its receipts merge both
@@ -1102,6 +1109,7 @@ fn raw_send(target_session: &str, content: String, key: &str) -> pb::BridgeSendC
         idempotency_key: key.into(),
         source_thread: String::new(),
         window_left_ms: 60_000,
+        message_id: String::new(),
     }
 }
 
@@ -1159,6 +1167,20 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     };
     assert_eq!(answer.status(), pb::SendStatus::Delivered);
     assert_eq!(b.wait_turns(&t.id, 1).await.len(), 1, "only the one within the limit arrived");
+    // The message id a source names its message by must look like one, and cannot take an
+    // id this home already gave a message.
+    for (message_id, key) in [("msg_nope", "badly-named"), (answer.message_id.as_str(), "id-taken")] {
+        let named = pb::bridge_call::Call::ThreadSend(pb::BridgeSendCall {
+            message_id: message_id.into(),
+            ..raw_send(&t.id, "hi".into(), key)
+        });
+        let Reply::ThreadSend(refused) = raw_call(&as_a, named).await else { panic!("not a send") };
+        assert_eq!(
+            (refused.status(), refused.reason.as_str()),
+            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            "{message_id}"
+        );
+    }
     // The source thread is an id the source home vouches for, not text: a line break (a
     // forged header line for the agent) is refused.
     let forged = pb::bridge_call::Call::ThreadSend(pb::BridgeSendCall {

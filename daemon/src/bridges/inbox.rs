@@ -24,6 +24,7 @@ fn key_scope(peer: &str, source_thread: &str) -> String {
 fn wire_refusal(e: Error) -> (&'static str, String) {
     match e {
         Error::Conflict(m) => ("invalid_argument", m),
+        e @ Error::InvalidArgument { .. } => ("invalid_argument", e.to_string()),
         Error::FailedPrecondition(m) => ("failed_precondition", m),
         other => ("internal", other.to_string()),
     }
@@ -172,6 +173,7 @@ impl Bridges {
                 let left = call.window_left_ms.min(crate::config::MAX_RETRY_WINDOW.as_millis() as u64);
                 now_ms() + left as i64
             }),
+            message_id: (!call.message_id.is_empty()).then(|| call.message_id.clone()),
             // A peer's keys are its own: no send here shares them.
             key_lock: None,
         };
@@ -243,6 +245,9 @@ impl Bridges {
             || call.source_thread.chars().any(|c| c.is_control() || c.is_whitespace())
         {
             return Err(("invalid_argument", "source_thread: at most 256 characters, no spaces".into()));
+        }
+        if !call.message_id.is_empty() && !crate::threads::is_message_id(&call.message_id) {
+            return Err(("invalid_argument", "message_id: `msg_` and a lowercase ULID, or empty".into()));
         }
         let thread = match self.inner.threads.get("", "", &call.target_session).await {
             Ok(t) if bridge.workspaces.is_empty() || bridge.workspaces.contains(&t.workspace_id) => t,

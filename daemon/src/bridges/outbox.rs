@@ -226,6 +226,7 @@ fn send_call(entry: &OutboxRecord, left: Duration) -> pb::BridgeCall {
             idempotency_key: entry.key.clone(),
             source_thread: entry.source_thread.clone().unwrap_or_default(),
             window_left_ms: (left.as_millis() as u64).max(1),
+            message_id: entry.id.clone(),
         })),
     }
 }

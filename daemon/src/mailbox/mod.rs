@@ -87,6 +87,9 @@ pub struct Delivery<'a> {
     pub receipt: Option<ReceiptRecord>,
     /// For a bridged send: when its source's retry window ends (see `NewMessage::deadline`).
     pub deadline: Option<Millis>,
+    /// For a bridged send: the id its source gave the message (see `BridgeSendCall`); a
+    /// fresh one otherwise.
+    pub message_id: Option<String>,
     /// The sender's key lock (a local send's), released once the send is committed (also if
     /// the caller goes away first): a send with the key waits for the commit, not for the
     /// delivery.
@@ -201,6 +204,7 @@ impl Mailbox {
             wake: true,
             receipt: None,
             deadline: None,
+            message_id: None,
             key_lock,
         };
         self.deliver(delivery).await
@@ -267,7 +271,7 @@ impl Mailbox {
     pub async fn deliver(&self, d: Delivery<'_>) -> Result<Sent> {
         let thread = d.thread;
         let message = NewMessage {
-            id: new_id("msg"),
+            id: d.message_id.unwrap_or_else(|| new_id("msg")),
             target_thread: thread.id.clone(),
             source: d.source,
             content: d.content.to_string(),
@@ -303,6 +307,9 @@ impl Mailbox {
                 return Err(Error::PermissionDenied("bridge_closed: the bridge changed meanwhile".into()));
             }
             SendOutcome::GivenUp => return Ok(Sent::expired(String::new(), false)),
+            SendOutcome::IdTaken => {
+                return Err(Error::invalid("message_id", "already names another message at this home"));
+            }
             SendOutcome::TargetGone => {
                 return Err(Error::FailedPrecondition(format!(
                     "thread {} was archived or removed meanwhile",

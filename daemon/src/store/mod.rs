@@ -354,6 +354,9 @@ pub enum SendOutcome {
     /// A bridged send whose source gave up on its key before this call arrived (the call
     /// was on its way as the retry window ended): nothing was stored; it is expired.
     GivenUp,
+    /// A bridged send named by its source with an id this home already gave a message (see
+    /// `BridgeSendCall::message_id`): nothing was stored.
+    IdTaken,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -659,6 +659,10 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         if open.is_none() {
             return Ok(SendOutcome::BridgeClosed);
         }
+        // It keeps the id its source gave it, which must not be one already given here.
+        if first(conn, "SELECT 1 FROM messages WHERE id = ?", [&m.id], |_| Ok(()))?.is_some() {
+            return Ok(SendOutcome::IdTaken);
+        }
     }
     // The input refers to the message for its content (see `claim_turn`): a message of up
     // to 100,000 characters is not copied into its queued input.

@@ -408,6 +408,14 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", ulid::Ulid::new().to_string().to_lowercase())
 }
 
+/// Whether `id` has the shape [`new_id`] gives a message: `msg_` and a lowercase ULID (what
+/// a peer home may name a bridged message by).
+pub fn is_message_id(id: &str) -> bool {
+    id.strip_prefix("msg_").is_some_and(|ulid| {
+        ulid.len() == 26 && ulid.bytes().all(|b| b"0123456789abcdefghjkmnpqrstvwxyz".contains(&b))
+    })
+}
+
 /// The first non-blank line of the prompt, trimmed and cut to 80 characters.
 fn title_from_prompt(prompt: &str) -> String {
     let printable = |line: &str| line.chars().filter(|c| !c.is_control()).collect::<String>();
@@ -425,5 +433,16 @@ mod tests {
         assert_eq!(title_from_prompt("\n  \n  second  \n"), "second");
         let long = "é".repeat(100);
         assert_eq!(title_from_prompt(&long).chars().count(), 80);
+    }
+
+    #[test]
+    fn a_message_id_is_what_new_id_makes_for_a_message() {
+        assert!(is_message_id(&new_id("msg")));
+        assert!(!is_message_id(&new_id("th")));
+        assert!(!is_message_id(&new_id("msg").to_uppercase()));
+        assert!(!is_message_id("msg_01ARZ3NDEKTSV4RRFFQ69G5FA"), "25 characters");
+        assert!(!is_message_id("msg_01arz3ndektsv4rrffq69g5fa\n"));
+        assert!(!is_message_id("msg_01arz3ndektsv4rrffq69g5fau"), "u is no Crockford digit");
+        assert!(!is_message_id(""));
     }
 }
