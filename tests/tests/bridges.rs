@@ -257,6 +257,29 @@ async fn inbound_aliases_are_unique_though_peers_share_a_host_name() {
     a.client().threads().thread_list(list_via("bee")).await.expect("a's bridge is untouched");
 }
 
+/// Owner actions (say, archive, set) act on this home's threads only: naming a thread
+/// behind a bridge says so, not that the bridge does not exist.
+#[tokio::test]
+async fn owner_actions_on_a_thread_behind_a_bridge_say_they_are_local_only() {
+    let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    approve(&b, &request(&a, &b, "read,send,wake", "bee").await, "read,send,wake", vec![]).await;
+    let t = b.thread("echo", None).await;
+    let remote =
+        pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: t.id.clone() };
+    let said = a
+        .client()
+        .home()
+        .thread_say(pb::ThreadSayRequest { target: Some(remote), content: "hi".into() })
+        .await
+        .expect_err("local only");
+    assert_eq!(said.code(), Code::NotFound);
+    assert!(
+        said.message().contains("is not this home") && said.message().contains("over a bridge"),
+        "{said:?}"
+    );
+    assert!(b.all_turns(&t.id).await.is_empty(), "nothing reached the target");
+}
+
 /// A peer's home id names both bridges with it when they run both ways: revoking by it is
 /// refused (naming both) rather than cutting one direction the owner may not have meant.
 #[tokio::test]
@@ -1408,7 +1431,9 @@ async fn refusals_are_final_with_reasons_in_receipts() {
         assert!(status.message().contains(reason), "names {reason}: {}", status.message());
     };
     let denied = a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k1")).await;
-    refused(denied.expect_err("refused"), Code::PermissionDenied, "permission_denied");
+    let denied = denied.expect_err("refused");
+    assert!(denied.message().contains("does not grant \"send\""), "names what is missing: {denied:?}");
+    refused(denied, Code::PermissionDenied, "permission_denied");
     let replay = a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k1")).await;
     let replay = replay.expect("a replay").into_inner();
     assert_eq!(
@@ -1420,6 +1445,13 @@ async fn refusals_are_final_with_reasons_in_receipts() {
     approve(&b, &request_id, "read,send", vec![]).await;
     let missing = a.client().threads().thread_send(remote_send("bee", "th_nope", "x", "k2")).await;
     refused(missing.expect_err("refused"), Code::NotFound, "thread_not_found");
+    let shelved = b.thread("echo", None).await;
+    let archive = pb::ThreadArchiveRequest { target: Some(kiki_tests::local(&shelved.id)), archived: true };
+    b.client().home().thread_archive(archive).await.expect("archive");
+    let archived = a.client().threads().thread_send(remote_send("bee", &shelved.id, "x", "k4")).await;
+    let archived = archived.expect_err("refused");
+    assert!(archived.message().contains("archived there"), "{archived:?}");
+    refused(archived, Code::FailedPrecondition, "thread_archived");
     b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
     let revoked = a.client().threads().thread_send(remote_send("bee", &t.id, "x", "k3")).await;
     refused(revoked.expect_err("refused"), Code::PermissionDenied, "bridge_revoked");
@@ -1428,7 +1460,12 @@ async fn refusals_are_final_with_reasons_in_receipts() {
         receipts(&a, "bee").await.into_iter().map(|r| format!("{}:{}", r.status, r.reason)).collect();
     assert_eq!(
         reasons,
-        ["rejected:permission_denied", "rejected:thread_not_found", "rejected:bridge_revoked"]
+        [
+            "rejected:permission_denied",
+            "rejected:thread_not_found",
+            "rejected:thread_archived",
+            "rejected:bridge_revoked"
+        ]
     );
     let inbound = receipts(&b, &home_id(&a).await).await;
     assert!(inbound.iter().all(|r| r.status == "rejected"), "{inbound:?}");

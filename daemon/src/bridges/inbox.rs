@@ -253,6 +253,9 @@ impl Bridges {
             Ok(t) if bridge.workspaces.is_empty() || bridge.workspaces.contains(&t.workspace_id) => t,
             _ => return Err(("thread_not_found", format!("no thread {} in this home", call.target_session))),
         };
+        if thread.archived {
+            return Err(("thread_archived", format!("thread {} is archived", thread.id)));
+        }
         let Some(mailbox) = self.inner.mailbox.get() else {
             return Err(("failed_precondition", "the home is starting".into()));
         };

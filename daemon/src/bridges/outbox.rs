@@ -66,6 +66,7 @@ pub(super) const FINAL: &[&str] = &[
     "permission_denied",
     "bridge_revoked",
     "thread_not_found",
+    "thread_archived",
     "too_large",
     "communication_disabled",
     "invalid_argument",
@@ -163,8 +164,19 @@ fn replay(in_flight: Option<OutboxRecord>, stored: OutboxRecord, request_hash: &
 /// message, that refusal as an error (a first answer is `delivered` or `pending`).
 fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
     if entry.status == "rejected" {
-        let message =
-            format!("the target refused message {}; `kiki bridge receipts {host}` keeps it", entry.id);
+        let why = match entry.reason.as_str() {
+            // A send needs `send` (without `wake` it is taken in, to wait).
+            "permission_denied" => "the target's owner does not grant \"send\" on this bridge",
+            "bridge_revoked" => "the target's owner revoked this bridge",
+            "thread_not_found" => "no such thread there, or not in the workspaces this bridge may reach",
+            "thread_archived" => "the thread is archived there",
+            "communication_disabled" => {
+                "the thread takes no peer messages (its communication switch, or its home's [thread_communication], is off)"
+            }
+            "too_large" => "the content is over the target's limit",
+            _ => "the target refused it",
+        };
+        let message = format!("{why}; message {} — `kiki bridge receipts {host}` keeps it", entry.id);
         return Err(from_wire(host, pb::WireError { code: entry.reason.clone(), message }));
     }
     Ok(sent_of(entry, false))

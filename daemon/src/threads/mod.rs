@@ -99,7 +99,9 @@ impl Threads {
         if host_id.is_empty() || host_id == "local" || host_id == self.home_id {
             Ok(())
         } else {
-            Err(Error::NotFound(format!("host {host_id:?}: not this home and no bridge by that name or id")))
+            Err(Error::NotFound(format!(
+                "host {host_id:?} is not this home: another home's threads are reached only by ThreadList, ThreadRead, ThreadSend and ThreadWait over a bridge"
+            )))
         }
     }
 
