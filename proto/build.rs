@@ -38,6 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         builder = builder
             .field_attribute(field, format!("#[serde(serialize_with = \"crate::json::{serializer}\")]"));
     }
+    // Only a terminal event has a turn status: other events leave it out.
+    builder = builder.field_attribute(
+        "kiki.v1.Event.turn_status",
+        "#[serde(skip_serializing_if = \"crate::json::unset\")]",
+    );
     builder.compile_protos(PROTOS, INCLUDES)?;
     Ok(())
 }

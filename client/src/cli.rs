@@ -48,11 +48,13 @@ pub enum Command {
 pub enum BridgeCommand {
     /// Ask the home at ADDRESS (host:port of its QUIC endpoint) for a bridge.
     Request {
+        /// The target's QUIC endpoint, host:port (`kiki status` there shows it).
         address: String,
         /// Permissions wanted: read,send,wake,wait.
         #[arg(long, required = true)]
         want: Vec<String>,
-        /// Refuse the target unless its home id is this.
+        /// Refuse the target unless its home id is this (the 52 characters `kiki status`
+        /// prints there; either case).
         #[arg(long)]
         expect: Option<String>,
         /// Local name for the target, usable as HOST in references.
@@ -63,7 +65,9 @@ pub enum BridgeCommand {
     Pending,
     /// Grant a request (possibly fewer permissions, possibly limited to workspaces).
     Approve {
+        /// The request's id (`kiki bridge pending`).
         request: String,
+        /// Permissions granted: read,send,wake,wait — at most what was asked for.
         #[arg(long, required = true)]
         allow: Vec<String>,
         /// A workspace the grant is limited to: its id (ws_…) or a directory in it.
@@ -71,7 +75,10 @@ pub enum BridgeCommand {
         workspaces: Vec<String>,
     },
     /// Reject a pending pairing request (target side): the source sees `rejected`.
-    Reject { request: String },
+    Reject {
+        /// The request's id (`kiki bridge pending`).
+        request: String,
+    },
     /// Revoke a bridge (id, alias or peer home id; one that names bridges both ways is
     /// refused: use the id); takes effect at once.
     Revoke { bridge: String },
@@ -85,9 +92,12 @@ pub enum BridgeCommand {
     /// The messages sent or received over a bridge and what became of them: the newest
     /// page first, each page oldest first.
     Receipts {
+        /// The bridge: its id, alias or peer home id (both directions with that peer).
         bridge: String,
+        /// Receipts per page, 1-100 (default 50).
         #[arg(long)]
         limit: Option<u32>,
+        /// Older receipts: the cursor the previous page printed.
         #[arg(long)]
         cursor: Option<String>,
     },
@@ -279,6 +289,8 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
                 .filter_map(|(flag, value)| value.as_ref().map(|v| format!("{flag} {} ", shell_word(v))))
                 .chain(limit.map(|n| format!("--limit {n} ")))
                 .collect::<String>();
+            // Threads behind a bridge print as references usable as they are (`HOST/SESSION`).
+            let host = bridge.as_ref().map(|b| format!("{b}/")).unwrap_or_default();
             let request = pb::ThreadListRequest {
                 bridge: bridge.unwrap_or_default(),
                 workspace_id: workspace.unwrap_or_default(),
@@ -291,7 +303,10 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
             } else {
                 for t in &page.threads {
                     let state = pb::json::enum_word(t.state().as_str_name(), "THREAD_STATE_");
-                    outln!("{}  {:<7}  {:<8}  {}  ({})", t.id, state, t.profile, t.title, t.cwd);
+                    outln!("{host}{}  {:<7}  {:<8}  {}  ({})", t.id, state, t.profile, t.title, t.cwd);
+                }
+                if page.threads.is_empty() {
+                    outln!("(no threads)");
                 }
                 if let Some(next) = &page.next_cursor {
                     outln!("more: {more}--cursor {next}");
@@ -503,7 +518,7 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
             if json {
                 print_json(&approved);
             } else if let Some(b) = &approved.bridge {
-                outln!("bridge {} from {}: {}", b.id, b.peer_home_id, b.permissions.join(","));
+                outln!("bridge {} from {}: {}{}", b.id, b.peer_home_id, granted(b), scope(b));
             }
         }
         BridgeCommand::Reject { request } => {
@@ -532,10 +547,16 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                 print_json(&receipts);
             } else {
                 for r in &receipts.receipts {
-                    let reason = if r.reason.is_empty() { String::new() } else { format!(" ({})", r.reason) };
+                    let reason = match r.reason.as_str() {
+                        "" => String::new(),
+                        same if same == r.status => String::new(),
+                        reason => format!(" ({reason})"),
+                    };
+                    // A refusal at the target stored no message: it has no id.
+                    let id = if r.message_id.is_empty() { "-" } else { &r.message_id };
                     outln!(
                         "{}  {:<8} {}  key {}  {}{reason}  attempts {}  {}",
-                        r.message_id,
+                        id,
                         r.direction,
                         r.target,
                         r.idempotency_key,
@@ -543,6 +564,9 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                         r.attempts,
                         r.at
                     );
+                }
+                if receipts.receipts.is_empty() {
+                    outln!("(no receipts)");
                 }
                 if let Some(next) = &receipts.next_cursor {
                     outln!("older: --cursor {next}");
@@ -562,15 +586,19 @@ async fn bridge(home: &std::path::Path, command: BridgeCommand, json: bool) -> R
                         health.push_str(&format!(", last error {} ({})", b.last_error_at, b.last_error));
                     }
                     outln!(
-                        "{}  {:<8} {:<9} {} ({})  [{}]  {health}, {} pending",
+                        "{}  {:<8} {:<9} {} ({})  [{}]{}  {health}, {} pending",
                         b.id,
                         b.direction,
                         b.state,
                         b.peer_home_id,
                         b.alias,
-                        b.permissions.join(","),
+                        granted(b),
+                        scope(b),
                         b.pending
                     );
+                }
+                if list.bridges.is_empty() {
+                    outln!("(no bridges)");
                 }
             }
         }
@@ -594,11 +622,24 @@ fn show_wait(w: &pb::ThreadWaitResponse) {
             };
             outln!("{target}  {}  {kind}  {detail}", e.at);
         }
-        outln!("--cursor {target}={}", result.cursor);
     }
     if w.timed_out {
-        outln!("(timed out)");
+        outln!("(timed out: no new events)");
     }
+    for result in &w.results {
+        let target = result.target.as_ref().map(pb::format_ref).unwrap_or_default();
+        outln!("--cursor {target}={}", result.cursor);
+    }
+}
+
+/// A bridge's permissions as `kiki bridge list` shows them.
+fn granted(b: &pb::Bridge) -> String {
+    if b.permissions.is_empty() { "none yet".into() } else { b.permissions.join(",") }
+}
+
+/// The workspaces a bridge's grant is limited to, if it is.
+fn scope(b: &pb::Bridge) -> String {
+    if b.workspaces.is_empty() { String::new() } else { format!(" in {}", b.workspaces.join(",")) }
 }
 
 pub fn show_status(s: &pb::StatusResponse, json: bool) {

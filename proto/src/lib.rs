@@ -48,6 +48,11 @@ pub mod json {
         event_kind => super::EventKind, "EVENT_KIND_";
     }
 
+    /// Whether an enum field holds its unspecified value (0).
+    pub fn unset(value: &i32) -> bool {
+        *value == 0
+    }
+
     /// `("TURN_STATUS_COMPLETED", "TURN_STATUS_")` → `"completed"`.
     pub fn enum_word(name: &str, prefix: &str) -> String {
         name.strip_prefix(prefix).unwrap_or(name).to_ascii_lowercase()
