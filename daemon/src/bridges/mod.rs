@@ -643,7 +643,7 @@ impl Bridges {
                 "{address} is home {}, not the expected {}; nothing was filed",
                 wrong.actual, wrong.expected
             )),
-            e => Error::FailedPrecondition(format!("cannot reach {address}: {e}")),
+            e => Error::Unavailable(format!("cannot reach {address}: {e}")),
         })?;
         let peer_home_id = peer.peer_home_id().to_string();
         if peer_home_id == self.inner.endpoint.home_id() {
@@ -665,7 +665,7 @@ impl Bridges {
                     "{address}: unexpected answer to a pairing request"
                 )));
             }
-            Err(e) => return Err(Error::FailedPrecondition(format!("{address}: {e}"))),
+            Err(e) => return Err(Error::Unavailable(format!("{address}: {e}"))),
         };
         let now = now_ms();
         let previous =
@@ -1019,9 +1019,9 @@ impl Bridges {
                     debug!(error = %e, "bridge call failed; reconnecting");
                     failed = Some(peer);
                 }
-                Ok(Err(e)) => return Err(Error::FailedPrecondition(format!("{}: {e}", bridge.alias))),
+                Ok(Err(e)) => return Err(Error::Unavailable(format!("{}: {e}", bridge.alias))),
                 Err(_) => {
-                    return Err(Error::FailedPrecondition(format!(
+                    return Err(Error::Unavailable(format!(
                         "{}: no answer within {CALL_TIMEOUT:?}",
                         bridge.alias
                     )));
@@ -1053,11 +1053,15 @@ impl Bridges {
             .map_err(|_| Error::FailedPrecondition(format!("bridge {} has no usable address", bridge.id)))?;
         let dial = self.inner.endpoint.connect(addr, Some(&bridge.peer_home_id));
         let peer = match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
-            Ok(connected) => {
-                connected.map_err(|e| Error::FailedPrecondition(format!("{}: {e}", bridge.alias)))?
-            }
+            Ok(connected) => connected.map_err(|e| match e {
+                // Another home answers at the bridge's address: not a passing fault.
+                e @ kiki_bridge::EndpointError::WrongPeer(_) => {
+                    Error::FailedPrecondition(format!("{}: {e}", bridge.alias))
+                }
+                e => Error::Unavailable(format!("{}: {e}", bridge.alias)),
+            })?,
             Err(_) => {
-                return Err(Error::FailedPrecondition(format!(
+                return Err(Error::Unavailable(format!(
                     "{}: no connection within {CONNECT_TIMEOUT:?}",
                     bridge.alias
                 )));
