@@ -239,6 +239,30 @@ async fn revocation_takes_effect_at_once() {
     assert_eq!(listed.bridges[0].state, "revoked", "the source sees it");
 }
 
+/// The source revoking its side tells the target: both homes list the bridge revoked, and
+/// a new request waits for a new approval instead of finding the old grant in force.
+#[tokio::test]
+async fn a_source_revoking_its_side_revokes_the_target_side_too() {
+    let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    let inbound = approve(&b, &request(&a, &b, "read", "bee").await, "read", vec![]).await;
+    a.client().threads().thread_list(list_via("bee")).await.expect("works");
+    let revoke = pb::BridgeRevokeRequest { bridge: "bee".into() };
+    a.client().bridges().bridge_revoke(revoke).await.expect("revoke");
+    let at_target = b.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list");
+    let at_target = at_target.into_inner().bridges;
+    assert_eq!(
+        at_target.iter().map(|b| (b.id.as_str(), b.state.as_str())).collect::<Vec<_>>(),
+        [(inbound.id.as_str(), "revoked")]
+    );
+    let again = request(&a, &b, "read", "bee").await;
+    assert_eq!(outbound_listed(&a).await.state, "requested", "the old grant is not in force");
+    let refused = a.client().threads().thread_list(list_via("bee")).await.expect_err("not approved");
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    approve(&b, &again, "read", vec![]).await;
+    assert_eq!(outbound_listed(&a).await.state, "active");
+    a.client().threads().thread_list(list_via("bee")).await.expect("approved again");
+}
+
 /// Two sources on machines of the same name get distinct aliases at the target, so naming
 /// one (to revoke it) never acts on the other.
 #[tokio::test]

@@ -344,6 +344,7 @@ impl Bridges {
             Some(Call::ThreadWait(request)) => self.serve_wait(peer, request).await.map(Reply::ThreadWait),
             Some(Call::ThreadSend(request)) => Ok(Reply::ThreadSend(self.serve_send(peer, request).await)),
             Some(Call::FollowUp(call)) => self.serve_follow_up(peer, call).await.map(Reply::FollowUp),
+            Some(Call::Withdraw(_)) => self.serve_withdraw(peer).await.map(Reply::Withdraw),
             None => return wire_error("invalid_argument", "empty call"),
         };
         match result {
@@ -422,22 +423,36 @@ impl Bridges {
     }
 
     async fn ping_reply(&self, peer: &str) -> std::result::Result<pb::PingReply, Rejection> {
-        if let Some(b) = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await? {
+        let inbound = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
+        if let Some(b) = inbound.as_ref().filter(|b| b.state != "revoked") {
             return Ok(pb::PingReply {
-                state: b.state,
-                permissions: b.permissions,
-                workspaces: b.workspaces,
+                state: b.state.clone(),
+                permissions: b.permissions.clone(),
+                workspaces: b.workspaces.clone(),
             });
         }
-        // Read only: a peer's ping writes nothing, even an expiry.
+        // No bridge in force: the peer's request filed since it was revoked (if any) says
+        // where the peer stands. Read only: a peer's ping writes nothing, even an expiry.
         let requests = self.inner.store.bridge_requests().await.map_err(Error::from)?;
-        let state = match requests.iter().rev().find(|r| r.peer_home_id == peer) {
+        let since = inbound.as_ref().map_or(i64::MIN, |b| b.updated_at);
+        let state = match requests.iter().rev().find(|r| r.peer_home_id == peer && r.created_at > since) {
             Some(r) if self.expired(r, now_ms()) => "expired",
             Some(r) if r.status == "rejected" || r.status == "expired" => &r.status,
             Some(_) => "pending",
+            None if inbound.is_some() => "revoked",
             None => "unknown",
         };
         Ok(pb::PingReply { state: state.into(), permissions: Vec::new(), workspaces: Vec::new() })
+    }
+
+    /// The peer revoked its side (see `WithdrawCall`): its inbound bridge here is revoked too.
+    async fn serve_withdraw(&self, peer: &str) -> std::result::Result<pb::WithdrawReply, Rejection> {
+        let _decision = self.inner.decisions.lock().await;
+        let inbound = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
+        if let Some(bridge) = inbound.filter(|b| b.state != "revoked") {
+            self.revoke_bridge(bridge).await?;
+        }
+        Ok(pb::WithdrawReply {})
     }
 
     /// The peer's approved inbound bridge, whether its access is on or off now; a revoked
@@ -835,11 +850,11 @@ impl Bridges {
     /// `kiki bridge revoke BRIDGE` (id, alias or peer home id). Takes effect at once: the
     /// next call over it is refused with `bridge_revoked`.
     pub async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
-        let _decision = self.inner.decisions.lock().await;
+        let decision = self.inner.decisions.lock().await;
         let bridges = self.all().await?;
         // A peer's home id (or an alias both directions share) may name two bridges, and
         // revoking the wrong one would cut the other direction: the owner names one.
-        let mut bridge = match bridges.iter().filter(|b| b.answers_to(name)).collect::<Vec<_>>()[..] {
+        let bridge = match bridges.iter().filter(|b| b.answers_to(name)).collect::<Vec<_>>()[..] {
             [] => return Err(Error::NotFound(format!("no bridge {name:?}"))),
             [one] => one.clone(),
             ref both => {
@@ -850,6 +865,30 @@ impl Bridges {
                 ));
             }
         };
+        let bridge = self.revoke_bridge(bridge).await?;
+        drop(decision);
+        if bridge.direction == "outbound" {
+            // Tell the target, so its owner's list agrees and a new request needs a new
+            // approval. Best effort, briefly: the revocation here stands either way.
+            let withdraw = pb::BridgeCall { call: Some(Call::Withdraw(pb::WithdrawCall {})) };
+            match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &withdraw, None)).await {
+                Ok(Ok(pb::BridgeReply { reply: Some(Reply::Withdraw(_)) })) => {
+                    info!(bridge_id = %bridge.id, "the target revoked its side too");
+                }
+                Ok(Ok(other)) => {
+                    warn!(bridge_id = %bridge.id, answer = ?other, "the target did not take the revocation")
+                }
+                Ok(Err(e)) => {
+                    warn!(bridge_id = %bridge.id, error = %e, "cannot tell the target of the revocation")
+                }
+                Err(_) => warn!(bridge_id = %bridge.id, "the target did not answer the revocation in time"),
+            }
+        }
+        Ok(bridge)
+    }
+
+    /// Revokes `bridge` here (the caller holds `decisions`).
+    async fn revoke_bridge(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
         bridge.state = "revoked".into();
         bridge.updated_at = now_ms();
         if bridge.direction == "inbound" {
