@@ -126,7 +126,7 @@ pub async fn down(home: &Path, json: bool) -> Result<()> {
     let socket = home.join("kikid.sock");
     let Ok(client) = Client::connect(&socket).await else {
         if json {
-            print_json(&pb::ShutdownResponse {});
+            print_json(&pb::ShutdownResponse { stopped: false });
         } else {
             outln!("not running");
         }
@@ -146,7 +146,7 @@ pub async fn down(home: &Path, json: bool) -> Result<()> {
         tokio::time::sleep(POLL).await;
     }
     if json {
-        print_json(&pb::ShutdownResponse {});
+        print_json(&pb::ShutdownResponse { stopped: true });
     } else {
         outln!("stopped");
     }

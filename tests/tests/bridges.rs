@@ -85,6 +85,8 @@ async fn pairing_then_reading_across_homes_with_read() {
     assert_eq!(page.threads[0].host_id, home_id(&b).await);
     // By home id as well as by alias, and ThreadRead through HOST/SESSION.
     a.client().threads().thread_list(list_via(&home_id(&b).await)).await.expect("by home id");
+    let lower = home_id(&b).await.to_lowercase();
+    a.client().threads().thread_list(list_via(&lower)).await.expect("a home id in either case");
     let remote =
         pb::ThreadRef { host_id: "bee".into(), workspace_id: String::new(), session_id: t.id.clone() };
     let read = pb::ThreadReadRequest { target: Some(remote), ..Default::default() };

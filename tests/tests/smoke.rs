@@ -108,7 +108,8 @@ fn up_status_down_and_an_owner_only_home() {
     assert_eq!(error["error"]["code"], "unauthenticated");
     assert_eq!(kiki_json(&home, &["status"])["pid"], status["pid"], "still running");
 
-    kiki_json(&home, &["down"]);
+    assert_eq!(kiki_json(&home, &["down"])["stopped"], true);
+    assert_eq!(kiki_json(&home, &["down"])["stopped"], false, "none was running");
     let out = kiki(&home, &["--json", "status"]);
     assert_eq!(out.status.code(), Some(4), "unreachable home");
     let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json error");

@@ -70,7 +70,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         owner_only(&self.threads, &request, "shutdown")?;
         info!("shutdown requested over the API");
         self.shutdown.cancel();
-        Ok(Response::new(pb::ShutdownResponse {}))
+        Ok(Response::new(pb::ShutdownResponse { stopped: false }))
     }
 
     #[instrument(level = "debug", skip_all)]

@@ -441,7 +441,8 @@ pub struct BridgeRecord {
 impl BridgeRecord {
     /// Whether a user naming a bridge by `name` (its id, alias or peer home id) means this one.
     pub fn answers_to(&self, name: &str) -> bool {
-        self.id == name || self.alias == name || self.peer_home_id == name
+        // A home id is base32: either case names it.
+        self.id == name || self.alias == name || self.peer_home_id.eq_ignore_ascii_case(name)
     }
 
     /// Whether this home revoked the bridge: no call goes over it any more. An outbound

@@ -96,7 +96,7 @@ impl Threads {
 
     /// Accepts an empty host, `local`, or this home's id; other homes need a bridge.
     pub fn resolve_host(&self, host_id: &str) -> Result<()> {
-        if host_id.is_empty() || host_id == "local" || host_id == self.home_id {
+        if host_id.is_empty() || host_id == "local" || host_id.eq_ignore_ascii_case(&self.home_id) {
             Ok(())
         } else {
             Err(Error::NotFound(format!(
