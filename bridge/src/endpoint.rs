@@ -59,6 +59,8 @@ pub const TRUSTED_WINDOW: u32 = 32 * 1024 * 1024;
 /// for QUIC's default 30 s; [`KEEP_ALIVE`] keeps a live but quiet connection open.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const KEEP_ALIVE: Duration = Duration::from_secs(3);
+/// The length of this home's connection ids (see `endpoint_config`).
+const CONNECTION_ID_BYTES: usize = 16;
 
 /// A connection with the peer's verified home id.
 #[derive(Debug, Clone)]
@@ -157,17 +159,17 @@ impl BridgeEndpoint {
     }
 }
 
-/// The endpoint's secrets, derived from the home key so they outlive a restart: a home
-/// restarted after a crash recognises the connection ids it handed out before and answers
-/// their packets with a stateless reset its peers can verify, so their calls fail at once
-/// and redial instead of waiting out [`IDLE_TIMEOUT`] on a connection nobody serves.
+/// The endpoint's stateless-reset key, derived from the home key so it outlives a restart:
+/// a home restarted after a crash answers the packets of its connections from before with a
+/// reset its peers can verify, so their calls fail at once and redial instead of waiting out
+/// [`IDLE_TIMEOUT`] on a connection nobody serves. Connection ids are 16 random bytes, never
+/// reused, so a token once seen (a reset travels in clear) is worth nothing after, as RFC
+/// 9000 §10.3.2 asks of a static key.
 fn endpoint_config(identity: &BridgeIdentity) -> quinn::EndpointConfig {
     let reset_key =
         ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &identity.derived_secret("quic stateless reset"));
     let mut config = quinn::EndpointConfig::new(Arc::new(reset_key));
-    let [a, b, c, d, e, f, g, h, ..] = identity.derived_secret("quic connection ids");
-    let cid_key = u64::from_le_bytes([a, b, c, d, e, f, g, h]);
-    config.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
+    config.cid_generator(|| Box::new(quinn_proto::RandomConnectionIdGenerator::new(CONNECTION_ID_BYTES)));
     config
 }
 

@@ -128,16 +128,16 @@ impl Link for MemoryLink {
     ) -> BoxFuture<'_, Result<Vec<u8>, LinkError>> {
         Box::pin(async move {
             if self.network.cut(&self.local, &self.peer) {
-                return Err(LinkError(format!("partitioned from {}", self.peer)));
+                return Err(LinkError::lost(format!("partitioned from {}", self.peer)));
             }
             let (reply, answer) = oneshot::channel();
-            self.to_peer.send((request, reply)).await.map_err(|_| LinkError("link closed".into()))?;
-            let response = answer.await.map_err(|_| LinkError("the peer dropped the call".into()))?;
+            self.to_peer.send((request, reply)).await.map_err(|_| LinkError::lost("link closed"))?;
+            let response = answer.await.map_err(|_| LinkError::lost("the peer dropped the call"))?;
             if self.network.cut(&self.local, &self.peer) {
-                return Err(LinkError(format!("partitioned from {}", self.peer)));
+                return Err(LinkError::lost(format!("partitioned from {}", self.peer)));
             }
             if self.network.answer_lost(&self.local, &self.peer) {
-                return Err(LinkError(format!("the answer from {} was lost", self.peer)));
+                return Err(LinkError::lost(format!("the answer from {} was lost", self.peer)));
             }
             Ok(response)
         })

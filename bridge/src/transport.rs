@@ -24,8 +24,34 @@ pub type TrustCheck = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// A call that did not get an answer (the link failed, or the frame was bad).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct LinkError(pub String);
+#[error("{message}")]
+pub struct LinkError {
+    pub message: String,
+    /// The link failed (the connection was lost or reset, the peer is unreachable): a later
+    /// call, redialed, may get through. False for a fault of the exchange itself (a frame
+    /// over the limits, malformed, or dropped unanswered), which a retry repeats.
+    pub lost: bool,
+}
+
+impl LinkError {
+    pub fn lost(message: impl Into<String>) -> Self {
+        Self { message: message.into(), lost: true }
+    }
+
+    pub fn fault(message: impl Into<String>) -> Self {
+        Self { message: message.into(), lost: false }
+    }
+}
+
+impl From<crate::rpc::RpcError> for LinkError {
+    fn from(e: crate::rpc::RpcError) -> Self {
+        use crate::rpc::RpcError::*;
+        match e {
+            Connection(_) | Write(_) | Read(_) | Closed(_) => Self::lost(e.to_string()),
+            TooLarge { .. } | TooLong { .. } | Unanswered | Malformed(_) => Self::fault(e.to_string()),
+        }
+    }
+}
 
 /// An authenticated connection to one peer home.
 pub trait Link: Send + Sync + Debug {
@@ -78,9 +104,7 @@ impl Link for PeerConnection {
         withdraw_after: Option<std::time::Instant>,
     ) -> BoxFuture<'_, Result<Vec<u8>, LinkError>> {
         Box::pin(async move {
-            crate::rpc::call_bytes(&self.connection, &request, withdraw_after)
-                .await
-                .map_err(|e| LinkError(e.to_string()))
+            crate::rpc::call_bytes(&self.connection, &request, withdraw_after).await.map_err(LinkError::from)
         })
     }
 

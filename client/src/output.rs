@@ -43,7 +43,8 @@ fn code_word(code: Code) -> String {
     word
 }
 
-/// Exit codes (documented in the README): 2 bad input, 3 not found, 4 home unreachable,
+/// Exit codes (documented in the README): 2 bad input, 3 not found, 4 unreachable (the home,
+/// or a bridge's peer),
 /// 5 conflict, 6 wrong state, 7 not allowed, 1 anything else.
 fn exit_code(code: Code) -> u8 {
     match code {

@@ -768,6 +768,11 @@ pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dy
     let outcome = store.accept_message(&taken).await.expect("decided");
     assert!(matches!(outcome, SendOutcome::IdTaken), "{outcome:?}");
     assert_eq!(store.keyed_message("HOME_P/th_far", "k2").await.expect("read"), None, "nothing stored");
+    // Nor the id of a message this home sent away (its peer knows that one).
+    store.outbox_insert(&outbox("msg_sent", "k-out", 1)).await.expect("outbox");
+    let sent_away = NewMessage { id: "msg_sent".into(), key: "k3".into(), ..m.clone() };
+    let outcome = store.accept_message(&sent_away).await.expect("decided");
+    assert!(matches!(outcome, SendOutcome::IdTaken), "{outcome:?}");
 }
 
 pub async fn a_bridge_record_round_trips(store: &dyn Store) {

@@ -16,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link, Transport, TrustCheck};
+use kiki_bridge::{BridgeEndpoint, BridgeIdentity, CallHandler, Link, LinkError, Transport, TrustCheck};
 use kiki_proto as pb;
 use pb::bridge_call::Call;
 use pb::bridge_reply::Reply;
@@ -62,7 +62,19 @@ pub struct Bridges {
 }
 
 /// The connection to one peer, if dialed.
-type ConnectionSlot = Arc<tokio::sync::Mutex<Option<Arc<dyn Link>>>>;
+type ConnectionSlot = Arc<tokio::sync::Mutex<Option<Cached>>>;
+
+/// A dialed peer's connection, and when a call last took it: one no call took for
+/// [`IDLE_CONNECTION`] is let go (see [`Bridges::run_idle_connections`]).
+struct Cached {
+    link: Arc<dyn Link>,
+    taken: Instant,
+}
+
+/// How long a dialed connection no call uses stays open. Its keep-alives notice a peer that
+/// vanished while calls are under way; kept forever, they would ping every peer ever dialed,
+/// and hold a stranger's slot at a target that has not approved this home (yet).
+const IDLE_CONNECTION: Duration = Duration::from_secs(30);
 
 struct Inner {
     store: Arc<dyn Store>,
@@ -241,6 +253,7 @@ impl Bridges {
         tokio::spawn(bridges.clone().run_outbox(stop.clone()));
         tokio::spawn(bridges.clone().run_recorder(stop.clone()));
         tokio::spawn(bridges.clone().run_expiry(stop.clone()));
+        tokio::spawn(bridges.clone().run_idle_connections(stop.clone()));
         let accepting = bridges.clone();
         tokio::spawn(async move {
             loop {
@@ -344,7 +357,7 @@ impl Bridges {
             Some(Call::ThreadWait(request)) => self.serve_wait(peer, request).await.map(Reply::ThreadWait),
             Some(Call::ThreadSend(request)) => Ok(Reply::ThreadSend(self.serve_send(peer, request).await)),
             Some(Call::FollowUp(call)) => self.serve_follow_up(peer, call).await.map(Reply::FollowUp),
-            Some(Call::Withdraw(_)) => self.serve_withdraw(peer).await.map(Reply::Withdraw),
+            Some(Call::Withdraw(call)) => self.serve_withdraw(peer, call).await.map(Reply::Withdraw),
             None => return wire_error("invalid_argument", "empty call"),
         };
         match result {
@@ -424,33 +437,49 @@ impl Bridges {
 
     async fn ping_reply(&self, peer: &str) -> std::result::Result<pb::PingReply, Rejection> {
         let inbound = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
-        if let Some(b) = inbound.as_ref().filter(|b| b.state != "revoked") {
+        // Read only: a peer's ping writes nothing, even an expiry.
+        let requests = self.inner.store.bridge_requests().await.map_err(Error::from)?;
+        // A revoked bridge gives way to a request the peer filed since (or as it was revoked).
+        let since = inbound.as_ref().filter(|b| b.state == "revoked").map_or(i64::MIN, |b| b.updated_at);
+        let newer = requests.iter().rev().find(|r| r.peer_home_id == peer && r.created_at >= since);
+        if let Some(b) = inbound.filter(|b| b.state != "revoked" || newer.is_none()) {
             return Ok(pb::PingReply {
-                state: b.state.clone(),
-                permissions: b.permissions.clone(),
-                workspaces: b.workspaces.clone(),
+                state: b.state,
+                permissions: b.permissions,
+                workspaces: b.workspaces,
             });
         }
-        // No bridge in force: the peer's request filed since it was revoked (if any) says
-        // where the peer stands. Read only: a peer's ping writes nothing, even an expiry.
-        let requests = self.inner.store.bridge_requests().await.map_err(Error::from)?;
-        let since = inbound.as_ref().map_or(i64::MIN, |b| b.updated_at);
-        let state = match requests.iter().rev().find(|r| r.peer_home_id == peer && r.created_at > since) {
+        let state = match newer {
             Some(r) if self.expired(r, now_ms()) => "expired",
             Some(r) if r.status == "rejected" || r.status == "expired" => &r.status,
+            Some(r) if r.status == "withdrawn" => "revoked",
             Some(_) => "pending",
-            None if inbound.is_some() => "revoked",
             None => "unknown",
         };
         Ok(pb::PingReply { state: state.into(), permissions: Vec::new(), workspaces: Vec::new() })
     }
 
-    /// The peer revoked its side (see `WithdrawCall`): its inbound bridge here is revoked too.
-    async fn serve_withdraw(&self, peer: &str) -> std::result::Result<pb::WithdrawReply, Rejection> {
+    /// The peer revoked its side (see `WithdrawCall`): the inbound bridge its request made is
+    /// revoked here too, or that request, if it still waits, is withdrawn.
+    async fn serve_withdraw(
+        &self,
+        peer: &str,
+        call: pb::WithdrawCall,
+    ) -> std::result::Result<pb::WithdrawReply, Rejection> {
         let _decision = self.inner.decisions.lock().await;
         let inbound = self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
-        if let Some(bridge) = inbound.filter(|b| b.state != "revoked") {
+        if let Some(bridge) = inbound.filter(|b| b.state != "revoked" && b.request_id == call.request_id) {
             self.revoke_bridge(bridge).await?;
+        }
+        let waiting = self
+            .requests()
+            .await?
+            .into_iter()
+            .find(|r| r.peer_home_id == peer && r.id == call.request_id && r.status == "pending");
+        if let Some(request) = waiting {
+            let withdrawn =
+                BridgeRequestRecord { status: "withdrawn".into(), decided_at: Some(now_ms()), ..request };
+            self.save_bridge(None, &[withdrawn]).await.map_err(Error::from)?;
         }
         Ok(pb::WithdrawReply {})
     }
@@ -680,7 +709,7 @@ impl Bridges {
                     "{address}: unexpected answer to a pairing request"
                 )));
             }
-            Err(e) => return Err(Error::Unavailable(format!("{address}: {e}"))),
+            Err(e) => return Err(link_failure(address, e)),
         };
         let now = now_ms();
         let previous =
@@ -703,7 +732,8 @@ impl Bridges {
             revoked_by_peer: false,
         };
         self.save_bridge(Some(&bridge), &[]).await?;
-        *self.connection_slot(&peer_home_id).lock().await = Some(peer);
+        *self.connection_slot(&peer_home_id).lock().await =
+            Some(Cached { link: peer, taken: Instant::now() });
         Ok((bridge, request_id))
     }
 
@@ -865,13 +895,17 @@ impl Bridges {
                 ));
             }
         };
-        let bridge = self.revoke_bridge(bridge).await?;
+        // Revoked already, it is not written again; an outbound one tells its target again.
+        let bridge = if bridge.state == "revoked" { bridge } else { self.revoke_bridge(bridge).await? };
         drop(decision);
         if bridge.direction == "outbound" {
             // Tell the target, so its owner's list agrees and a new request needs a new
             // approval. Best effort, briefly: the revocation here stands either way.
-            let withdraw = pb::BridgeCall { call: Some(Call::Withdraw(pb::WithdrawCall {})) };
-            match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &withdraw, None)).await {
+            let withdraw = pb::WithdrawCall { request_id: bridge.request_id.clone() };
+            let withdraw = pb::BridgeCall { call: Some(Call::Withdraw(withdraw)) };
+            // Given up, it is withdrawn (its stream reset) rather than left to arrive late.
+            let given_up = Some(Instant::now());
+            match tokio::time::timeout(PING_TIMEOUT, self.call(&bridge, &withdraw, given_up)).await {
                 Ok(Ok(pb::BridgeReply { reply: Some(Reply::Withdraw(_)) })) => {
                     info!(bridge_id = %bridge.id, "the target revoked its side too");
                 }
@@ -1054,11 +1088,11 @@ impl Bridges {
             let peer = self.connection(bridge, failed.as_ref()).await?;
             match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call, withdraw_after)).await {
                 Ok(Ok(reply)) => return Ok(reply),
-                Ok(Err(e)) if attempt == 0 => {
+                Ok(Err(e)) if attempt == 0 && e.lost => {
                     debug!(error = %e, "bridge call failed; reconnecting");
                     failed = Some(peer);
                 }
-                Ok(Err(e)) => return Err(Error::Unavailable(format!("{}: {e}", bridge.alias))),
+                Ok(Err(e)) => return Err(link_failure(&bridge.alias, e)),
                 Err(_) => {
                     return Err(Error::Unavailable(format!(
                         "{}: no answer within {CALL_TIMEOUT:?}",
@@ -1080,11 +1114,12 @@ impl Bridges {
     ) -> Result<Arc<dyn Link>> {
         let slot = self.connection_slot(&bridge.peer_home_id);
         let mut slot = slot.lock().await;
-        if let Some(peer) = slot.as_ref()
-            && !peer.is_closed()
-            && !failed.is_some_and(|f| Arc::ptr_eq(f, peer))
+        if let Some(cached) = slot.as_mut()
+            && !cached.link.is_closed()
+            && !failed.is_some_and(|f| Arc::ptr_eq(f, &cached.link))
         {
-            return Ok(peer.clone());
+            cached.taken = Instant::now();
+            return Ok(cached.link.clone());
         }
         let addr: SocketAddr = bridge
             .address
@@ -1106,8 +1141,31 @@ impl Bridges {
                 )));
             }
         };
-        *slot = Some(peer.clone());
+        *slot = Some(Cached { link: peer.clone(), taken: Instant::now() });
         Ok(peer)
+    }
+
+    /// Lets go of the dialed connections no call has taken for [`IDLE_CONNECTION`] and none
+    /// holds now, every few seconds until `stop` (the next call dials again).
+    async fn run_idle_connections(self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(IDLE_CONNECTION / 3) => {}
+            }
+            let slots: Vec<ConnectionSlot> = lock(&self.inner.connections).values().cloned().collect();
+            for slot in slots {
+                // A slot busy dialing is in use.
+                let Ok(mut slot) = slot.try_lock() else { continue };
+                let idle = slot
+                    .as_ref()
+                    .is_some_and(|c| c.taken.elapsed() >= IDLE_CONNECTION && Arc::strong_count(&c.link) == 1);
+                if idle {
+                    // The last handle: dropping it closes the connection.
+                    *slot = None;
+                }
+            }
+        }
     }
 
     fn connection_slot(&self, peer: &str) -> ConnectionSlot {
@@ -1233,9 +1291,17 @@ async fn call_link(
     link: &dyn Link,
     call: &pb::BridgeCall,
     withdraw_after: Option<Instant>,
-) -> std::result::Result<pb::BridgeReply, String> {
-    let reply = link.call(call.encode_to_vec(), withdraw_after).await.map_err(|e| e.to_string())?;
-    pb::BridgeReply::decode(reply.as_slice()).map_err(|e| format!("undecodable reply: {e}"))
+) -> std::result::Result<pb::BridgeReply, LinkError> {
+    let reply = link.call(call.encode_to_vec(), withdraw_after).await?;
+    // A peer on another build may answer what this one cannot read: retrying repeats it.
+    pb::BridgeReply::decode(reply.as_slice()).map_err(|e| LinkError::fault(format!("undecodable reply: {e}")))
+}
+
+/// A failed call as this home's caller sees it: a lost link is worth retrying
+/// (`UNAVAILABLE`), a faulty exchange is not.
+fn link_failure(what: &str, e: LinkError) -> Error {
+    let message = format!("{what}: {e}");
+    if e.lost { Error::Unavailable(message) } else { Error::FailedPrecondition(message) }
 }
 
 /// Binds the home's QUIC endpoint for bridges. A fixed port may still be held for a moment

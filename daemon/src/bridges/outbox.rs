@@ -166,8 +166,8 @@ fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
     if entry.status == "rejected" {
         let why = match entry.reason.as_str() {
             // A send needs `send` (without `wake` it is taken in, to wait).
-            "permission_denied" => "the target's owner does not grant \"send\" on this bridge",
-            "bridge_revoked" => "the target's owner revoked this bridge",
+            "permission_denied" => "this bridge does not grant \"send\" there, or is not approved (yet)",
+            "bridge_revoked" => "this bridge was revoked",
             "thread_not_found" => "no such thread there, or not in the workspaces this bridge may reach",
             "thread_archived" => "the thread is archived there",
             "communication_disabled" => {

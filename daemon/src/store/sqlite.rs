@@ -50,6 +50,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (20, "given up keys", include_str!("migrations/sqlite/0020_given_up_keys.sql")),
     (21, "messages by deadline", include_str!("migrations/sqlite/0021_messages_by_deadline.sql")),
     (22, "outbox unsettled", include_str!("migrations/sqlite/0022_outbox_unsettled.sql")),
+    (23, "pairing requests withdrawn", include_str!("migrations/sqlite/0023_pairing_requests_withdrawn.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -659,8 +660,10 @@ fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome>
         if open.is_none() {
             return Ok(SendOutcome::BridgeClosed);
         }
-        // It keeps the id its source gave it, which must not be one already given here.
-        if first(conn, "SELECT 1 FROM messages WHERE id = ?", [&m.id], |_| Ok(()))?.is_some() {
+        // It keeps the id its source gave it, which must not be one already given here (to
+        // a message, or to one this home sent away).
+        let taken = "SELECT 1 FROM messages WHERE id = ?1 UNION ALL SELECT 1 FROM outbox WHERE id = ?1";
+        if first(conn, taken, [&m.id], |_| Ok(()))?.is_some() {
             return Ok(SendOutcome::IdTaken);
         }
     }

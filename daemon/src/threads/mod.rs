@@ -100,7 +100,7 @@ impl Threads {
             Ok(())
         } else {
             Err(Error::NotFound(format!(
-                "host {host_id:?} is not this home: another home's threads are reached only by ThreadList, ThreadRead, ThreadSend and ThreadWait over a bridge"
+                "host {host_id:?} is not this home: this call acts on this home's threads only (another home's are reached by ThreadList, ThreadRead, ThreadSend and ThreadWait, over a bridge)"
             )))
         }
     }
