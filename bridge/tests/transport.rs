@@ -222,7 +222,8 @@ async fn oversized_or_malformed_requests_never_reach_the_handler() {
 
     let refused =
         peer.call(vec![7; kiki_bridge::rpc::MAX_REQUEST + 1], None).await.expect_err("over the limit");
-    assert!(refused.0.contains(&kiki_bridge::rpc::MAX_REQUEST.to_string()), "{refused}");
+    assert!(refused.message.contains(&kiki_bridge::rpc::MAX_REQUEST.to_string()), "{refused}");
+    assert!(!refused.lost, "a fault of the exchange, not of the link: a retry repeats it");
 
     // By hand: a body over the limit, then a prefix that claims more than the body holds.
     let raw = |frame: Vec<u8>| {
