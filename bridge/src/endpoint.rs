@@ -39,6 +39,14 @@ pub enum EndpointError {
     Closed,
 }
 
+impl EndpointError {
+    /// Whether dialing failed on the way (no route, no answer, a lost handshake), so a later
+    /// dial may get through — unlike another home answering, or this home's own setup.
+    pub fn lost(&self) -> bool {
+        matches!(self, EndpointError::Connect { .. })
+    }
+}
+
 /// The longest a peer's handshake may take before it is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes under way at once; more are refused until some end.

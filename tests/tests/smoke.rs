@@ -507,8 +507,27 @@ fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
 }
 
-/// Two real homes on fixed ports, `a` bridged to `b` with send+wake; returns b's thread id.
-fn paired_homes(a: &Path, b: &Path) -> String {
+/// Two real homes on fixed ports, `a` bridged to `b` (alias `bee`) with send+wake, and a
+/// thread at `b`; both are stopped when this is dropped, before their directories go.
+struct Paired {
+    a: std::path::PathBuf,
+    b: std::path::PathBuf,
+    target: String,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+impl Drop for Paired {
+    fn drop(&mut self) {
+        for home in [&self.a, &self.b] {
+            let _ = kiki(home, &["down"]);
+        }
+    }
+}
+
+fn paired_homes() -> Paired {
+    let ((dir_a, a), (dir_b, b)) = (new_home(), new_home());
+    let mut pair = Paired { a, b, target: String::new(), _dirs: [dir_a, dir_b] };
+    let (a, b) = (pair.a.as_path(), pair.b.as_path());
     for home in [a, b] {
         std::fs::create_dir_all(home).expect("home");
         let config = format!(
@@ -528,17 +547,16 @@ fn paired_homes(a: &Path, b: &Path) -> String {
     );
     let request_id = requested["request_id"].as_str().expect("request id").to_string();
     kiki_json(b, &["bridge", "approve", &request_id, "--allow", "send,wake"]);
-    target["id"].as_str().expect("id").to_string()
+    pair.target = target["id"].as_str().expect("id").to_string();
+    pair
 }
 
 /// Source killed with -9 while its send waits in the outbox (the target is down): after
 /// both come back, the message is delivered exactly once.
 #[test]
 fn kill_9_of_the_source_keeps_its_outbox() {
-    let (_dir_a, a) = new_home();
-    let (_dir_b, b) = new_home();
-    let (_down_a, _down_b) = (Down(&a), Down(&b));
-    let target = paired_homes(&a, &b);
+    let pair = paired_homes();
+    let (a, b, target) = (pair.a.clone(), pair.b.clone(), pair.target.clone());
     kiki_json(&b, &["down"]);
     let sent =
         kiki_json(&a, &["thread", "send", &format!("bee/{target}"), "--key", "k9", "--content", "survives"]);
@@ -560,10 +578,8 @@ fn kill_9_of_the_source_keeps_its_outbox() {
 /// connection nobody serves until QUIC's idle timeout ends it (30 s by default, 10 s here).
 #[test]
 fn a_source_reaches_a_target_restarted_after_kill_9_at_once() {
-    let (_dir_a, a) = new_home();
-    let (_dir_b, b) = new_home();
-    let (_down_a, _down_b) = (Down(&a), Down(&b));
-    let target = paired_homes(&a, &b);
+    let pair = paired_homes();
+    let (a, b, target) = (pair.a.clone(), pair.b.clone(), pair.target.clone());
     let send = |key: &str| {
         kiki_json(&a, &["thread", "send", &format!("bee/{target}"), "--key", key, "--content", key]);
     };
@@ -583,10 +599,8 @@ fn a_source_reaches_a_target_restarted_after_kill_9_at_once() {
 /// what it had not is retried, and each message is delivered exactly once.
 #[test]
 fn kill_9_of_the_target_mid_send_delivers_each_message_once() {
-    let (_dir_a, a) = new_home();
-    let (_dir_b, b) = new_home();
-    let (_down_a, _down_b) = (Down(&a), Down(&b));
-    let target = paired_homes(&a, &b);
+    let pair = paired_homes();
+    let (a, b, target) = (pair.a.clone(), pair.b.clone(), pair.target.clone());
     let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let sender = {
         let (a, target, answered) = (a.clone(), target.clone(), answered.clone());

@@ -687,7 +687,7 @@ impl Bridges {
                 "{address} is home {}, not the expected {}; nothing was filed",
                 wrong.actual, wrong.expected
             )),
-            e => Error::Unavailable(format!("cannot reach {address}: {e}")),
+            e => dial_failure(&format!("cannot reach {address}"), e),
         })?;
         let peer_home_id = peer.peer_home_id().to_string();
         if peer_home_id == self.inner.endpoint.home_id() {
@@ -909,13 +909,9 @@ impl Bridges {
                 Ok(Ok(pb::BridgeReply { reply: Some(Reply::Withdraw(_)) })) => {
                     info!(bridge_id = %bridge.id, "the target revoked its side too");
                 }
-                Ok(Ok(other)) => {
-                    warn!(bridge_id = %bridge.id, answer = ?other, "the target did not take the revocation")
+                other => {
+                    warn!(bridge_id = %bridge.id, outcome = ?other, "the target was not told of the revocation")
                 }
-                Ok(Err(e)) => {
-                    warn!(bridge_id = %bridge.id, error = %e, "cannot tell the target of the revocation")
-                }
-                Err(_) => warn!(bridge_id = %bridge.id, "the target did not answer the revocation in time"),
             }
         }
         Ok(bridge)
@@ -1127,13 +1123,7 @@ impl Bridges {
             .map_err(|_| Error::FailedPrecondition(format!("bridge {} has no usable address", bridge.id)))?;
         let dial = self.inner.endpoint.connect(addr, Some(&bridge.peer_home_id));
         let peer = match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
-            Ok(connected) => connected.map_err(|e| match e {
-                // Another home answers at the bridge's address: not a passing fault.
-                e @ kiki_bridge::EndpointError::WrongPeer(_) => {
-                    Error::FailedPrecondition(format!("{}: {e}", bridge.alias))
-                }
-                e => Error::Unavailable(format!("{}: {e}", bridge.alias)),
-            })?,
+            Ok(connected) => connected.map_err(|e| dial_failure(&bridge.alias, e))?,
             Err(_) => {
                 return Err(Error::Unavailable(format!(
                     "{}: no connection within {CONNECT_TIMEOUT:?}",
@@ -1300,8 +1290,16 @@ async fn call_link(
 /// A failed call as this home's caller sees it: a lost link is worth retrying
 /// (`UNAVAILABLE`), a faulty exchange is not.
 fn link_failure(what: &str, e: LinkError) -> Error {
-    let message = format!("{what}: {e}");
-    if e.lost { Error::Unavailable(message) } else { Error::FailedPrecondition(message) }
+    unreached(e.lost, format!("{what}: {e}"))
+}
+
+/// A failed dial, likewise: another home answering at the address is no passing fault.
+fn dial_failure(what: &str, e: kiki_bridge::EndpointError) -> Error {
+    unreached(e.lost(), format!("{what}: {e}"))
+}
+
+fn unreached(lost: bool, message: String) -> Error {
+    if lost { Error::Unavailable(message) } else { Error::FailedPrecondition(message) }
 }
 
 /// Binds the home's QUIC endpoint for bridges. A fixed port may still be held for a moment

@@ -414,7 +414,7 @@ pub fn new_id(prefix: &str) -> String {
 /// a peer home may name a bridged message by).
 pub fn is_message_id(id: &str) -> bool {
     id.strip_prefix("msg_").is_some_and(|ulid| {
-        ulid.len() == 26 && ulid.bytes().all(|b| b"0123456789abcdefghjkmnpqrstvwxyz".contains(&b))
+        !ulid.bytes().any(|b| b.is_ascii_uppercase()) && ulid::Ulid::from_string(ulid).is_ok()
     })
 }
 
