@@ -145,11 +145,7 @@ impl DaemonBuilder {
                     Some(file) => (file, true),
                     None => (home.config_file(), false),
                 };
-                let (config, unknown) = Config::load(&file, must_exist)?;
-                for key in unknown {
-                    warn!(key, file = %file.display(), "unknown config key ignored");
-                }
-                config
+                Config::load(&file, must_exist)?
             }
         };
         let config = Arc::new(config);

@@ -225,8 +225,8 @@ fn kiki_up_lists_every_mistake_in_the_config() {
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     for line in [
-        "  - bridge: line 2, column 16 (`retry_window = 5`): invalid type: integer `5`, expected a string",
-        "  - turns: line 4, column 20 (`max_output_bytes = \"big\"`): invalid type: string \"big\", expected usize",
+        "  - bridge.retry_window: line 2, column 16 (`retry_window = 5`): invalid type: integer `5`, expected a string",
+        "  - turns.max_output_bytes: line 4, column 20 (`max_output_bytes = \"big\"`): invalid type: string \"big\", expected usize",
         "  - mailbox.delivery_wait: must be at most 60s",
     ] {
         assert!(said.lines().any(|l| l == line), "{line:?} in {said}");
