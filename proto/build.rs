@@ -43,6 +43,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "kiki.v1.Event.turn_status",
         "#[serde(skip_serializing_if = \"crate::json::unset\")]",
     );
+    // `kiki doctor` reads the findings `kikid --check --json` prints when no daemon runs.
+    for message in ["kiki.v1.DoctorResponse", "kiki.v1.DoctorFinding"] {
+        builder = builder.type_attribute(message, "#[derive(serde::Deserialize)]");
+    }
     builder.compile_protos(PROTOS, INCLUDES)?;
     Ok(())
 }

@@ -10,6 +10,11 @@ use kiki_proto as pb;
 use crate::output::{UsageError, print_json};
 use crate::up;
 
+/// The longest prompt and message content (contract §2): a file holding more is refused
+/// before more of it is read.
+const PROMPT_MAX_CHARS: usize = 100_000;
+const CONTENT_MAX_CHARS: usize = 100_000;
+
 #[derive(Parser)]
 #[command(name = "kiki", version, about = "Talk to a kiki home: threads, rooms and bridges between agents")]
 pub struct Args {
@@ -26,11 +31,26 @@ pub struct Args {
 #[derive(Subcommand)]
 pub enum Command {
     /// Start the home's daemon (creating the home on first use); returns once it answers.
-    Up,
+    Up {
+        /// Give a home that lost its identity.key a new identity: its bridges stop working
+        /// and must be requested and approved again. Without it such a home will not start.
+        #[arg(long)]
+        new_identity: bool,
+    },
     /// Stop the home's daemon.
     Down,
     /// Describe the running home.
     Status,
+    /// What is wrong with the home and what to do: its files' owners and modes, the config,
+    /// the identity key, a full check of the store, free disk space. Works whether or not
+    /// the daemon runs; exits 1 when it finds a problem.
+    Doctor,
+    /// Copy the running home (identity key, config, a consistent copy of the store) into
+    /// DIR, a new or empty directory: `kikid --home DIR` or copying its files back restores it.
+    Backup {
+        /// Where the copy goes; made owner-only (it holds the home's private key).
+        dir: PathBuf,
+    },
     /// Threads: agent sessions of this home.
     #[command(subcommand)]
     Thread(ThreadCommand),
@@ -181,10 +201,28 @@ pub enum ThreadCommand {
 
 pub async fn run(args: Args) -> Result<()> {
     let home = home_dir(args.home.clone())?;
+    kiki_client::check_home(&home)?;
     let json = args.json;
     match args.command {
-        Command::Up => up::up(&home, json).await,
+        Command::Up { new_identity } => up::up(&home, new_identity, json).await,
         Command::Down => up::down(&home, json).await,
+        Command::Doctor => up::doctor(&home, json).await,
+        Command::Backup { dir } => {
+            let dest = std::path::absolute(&dir).with_context(|| format!("{}", dir.display()))?;
+            let request = pb::BackupRequest { dest: dest.display().to_string() };
+            let backed = connect(&home).await?.home().backup(request).await?.into_inner();
+            if json {
+                print_json(&backed);
+            } else {
+                outln!(
+                    "backed up into {}: {} (store {} bytes)",
+                    backed.dest,
+                    backed.files.join(", "),
+                    backed.store_bytes
+                );
+            }
+            Ok(())
+        }
         Command::Status => {
             let mut service = connect(&home).await?.home();
             let asked = tokio::time::timeout(up::ANSWER_TIMEOUT, service.status(pb::StatusRequest {})).await;
@@ -245,15 +283,39 @@ fn absolute_if_dir(workspace: String) -> String {
     std::path::absolute(&workspace).map_or(workspace, |dir| dir.display().to_string())
 }
 
-/// A text argument's file (`-`: stdin); one that cannot be read as UTF-8 text is a usage
-/// error (exit 2), like any other bad argument.
-fn read_text(path: &std::path::Path) -> Result<String> {
-    let read = if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin())
+/// A text argument's file (`-`: stdin), for the field `flag` of at most `max_chars`
+/// characters. At most `max_chars + 1` characters' worth of bytes are read (4 bytes each in
+/// UTF-8), so an endless source (`/dev/zero`, a pipe that never closes its end of the
+/// deal) is refused after that much, never read into memory whole. A file that cannot be
+/// read as UTF-8 text, or that is longer than the field's limit, is a usage error (exit 2),
+/// like any other bad argument.
+fn read_text(path: &std::path::Path, flag: &str, max_chars: usize) -> Result<String> {
+    use std::io::Read;
+    let bound = (max_chars as u64 + 1) * 4;
+    let source: Box<dyn Read> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin())
     } else {
-        std::fs::read_to_string(path)
+        Box::new(
+            std::fs::File::open(path)
+                .map_err(|e| UsageError(format!("{flag}: cannot read {}: {e}", path.display())))?,
+        )
     };
-    Ok(read.map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?)
+    let mut bytes = Vec::new();
+    source
+        .take(bound)
+        .read_to_end(&mut bytes)
+        .map_err(|e| UsageError(format!("{flag}: cannot read {}: {e}", path.display())))?;
+    let too_long =
+        || UsageError(format!("{flag}: {} holds more than {max_chars} characters", path.display()));
+    if bytes.len() as u64 == bound {
+        return Err(too_long().into());
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| UsageError(format!("{flag}: {} is not UTF-8 text: {e}", path.display())))?;
+    if text.chars().count() > max_chars {
+        return Err(too_long().into());
+    }
+    Ok(text)
 }
 
 async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> Result<()> {
@@ -261,7 +323,7 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
     match command {
         ThreadCommand::Create { cwd, profile, title, prompt, prompt_file } => {
             let prompt = match prompt_file {
-                Some(file) => Some(read_text(&file)?),
+                Some(file) => Some(read_text(&file, "--prompt-file", PROMPT_MAX_CHARS)?),
                 None => prompt,
             };
             let cwd = match cwd {
@@ -334,7 +396,7 @@ async fn thread(home: &std::path::Path, command: ThreadCommand, json: bool) -> R
         }
         ThreadCommand::Send { reference: r, key, content, content_file } => {
             let content = match content_file {
-                Some(file) => read_text(&file)?,
+                Some(file) => read_text(&file, "--content-file", CONTENT_MAX_CHARS)?,
                 None => content.unwrap_or_default(),
             };
             let request = pb::ThreadSendRequest {

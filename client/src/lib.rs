@@ -33,6 +33,9 @@ pub enum ClientError {
     Home(String),
     #[error("KIKI_TOKEN is not a valid token")]
     BadToken,
+    /// A home another user could have set up: its socket may be anyone's daemon.
+    #[error("{0}")]
+    UntrustedHome(String),
     #[error(transparent)]
     Status(#[from] tonic::Status),
 }
@@ -45,6 +48,38 @@ pub fn home_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
     let home = std::env::var_os("HOME")
         .ok_or_else(|| ClientError::Home("neither --home, KIKI_HOME nor HOME is set".into()))?;
     Ok(PathBuf::from(home).join(".kiki"))
+}
+
+/// Refuses a home directory that is not the running user's, or that others may write: a
+/// daemon answering on its socket could be anyone's, and would be handed what kiki sends.
+/// A home that does not exist yet is fine (`kiki up` creates it).
+pub fn check_home(home: &Path) -> Result<(), ClientError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = match std::fs::metadata(home) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(ClientError::Home(format!("{}: {e}", home.display()))),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    let shown = home.display();
+    if !meta.is_dir() {
+        return Err(ClientError::UntrustedHome(format!("home {shown} is not a directory")));
+    }
+    if meta.uid() != me {
+        return Err(ClientError::UntrustedHome(format!(
+            "home directory {shown} belongs to uid {}, not to you (uid {me}): kiki uses only a home of \
+             its own user's; use another --home, or if it really is yours, `chown -R {me} {shown}`",
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(ClientError::UntrustedHome(format!(
+            "home directory {shown} is writable by group or others (mode {mode:03o}): someone else may \
+             have changed it; check it, then run `chmod 700 {shown}`"
+        )));
+    }
+    Ok(())
 }
 
 /// Adds the turn token, when there is one, to every call.

@@ -43,9 +43,9 @@ fn code_word(code: Code) -> String {
     word
 }
 
-/// Exit codes (documented in the README): 2 bad input, 3 not found, 4 unreachable (the home,
-/// or a bridge's peer),
-/// 5 conflict, 6 wrong state, 7 not allowed, 1 anything else.
+/// Exit codes (documented in the README): 2 bad input, 3 not found, 4 unreachable or an
+/// outcome unknown (worth retrying: the home, or a bridge's peer), 5 conflict, 6 wrong state,
+/// 7 not allowed, 8 out of space or too busy, 9 a damaged store, 1 anything else.
 fn exit_code(code: Code) -> u8 {
     match code {
         Code::InvalidArgument | Code::OutOfRange => 2,
@@ -54,18 +54,67 @@ fn exit_code(code: Code) -> u8 {
         Code::AlreadyExists | Code::Aborted => 5,
         Code::FailedPrecondition => 6,
         Code::PermissionDenied | Code::Unauthenticated => 7,
+        Code::ResourceExhausted => 8,
+        Code::DataLoss => 9,
         _ => 1,
     }
 }
 
+/// The code of a kikid that exited before answering, from its exit status (the same table).
+fn kikid_code(status: Option<i32>) -> Code {
+    match status {
+        Some(2) => Code::InvalidArgument,
+        Some(6) => Code::FailedPrecondition,
+        Some(7) => Code::PermissionDenied,
+        Some(8) => Code::ResourceExhausted,
+        Some(9) => Code::DataLoss,
+        _ => Code::Internal,
+    }
+}
+
+/// A call's failure as a person and a script need it. A status the client made itself from
+/// a broken connection (it has a source; a daemon's answer never does), other than a failed
+/// connect, means the call may or may not have taken effect: it is worth retrying — safely,
+/// as every write is idempotent (a send by its key) — so it is `UNAVAILABLE`, exit 4.
+fn status_report(status: &tonic::Status) -> (Code, String) {
+    if std::error::Error::source(status).is_some() && status.code() != Code::Unavailable {
+        let cause = error_chain(status);
+        return (
+            Code::Unavailable,
+            format!(
+                "the connection to kikid was lost before it answered ({cause}): the call's outcome is \
+                 unknown; retry it (a send with the same idempotency key is safe)"
+            ),
+        );
+    }
+    (status.code(), status.message().to_string())
+}
+
+/// The innermost causes of `e`, joined: what a person needs ("connection reset by peer").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut causes = Vec::new();
+    let mut cause = e.source();
+    while let Some(next) = cause {
+        causes.push(next.to_string());
+        cause = next.source();
+    }
+    causes.last().cloned().unwrap_or_else(|| e.to_string())
+}
+
 /// Reports an error on stderr (and as JSON on stdout with `--json`); returns the exit code.
 pub fn report(error: &anyhow::Error, json: bool) -> ExitCode {
+    // The findings are the output, already printed.
+    if error.downcast_ref::<crate::up::ProblemsFound>().is_some() {
+        return ExitCode::FAILURE;
+    }
     let (code, message) = match error.downcast_ref::<ClientError>() {
-        Some(ClientError::Status(status)) => (status.code(), status.message().to_string()),
+        Some(ClientError::Status(status)) => status_report(status),
         Some(ClientError::Unreachable { .. }) => (Code::Unavailable, error.to_string()),
-        _ => match error.downcast_ref::<tonic::Status>() {
-            Some(status) => (status.code(), status.message().to_string()),
-            None => match error.downcast_ref::<UsageError>() {
+        Some(ClientError::UntrustedHome(_)) => (Code::PermissionDenied, error.to_string()),
+        _ => match (error.downcast_ref::<tonic::Status>(), error.downcast_ref::<crate::up::KikidFailed>()) {
+            (Some(status), _) => status_report(status),
+            (None, Some(failed)) => (kikid_code(failed.code), error.to_string()),
+            (None, None) => match error.downcast_ref::<UsageError>() {
                 Some(_) => (Code::InvalidArgument, error.to_string()),
                 None => (Code::Unknown, format!("{error:#}")),
             },

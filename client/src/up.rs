@@ -22,14 +22,21 @@ const POLL: Duration = Duration::from_millis(5);
 /// How long one status or shutdown call may take.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The home's status, if its daemon answers within [`ANSWER_TIMEOUT`] (a stopped or wedged
-/// daemon is not waited for).
-async fn status(socket: &Path) -> Option<pb::StatusResponse> {
+/// The home's status if its daemon answers within [`ANSWER_TIMEOUT`] (a stopped or wedged
+/// daemon is not waited for): `None` when none answers, the error when one answers with it.
+async fn status(socket: &Path) -> Result<Option<pb::StatusResponse>, tonic::Status> {
     let ask = async {
-        let client = Client::connect(socket).await.ok()?;
-        Some(client.home().status(pb::StatusRequest {}).await.ok()?.into_inner())
+        let Ok(client) = Client::connect(socket).await else { return Ok(None) };
+        match client.home().status(pb::StatusRequest {}).await {
+            Ok(status) => Ok(Some(status.into_inner())),
+            // Nobody there after all (it stopped between the two steps).
+            Err(e) if e.code() == tonic::Code::Unavailable && std::error::Error::source(&e).is_some() => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     };
-    tokio::time::timeout(ANSWER_TIMEOUT, ask).await.ok().flatten()
+    tokio::time::timeout(ANSWER_TIMEOUT, ask).await.unwrap_or(Ok(None))
 }
 
 /// `kikid` next to this `kiki`, else from `PATH`.
@@ -41,23 +48,14 @@ fn kikid_binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("kikid"))
 }
 
-pub async fn up(home: &Path, json: bool) -> Result<()> {
+pub async fn up(home: &Path, new_identity: bool, json: bool) -> Result<()> {
     let socket = home.join("kikid.sock");
-    if let Some(s) = status(&socket).await {
+    if let Some(s) = status(&socket).await? {
         if !json {
             outln!("already running");
         }
         show_status(&s, json);
         return Ok(());
-    }
-    // A home someone else made is not written into (kikid refuses it too).
-    if let Ok(existing) = std::fs::symlink_metadata(home) {
-        use std::os::unix::fs::MetadataExt;
-        // `/proc/self` belongs to this process's effective user.
-        let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
-        if !existing.is_dir() || me.is_some_and(|me| existing.uid() != me) {
-            bail!("{} is not a directory of yours; a home must be", home.display());
-        }
     }
     // Owner-only, like everything the daemon keeps in the home.
     std::fs::DirBuilder::new()
@@ -82,6 +80,7 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
         Command::new(&binary)
             .arg("--home")
             .arg(home)
+            .args(new_identity.then_some("--new-identity"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -92,9 +91,17 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
     };
     let started = Instant::now();
     loop {
-        if let Some(s) = status(&socket).await {
-            show_status(&s, json);
-            return Ok(());
+        match status(&socket).await {
+            Ok(Some(s)) => {
+                show_status(&s, json);
+                return Ok(());
+            }
+            Ok(None) => {}
+            // It answers, but not well: a daemon that cannot serve is not left behind.
+            Err(e) => {
+                stop(&mut child).await;
+                return Err(e).context("kikid started but its status call failed; it was stopped");
+            }
         }
         if let Some(exit) = child.try_wait()? {
             // Another `kiki up` may have won the race for the home's lock: while its kikid
@@ -109,14 +116,50 @@ pub async fn up(home: &Path, json: bool) -> Result<()> {
                 tokio::time::sleep(POLL).await;
                 continue;
             }
-            if let Some(s) = status(&socket).await {
+            if let Some(s) = status(&socket).await? {
                 show_status(&s, json);
                 return Ok(());
             }
-            bail!("kikid exited ({exit}) before answering:\n{}", log_tail(&log_path, log_start));
+            return Err(KikidFailed {
+                code: exit.code(),
+                message: format!(
+                    "kikid exited ({exit}) before answering:\n{}",
+                    log_tail(&log_path, log_start)
+                ),
+            }
+            .into());
         }
         if started.elapsed() > START_TIMEOUT {
-            bail!("kikid did not answer within {START_TIMEOUT:?}; see {}", log_path.display());
+            stop(&mut child).await;
+            bail!(
+                "kikid did not answer within {START_TIMEOUT:?} and was stopped; see {}",
+                log_path.display()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// kikid stopped before answering, with its exit status: it tells what kind of failure it
+/// was (`StartError::exit_code`, the same table as kiki's own exit codes).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct KikidFailed {
+    pub code: Option<i32>,
+    pub message: String,
+}
+
+/// Stops the kikid this `kiki up` started: SIGTERM, then SIGKILL if it has not exited
+/// within [`STOP_TIMEOUT`].
+async fn stop(child: &mut std::process::Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let started = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        if started.elapsed() > STOP_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
         }
         tokio::time::sleep(POLL).await;
     }
@@ -160,10 +203,64 @@ fn lock_held(home: &Path) -> bool {
     }
 }
 
-/// The last lines `path` got from byte `from` on.
+/// The last lines `path` got from byte `from` on: read from at most the last 64 KiB, so a
+/// log grown huge costs no more.
 fn log_tail(path: &Path, from: u64) -> String {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    let text = String::from_utf8_lossy(bytes.get(from as usize..).unwrap_or_default());
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL_BYTES: u64 = 64 * 1024;
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        let end = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let start = from.max(end.saturating_sub(TAIL_BYTES));
+        if file.seek(SeekFrom::Start(start)).is_ok() {
+            let _ = file.take(TAIL_BYTES).read_to_end(&mut bytes);
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(10)..].join("\n")
 }
+
+/// `kiki doctor`: the running daemon's findings, or — when none answers — those of
+/// `kikid --check`, which looks at the stopped home itself.
+pub async fn doctor(home: &Path, json: bool) -> Result<()> {
+    let socket = home.join("kikid.sock");
+    let asked = async {
+        let client = crate::cli::as_caller(Client::connect(&socket).await.ok()?).ok()?;
+        Some(client.home().doctor(pb::DoctorRequest {}).await)
+    };
+    let report = match tokio::time::timeout(ANSWER_TIMEOUT, asked).await.ok().flatten() {
+        Some(answer) => answer?.into_inner(),
+        None => {
+            let binary = kikid_binary();
+            let out = Command::new(&binary)
+                .arg("--home")
+                .arg(home)
+                .arg("--check")
+                .stdin(Stdio::null())
+                .stderr(Stdio::inherit())
+                .output()
+                .with_context(|| format!("running {} --check", binary.display()))?;
+            serde_json::from_slice::<pb::DoctorResponse>(&out.stdout).with_context(|| {
+                format!("{} --check printed no findings ({})", binary.display(), out.status)
+            })?
+        }
+    };
+    if json {
+        print_json(&report);
+    } else {
+        for f in &report.findings {
+            let mark = if f.ok { "ok  " } else { "FAIL" };
+            outln!("{mark}  {:<8}  {}", f.check, f.message);
+            if !f.fix.is_empty() {
+                outln!("                fix: {}", f.fix);
+            }
+        }
+    }
+    if report.findings.iter().all(|f| f.ok) { Ok(()) } else { Err(ProblemsFound.into()) }
+}
+
+/// `kiki doctor` found something wrong: exit 1, the findings already printed.
+#[derive(Debug, thiserror::Error)]
+#[error("kiki doctor found problems (above)")]
+pub struct ProblemsFound;

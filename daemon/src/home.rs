@@ -13,7 +13,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Paths inside one home directory.
@@ -63,13 +63,16 @@ impl HomeDir {
         self.root.join("kikid.log")
     }
 
-    /// Creates the directory owner-only (0700), or makes an existing one owner-only: the
-    /// socket and the store inside rely on it.
-    pub fn create(&self) -> std::io::Result<()> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root)?;
-        let mode = std::fs::metadata(&self.root)?.permissions().mode() & 0o777;
+    /// Creates the directory owner-only (0700), or checks an existing one: it must be the
+    /// running user's and writable by nobody else (see [`trusted`]); one that others may only
+    /// read is made owner-only, as the socket and the store inside rely on it.
+    pub fn create(&self) -> Result<(), Untrusted> {
+        let io = |source| Untrusted::Io { path: self.root.clone(), source };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root).map_err(io)?;
+        trusted(&self.root, "home directory")?;
+        let mode = std::fs::metadata(&self.root).map_err(io)?.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))?;
+            std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
         }
         Ok(())
     }
@@ -115,4 +118,97 @@ pub enum LockError {
     Held { home: PathBuf, pid: String },
     #[error("cannot lock the home: {0}")]
     Io(std::io::Error),
+}
+
+/// Why kikid will not use a file or directory of its home.
+#[derive(Debug, thiserror::Error)]
+pub enum Untrusted {
+    /// Another user could have written it: a planted `config.toml` runs its `exec` profiles
+    /// as this user, a planted `identity.key` becomes this home's identity.
+    #[error(
+        "{what} {} belongs to uid {owner}, not to you (uid {me}): kiki uses only a home of its own \
+         user's, since whoever owns it decides what runs as you; use another --home, or if it \
+         really is yours, `chown -R {me} {}`",
+        path.display(), path.display()
+    )]
+    NotYours { what: &'static str, path: PathBuf, owner: u32, me: u32 },
+    #[error(
+        "{what} {} is writable by group or others (mode {mode:03o}): someone else may have changed \
+         it; check it, then run `chmod go-w {}`",
+        path.display(), path.display()
+    )]
+    Writable { what: &'static str, path: PathBuf, mode: u32 },
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// Checks that `path` (followed if a symlink, as a home may be) belongs to the running user
+/// and that nobody else may write it — what OpenSSH asks of `~/.ssh`. `what` names it in
+/// the error ("config file", "store").
+pub fn trusted(path: &Path, what: &'static str) -> Result<(), Untrusted> {
+    let meta =
+        std::fs::metadata(path).map_err(|source| Untrusted::Io { path: path.to_path_buf(), source })?;
+    trusted_as(&meta, path, what, nix::unistd::geteuid().as_raw())
+}
+
+/// [`trusted`] for a user id given (tests check another user's view of a file of theirs).
+fn trusted_as(meta: &std::fs::Metadata, path: &Path, what: &'static str, me: u32) -> Result<(), Untrusted> {
+    if meta.uid() != me {
+        return Err(Untrusted::NotYours { what, path: path.to_path_buf(), owner: meta.uid(), me });
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(Untrusted::Writable { what, path: path.to_path_buf(), mode });
+    }
+    Ok(())
+}
+
+/// [`trusted`] for a path that may not exist yet (a file kikid is about to create).
+pub fn trusted_if_present(path: &Path, what: &'static str) -> Result<(), Untrusted> {
+    match trusted(path, what) {
+        Err(Untrusted::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        checked => checked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_of_another_user_or_writable_by_others_is_refused_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let meta = std::fs::metadata(&path).expect("meta");
+        trusted_as(&meta, &path, "config file", meta.uid()).expect("the owner's own file");
+        let other = trusted_as(&meta, &path, "config file", meta.uid() + 1).expect_err("another user's");
+        let said = other.to_string();
+        assert!(said.starts_with(&format!("config file {} belongs to uid", path.display())), "{said}");
+        assert!(said.contains("chown -R"), "{said}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o664)).expect("chmod");
+        let meta = std::fs::metadata(&path).expect("meta");
+        let writable = trusted_as(&meta, &path, "config file", meta.uid()).expect_err("group-writable");
+        assert!(writable.to_string().contains("mode 664"), "{writable}");
+        assert!(writable.to_string().contains(&format!("chmod go-w {}", path.display())), "{writable}");
+        // Readable by others is the identity key's own check, not this one's.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        trusted(&path, "config file").expect("readable is not writable");
+        trusted_if_present(&dir.path().join("absent"), "store").expect("nothing to check yet");
+    }
+
+    #[test]
+    fn a_home_others_may_write_is_refused_one_they_may_read_is_made_owner_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = HomeDir::new(dir.path().join("home"));
+        std::fs::create_dir(home.root()).expect("mkdir");
+        std::fs::set_permissions(home.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        home.create().expect("readable by others: tightened");
+        let mode = std::fs::metadata(home.root()).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        std::fs::set_permissions(home.root(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = home.create().expect_err("world-writable");
+        assert!(matches!(err, Untrusted::Writable { mode: 0o777, .. }), "{err}");
+    }
 }

@@ -26,15 +26,37 @@ pub enum IdentityError {
     Invalid { path: String, message: String },
     #[error("identity key {path} is readable by others (mode {mode:o}); run `chmod 600 {path}`")]
     Exposed { path: String, mode: u32 },
+    #[error(transparent)]
+    Untrusted(#[from] crate::home::Untrusted),
+    /// The home has data but lost its key: a new key would be another home to every peer.
+    #[error(
+        "identity key {path} is missing, but this home already has a store ({store}): its bridges' \
+         peers know this home by that key, and a new one would silently break every bridge. \
+         Restore identity.key from a backup (`kiki backup` keeps it), or give the home a new \
+         identity with `kiki up --new-identity` (`kikid --new-identity`); every bridge must then \
+         be requested and approved again"
+    )]
+    Missing { path: String, store: String },
+}
+
+/// Whether a missing key may be created: only for a new home, or when its owner asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Creation {
+    Allowed,
+    /// The home has a store (shown in the error): its key must be there.
+    Refused,
 }
 
 impl Identity {
-    /// Loads the key at `path`, creating it (0600) if it does not exist.
-    pub fn load_or_create(path: &Path) -> Result<Self, IdentityError> {
+    /// Loads the key at `path` (it must be the running user's and private), or creates it
+    /// (0600) if it does not exist and `creation` allows. `store` names the home's store for
+    /// the error when it may not.
+    pub fn load_or_create(path: &Path, creation: Creation, store: &str) -> Result<Self, IdentityError> {
         let shown = path.display().to_string();
         let io = |source| IdentityError::Io { path: shown.clone(), source };
         match std::fs::read_to_string(path) {
             Ok(pem) => {
+                crate::home::trusted(path, "identity key")?;
                 let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
                 if mode & 0o077 != 0 {
                     return Err(IdentityError::Exposed { path: shown, mode });
@@ -42,6 +64,9 @@ impl Identity {
                 let key = rcgen::KeyPair::from_pem(&pem)
                     .map_err(|e| IdentityError::Invalid { path: shown.clone(), message: e.to_string() })?;
                 Ok(Self::from_key(key))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && creation == Creation::Refused => {
+                Err(IdentityError::Missing { path: shown, store: store.to_string() })
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = rcgen::KeyPair::generate()
@@ -98,8 +123,8 @@ mod tests {
     fn created_once_then_stable() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("identity.key");
-        let first = Identity::load_or_create(&path).expect("create");
-        let again = Identity::load_or_create(&path).expect("load");
+        let first = Identity::load_or_create(&path, Creation::Allowed, "").expect("create");
+        let again = Identity::load_or_create(&path, Creation::Allowed, "").expect("load");
         assert_eq!(first.home_id(), again.home_id());
         assert_eq!(first.home_id().len(), 52);
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
@@ -116,17 +141,34 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("identity.key");
         std::fs::write(dir.path().join("identity.key.partial"), b"-----BEGIN PRIV").expect("partial");
-        let created = Identity::load_or_create(&path).expect("create");
-        assert_eq!(Identity::load_or_create(&path).expect("load").home_id(), created.home_id());
+        let created = Identity::load_or_create(&path, Creation::Allowed, "").expect("create");
+        assert_eq!(
+            Identity::load_or_create(&path, Creation::Allowed, "").expect("load").home_id(),
+            created.home_id()
+        );
     }
 
     #[test]
     fn refuses_a_world_readable_key() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("identity.key");
-        Identity::load_or_create(&path).expect("create");
+        Identity::load_or_create(&path, Creation::Allowed, "").expect("create");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        let err = Identity::load_or_create(&path).expect_err("exposed");
+        let err = Identity::load_or_create(&path, Creation::Allowed, "").expect_err("exposed");
         assert!(err.to_string().contains("chmod 600"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_key_is_created_only_when_allowed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("identity.key");
+        let err = Identity::load_or_create(&path, Creation::Refused, "/h/kiki.db").expect_err("refused");
+        assert!(matches!(err, IdentityError::Missing { .. }), "{err}");
+        assert!(err.to_string().contains("this home already has a store (/h/kiki.db)"), "{err}");
+        assert!(err.to_string().contains("--new-identity"), "{err}");
+        assert!(!path.exists(), "no key was made");
+        let made = Identity::load_or_create(&path, Creation::Allowed, "").expect("create");
+        let loaded = Identity::load_or_create(&path, Creation::Refused, "/h/kiki.db").expect("present");
+        assert_eq!(made.home_id(), loaded.home_id());
     }
 }

@@ -23,8 +23,10 @@
 //! in reverse: stop accepting calls and let in-flight ones finish, stop running turns
 //! (recorded as failed), close the store, remove the socket, release the lock.
 
+pub mod backup;
 pub mod bridges;
 pub mod config;
+pub mod doctor;
 pub mod error;
 pub mod executors;
 pub mod grpc;
@@ -47,8 +49,8 @@ use tracing::{info, warn};
 
 use config::{Config, ConfigError};
 use executors::agent::Agent;
-use home::{HomeDir, LockError};
-use identity::{Identity, IdentityError};
+use home::{HomeDir, LockError, Untrusted};
+use identity::{Creation, Identity, IdentityError};
 use store::{SqliteStore, Store, StoreError};
 use threads::Threads;
 use threads::runner::{INTERRUPTED, TurnRunner};
@@ -58,6 +60,8 @@ use threads::runner::{INTERRUPTED, TurnRunner};
 pub enum StartError {
     #[error("cannot create the home {path}: {source}")]
     Home { path: String, source: std::io::Error },
+    #[error(transparent)]
+    Untrusted(#[from] Untrusted),
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
@@ -70,6 +74,24 @@ pub enum StartError {
     Bridge(#[from] kiki_bridge::EndpointError),
     #[error("cannot listen on {path}: {source}")]
     Listen { path: String, source: std::io::Error },
+}
+
+impl StartError {
+    /// kikid's exit status for this failure, from `kiki`'s table (README, "Exit codes"), so
+    /// `kiki up` can say what kind of failure stopped the daemon: 2 bad config, 6 the home is
+    /// in a state that forbids starting (served already, its key lost), 7 not allowed (files
+    /// another user could write), 8 out of disk space, 9 a damaged store, 1 anything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Config(_) => 2,
+            StartError::Lock(LockError::Held { .. })
+            | StartError::Identity(IdentityError::Missing { .. }) => 6,
+            StartError::Untrusted(_) | StartError::Identity(IdentityError::Untrusted(_)) => 7,
+            StartError::Store(StoreError::DiskFull(_)) => 8,
+            StartError::Store(StoreError::Corrupt { .. }) => 9,
+            _ => 1,
+        }
+    }
 }
 
 /// How long a stopping daemon lets in-flight calls finish before it closes them. Parked
@@ -95,6 +117,7 @@ pub struct DaemonBuilder {
     config: Option<Config>,
     config_file: Option<PathBuf>,
     transport: Option<TransportFactory>,
+    new_identity: bool,
 }
 
 impl std::fmt::Debug for DaemonBuilder {
@@ -122,6 +145,13 @@ impl DaemonBuilder {
         self
     }
 
+    /// Create a new identity key even though the home has a store (its old key was lost):
+    /// every bridge must then be paired again. Without it such a home refuses to start.
+    pub fn new_identity(mut self, new: bool) -> Self {
+        self.new_identity = new;
+        self
+    }
+
     /// Read this file instead of `HOME/config.toml`; it must exist.
     pub fn config_file(mut self, file: impl Into<PathBuf>) -> Self {
         self.config_file = Some(file.into());
@@ -131,32 +161,40 @@ impl DaemonBuilder {
     pub async fn start(self) -> Result<DaemonHandle, StartError> {
         let home = HomeDir::resolve(self.home)
             .map_err(|source| StartError::Home { path: "(unset)".into(), source })?;
-        home.create()
-            .map_err(|source| StartError::Home { path: home.root().display().to_string(), source })?;
+        home.create()?;
         let lock = home.lock()?;
 
+        let config_file = self.config_file.clone().unwrap_or_else(|| home.config_file());
         let config = match self.config {
             Some(config) => {
                 config.validate()?;
                 config
             }
             None => {
-                let (file, must_exist) = match self.config_file {
-                    Some(file) => (file, true),
-                    None => (home.config_file(), false),
-                };
+                let (file, must_exist) = (config_file.clone(), self.config_file.is_some());
+                // A config names the programs kikid runs: only its user's own is read.
+                home::trusted_if_present(&file, "config file")?;
                 Config::load(&file, must_exist)?
             }
         };
         let config = Arc::new(config);
 
-        let identity = Identity::load_or_create(&home.identity_file())?;
+        let store_path = match &config.store.url {
+            Some(url) => SqliteStore::path_of(url, home.root())?,
+            None => home.sqlite_file(),
+        };
+        for file in SqliteStore::files(&store_path) {
+            home::trusted_if_present(&file, "store file")?;
+        }
+        // A key is made for a new home only: one with a store lost its key, and a new key
+        // would make it another home to every peer it has a bridge with.
+        let creation =
+            if store_path.exists() && !self.new_identity { Creation::Refused } else { Creation::Allowed };
+        let identity =
+            Identity::load_or_create(&home.identity_file(), creation, &store_path.display().to_string())?;
         info!(home_id = identity.home_id(), home = %home.root().display(), "home identity loaded");
 
-        let store: Arc<dyn Store> = match &config.store.url {
-            Some(url) => Arc::new(SqliteStore::open(url, home.root()).await?),
-            None => Arc::new(SqliteStore::open_path(&home.sqlite_file()).await?),
-        };
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open_path(&store_path).await?);
         recover_interrupted_turns(store.as_ref()).await?;
         let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
         if !interrupted.is_empty() {
@@ -207,6 +245,8 @@ impl DaemonBuilder {
             default_profile: config.default_profile().to_string(),
             profiles: config.profile_names(),
             bridge_listen: bridges.listen_addr(),
+            config_file: config_file.clone(),
+            store_path: store_path.clone(),
         });
 
         let stopped = CancellationToken::new();

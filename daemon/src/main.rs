@@ -17,6 +17,15 @@ struct Args {
     /// Read this config file instead of HOME/config.toml.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Give a home that lost its identity.key a new identity (every bridge must then be
+    /// paired again); without it such a home refuses to start.
+    #[arg(long)]
+    new_identity: bool,
+    /// Check the home without serving it (files, config, identity, the whole store, disk
+    /// space) and print the findings as one JSON document; exit 0 when all is well, 1
+    /// otherwise. `kiki doctor` runs this when no daemon answers, and shows it for people.
+    #[arg(long)]
+    check: bool,
 }
 
 /// jemalloc instead of glibc malloc: under concurrent calls glibc's arenas cost ~13% of
@@ -50,7 +59,10 @@ async fn run() -> ExitCode {
         );
     }
     let args = Args::parse();
-    let mut builder = Daemon::builder();
+    if args.check {
+        return check(args).await;
+    }
+    let mut builder = Daemon::builder().new_identity(args.new_identity);
     if let Some(home) = args.home {
         builder = builder.home(home);
     }
@@ -61,7 +73,7 @@ async fn run() -> ExitCode {
         Ok(handle) => handle,
         Err(e) => {
             eprintln!("kikid: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(e.exit_code());
         }
     };
     let (Ok(mut interrupt), Ok(mut terminate)) =
@@ -80,4 +92,25 @@ async fn run() -> ExitCode {
     handle.shutdown();
     handle.stopped().await;
     ExitCode::SUCCESS
+}
+
+/// `kikid --check`: the doctor's findings for a home no daemon answers for.
+async fn check(args: Args) -> ExitCode {
+    let findings = match kiki_daemon::doctor::examine_stopped(args.home, args.config).await {
+        Ok(findings) => findings,
+        Err(e) => {
+            eprintln!("kikid: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let sound = findings.iter().all(|f| f.ok);
+    let findings = findings.into_iter().map(kiki_daemon::grpc::finding_to_pb).collect();
+    match serde_json::to_string_pretty(&kiki_proto::DoctorResponse { findings }) {
+        Ok(json) => println!("{json}"),
+        Err(e) => {
+            eprintln!("kikid: cannot print the findings: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if sound { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

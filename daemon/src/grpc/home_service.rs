@@ -1,5 +1,6 @@
 //! `kiki.v1.HomeService`: the owner's actions on the home.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiki_proto as pb;
@@ -8,6 +9,8 @@ use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
 use super::{communication_from_pb, owner_only, status, target, thread_to_pb};
+use crate::doctor::{self, StoreAt};
+use crate::home::HomeDir;
 use crate::mailbox::Mailbox;
 use crate::threads::Threads;
 
@@ -22,6 +25,10 @@ pub struct HomeInfo {
     pub default_profile: String,
     pub profiles: Vec<String>,
     pub bridge_listen: String,
+    /// The config file kikid read (or would have: it may not exist).
+    pub config_file: PathBuf,
+    /// The store's database file.
+    pub store_path: PathBuf,
 }
 
 pub struct HomeServiceImpl {
@@ -114,5 +121,48 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
         let thread = self.mailbox.set_communication(&thread, setting).await.map_err(status)?;
         Ok(Response::new(pb::ThreadSetResponse { thread: Some(thread_to_pb(&thread, "")) }))
+    }
+
+    async fn doctor(
+        &self,
+        request: Request<pb::DoctorRequest>,
+    ) -> Result<Response<pb::DoctorResponse>, Status> {
+        owner_only(&self.threads, &request, "doctor")?;
+        let i = &self.info;
+        let store = self.threads.store();
+        let mut findings = doctor::examine(
+            &HomeDir::new(&i.home),
+            &i.config_file,
+            &i.store_path,
+            StoreAt::Running(store.as_ref()),
+        )
+        .await;
+        findings.push(doctor::Finding {
+            check: "daemon",
+            ok: true,
+            message: format!("kikid pid {} serves this home since {}", std::process::id(), i.started_at),
+            fix: String::new(),
+        });
+        let findings = findings.into_iter().map(super::finding_to_pb).collect();
+        Ok(Response::new(pb::DoctorResponse { findings }))
+    }
+
+    async fn backup(
+        &self,
+        request: Request<pb::BackupRequest>,
+    ) -> Result<Response<pb::BackupResponse>, Status> {
+        owner_only(&self.threads, &request, "backup")?;
+        let dest = PathBuf::from(request.into_inner().dest);
+        let i = &self.info;
+        let store = self.threads.store();
+        let backed = crate::backup::write(&HomeDir::new(&i.home), &i.config_file, store.as_ref(), &dest)
+            .await
+            .map_err(status)?;
+        info!(dest = %backed.dest.display(), bytes = backed.store_bytes, "home backed up");
+        Ok(Response::new(pb::BackupResponse {
+            dest: backed.dest.display().to_string(),
+            files: backed.files,
+            store_bytes: backed.store_bytes,
+        }))
     }
 }

@@ -90,6 +90,15 @@ pub fn status(e: Error) -> Status {
         Error::Store(e @ StoreError::Busy) => Status::resource_exhausted(e.to_string()),
         // Not a failure: the home is stopping.
         Error::Store(e @ StoreError::Closed) => Status::unavailable(e.to_string()),
+        // Nothing was written; retrying helps once the owner frees space, not before.
+        Error::Store(e @ StoreError::DiskFull(_)) => {
+            tracing::error!(error = %e, "store write refused");
+            Status::resource_exhausted(e.to_string())
+        }
+        Error::Store(e @ StoreError::Corrupt { .. }) => {
+            tracing::error!(error = %e, "store failure");
+            Status::data_loss(e.to_string())
+        }
         Error::Store(e) => {
             tracing::error!(error = %e, "store failure");
             Status::unavailable(format!("store: {e}"))
@@ -228,6 +237,10 @@ fn event_to_pb(e: EventRecord) -> pb::Event {
         lifecycle: e.lifecycle,
         message_id: e.message_id.unwrap_or_default(),
     }
+}
+
+pub fn finding_to_pb(f: crate::doctor::Finding) -> pb::DoctorFinding {
+    pb::DoctorFinding { check: f.check.to_string(), ok: f.ok, message: f.message, fix: f.fix }
 }
 
 pub fn sent_to_pb(sent: Sent) -> pb::ThreadSendResponse {

@@ -19,7 +19,7 @@ pub const EXPIRED: &str = "expired";
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// A uniqueness rule was hit (idempotency keys rest on this).
     #[error("conflict: {0}")]
@@ -36,6 +36,33 @@ pub enum StoreError {
     UnsupportedUrl(String),
     #[error("migration {version} ({name}) failed: {message}")]
     Migration { version: i64, name: &'static str, message: String },
+    /// The file system holding the store has no space left: nothing of the operation was
+    /// written, and it may be retried once space is freed. Names the store's file.
+    #[error(
+        "the disk holding {0} is full: nothing was written; free some space there, then retry \
+         (a send with the same idempotency key)"
+    )]
+    DiskFull(String),
+    /// The store's file is damaged. kikid does not serve such a store (see `kiki doctor`).
+    #[error(
+        "the store {path} is damaged ({detail}); kikid does not serve a damaged store: see \
+         `kiki doctor`, then restore the store from a backup (`kiki backup`), or move it aside \
+         to start with an empty one"
+    )]
+    Corrupt { path: String, detail: String },
+}
+
+impl StoreError {
+    /// Names `path` in an error that names the store's file but was raised without it.
+    pub fn at(self, path: &std::path::Path) -> Self {
+        match self {
+            StoreError::DiskFull(p) if p.is_empty() => StoreError::DiskFull(path.display().to_string()),
+            StoreError::Corrupt { path: p, detail } if p.is_empty() => {
+                StoreError::Corrupt { path: path.display().to_string(), detail }
+            }
+            other => other,
+        }
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -683,6 +710,17 @@ pub trait Store: Send + Sync + 'static {
     /// How many messages from the peer home `peer` wait at this home's threads.
     async fn pending_messages_from(&self, peer: &str) -> StoreResult<u64>;
 
-    /// Flushes and closes; later calls fail.
+    /// Checks the stored data's integrity: every page and index when `full` (`kiki doctor`),
+    /// else a quick check bounded in time (see the backend). The problems found, none when
+    /// it is sound.
+    async fn check(&self, full: bool) -> StoreResult<Vec<String>>;
+
+    /// Writes a consistent copy of the whole store to the new file `dest` while the home
+    /// runs (`kiki backup`).
+    async fn backup(&self, dest: &std::path::Path) -> StoreResult<()>;
+
+    /// Flushes and closes; later calls fail. A clean close leaves every committed write in
+    /// the store's main file (SQLite: the WAL is checkpointed and emptied), so that file
+    /// alone is a whole copy of the data.
     async fn close(&self);
 }

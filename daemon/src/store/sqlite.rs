@@ -74,12 +74,22 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl From<rusqlite::Error> for StoreError {
+    /// Errors a caller acts on apart get their own variants; the store's file is named by
+    /// [`StoreError::at`] where the error leaves the connection.
     fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
         use rusqlite::ffi::{SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE};
-        if let rusqlite::Error::SqliteFailure(failure, message) = &e
-            && matches!(failure.extended_code, SQLITE_CONSTRAINT_UNIQUE | SQLITE_CONSTRAINT_PRIMARYKEY)
-        {
-            return StoreError::Conflict(message.clone().unwrap_or_else(|| e.to_string()));
+        if let rusqlite::Error::SqliteFailure(failure, message) = &e {
+            if matches!(failure.extended_code, SQLITE_CONSTRAINT_UNIQUE | SQLITE_CONSTRAINT_PRIMARYKEY) {
+                return StoreError::Conflict(message.clone().unwrap_or_else(|| e.to_string()));
+            }
+            match failure.code {
+                ErrorCode::DiskFull => return StoreError::DiskFull(String::new()),
+                ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
+                    return StoreError::Corrupt { path: String::new(), detail: e.to_string() };
+                }
+                _ => {}
+            }
         }
         StoreError::Backend(e.to_string())
     }
@@ -323,25 +333,57 @@ impl SqliteStore {
         self.db.write(move |conn| run(conn, sql, params.clone()).map(drop)).await
     }
 
-    /// Opens (creating if needed) the database at `url` — `sqlite://PATH` or a plain path,
-    /// a relative one taken from `base` (the home: never the directory kikid was started
-    /// in) — and applies pending migrations.
+    /// Opens (creating if needed) the database at `url` (see [`SqliteStore::path_of`]) and
+    /// applies pending migrations.
     pub async fn open(url: &str, base: &Path) -> StoreResult<Self> {
+        Self::open_path(&Self::path_of(url, base)?).await
+    }
+
+    /// The database file `url` names — `sqlite://PATH` or a plain path, a relative one taken
+    /// from `base` (the home: never the directory kikid was started in).
+    pub fn path_of(url: &str, base: &Path) -> StoreResult<PathBuf> {
         let path = PathBuf::from(
             url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url),
         );
         if path.as_os_str().is_empty() || url.contains("://") && !url.starts_with("sqlite://") {
             return Err(StoreError::UnsupportedUrl(url.to_string()));
         }
-        Self::open_path(&base.join(path)).await
+        Ok(base.join(path))
     }
 
+    /// The files of the database at `path`: itself, its WAL and its shared-memory index.
+    pub fn files(path: &Path) -> [PathBuf; 3] {
+        ["", "-wal", "-shm"].map(|suffix| {
+            let mut file = path.as_os_str().to_owned();
+            file.push(suffix);
+            PathBuf::from(file)
+        })
+    }
+
+    /// The full integrity check of the database at `path` for a home no daemon serves
+    /// (`kikid --check`): opened as it is, never created or migrated.
+    pub async fn check_file(path: &Path) -> StoreResult<Vec<String>> {
+        let owned = path.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let conn = Connection::open_with_flags(&owned, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+            integrity(&conn, None)
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("checking the store failed: {e}")))?
+        .map_err(|e| e.at(path))
+    }
+
+    /// Opens the database at `path`, refusing a damaged one (a quick check bounded in time,
+    /// before any migration writes to it), and applies pending migrations.
     pub async fn open_path(path: &Path) -> StoreResult<Self> {
         let owned = path.to_path_buf();
         let threads = Arc::new(ThreadCache::default());
         let cache = threads.clone();
         let db = tokio::task::spawn_blocking(move || {
             let setup = |conn: &mut Connection| {
+                if let Some(problem) = integrity(conn, Some(QUICK_CHECK_WITHIN))?.into_iter().next() {
+                    return Err(StoreError::Corrupt { path: String::new(), detail: problem });
+                }
                 migrate(conn)?;
                 owner_only(&owned);
                 Ok(())
@@ -349,7 +391,8 @@ impl SqliteStore {
             Connections::open(&owned, READ_CONNECTIONS, setup, move || cache.committed())
         })
         .await
-        .map_err(|e| StoreError::Backend(format!("opening the store failed: {e}")))??;
+        .map_err(|e| StoreError::Backend(format!("opening the store failed: {e}")))?
+        .map_err(|e| e.at(path))?;
         let store = Self {
             path: path.to_path_buf(),
             db: Arc::new(db),
@@ -401,10 +444,46 @@ async fn fill_keys(db: Arc<Connections>, filter: Arc<KeyFilter>, sql: &'static s
 /// The database and its WAL are the home's data: owner-only, like the home directory.
 fn owner_only(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut file = path.as_os_str().to_owned();
-        file.push(suffix);
+    for file in SqliteStore::files(path) {
         let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+    }
+}
+
+/// How long the check at start may take: a store of a few hundred MB is checked whole; a
+/// larger one starts with part of it checked (the log says so) and `kiki doctor` checks it
+/// all.
+const QUICK_CHECK_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The database's problems: `PRAGMA quick_check` (page and b-tree structure) stopped after
+/// `within`, or the full `PRAGMA integrity_check` (also every index against its table) with
+/// no bound.
+fn integrity(conn: &Connection, within: Option<std::time::Duration>) -> StoreResult<Vec<String>> {
+    let pragma = if within.is_some() { "PRAGMA quick_check" } else { "PRAGMA integrity_check" };
+    if let Some(within) = within {
+        let started = std::time::Instant::now();
+        // Called every few thousand virtual-machine steps; `true` interrupts the check.
+        conn.progress_handler(10_000, Some(move || started.elapsed() > within));
+    }
+    let checked = (|| -> rusqlite::Result<Vec<String>> {
+        let mut statement = conn.prepare(pragma)?;
+        let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+        rows.collect()
+    })();
+    conn.progress_handler(0, None::<fn() -> bool>);
+    match checked {
+        // A problem may span lines ("*** in database main ***\nTree 28 page 28: …").
+        Ok(rows) => {
+            Ok(rows.into_iter().filter(|row| row != "ok").map(|row| row.replace('\n', " ")).collect())
+        }
+        Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::OperationInterrupted => {
+            tracing::warn!(
+                within = ?within,
+                "the store's quick check did not finish in time; it starts checked in part \
+                 (`kiki doctor` checks it whole)"
+            );
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -1778,6 +1857,33 @@ impl Store for SqliteStore {
                     "SELECT COUNT(*) FROM messages WHERE source_host = ? AND status = 'pending'",
                     [&peer],
                 )
+            })
+            .await
+    }
+
+    async fn check(&self, full: bool) -> StoreResult<Vec<String>> {
+        let within = (!full).then_some(QUICK_CHECK_WITHIN);
+        self.db.read(move |conn| integrity(conn, within)).await
+    }
+
+    async fn backup(&self, dest: &Path) -> StoreResult<()> {
+        let dest = dest.to_path_buf();
+        self.db
+            .read(move |conn| {
+                // A new file only: a backup never writes over anything.
+                if dest.exists() {
+                    return Err(StoreError::Backend(format!("{} exists already", dest.display())));
+                }
+                let mut copy = Connection::open(&dest)?;
+                // Every page in one step: one read transaction, so the copy is one moment
+                // of the store, whatever commits meanwhile.
+                rusqlite::backup::Backup::new(conn, &mut copy)?.run_to_completion(
+                    i32::MAX,
+                    std::time::Duration::ZERO,
+                    None,
+                )?;
+                owner_only(&dest);
+                Ok(())
             })
             .await
     }

@@ -42,7 +42,7 @@ trait Job: Send {
     fn run(&mut self, conn: &mut Connection) -> bool;
     /// Answers the caller with the last run's result, or with the failure of the commit
     /// that carried it.
-    fn answer(self: Box<Self>, commit_failed: Option<&str>);
+    fn answer(self: Box<Self>, commit_failed: Option<&StoreError>);
 }
 
 struct Queued<T, F> {
@@ -72,8 +72,10 @@ where
         }
     }
 
-    fn answer(self: Box<Self>, commit_failed: Option<&str>) {
+    fn answer(self: Box<Self>, commit_failed: Option<&StoreError>) {
         let answer = match (commit_failed, self.result) {
+            // A full disk or a damaged file keeps its kind: the caller acts on it.
+            (Some(e @ (StoreError::DiskFull(_) | StoreError::Corrupt { .. })), _) => Err(e.clone()),
             (Some(why), _) => Err(StoreError::Backend(format!("commit failed: {why}"))),
             (None, Some(result)) => result,
             (None, None) => Err(abandoned()),
@@ -183,7 +185,7 @@ impl Connections {
             None => Err(StoreError::Closed),
         };
         queued?;
-        answer.await.map_err(|_| abandoned())?
+        answer.await.map_err(|_| abandoned())?.map_err(|e| e.at(&self.path))
     }
 
     /// Runs `work` on a read-only connection.
@@ -197,7 +199,7 @@ impl Connections {
             None => Err(StoreError::Closed),
         };
         queued?;
-        answer.await.map_err(|_| abandoned())?
+        answer.await.map_err(|_| abandoned())?.map_err(|e| e.at(&self.path))
     }
 
     /// Runs `work`, a lookup (see the module docs), on this thread; on a reader if SQLite
@@ -207,7 +209,7 @@ impl Connections {
         work: impl Fn(&mut Connection) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
         match self.lookup_here(&work) {
-            Some(result) => result,
+            Some(result) => result.map_err(|e| e.at(&self.path)),
             None => self.read(work).await,
         }
     }
@@ -241,19 +243,27 @@ impl Connections {
         None
     }
 
-    /// Lets queued work finish, closes every connection (the last one checkpoints the WAL)
-    /// and joins the threads. Later calls fail.
+    /// Lets queued work finish, closes every connection and joins the threads. Later calls
+    /// fail. The writer closes last, after checkpointing the WAL into the database and
+    /// emptying it (see `serve_writes`): a read-only connection closing last could not, and
+    /// committed data would stay in the WAL alone, where a copy of the database file misses it.
     pub async fn close(&self) {
         lock(&self.lookups).take();
-        lock(&self.writer).take();
         lock(&self.readers).take();
-        let threads = std::mem::take(&mut *lock(&self.threads));
-        let joined = tokio::task::spawn_blocking(move || {
+        let mut threads = std::mem::take(&mut *lock(&self.threads));
+        // The writer is the first thread started; the readers go first.
+        let writer = (!threads.is_empty()).then(|| threads.remove(0));
+        let writer_queue = &self.writer;
+        let readers_joined = tokio::task::spawn_blocking(move || {
             for thread in threads {
                 let _ = thread.join();
             }
         });
-        let _ = joined.await;
+        let _ = readers_joined.await;
+        lock(writer_queue).take();
+        if let Some(writer) = writer {
+            let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        }
     }
 }
 
@@ -318,13 +328,21 @@ fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, commi
         {
             batch.push(job);
         }
-        let failure = commit(&mut conn, &mut batch).err().map(|e| e.to_string());
+        let failure = commit(&mut conn, &mut batch).err().map(StoreError::from);
         if failure.is_none() {
             committed();
         }
         for job in batch {
-            job.answer(failure.as_deref());
+            job.answer(failure.as_ref());
         }
+    }
+    // Closing: everything committed moves into the database file and the WAL is emptied,
+    // so the file alone holds the data (a backup of it, a copy of the home).
+    match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get::<_, i64>(0)) {
+        Ok(0) => {}
+        // A reader of another process holds an old snapshot: its WAL frames stay.
+        Ok(_) => error!("the WAL could not be emptied at close (a reader held it); the data is safe in it"),
+        Err(e) => error!(error = %e, "cannot checkpoint the WAL at close; the data is safe in it"),
     }
 }
 
