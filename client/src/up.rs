@@ -149,14 +149,18 @@ pub struct KikidFailed {
     pub message: String,
 }
 
-/// Stops the kikid this `kiki up` started: SIGTERM, then SIGKILL if it has not exited
-/// within [`STOP_TIMEOUT`].
+/// Stops the kikid this `kiki up` started: SIGTERM (and SIGCONT, so a stopped process gets
+/// it), then SIGKILL if it has not exited within [`KILL_AFTER`].
 async fn stop(child: &mut std::process::Child) {
+    use nix::sys::signal::{Signal, kill};
+    /// A kikid that did not answer in 20 s is not waited for long: its turns never started.
+    const KILL_AFTER: Duration = Duration::from_secs(5);
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = kill(pid, Signal::SIGTERM);
+    let _ = kill(pid, Signal::SIGCONT);
     let started = Instant::now();
     while child.try_wait().ok().flatten().is_none() {
-        if started.elapsed() > STOP_TIMEOUT {
+        if started.elapsed() > KILL_AFTER {
             let _ = child.kill();
             let _ = child.wait();
             return;

@@ -2,8 +2,10 @@
 //! `cargo test --workspace` (or `cargo build --workspace`) into the same target directory
 //! as this test binary.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// `target/<profile>/NAME`, found from the running test executable (`…/deps/test-hash`), or
 /// `$KIKI_BINARIES/NAME` if that is set (a bench comparing two builds).
@@ -51,4 +53,98 @@ pub fn kiki_json(home: &Path, args: &[&str]) -> serde_json::Value {
             String::from_utf8_lossy(&out.stdout)
         )
     })
+}
+
+/// A fresh home directory path (not created: `kiki up` creates it).
+pub fn new_home() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new().prefix("kiki-smoke-").tempdir().expect("temp dir");
+    let home = dir.path().join("home");
+    (dir, home)
+}
+
+/// Stops the home's daemon when the test ends, whatever happened.
+pub struct Down<'a>(pub &'a Path);
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = kiki(self.0, &["down"]);
+    }
+}
+
+pub fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+pub fn pid_of(home: &Path) -> String {
+    kiki_json(home, &["status"])["pid"].to_string()
+}
+
+pub fn kill_9(pid: &str) {
+    let ok = Command::new("kill").args(["-9", pid]).status().expect("kill").success();
+    assert!(ok, "kill -9 {pid}");
+    // Wait until the process is gone (it is `kiki up`'s orphan, reaped by init).
+    let started = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.contains(") Z ") {
+            break; // a zombie holds no locks or sockets
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "pid {pid} did not die");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
+}
+
+/// Two real homes on fixed ports, `a` bridged to `b` (alias `bee`) with send+wake, and a
+/// thread at `b`; both are stopped when this is dropped, before their directories go.
+pub struct Paired {
+    pub a: std::path::PathBuf,
+    pub b: std::path::PathBuf,
+    pub target: String,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Drop for Paired {
+    fn drop(&mut self) {
+        for home in [&self.a, &self.b] {
+            let _ = kiki(home, &["down"]);
+        }
+    }
+}
+
+pub fn paired_homes() -> Paired {
+    let (dir_a, a) = new_home();
+    paired_homes_from(a, vec![dir_a])
+}
+
+/// [`paired_homes`] with the source home at `a` (e.g. on a small disk of a test's);
+/// `dirs` are kept until the homes are stopped.
+pub fn paired_homes_from(a: PathBuf, mut dirs: Vec<tempfile::TempDir>) -> Paired {
+    let (dir_b, b) = new_home();
+    dirs.push(dir_b);
+    let mut pair = Paired { a, b, target: String::new(), _dirs: dirs };
+    let (a, b) = (pair.a.as_path(), pair.b.as_path());
+    for home in [a, b] {
+        std::fs::create_dir_all(home).expect("home");
+        let config = format!(
+            "[bridge]\nlisten = \"127.0.0.1:{}\"\n[thread_communication]\nenabled = true\n[mailbox]\ndelivery_wait = \"200ms\"\n",
+            free_udp_port()
+        );
+        std::fs::write(home.join("config.toml"), config).expect("config");
+    }
+    kiki_json(a, &["up"]);
+    let b_status = kiki_json(b, &["up"]);
+    let b_addr = b_status["bridge_listen"].as_str().expect("listen").to_string();
+    let b_id = b_status["home_id"].as_str().expect("id").to_string();
+    let target = kiki_json(b, &["thread", "create", "--title", "inbox"]);
+    let requested = kiki_json(
+        a,
+        &["bridge", "request", &b_addr, "--want", "send,wake", "--expect", &b_id, "--name", "bee"],
+    );
+    let request_id = requested["request_id"].as_str().expect("request id").to_string();
+    kiki_json(b, &["bridge", "approve", &request_id, "--allow", "send,wake"]);
+    pair.target = target["id"].as_str().expect("id").to_string();
+    pair
 }

@@ -1250,6 +1250,21 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
         (answer.status(), answer.reason.as_str()),
         (pb::SendStatus::Undeliverable, "invalid_argument")
     );
+    // Nor a path through other homes: an approved peer names its own threads only, never
+    // one of a third home it could pass its message off as coming from.
+    let third = b.thread("echo", None).await.id;
+    for source_thread in [format!("{}/{third}", home_id(&b).await), "not-a-thread".to_string()] {
+        let relayed = pb::bridge_call::Call::ThreadSend(pb::BridgeSendCall {
+            source_thread: source_thread.clone(),
+            ..raw_send(&t.id, "hi".into(), "relayed")
+        });
+        let Reply::ThreadSend(answer) = raw_call(&as_a, relayed).await else { panic!("not a send") };
+        assert_eq!(
+            (answer.status(), answer.reason.as_str()),
+            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            "{source_thread}"
+        );
+    }
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "nothing delivered");
     // Revoked, the peer can do nothing but file a request: its refused sends leave no trace.
     let before = receipts(&b, &a_id).await.len();

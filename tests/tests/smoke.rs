@@ -1,50 +1,13 @@
 //! The smoke tier: the real `kikid` and `kiki` binaries, real processes, real signals.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kiki_tests::binaries::{binary, kiki, kiki_json, kiki_with_env};
+use kiki_tests::binaries::{
+    Down, binary, kiki, kiki_json, kiki_with_env, kill_9, mode, new_home, paired_homes, pid_of,
+};
 use tokio_stream_shim::next_message;
-
-/// A fresh home directory path (not created: `kiki up` creates it).
-fn new_home() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::Builder::new().prefix("kiki-smoke-").tempdir().expect("temp dir");
-    let home = dir.path().join("home");
-    (dir, home)
-}
-
-/// Stops the home's daemon when the test ends, whatever happened.
-struct Down<'a>(&'a Path);
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        let _ = kiki(self.0, &["down"]);
-    }
-}
-
-fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
-}
-
-fn pid_of(home: &Path) -> String {
-    kiki_json(home, &["status"])["pid"].to_string()
-}
-
-fn kill_9(pid: &str) {
-    let ok = Command::new("kill").args(["-9", pid]).status().expect("kill").success();
-    assert!(ok, "kill -9 {pid}");
-    // Wait until the process is gone (it is `kiki up`'s orphan, reaped by init).
-    let started = Instant::now();
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.contains(") Z ") {
-            break; // a zombie holds no locks or sockets
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "pid {pid} did not die");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// The pid an `exec` agent wrote to `HOME/agent.pid`, once it has.
 fn agent_pid(home: &Path) -> String {
@@ -232,6 +195,11 @@ fn kiki_up_lists_every_mistake_in_the_config() {
         assert!(said.lines().any(|l| l == line), "{line:?} in {said}");
     }
     assert!(!home.join("kikid.sock").exists(), "no home runs");
+    // A bad config is bad input: its own code and exit status, not `unknown`.
+    let out = kiki(&home, &["--json", "up"]);
+    assert_eq!(out.status.code(), Some(2));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json error");
+    assert_eq!(error["error"]["code"], "invalid_argument");
 }
 
 #[test]
@@ -501,54 +469,6 @@ fn relative_home_and_cwd_are_made_absolute() {
     std::fs::create_dir_all(dir.path().join("sub")).expect("sub");
     let created = run(&["thread", "create", "--cwd", "sub"]);
     assert_eq!(created["cwd"], dir.path().canonicalize().expect("canon").join("sub").display().to_string());
-}
-
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
-}
-
-/// Two real homes on fixed ports, `a` bridged to `b` (alias `bee`) with send+wake, and a
-/// thread at `b`; both are stopped when this is dropped, before their directories go.
-struct Paired {
-    a: std::path::PathBuf,
-    b: std::path::PathBuf,
-    target: String,
-    _dirs: [tempfile::TempDir; 2],
-}
-
-impl Drop for Paired {
-    fn drop(&mut self) {
-        for home in [&self.a, &self.b] {
-            let _ = kiki(home, &["down"]);
-        }
-    }
-}
-
-fn paired_homes() -> Paired {
-    let ((dir_a, a), (dir_b, b)) = (new_home(), new_home());
-    let mut pair = Paired { a, b, target: String::new(), _dirs: [dir_a, dir_b] };
-    let (a, b) = (pair.a.as_path(), pair.b.as_path());
-    for home in [a, b] {
-        std::fs::create_dir_all(home).expect("home");
-        let config = format!(
-            "[bridge]\nlisten = \"127.0.0.1:{}\"\n[thread_communication]\nenabled = true\n[mailbox]\ndelivery_wait = \"200ms\"\n",
-            free_udp_port()
-        );
-        std::fs::write(home.join("config.toml"), config).expect("config");
-    }
-    kiki_json(a, &["up"]);
-    let b_status = kiki_json(b, &["up"]);
-    let b_addr = b_status["bridge_listen"].as_str().expect("listen").to_string();
-    let b_id = b_status["home_id"].as_str().expect("id").to_string();
-    let target = kiki_json(b, &["thread", "create", "--title", "inbox"]);
-    let requested = kiki_json(
-        a,
-        &["bridge", "request", &b_addr, "--want", "send,wake", "--expect", &b_id, "--name", "bee"],
-    );
-    let request_id = requested["request_id"].as_str().expect("request id").to_string();
-    kiki_json(b, &["bridge", "approve", &request_id, "--allow", "send,wake"]);
-    pair.target = target["id"].as_str().expect("id").to_string();
-    pair
 }
 
 /// Source killed with -9 while its send waits in the outbox (the target is down): after

@@ -240,11 +240,15 @@ impl Bridges {
             return Err(("invalid_argument", "content and a key of 1-256 characters are required".into()));
         }
         // The source thread is the source home's word, shown to the agent in the message's
-        // header: an id, not text that could forge a line of its own.
-        if call.source_thread.chars().count() > limits::REMOTE_ID_MAX_CHARS
-            || call.source_thread.chars().any(|c| c.is_control() || c.is_whitespace())
-        {
-            return Err(("invalid_argument", "source_thread: at most 256 characters, no spaces".into()));
+        // header and kept as the sender's key scope: one of its own thread ids (empty for its
+        // external clients), never text that could forge a header line or a path such as
+        // `AHOME/OTHERHOME/th_…` posing as a thread of a third home.
+        if !call.source_thread.is_empty() && !crate::threads::is_thread_id(&call.source_thread) {
+            return Err((
+                "invalid_argument",
+                "source_thread: a thread id (`th_` and a lowercase ULID), or empty for an external client"
+                    .into(),
+            ));
         }
         if !call.message_id.is_empty() && !crate::threads::is_message_id(&call.message_id) {
             return Err(("invalid_argument", "message_id: `msg_` and a lowercase ULID, or empty".into()));

@@ -475,6 +475,9 @@ impl Bridges {
         let attempted = AtomicBool::new(false);
         let insert = async {
             self.inner.store.outbox_insert(&entry).await.map_err(|e| match e {
+                // Kept as they are: the caller acts on them (and a retry with the key is
+                // what a full disk's answer asks for anyway).
+                e @ (StoreError::DiskFull(_) | StoreError::Corrupt { .. }) => Error::Store(e),
                 e if attempted.load(Ordering::Relaxed) => Error::Store(StoreError::Backend(format!(
                     "{e}; the message may have reached {host} already: retry with the same key"
                 ))),

@@ -413,7 +413,18 @@ pub fn new_id(prefix: &str) -> String {
 /// Whether `id` has the shape [`new_id`] gives a message: `msg_` and a lowercase ULID (what
 /// a peer home may name a bridged message by).
 pub fn is_message_id(id: &str) -> bool {
-    id.strip_prefix("msg_").is_some_and(|ulid| {
+    is_id("msg", id)
+}
+
+/// Whether `id` has the shape [`new_id`] gives a thread: `th_` and a lowercase ULID (what a
+/// peer home may name the source thread of a bridged message by: a plain id of its own
+/// threads, never a path through other homes).
+pub fn is_thread_id(id: &str) -> bool {
+    is_id("th", id)
+}
+
+fn is_id(prefix: &str, id: &str) -> bool {
+    id.strip_prefix(prefix).and_then(|rest| rest.strip_prefix('_')).is_some_and(|ulid| {
         !ulid.bytes().any(|b| b.is_ascii_uppercase()) && ulid::Ulid::from_string(ulid).is_ok()
     })
 }
@@ -441,6 +452,9 @@ mod tests {
     fn a_message_id_is_what_new_id_makes_for_a_message() {
         assert!(is_message_id(&new_id("msg")));
         assert!(!is_message_id(&new_id("th")));
+        assert!(is_thread_id(&new_id("th")));
+        assert!(!is_thread_id(&new_id("msg")));
+        assert!(!is_thread_id(&format!("AHOME/{}", new_id("th"))), "a path through a home");
         assert!(!is_message_id(&new_id("msg").to_uppercase()));
         assert!(!is_message_id("msg_01ARZ3NDEKTSV4RRFFQ69G5FA"), "25 characters");
         assert!(!is_message_id("msg_01arz3ndektsv4rrffq69g5fa\n"));
