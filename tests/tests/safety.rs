@@ -173,7 +173,7 @@ fn the_cli_reads_files_and_stdin_only_up_to_the_limit() {
         assert!(message.contains("holds more than 100000 characters"), "{message}");
     }
     // Stdin that never ends (`yes`), likewise.
-    let yes = Command::new("yes").stdout(Stdio::piped()).spawn().expect("yes");
+    let mut yes = Command::new("yes").stdout(Stdio::piped()).spawn().expect("yes");
     let out = Command::new(binary("kiki"))
         .args([
             "--home",
@@ -187,9 +187,11 @@ fn the_cli_reads_files_and_stdin_only_up_to_the_limit() {
             "--content-file",
             "-",
         ])
-        .stdin(yes.stdout.expect("pipe"))
+        .stdin(yes.stdout.take().expect("pipe"))
         .output()
         .expect("kiki");
+    // `yes` ends on the broken pipe kiki left when it stopped reading.
+    yes.wait().expect("yes ends");
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
     // Exactly the limit is a message; one character more is refused, naming the flag.
     let file = home.join("content.txt");
