@@ -4,7 +4,8 @@
 //! Any key can complete a handshake (an unknown peer must be able to file a pairing
 //! request), so what a peer can make this home hold is bounded before anyone knows who it
 //! is: handshakes run side by side, each for at most [`HANDSHAKE_TIMEOUT`], at most
-//! [`MAX_HANDSHAKES`] at once; a new connection may open [`STRANGER_STREAMS`] streams and
+//! [`MAX_HANDSHAKES`] at once, and while more than [`RETRY_ABOVE`] are under way a new peer
+//! proves its address first (a flood of Initials costs no handshake work); a new connection may open [`STRANGER_STREAMS`] streams and
 //! have [`STRANGER_WINDOW`] bytes in flight, requests of at most `rpc::MAX_STRANGER_REQUEST`,
 //! and all such connections together take at most [`MAX_STRANGER_CONNECTIONS`] slots —
 //! until the daemon says the peer has a bridge (`TrustCheck`): then [`open_up`].
@@ -51,6 +52,16 @@ impl EndpointError {
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes under way at once; more are refused until some end.
 pub const MAX_HANDSHAKES: usize = 64;
+/// Above this many handshakes under way, a new peer must first prove its address (a QUIC
+/// Retry: one round trip, answered by any real peer's stack): a flood of Initials from
+/// addresses that never answer — spoofed, or a sprayer's — then costs a Retry packet each,
+/// no handshake work (key exchange, signature) and no slot of [`MAX_HANDSHAKES`], so real
+/// peers still get through.
+pub const RETRY_ABOVE: usize = 8;
+/// Connection attempts quinn holds until the accept loop takes them, and the bytes of
+/// their early packets, in all: beyond these it refuses them itself.
+const MAX_INCOMING: usize = 1024;
+const INCOMING_BUFFER_BYTES: u64 = 8 * 1024 * 1024;
 /// Connections from peers without a bridge at once, all of them together; another one is
 /// closed at once (busy).
 pub const MAX_STRANGER_CONNECTIONS: usize = 64;
@@ -101,6 +112,9 @@ impl BridgeEndpoint {
             .max_concurrent_uni_streams(0u32.into())
             .receive_window(STRANGER_WINDOW.into());
         server.transport_config(Arc::new(stranger));
+        // What the endpoint holds for connections nobody has accepted yet is bounded: a
+        // flood of Initials beyond it is refused by quinn before it reaches us.
+        server.max_incoming(MAX_INCOMING).incoming_buffer_size_total(INCOMING_BUFFER_BYTES);
         let socket =
             std::net::UdpSocket::bind(addr).map_err(|source| EndpointError::Bind { addr, source })?;
         let endpoint = quinn::Endpoint::new(
@@ -190,6 +204,12 @@ async fn run_handshakes(
 ) {
     let under_way = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     while let Some(incoming) = endpoint.accept().await {
+        let busy = MAX_HANDSHAKES - under_way.available_permits() >= RETRY_ABOVE;
+        if busy && !incoming.remote_address_validated() && incoming.may_retry() {
+            // Cannot fail: a retry is possible (`may_retry`).
+            let _ = incoming.retry();
+            continue;
+        }
         let Ok(slot) = under_way.clone().try_acquire_owned() else {
             tracing::debug!(from = %incoming.remote_address(), "too many bridge handshakes under way; refused");
             incoming.refuse();

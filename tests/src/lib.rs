@@ -5,6 +5,7 @@
 
 pub mod binaries;
 pub mod conformance;
+pub mod flood;
 pub mod measure;
 
 use std::path::{Path, PathBuf};

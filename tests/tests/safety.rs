@@ -560,3 +560,63 @@ fn kiki_up_leaves_no_daemon_behind_that_never_answered() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A flood of valid QUIC Initials from many source ports at a home's bridge port: local
+/// calls go on answering, kikid's memory stays bounded, and a real peer still gets its
+/// pairing request through meanwhile (a peer proves its address with a Retry while many
+/// handshakes are under way, so the flood takes no handshake slot). The latency it costs
+/// local calls is a number: the `flood` bench prints it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_flood_leaves_local_calls_and_real_peers_served() {
+    let ((_dir_a, a), (_dir_b, b)) = (new_home(), new_home());
+    let (_down_a, _down_b) = (Down(&a), Down(&b));
+    std::fs::create_dir_all(&b).expect("home");
+    let port = kiki_tests::binaries::free_udp_port();
+    std::fs::write(b.join("config.toml"), format!("[bridge]\nlisten = \"127.0.0.1:{port}\"\n"))
+        .expect("config");
+    kiki_json(&a, &["up"]);
+    let status = kiki_json(&b, &["up"]);
+    let pid: u32 = status["pid"].as_u64().expect("pid") as u32;
+    let address = status["bridge_listen"].as_str().expect("listen").to_string();
+    let client = kiki_client::Client::connect(&b.join("kikid.sock")).await.expect("connect");
+    let thread =
+        kiki_json(&b, &["thread", "create", "--title", "inbox"])["id"].as_str().expect("id").to_string();
+    let rss_before = kiki_tests::measure::rss_kb(pid);
+
+    let flood = kiki_tests::flood::Flood::start(address.parse().expect("address"), 5_000, 256);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A real peer files a pairing request in the middle of it.
+    let request = {
+        let (a, address) = (a.clone(), address.clone());
+        tokio::task::spawn_blocking(move || {
+            kiki(&a, &["--json", "bridge", "request", &address, "--want", "read"])
+        })
+    };
+    for n in 0..300 {
+        let list = pb_list(&client).await;
+        assert!(list.is_ok(), "a local ThreadList during the flood: {list:?}");
+        let send = kiki_proto::ThreadSendRequest {
+            target: Some(kiki_proto::ThreadRef { session_id: thread.clone(), ..Default::default() }),
+            content: format!("m{n}"),
+            idempotency_key: format!("k{n}"),
+            ..Default::default()
+        };
+        client.threads().thread_send(send).await.expect("a local ThreadSend during the flood");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let request = request.await.expect("request");
+    let sent = flood.stop();
+    assert!(sent >= 5_000, "a flood of {sent} Initials only");
+    assert!(
+        request.status.success(),
+        "a real peer's pairing request during the flood: {}",
+        String::from_utf8_lossy(&request.stderr)
+    );
+    assert_eq!(kiki_json(&b, &["bridge", "pending"])["requests"].as_array().map(Vec::len), Some(1));
+    let grown_mb = kiki_tests::measure::rss_kb(pid).saturating_sub(rss_before) / 1024;
+    assert!(grown_mb < 64, "kikid grew {grown_mb} MB under a flood of {sent} Initials");
+}
+
+async fn pb_list(client: &kiki_client::Client) -> Result<kiki_proto::ThreadListResponse, tonic::Status> {
+    client.threads().thread_list(kiki_proto::ThreadListRequest::default()).await.map(|r| r.into_inner())
+}
