@@ -31,6 +31,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&descriptor_path, descriptors.encode_to_vec())?;
 
     let mut builder = tonic_prost_build::configure()
+        // tonic-prost's codec but for decode errors, which are the sender's (src/codec.rs).
+        .codec_path("crate::codec::KikiCodec")
         .type_attribute(".kiki.v1", "#[derive(serde::Serialize)]")
         .file_descriptor_set_path(&descriptor_path)
         .skip_protoc_run();
@@ -43,10 +45,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "kiki.v1.Event.turn_status",
         "#[serde(skip_serializing_if = \"crate::json::unset\")]",
     );
-    // `kiki doctor` reads the findings `kikid --check --json` prints when no daemon runs.
+    // `kiki doctor` reads the findings `kikid --check` prints when no daemon runs.
     for message in ["kiki.v1.DoctorResponse", "kiki.v1.DoctorFinding"] {
         builder = builder.type_attribute(message, "#[derive(serde::Deserialize)]");
     }
-    builder.compile_protos(PROTOS, INCLUDES)?;
+    // `prost::Name` for every message: the codec names the message a body failed to be.
+    let mut config = tonic_prost_build::Config::new();
+    config.enable_type_names();
+    builder.compile_with_config(config, PROTOS, INCLUDES)?;
     Ok(())
 }

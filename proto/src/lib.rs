@@ -2,8 +2,9 @@
 //!
 //! Generated from `proto/kiki/v1/kiki.proto` at build time (protox, no system `protoc`).
 //! Besides the generated types this crate holds only what every side needs to agree on:
-//! the descriptor set served for reflection, the JSON spelling of enums, the metadata key
-//! that carries a turn's token, and the text form of thread references.
+//! the codec (a body that does not decode is the sender's fault), the descriptor set served
+//! for reflection, the JSON spelling of enums, the metadata key that carries a turn's token,
+//! and the text form of thread references.
 
 #![allow(clippy::doc_lazy_continuation)]
 
@@ -13,6 +14,7 @@ pub mod v1 {
 
 pub use v1::*;
 
+pub mod codec;
 mod reference;
 pub use reference::{ParseRefError, format_ref, parse_ref};
 

@@ -621,3 +621,69 @@ async fn a_closed_agent_creates_closed_threads() {
     home.say(&agent.id, "closed").await.expect("say");
     assert_eq!(created_by(2).await, pb::Communication::Off, "inherits the closed switch");
 }
+
+/// Sends raw bytes as a call's one message and hands back the raw reply.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, buf: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        prost::bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, buf: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let remaining = prost::bytes::Buf::remaining(buf);
+        Ok(Some(prost::bytes::Buf::copy_to_bytes(buf, remaining).to_vec()))
+    }
+}
+
+/// A body that is not a protobuf message is the caller's error, INVALID_ARGUMENT — through
+/// the generated services and through ThreadWait's own route alike — and changes nothing.
+#[tokio::test]
+async fn a_garbage_request_body_is_an_invalid_argument() {
+    let home = TestHome::builder().start().await;
+    // A field key whose varint never ends.
+    let garbage = vec![0xff; 11];
+    for (method, message) in [
+        ("ThreadCreate", "kiki.v1.ThreadCreateRequest"),
+        ("ThreadWait", "kiki.v1.ThreadWaitRequest"),
+        ("ThreadList", "kiki.v1.ThreadListRequest"),
+    ] {
+        let mut grpc = tonic::client::Grpc::new(home.client().channel());
+        grpc.ready().await.expect("ready");
+        let path = format!("/kiki.v1.ThreadService/{method}");
+        let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).expect("path");
+        let status = grpc
+            .unary(tonic::Request::new(garbage.clone()), path, RawCodec)
+            .await
+            .expect_err("garbage is refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{method}: {status:?}");
+        assert!(status.message().contains(message), "{method}: names the message: {status:?}");
+    }
+    let listed = home.client().threads().thread_list(pb::ThreadListRequest::default()).await.expect("list");
+    assert!(listed.into_inner().threads.is_empty(), "nothing was created");
+}

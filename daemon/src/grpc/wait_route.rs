@@ -143,7 +143,7 @@ async fn decode(request: http::Request<Body>) -> Result<pb::ThreadWaitRequest, S
         })?
         .to_bytes();
     if bytes.len() < PREFIX {
-        return Err(Status::internal("Missing request message."));
+        return Err(Status::invalid_argument("ThreadWait: the request has no message"));
     }
     let compressed = bytes.get_u8();
     let length = bytes.get_u32() as usize;
@@ -156,8 +156,7 @@ async fn decode(request: http::Request<Body>) -> Result<pb::ThreadWaitRequest, S
             bytes.len()
         )));
     }
-    pb::ThreadWaitRequest::decode(bytes)
-        .map_err(|e| Status::internal(format!("failed to decode request: {e}")))
+    pb::ThreadWaitRequest::decode(bytes).map_err(|e| pb::codec::not_a_valid::<pb::ThreadWaitRequest>(&e))
 }
 
 /// A successful answer: one length-prefixed message, then `grpc-status: 0`.
@@ -215,7 +214,12 @@ mod tests {
         let cases = [
             (call(framed(1, &message), None), tonic::Code::Unimplemented, "compressed"),
             (call(framed(0, &message), Some("gzip")), tonic::Code::Unimplemented, "gzip"),
-            (call(Vec::new(), None), tonic::Code::Internal, "Missing request message"),
+            (call(Vec::new(), None), tonic::Code::InvalidArgument, "no message"),
+            (
+                call(framed(0, &[0xff; 11]), None),
+                tonic::Code::InvalidArgument,
+                "not a valid kiki.v1.ThreadWaitRequest",
+            ),
             (call(framed(0, &message)[..PREFIX + 2].to_vec(), None), tonic::Code::InvalidArgument, "prefix"),
             (call(framed(0, &vec![0; REQUEST_MAX_BYTES + 1]), None), tonic::Code::OutOfRange, "larger than"),
         ];
