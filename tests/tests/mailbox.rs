@@ -622,6 +622,83 @@ async fn a_closed_agent_creates_closed_threads() {
     assert_eq!(created_by(2).await, pb::Communication::Off, "inherits the closed switch");
 }
 
+/// A ThreadWait on `thread` that parks for 30 s, on `client`'s connection.
+fn park_wait(
+    client: &kiki_client::Client,
+    thread: &str,
+) -> tokio::task::JoinHandle<Result<pb::ThreadWaitResponse, tonic::Status>> {
+    let mut threads = client.threads();
+    let request = pb::ThreadWaitRequest {
+        targets: vec![local(thread)],
+        timeout_ms: Some(30_000),
+        ..Default::default()
+    };
+    tokio::spawn(async move { threads.thread_wait(request).await.map(|r| r.into_inner()) })
+}
+
+fn all_parked<T>(waits: &[tokio::task::JoinHandle<T>]) -> bool {
+    waits.iter().all(|wait| !wait.is_finished())
+}
+
+/// Waits parked on a connection leave its other calls free: a send and a list on the same
+/// channel answer while every wait is still parked.
+#[tokio::test]
+async fn parked_waits_do_not_hold_up_other_calls_on_their_connection() {
+    let home = TestHome::builder().start().await;
+    let idle = home.thread("echo", None).await;
+    let target = home.thread("echo", None).await;
+    let waits: Vec<_> = (0..100).map(|_| park_wait(home.client(), &idle.id)).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(all_parked(&waits), "the waits park (the thread is idle)");
+
+    let sent = home.client().threads().thread_send(send(&target.id, "past the waits", "k")).await;
+    assert!(all_parked(&waits), "the send answered while every wait was parked");
+    assert_eq!(sent.expect("send").into_inner().status(), pb::SendStatus::Delivered);
+    let listed = home.client().threads().thread_list(pb::ThreadListRequest::default()).await;
+    assert!(all_parked(&waits), "the list answered while every wait was parked");
+    assert_eq!(listed.expect("list").into_inner().threads.len(), 2);
+    for wait in waits {
+        wait.abort();
+    }
+}
+
+/// One connection parks at most `WAITS_PER_CONNECTION` waits: one more is refused with
+/// RESOURCE_EXHAUSTED naming the limit, a wait given up frees its place, and another
+/// connection has its own.
+#[tokio::test]
+async fn a_connection_parks_a_bounded_number_of_waits() {
+    use kiki_daemon::grpc::WAITS_PER_CONNECTION;
+    let home = TestHome::builder().start().await;
+    let idle = home.thread("echo", None).await;
+    let mut waits: Vec<_> = (0..WAITS_PER_CONNECTION).map(|_| park_wait(home.client(), &idle.id)).collect();
+    // A probe that returns at once passes until every wait has taken its place.
+    let refused = eventually("every wait parked", || async {
+        wait_req(&home, &[&idle.id], Some(0), HashMap::new()).await.err()
+    })
+    .await;
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains(&WAITS_PER_CONNECTION.to_string()), "names the limit: {refused:?}");
+    assert!(refused.message().contains("another connection"), "says what to do: {refused:?}");
+    assert!(all_parked(&waits), "the refused wait was one too many, no parked wait ended");
+
+    home.client().threads().thread_list(pb::ThreadListRequest::default()).await.expect("other calls pass");
+    let other = kiki_client::Client::connect(&home.handle().socket_path()).await.expect("connect");
+    let elsewhere =
+        pb::ThreadWaitRequest { targets: vec![local(&idle.id)], timeout_ms: Some(0), ..Default::default() };
+    other.threads().thread_wait(elsewhere).await.expect("another connection has its own waits");
+
+    // A wait its caller gives up frees its place.
+    waits.pop().expect("a wait").abort();
+    eventually("the given-up wait's place", || async {
+        wait_req(&home, &[&idle.id], Some(0), HashMap::new()).await.ok()
+    })
+    .await;
+    assert!(all_parked(&waits));
+    for wait in waits {
+        wait.abort();
+    }
+}
+
 /// Sends raw bytes as a call's one message and hands back the raw reply.
 #[derive(Clone, Copy, Default)]
 struct RawCodec;

@@ -1,7 +1,12 @@
 //! The gRPC surface: one file per service, the one `Error` → `tonic::Status` mapping, and
 //! the conversions from store records to `kiki.v1` messages.
+//!
+//! Each connection has its own limits (`connection.rs`): at most [`WAITS_PER_CONNECTION`]
+//! parked ThreadWaits and [`CALLS_PER_CONNECTION`] other calls at once, applied per call by
+//! `wait_route.rs`, so parked waits never hold back a connection's other calls.
 
 mod bridge_service;
+mod connection;
 mod home_service;
 mod thread_service;
 mod wait_route;
@@ -11,6 +16,7 @@ use std::sync::Arc;
 
 use kiki_proto as pb;
 use tokio::net::UnixListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Status};
 
@@ -25,12 +31,9 @@ use crate::threads::runner::TurnCaller;
 use crate::threads::{Threads, TurnView};
 use crate::time::rfc3339;
 
+pub use connection::{CALLS_PER_CONNECTION, STREAMS_PER_CONNECTION, WAITS_PER_CONNECTION};
 pub use home_service::{HomeInfo, HomeServiceImpl};
 pub use thread_service::ThreadServiceImpl;
-
-/// Concurrent calls served per connection; more wait in the connection's queue (HTTP/2
-/// flow control pushes back on the client) instead of piling up in the daemon.
-const CALLS_PER_CONNECTION: usize = 64;
 
 /// Serves the home's API on `listener` until `shutdown` resolves; in-flight calls finish.
 pub async fn serve(
@@ -49,8 +52,10 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let thread_service = ThreadServiceImpl::new(threads.clone(), mailbox.clone(), bridges.clone());
+    // No tonic concurrency limit: it would count parked waits with the other calls.
+    // `wait_route` applies each connection's own limits instead.
     tonic::transport::Server::builder()
-        .concurrency_limit_per_connection(CALLS_PER_CONNECTION)
+        .max_concurrent_streams(STREAMS_PER_CONNECTION)
         .layer(wait_route::WaitRouteLayer::new(thread_service.clone()))
         .add_service(pb::thread_service_server::ThreadServiceServer::new(thread_service))
         .add_service(pb::bridge_service_server::BridgeServiceServer::new(
@@ -64,7 +69,11 @@ pub async fn serve(
         )))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener)
+                .map(|accepted| accepted.map(connection::LimitedConnection::new)),
+            shutdown,
+        )
         .await?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! ThreadWait served beside tonic's router rather than through it.
+//! ThreadWait served beside tonic's router rather than through it, and each connection's
+//! limits applied to every call.
 //!
 //! A ThreadWait call mostly parks, and a home may hold thousands at once (issue 3 budgets
 //! 10,000 parked calls at < 50 MB). Through the generated service each parked call carries
@@ -7,8 +8,15 @@
 //! actual state. This layer answers `/kiki.v1.ThreadService/ThreadWait` itself with the
 //! plain gRPC wire format (one length-prefixed protobuf message each way, `grpc-status`
 //! in the trailers) and hands every other call to the router unchanged. Everything around
-//! it (connection handling, `grpc-timeout`, the per-connection call limit) is still
-//! tonic's, and the answer is the one `ThreadServiceImpl::wait` gives the generated path.
+//! it (connection handling, `grpc-timeout`) is still tonic's, and the answer is the one
+//! `ThreadServiceImpl::wait` gives the generated path.
+//!
+//! The connection's limits ([`ConnectionLimits`], a request extension tonic adds to each
+//! call) are counted apart: a ThreadWait takes one of the connection's
+//! [`WAITS_PER_CONNECTION`] places or is refused at once, and keeps it until it ends or is
+//! given up; any other call waits for one of its [`super::CALLS_PER_CONNECTION`] places and
+//! keeps it until its answer is ready. So parked waits never hold back the connection's
+//! sends, and what waits in the queue is bounded by the connection's HTTP/2 streams.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,10 +29,13 @@ use http::{HeaderMap, HeaderValue};
 use http_body_util::{BodyExt, Full, Limited};
 use kiki_proto as pb;
 use prost::Message;
+use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
 use tonic::Status;
 use tonic::body::Body;
 
 use super::ThreadServiceImpl;
+use super::connection::{ConnectionLimits, WAITS_PER_CONNECTION};
+use crate::mailbox::WAIT_TARGETS_MAX;
 
 const PATH: &str = "/kiki.v1.ThreadService/ThreadWait";
 /// A ThreadWait request is a few hundred bytes (≤ 8 targets and their cursors).
@@ -58,47 +69,48 @@ pub struct WaitRoute<S> {
     service: Arc<ThreadServiceImpl>,
 }
 
-type WaitFuture = Pin<Box<dyn Future<Output = http::Response<Body>> + Send>>;
-
-/// A ThreadWait answered here, or any other call's answer from the router.
-pub enum Answer<F> {
-    Wait(WaitFuture),
-    Routed(F),
-}
-
-impl<F, E> Future for Answer<F>
-where
-    F: Future<Output = Result<http::Response<Body>, E>> + Unpin,
-    E: Into<tower::BoxError>,
-{
-    type Output = Result<http::Response<Body>, tower::BoxError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
-            Answer::Wait(wait) => wait.as_mut().poll(cx).map(Ok),
-            Answer::Routed(routed) => Pin::new(routed).poll(cx).map_err(Into::into),
-        }
-    }
-}
+/// A call's answer: one boxed future, whether answered here or by the router.
+pub type Answer = Pin<Box<dyn Future<Output = Result<http::Response<Body>, tower::BoxError>> + Send>>;
 
 impl<S> tower::Service<http::Request<Body>> for WaitRoute<S>
 where
-    S: tower::Service<http::Request<Body>, Response = http::Response<Body>>,
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>> + Clone + Send + 'static,
     S::Error: Into<tower::BoxError>,
-    S::Future: Unpin,
+    S::Future: Send + 'static,
 {
     type Response = http::Response<Body>;
     type Error = tower::BoxError;
-    type Future = Answer<S::Future>;
+    type Future = Answer;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Answer {
+        // Taken out: nothing past this point reads it, and a parked wait keeps no request.
+        let Some(limits) = request.extensions_mut().remove::<ConnectionLimits>() else {
+            // `serve` accepts only connections that carry their limits.
+            return answer_now(Status::internal("a call without its connection's limits"));
+        };
         if request.uri().path() != PATH {
-            return Answer::Routed(self.inner.call(request));
+            // The router was made ready for this call: it is the one that runs it, later.
+            let ready = self.inner.clone();
+            let mut inner = std::mem::replace(&mut self.inner, ready);
+            return Box::pin(async move {
+                // Queued, not refused. (The semaphores are never closed.)
+                let Ok(_place) = limits.calls.acquire_owned().await else {
+                    return Ok(Status::unavailable("the connection's call limit is closed").into_http());
+                };
+                inner.call(request).await.map_err(Into::into)
+            });
         }
+        let place = match limits.waits.try_acquire_owned() {
+            Ok(place) => place,
+            Err(TryAcquireError::NoPermits) => return answer_now(too_many_waits()),
+            Err(TryAcquireError::Closed) => {
+                return answer_now(Status::unavailable("the connection's wait limit is closed"));
+            }
+        };
         let service = self.service.clone();
         let token =
             request.headers().get(kiki_proto::TOKEN_METADATA_KEY).map(|v| v.to_str().map(String::from));
@@ -106,18 +118,33 @@ where
         // block keeps every captured value's space for its whole life, and neither the
         // request nor the decoding state is needed once the call parks.
         let request = Box::pin(decode(request));
-        Answer::Wait(Box::pin(async move {
+        Box::pin(async move {
+            // Held while the call lives: dropped when it answers or its caller gives up.
+            let _place: OwnedSemaphorePermit = place;
             let token = token.as_ref().map(|t| t.as_deref().map_err(drop));
             let answer = match (service.admit_peer_tool(token, "ThreadWait").await, request.await) {
                 (Err(status), _) | (_, Err(status)) => Err(status),
                 (Ok(()), Ok(r)) => service.wait(r).await,
             };
-            match answer {
+            Ok(match answer {
                 Ok(response) => encode(&response),
                 Err(status) => status.into_http(),
-            }
-        }))
+            })
+        })
     }
+}
+
+fn answer_now(status: Status) -> Answer {
+    Box::pin(std::future::ready(Ok(status.into_http())))
+}
+
+/// RESOURCE_EXHAUSTED for a wait past the connection's limit, saying what to do instead.
+fn too_many_waits() -> Status {
+    Status::resource_exhausted(format!(
+        "ThreadWait: this connection already has {WAITS_PER_CONNECTION} waits parked, the most \
+         one connection may hold; open another connection, or park fewer waits (one ThreadWait \
+         waits for up to {WAIT_TARGETS_MAX} threads)"
+    ))
 }
 
 /// The call's one request message. Only the body is kept past this point.
