@@ -11,33 +11,15 @@
 //! and kikid's memory bounded. The flood's sender runs on the same two cores: its CPU is
 //! part of what the home competes with.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiki_client::Client;
 use kiki_proto as pb;
-use kiki_tests::binaries::{binary, free_udp_port};
+use kiki_tests::binaries::{free_udp_port, kiki_ok as kiki};
 use kiki_tests::flood::Flood;
-use kiki_tests::measure::{cpu_time, percentile, rss_kb, setting};
+use kiki_tests::measure::{cpu_time, ms, percentile, rss_kb, setting};
 
 const ROUNDS: usize = 2_000;
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn kiki(home: &Path, args: &[&str]) {
-    let ok = Command::new(binary("kiki"))
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("kiki")
-        .success();
-    assert!(ok, "kiki {args:?} failed");
-}
 
 /// `ROUNDS` rounds of ThreadList + ThreadSend on `client`: each call's latency, sorted.
 async fn local_calls(client: &Client, thread: &str, tag: &str) -> Vec<Duration> {

@@ -10,33 +10,16 @@
 //! - ThreadList, a page of 50 from a home with 100,000 threads (target p50 < 5 ms)
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiki_client::Client;
 use kiki_proto as pb;
-use kiki_tests::binaries::binary;
-use kiki_tests::measure::{percentile, rss_kb};
+use kiki_tests::binaries::kiki_ok as kiki;
+use kiki_tests::measure::{ms, percentile, rss_kb};
 
 const THREADS: i64 = 100_000;
 const LIST_CALLS: usize = 2_000;
 const UP_RUNS: usize = 10;
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn kiki(home: &Path, args: &[&str]) {
-    let ok = Command::new(binary("kiki"))
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("kiki")
-        .success();
-    assert!(ok, "kiki {args:?} failed");
-}
 
 /// Seeds `n` threads straight into a stopped home's SQLite file (one statement: 100,000
 /// creates through the API would measure fsyncs, not ThreadList).

@@ -36,6 +36,19 @@ pub fn kiki_with_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output
         .expect("run kiki")
 }
 
+/// Runs `kiki --home HOME ARGS…` for its effect (its output dropped) and asserts success.
+pub fn kiki_ok(home: &Path, args: &[&str]) {
+    let ok = Command::new(binary("kiki"))
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("kiki")
+        .success();
+    assert!(ok, "kiki {args:?} failed");
+}
+
 /// Runs `kiki --json …`, asserts success and parses its one JSON document.
 pub fn kiki_json(home: &Path, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json"];

@@ -15,6 +15,10 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+pub fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
 pub fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }

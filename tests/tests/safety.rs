@@ -71,6 +71,11 @@ fn stopped_home_with_data() -> (tempfile::TempDir, PathBuf, String) {
     (dir, home, thread)
 }
 
+/// A new empty thread of the running `home`: its id.
+fn new_thread(home: &Path, title: &str) -> String {
+    kiki_json(home, &["thread", "create", "--title", title])["id"].as_str().expect("id").to_string()
+}
+
 /// Waits until the thread's ended turns have printed each of `outputs` (in any turns).
 fn wait_for_outputs(home: &Path, thread: &str, outputs: &[&str]) -> String {
     let started = Instant::now();
@@ -161,8 +166,7 @@ fn the_cli_reads_files_and_stdin_only_up_to_the_limit() {
     let (_dir, home) = new_home();
     let _down = Down(&home);
     kiki_json(&home, &["up"]);
-    let thread =
-        kiki_json(&home, &["thread", "create", "--title", "inbox"])["id"].as_str().expect("id").to_string();
+    let thread = new_thread(&home, "inbox");
     for args in [
         vec!["thread", "send", &thread, "--key", "z", "--content-file", "/dev/zero"],
         vec!["thread", "create", "--prompt-file", "/dev/zero"],
@@ -425,8 +429,7 @@ fn a_full_disk_is_resource_exhausted_naming_it_and_loses_nothing() {
     let home = disk.path.join("home");
     let _down = Down(&home);
     kiki_json(&home, &["up"]);
-    let thread =
-        kiki_json(&home, &["thread", "create", "--title", "inbox"])["id"].as_str().expect("id").to_string();
+    let thread = new_thread(&home, "inbox");
     kiki_json(&home, &["thread", "send", &thread, "--key", "first", "--content", "m-first"]);
     let filler = disk.fill();
     let (code, error, key, answered) = send_until_refused(&home, &thread, "m");
@@ -492,8 +495,7 @@ fn a_call_cut_off_by_a_crash_says_its_outcome_is_unknown() {
     let (_dir, home) = new_home();
     let _down = Down(&home);
     kiki_json(&home, &["up"]);
-    let thread =
-        kiki_json(&home, &["thread", "create", "--title", "t"])["id"].as_str().expect("id").to_string();
+    let thread = new_thread(&home, "t");
     let waiting = Command::new(binary("kiki"))
         .args([
             "--home",
@@ -579,8 +581,7 @@ async fn a_handshake_flood_leaves_local_calls_and_real_peers_served() {
     let pid: u32 = status["pid"].as_u64().expect("pid") as u32;
     let address = status["bridge_listen"].as_str().expect("listen").to_string();
     let client = kiki_client::Client::connect(&b.join("kikid.sock")).await.expect("connect");
-    let thread =
-        kiki_json(&b, &["thread", "create", "--title", "inbox"])["id"].as_str().expect("id").to_string();
+    let thread = new_thread(&b, "inbox");
     let rss_before = kiki_tests::measure::rss_kb(pid);
 
     let flood = kiki_tests::flood::Flood::start(address.parse().expect("address"), 5_000, 256);
