@@ -227,11 +227,11 @@ impl DaemonBuilder {
             store.clone(),
             threads.clone(),
             config.clone(),
+            mailbox.clone(),
             transport,
             send_keys,
-            shutdown.clone(),
+            &shutdown,
         );
-        bridges.attach_mailbox(mailbox.clone());
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
 
         let socket = home.socket();

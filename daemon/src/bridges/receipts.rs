@@ -10,8 +10,12 @@
 
 use std::collections::HashMap;
 
-use super::*;
-use crate::store::Millis;
+use kiki_proto as pb;
+
+use super::Context;
+use super::outbox::Outbox;
+use crate::error::{Error, Result};
+use crate::store::{BridgeRecord, Millis, OutboxRecord};
 use crate::threads::{cursor, limits};
 
 /// A page of receipts and the cursor for the older ones.
@@ -50,29 +54,37 @@ impl Position {
     }
 }
 
-impl Bridges {
+/// What this home shows of its bridged messages (see the module docs).
+pub(super) struct Receipts<'a> {
+    pub(super) cx: &'a Context,
+    pub(super) outbox: &'a Outbox,
+}
+
+impl Receipts<'_> {
     /// Messages waiting on this bridge: unacknowledged sends (outbound), or messages from
     /// the peer queued at this home's threads (inbound).
-    pub async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
+    pub(super) async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
         if bridge.direction != "outbound" {
-            return Ok(self.inner.store.pending_messages_from(&bridge.peer_home_id).await?);
+            return Ok(self.cx.store.pending_messages_from(&bridge.peer_home_id).await?);
         }
         // Outcomes still being recorded are taken before the store is read: one recorded in
         // between is no longer pending there, and one still here is not counted.
-        let settled: Vec<String> = lock(&self.inner.recording)
-            .entries()
+        let settled: Vec<String> = self
+            .outbox
+            .recording()
+            .into_iter()
             .filter(|e| e.bridge_id == bridge.id && e.status != "pending")
             .map(|e| e.id.clone())
             .collect();
-        Ok(self.inner.store.outbox_pending(&bridge.peer_home_id, &bridge.id, &settled).await?)
+        Ok(self.cx.store.outbox_pending(&bridge.peer_home_id, &bridge.id, &settled).await?)
     }
 
     /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it;
     /// `limit` of the newest receipts before `cursor`'s page, oldest first.
-    pub async fn receipts(&self, name: &str, limit: Option<u32>, cursor: &str) -> Result<ReceiptPage> {
+    pub(super) async fn page(&self, name: &str, limit: Option<u32>, cursor: &str) -> Result<ReceiptPage> {
         let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
         let bridges: Vec<BridgeRecord> =
-            self.all().await?.iter().filter(|b| b.answers_to(name)).cloned().collect();
+            self.cx.table.all().await?.iter().filter(|b| b.answers_to(name)).cloned().collect();
         if bridges.is_empty() {
             return Err(Error::NotFound(format!("no bridge {name:?}")));
         }
@@ -114,16 +126,18 @@ impl Bridges {
 
     /// Up to `n` of `bridge`'s receipts from `at` back, newest first.
     async fn candidates(&self, bridge: &BridgeRecord, at: &Position, n: u32) -> Result<Vec<Candidate>> {
-        let store = &self.inner.store;
+        let store = &self.cx.store;
         if bridge.direction == "outbound" {
             let Position::Outbound(created_at, id) = at else { return Ok(Vec::new()) };
             // Outcomes still being recorded are taken before the store is read: one recorded
             // in between is then in both, whereas taken after the read it could have left the
             // map but not be in the rows read.
-            let recording: HashMap<String, OutboxRecord> = lock(&self.inner.recording)
-                .entries()
+            let recording: HashMap<String, OutboxRecord> = self
+                .outbox
+                .recording()
+                .into_iter()
                 .filter(|e| e.bridge_id == bridge.id)
-                .map(|e| (e.id.clone(), e.clone()))
+                .map(|e| (e.id.clone(), e))
                 .collect();
             let entries = store.outbox_page(&bridge.id, Some((*created_at, id.clone())), n).await?;
             return Ok(entries

@@ -3,34 +3,29 @@
 //! of retries delivers a message once, and delivered into a prompt only with `wake`; the
 //! source's follow-ups, answered from the dedup; and the sweep that expires a message whose
 //! deadline (the end of its source's retry window) passed before a turn took it or its
-//! source confirmed it. The source's side is in `outbox.rs`.
+//! source confirmed it. The source's side is the outbox.
 
 use std::time::Duration;
 
+use kiki_proto as pb;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::outbox::{FINAL, MAX_FOLLOW_UP_KEYS};
-use super::*;
+use super::Inbound;
+use crate::bridges::outbox::{FINAL, MAX_FOLLOW_UP_KEYS};
+use crate::bridges::wire::{Rejection, refusal_response, wire_refusal};
+use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
-use crate::store::{SourceRef, ThreadRecord};
+use crate::store::{BridgeRecord, ReceiptRecord, SourceRef, ThreadRecord};
 use crate::threads::limits;
+use crate::time::now_ms;
 
 /// Keys are the sender's: scoped by its home and thread, they never collide.
 fn key_scope(peer: &str, source_thread: &str) -> String {
     format!("{peer}/{source_thread}")
 }
 
-/// A refusal from the mailbox, as a bridge answer's code and message.
-fn wire_refusal(e: Error) -> (&'static str, String) {
-    match e {
-        Error::Conflict(m) => ("invalid_argument", m),
-        e @ Error::InvalidArgument { .. } => ("invalid_argument", e.to_string()),
-        Error::FailedPrecondition(m) => ("failed_precondition", m),
-        other => ("internal", other.to_string()),
-    }
-}
-
-impl Bridges {
+impl Inbound {
     /// A send arriving from `peer`: checked against the bridge, deduplicated by key,
     /// delivered into a prompt only with `wake`. Every outcome is a receipt: an accepted
     /// message's is committed with it, a final refusal's is written before the answer leaves.
@@ -62,14 +57,14 @@ impl Bridges {
         if !FINAL.contains(&code)
             || !bounded
             || !matches!(
-                self.bridge(|b| b.direction == "inbound" && b.peer_home_id == peer).await,
+                self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await,
                 Ok(Some(b)) if b.state != "revoked"
             )
         {
             return response;
         }
         // Written before the answer, so a peer's refused sends wait for the store's pace.
-        if let Err(e) = self.inner.store.add_refusal(&receipt).await {
+        if let Err(e) = self.cx.store.add_refusal(&receipt).await {
             warn!(error = %e, "cannot record a bridge receipt");
         }
         response
@@ -98,9 +93,7 @@ impl Bridges {
             Err(Rejection::Wire("bridge_revoked", _)) => "bridge_revoked",
             Err(refusal) => return Err(refusal),
         };
-        let Some(mailbox) = self.inner.mailbox.get() else {
-            return Err(Rejection::Wire("failed_precondition", "the home is starting".into()));
-        };
+        let mailbox = &self.cx.mailbox;
         let keys: Vec<(String, String)> = call
             .keys
             .iter()
@@ -120,12 +113,12 @@ impl Bridges {
     /// source confirmed them, about when it passes, until `stop`: their receipts then say
     /// `expired`, as their sources do, also for a thread that runs no turn for a long time.
     /// (A claim expires its thread's overdue messages first, whatever this sweep has done.)
-    pub(super) async fn run_expiry(self, stop: CancellationToken) {
+    pub(in crate::bridges) async fn run_expiry(&self, stop: CancellationToken) {
         const EVERY: Duration = Duration::from_secs(1);
         const CHUNK: u32 = 256;
         loop {
             // A full chunk: more may be overdue, so the next one goes at once.
-            let more = match self.inner.store.expire_overdue_messages(now_ms(), CHUNK).await {
+            let more = match self.cx.store.expire_overdue_messages(now_ms(), CHUNK).await {
                 Ok(n) => {
                     if n > 0 {
                         debug!(messages = n, "bridged messages expired at their deadline");
@@ -203,7 +196,7 @@ impl Bridges {
         call: &pb::BridgeSendCall,
         refusal: (&'static str, String),
     ) -> std::result::Result<Sent, (&'static str, String)> {
-        let Some(mailbox) = self.inner.mailbox.get() else { return Err(refusal) };
+        let mailbox = &self.cx.mailbox;
         if call.idempotency_key.is_empty() {
             return Err(refusal);
         }
@@ -253,27 +246,15 @@ impl Bridges {
         if !call.message_id.is_empty() && !crate::threads::is_message_id(&call.message_id) {
             return Err(("invalid_argument", "message_id: `msg_` and a lowercase ULID, or empty".into()));
         }
-        let thread = match self.inner.threads.get("", "", &call.target_session).await {
+        let thread = match self.cx.threads.get("", "", &call.target_session).await {
             Ok(t) if bridge.workspaces.is_empty() || bridge.workspaces.contains(&t.workspace_id) => t,
             _ => return Err(("thread_not_found", format!("no thread {} in this home", call.target_session))),
         };
         if thread.archived {
             return Err(("thread_archived", format!("thread {} is archived", thread.id)));
         }
-        let Some(mailbox) = self.inner.mailbox.get() else {
-            return Err(("failed_precondition", "the home is starting".into()));
-        };
+        let mailbox = &self.cx.mailbox;
         mailbox.may_receive(&thread).map_err(|e| ("communication_disabled", e.to_string()))?;
         Ok((bridge, thread, mailbox))
-    }
-}
-
-/// A refused send, as the target answers it: `undeliverable` with the code as its reason.
-fn refusal_response(code: &str) -> pb::ThreadSendResponse {
-    pb::ThreadSendResponse {
-        message_id: String::new(),
-        status: pb::SendStatus::Undeliverable as i32,
-        replayed: false,
-        reason: code.to_string(),
     }
 }

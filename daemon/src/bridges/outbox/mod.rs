@@ -1,5 +1,6 @@
-//! Cross-home ThreadSend at the source: its transactional outbox (the target's side is in
-//! `inbox.rs`).
+//! Cross-home ThreadSend at the source: its transactional outbox (the target's side is
+//! `inbound::sends`).
+//!
 //!
 //! The source commits the send to its outbox before answering (so it survives `kill -9`)
 //! and makes the first attempt meanwhile: the commit and the call to the target overlap,
@@ -17,22 +18,39 @@
 //! the window as the message's deadline, and a message the source expired without the
 //! target's word (it was unreachable) is asked about until the target answers.
 
+mod backoff;
+mod recorder;
+mod worker;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use kiki_proto as pb;
+use pb::bridge_call::Call;
+use pb::bridge_reply::Reply;
 use rand::Rng;
 use sha2::{Digest, Sha256};
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
-use super::*;
-use crate::mailbox::{Sent, key_conflict};
-use crate::store::{EXPIRED, EventKind, MessageStatus, OutboxOutcome as Outcome, StoreError};
-use crate::sync::{SendKey, lock};
-use crate::threads::limits;
+pub(crate) use backoff::backoff;
+use recorder::{Answered, Recording};
+use worker::Claim;
 
-/// The longest pause between two attempts.
-const BACKOFF_CAP: Duration = Duration::from_secs(30);
-const BACKOFF_FIRST: Duration = Duration::from_millis(250);
+use super::Context;
+use super::wire::from_wire;
+use crate::error::{Error, Result};
+use crate::mailbox::{Sent, key_conflict};
+use crate::store::{
+    BridgeRecord, EXPIRED, EventKind, EventRecord, MessageStatus, OutboxOutcome as Outcome, OutboxRecord,
+    StoreError,
+};
+use crate::sync::{KeyLocks, SendKey, lock};
+use crate::threads::{limits, new_id};
+use crate::time::now_ms;
+
 /// The first and the longest pause between follow-ups of an accepted entry.
 const FOLLOW_UP_FIRST: Duration = Duration::from_secs(1);
 const FOLLOW_UP_CAP: Duration = Duration::from_secs(60);
@@ -45,7 +63,7 @@ const MAX_ATTEMPTS_IN_FLIGHT: usize = 256;
 /// half of the slots to the other peers.
 const MAX_ATTEMPTS_PER_PEER: usize = MAX_ATTEMPTS_IN_FLIGHT / 2;
 /// The most keys one follow-up call asks about; the target refuses more.
-pub(super) const MAX_FOLLOW_UP_KEYS: usize = 256;
+pub(crate) const MAX_FOLLOW_UP_KEYS: usize = 256;
 // A peer's follow-ups go out together, and a listing holds at most a peer's share.
 const _: () = assert!(MAX_ATTEMPTS_PER_PEER <= MAX_FOLLOW_UP_KEYS);
 /// How long one delivery attempt may take.
@@ -62,7 +80,7 @@ const MAX_QUEUED_OUTCOMES: usize = 1024;
 /// call before the target was asked at the window's end.
 const FOUND_DELIVERED: &str = "found_delivered";
 /// Wire codes after which retrying cannot help.
-pub(super) const FINAL: &[&str] = &[
+pub(crate) const FINAL: &[&str] = &[
     "permission_denied",
     "bridge_revoked",
     "thread_not_found",
@@ -91,19 +109,6 @@ enum Verdict {
     NotNow(String),
     /// No answer (the link failed or timed out).
     Unanswered(String),
-}
-
-/// The pause before the next attempt at a peer that has been `silent` that long (since its
-/// last answer, or since the message if that is later): as long again, from 250 ms up to
-/// 30 s — so the pauses double while the peer stays silent and start over as soon as it
-/// answers — with jitter (−20 %…+20 %, and only downwards at the cap) so many sources do not
-/// retry in lockstep.
-pub fn backoff(silent: Duration) -> Duration {
-    let base = silent.clamp(BACKOFF_FIRST, BACKOFF_CAP);
-    if base >= BACKOFF_CAP {
-        return BACKOFF_CAP.mul_f64(rand::rng().random_range(0.8..1.0));
-    }
-    base.mul_f64(rand::rng().random_range(0.8..1.2)).min(BACKOFF_CAP)
 }
 
 fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
@@ -284,132 +289,73 @@ fn verdict(answer: &pb::ThreadSendResponse, entry: &mut OutboxRecord) -> Verdict
     }
 }
 
-/// A claim on an outbox entry's attempt, or on a silent peer's probe; dropped, it may be
-/// taken again. It does not keep the bridges alive: an answered send's claim waits in
-/// `Inner::recording`.
-struct Claim {
-    inner: std::sync::Weak<Inner>,
-    on: Claimed,
-    name: String,
-}
-
-#[derive(Clone, Copy)]
-enum Claimed {
-    /// An entry's attempt, by entry id (`Inner::attempting`).
-    Attempt,
-    /// A silent peer's one attempt at a time, by peer home id (`Inner::probing`).
-    Probe,
-}
-
-impl Claim {
-    fn set(inner: &Inner, on: Claimed) -> &std::sync::Mutex<HashSet<String>> {
-        match on {
-            Claimed::Attempt => &inner.attempting,
-            Claimed::Probe => &inner.probing,
-        }
-    }
-
-    /// The claim, unless it is held.
-    fn try_take(inner: &Arc<Inner>, on: Claimed, name: &str) -> Option<Self> {
-        lock(Self::set(inner, on)).insert(name.to_string()).then(|| Self {
-            inner: Arc::downgrade(inner),
-            on,
-            name: name.to_string(),
-        })
-    }
-
-    /// The attempt of an entry not yet written: nobody else can know its id.
-    fn new_entry(inner: &Arc<Inner>, id: &str) -> Self {
-        lock(&inner.attempting).insert(id.to_string());
-        Self { inner: Arc::downgrade(inner), on: Claimed::Attempt, name: id.to_string() }
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if let Some(inner) = self.inner.upgrade() {
-            lock(Self::set(&inner, self.on)).remove(&self.name);
-        }
-    }
-}
-
-/// One of the worker's attempts under way to a peer (`Inner::shipping`).
-struct PeerSlot {
+/// The source's side of cross-home sends. Cheap to clone.
+#[derive(Clone)]
+pub(super) struct Outbox {
     inner: Arc<Inner>,
-    peer: String,
 }
 
-impl PeerSlot {
-    /// A slot, unless the peer holds its share of them already, or all are taken.
-    fn try_take(inner: &Arc<Inner>, peer: &str) -> Option<Self> {
-        let mut shipping = lock(&inner.shipping);
-        if Self::all_taken(&shipping) {
-            return None;
+struct Inner {
+    cx: Arc<Context>,
+    /// Outcomes of sends already answered whose outbox write is still on its way: a send
+    /// with the key looks here first (see `Outbox::run_recorder`).
+    recording: std::sync::Mutex<Recording>,
+    /// Told when `recording` queues its first outcome, or fills up.
+    outcomes_queued: tokio::sync::Notify,
+    /// Outbox entries with an attempt under way, or whose outcome waits in `recording`
+    /// (see `worker::Claim`).
+    attempting: std::sync::Mutex<HashSet<String>>,
+    /// Silent peers with a probe under way: the one entry the worker ships to such a peer
+    /// at a time (see `Outbox::run_worker`).
+    probing: std::sync::Mutex<HashSet<String>>,
+    /// The worker's attempts under way, by peer (see `worker::PeerSlot`).
+    shipping: std::sync::Mutex<HashMap<String, usize>>,
+    /// Sends under way, one at a time per sender's key (shared with the mailbox).
+    send_keys: Arc<KeyLocks>,
+    /// Peers that answered since the last attempt that found them silent: none of their
+    /// outbox entries is backing off (see `link_up`). Any other peer is silent, and gets
+    /// one outbox attempt at a time (see `Outbox::probe`).
+    settled: std::sync::Mutex<HashSet<String>>,
+    /// When each peer last answered a call (see `link_up`).
+    answered: std::sync::Mutex<HashMap<String, i64>>,
+    /// When a call to each peer last went unanswered, in this run (see `Outbox::expire`).
+    unreached: std::sync::Mutex<HashMap<String, i64>>,
+    /// How often each peer's entries were made due again as it answered after a silence
+    /// (see `link_up` and `Outbox::record`).
+    resets: std::sync::Mutex<HashMap<String, u64>>,
+    /// The worker's attempts, each a task of its own.
+    tasks: TaskTracker,
+}
+
+impl Outbox {
+    pub(super) fn new(cx: Arc<Context>, send_keys: Arc<KeyLocks>, tasks: TaskTracker) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                cx,
+                recording: Default::default(),
+                outcomes_queued: Default::default(),
+                attempting: Default::default(),
+                probing: Default::default(),
+                shipping: Default::default(),
+                send_keys,
+                settled: Default::default(),
+                answered: Default::default(),
+                unreached: Default::default(),
+                resets: Default::default(),
+                tasks,
+            }),
         }
-        let taken = shipping.entry(peer.to_string()).or_default();
-        if *taken >= MAX_ATTEMPTS_PER_PEER {
-            return None;
-        }
-        *taken += 1;
-        Some(Self { inner: inner.clone(), peer: peer.to_string() })
     }
 
-    /// Whether the worker's attempts under way, all peers together, use every slot.
-    fn all_taken(shipping: &HashMap<String, usize>) -> bool {
-        shipping.values().sum::<usize>() >= MAX_ATTEMPTS_IN_FLIGHT
+    /// The outbox entries whose outcomes are still on their way to the store (the receipts
+    /// and pending counts read them here first).
+    pub(super) fn recording(&self) -> Vec<OutboxRecord> {
+        lock(&self.inner.recording).entries().cloned().collect()
     }
 
-    /// Whether the peer holds its whole share: the worker does not list its entries.
-    fn is_full(inner: &Inner, peer: &str) -> bool {
-        lock(&inner.shipping).get(peer).is_some_and(|n| *n >= MAX_ATTEMPTS_PER_PEER)
-    }
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let mut shipping = lock(&self.inner.shipping);
-        if let Some(taken) = shipping.get_mut(&self.peer) {
-            *taken -= 1;
-            if *taken == 0 {
-                shipping.remove(&self.peer);
-            }
-        }
-    }
-}
-
-/// Answered sends whose outcomes are on their way to the store (see
-/// [`Bridges::run_recorder`]). Until the store has an outcome, a send with its key, the
-/// receipts and the pending count read it here.
-#[derive(Default)]
-pub(super) struct Recording {
-    answered: HashMap<SendKey, Answered>,
-    /// The keys of the outcomes not yet being written, oldest first.
-    queued: Vec<SendKey>,
-    /// The home is stopping and the recorder is done: a send answered now writes its own
-    /// outcome (one still under way when the shutdown grace ran out).
-    closed: bool,
-}
-
-/// An answered send's outcome, with its peer's resets as it was decided (see
-/// [`Bridges::record`]) and the claim on its entry: the worker leaves the entry alone until
-/// the outcome is written.
-struct Answered {
-    outcome: Outcome,
-    resets: u64,
-    _claim: Claim,
-}
-
-impl Recording {
-    /// The outbox entries as their outcomes will be written.
-    pub(super) fn entries(&self) -> impl Iterator<Item = &OutboxRecord> {
-        self.answered.values().map(|a| &a.outcome.0)
-    }
-}
-
-impl Bridges {
     /// ThreadSend to `target_session` behind `host`, from `source_thread` (or an external
     /// client): durable in the outbox before it answers, shipped at once if the link allows.
-    pub async fn send_remote(
+    pub(super) async fn send(
         &self,
         source_thread: Option<String>,
         host: &str,
@@ -420,9 +366,9 @@ impl Bridges {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         limits::text("target.session_id", target_session, limits::REMOTE_ID_MAX_CHARS)?;
-        let bridge = self.outbound(host).await?;
+        let bridge = self.inner.cx.table.outbound(host).await?;
         let now = now_ms();
-        let wait = self.inner.config.mailbox.delivery_wait;
+        let wait = self.inner.cx.config.mailbox.delivery_wait;
         let entry = OutboxRecord {
             id: new_id("msg"),
             bridge_id: bridge.id.clone(),
@@ -449,13 +395,13 @@ impl Bridges {
         // The key decides first: a key in the outbox is answered from there and sends nothing.
         let in_flight = self.in_flight(&key);
         let stored =
-            self.inner.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
+            self.inner.cx.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
         if let Some(existing) = stored {
             return replay(in_flight, existing, &entry.request_hash);
         }
         // Nor may the key name a message the sender sent to a thread of this home (a local
         // send holds this key's lock until its commit, so none lands after this check).
-        if let Some(message_id) = self.inner.store.local_key_message(&entry.key_scope, &entry.key).await? {
+        if let Some(message_id) = self.inner.cx.store.local_key_message(&entry.key_scope, &entry.key).await? {
             return Err(key_conflict(&message_id));
         }
         // A new key: a revoked bridge takes no more (a retry of an earlier send is answered
@@ -474,7 +420,7 @@ impl Bridges {
         // key is a replay at the target (with other content, a conflict).
         let attempted = AtomicBool::new(false);
         let insert = async {
-            self.inner.store.outbox_insert(&entry).await.map_err(|e| match e {
+            self.inner.cx.store.outbox_insert(&entry).await.map_err(|e| match e {
                 // Kept as they are: the caller acts on them (and a retry with the key is
                 // what a full disk's answer asks for anyway).
                 e @ (StoreError::DiskFull(_) | StoreError::Corrupt { .. }) => Error::Store(e),
@@ -536,7 +482,7 @@ impl Bridges {
 
     /// The answer for a cross-home send's key already in the outbox (`None` if new), for a
     /// retry that would be refused now (the sender's switch turned off since).
-    pub async fn replay_remote(
+    pub(super) async fn replay(
         &self,
         source_thread: &str,
         host: &str,
@@ -544,9 +490,10 @@ impl Bridges {
         content: &str,
         key: &str,
     ) -> Result<Option<Sent>> {
-        let bridge = self.outbound(host).await?;
+        let bridge = self.inner.cx.table.outbound(host).await?;
         let in_flight = self.in_flight(&(source_thread.to_string(), key.to_string()));
-        let Some(stored) = self.inner.store.outbox_by_key(&bridge.peer_home_id, source_thread, key).await?
+        let Some(stored) =
+            self.inner.cx.store.outbox_by_key(&bridge.peer_home_id, source_thread, key).await?
         else {
             return Ok(None);
         };
@@ -554,65 +501,18 @@ impl Bridges {
     }
 
     /// The outcome of the send with this key still on its way to the store, if any. Taken
-    /// before the store is read, it cannot be missed (see `Bridges::receipts`).
+    /// before the store is read, it cannot be missed (see `Outbox::receipts`).
     fn in_flight(&self, key: &SendKey) -> Option<OutboxRecord> {
         lock(&self.inner.recording).answered.get(key).map(|a| a.outcome.0.clone())
     }
 
-    /// The recorder: writes answered sends' outcomes until `stop` (then `Bridges::close`
-    /// writes what is left). A write waits [`RECORD_LINGER`] after the first outcome queued,
-    /// or until [`MAX_QUEUED_OUTCOMES`] are, and carries all of them.
-    pub(super) async fn run_recorder(self, stop: CancellationToken) {
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = self.inner.outcomes_queued.notified() => {}
-            }
-            let linger = tokio::time::sleep(RECORD_LINGER);
-            tokio::pin!(linger);
-            while lock(&self.inner.recording).queued.len() < MAX_QUEUED_OUTCOMES {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = &mut linger => break,
-                    () = self.inner.outcomes_queued.notified() => {}
-                }
-            }
-            self.record_answered(false).await;
-        }
-    }
-
-    /// Writes the queued outcomes of answered sends, in one write. Should it fail, their
-    /// entries stay pending in the store: the worker sends them again, and the target answers
-    /// from its dedup. With `last`, sends answered from now on write their own (the home is
-    /// stopping).
-    pub(super) async fn record_answered(&self, last: bool) {
-        let (keys, (outcomes, resets)): (_, (Vec<Outcome>, Vec<u64>)) = {
-            let mut recording = lock(&self.inner.recording);
-            recording.closed |= last;
-            let keys = std::mem::take(&mut recording.queued);
-            let queued = keys.iter().filter_map(|k| recording.answered.get(k));
-            let outcomes = queued.map(|a| (a.outcome.clone(), a.resets)).unzip();
-            (keys, outcomes)
-        };
-        if keys.is_empty() {
-            return;
-        }
-        if let Err(e) = self.record(&outcomes, |i| resets[i]).await {
-            warn!(error = %e, outcomes = outcomes.len(), "cannot record bridged sends' outcomes");
-        }
-        let mut recording = lock(&self.inner.recording);
-        for key in &keys {
-            recording.answered.remove(key);
-        }
-    }
-
     /// One delivery attempt: the entry's new state, and the event a final failure gives its
-    /// sending thread. Nothing is recorded here (see [`Bridges::record`]).
+    /// sending thread. Nothing is recorded here (see [`Outbox::record`]).
     async fn attempt(&self, mut entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<Outcome> {
         let now = now_ms();
         let bridge = match bridge {
             Some(b) => b.clone(),
-            None => match self.bridge(|b| b.id == entry.bridge_id).await? {
+            None => match self.inner.cx.table.find(|b| b.id == entry.bridge_id).await? {
                 Some(b) => b,
                 None => return Ok(finish(entry, "rejected", "bridge_removed")),
             },
@@ -658,7 +558,7 @@ impl Bridges {
     /// stopped before recording it — with a follow-up, which creates no message, so nothing
     /// arrives late. Delivered or accepted there, the entry says so (and is not asked about
     /// again); otherwise it expires. Expired without the target's word, it is asked about
-    /// again until the target answers (see [`Bridges::rechecked`]): the target may have
+    /// again until the target answers (see [`Outbox::rechecked`]): the target may have
     /// delivered it after all.
     async fn expire(&self, mut entry: OutboxRecord, bridge: &BridgeRecord) -> Outcome {
         let peer = entry.peer_home_id.clone();
@@ -704,7 +604,7 @@ impl Bridges {
     /// again (with `window_over`: a message it still holds unconfirmed expires there). The
     /// target delivered it: the entry says `delivered` (see [`FOUND_DELIVERED`]; the
     /// `undeliverable` event its sender got stays in its log). Confirmed there, waiting for
-    /// a turn: `accepted`, not asked about again (as in [`Bridges::expire`]: a later refusal
+    /// a turn: `accepted`, not asked about again (as in [`Outbox::expire`]: a later refusal
     /// must not give the sender a second event). Expired, refused or unknown there: expired
     /// for good. No answer: asked again later.
     fn rechecked(&self, entry: OutboxRecord, verdict: Verdict) -> Outcome {
@@ -720,9 +620,9 @@ impl Bridges {
         }
     }
 
-    /// A call to `peer` went unanswered: the peer is silent (see [`Bridges::probe`]), and
+    /// A call to `peer` went unanswered: the peer is silent (see [`Outbox::probe`]), and
     /// until it answers again entries whose window ends expire without asking it (see
-    /// [`Bridges::expire`]).
+    /// [`Outbox::expire`]).
     fn unreached(&self, peer: &str) {
         lock(&self.inner.settled).remove(peer);
         lock(&self.inner.unreached).insert(peer.to_string(), now_ms());
@@ -743,7 +643,7 @@ impl Bridges {
     /// One call to the bridge's peer: its reply, or, when it brought no answer about the
     /// messages it carried, the verdict for each of them — refused for good if the whole
     /// call was refused with one of `final_codes`. An answer from the peer counts as contact
-    /// (see [`Bridges::link_up`]); a refusal for now does not.
+    /// (see [`Outbox::link_up`]); a refusal for now does not.
     async fn ask(
         &self,
         bridge: &BridgeRecord,
@@ -751,7 +651,9 @@ impl Bridges {
         final_codes: &[&str],
         withdraw_after: Option<Instant>,
     ) -> std::result::Result<Reply, Verdict> {
-        match tokio::time::timeout(ATTEMPT_TIMEOUT, self.call(bridge, call, withdraw_after)).await {
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, self.inner.cx.links.call(bridge, call, withdraw_after))
+            .await
+        {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }))
                 if final_codes.contains(&e.code.as_str()) =>
             {
@@ -781,9 +683,9 @@ impl Bridges {
             return;
         }
         // Counted before the write: an outcome recorded after this point is seen to have
-        // raced it (see `Bridges::record`).
+        // raced it (see `Outbox::record`).
         *lock(&self.inner.resets).entry(peer.clone()).or_default() += 1;
-        if self.inner.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
+        if self.inner.cx.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
             lock(&self.inner.settled).insert(peer.clone());
         }
     }
@@ -792,7 +694,7 @@ impl Bridges {
         lock(&self.inner.resets).get(peer).copied().unwrap_or(0)
     }
 
-    /// Whether `peer` answered a call since `since` (see [`Bridges::link_up`]).
+    /// Whether `peer` answered a call since `since` (see [`Outbox::link_up`]).
     fn answered_since(&self, peer: &str, since: i64) -> bool {
         lock(&self.inner.answered).get(peer).is_some_and(|at| *at >= since)
     }
@@ -816,7 +718,7 @@ impl Bridges {
 
     /// The follow-up of entries the target accepted without delivering them (and the
     /// question again about those that expired without its word, see
-    /// [`Bridges::rechecked`]): one call asks where all of them stand, and the target
+    /// [`Outbox::rechecked`]): one call asks where all of them stand, and the target
     /// answers each from its dedup (creating no message), also after it revoked the bridge. Delivered or refused there ends an entry;
     /// still waiting, or no answer, asks again later. A follow-up confirms at the target that
     /// the message arrived, so it waits there past its deadline; one after the retry window
@@ -829,7 +731,7 @@ impl Bridges {
         // whether the entries' window is over.
         let mut asked: Vec<((BridgeRecord, bool), Vec<OutboxRecord>)> = Vec::new();
         for mut entry in entries {
-            let bridge = self.bridge(|b| b.id == entry.bridge_id && !b.revoked_here()).await?;
+            let bridge = self.inner.cx.table.find(|b| b.id == entry.bridge_id && !b.revoked_here()).await?;
             // Past the least time any home keeps keys, the target may have forgotten it.
             let forgotten = age(&entry) > crate::config::MAX_RETRY_WINDOW;
             match bridge.filter(|_| !forgotten) {
@@ -901,254 +803,7 @@ impl Bridges {
 
     /// How long after it was sent an entry's retry window is over (just past the window).
     fn lifetime(&self) -> i64 {
-        self.inner.config.bridge.retry_window.as_millis() as i64 + 1
-    }
-
-    /// The bridge to call about the entry; none once its window is over (it then expires,
-    /// and the target is asked with `window_over`, see [`Bridges::expire`]) or the bridge is
-    /// revoked here or gone (its fate then needs no call). Such entries do not wait for a
-    /// silent peer's probe.
-    async fn bridge_to_call(&self, entry: &OutboxRecord) -> Result<Option<BridgeRecord>> {
-        if self.window_over(entry) {
-            return Ok(None);
-        }
-        self.bridge(|b| b.id == entry.bridge_id && !b.revoked_here()).await
-    }
-
-    /// The entry as it stands now, if still due: an earlier attempt may have recorded an
-    /// outcome after the worker's tick listed it.
-    async fn still_due(&self, listed: &OutboxRecord) -> Result<Option<OutboxRecord>> {
-        let current =
-            self.inner.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
-        Ok(current.filter(|e| {
-            e.next_attempt_at <= now_ms() && matches!(e.status.as_str(), "pending" | "accepted" | EXPIRED)
-        }))
-    }
-
-    /// The worker's attempt of a due entry (a send again, or the follow-up of an accepted
-    /// one), read again once claimed. The outcome recorded, if it was attempted.
-    async fn attempt_due(&self, listed: OutboxRecord) -> Result<Option<OutboxRecord>> {
-        let Some(entry) = self.still_due(&listed).await? else {
-            return Ok(None);
-        };
-        let peer = entry.peer_home_id.clone();
-        let outcomes = match entry.status.as_str() {
-            "pending" => vec![self.attempt(entry, None).await?],
-            _ => self.follow_up(vec![entry]).await?,
-        };
-        let resets = self.resets(&peer);
-        self.record(&outcomes, |_| resets).await?;
-        Ok(outcomes.into_iter().next().map(|(entry, _)| entry))
-    }
-
-    /// The worker's follow-up of one peer's due accepted entries (and expired ones to ask
-    /// about again), each read again once claimed: one call asks about all of them.
-    async fn follow_up_due(&self, listed: Vec<OutboxRecord>) -> Result<()> {
-        let mut due = Vec::with_capacity(listed.len());
-        for entry in &listed {
-            due.extend(self.still_due(entry).await?.filter(|e| e.status != "pending"));
-        }
-        let Some(peer) = due.first().map(|e| e.peer_home_id.clone()) else {
-            return Ok(());
-        };
-        let outcomes = self.follow_up(due).await?;
-        let resets = self.resets(&peer);
-        self.record(&outcomes, |_| resets).await
-    }
-
-    /// A due entry shipped as the probe of its silent peer: the peer's other entries wait
-    /// for its outcome (and the worker does not list them meanwhile). An answer makes them
-    /// due again at once (see [`Bridges::link_up`]); silence puts them off until the probe's
-    /// next attempt, so a peer that does not answer holds one attempt at a time, not a slot
-    /// per entry for [`ATTEMPT_TIMEOUT`] each.
-    async fn probe(&self, entry: OutboxRecord) -> Result<()> {
-        let (peer, started) = (entry.peer_home_id.clone(), now_ms());
-        self.put_off(&peer, &entry.id, started + (ATTEMPT_TIMEOUT + TICK).as_millis() as i64, started).await;
-        let outcome = self.attempt_due(entry).await?;
-        // Unless the probe is over for good (then another entry becomes the next probe).
-        if let Some(probe) = outcome
-            .filter(|e| matches!(e.status.as_str(), "pending" | "accepted") && e.next_attempt_at != i64::MAX)
-            && self.silent(&peer)
-        {
-            let until = probe.next_attempt_at.min(now_ms() + BACKOFF_CAP.as_millis() as i64);
-            self.put_off(&peer, &probe.id, until, started).await;
-        }
-        Ok(())
-    }
-
-    /// Puts off `peer`'s entries but `except` until `until`. Best effort: should the write
-    /// fail, they stay due and wait for the probe anyway. An answer from the peer since
-    /// `since`, or one that settled it just before, may have made them due (`link_up`)
-    /// just before this write undid it, as may a revocation: then they are made due again.
-    async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
-        if let Err(e) = self.inner.store.outbox_defer(peer, except, until, self.lifetime()).await {
-            warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
-        } else if (self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await)
-            && let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await
-        {
-            warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
-        }
-    }
-
-    /// Whether `peer` has not answered since an attempt that found it silent, or since
-    /// this home started (see [`Bridges::link_up`]).
-    fn silent(&self, peer: &str) -> bool {
-        !lock(&self.inner.settled).contains(peer)
-    }
-
-    /// Saves the outcomes of attempts, in one write; a final failure's event wakes the
-    /// sending thread's waiters. `resets(i)` gives the `i`th outcome's peer's resets as read
-    /// when it was decided: should the peer have answered after a silence since (another
-    /// call's `link_up` made its entries due), a backoff decided before that must not put its
-    /// entry off again.
-    async fn record(&self, outcomes: &[Outcome], resets: impl Fn(usize) -> u64) -> Result<()> {
-        self.inner.store.outbox_update(outcomes).await?;
-        for (entry, event) in outcomes {
-            if let Some(event) = event {
-                warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, "bridged send undeliverable");
-                if let Some(mailbox) = self.inner.mailbox.get() {
-                    mailbox.notify(&event.thread_id);
-                }
-            }
-        }
-        let mut put_off_again: Vec<&str> = outcomes
-            .iter()
-            .enumerate()
-            .filter(|(i, (e, _))| {
-                matches!(e.status.as_str(), "pending" | "accepted")
-                    && self.resets(&e.peer_home_id) != resets(*i)
-            })
-            .map(|(_, (e, _))| e.peer_home_id.as_str())
-            .collect();
-        put_off_again.sort_unstable();
-        put_off_again.dedup();
-        for peer in put_off_again {
-            // The outcomes are written; at worst these entries wait out their backoff.
-            if let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await {
-                warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
-            }
-        }
-        Ok(())
-    }
-
-    /// The outbox worker: ships due entries until `stop`. Each peer's are listed on their
-    /// own, at most its share of attempts at a time, so no peer's backlog hides another's and
-    /// a listing costs the same however many entries wait. Each attempt runs on its own
-    /// task, so a peer that does not answer (up to [`ATTEMPT_TIMEOUT`] per attempt) holds
-    /// up no other; an entry already being attempted (inline by its send, or by an
-    /// earlier tick) is skipped until its outcome is recorded. A silent peer gets one
-    /// attempt at a time (see [`Bridges::probe`]), except for entries whose retry window is
-    /// over (they expire, see [`Bridges::expire`]) or whose bridge this home revoked. No peer
-    /// gets more than [`MAX_ATTEMPTS_PER_PEER`] at once.
-    pub(super) async fn run_outbox(self, stop: CancellationToken) {
-        for tick in 0usize.. {
-            // Whatever their state: a revoked bridge's entries still have to end.
-            let bridges = match self.all().await {
-                Ok(bridges) => bridges,
-                Err(e) => {
-                    warn!(error = %e, "cannot read the bridges");
-                    Default::default()
-                }
-            };
-            let outbound: Vec<&BridgeRecord> = bridges.iter().filter(|b| b.direction == "outbound").collect();
-            // Another peer goes first at each tick, so none always gets the last free slots.
-            let first = tick % outbound.len().max(1);
-            for bridge in outbound[first..].iter().chain(&outbound[..first]) {
-                let peer = &bridge.peer_home_id;
-                // A silent peer's entries wait for its probe: put off until it ends, and passed
-                // over by `ship_due` if due anyway. Those whose window is over, or whose
-                // bridge is revoked here, are listed and ended meanwhile.
-                if PeerSlot::is_full(&self.inner, peer) {
-                    continue;
-                }
-                // Its attempts under way are listed too (still due until their outcome is
-                // recorded): the rest of the listing fills its free slots.
-                match self.inner.store.outbox_due(peer, now_ms(), MAX_ATTEMPTS_PER_PEER as u32).await {
-                    Ok(due) => {
-                        if !self.ship_due(due).await {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "cannot read the outbox");
-                        break;
-                    }
-                }
-            }
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(TICK) => {}
-            }
-        }
-    }
-
-    /// Starts an attempt for each of a peer's listed entries that may have one now; its
-    /// accepted entries are followed up together, in one call (unless the peer is silent:
-    /// then one of them may be its probe). `false` once the worker's slots are all taken.
-    async fn ship_due(&self, due: Vec<OutboxRecord>) -> bool {
-        let mut follow_ups = Vec::new();
-        let mut slots_left = true;
-        for entry in due {
-            if PeerSlot::all_taken(&lock(&self.inner.shipping)) {
-                slots_left = false;
-                break;
-            }
-            let Some(claim) = Claim::try_take(&self.inner, Claimed::Attempt, &entry.id) else {
-                continue;
-            };
-            // A silent peer's entries wait for one of them, the first listed (not those
-            // that end now: window over, or bridge revoked here).
-            let probed = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
-            let silent = probed && self.silent(&entry.peer_home_id);
-            // Followed up (or, expired, asked about again) together.
-            if entry.status != "pending" && !silent {
-                follow_ups.push((entry, claim));
-                continue;
-            }
-            let Some(slot) = PeerSlot::try_take(&self.inner, &entry.peer_home_id) else {
-                continue;
-            };
-            let probe =
-                match silent.then(|| Claim::try_take(&self.inner, Claimed::Probe, &entry.peer_home_id)) {
-                    Some(None) => continue,
-                    taken => taken.flatten(),
-                };
-            let bridges = self.clone();
-            tokio::spawn(async move {
-                let age = age(&entry);
-                let done = match probe {
-                    Some(_) => bridges.probe(entry).await,
-                    None => bridges.attempt_due(entry).await.map(drop),
-                };
-                if let Err(e) = done {
-                    warn!(error = %e, "outbox attempt failed to record");
-                    // Not again at once: the claims are held through a backoff.
-                    tokio::time::sleep(backoff(age)).await;
-                }
-                drop((claim, probe, slot));
-            });
-        }
-        let slot = follow_ups.first().and_then(|(e, _)| PeerSlot::try_take(&self.inner, &e.peer_home_id));
-        if let Some(slot) = slot {
-            let (entries, claims): (Vec<_>, Vec<_>) = follow_ups.into_iter().unzip();
-            let bridges = self.clone();
-            tokio::spawn(async move {
-                let age = entries.first().map(age).unwrap_or_default();
-                if let Err(e) = bridges.follow_up_due(entries).await {
-                    warn!(error = %e, "outbox follow-up failed to record");
-                    tokio::time::sleep(backoff(age)).await;
-                }
-                drop((claims, slot));
-            });
-        }
-        slots_left
-    }
-
-    /// Whether calls still go to `peer`: an outbound bridge to it is not revoked here.
-    /// Otherwise its entries need no call (they end as `bridge_revoked` or `bridge_removed`).
-    async fn calls_go_to(&self, peer: &str) -> bool {
-        let Ok(bridges) = self.all().await else { return true };
-        bridges.iter().any(|b| b.direction == "outbound" && !b.revoked_here() && b.peer_home_id == peer)
+        self.inner.cx.config.bridge.retry_window.as_millis() as i64 + 1
     }
 }
 
@@ -1164,25 +819,5 @@ mod tests {
         assert_eq!(within_the_window(5_000, 0, 20_000), 5_000, "sooner already");
         assert_eq!(within_the_window(60_000, 0, 300), 250, "never closer than 250 ms");
         assert_eq!(within_the_window(60_000, 30_000, 20_000), 60_000, "the window is over");
-    }
-
-    #[test]
-    fn backoff_is_the_silence_so_far_with_jitter_from_250_ms_to_30_s() {
-        for ms in [0, 100, 250, 1_000, 7_000, 29_000, 30_000, 600_000] {
-            let silent = Duration::from_millis(ms);
-            let d = backoff(silent);
-            let base = silent.clamp(BACKOFF_FIRST, BACKOFF_CAP);
-            assert!(d <= BACKOFF_CAP, "{ms}: {d:?}");
-            assert!(d >= base.mul_f64(0.8) && d <= base.mul_f64(1.2), "{ms}: {d:?} around {base:?}");
-        }
-        // Each pause as long as the silence before it: attempts at 0.25, 0.5, 1, 2, 4 s …
-        let (mut at, mut pauses) = (Duration::ZERO, Vec::new());
-        while at < Duration::from_secs(60) {
-            let pause = backoff(at);
-            pauses.push(pause);
-            at += pause;
-        }
-        assert!(pauses.len() < 12, "doubling reaches the cap quickly: {pauses:?}");
-        assert!(pauses.last().is_some_and(|p| *p >= BACKOFF_CAP.mul_f64(0.8)), "{pauses:?}");
     }
 }

@@ -1,0 +1,290 @@
+//! Inbound: serving the calls of peers with a bridge to this home (and a stranger's pairing
+//! request). Every call is checked here against the bridge approved for the peer's verified
+//! home id, on every call: an unknown peer can only file a pairing request; ThreadList and
+//! ThreadRead need `read` and stay inside the granted workspaces, ThreadWait needs `wait`,
+//! ThreadSend `send` (and `wake` to deliver into a prompt); a revoked bridge answers
+//! `bridge_revoked` at once, a disabled one `bridge_disabled`. Sends and follow-ups are in
+//! [`sends`].
+
+mod sends;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use kiki_bridge::{CallHandler, TrustCheck};
+use kiki_proto as pb;
+use pb::bridge_call::Call;
+use pb::bridge_reply::Reply;
+use prost::Message;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use super::pairing::Pairing;
+use super::wire::{Rejection, to_wire, wire_error};
+use super::{Context, HEALTH_EVERY};
+use crate::error::Error;
+use crate::store::BridgeRecord;
+use crate::sync::lock;
+use crate::time::now_ms;
+
+/// The parked calls of each peer with an inbound bridge: cancelled when the bridge is
+/// revoked or its access turned off, so they end at once instead of at their timeout.
+#[derive(Default)]
+pub(super) struct ParkedCalls {
+    by_peer: std::sync::Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl ParkedCalls {
+    /// What a call of `peer`'s parks on.
+    fn token(&self, peer: &str) -> CancellationToken {
+        lock(&self.by_peer).entry(peer.to_string()).or_default().clone()
+    }
+
+    /// Ends the parked calls of an inbound bridge's peer (revoked or turned off).
+    pub(super) fn cut_off(&self, bridge: &BridgeRecord) {
+        if bridge.direction == "inbound"
+            && let Some(parked) = lock(&self.by_peer).remove(&bridge.peer_home_id)
+        {
+            parked.cancel();
+        }
+    }
+}
+
+pub(super) struct Inbound {
+    cx: Arc<Context>,
+    pairing: Arc<Pairing>,
+}
+
+impl Inbound {
+    pub(super) fn new(cx: Arc<Context>, pairing: Arc<Pairing>) -> Self {
+        Self { cx, pairing }
+    }
+
+    /// Accepts peers' connections until `stop` (or the endpoint closes), serving each on a
+    /// task of `tasks`.
+    pub(super) async fn run(self: Arc<Self>, stop: CancellationToken, tasks: TaskTracker) {
+        let accepting = self;
+        loop {
+            let next = tokio::select! {
+                () = stop.cancelled() => break,
+                next = accepting.cx.links.endpoint().accept() => next,
+            };
+            let Some(peer) = next else { break };
+            // A peer with a bridge here gets a known peer's allowance — also when the
+            // bridge is disabled, or revoked within the time its keys are kept: its
+            // retries and follow-ups about what it sent are answered (large sends
+            // included), the rest refused. Anyone else gets a stranger's.
+            let trusted: TrustCheck = {
+                let (checking, peer_id) = (accepting.clone(), peer.peer_home_id().to_string());
+                let kept = accepting.cx.config.mailbox.key_retention.as_millis() as i64;
+                Arc::new(move || {
+                    let (checking, peer_id) = (checking.clone(), peer_id.clone());
+                    Box::pin(async move {
+                        let inbound =
+                            checking.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer_id);
+                        matches!(
+                            inbound.await,
+                            Ok(Some(b)) if b.state != "revoked" || now_ms() - b.updated_at < kept
+                        )
+                    })
+                })
+            };
+            let serving = accepting.clone();
+            let (peer_id, from) = (peer.peer_home_id().to_string(), peer.peer_addr().ip());
+            let handler: CallHandler = Arc::new(move |request: Vec<u8>| {
+                let serving = serving.clone();
+                let peer_id = peer_id.clone();
+                Box::pin(async move {
+                    let reply = match pb::BridgeCall::decode(request.as_slice()) {
+                        Ok(call) => serving.handle(&peer_id, from, call).await,
+                        Err(e) => wire_error("invalid_argument", format!("undecodable call: {e}")),
+                    };
+                    reply.encode_to_vec()
+                })
+            });
+            tasks.spawn(peer.serve(handler, trusted));
+        }
+        accepting.cx.links.endpoint().close().await;
+    }
+
+    /// Answers one call from `peer` (a verified home id) at the address `from`. A call over
+    /// an inbound bridge is a real round trip from the peer: it is that bridge's link health.
+    pub(super) async fn handle(&self, peer: &str, from: IpAddr, call: pb::BridgeCall) -> pb::BridgeReply {
+        let reply = self.answer(peer, from, call).await;
+        self.heard_from(peer).await;
+        reply
+    }
+
+    /// Records that `peer` reached its inbound bridge, when the last record is stale
+    /// (written when it changes, not on every call).
+    async fn heard_from(&self, peer: &str) {
+        let Ok(Some(bridge)) =
+            self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await
+        else {
+            return;
+        };
+        let now = now_ms();
+        if bridge.state == "revoked"
+            || bridge.last_success.is_some_and(|t| now - t <= HEALTH_EVERY.as_millis() as i64)
+        {
+            return;
+        }
+        // Only that column: the record read above may be outdated by a decision meanwhile.
+        if let Err(e) = self.cx.table.changing(self.cx.store.bridge_heard_from(&bridge.id, now)).await {
+            warn!(error = %e, "cannot record an inbound bridge's health");
+        }
+    }
+
+    async fn answer(&self, peer: &str, from: IpAddr, call: pb::BridgeCall) -> pb::BridgeReply {
+        let result = match call.call {
+            Some(Call::Pair(pair)) => self.pairing.file_request(peer, from, pair).await.map(Reply::Pair),
+            Some(Call::Ping(_)) => self.pairing.ping_reply(peer).await.map(Reply::Ping),
+            Some(Call::ThreadList(request)) => self.serve_list(peer, request).await.map(Reply::ThreadList),
+            Some(Call::ThreadRead(request)) => self.serve_read(peer, request).await.map(Reply::ThreadRead),
+            Some(Call::ThreadWait(request)) => self.serve_wait(peer, request).await.map(Reply::ThreadWait),
+            Some(Call::ThreadSend(request)) => Ok(Reply::ThreadSend(self.serve_send(peer, request).await)),
+            Some(Call::FollowUp(call)) => self.serve_follow_up(peer, call).await.map(Reply::FollowUp),
+            Some(Call::Withdraw(call)) => self.pairing.serve_withdraw(peer, call).await.map(Reply::Withdraw),
+            None => return wire_error("invalid_argument", "empty call"),
+        };
+        match result {
+            Ok(reply) => pb::BridgeReply { reply: Some(reply) },
+            Err(Rejection::Wire(code, message)) => wire_error(code, message),
+            Err(Rejection::Daemon(e)) => to_wire(e),
+        }
+    }
+
+    /// The peer's approved inbound bridge, whether its access is on or off now; a revoked
+    /// bridge, or none, is refused.
+    pub(super) async fn approved(&self, peer: &str) -> std::result::Result<BridgeRecord, Rejection> {
+        match self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await? {
+            Some(b) if b.state == "revoked" => {
+                Err(Rejection::Wire("bridge_revoked", "the target's owner revoked this bridge".into()))
+            }
+            Some(b) if b.state == "active" || b.state == "disabled" => Ok(b),
+            _ => Err(Rejection::Wire(
+                "permission_denied",
+                "no approved bridge from your home; file a request with `kiki bridge request`".into(),
+            )),
+        }
+    }
+
+    /// The peer's inbound bridge, if active and granting `permission`.
+    pub(super) async fn granted(
+        &self,
+        peer: &str,
+        permission: &str,
+    ) -> std::result::Result<BridgeRecord, Rejection> {
+        match self.approved(peer).await? {
+            b if b.state == "disabled" => Err(Rejection::Wire(
+                "bridge_disabled",
+                "the target's owner turned this bridge's inbound access off for now; nothing was deleted"
+                    .into(),
+            )),
+            b if b.permissions.iter().any(|p| p == permission) => Ok(b),
+            b => Err(Rejection::Wire(
+                "permission_denied",
+                format!("this bridge does not grant {permission:?} (granted: {})", b.permissions.join(",")),
+            )),
+        }
+    }
+
+    async fn serve_list(
+        &self,
+        peer: &str,
+        request: pb::ThreadListRequest,
+    ) -> std::result::Result<pb::ThreadListResponse, Rejection> {
+        let bridge = self.granted(peer, "read").await?;
+        // Named by id only: a directory would be looked up on this home's disk.
+        if !request.workspace_id.is_empty() && !crate::threads::workspace::is_id(&request.workspace_id) {
+            return Err(Error::invalid("workspace_id", "a workspace id (ws_ and 16 hex digits)").into());
+        }
+        let page = self
+            .cx
+            .threads
+            .list(
+                Some(request.workspace_id.to_ascii_lowercase()),
+                request.limit,
+                &request.cursor,
+                &bridge.workspaces,
+            )
+            .await?;
+        let home = self.cx.links.home_id().to_string();
+        Ok(pb::ThreadListResponse {
+            threads: page.threads.iter().map(|t| crate::grpc::thread_to_pb(t, &home)).collect(),
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    async fn serve_read(
+        &self,
+        peer: &str,
+        request: pb::ThreadReadRequest,
+    ) -> std::result::Result<pb::ThreadReadResponse, Rejection> {
+        let bridge = self.granted(peer, "read").await?;
+        let thread = self.scoped_thread(&bridge, &request.target.unwrap_or_default()).await?;
+        crate::grpc::read_response(
+            &self.cx.threads,
+            thread,
+            request.limit,
+            &request.cursor,
+            &request.content_ref,
+            self.cx.links.home_id(),
+        )
+        .await
+        .map_err(Rejection::Daemon)
+    }
+
+    /// ThreadWait for a peer: needs `wait`, stays inside the scope, never wakes anything.
+    async fn serve_wait(
+        &self,
+        peer: &str,
+        request: pb::ThreadWaitRequest,
+    ) -> std::result::Result<pb::ThreadWaitResponse, Rejection> {
+        // Taken before the grant is checked, so a revocation in between still ends this call;
+        // but only for a peer with a bridge here (a stranger's calls must leave nothing).
+        self.approved(peer).await?;
+        let cut_off = self.cx.parked.token(peer);
+        let bridge = self.granted(peer, "wait").await?;
+        crate::mailbox::wait_target_count(request.targets.len())?;
+        if !bridge.workspaces.is_empty() {
+            for target in &request.targets {
+                self.scoped_thread(&bridge, target).await?;
+            }
+        }
+        let mailbox = &self.cx.mailbox;
+        let (results, timed_out) = tokio::select! {
+            waited = mailbox.wait(request.targets, request.timeout_ms, request.cursors) => waited?,
+            // Whatever the bridge's state now refuses (bridge_revoked, bridge_disabled).
+            () = cut_off.cancelled() => return Err(self.granted(peer, "wait").await.err().unwrap_or_else(|| {
+                Rejection::Wire("bridge_revoked", "the target's owner changed this bridge".into())
+            })),
+        };
+        Ok(pb::ThreadWaitResponse {
+            results: results.into_iter().map(crate::grpc::wait_result_to_pb).collect(),
+            timed_out,
+        })
+    }
+
+    /// The thread `target` names, as a peer limited to `bridge`'s scope sees it: outside the
+    /// scope is exactly like absent — also when the peer names a workspace, where "not in
+    /// that workspace" would tell it the thread exists.
+    async fn scoped_thread(
+        &self,
+        bridge: &BridgeRecord,
+        target: &pb::ThreadRef,
+    ) -> std::result::Result<crate::store::ThreadRecord, Rejection> {
+        if bridge.workspaces.is_empty() {
+            return Ok(self.cx.threads.get("", &target.workspace_id, &target.session_id).await?);
+        }
+        let absent = || Error::NotFound(format!("no thread {} in this home", target.session_id));
+        let thread = self.cx.threads.get("", "", &target.session_id).await?;
+        let named_elsewhere = !target.workspace_id.is_empty() && target.workspace_id != thread.workspace_id;
+        if named_elsewhere || !bridge.workspaces.contains(&thread.workspace_id) {
+            return Err(absent().into());
+        }
+        Ok(thread)
+    }
+}

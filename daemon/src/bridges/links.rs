@@ -1,0 +1,237 @@
+//! Links: this home's connections to the peers it dials, over the transport seam (QUIC in
+//! a running home). One connection per peer, dialed on first use, shared by every call to
+//! that peer; a call that finds it lost redials once; one no call used for
+//! [`IDLE_CONNECTION`] is let go by [`Links::run_idle`].
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kiki_bridge::{BridgeEndpoint, BridgeIdentity, Link, LinkError, Transport};
+use kiki_proto as pb;
+use prost::Message;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::error::{Error, Result};
+use crate::store::BridgeRecord;
+use crate::sync::lock;
+
+/// How long dialing a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a remote call may take before it is reported as a link error: a ThreadWait
+/// may legitimately be held for up to 60 s.
+const CALL_TIMEOUT: Duration = Duration::from_secs(75);
+/// How long a dialed connection no call uses stays open. Its keep-alives notice a peer that
+/// vanished while calls are under way; kept forever, they would ping every peer ever dialed,
+/// and hold a stranger's slot at a target that has not approved this home (yet).
+const IDLE_CONNECTION: Duration = Duration::from_secs(30);
+
+/// The connection to one peer, if dialed.
+type ConnectionSlot = Arc<tokio::sync::Mutex<Option<Cached>>>;
+
+/// A dialed peer's connection, and when a call last took it: one no call took for
+/// [`IDLE_CONNECTION`] is let go (see [`Links::run_idle`]).
+struct Cached {
+    link: Arc<dyn Link>,
+    taken: Instant,
+}
+
+pub(super) struct Links {
+    /// The seam to the network (QUIC in a running home).
+    endpoint: Arc<dyn Transport>,
+    /// Connections to peers we dialed, by peer home id: a slot per peer, so dialing a peer
+    /// that does not answer holds up calls to that peer only.
+    connections: std::sync::Mutex<HashMap<String, ConnectionSlot>>,
+}
+
+impl Links {
+    pub(super) fn new(endpoint: Arc<dyn Transport>) -> Self {
+        Self { endpoint, connections: Default::default() }
+    }
+
+    /// The transport the links go over; it also accepts the peers' connections.
+    pub(super) fn endpoint(&self) -> &Arc<dyn Transport> {
+        &self.endpoint
+    }
+
+    /// This home's id, as its peers verify it.
+    pub(super) fn home_id(&self) -> &str {
+        self.endpoint.home_id()
+    }
+
+    /// Dials `addr` for a new bridge (pinned to `expect` when given): the connection is
+    /// kept for the peer's later calls once the caller knows who answered (see
+    /// [`Links::keep`]).
+    pub(super) async fn dial(
+        &self,
+        addr: SocketAddr,
+        expect: Option<&str>,
+    ) -> std::result::Result<Arc<dyn Link>, kiki_bridge::EndpointError> {
+        self.endpoint.connect(addr, expect).await
+    }
+
+    /// Keeps `link` as the connection to `peer`.
+    pub(super) async fn keep(&self, peer: &str, link: Arc<dyn Link>) {
+        *self.connection_slot(peer).lock().await = Some(Cached { link, taken: Instant::now() });
+    }
+
+    /// Lets go of every connection and closes the endpoint (shutdown).
+    pub(super) async fn close(&self) {
+        lock(&self.connections).clear();
+        self.endpoint.close().await;
+    }
+
+    /// One call over `bridge`, reconnecting once if the cached connection is gone. Dropped
+    /// from `withdraw_after` on, its request is withdrawn (see `Link::call`).
+    pub(super) async fn call(
+        &self,
+        bridge: &BridgeRecord,
+        call: &pb::BridgeCall,
+        withdraw_after: Option<Instant>,
+    ) -> Result<pb::BridgeReply> {
+        let mut failed: Option<Arc<dyn Link>> = None;
+        for attempt in 0..2 {
+            let peer = self.connection(bridge, failed.as_ref()).await?;
+            match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call, withdraw_after)).await {
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(e)) if attempt == 0 && e.lost => {
+                    debug!(error = %e, "bridge call failed; reconnecting");
+                    failed = Some(peer);
+                }
+                Ok(Err(e)) => return Err(link_failure(&bridge.alias, e)),
+                Err(_) => {
+                    return Err(Error::Unavailable(format!(
+                        "{}: no answer within {CALL_TIMEOUT:?}",
+                        bridge.alias
+                    )));
+                }
+            }
+        }
+        unreachable!("the loop returns on its second attempt")
+    }
+
+    /// The connection to the bridge's peer, dialed if there is none, it closed, or it is
+    /// `failed` (a call on it just failed). Calls to one peer wait for one dial rather than
+    /// each dialing, and a connection another call has just redialed is reused.
+    async fn connection(
+        &self,
+        bridge: &BridgeRecord,
+        failed: Option<&Arc<dyn Link>>,
+    ) -> Result<Arc<dyn Link>> {
+        let slot = self.connection_slot(&bridge.peer_home_id);
+        let mut slot = slot.lock().await;
+        if let Some(cached) = slot.as_mut()
+            && !cached.link.is_closed()
+            && !failed.is_some_and(|f| Arc::ptr_eq(f, &cached.link))
+        {
+            cached.taken = Instant::now();
+            return Ok(cached.link.clone());
+        }
+        let addr: SocketAddr = bridge
+            .address
+            .parse()
+            .map_err(|_| Error::FailedPrecondition(format!("bridge {} has no usable address", bridge.id)))?;
+        let dial = self.endpoint.connect(addr, Some(&bridge.peer_home_id));
+        let peer = match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
+            Ok(connected) => connected.map_err(|e| dial_failure(&bridge.alias, e))?,
+            Err(_) => {
+                return Err(Error::Unavailable(format!(
+                    "{}: no connection within {CONNECT_TIMEOUT:?}",
+                    bridge.alias
+                )));
+            }
+        };
+        *slot = Some(Cached { link: peer.clone(), taken: Instant::now() });
+        Ok(peer)
+    }
+
+    /// Lets go of the dialed connections no call has taken for [`IDLE_CONNECTION`] and none
+    /// holds now, every few seconds until `stop` (the next call dials again).
+    pub(super) async fn run_idle(&self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(IDLE_CONNECTION / 3) => {}
+            }
+            let slots: Vec<ConnectionSlot> = lock(&self.connections).values().cloned().collect();
+            for slot in slots {
+                // A slot busy dialing is in use.
+                let Ok(mut slot) = slot.try_lock() else { continue };
+                let idle = slot
+                    .as_ref()
+                    .is_some_and(|c| c.taken.elapsed() >= IDLE_CONNECTION && Arc::strong_count(&c.link) == 1);
+                if idle {
+                    // The last handle: dropping it closes the connection.
+                    *slot = None;
+                }
+            }
+        }
+    }
+
+    fn connection_slot(&self, peer: &str) -> ConnectionSlot {
+        lock(&self.connections).entry(peer.to_string()).or_default().clone()
+    }
+}
+
+/// One call over a link: the request encoded, the reply decoded. Dropped from
+/// `withdraw_after` on, the request is withdrawn (see `Link::call`).
+pub(super) async fn call_link(
+    link: &dyn Link,
+    call: &pb::BridgeCall,
+    withdraw_after: Option<Instant>,
+) -> std::result::Result<pb::BridgeReply, LinkError> {
+    let reply = link.call(call.encode_to_vec(), withdraw_after).await?;
+    // A peer on another build may answer what this one cannot read: retrying repeats it.
+    pb::BridgeReply::decode(reply.as_slice()).map_err(|e| LinkError::fault(format!("undecodable reply: {e}")))
+}
+
+/// A failed call as this home's caller sees it: a lost link is worth retrying
+/// (`UNAVAILABLE`), a faulty exchange is not.
+pub(super) fn link_failure(what: &str, e: LinkError) -> Error {
+    failure(e.lost, format!("{what}: {e}"))
+}
+
+/// A failed dial, likewise: another home answering at the address is no passing fault.
+pub(super) fn dial_failure(what: &str, e: kiki_bridge::EndpointError) -> Error {
+    failure(e.lost(), format!("{what}: {e}"))
+}
+
+fn failure(lost: bool, message: String) -> Error {
+    if lost { Error::Unavailable(message) } else { Error::FailedPrecondition(message) }
+}
+
+/// Binds the home's QUIC endpoint for bridges. A fixed port may still be held for a moment
+/// by this home's previous endpoint, so binding is retried briefly.
+pub async fn quic_transport(
+    key_pem: &str,
+    listen: SocketAddr,
+) -> std::result::Result<Arc<dyn Transport>, kiki_bridge::EndpointError> {
+    let identity = BridgeIdentity::from_key_pem(key_pem)
+        .map_err(|e| kiki_bridge::EndpointError::QuicTls(e.to_string()))?;
+    let mut tries = 0;
+    loop {
+        match BridgeEndpoint::bind(listen, identity.clone()) {
+            Ok(endpoint) => return Ok(Arc::new(endpoint)),
+            Err(kiki_bridge::EndpointError::Bind { source, .. })
+                if source.kind() == std::io::ErrorKind::AddrInUse && tries < 40 =>
+            {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub(super) async fn resolve(address: &str) -> Result<SocketAddr> {
+    if let Ok(addr) = address.parse() {
+        return Ok(addr);
+    }
+    tokio::net::lookup_host(address)
+        .await
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| Error::invalid("address", format!("{address:?} is not host:port")))
+}

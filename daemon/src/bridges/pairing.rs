@@ -1,0 +1,657 @@
+//! Pairing: how a bridge comes to be and ends. A peer files a request (rate-limited, at
+//! most a few waiting per network and 32 in all, expiring undecided after `[bridge]
+//! request_expiry`); this home's owner approves it with the permissions granted (perhaps
+//! fewer, perhaps limited to workspaces), rejects it, revokes the bridge or turns its inbound
+//! access off and on. At the source, `kiki bridge request` files the request and keeps an
+//! outbound bridge, which `kiki bridge list` refreshes by pinging the target; revoking it
+//! there tells the target (`WithdrawCall`). Every decision holds the owner's decisions lock.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kiki_proto as pb;
+use pb::bridge_call::Call;
+use pb::bridge_reply::Reply;
+use tracing::{info, warn};
+
+use super::Context;
+use super::links::{call_link, dial_failure, link_failure, resolve};
+use super::wire::{Rejection, from_wire};
+use crate::error::{Error, Result};
+use crate::store::{BridgeRecord, BridgeRequestRecord};
+use crate::threads::new_id;
+use crate::time::now_ms;
+
+/// What a bridge can grant.
+pub const PERMISSIONS: [&str; 4] = ["read", "send", "wake", "wait"];
+
+/// Pairing requests one peer may file per [`REQUEST_WINDOW`].
+const REQUESTS_PER_WINDOW: usize = 5;
+
+const REQUEST_WINDOW: Duration = Duration::from_secs(60);
+
+/// Requests waiting for the owner's decision, from all peers together: a new key is a new
+/// peer, so the per-peer limit alone would let anyone fill this home's list (and store).
+const MAX_WAITING_REQUESTS: usize = 32;
+
+/// Of those, the most from one network (see [`network_of`]): a new key costs nothing, an
+/// address does, so one machine cannot take the owner's whole list.
+const MAX_WAITING_PER_NETWORK: usize = 8;
+
+/// How long `kiki bridge list` waits for each peer's answer.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest bridge alias (and pairing name kept).
+const ALIAS_MAX_CHARS: usize = 64;
+
+/// Parses and checks a permission list (`read,send` or repeated values).
+pub fn parse_permissions(field: &'static str, values: &[String]) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for value in values.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|v| !v.is_empty()) {
+        if !PERMISSIONS.contains(&value) {
+            return Err(Error::invalid(
+                field,
+                format!("unknown permission {value:?} (read, send, wake, wait)"),
+            ));
+        }
+        if !out.iter().any(|p| p == value) {
+            out.push(value.to_string());
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid(field, "name at least one of read, send, wake, wait"));
+    }
+    Ok(out)
+}
+
+/// The network whose pairing requests share one allowance: an IPv4 address, or an IPv6
+/// /64 (what one machine or site is usually given).
+fn network_of(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let [a, b, c, d, ..] = v6.segments();
+            format!("{a:x}:{b:x}:{c:x}:{d:x}::/64")
+        }
+    }
+}
+
+/// Why `alias` cannot name a bridge, if it cannot: a user types it to address the bridge
+/// (`ALIAS/SESSION`, `kiki bridge revoke ALIAS`) and reads it in listings, so it is one
+/// printable word, and never taken for a home id, a bridge id or this home.
+fn alias_problem(alias: &str) -> Option<&'static str> {
+    if alias.is_empty() || alias.chars().count() > ALIAS_MAX_CHARS {
+        Some("1-64 characters")
+    } else if alias.chars().any(|c| c.is_control() || c.is_whitespace() || c == '/') {
+        Some("no spaces, control characters or '/'")
+    } else if alias == "local"
+        || kiki_bridge::is_home_id(&alias.to_ascii_uppercase())
+        || alias.starts_with("br_")
+    {
+        Some("not \"local\", and not shaped like a home id or a bridge id")
+    } else {
+        None
+    }
+}
+
+/// How this home introduces itself in a pairing request: the machine's host name (the home
+/// id is shown beside it anyway), or the id's first characters if there is none.
+fn home_name(home_id: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    match host.trim() {
+        "" => home_id.chars().take(8).collect(),
+        host => host.chars().take(64).collect(),
+    }
+}
+
+pub(super) struct Pairing {
+    cx: Arc<Context>,
+}
+
+impl Pairing {
+    pub(super) fn new(cx: Arc<Context>) -> Self {
+        Self { cx }
+    }
+
+    pub(super) async fn file_request(
+        &self,
+        peer: &str,
+        from: IpAddr,
+        pair: pb::PairCall,
+    ) -> std::result::Result<pb::PairReply, Rejection> {
+        let want = parse_permissions("want", &pair.want)?;
+        let _filing = self.cx.decisions.lock().await;
+        let now = now_ms();
+        let requests = self.requests().await?;
+        let recent = requests
+            .iter()
+            .filter(|r| r.peer_home_id == peer && r.created_at > now - REQUEST_WINDOW.as_millis() as i64)
+            .count();
+        if recent >= REQUESTS_PER_WINDOW {
+            return Err(Rejection::Wire(
+                "rate_limited",
+                format!("at most {REQUESTS_PER_WINDOW} pairing requests per minute"),
+            ));
+        }
+        // (A peer's own waiting request does not count: its new one replaces it.)
+        let others_waiting = || requests.iter().filter(|r| r.status == "pending" && r.peer_home_id != peer);
+        let network = network_of(from);
+        let address = from.to_canonical().to_string();
+        if others_waiting().filter(|r| r.address.parse().is_ok_and(|ip| network_of(ip) == network)).count()
+            >= MAX_WAITING_PER_NETWORK
+        {
+            return Err(Rejection::Wire(
+                "rate_limited",
+                format!(
+                    "{MAX_WAITING_PER_NETWORK} pairing requests from {network} already wait for this home's owner; try again once they are decided"
+                ),
+            ));
+        }
+        if others_waiting().count() >= MAX_WAITING_REQUESTS {
+            return Err(Rejection::Wire(
+                "rate_limited",
+                format!(
+                    "{MAX_WAITING_REQUESTS} pairing requests already wait for this home's owner; try again once they are decided"
+                ),
+            ));
+        }
+        // Shown to the owner beside the peer's home id: nothing in it may move the cursor or
+        // recolour the terminal (a name can not pass itself off as another home's id).
+        let name: String = pair.name.chars().filter(|c| !c.is_control()).take(ALIAS_MAX_CHARS).collect();
+        let request = BridgeRequestRecord {
+            id: new_id("breq"),
+            peer_home_id: peer.to_string(),
+            name,
+            want,
+            status: "pending".into(),
+            created_at: now,
+            decided_at: None,
+            address,
+        };
+        // A peer's newest request replaces the ones still waiting (in the same write): the
+        // owner decides on what it wants now, and cannot approve a stale request (changing
+        // the grant) by mistake.
+        let replaced =
+            requests.iter().filter(|r| r.peer_home_id == peer && r.status == "pending").map(|stale| {
+                BridgeRequestRecord { status: "replaced".into(), decided_at: Some(now), ..stale.clone() }
+            });
+        let saved: Vec<BridgeRequestRecord> = std::iter::once(request.clone()).chain(replaced).collect();
+        self.cx.table.save(None, &saved).await.map_err(Error::from)?;
+        info!(peer, request_id = %request.id, "pairing request filed");
+        Ok(pb::PairReply { request_id: request.id })
+    }
+
+    pub(super) async fn ping_reply(&self, peer: &str) -> std::result::Result<pb::PingReply, Rejection> {
+        let inbound = self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
+        // Read only: a peer's ping writes nothing, even an expiry.
+        let requests = self.cx.store.bridge_requests().await.map_err(Error::from)?;
+        // A revoked bridge gives way to a request the peer filed since (or as it was revoked).
+        let since = inbound.as_ref().filter(|b| b.state == "revoked").map_or(i64::MIN, |b| b.updated_at);
+        let newer = requests.iter().rev().find(|r| r.peer_home_id == peer && r.created_at >= since);
+        if let Some(b) = inbound.filter(|b| b.state != "revoked" || newer.is_none()) {
+            return Ok(pb::PingReply {
+                state: b.state,
+                permissions: b.permissions,
+                workspaces: b.workspaces,
+            });
+        }
+        let state = match newer {
+            Some(r) if self.expired(r, now_ms()) => "expired",
+            Some(r) if r.status == "rejected" || r.status == "expired" => &r.status,
+            Some(r) if r.status == "withdrawn" => "revoked",
+            Some(_) => "pending",
+            None => "unknown",
+        };
+        Ok(pb::PingReply { state: state.into(), permissions: Vec::new(), workspaces: Vec::new() })
+    }
+
+    /// The peer revoked its side (see `WithdrawCall`): the inbound bridge its request made is
+    /// revoked here too, or that request, if it still waits, is withdrawn.
+    pub(super) async fn serve_withdraw(
+        &self,
+        peer: &str,
+        call: pb::WithdrawCall,
+    ) -> std::result::Result<pb::WithdrawReply, Rejection> {
+        let _decision = self.cx.decisions.lock().await;
+        let inbound = self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
+        if let Some(bridge) = inbound.filter(|b| b.state != "revoked" && b.request_id == call.request_id) {
+            self.revoke_bridge(bridge).await?;
+        }
+        let waiting = self
+            .requests()
+            .await?
+            .into_iter()
+            .find(|r| r.peer_home_id == peer && r.id == call.request_id && r.status == "pending");
+        if let Some(request) = waiting {
+            let withdrawn =
+                BridgeRequestRecord { status: "withdrawn".into(), decided_at: Some(now_ms()), ..request };
+            self.cx.table.save(None, &[withdrawn]).await.map_err(Error::from)?;
+        }
+        Ok(pb::WithdrawReply {})
+    }
+
+    /// `kiki bridge request ADDRESS --want … [--expect ID] [--name ALIAS]`.
+    pub(super) async fn request(
+        &self,
+        address: &str,
+        want: &[String],
+        expect: &str,
+        name: &str,
+    ) -> Result<(BridgeRecord, String)> {
+        let want = parse_permissions("want", want)?;
+        let expect = expect.to_ascii_uppercase();
+        if !expect.is_empty() && !kiki_bridge::is_home_id(&expect) {
+            return Err(Error::invalid(
+                "expect",
+                "a home id: 52 characters of A-Z and 2-7 (`kiki status` shows it)",
+            ));
+        }
+        if let Some(problem) = (!name.is_empty()).then(|| alias_problem(name)).flatten() {
+            return Err(Error::invalid("name", problem));
+        }
+        let addr = resolve(address).await?;
+        let expect = (!expect.is_empty()).then_some(expect.as_str());
+        let peer = self.cx.links.dial(addr, expect).await.map_err(|e| match e {
+            kiki_bridge::EndpointError::WrongPeer(wrong) => Error::FailedPrecondition(format!(
+                "{address} is home {}, not the expected {}; nothing was filed",
+                wrong.actual, wrong.expected
+            )),
+            e => dial_failure(&format!("cannot reach {address}"), e),
+        })?;
+        let peer_home_id = peer.peer_home_id().to_string();
+        if peer_home_id == self.cx.links.home_id() {
+            return Err(Error::invalid("address", "that is this home"));
+        }
+        let alias = if name.is_empty() { peer_home_id[..8].to_ascii_lowercase() } else { name.to_string() };
+        let existing = self.cx.table.all().await?;
+        if existing.iter().any(|b| b.alias == alias && b.peer_home_id != peer_home_id) {
+            return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
+        }
+        let pair = pb::BridgeCall {
+            call: Some(Call::Pair(pb::PairCall { name: home_name(self.cx.links.home_id()), want })),
+        };
+        let request_id = match call_link(peer.as_ref(), &pair, None).await {
+            Ok(pb::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
+            Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }) => return Err(from_wire(address, e)),
+            Ok(_) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "{address}: unexpected answer to a pairing request"
+                )));
+            }
+            Err(e) => return Err(link_failure(address, e)),
+        };
+        let now = now_ms();
+        let previous =
+            existing.iter().find(|b| b.direction == "outbound" && b.peer_home_id == peer_home_id).cloned();
+        let bridge = BridgeRecord {
+            id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
+            direction: "outbound".into(),
+            peer_home_id: peer_home_id.clone(),
+            alias,
+            address: addr.to_string(),
+            state: "requested".into(),
+            permissions: previous.as_ref().map(|b| b.permissions.clone()).unwrap_or_default(),
+            workspaces: previous.as_ref().map(|b| b.workspaces.clone()).unwrap_or_default(),
+            request_id: request_id.clone(),
+            created_at: previous.as_ref().map(|b| b.created_at).unwrap_or(now),
+            updated_at: now,
+            last_success: Some(now),
+            last_error: String::new(),
+            last_error_at: None,
+            revoked_by_peer: false,
+        };
+        self.cx.table.save(Some(&bridge), &[]).await?;
+        self.cx.links.keep(&peer_home_id, peer).await;
+        Ok((bridge, request_id))
+    }
+
+    /// `kiki bridge pending`: the requests waiting for the owner's decision.
+    pub(super) async fn pending(&self) -> Result<Vec<BridgeRequestRecord>> {
+        let _decisions = self.cx.decisions.lock().await;
+        Ok(self.requests().await?.into_iter().filter(|r| r.status == "pending").collect())
+    }
+
+    /// The pairing requests filed with this home, oldest first; those left undecided past
+    /// `[bridge] request_expiry` are marked `expired` first. A request decided (or expired)
+    /// longer ago than that is forgotten, so the table stays small however many peers ask:
+    /// its source keeps showing the outcome (see [`Bridges::refresh`]). The caller holds
+    /// `decisions`.
+    async fn requests(&self) -> Result<Vec<BridgeRequestRecord>> {
+        let now = now_ms();
+        // (Under a minute of expiry, a peer's requests that the owner decided at once stop
+        // counting against its rate limit early: the cap on waiting requests still holds.)
+        let decided_before = now - self.cx.config.bridge.request_expiry.as_millis() as i64;
+        let forgotten = |r: &BridgeRequestRecord| r.decided_at.is_some_and(|at| at < decided_before);
+        let mut requests = self.cx.store.bridge_requests().await?;
+        if requests.iter().any(forgotten) {
+            self.cx.store.prune_bridge_requests(decided_before).await?;
+            requests.retain(|r| !forgotten(r));
+        }
+        for request in requests.iter_mut().filter(|r| self.expired(r, now)) {
+            request.status = "expired".into();
+            request.decided_at = Some(now);
+            self.cx.table.save(None, std::slice::from_ref(request)).await?;
+        }
+        Ok(requests)
+    }
+
+    /// Whether `request` is still pending but has waited past `[bridge] request_expiry`.
+    fn expired(&self, request: &BridgeRequestRecord, now: i64) -> bool {
+        let expiry = self.cx.config.bridge.request_expiry.as_millis() as i64;
+        request.status == "pending" && now - request.created_at >= expiry
+    }
+
+    /// The request the owner decides on (the caller holds `decisions`).
+    async fn pending_request(&self, request_id: &str) -> Result<BridgeRequestRecord> {
+        let request = self
+            .requests()
+            .await?
+            .into_iter()
+            .find(|r| r.id == request_id)
+            .ok_or_else(|| Error::NotFound(format!("no pairing request {request_id}")))?;
+        if request.status == "expired" {
+            return Err(Error::FailedPrecondition(format!(
+                "request {request_id} expired undecided (after [bridge] request_expiry); its peer may file a new one"
+            )));
+        }
+        if request.status != "pending" {
+            return Err(Error::FailedPrecondition(format!(
+                "request {request_id} is already {}",
+                request.status
+            )));
+        }
+        Ok(request)
+    }
+
+    /// `kiki bridge approve REQUEST --allow … [--workspace W]…`.
+    pub(super) async fn approve(
+        &self,
+        request_id: &str,
+        allow: &[String],
+        workspaces: &[String],
+    ) -> Result<BridgeRecord> {
+        let allow = parse_permissions("allow", allow)?;
+        let workspaces = workspaces
+            .iter()
+            .map(|w| crate::threads::workspace::named("workspaces", w))
+            .collect::<Result<Vec<_>>>()?;
+        let _decision = self.cx.decisions.lock().await;
+        let mut request = self.pending_request(request_id).await?;
+        if let Some(extra) = allow.iter().find(|p| !request.want.contains(p)) {
+            return Err(Error::invalid(
+                "allow",
+                format!("{extra:?} was not requested (wanted: {})", request.want.join(",")),
+            ));
+        }
+        let now = now_ms();
+        let previous = self
+            .cx
+            .table
+            .find(|b| b.direction == "inbound" && b.peer_home_id == request.peer_home_id)
+            .await?;
+        let alias = match &previous {
+            Some(b) => b.alias.clone(),
+            None => self.inbound_alias(&request.name, &request.peer_home_id).await?,
+        };
+        let bridge = BridgeRecord {
+            id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
+            direction: "inbound".into(),
+            peer_home_id: request.peer_home_id.clone(),
+            alias,
+            address: String::new(),
+            state: "active".into(),
+            permissions: allow,
+            workspaces,
+            request_id: request.id.clone(),
+            created_at: previous.as_ref().map(|b| b.created_at).unwrap_or(now),
+            updated_at: now,
+            last_success: None,
+            last_error: String::new(),
+            last_error_at: None,
+            revoked_by_peer: false,
+        };
+        request.status = "approved".into();
+        request.decided_at = Some(now);
+        self.cx.table.save(Some(&bridge), std::slice::from_ref(&request)).await?;
+        info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge approved");
+        Ok(bridge)
+    }
+
+    /// A new inbound bridge's alias: the name the peer gave, made usable (one printable word,
+    /// see [`alias_problem`]) and unique on this home — the peer chose it, and two machines may share a
+    /// host name — by the peer id's first characters if needed.
+    async fn inbound_alias(&self, name: &str, peer: &str) -> Result<String> {
+        let cleaned: String = name
+            .chars()
+            .filter(|c| *c != '/' && !c.is_whitespace() && !c.is_control())
+            .take(ALIAS_MAX_CHARS - 9)
+            .collect();
+        let id_part = peer.chars().take(8).collect::<String>().to_ascii_lowercase();
+        let taken = self.cx.table.all().await?;
+        let free = |alias: &str| alias_problem(alias).is_none() && !taken.iter().any(|b| b.answers_to(alias));
+        Ok(if free(&cleaned) {
+            cleaned
+        } else if alias_problem(&cleaned).is_some() {
+            id_part
+        } else {
+            format!("{cleaned}-{id_part}")
+        })
+    }
+
+    /// `kiki bridge reject REQUEST`.
+    pub(super) async fn reject(&self, request_id: &str) -> Result<BridgeRequestRecord> {
+        let _decision = self.cx.decisions.lock().await;
+        let mut request = self.pending_request(request_id).await?;
+        request.status = "rejected".into();
+        request.decided_at = Some(now_ms());
+        self.cx.table.save(None, std::slice::from_ref(&request)).await?;
+        Ok(request)
+    }
+
+    /// `kiki bridge revoke BRIDGE` (id, alias or peer home id). Takes effect at once: the
+    /// next call over it is refused with `bridge_revoked`.
+    pub(super) async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
+        let decision = self.cx.decisions.lock().await;
+        let bridges = self.cx.table.all().await?;
+        // A peer's home id (or an alias both directions share) may name two bridges, and
+        // revoking the wrong one would cut the other direction: the owner names one.
+        let bridge = match bridges.iter().filter(|b| b.answers_to(name)).collect::<Vec<_>>()[..] {
+            [] => return Err(Error::NotFound(format!("no bridge {name:?}"))),
+            [one] => one.clone(),
+            ref both => {
+                let named: Vec<String> = both.iter().map(|b| format!("{} {}", b.direction, b.id)).collect();
+                return Err(Error::invalid(
+                    "bridge",
+                    format!("{name:?} names {}: revoke one by its id", named.join(" and ")),
+                ));
+            }
+        };
+        // Revoked already, it is not written again; an outbound one tells its target again.
+        let bridge = if bridge.state == "revoked" { bridge } else { self.revoke_bridge(bridge).await? };
+        drop(decision);
+        if bridge.direction == "outbound" {
+            // Tell the target, so its owner's list agrees and a new request needs a new
+            // approval. Best effort, briefly: the revocation here stands either way.
+            let withdraw = pb::WithdrawCall { request_id: bridge.request_id.clone() };
+            let withdraw = pb::BridgeCall { call: Some(Call::Withdraw(withdraw)) };
+            // Given up, it is withdrawn (its stream reset) rather than left to arrive late.
+            let given_up = Some(Instant::now());
+            match tokio::time::timeout(PING_TIMEOUT, self.cx.links.call(&bridge, &withdraw, given_up)).await {
+                Ok(Ok(pb::BridgeReply { reply: Some(Reply::Withdraw(_)) })) => {
+                    info!(bridge_id = %bridge.id, "the target revoked its side too");
+                }
+                other => {
+                    warn!(bridge_id = %bridge.id, outcome = ?other, "the target was not told of the revocation")
+                }
+            }
+        }
+        Ok(bridge)
+    }
+
+    /// Revokes `bridge` here (the caller holds `decisions`).
+    async fn revoke_bridge(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
+        bridge.state = "revoked".into();
+        bridge.updated_at = now_ms();
+        if bridge.direction == "inbound" {
+            // What the peer brought and no turn has taken yet is refused with it.
+            let threads =
+                self.cx.table.changing(self.cx.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
+            for thread in threads {
+                self.cx.mailbox.notify(&thread);
+            }
+        } else {
+            self.cx.table.save(Some(&bridge), &[]).await?;
+            // Its pending sends are refused now (`bridge_revoked`), not when their backoff
+            // would have brought them round. Best effort: the revocation stands either way.
+            if let Err(e) = self.cx.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                warn!(error = %e, "cannot make a revoked bridge's pending sends due");
+            }
+        }
+        self.cx.parked.cut_off(&bridge);
+        warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");
+        Ok(bridge)
+    }
+
+    /// `kiki bridge disable|enable BRIDGE`: turns an inbound bridge's access off or back on.
+    /// Off, every call over it is refused with `bridge_disabled` (not final: the source
+    /// keeps retrying within its window) and messages it brought wait at their threads;
+    /// nothing is deleted. Back on, held messages are delivered.
+    pub(super) async fn set_inbound(&self, name: &str, enabled: bool) -> Result<BridgeRecord> {
+        let _decision = self.cx.decisions.lock().await;
+        let bridges = self.cx.table.all().await?;
+        let Some(bridge) = bridges.iter().find(|b| b.direction == "inbound" && b.answers_to(name)) else {
+            return Err(if bridges.iter().any(|b| b.answers_to(name)) {
+                Error::FailedPrecondition(format!(
+                    "{name:?} is an outbound bridge: only its target's owner can turn its access off"
+                ))
+            } else {
+                Error::NotFound(format!("no bridge {name:?}"))
+            });
+        };
+        let mut bridge = bridge.clone();
+        bridge.state = match (bridge.state.as_str(), enabled) {
+            ("active" | "disabled", true) => "active".into(),
+            ("active" | "disabled", false) => "disabled".into(),
+            (state, _) => {
+                return Err(Error::FailedPrecondition(format!(
+                    "bridge {} is {state}; only an approved bridge can be turned off or on",
+                    bridge.id
+                )));
+            }
+        };
+        bridge.updated_at = now_ms();
+        self.cx.table.save(Some(&bridge), &[]).await?;
+        info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
+        if enabled {
+            // Messages held back while it was off may start turns now.
+            for thread in self.cx.store.threads_with_queued_input().await? {
+                self.cx.threads.runner().kick(&thread);
+            }
+        } else {
+            self.cx.parked.cut_off(&bridge);
+        }
+        Ok(bridge)
+    }
+
+    /// `kiki bridge list`: every bridge, outbound ones refreshed by a real round trip.
+    pub(super) async fn list(&self) -> Result<Vec<BridgeRecord>> {
+        let bridges = self.cx.table.all().await?;
+        let mut refreshed = Vec::with_capacity(bridges.len());
+        for bridge in bridges.iter().cloned() {
+            if bridge.direction == "outbound" && bridge.state != "revoked" {
+                refreshed.push(self.refresh(bridge).await?);
+            } else {
+                refreshed.push(bridge);
+            }
+        }
+        Ok(refreshed)
+    }
+
+    /// Pings the target: records link health and learns what it granted.
+    async fn refresh(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
+        let ping = pb::BridgeCall { call: Some(Call::Ping(pb::PingCall {})) };
+        let was = bridge.state.clone();
+        match tokio::time::timeout(PING_TIMEOUT, self.cx.links.call(&bridge, &ping, None)).await {
+            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
+                bridge.state = match p.state.as_str() {
+                    "active" | "disabled" | "revoked" | "rejected" | "expired" => p.state,
+                    "pending" => "requested".into(),
+                    // The target keeps no record of the request: it forgot it some time after
+                    // deciding it (the outcome shown here stays), or never had it.
+                    _ if matches!(bridge.state.as_str(), "rejected" | "expired") => bridge.state,
+                    _ => "expired".into(),
+                };
+                bridge.permissions = p.permissions;
+                bridge.workspaces = p.workspaces;
+                bridge.last_success = Some(now_ms());
+            }
+            Ok(Ok(_)) => self.note_error(&mut bridge, "unexpected answer to a ping".into()),
+            Ok(Err(e)) => self.note_error(&mut bridge, e.to_string()),
+            Err(_) => self.note_error(&mut bridge, format!("no answer within {PING_TIMEOUT:?}")),
+        }
+        bridge.updated_at = now_ms();
+        // Saved with the state: the worker never sees the one without the other.
+        let revoked_there = bridge.state == "revoked" && was != "revoked";
+        bridge.revoked_by_peer |= revoked_there;
+        let bridge = self.save_learnt(&bridge, true).await?;
+        if revoked_there {
+            warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "the target revoked this bridge");
+            // Its messages are asked about at once (the target answers for what it holds and
+            // refuses the rest), not at their next turn.
+            if let Err(e) = self.cx.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                warn!(error = %e, "cannot make a revoked bridge's messages due");
+            }
+        }
+        Ok(bridge)
+    }
+
+    /// Saves what a call over `learnt` (a copy read before the call) found out — its link's
+    /// health and, with `grant`, the state and grant the target reported — onto the bridge as
+    /// it is now, under the owner's decisions: a revocation made here during the call stands.
+    pub(super) async fn save_learnt(&self, learnt: &BridgeRecord, grant: bool) -> Result<BridgeRecord> {
+        let _decision = self.cx.decisions.lock().await;
+        let Some(mut current) = self.cx.table.find(|b| b.id == learnt.id).await? else {
+            return Ok(learnt.clone());
+        };
+        (current.last_success, current.last_error_at) = (learnt.last_success, learnt.last_error_at);
+        current.last_error.clone_from(&learnt.last_error);
+        if grant && current.state != "revoked" {
+            current.state.clone_from(&learnt.state);
+            current.permissions.clone_from(&learnt.permissions);
+            current.workspaces.clone_from(&learnt.workspaces);
+            current.revoked_by_peer = learnt.revoked_by_peer;
+        }
+        current.updated_at = learnt.updated_at;
+        self.cx.table.save(Some(&current), &[]).await?;
+        Ok(current)
+    }
+
+    pub(super) fn note_error(&self, bridge: &mut BridgeRecord, error: String) {
+        bridge.last_error = error;
+        bridge.last_error_at = Some(now_ms());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_machine_is_one_network_for_pairing_requests() {
+        let network = |ip: &str| network_of(ip.parse().expect("ip"));
+        assert_eq!(network("192.0.2.7"), "192.0.2.7");
+        assert_eq!(network("::ffff:192.0.2.7"), "192.0.2.7", "an IPv4 peer on a dual-stack socket");
+        assert_eq!(network("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(network("2001:db8:1:2:bbbb::9"), network("2001:db8:1:2:aaaa::1"), "one /64");
+        assert_ne!(network("2001:db8:1:3::1"), network("2001:db8:1:2::1"));
+    }
+
+    #[test]
+    fn permissions_are_checked_and_deduplicated() {
+        let p = parse_permissions("want", &["read,send".into(), "read".into()]).expect("valid");
+        assert_eq!(p, ["read", "send"]);
+        assert!(parse_permissions("want", &["fly".into()]).expect_err("unknown").to_string().contains("fly"));
+        assert!(parse_permissions("want", &[]).is_err());
+    }
+}

@@ -1,0 +1,121 @@
+//! Calls over an outbound bridge on the threads behind it: ThreadList, ThreadRead and
+//! ThreadWait (sends go through the outbox). Each call's outcome is the bridge's link
+//! health, written when it changes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kiki_proto as pb;
+use pb::bridge_call::Call;
+use pb::bridge_reply::Reply;
+
+use super::pairing::Pairing;
+use super::wire::from_wire;
+use super::{Context, HEALTH_EVERY};
+use crate::error::{Error, Result};
+use crate::time::now_ms;
+
+pub(super) struct Remote {
+    cx: Arc<Context>,
+    pairing: Arc<Pairing>,
+}
+
+impl Remote {
+    pub(super) fn new(cx: Arc<Context>, pairing: Arc<Pairing>) -> Self {
+        Self { cx, pairing }
+    }
+
+    /// A call whose answer must be `expect`ed; other answers and wire errors are errors.
+    async fn call<T>(&self, host: &str, call: Call, pick: fn(Reply) -> Option<T>) -> Result<T> {
+        let mut bridge = self.cx.table.outbound(host).await?;
+        if bridge.state == "revoked" {
+            return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
+        }
+        let result = self.cx.links.call(&bridge, &pb::BridgeCall { call: Some(call) }, None).await;
+        // Link health is written when it changes, not on every successful call.
+        let now = now_ms();
+        let stale = bridge.last_success.is_none_or(|t| now - t > HEALTH_EVERY.as_millis() as i64);
+        match &result {
+            Ok(_) if stale || bridge.last_error_at > bridge.last_success => {
+                bridge.last_success = Some(now);
+                let _ = self.pairing.save_learnt(&bridge, false).await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.pairing.note_error(&mut bridge, e.to_string());
+                let _ = self.pairing.save_learnt(&bridge, false).await;
+            }
+        }
+        match result?.reply {
+            Some(Reply::Error(e)) => Err(from_wire(host, e)),
+            Some(reply) => {
+                pick(reply).ok_or_else(|| Error::FailedPrecondition(format!("{host}: unexpected answer")))
+            }
+            None => Err(Error::FailedPrecondition(format!("{host}: empty answer"))),
+        }
+    }
+
+    /// ThreadList of the home behind `host`.
+    pub(super) async fn list(
+        &self,
+        host: &str,
+        mut request: pb::ThreadListRequest,
+    ) -> Result<pb::ThreadListResponse> {
+        request.bridge = String::new();
+        self.call(host, Call::ThreadList(request), |r| match r {
+            Reply::ThreadList(page) => Some(page),
+            _ => None,
+        })
+        .await
+    }
+
+    /// ThreadWait on threads behind `host` (all targets on that one home, each named by its
+    /// alias or home id). Cursor keys and result targets are translated between
+    /// `HOST/SESSION` here and `SESSION` there.
+    pub(super) async fn wait(
+        &self,
+        host: &str,
+        targets: &[pb::ThreadRef],
+        timeout_ms: Option<u32>,
+        cursors: &HashMap<String, String>,
+    ) -> Result<pb::ThreadWaitResponse> {
+        let local_targets: Vec<pb::ThreadRef> =
+            targets.iter().map(|t| pb::ThreadRef { host_id: String::new(), ..t.clone() }).collect();
+        let cursors: HashMap<String, String> = cursors
+            .iter()
+            .map(|(key, cursor)| {
+                let session = key.rsplit_once('/').map(|(_, s)| s).unwrap_or(key);
+                (session.to_string(), cursor.clone())
+            })
+            .collect();
+        let request = pb::ThreadWaitRequest { targets: local_targets, timeout_ms, cursors };
+        let mut answer = self
+            .call(host, Call::ThreadWait(request), |r| match r {
+                Reply::ThreadWait(answer) => Some(answer),
+                _ => None,
+            })
+            .await?;
+        // Each result is named back as the caller named its target (alias or home id).
+        for target in answer.results.iter_mut().filter_map(|r| r.target.as_mut()) {
+            let asked = targets.iter().find(|t| t.session_id == target.session_id);
+            target.host_id = asked.map_or(host, |t| &t.host_id).to_string();
+        }
+        Ok(answer)
+    }
+
+    /// ThreadRead of a thread behind `host`.
+    pub(super) async fn read(
+        &self,
+        host: &str,
+        mut request: pb::ThreadReadRequest,
+    ) -> Result<pb::ThreadReadResponse> {
+        if let Some(target) = request.target.as_mut() {
+            target.host_id = String::new();
+        }
+        self.call(host, Call::ThreadRead(request), |r| match r {
+            Reply::ThreadRead(page) => Some(page),
+            _ => None,
+        })
+        .await
+    }
+}
