@@ -86,7 +86,8 @@ impl StartError {
             StartError::Config(_) => 2,
             StartError::Lock(LockError::Held { .. })
             | StartError::Identity(IdentityError::Missing { .. }) => 6,
-            StartError::Untrusted(_) | StartError::Identity(IdentityError::Untrusted(_)) => 7,
+            StartError::Untrusted(_)
+            | StartError::Identity(IdentityError::Untrusted(_) | IdentityError::Exposed { .. }) => 7,
             StartError::Store(StoreError::DiskFull(_)) => 8,
             StartError::Store(StoreError::Corrupt { .. }) => 9,
             _ => 1,

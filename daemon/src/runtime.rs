@@ -7,7 +7,7 @@
 //! connection, a QUIC connection's driver), which then runs at once and flushes that one
 //! answer — a `write` or UDP datagram per call. Without the slot the connection task runs
 //! after the handlers already queued, and one flush carries all of their answers. Measured
-//! (docs/benchmarks.md, session 15): at 64 concurrent senders kikid's CPU per local send fell
+//! (docs/benchmarks.md, "What moved them"): at 64 concurrent senders kikid's CPU per local send fell
 //! 17–25%, cross-home sends went from 2.02 to 0.56 UDP datagrams each, and single-sender
 //! latency did not move.
 //!

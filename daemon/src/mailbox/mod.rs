@@ -1,8 +1,8 @@
 //! The mailbox: durable, idempotent ThreadSend between threads of this home, ThreadWait on
 //! their event logs, `attention`, and the communication switches.
 //!
-//! A send is validated, checked against its idempotency key (a read: a replay costs no
-//! write and no fsync), then committed — message, key and queued input in one transaction,
+//! A send is validated, checked against its idempotency key (a replay is decided in the
+//! writer's transaction but writes nothing: no WAL bytes, no fsync), then committed — message, key and queued input in one transaction,
 //! grouped with concurrent sends by the store's writer. The target is kicked; the caller waits up to
 //! `[mailbox] delivery_wait` for the message to enter a turn's input (`delivered`), else it
 //! answers `pending` and delivery goes on. Waiters park on per-thread [`signals`].

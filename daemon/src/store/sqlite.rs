@@ -2,7 +2,8 @@
 //! is on disk when it returns).
 //!
 //! Each operation runs whole on a connection thread ([`connections`]): writes on the single
-//! writer — atomically, each in a savepoint of a group commit — and reads on read-only
+//! writer — atomically, grouped with the writes queued beside it into one commit (a write
+//! that fails is rolled back alone: see [`connections`]) — and reads on read-only
 //! connections that never wait for a write. Statements are prepared once per connection and
 //! cached; inside a thread a statement costs microseconds, so operations loop over rows
 //! with single-row statements instead of building SQL.

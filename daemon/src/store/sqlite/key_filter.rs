@@ -9,7 +9,7 @@
 //! every probe reads) and adds each key before its write. A key the filter may hold is
 //! looked up as before; a key it cannot hold is new. Like the thread cache, it assumes the
 //! only writer of the file is this store. Keys are never taken out (the store forgets local
-//! keys after a day): 2 MiB of bits, about one new key in 500 is read anyway at a million
+//! keys after `[mailbox] key_retention`, 7 days by default): 2 MiB of bits, about one new key in 500 is read anyway at a million
 //! keys, one in seven at four million — past that the probes simply read more often.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
