@@ -583,6 +583,11 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let due: Vec<String> =
         store.outbox_due("PEER", 20, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_1"]);
+    // What the worker sleeps until: the first entry due after now, not one due already.
+    assert_eq!(store.outbox_next_due("PEER", 5).await.expect("next"), Some(10));
+    assert_eq!(store.outbox_next_due("PEER", 20).await.expect("next"), Some(50));
+    assert_eq!(store.outbox_next_due("PEER", 50).await.expect("next"), None);
+    assert_eq!(store.outbox_next_due("OTHER", 0).await.expect("next"), None);
     store.outbox_defer("PEER", "msg_1", 60, 1_000).await.expect("defer");
     let due: Vec<String> =
         store.outbox_due("PEER", 55, 10).await.expect("due").into_iter().map(|e| e.id).collect();
@@ -675,6 +680,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let third = store.outbox_page("br_1", None, 10).await.expect("list").remove(0);
     assert_eq!((third.id.as_str(), third.status.as_str()), ("msg_3", "delivered"));
     assert!(store.outbox_due("PEER", i64::MAX, 10).await.expect("due").is_empty(), "nothing left to do");
+    assert_eq!(store.outbox_next_due("PEER", 0).await.expect("next"), None, "nothing ever due");
     assert_eq!(store.outbox_pending("PEER", "br_1", &[]).await.expect("pending"), 0, "none unacknowledged");
 }
 

@@ -75,6 +75,9 @@ struct Context {
     /// approvals cannot both apply, racing requests cannot pass their limits together, and
     /// a revocation made during a call stands.
     decisions: tokio::sync::Mutex<()>,
+    /// Told whenever outbox entries are written or made due, or an attempt ends: the
+    /// outbox worker looks again (see `Outbox::run_worker`).
+    outbox_work: tokio::sync::Notify,
 }
 
 /// The bridges of one home. Cheap to clone.
@@ -114,6 +117,7 @@ impl Bridges {
             mailbox,
             parked: ParkedCalls::default(),
             decisions: Default::default(),
+            outbox_work: Default::default(),
         });
         let (stop, tasks) = (shutdown.child_token(), TaskTracker::new());
         let pairing = Arc::new(Pairing::new(cx.clone()));

@@ -504,8 +504,9 @@ impl Pairing {
             self.cx.table.save(Some(&bridge), &[]).await?;
             // Its pending sends are refused now (`bridge_revoked`), not when their backoff
             // would have brought them round. Best effort: the revocation stands either way.
-            if let Err(e) = self.cx.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
-                warn!(error = %e, "cannot make a revoked bridge's pending sends due");
+            match self.cx.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                Ok(()) => self.cx.outbox_work.notify_one(),
+                Err(e) => warn!(error = %e, "cannot make a revoked bridge's pending sends due"),
             }
         }
         self.cx.parked.cut_off(&bridge);
@@ -599,8 +600,9 @@ impl Pairing {
             warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "the target revoked this bridge");
             // Its messages are asked about at once (the target answers for what it holds and
             // refuses the rest), not at their next turn.
-            if let Err(e) = self.cx.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
-                warn!(error = %e, "cannot make a revoked bridge's messages due");
+            match self.cx.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                Ok(()) => self.cx.outbox_work.notify_one(),
+                Err(e) => warn!(error = %e, "cannot make a revoked bridge's messages due"),
             }
         }
         Ok(bridge)

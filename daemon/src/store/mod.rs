@@ -672,6 +672,9 @@ pub trait Store: Send + Sync + 'static {
     /// oldest first, at most `limit`; then, as the limit allows, its expired entries due to
     /// ask the target about again.
     async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
+    /// When the first of the peer's entries that [`Store::outbox_due`] would list falls due
+    /// after `now`, if any: the worker sleeps until then.
+    async fn outbox_next_due(&self, peer: &str, now: Millis) -> StoreResult<Option<Millis>>;
     /// The bridge's entries newest first (by creation, then id), at most `limit`: from
     /// (created_at, id) back, that entry included, when given.
     async fn outbox_page(

@@ -54,8 +54,11 @@ use crate::time::now_ms;
 /// The first and the longest pause between follow-ups of an accepted entry.
 const FOLLOW_UP_FIRST: Duration = Duration::from_secs(1);
 const FOLLOW_UP_CAP: Duration = Duration::from_secs(60);
-/// How often the worker looks for due entries.
-const TICK: Duration = Duration::from_millis(100);
+/// How much longer than its attempt a silent peer's probe puts its other entries off.
+const PROBE_MARGIN: Duration = Duration::from_millis(100);
+/// The longest the worker sleeps without looking: a backstop should a change to the outbox
+/// go unannounced (every one is announced, see [`Outbox::work_arrived`]).
+const LOOK_AT_LEAST_EVERY: Duration = Duration::from_secs(30);
 /// The worker's attempts under way at most (a follow-up call counts as one).
 const MAX_ATTEMPTS_IN_FLIGHT: usize = 256;
 /// The worker's attempts under way to one peer at most: a peer that went silent while it
@@ -347,6 +350,12 @@ impl Outbox {
         }
     }
 
+    /// Tells the worker to look again: entries were written or made due, or an attempt
+    /// ended (its claim and slot are free).
+    fn work_arrived(&self) {
+        self.inner.cx.outbox_work.notify_one();
+    }
+
     /// The outbox entries whose outcomes are still on their way to the store (the receipts
     /// and pending counts read them here first).
     pub(super) fn recording(&self) -> Vec<OutboxRecord> {
@@ -356,6 +365,21 @@ impl Outbox {
     /// ThreadSend to `target_session` behind `host`, from `source_thread` (or an external
     /// client): durable in the outbox before it answers, shipped at once if the link allows.
     pub(super) async fn send(
+        &self,
+        source_thread: Option<String>,
+        host: &str,
+        target_session: &str,
+        content: &str,
+        key: &str,
+    ) -> Result<Sent> {
+        let sent = self.send_once(source_thread, host, target_session, content, key).await;
+        // Its entry may wait for the worker now (and its claim is free).
+        self.work_arrived();
+        sent
+    }
+
+    /// [`Outbox::send`]'s work, its claim on the entry dropped at the end.
+    async fn send_once(
         &self,
         source_thread: Option<String>,
         host: &str,
@@ -687,6 +711,7 @@ impl Outbox {
         *lock(&self.inner.resets).entry(peer.clone()).or_default() += 1;
         if self.inner.cx.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
             lock(&self.inner.settled).insert(peer.clone());
+            self.work_arrived();
         }
     }
 

@@ -89,6 +89,8 @@ impl Outbox {
         for key in &keys {
             recording.answered.remove(key);
         }
+        // Their claims are free: an entry whose write failed is due to the worker again.
+        self.work_arrived();
     }
 
     /// Saves the outcomes of attempts, in one write; a final failure's event wakes the
@@ -98,6 +100,7 @@ impl Outbox {
     /// entry off again.
     pub(super) async fn record(&self, outcomes: &[Outcome], resets: impl Fn(usize) -> u64) -> Result<()> {
         self.inner.cx.store.outbox_update(outcomes).await?;
+        self.work_arrived();
         for (entry, event) in outcomes {
             if let Some(event) = event {
                 warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, "bridged send undeliverable");
@@ -117,8 +120,9 @@ impl Outbox {
         put_off_again.dedup();
         for peer in put_off_again {
             // The outcomes are written; at worst these entries wait out their backoff.
-            if let Err(e) = self.inner.cx.store.outbox_retry_now(peer, now_ms()).await {
-                warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
+            match self.inner.cx.store.outbox_retry_now(peer, now_ms()).await {
+                Ok(()) => self.work_arrived(),
+                Err(e) => warn!(error = %e, peer, "cannot make a peer's outbox entries due again"),
             }
         }
         Ok(())

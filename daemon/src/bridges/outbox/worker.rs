@@ -4,12 +4,16 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::backoff::{BACKOFF_CAP, backoff};
-use super::{ATTEMPT_TIMEOUT, Inner, MAX_ATTEMPTS_IN_FLIGHT, MAX_ATTEMPTS_PER_PEER, Outbox, TICK, age};
+use super::{
+    ATTEMPT_TIMEOUT, Inner, LOOK_AT_LEAST_EVERY, MAX_ATTEMPTS_IN_FLIGHT, MAX_ATTEMPTS_PER_PEER, Outbox,
+    PROBE_MARGIN, age,
+};
 use crate::error::Result;
 use crate::store::{BridgeRecord, EXPIRED, OutboxRecord};
 use crate::sync::lock;
@@ -118,8 +122,16 @@ impl Outbox {
     /// attempt at a time (see [`Outbox::probe`]), except for entries whose retry window is
     /// over (they expire, see [`Outbox::expire`]) or whose bridge this home revoked. No peer
     /// gets more than [`MAX_ATTEMPTS_PER_PEER`] at once.
+    ///
+    /// Between passes it sleeps until the next entry falls due or until told of work
+    /// ([`Outbox::work_arrived`]: an entry written or made due, an attempt ended), whichever
+    /// comes first — never a fixed poll.
     pub(crate) async fn run_worker(&self, stop: CancellationToken) {
-        for tick in 0usize.. {
+        for pass in 0usize.. {
+            // Taken before the pass: work announced during it starts the next one at once.
+            let told = self.inner.cx.outbox_work.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
             // Whatever their state: a revoked bridge's entries still have to end.
             let bridges = match self.inner.cx.table.all().await {
                 Ok(bridges) => bridges,
@@ -129,8 +141,8 @@ impl Outbox {
                 }
             };
             let outbound: Vec<&BridgeRecord> = bridges.iter().filter(|b| b.direction == "outbound").collect();
-            // Another peer goes first at each tick, so none always gets the last free slots.
-            let first = tick % outbound.len().max(1);
+            // Another peer goes first at each pass, so none always gets the last free slots.
+            let first = pass % outbound.len().max(1);
             for bridge in outbound[first..].iter().chain(&outbound[..first]) {
                 let peer = &bridge.peer_home_id;
                 // A silent peer's entries wait for its probe: put off until it ends, and passed
@@ -153,11 +165,31 @@ impl Outbox {
                     }
                 }
             }
+            let next_due = self.next_due(&outbound).await;
+            let nap = next_due
+                .map_or(LOOK_AT_LEAST_EVERY, |at| Duration::from_millis((at - now_ms()).max(0) as u64))
+                .min(LOOK_AT_LEAST_EVERY);
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(TICK) => {}
+                () = &mut told => {}
+                () = tokio::time::sleep(nap) => {}
             }
         }
+    }
+
+    /// When the first entry of the `outbound` bridges' peers falls due from now on (those
+    /// due already are under way, or wait for a slot or a probe: their end is announced).
+    async fn next_due(&self, outbound: &[&BridgeRecord]) -> Option<i64> {
+        let now = now_ms();
+        let mut first: Option<i64> = None;
+        for bridge in outbound {
+            match self.inner.cx.store.outbox_next_due(&bridge.peer_home_id, now).await {
+                Ok(due) => first = first.into_iter().chain(due).min(),
+                // Looked at again by the backstop.
+                Err(e) => warn!(error = %e, "cannot read when the outbox is next due"),
+            }
+        }
+        first
     }
 
     /// Starts an attempt for each of a peer's listed entries that may have one now; its
@@ -204,6 +236,7 @@ impl Outbox {
                     tokio::time::sleep(backoff(age)).await;
                 }
                 drop((claim, probe, slot));
+                outbox.work_arrived();
             });
         }
         let slot = follow_ups.first().and_then(|(e, _)| PeerSlot::try_take(&self.inner, &e.peer_home_id));
@@ -217,6 +250,7 @@ impl Outbox {
                     tokio::time::sleep(backoff(age)).await;
                 }
                 drop((claims, slot));
+                outbox.work_arrived();
             });
         }
         slots_left
@@ -229,7 +263,13 @@ impl Outbox {
     /// per entry for [`ATTEMPT_TIMEOUT`] each.
     async fn probe(&self, entry: OutboxRecord) -> Result<()> {
         let (peer, started) = (entry.peer_home_id.clone(), now_ms());
-        self.put_off(&peer, &entry.id, started + (ATTEMPT_TIMEOUT + TICK).as_millis() as i64, started).await;
+        self.put_off(
+            &peer,
+            &entry.id,
+            started + (ATTEMPT_TIMEOUT + PROBE_MARGIN).as_millis() as i64,
+            started,
+        )
+        .await;
         let outcome = self.attempt_due(entry).await?;
         // Unless the probe is over for good (then another entry becomes the next probe).
         if let Some(probe) = outcome
@@ -249,10 +289,11 @@ impl Outbox {
     async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
         if let Err(e) = self.inner.cx.store.outbox_defer(peer, except, until, self.lifetime()).await {
             warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
-        } else if (self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await)
-            && let Err(e) = self.inner.cx.store.outbox_retry_now(peer, now_ms()).await
-        {
-            warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
+        } else if self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await {
+            match self.inner.cx.store.outbox_retry_now(peer, now_ms()).await {
+                Ok(()) => self.work_arrived(),
+                Err(e) => warn!(error = %e, peer, "cannot make a peer's outbox entries due again"),
+            }
         }
     }
 
