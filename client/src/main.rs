@@ -12,9 +12,14 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::output::write_out(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+mod args;
+mod bridge;
 mod cli;
+mod connect;
+mod home;
 mod output;
-mod up;
+mod render;
+mod thread;
 
 use std::process::ExitCode;
 

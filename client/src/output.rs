@@ -104,14 +104,14 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// Reports an error on stderr (and as JSON on stdout with `--json`); returns the exit code.
 pub fn report(error: &anyhow::Error, json: bool) -> ExitCode {
     // The findings are the output, already printed.
-    if error.downcast_ref::<crate::up::ProblemsFound>().is_some() {
+    if error.downcast_ref::<ProblemsFound>().is_some() {
         return ExitCode::FAILURE;
     }
     let (code, message) = match error.downcast_ref::<ClientError>() {
         Some(ClientError::Status(status)) => status_report(status),
         Some(ClientError::Unreachable { .. }) => (Code::Unavailable, error.to_string()),
         Some(ClientError::UntrustedHome(_)) => (Code::PermissionDenied, error.to_string()),
-        _ => match (error.downcast_ref::<tonic::Status>(), error.downcast_ref::<crate::up::KikidFailed>()) {
+        _ => match (error.downcast_ref::<tonic::Status>(), error.downcast_ref::<KikidFailed>()) {
             (Some(status), _) => status_report(status),
             (None, Some(failed)) => (kikid_code(failed.code), error.to_string()),
             (None, None) => match error.downcast_ref::<UsageError>() {
@@ -131,6 +131,20 @@ pub fn report(error: &anyhow::Error, json: bool) -> ExitCode {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// kikid stopped before answering, with its exit status: it tells what kind of failure it
+/// was (`StartError::exit_code`, the same table as kiki's own exit codes).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct KikidFailed {
+    pub code: Option<i32>,
+    pub message: String,
+}
+
+/// `kiki doctor` found something wrong: exit 1, the findings already printed.
+#[derive(Debug, thiserror::Error)]
+#[error("kiki doctor found problems (above)")]
+pub struct ProblemsFound;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,25 @@
+//! Reaching the home's daemon: its socket, and acting as the calling turn when there is one.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use kiki_client::Client;
+
+/// The Unix socket the home's kikid answers on.
+pub fn socket(home: &Path) -> PathBuf {
+    home.join("kikid.sock")
+}
+
+/// Connects to the home, acting as the calling turn when `KIKI_TOKEN` is set.
+pub async fn connect(home: &Path) -> Result<Client> {
+    as_caller(Client::connect(&socket(home)).await?)
+}
+
+/// The client acting as the calling turn when `KIKI_TOKEN` is set: the daemon then refuses
+/// owner actions.
+pub fn as_caller(client: Client) -> Result<Client> {
+    Ok(match std::env::var("KIKI_TOKEN").ok().filter(|t| !t.is_empty()) {
+        Some(token) => client.with_token(&token)?,
+        None => client,
+    })
+}

@@ -1,0 +1,353 @@
+//! The home itself: start its daemon in the background and wait until it answers (`up`),
+//! ask it to stop and wait until it is gone (`down`), describe it (`status`), check it
+//! (`doctor`), copy it (`backup`); and `attention`, a turn's call for its user.
+
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use kiki_client::Client;
+use kiki_proto as pb;
+
+use crate::connect::{as_caller, connect, socket};
+use crate::output::{KikidFailed, ProblemsFound, print_json};
+use crate::render::show_status;
+
+/// How long `kiki up` waits for a new daemon to answer (a first start creates the key and
+/// the store) and `kiki down` for it to stop (running turns are recorded first).
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often `kiki up` and `kiki down` look again while they wait.
+const POLL: Duration = Duration::from_millis(5);
+/// How long one status or shutdown call may take.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Flattened into `kiki`'s own commands: `kiki up`, not `kiki home up`.
+#[derive(Subcommand)]
+pub enum HomeCommand {
+    /// Start the home's daemon (creating the home on first use); returns once it answers.
+    Up {
+        /// Give a home that lost its identity.key a new identity: its bridges stop working
+        /// and must be requested and approved again. Without it such a home will not start.
+        #[arg(long)]
+        new_identity: bool,
+    },
+    /// Stop the home's daemon.
+    Down,
+    /// Describe the running home.
+    Status,
+    /// What is wrong with the home and what to do: its files' owners and modes, the config,
+    /// the identity key, a full check of the store, free disk space. Works whether or not
+    /// the daemon runs; exits 1 when it finds a problem.
+    Doctor,
+    /// Copy the running home (identity key, config, a consistent copy of the store) into
+    /// DIR, a new or empty directory: `kikid --home DIR` or copying its files back restores it.
+    Backup {
+        /// Where the copy goes; made owner-only (it holds the home's private key).
+        dir: PathBuf,
+    },
+    /// Inside a turn: ask for the user (ThreadWait reports an `attention` event).
+    // Listed after `thread` and `bridge`, where it was before the commands were grouped.
+    #[command(display_order = 100)]
+    Attention {
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+pub async fn run(home: &Path, command: HomeCommand, json: bool) -> Result<()> {
+    match command {
+        HomeCommand::Up { new_identity } => up(home, new_identity, json).await,
+        HomeCommand::Down => down(home, json).await,
+        HomeCommand::Status => status(home, json).await,
+        HomeCommand::Doctor => doctor(home, json).await,
+        HomeCommand::Backup { dir } => backup(home, &dir, json).await,
+        HomeCommand::Attention { reason } => attention(home, reason, json).await,
+    }
+}
+
+/// `kiki up`: a home whose daemon answers is left as it is; otherwise kikid is started in
+/// the background, with its output in `kikid.log`, and waited for until it answers.
+async fn up(home: &Path, new_identity: bool, json: bool) -> Result<()> {
+    let socket = socket(home);
+    if let Some(s) = status_if_answering(&socket).await? {
+        if !json {
+            outln!("already running");
+        }
+        print_status(&s, json);
+        return Ok(());
+    }
+    // Owner-only, like everything the daemon keeps in the home.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home)
+        .with_context(|| format!("creating {}", home.display()))?;
+    let log_path = home.join("kikid.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        // Never through a symlink planted in the home.
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    // Where this start's lines begin: an earlier failed start's stay above them.
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let binary = kikid_binary();
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        Command::new(&binary)
+            .arg("--home")
+            .arg(home)
+            .args(new_identity.then_some("--new-identity"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a Ctrl-C in this terminal does not stop the home.
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?
+    };
+    let started = Instant::now();
+    loop {
+        match status_if_answering(&socket).await {
+            Ok(Some(s)) => {
+                print_status(&s, json);
+                return Ok(());
+            }
+            Ok(None) => {}
+            // It answers, but not well: a daemon that cannot serve is not left behind.
+            Err(e) => {
+                stop(&mut child).await;
+                return Err(e).context("kikid started but its status call failed; it was stopped");
+            }
+        }
+        if let Some(exit) = child.try_wait()? {
+            // Another `kiki up` may have won the race for the home's lock: while its kikid
+            // holds the lock, wait for that one to answer (the loop's next turns).
+            if lock_held(home) {
+                if started.elapsed() > START_TIMEOUT {
+                    bail!(
+                        "the home's kikid did not answer within {START_TIMEOUT:?}; see {}",
+                        log_path.display()
+                    );
+                }
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+            if let Some(s) = status_if_answering(&socket).await? {
+                print_status(&s, json);
+                return Ok(());
+            }
+            return Err(KikidFailed {
+                code: exit.code(),
+                message: format!(
+                    "kikid exited ({exit}) before answering:\n{}",
+                    log_tail(&log_path, log_start)
+                ),
+            }
+            .into());
+        }
+        if started.elapsed() > START_TIMEOUT {
+            stop(&mut child).await;
+            bail!(
+                "kikid did not answer within {START_TIMEOUT:?} and was stopped; see {}",
+                log_path.display()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `kiki down`: asks the daemon to stop, then waits until it has let go of the home.
+async fn down(home: &Path, json: bool) -> Result<()> {
+    let Ok(client) = Client::connect(&socket(home)).await else {
+        if json {
+            print_json(&pb::ShutdownResponse { stopped: false });
+        } else {
+            outln!("not running");
+        }
+        return Ok(());
+    };
+    // An agent's `kiki down` (its turn's token set) is refused: stopping the home is the owner's.
+    let mut home_service = as_caller(client)?.home();
+    tokio::time::timeout(ANSWER_TIMEOUT, home_service.shutdown(pb::ShutdownRequest {}))
+        .await
+        .map_err(|_| anyhow::anyhow!("kikid did not answer within {ANSWER_TIMEOUT:?}"))??;
+    let started = Instant::now();
+    // The daemon releases the home's lock as its very last step (or the OS does, at exit).
+    while lock_held(home) {
+        if started.elapsed() > STOP_TIMEOUT {
+            bail!("kikid did not stop within {STOP_TIMEOUT:?}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    if json {
+        print_json(&pb::ShutdownResponse { stopped: true });
+    } else {
+        outln!("stopped");
+    }
+    Ok(())
+}
+
+async fn status(home: &Path, json: bool) -> Result<()> {
+    let mut service = connect(home).await?.home();
+    let asked = tokio::time::timeout(ANSWER_TIMEOUT, service.status(pb::StatusRequest {})).await;
+    let status = asked.map_err(|_| {
+        tonic::Status::unavailable(format!("kikid did not answer within {ANSWER_TIMEOUT:?}"))
+    })??;
+    print_status(&status.into_inner(), json);
+    Ok(())
+}
+
+/// `kiki doctor`: the running daemon's findings, or — when none answers — those of
+/// `kikid --check`, which looks at the stopped home itself.
+async fn doctor(home: &Path, json: bool) -> Result<()> {
+    let socket = socket(home);
+    let asked = async {
+        let client = as_caller(Client::connect(&socket).await.ok()?).ok()?;
+        Some(client.home().doctor(pb::DoctorRequest {}).await)
+    };
+    let report = match tokio::time::timeout(ANSWER_TIMEOUT, asked).await.ok().flatten() {
+        Some(answer) => answer?.into_inner(),
+        None => {
+            let binary = kikid_binary();
+            let out = Command::new(&binary)
+                .arg("--home")
+                .arg(home)
+                .arg("--check")
+                .stdin(Stdio::null())
+                .stderr(Stdio::inherit())
+                .output()
+                .with_context(|| format!("running {} --check", binary.display()))?;
+            serde_json::from_slice::<pb::DoctorResponse>(&out.stdout).with_context(|| {
+                format!("{} --check printed no findings ({})", binary.display(), out.status)
+            })?
+        }
+    };
+    if json {
+        print_json(&report);
+    } else {
+        for f in &report.findings {
+            let mark = if f.ok { "ok  " } else { "FAIL" };
+            outln!("{mark}  {:<8}  {}", f.check, f.message);
+            if !f.fix.is_empty() {
+                outln!("                fix: {}", f.fix);
+            }
+        }
+    }
+    if report.findings.iter().all(|f| f.ok) { Ok(()) } else { Err(ProblemsFound.into()) }
+}
+
+async fn backup(home: &Path, dir: &Path, json: bool) -> Result<()> {
+    // The daemon writes the copy: a relative DIR would be resolved in its working directory.
+    let dest = std::path::absolute(dir).with_context(|| format!("{}", dir.display()))?;
+    let request = pb::BackupRequest { dest: dest.display().to_string() };
+    let backed = connect(home).await?.home().backup(request).await?.into_inner();
+    if json {
+        print_json(&backed);
+    } else {
+        outln!(
+            "backed up into {}: {} (store {} bytes)",
+            backed.dest,
+            backed.files.join(", "),
+            backed.store_bytes
+        );
+    }
+    Ok(())
+}
+
+async fn attention(home: &Path, reason: String, json: bool) -> Result<()> {
+    connect(home).await?.threads().attention(pb::AttentionRequest { reason }).await?;
+    if json {
+        print_json(&pb::AttentionResponse {});
+    } else {
+        outln!("attention asked");
+    }
+    Ok(())
+}
+
+/// The home's status, as `kiki status` prints it.
+fn print_status(status: &pb::StatusResponse, json: bool) {
+    if json {
+        print_json(status);
+    } else {
+        show_status(status);
+    }
+}
+
+/// The home's status if its daemon answers within [`ANSWER_TIMEOUT`] (a stopped or wedged
+/// daemon is not waited for): `None` when none answers, the error when one answers with it.
+async fn status_if_answering(socket: &Path) -> Result<Option<pb::StatusResponse>, tonic::Status> {
+    let ask = async {
+        let Ok(client) = Client::connect(socket).await else { return Ok(None) };
+        match client.home().status(pb::StatusRequest {}).await {
+            Ok(status) => Ok(Some(status.into_inner())),
+            // Nobody there after all (it stopped between the two steps).
+            Err(e) if e.code() == tonic::Code::Unavailable && std::error::Error::source(&e).is_some() => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    };
+    tokio::time::timeout(ANSWER_TIMEOUT, ask).await.unwrap_or(Ok(None))
+}
+
+/// `kikid` next to this `kiki`, else from `PATH`.
+fn kikid_binary() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("kikid")))
+        .filter(|path| path.is_file())
+        .unwrap_or_else(|| PathBuf::from("kikid"))
+}
+
+/// Stops the kikid this `kiki up` started: SIGTERM (and SIGCONT, so a stopped process gets
+/// it), then SIGKILL if it has not exited within [`KILL_AFTER`].
+async fn stop(child: &mut std::process::Child) {
+    use nix::sys::signal::{Signal, kill};
+    /// A kikid that did not answer in 20 s is not waited for long: its turns never started.
+    const KILL_AFTER: Duration = Duration::from_secs(5);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = kill(pid, Signal::SIGTERM);
+    let _ = kill(pid, Signal::SIGCONT);
+    let started = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        if started.elapsed() > KILL_AFTER {
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether a kikid holds the home's lock: it runs, whether or not it answers.
+fn lock_held(home: &Path) -> bool {
+    match std::fs::File::open(home.join("kikid.lock")) {
+        Ok(file) => matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+        Err(_) => false,
+    }
+}
+
+/// The last lines `path` got from byte `from` on: read from at most the last 64 KiB, so a
+/// log grown huge costs no more.
+fn log_tail(path: &Path, from: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL_BYTES: u64 = 64 * 1024;
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        let end = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let start = from.max(end.saturating_sub(TAIL_BYTES));
+        if file.seek(SeekFrom::Start(start)).is_ok() {
+            let _ = file.take(TAIL_BYTES).read_to_end(&mut bytes);
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(10)..].join("\n")
+}

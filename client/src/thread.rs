@@ -1,0 +1,318 @@
+//! `kiki thread …`: create, list, read, send to, wait on, set, say to and archive threads.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use kiki_client::Client;
+use kiki_proto as pb;
+
+use crate::args::{absolute_if_dir, cursors_by_reference, read_text, reference};
+use crate::connect::connect;
+use crate::output::print_json;
+use crate::render::{shell_word, show_turns, show_wait};
+
+/// The longest prompt and message content (contract §2): a file holding more is refused
+/// before more of it is read.
+const PROMPT_MAX_CHARS: usize = 100_000;
+const CONTENT_MAX_CHARS: usize = 100_000;
+
+#[derive(Subcommand)]
+pub enum ThreadCommand {
+    /// Create a thread; with a prompt its first turn starts at once.
+    Create {
+        /// Absolute path of an existing directory (default: the current directory).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        #[arg(long)]
+        profile: Option<String>,
+        #[arg(long)]
+        title: Option<String>,
+        #[arg(long, conflicts_with = "prompt_file")]
+        prompt: Option<String>,
+        /// Read the prompt from a file ('-' for stdin).
+        #[arg(long)]
+        prompt_file: Option<PathBuf>,
+    },
+    /// List enabled, unarchived threads, newest first.
+    List {
+        #[arg(long)]
+        bridge: Option<String>,
+        #[arg(long)]
+        workspace: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Read a thread's ended turns, oldest first (or one content ref in segments).
+    Read {
+        /// SESSION or HOST/SESSION.
+        reference: String,
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        content_ref: Option<String>,
+    },
+    /// Send a message to a thread: durable, idempotent by --key. From inside a turn the
+    /// message is attributed to that turn's thread.
+    Send {
+        reference: String,
+        /// Idempotency key: a retry with the same key and content never sends twice.
+        #[arg(long)]
+        key: String,
+        #[arg(long, conflicts_with = "content_file", required_unless_present = "content_file")]
+        content: Option<String>,
+        /// Read the content from a file ('-' for stdin).
+        #[arg(long)]
+        content_file: Option<PathBuf>,
+    },
+    /// Wait for events (terminal, attention, lifecycle, undeliverable) on 1-8 threads.
+    Wait {
+        #[arg(required = true)]
+        references: Vec<String>,
+        #[arg(long)]
+        timeout_ms: Option<u32>,
+        /// REF=CURSOR from a previous wait (split at the first '='); repeat per thread.
+        #[arg(long = "cursor")]
+        cursors: Vec<String>,
+    },
+    /// Set a thread's peer-communication switch.
+    Set {
+        reference: String,
+        #[arg(long, value_parser = ["on", "off", "default"])]
+        communication: String,
+    },
+    /// User input to a thread: starts a turn (or waits for the running one).
+    Say { reference: String, text: String },
+    /// Archive a thread: it leaves ThreadList, keeps its history.
+    Archive { reference: String },
+    /// Bring an archived thread back.
+    Unarchive { reference: String },
+}
+
+pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> {
+    let client = connect(home).await?;
+    match command {
+        ThreadCommand::Create { cwd, profile, title, prompt, prompt_file } => {
+            create(&client, cwd, profile, title, prompt, prompt_file, json).await
+        }
+        ThreadCommand::List { bridge, workspace, limit, cursor } => {
+            list(&client, bridge, workspace, limit, cursor, json).await
+        }
+        ThreadCommand::Read { reference, limit, cursor, content_ref } => {
+            read(&client, &reference, limit, cursor, content_ref, json).await
+        }
+        ThreadCommand::Send { reference, key, content, content_file } => {
+            send(&client, &reference, key, content, content_file, json).await
+        }
+        ThreadCommand::Wait { references, timeout_ms, cursors } => {
+            wait(&client, &references, timeout_ms, &cursors, json).await
+        }
+        ThreadCommand::Set { reference, communication } => {
+            set(&client, &reference, &communication, json).await
+        }
+        ThreadCommand::Say { reference, text } => say(&client, &reference, text, json).await,
+        ThreadCommand::Archive { reference } => archive(&client, &reference, true, json).await,
+        ThreadCommand::Unarchive { reference } => archive(&client, &reference, false, json).await,
+    }
+}
+
+async fn create(
+    client: &Client,
+    cwd: Option<PathBuf>,
+    profile: Option<String>,
+    title: Option<String>,
+    prompt: Option<String>,
+    prompt_file: Option<PathBuf>,
+    json: bool,
+) -> Result<()> {
+    let prompt = match prompt_file {
+        Some(file) => Some(read_text(&file, "--prompt-file", PROMPT_MAX_CHARS)?),
+        None => prompt,
+    };
+    let cwd = match cwd {
+        Some(dir) => std::path::absolute(&dir).with_context(|| format!("--cwd {}", dir.display()))?,
+        None => std::env::current_dir().context("the current directory")?,
+    };
+    let request = pb::ThreadCreateRequest { cwd: Some(cwd.display().to_string()), profile, prompt, title };
+    let created = client.threads().thread_create(request).await?.into_inner();
+    if json {
+        print_json(&created);
+    } else {
+        outln!("{}  {}", created.id, created.title);
+        outln!("  profile {}, cwd {}", created.profile, created.cwd);
+        if created.prompt_started {
+            outln!("  first turn started");
+        }
+    }
+    Ok(())
+}
+
+async fn list(
+    client: &Client,
+    bridge: Option<String>,
+    workspace: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<String>,
+    json: bool,
+) -> Result<()> {
+    let workspace = workspace.map(absolute_if_dir);
+    // The next page's command repeats this one's filters.
+    let more = [("--bridge", &bridge), ("--workspace", &workspace)]
+        .iter()
+        .filter_map(|(flag, value)| value.as_ref().map(|v| format!("{flag} {} ", shell_word(v))))
+        .chain(limit.map(|n| format!("--limit {n} ")))
+        .collect::<String>();
+    // Threads behind a bridge print as references usable as they are (`HOST/SESSION`).
+    let host = bridge.as_ref().map(|b| format!("{b}/")).unwrap_or_default();
+    let request = pb::ThreadListRequest {
+        bridge: bridge.unwrap_or_default(),
+        workspace_id: workspace.unwrap_or_default(),
+        limit,
+        cursor: cursor.unwrap_or_default(),
+    };
+    let page = client.threads().thread_list(request).await?.into_inner();
+    if json {
+        print_json(&page);
+        return Ok(());
+    }
+    for t in &page.threads {
+        let state = pb::json::enum_word(t.state().as_str_name(), "THREAD_STATE_");
+        outln!("{host}{}  {:<7}  {:<8}  {}  ({})", t.id, state, t.profile, t.title, t.cwd);
+    }
+    if page.threads.is_empty() {
+        outln!("(no threads)");
+    }
+    if let Some(next) = &page.next_cursor {
+        outln!("more: {more}--cursor {next}");
+    }
+    Ok(())
+}
+
+async fn read(
+    client: &Client,
+    target: &str,
+    limit: Option<u32>,
+    cursor: Option<String>,
+    content_ref: Option<String>,
+    json: bool,
+) -> Result<()> {
+    let request = pb::ThreadReadRequest {
+        target: Some(reference(target)?),
+        limit,
+        cursor: cursor.unwrap_or_default(),
+        content_ref: content_ref.unwrap_or_default(),
+    };
+    let page = client.threads().thread_read(request).await?.into_inner();
+    if json {
+        print_json(&page);
+    } else if let Some(segment) = &page.segment {
+        out!("{}", segment.text);
+        // On stderr: stdout holds the field's text alone, to be joined segment by segment.
+        if let Some(next) = &segment.next {
+            eprintln!("\nmore: --content-ref {} --cursor {next}", segment.content_ref);
+        }
+    } else {
+        show_turns(&page);
+    }
+    Ok(())
+}
+
+async fn send(
+    client: &Client,
+    target: &str,
+    key: String,
+    content: Option<String>,
+    content_file: Option<PathBuf>,
+    json: bool,
+) -> Result<()> {
+    let content = match content_file {
+        Some(file) => read_text(&file, "--content-file", CONTENT_MAX_CHARS)?,
+        // clap requires one of the two.
+        None => content.unwrap_or_default(),
+    };
+    let request = pb::ThreadSendRequest {
+        target: Some(reference(target)?),
+        content,
+        idempotency_key: key,
+        ..Default::default()
+    };
+    let sent = client.threads().thread_send(request).await?.into_inner();
+    if json {
+        print_json(&sent);
+    } else {
+        let status = pb::json::enum_word(sent.status().as_str_name(), "SEND_STATUS_");
+        let replay = if sent.replayed { " (replayed: sent before with this key)" } else { "" };
+        let reason = if sent.reason.is_empty() { String::new() } else { format!(": {}", sent.reason) };
+        outln!("{} {status}{reason}{replay}", sent.message_id);
+    }
+    Ok(())
+}
+
+async fn wait(
+    client: &Client,
+    targets: &[String],
+    timeout_ms: Option<u32>,
+    cursors: &[String],
+    json: bool,
+) -> Result<()> {
+    let targets = targets.iter().map(|target| reference(target)).collect::<Result<Vec<_>>>()?;
+    let cursors = cursors_by_reference(cursors)?;
+    let request = pb::ThreadWaitRequest { targets, timeout_ms, cursors };
+    let waited = client.threads().thread_wait(request).await?.into_inner();
+    if json {
+        print_json(&waited);
+    } else {
+        show_wait(&waited);
+    }
+    Ok(())
+}
+
+async fn set(client: &Client, target: &str, communication: &str, json: bool) -> Result<()> {
+    let setting = match communication {
+        "on" => pb::Communication::On,
+        "off" => pb::Communication::Off,
+        _ => pb::Communication::Default,
+    };
+    let request = pb::ThreadSetRequest { target: Some(reference(target)?), communication: setting as i32 };
+    let set = client.home().thread_set(request).await?.into_inner();
+    if json {
+        print_json(&set);
+    } else if let Some(t) = set.thread {
+        outln!("{}: communication {}", t.id, communication);
+    }
+    Ok(())
+}
+
+async fn say(client: &Client, target: &str, text: String, json: bool) -> Result<()> {
+    let request = pb::ThreadSayRequest { target: Some(reference(target)?), content: text };
+    let said = client.home().thread_say(request).await?.into_inner();
+    if json {
+        print_json(&said);
+    } else if said.turn_started {
+        outln!("turn started");
+    } else {
+        outln!("queued: the next turn takes it");
+    }
+    Ok(())
+}
+
+/// `kiki thread archive|unarchive REFERENCE`.
+async fn archive(client: &Client, target: &str, archived: bool, json: bool) -> Result<()> {
+    let request = pb::ThreadArchiveRequest { target: Some(reference(target)?), archived };
+    let done = client.home().thread_archive(request).await?.into_inner();
+    if json {
+        print_json(&done);
+    } else {
+        let word = if archived { "archived" } else { "unarchived" };
+        match (done.changed, &done.thread) {
+            (true, Some(t)) => outln!("{word} {}", t.id),
+            (false, Some(t)) => outln!("{} was already {word}", t.id),
+            _ => {}
+        }
+    }
+    Ok(())
+}
