@@ -50,12 +50,21 @@ pub enum BridgeCommand {
     },
     /// Revoke a bridge (id, alias or peer home id; one that names bridges both ways is
     /// refused: use the id); takes effect at once.
-    Revoke { bridge: String },
+    Revoke {
+        /// The bridge: its id, alias or peer home id.
+        bridge: String,
+    },
     /// Turn an inbound bridge's access off: calls are refused with `bridge_disabled`,
     /// messages it brought wait; nothing is deleted and the source keeps retrying.
-    Disable { bridge: String },
+    Disable {
+        /// The inbound bridge: its id, alias or peer home id.
+        bridge: String,
+    },
     /// Turn an inbound bridge's access back on; held messages are delivered.
-    Enable { bridge: String },
+    Enable {
+        /// The inbound bridge: its id, alias or peer home id.
+        bridge: String,
+    },
     /// Every bridge with its direction, peer, permissions and link health.
     List,
     /// The messages sent or received over a bridge and what became of them: the newest

@@ -53,6 +53,7 @@ pub enum HomeCommand {
     // Listed after `thread` and `bridge`, where it was before the commands were grouped.
     #[command(display_order = 100)]
     Attention {
+        /// What the user is needed for, at most 2,000 characters.
         #[arg(long)]
         reason: String,
     },

@@ -24,10 +24,14 @@ pub enum ThreadCommand {
         /// Absolute path of an existing directory (default: the current directory).
         #[arg(long)]
         cwd: Option<PathBuf>,
+        /// The profile whose agent runs the thread's turns (default: the home's default one).
         #[arg(long)]
         profile: Option<String>,
+        /// One line of at most 200 characters (default: the prompt's first line, else
+        /// `New thread`).
         #[arg(long)]
         title: Option<String>,
+        /// The first turn's input, at most 100,000 characters: the turn starts at once.
         #[arg(long, conflicts_with = "prompt_file")]
         prompt: Option<String>,
         /// Read the prompt from a file ('-' for stdin).
@@ -36,12 +40,17 @@ pub enum ThreadCommand {
     },
     /// List enabled, unarchived threads, newest first.
     List {
+        /// The threads of the home behind this bridge (its id or local name), not this home's.
         #[arg(long)]
         bridge: Option<String>,
+        /// Only one workspace's threads: its id (ws_…) or a directory in it (across a bridge,
+        /// the id only).
         #[arg(long)]
         workspace: Option<String>,
+        /// Threads per page, 1-100 (default 50).
         #[arg(long)]
         limit: Option<u32>,
+        /// The next page: the cursor the previous page printed.
         #[arg(long)]
         cursor: Option<String>,
     },
@@ -49,20 +58,26 @@ pub enum ThreadCommand {
     Read {
         /// SESSION or HOST/SESSION.
         reference: String,
+        /// Turns per page, 1-100 (default 20).
         #[arg(long)]
         limit: Option<u32>,
+        /// The next page (or with --content-ref the next segment): the cursor printed last.
         #[arg(long)]
         cursor: Option<String>,
+        /// A field a page cut short, TURN_ID.input or TURN_ID.output: read it whole, in
+        /// segments.
         #[arg(long)]
         content_ref: Option<String>,
     },
     /// Send a message to a thread: durable, idempotent by --key. From inside a turn the
     /// message is attributed to that turn's thread.
     Send {
+        /// The thread: SESSION or HOST/SESSION.
         reference: String,
         /// Idempotency key: a retry with the same key and content never sends twice.
         #[arg(long)]
         key: String,
+        /// The message, at most 100,000 characters.
         #[arg(long, conflicts_with = "content_file", required_unless_present = "content_file")]
         content: Option<String>,
         /// Read the content from a file ('-' for stdin).
@@ -71,8 +86,10 @@ pub enum ThreadCommand {
     },
     /// Wait for events (terminal, attention, lifecycle, undeliverable) on 1-8 threads.
     Wait {
+        /// The threads, 1-8 of them: SESSION or HOST/SESSION each.
         #[arg(required = true)]
         references: Vec<String>,
+        /// How long to wait for an event, 0-60000 ms (default 30000; 0 checks once).
         #[arg(long)]
         timeout_ms: Option<u32>,
         /// REF=CURSOR from a previous wait (split at the first '='); repeat per thread.
@@ -81,16 +98,30 @@ pub enum ThreadCommand {
     },
     /// Set a thread's peer-communication switch.
     Set {
+        /// One of this home's threads: SESSION.
         reference: String,
+        /// Whether the thread takes and sends peer messages; `default` leaves it to its
+        /// profile and the config.
         #[arg(long, value_parser = ["on", "off", "default"])]
         communication: String,
     },
     /// User input to a thread: starts a turn (or waits for the running one).
-    Say { reference: String, text: String },
+    Say {
+        /// One of this home's threads: SESSION.
+        reference: String,
+        /// The input, as if the user typed it (at most 100,000 characters).
+        text: String,
+    },
     /// Archive a thread: it leaves ThreadList, keeps its history.
-    Archive { reference: String },
+    Archive {
+        /// One of this home's threads: SESSION.
+        reference: String,
+    },
     /// Bring an archived thread back.
-    Unarchive { reference: String },
+    Unarchive {
+        /// One of this home's threads: SESSION.
+        reference: String,
+    },
 }
 
 pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> {
