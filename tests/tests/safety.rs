@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kiki_tests::binaries::{Down, binary, kiki, kiki_json, kill_9, new_home, paired_homes_from, pid_of};
+use kiki_tests::binaries::{
+    Down, binary, kiki, kiki_json, kiki_with_env, kill_9, new_home, paired_homes_from, pid_of,
+};
 
 /// The uid of `nobody`: another user than the one running the tests.
 const ANOTHER_USER: u32 = 65534;
@@ -261,6 +263,26 @@ fn the_doctor_of_a_running_sound_home_finds_nothing_wrong() {
     let checks: Vec<&str> = findings.iter().filter_map(|f| f["check"].as_str()).collect();
     assert_eq!(checks, ["home", "config", "identity", "store", "disk", "daemon"]);
     assert!(findings.iter().all(|f| f["ok"] == true), "{report}");
+}
+
+/// A `KIKI_TOKEN` that cannot be a token is refused as such, as by every other command: the
+/// doctor does not take the running daemon for one that holds the home without answering
+/// (and tell to kill it).
+#[test]
+fn the_doctor_refuses_a_malformed_token_instead_of_blaming_the_daemon() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    let out = kiki_with_env(&home, &["--json", "doctor"], &[("KIKI_TOKEN", "not\u{1}a token")]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("KIKI_TOKEN is not a valid token"), "{stderr}");
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(
+        error["error"]["message"], "KIKI_TOKEN is not a valid token",
+        "not findings blaming the daemon"
+    );
+    assert!(lock_held(&home), "and it still runs");
 }
 
 /// A home whose store exists but whose identity.key is gone refuses to start (a new key
