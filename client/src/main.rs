@@ -39,7 +39,8 @@ async fn main() -> ExitCode {
             if e.kind() == clap::error::ErrorKind::DisplayVersion
                 && std::env::args_os().any(|a| a == "--json") =>
         {
-            println!("{}", serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }));
+            // Through the results' writer: a closed or full stdout is no panic.
+            outln!("{}", serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }));
             return ExitCode::SUCCESS;
         }
         Err(e) => e.exit(),

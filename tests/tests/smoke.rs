@@ -240,6 +240,34 @@ fn a_reader_that_goes_away_ends_kiki_quietly() {
     }
 }
 
+/// `--json --version` writes like every result: a reader gone before it (`| head -0`) ends
+/// kiki quietly, a full disk is an error message and exit 1, never a panic.
+#[test]
+fn the_json_version_to_a_closed_or_full_stdout_does_not_panic() {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(binary("kiki"))
+        .args(["--json", "--version"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("kiki");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?} {stderr}", out.status);
+    assert_eq!(stderr, "", "nothing on stderr");
+
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let out = Command::new(binary("kiki"))
+        .args(["--json", "--version"])
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("kiki");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot write the result"), "{stderr}");
+}
+
 #[test]
 fn thread_commands_end_to_end() {
     let (dir, home) = new_home();
