@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use kiki_client::ThreadClient;
 use kiki_proto as pb;
+use kiki_tests::TestHome;
 use kiki_tests::measure::{
     cpu_time, disk_bytes_written, fsync_after_idle, fsync_floor, percentile, setting, udp_round_trip_floor,
     us,
 };
-use kiki_tests::{TestHome, UdpRelay};
 
 /// The homes run in this process: give them kikid's allocator.
 #[global_allocator]
@@ -85,7 +85,7 @@ async fn run() {
     // send goes out once the previous one's turn has ended (a ThreadWait on the echo thread
     // returns its terminal event), as an agent waiting on the thread sends its next message;
     // then again with the homes and the disk idle for `IDLE` before each send.
-    a.pair_with(&b, b.bridge_listen().await, "send,wake", "wake").await;
+    a.bridge_named(&b, "wake", "send,wake").await;
     let echo = b.thread("echo", None).await;
     let (mut sender, mut watcher) = (a.client().threads(), b.client().threads());
     let mut cursor = String::new();
@@ -114,7 +114,7 @@ async fn run() {
 
     // Throughput: durable acceptance at the target over a send-only bridge (nothing runs).
     let (c, d) = (home().await, home().await);
-    c.pair_with(&d, d.bridge_listen().await, "send", "nowake").await;
+    c.bridge_named(&d, "nowake", "send").await;
     let inbox = d.thread("echo", None).await;
     let mut single = c.client().threads();
     let (t, single_cpu) = (Instant::now(), cpu_time());
@@ -173,8 +173,7 @@ async fn run() {
     }
     // Partition heal: datagrams dropped for 5 s, then the first delivery.
     let (e, f) = (home().await, home().await);
-    let relay = UdpRelay::start(f.bridge_listen().await.parse().expect("addr")).await;
-    e.pair_with(&f, relay.addr.to_string(), "send,wake", "gap").await;
+    let relay = e.bridge_through_relay(&f, "gap", "send,wake").await;
     let far = f.thread("echo", None).await;
     relay.partition(true);
     e.client().threads().thread_send(send("gap", &far.id, "gap".into(), "gap".into())).await.expect("send");

@@ -1,9 +1,10 @@
 //! kiki's test support: the in-process [`TestHome`] harness, the store conformance suite
-//! ([`conformance`]) and helpers for the smoke tier that runs the real binaries
-//! ([`binaries`]). The suites themselves are in `tests/tests/`, the benchmark in
-//! `tests/benches/`.
+//! ([`conformance`]), helpers for bridges between homes ([`bridges`]) and for the smoke tier
+//! that runs the real binaries ([`binaries`]). The suites themselves are in `tests/tests/`,
+//! the benchmarks in `tests/benches/`.
 
 pub mod binaries;
+pub mod bridges;
 pub mod conformance;
 pub mod flood;
 pub mod measure;
@@ -149,25 +150,16 @@ impl TestHome {
         self.client.bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner().listen
     }
 
-    /// Pairs this home → `target`, reached at `address`: it requests `permissions` under the
-    /// alias `name` (expecting the target's home id) and the target grants exactly those.
-    pub async fn pair_with(&self, target: &TestHome, address: String, permissions: &str, name: &str) {
-        let request = pb::BridgeRequestRequest {
-            address,
-            want: vec![permissions.into()],
-            expect: target.handle().home_id().to_string(),
-            name: name.into(),
-        };
-        let id =
-            self.client.bridges().bridge_request(request).await.expect("request").into_inner().request_id;
-        let approve =
-            pb::BridgeApproveRequest { request_id: id, allow: vec![permissions.into()], workspaces: vec![] };
-        target.client().bridges().bridge_approve(approve).await.expect("approve");
-    }
-
     pub async fn say(&self, thread_id: &str, content: &str) -> Result<pb::ThreadSayResponse, tonic::Status> {
         let request = pb::ThreadSayRequest { target: Some(local(thread_id)), content: content.into() };
         self.client.home().thread_say(request).await.map(|r| r.into_inner())
+    }
+
+    pub async fn send(
+        &self,
+        request: pb::ThreadSendRequest,
+    ) -> Result<pb::ThreadSendResponse, tonic::Status> {
+        self.client.threads().thread_send(request).await.map(|r| r.into_inner())
     }
 
     pub async fn read(

@@ -3,20 +3,22 @@
 
 use kiki_bridge::memory::MemoryNetwork;
 use kiki_proto as pb;
-use kiki_tests::TestHome;
+use kiki_tests::bridges::{list_via, receipt_no_longer, receipts, remote_send};
+use kiki_tests::{TestHome, TestHomeBuilder};
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+/// A home on `network` whose threads accept peer messages.
+fn open_home_on(network: &std::sync::Arc<MemoryNetwork>) -> TestHomeBuilder {
+    TestHome::builder().memory_network(network).config(|c| {
+        c.thread_communication.enabled = Some(true);
+        c.mailbox.delivery_wait = std::time::Duration::from_millis(300);
+    })
+}
+
 async fn home(network: &std::sync::Arc<MemoryNetwork>) -> TestHome {
-    TestHome::builder()
-        .memory_network(network)
-        .config(|c| {
-            c.thread_communication.enabled = Some(true);
-            c.mailbox.delivery_wait = std::time::Duration::from_millis(300);
-        })
-        .start()
-        .await
+    open_home_on(network).start().await
 }
 
 /// A small seeded generator (xorshift64*): the same seed replays the same fault schedule.
@@ -35,19 +37,6 @@ impl Schedule {
     }
 }
 
-fn send(session: &str, content: &str, key: &str) -> pb::ThreadSendRequest {
-    pb::ThreadSendRequest {
-        target: Some(pb::ThreadRef {
-            host_id: "bee".into(),
-            workspace_id: String::new(),
-            session_id: session.into(),
-        }),
-        content: content.into(),
-        idempotency_key: key.into(),
-        ..Default::default()
-    }
-}
-
 #[tokio::test]
 async fn pairing_sending_and_a_partition_over_the_simulated_network() {
     let network = MemoryNetwork::new();
@@ -58,18 +47,16 @@ async fn pairing_sending_and_a_partition_over_the_simulated_network() {
         listen.starts_with("10.0.") && listen.ends_with(":7443"),
         "the simulated network, not a UDP socket: {listen}"
     );
-    a.pair_with(&b, listen, "read,send,wake", "bee").await;
+    a.bridge_to(&b, "read,send,wake").await;
 
     let t = b.thread("echo", None).await;
-    let list = pb::ThreadListRequest { bridge: "bee".into(), ..Default::default() };
-    let listed = a.client().threads().thread_list(list).await.expect("list").into_inner();
+    let listed = a.client().threads().thread_list(list_via("bee")).await.expect("list").into_inner();
     assert_eq!(listed.threads.len(), 1);
-    let sent = a.client().threads().thread_send(send(&t.id, "first", "k1")).await.expect("send").into_inner();
+    let sent = a.send(remote_send("bee", &t.id, "first", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Delivered);
 
     network.partition(&a_id, &b_id, true);
-    let sent =
-        a.client().threads().thread_send(send(&t.id, "second", "k2")).await.expect("send").into_inner();
+    let sent = a.send(remote_send("bee", &t.id, "second", "k2")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "durable at the source while cut off");
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "nothing crossed the partition");
@@ -113,7 +100,7 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
     let mut sources = Vec::new();
     for _ in 0..3 {
         let source = home(&network).await;
-        source.pair_with(&target, target.bridge_listen().await, "send,wake", "bee").await;
+        source.bridge_to(&target, "send,wake").await;
         sources.push(source);
     }
     let target_id = target.handle().home_id().to_string();
@@ -139,7 +126,7 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
             calls.push(tokio::spawn(async move {
                 let mut answers = Vec::new();
                 for key in std::iter::once(key).chain(retry) {
-                    let request = send(&session, &format!("from {n}: {key}"), &key);
+                    let request = remote_send("bee", &session, &format!("from {n}: {key}"), &key);
                     let answer = threads.thread_send(request).await.expect("send").into_inner();
                     assert_ne!(answer.status(), pb::SendStatus::Undeliverable, "{answer:?}");
                     let pending = answer.status() == pb::SendStatus::Pending;
@@ -189,26 +176,12 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
     }
 }
 
-/// The source's receipt of its send with `key` once it is no longer pending.
-async fn settled_receipt(home: &TestHome, key: &str) -> pb::Receipt {
-    kiki_tests::eventually("the send settled", || async {
-        receipts(home, "bee").await.into_iter().find(|r| r.idempotency_key == key && r.status != "pending")
-    })
-    .await
-}
-
 /// The receipt of the send with `key` over "bee" at `home`, once it says `delivered`.
 async fn delivered_receipt(home: &TestHome, key: &str) -> pb::Receipt {
     kiki_tests::eventually("the source's receipt to say delivered", || async {
         receipts(home, "bee").await.into_iter().find(|r| r.idempotency_key == key && r.status == "delivered")
     })
     .await
-}
-
-/// The receipts `home` keeps for `bridge` (an alias or a peer's home id).
-async fn receipts(home: &TestHome, bridge: &str) -> Vec<pb::Receipt> {
-    let request = pb::BridgeReceiptsRequest { bridge: bridge.into(), ..Default::default() };
-    home.client().bridges().bridge_receipts(request).await.expect("receipts").into_inner().receipts
 }
 
 /// Two homes on `network`: `a` paired to `b` as "bee" with `permissions`, and an echo thread
@@ -231,18 +204,10 @@ async fn paired_with_window(
     permissions: &str,
     window: Duration,
 ) -> Paired {
-    let a = TestHome::builder()
-        .memory_network(network)
-        .config(move |c| {
-            c.thread_communication.enabled = Some(true);
-            c.mailbox.delivery_wait = Duration::from_millis(300);
-            c.bridge.retry_window = window;
-        })
-        .start()
-        .await;
+    let a = open_home_on(network).config(move |c| c.bridge.retry_window = window).start().await;
     let b = home(network).await;
     let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
-    a.pair_with(&b, b.bridge_listen().await, permissions, "bee").await;
+    a.bridge_to(&b, permissions).await;
     let thread = b.thread("echo", None).await.id;
     Paired { a, b, a_id, b_id, thread }
 }
@@ -256,7 +221,7 @@ async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
     let network = MemoryNetwork::new();
     let Paired { a, b, a_id, b_id, thread: t } = paired(&network, "send").await;
     network.lose_answers(&a_id, &b_id, true);
-    let sent = a.client().threads().thread_send(send(&t, "held", "k1")).await.expect("send").into_inner();
+    let sent = a.send(remote_send("bee", &t, "held", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending);
     let off = pb::ThreadSetRequest {
         target: Some(kiki_tests::local(&t)),
@@ -265,9 +230,9 @@ async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
     b.client().home().thread_set(off).await.expect("switch off");
     network.lose_answers(&a_id, &b_id, false);
 
-    let settled = settled_receipt(&a, "k1").await;
+    let settled = receipt_no_longer(&a, "bee", "k1", "pending").await;
     assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("accepted", ""), "{settled:?}");
-    let new = a.client().threads().thread_send(send(&t, "new", "k2")).await;
+    let new = a.send(remote_send("bee", &t, "new", "k2")).await;
     let refused = new.expect_err("a new key is refused by the switch");
     assert!(refused.message().contains("communication_disabled"), "{}", refused.message());
     b.say(&t, "the user speaks").await.expect("say");
@@ -285,9 +250,8 @@ async fn sent_unanswered(
 ) -> Paired {
     let paired = paired_with_window(network, permissions, window).await;
     network.lose_answers(&paired.a_id, &paired.b_id, true);
-    let sent =
-        paired.a.client().threads().thread_send(send(&paired.thread, content, "k1")).await.expect("send");
-    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending, "no answer came");
+    let sent = paired.a.send(remote_send("bee", &paired.thread, content, "k1")).await.expect("send");
+    assert_eq!(sent.status(), pb::SendStatus::Pending, "no answer came");
     paired
 }
 
@@ -298,11 +262,11 @@ async fn a_refusal_whose_answer_was_lost_is_written_once_at_the_target() {
     let network = MemoryNetwork::new();
     let Paired { a, b, a_id, b_id, .. } = paired(&network, "send").await;
     network.lose_answers(&a_id, &b_id, true);
-    let sent = a.client().threads().thread_send(send("th_nope", "lost", "k1")).await.expect("send");
-    assert_eq!(sent.into_inner().status(), pb::SendStatus::Pending);
+    let sent = a.send(remote_send("bee", "th_nope", "lost", "k1")).await.expect("send");
+    assert_eq!(sent.status(), pb::SendStatus::Pending);
     network.lose_answers(&a_id, &b_id, false);
 
-    let settled = settled_receipt(&a, "k1").await;
+    let settled = receipt_no_longer(&a, "bee", "k1", "pending").await;
     assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("rejected", "thread_not_found"));
     let at_target = receipts(&b, &a_id).await;
     let refusals: Vec<_> = at_target.iter().filter(|r| r.idempotency_key == "k1").collect();
@@ -317,22 +281,22 @@ async fn revoking_at_the_source_ends_its_pending_sends() {
     let network = MemoryNetwork::new();
     let Paired { a, b, a_id, b_id, thread: t } = paired(&network, "send,wake").await;
     network.partition(&a_id, &b_id, true);
-    let sent = a.client().threads().thread_send(send(&t, "stuck", "k1")).await.expect("send").into_inner();
+    let sent = a.send(remote_send("bee", &t, "stuck", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending);
     a.client()
         .bridges()
         .bridge_revoke(pb::BridgeRevokeRequest { bridge: "bee".into() })
         .await
         .expect("revoke");
-    let ended = settled_receipt(&a, "k1").await;
+    let ended = receipt_no_longer(&a, "bee", "k1", "pending").await;
     assert_eq!((ended.status.as_str(), ended.reason.as_str()), ("rejected", "bridge_revoked"));
     // A retry with its key is answered from the outbox, as any replay; a new key is refused.
-    let again = a.client().threads().thread_send(send(&t, "stuck", "k1")).await.expect("replay").into_inner();
+    let again = a.send(remote_send("bee", &t, "stuck", "k1")).await.expect("replay");
     assert_eq!(
         (again.status(), again.replayed, again.reason.as_str()),
         (pb::SendStatus::Undeliverable, true, "bridge_revoked")
     );
-    let new = a.client().threads().thread_send(send(&t, "another", "k2")).await.expect_err("refused");
+    let new = a.send(remote_send("bee", &t, "another", "k2")).await.expect_err("refused");
     assert!(new.message().contains("bridge_revoked"), "{}", new.message());
     network.partition(&a_id, &b_id, false);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -345,18 +309,22 @@ async fn revoking_at_the_source_ends_its_pending_sends() {
 async fn follow_ups_outlast_a_partition() {
     let network = MemoryNetwork::new();
     let Paired { a, b, a_id, b_id, thread: t } = paired(&network, "send").await;
-    let sent = a.client().threads().thread_send(send(&t, "held", "k1")).await.expect("send").into_inner();
+    let sent = a.send(remote_send("bee", &t, "held", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
-    assert_eq!(settled_receipt(&a, "k1").await.status, "accepted");
+    assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status, "accepted");
     network.partition(&a_id, &b_id, true);
     b.say(&t, "the user speaks").await.expect("say");
     b.wait_turns(&t, 1).await;
     // Follow-ups fail meanwhile (their pauses grow with the message's age).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    assert_eq!(settled_receipt(&a, "k1").await.status, "accepted", "the source cannot know yet");
+    assert_eq!(
+        receipt_no_longer(&a, "bee", "k1", "pending").await.status,
+        "accepted",
+        "the source cannot know yet"
+    );
     network.partition(&a_id, &b_id, false);
     kiki_tests::eventually("the source's receipt to say delivered", || async {
-        (settled_receipt(&a, "k1").await.status == "delivered").then_some(())
+        (receipt_no_longer(&a, "bee", "k1", "pending").await.status == "delivered").then_some(())
     })
     .await;
 }
@@ -369,7 +337,7 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
     let network = MemoryNetwork::new();
     let Paired { a, b, a_id, b_id, thread: t } =
         sent_unanswered(&network, "send", Duration::from_secs(3), "too late").await;
-    let expired = settled_receipt(&a, "k1").await;
+    let expired = receipt_no_longer(&a, "bee", "k1", "pending").await;
     assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
     // The target agrees without waiting for a turn of the thread.
     kiki_tests::eventually("the target's receipt to say expired", || async {
@@ -386,8 +354,7 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
     story.sort();
     assert_eq!(story, ["expired:expired", "pending:"]);
     // A retry now hears the same.
-    let again =
-        a.client().threads().thread_send(send(&t, "too late", "k1")).await.expect("replay").into_inner();
+    let again = a.send(remote_send("bee", &t, "too late", "k1")).await.expect("replay");
     assert_eq!((again.status(), again.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
 }
 
@@ -401,13 +368,12 @@ async fn a_message_delivered_before_its_window_ended_is_found_so_after_it_expire
         sent_unanswered(&network, "send,wake", Duration::from_secs(2), "in time").await;
     let turn = b.wait_turns(&t, 1).await.remove(0);
     assert!(turn.output.contains("echo: in time"), "{}", turn.output);
-    let expired = settled_receipt(&a, "k1").await;
+    let expired = receipt_no_longer(&a, "bee", "k1", "pending").await;
     assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
     network.lose_answers(&a_id, &b_id, false);
 
     assert_eq!(delivered_receipt(&a, "k1").await.reason, "found_delivered");
-    let again =
-        a.client().threads().thread_send(send(&t, "in time", "k1")).await.expect("replay").into_inner();
+    let again = a.send(remote_send("bee", &t, "in time", "k1")).await.expect("replay");
     assert_eq!((again.status(), again.reason.as_str()), (pb::SendStatus::Delivered, "found_delivered"));
     assert_eq!(b.wait_turns(&t, 1).await.len(), 1, "delivered once");
 }
@@ -420,9 +386,9 @@ async fn a_confirmed_message_waits_past_its_window() {
     let network = MemoryNetwork::new();
     let window = Duration::from_secs(2);
     let Paired { a, b, thread: t, .. } = paired_with_window(&network, "send", window).await;
-    let sent = a.client().threads().thread_send(send(&t, "held", "k1")).await.expect("send").into_inner();
+    let sent = a.send(remote_send("bee", &t, "held", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
-    assert_eq!(settled_receipt(&a, "k1").await.status, "accepted");
+    assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status, "accepted");
     tokio::time::sleep(window + Duration::from_secs(2)).await;
     b.say(&t, "the user speaks").await.expect("say");
     let turn = b.wait_turns(&t, 1).await.remove(0);
