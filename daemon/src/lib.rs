@@ -4,15 +4,20 @@
 //! # Layout
 //!
 //! - [`config`]: typed `config.toml`, layered defaults → file → env → code.
-//! - [`home`]: the home directory's files and the single-daemon lock.
+//! - [`home`]: the home directory's files, their owner checks, and the single-daemon lock.
 //! - [`identity`]: the home's key and the home id derived from it.
 //! - [`store`]: the [`store::Store`] trait and its SQLite backend, with migrations.
 //! - [`threads`]: thread rules (limits, cursors, content refs) and the turn runner.
 //! - [`executors`]: `echo` and `exec`, which run one turn.
+//! - [`mailbox`]: sends to this home's threads (group commit, idempotency), ThreadWait,
+//!   switches, attention.
 //! - [`bridges`]: pairing and calls between homes over `kiki-bridge`'s QUIC endpoint.
-//! - [`mailbox`]: ThreadSend (group commit, idempotency), ThreadWait, switches, attention.
+//! - [`messaging`]: the one entry point for ThreadSend, routing local or across a bridge.
+//! - [`doctor`], [`backup`]: `kiki doctor` and `kiki backup`.
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
-//! - [`hex`]: lower-case hex for digests and tokens.
+//! - [`convert`]: records ↔ `kiki.v1` messages, for the two protobuf edges (gRPC, the bridge
+//!   wire codec).
+//! - [`hex`], [`sync`], [`time`]: small helpers.
 //! - [`runtime`]: the tokio runtime kikid runs on (no LIFO slot, so answers are flushed in batches).
 //!
 //! # Boot and shutdown
@@ -26,6 +31,7 @@
 pub mod backup;
 pub mod bridges;
 pub mod config;
+pub mod convert;
 pub mod doctor;
 pub mod error;
 pub mod executors;
@@ -34,6 +40,7 @@ pub mod hex;
 pub mod home;
 pub mod identity;
 pub mod mailbox;
+pub mod messaging;
 pub mod runtime;
 pub mod store;
 pub mod sync;

@@ -104,7 +104,7 @@ async fn check(args: Args) -> ExitCode {
         }
     };
     let sound = findings.iter().all(|f| f.ok);
-    let findings = findings.into_iter().map(kiki_daemon::grpc::finding_to_pb).collect();
+    let findings = findings.into_iter().map(kiki_daemon::convert::finding_to_pb).collect();
     match serde_json::to_string_pretty(&kiki_proto::DoctorResponse { findings }) {
         Ok(json) => println!("{json}"),
         Err(e) => {

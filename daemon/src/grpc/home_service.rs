@@ -8,7 +8,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
-use super::{communication_from_pb, owner_only, status, target, thread_to_pb};
+use super::{communication_from_pb, owner_only, status, target};
+use crate::convert::thread_to_pb;
 use crate::doctor::{self, StoreAt};
 use crate::home::HomeDir;
 use crate::mailbox::Mailbox;
@@ -143,7 +144,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             message: format!("kikid pid {} serves this home since {}", std::process::id(), i.started_at),
             fix: String::new(),
         });
-        let findings = findings.into_iter().map(super::finding_to_pb).collect();
+        let findings = findings.into_iter().map(crate::convert::finding_to_pb).collect();
         Ok(Response::new(pb::DoctorResponse { findings }))
     }
 

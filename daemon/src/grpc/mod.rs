@@ -22,14 +22,10 @@ use tonic::{Request, Status};
 
 use crate::bridges::Bridges;
 use crate::error::Error;
-use crate::mailbox::{Mailbox, Sent, WaitResult};
-use crate::store::{
-    CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, StoreError, ThreadRecord,
-    TurnStatus,
-};
+use crate::mailbox::Mailbox;
+use crate::store::{CommunicationSetting, StoreError};
+use crate::threads::Threads;
 use crate::threads::runner::TurnCaller;
-use crate::threads::{Threads, TurnView};
-use crate::time::rfc3339;
 
 pub use connection::{CALLS_PER_CONNECTION, STREAMS_PER_CONNECTION, WAITS_PER_CONNECTION};
 pub use home_service::{HomeInfo, HomeServiceImpl};
@@ -150,77 +146,6 @@ pub fn owner_only<T>(threads: &Threads, request: &Request<T>, what: &str) -> Res
     }
 }
 
-pub fn thread_to_pb(t: &ThreadRecord, host_id: &str) -> pb::Thread {
-    pb::Thread {
-        id: t.id.clone(),
-        workspace_id: t.workspace_id.clone(),
-        cwd: t.cwd.clone(),
-        title: t.title.clone(),
-        profile: t.profile.clone(),
-        created_at: rfc3339(t.created_at),
-        updated_at: rfc3339(t.updated_at),
-        archived: t.archived,
-        enabled: t.enabled,
-        state: if t.running { pb::ThreadState::Running } else { pb::ThreadState::Idle } as i32,
-        communication: match t.communication {
-            CommunicationSetting::Default => pb::Communication::Default,
-            CommunicationSetting::On => pb::Communication::On,
-            CommunicationSetting::Off => pb::Communication::Off,
-        } as i32,
-        host_id: host_id.to_string(),
-    }
-}
-
-fn turn_status_to_pb(s: TurnStatus) -> pb::TurnStatus {
-    match s {
-        TurnStatus::Running => pb::TurnStatus::Running,
-        TurnStatus::Completed => pb::TurnStatus::Completed,
-        TurnStatus::Failed => pb::TurnStatus::Failed,
-        TurnStatus::Cancelled => pb::TurnStatus::Cancelled,
-    }
-}
-
-pub fn turn_to_pb(v: TurnView) -> pb::Turn {
-    let t = v.turn;
-    pb::Turn {
-        id: t.id,
-        seq: t.seq as u64,
-        status: turn_status_to_pb(t.status) as i32,
-        input: t.input,
-        output: t.output,
-        input_truncated: v.input_truncated,
-        output_truncated: v.output_truncated,
-        content_refs: v
-            .content_refs
-            .into_iter()
-            .map(|(content_ref, field, len)| pb::ContentRef {
-                content_ref,
-                field: field.to_string(),
-                utf16_length: len as u64,
-            })
-            .collect(),
-        inputs: t
-            .items
-            .into_iter()
-            .map(|item| pb::TurnInput {
-                kind: match item.kind {
-                    InputKind::User => pb::InputKind::User,
-                    InputKind::Message => pb::InputKind::Message,
-                } as i32,
-                message_id: item.message_id.unwrap_or_default(),
-                source: item.source.map(|s| pb::ThreadRef {
-                    host_id: s.host_id,
-                    workspace_id: String::new(),
-                    session_id: s.thread_id,
-                }),
-            })
-            .collect(),
-        started_at: rfc3339(t.started_at),
-        ended_at: t.ended_at.map(rfc3339).unwrap_or_default(),
-        error: t.error,
-    }
-}
-
 pub fn communication_from_pb(value: i32) -> Result<CommunicationSetting, Status> {
     match pb::Communication::try_from(value) {
         Ok(pb::Communication::Default) => Ok(CommunicationSetting::Default),
@@ -228,95 +153,4 @@ pub fn communication_from_pb(value: i32) -> Result<CommunicationSetting, Status>
         Ok(pb::Communication::Off) => Ok(CommunicationSetting::Off),
         _ => Err(status(Error::invalid("communication", "must be default, on or off"))),
     }
-}
-
-fn event_to_pb(e: EventRecord) -> pb::Event {
-    pb::Event {
-        seq: e.seq as u64,
-        kind: match e.kind {
-            EventKind::Terminal => pb::EventKind::Terminal,
-            EventKind::Attention => pb::EventKind::Attention,
-            EventKind::Lifecycle => pb::EventKind::Lifecycle,
-            EventKind::Undeliverable => pb::EventKind::Undeliverable,
-        } as i32,
-        at: rfc3339(e.at),
-        turn_id: e.turn_id.unwrap_or_default(),
-        turn_status: e.turn_status.map(turn_status_to_pb).unwrap_or(pb::TurnStatus::Unspecified) as i32,
-        reason: e.reason,
-        lifecycle: e.lifecycle,
-        message_id: e.message_id.unwrap_or_default(),
-    }
-}
-
-pub fn finding_to_pb(f: crate::doctor::Finding) -> pb::DoctorFinding {
-    pb::DoctorFinding { check: f.check.to_string(), ok: f.ok, message: f.message, fix: f.fix }
-}
-
-pub fn sent_to_pb(sent: Sent) -> pb::ThreadSendResponse {
-    pb::ThreadSendResponse {
-        message_id: sent.message_id,
-        status: match sent.status {
-            MessageStatus::Delivered => pb::SendStatus::Delivered,
-            MessageStatus::Pending => pb::SendStatus::Pending,
-            MessageStatus::Undeliverable => pb::SendStatus::Undeliverable,
-        } as i32,
-        replayed: sent.replayed,
-        reason: sent.reason,
-    }
-}
-
-pub fn wait_result_to_pb(r: WaitResult) -> pb::WaitResult {
-    pb::WaitResult {
-        target: Some(r.target),
-        events: r.events.into_iter().map(event_to_pb).collect(),
-        cursor: r.cursor,
-    }
-}
-
-/// A ThreadRead answer for a thread of this home (local callers and bridge peers alike).
-pub async fn read_response(
-    threads: &Threads,
-    thread: ThreadRecord,
-    limit: Option<u32>,
-    cursor: &str,
-    content_ref: &str,
-    host_id: &str,
-) -> Result<pb::ThreadReadResponse, Error> {
-    if !content_ref.is_empty() {
-        if limit.is_some() {
-            return Err(Error::invalid("limit", "not used with content_ref (segments have a fixed size)"));
-        }
-        let s = threads.read_content(thread, content_ref, cursor).await?;
-        return Ok(pb::ThreadReadResponse {
-            turns: Vec::new(),
-            next_cursor: None,
-            thread: Some(thread_to_pb(&s.thread, host_id)),
-            coverage: None,
-            segment: Some(pb::ContentSegment {
-                content_ref: s.content_ref,
-                text: s.text,
-                offset: s.offset as u64,
-                utf16_length: s.total as u64,
-                next: s.next,
-            }),
-        });
-    }
-    let page = threads.read(thread, limit, cursor).await?;
-    let turns: Vec<pb::Turn> = page.turns.into_iter().map(turn_to_pb).collect();
-    let last_seq = turns.last().map_or(0, |t| t.seq);
-    let coverage = pb::Coverage {
-        // The thread was read just before its turns: a turn that ended in between is on the
-        // page, and counts.
-        turns_total: ((page.thread.turn_count - i64::from(page.thread.running)).max(0) as u64).max(last_seq),
-        first_seq: turns.first().map_or(0, |t| t.seq),
-        last_seq,
-        complete: page.next_cursor.is_none(),
-    };
-    Ok(pb::ThreadReadResponse {
-        thread: Some(thread_to_pb(&page.thread, host_id)),
-        turns,
-        next_cursor: page.next_cursor,
-        segment: None,
-        coverage: Some(coverage),
-    })
 }

@@ -6,10 +6,12 @@ use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{caller, read_response, sent_to_pb, status, target, thread_to_pb, wait_result_to_pb};
+use super::{caller, status, target};
 use crate::bridges::Bridges;
+use crate::convert::{read_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb};
 use crate::error::Error;
 use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
+use crate::messaging::Messaging;
 use crate::threads::{CreateRequest, Threads};
 
 #[derive(Clone)]
@@ -17,11 +19,13 @@ pub struct ThreadServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
     bridges: Bridges,
+    messaging: Messaging,
 }
 
 impl ThreadServiceImpl {
     pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges) -> Self {
-        Self { threads, mailbox, bridges }
+        let messaging = Messaging::new(threads.clone(), mailbox.clone(), bridges.clone());
+        Self { threads, mailbox, bridges, messaging }
     }
 
     /// A peer tool called with `token` (the `kiki-token` header, if any): an agent's call
@@ -251,10 +255,8 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             .get(&target.host_id, &target.workspace_id, &target.session_id)
             .await
             .map_err(status)?;
-        let page = read_response(&self.threads, thread, r.limit, &r.cursor, &r.content_ref, "")
-            .await
-            .map_err(status)?;
-        Ok(Response::new(page))
+        let read = self.threads.read_any(thread, r.limit, &r.cursor, &r.content_ref).await.map_err(status)?;
+        Ok(Response::new(read_to_pb(read, "")))
     }
 
     #[instrument(level = "debug", skip_all)]
@@ -271,34 +273,11 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             return Err(status(Error::invalid("mentions", "only for room sends")));
         }
         let target = target(r.target)?;
-        let sent = if self.threads.resolve_host(&target.host_id).is_err() {
-            let source_thread = match self.mailbox.sender(caller.as_ref()).await {
-                Ok(source) => source.map(|s| s.thread_id),
-                // A switch turned off since the first send does not turn its retry away.
-                Err(refusal) => {
-                    let scope = caller.as_ref().map(|c| c.thread_id.as_str()).unwrap_or_default();
-                    let (host, session) = (&target.host_id, &target.session_id);
-                    let replay =
-                        self.bridges.replay_remote(scope, host, session, &r.content, &r.idempotency_key);
-                    return replay.await.map_err(status)?.map(send_response).ok_or_else(|| status(refusal));
-                }
-            };
-            self.bridges
-                .send_remote(
-                    source_thread,
-                    &target.host_id,
-                    &target.session_id,
-                    &r.content,
-                    &r.idempotency_key,
-                )
-                .await
-                .map_err(status)?
-        } else {
-            self.mailbox
-                .send(caller.as_ref(), &target, &r.content, &r.idempotency_key)
-                .await
-                .map_err(status)?
-        };
+        let sent = self
+            .messaging
+            .send(caller.as_ref(), &target, &r.content, &r.idempotency_key)
+            .await
+            .map_err(status)?;
         Ok(send_response(sent))
     }
 

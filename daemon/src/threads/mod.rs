@@ -71,6 +71,13 @@ pub struct TurnPage {
     pub next_cursor: Option<String>,
 }
 
+/// What a ThreadRead gives: a page of turns, or a segment of one oversized field.
+#[derive(Debug)]
+pub enum Read {
+    Turns(TurnPage),
+    Segment(Segment),
+}
+
 #[derive(Debug)]
 pub struct Segment {
     pub thread: ThreadRecord,
@@ -290,6 +297,24 @@ impl Threads {
 
     /// One segment of an oversized turn field.
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
+    /// ThreadRead: a page of `thread`'s ended turns, or with `content_ref` one segment of an
+    /// oversized field (`limit` does not go with it: segments have a fixed size).
+    pub async fn read_any(
+        &self,
+        thread: ThreadRecord,
+        limit: Option<u32>,
+        cursor: &str,
+        content_ref: &str,
+    ) -> Result<Read> {
+        if content_ref.is_empty() {
+            return Ok(Read::Turns(self.read(thread, limit, cursor).await?));
+        }
+        if limit.is_some() {
+            return Err(Error::invalid("limit", "not used with content_ref (segments have a fixed size)"));
+        }
+        Ok(Read::Segment(self.read_content(thread, content_ref, cursor).await?))
+    }
+
     pub async fn read_content(
         &self,
         thread: ThreadRecord,

@@ -213,7 +213,7 @@ impl Inbound {
             .await?;
         let home = self.cx.links.home_id().to_string();
         Ok(pb::ThreadListResponse {
-            threads: page.threads.iter().map(|t| crate::grpc::thread_to_pb(t, &home)).collect(),
+            threads: page.threads.iter().map(|t| crate::convert::thread_to_pb(t, &home)).collect(),
             next_cursor: page.next_cursor,
         })
     }
@@ -225,16 +225,9 @@ impl Inbound {
     ) -> std::result::Result<pb::ThreadReadResponse, Rejection> {
         let bridge = self.granted(peer, "read").await?;
         let thread = self.scoped_thread(&bridge, &request.target.unwrap_or_default()).await?;
-        crate::grpc::read_response(
-            &self.cx.threads,
-            thread,
-            request.limit,
-            &request.cursor,
-            &request.content_ref,
-            self.cx.links.home_id(),
-        )
-        .await
-        .map_err(Rejection::Daemon)
+        let read =
+            self.cx.threads.read_any(thread, request.limit, &request.cursor, &request.content_ref).await?;
+        Ok(crate::convert::read_to_pb(read, self.cx.links.home_id()))
     }
 
     /// ThreadWait for a peer: needs `wait`, stays inside the scope, never wakes anything.
@@ -263,7 +256,7 @@ impl Inbound {
             })),
         };
         Ok(pb::ThreadWaitResponse {
-            results: results.into_iter().map(crate::grpc::wait_result_to_pb).collect(),
+            results: results.into_iter().map(crate::convert::wait_result_to_pb).collect(),
             timed_out,
         })
     }

@@ -41,7 +41,7 @@ impl Inbound {
             at: now_ms(),
         };
         let (code, message) = match self.accept_from(peer, &call, receipt.clone()).await {
-            Ok(sent) => return crate::grpc::sent_to_pb(sent),
+            Ok(sent) => return crate::convert::sent_to_pb(sent),
             Err(refusal) => refusal,
         };
         debug!(peer, code, %message, "bridged send refused");
@@ -102,7 +102,7 @@ impl Inbound {
         let answers = match mailbox.follow_up(&keys, call.window_over).await {
             Ok(found) => found
                 .into_iter()
-                .map(|sent| sent.map(crate::grpc::sent_to_pb).unwrap_or_else(|| refusal_response(unknown)))
+                .map(|sent| sent.map(crate::convert::sent_to_pb).unwrap_or_else(|| refusal_response(unknown)))
                 .collect(),
             Err(e) => return Err(Rejection::Wire(wire_refusal(e).0, "cannot follow up now".into())),
         };
