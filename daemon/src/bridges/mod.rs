@@ -1,18 +1,18 @@
 //! Bridges: owner-approved, one-way links between homes (contract §3). One small type per
 //! job, and [`Bridges`], the facade the gRPC layer calls, which owns them and their tasks:
 //!
-//! - [`table`]: the bridge records, kept in memory (every peer call checks them).
-//! - [`links`]: the connections this home dials, one per peer, redialed when lost and let go
+//! - `table`: the bridge records, kept in memory (every peer call checks them).
+//! - `links`: the connections this home dials, one per peer, redialed when lost and let go
 //!   when idle.
-//! - [`pairing`]: requests, approval, rejection, revocation, turning inbound access off and
+//! - `pairing`: requests, approval, rejection, revocation, turning inbound access off and
 //!   on, and refreshing an outbound bridge from its target.
-//! - [`inbound`]: serving peers' calls — every call checked against the peer's grant — and
+//! - `inbound`: serving peers' calls — every call checked against the peer's grant — and
 //!   the target's side of cross-home sends.
-//! - [`outbox`]: the source's side of cross-home sends: the transactional outbox, its
+//! - `outbox`: the source's side of cross-home sends: the transactional outbox, its
 //!   worker, backoff and follow-ups, and the recorder of answered sends' outcomes.
-//! - [`remote`]: ThreadList, ThreadRead and ThreadWait over an outbound bridge.
-//! - [`receipts`]: what both sides show of the messages they exchanged.
-//! - [`wire`]: errors and refusals as they travel between homes.
+//! - `remote`: ThreadList, ThreadRead and ThreadWait over an outbound bridge.
+//! - `receipts`: what both sides show of the messages they exchanged.
+//! - `wire`: errors and refusals as they travel between homes.
 //!
 //! Every background task (the accept loop and the peers it serves, the outbox worker and
 //! its attempts, the recorder, the expiry sweep, the idle-connection sweep) runs on the
@@ -213,7 +213,8 @@ impl Bridges {
         self.inner.pairing.list().await
     }
 
-    /// Messages waiting on this bridge (see [`Receipts::pending_count`]).
+    /// Messages waiting on this bridge: unacknowledged sends (outbound), or messages from
+    /// the peer queued at this home's threads (inbound).
     pub async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
         self.receipts_view().pending_count(bridge).await
     }
@@ -252,7 +253,8 @@ impl Bridges {
         self.inner.remote.read(host, request).await
     }
 
-    /// ThreadWait on threads behind `host` (see [`Remote::wait`]).
+    /// ThreadWait on threads behind `host`, all on that one home; results are named as the
+    /// caller named their targets.
     pub async fn wait_remote(
         &self,
         host: &str,
