@@ -4,9 +4,10 @@
 
 use kiki_daemon::executors::render;
 use kiki_daemon::store::{
-    BridgeRecord, CommunicationSetting, EventKind, EventRecord, InputKind, InterruptedTurn, MessageStatus,
-    NewInput, NewMessage, NewThread, OutboxRecord, ReceiptRecord, SendOutcome, SourceRef, Store, StoreError,
-    ThreadQuery, TurnClaim, TurnOutcome, TurnStatus,
+    BridgeRecord, BridgeState, CommunicationSetting, Direction, EventKind, EventRecord, InputKind,
+    InterruptedTurn, MessageStatus, NewInput, NewMessage, NewThread, OutboxRecord, OutboxStatus, Permission,
+    ReceiptRecord, SendOutcome, SourceRef, Store, StoreError, ThreadQuery, TurnClaim, TurnOutcome,
+    TurnStatus,
 };
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
@@ -557,7 +558,7 @@ fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
         key_scope: "th_me".into(),
         key: key.into(),
         request_hash: "h".into(),
-        status: "pending".into(),
+        status: OutboxStatus::Pending,
         reason: String::new(),
         remote_message_id: String::new(),
         attempts: 1,
@@ -613,14 +614,14 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let other = store.outbox_due("OTHER", 20, 10).await.expect("due");
     assert!(other.is_empty(), "another peer's due entries only: {other:?}");
     let mut done = outbox("msg_1", "k1", 10);
-    done.status = "delivered".into();
+    done.status = OutboxStatus::Delivered;
     store.outbox_update(&[(done, None)]).await.expect("update");
     let listed: Vec<(String, String)> = store
         .outbox_page("br_1", None, 10)
         .await
         .expect("list")
         .into_iter()
-        .map(|e| (e.id, e.status))
+        .map(|e| (e.id, e.status.to_string()))
         .collect();
     let expected = [("msg_3", "pending"), ("msg_1", "delivered")];
     assert_eq!(listed, expected.map(|(id, status)| (id.to_string(), status.to_string())), "newest first");
@@ -642,7 +643,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     // Outcomes are saved several at a time. An outcome is final: a late attempt's outcome
     // changes nothing and adds no event, and the others saved with it still move on.
     let mut late = outbox("msg_1", "k1", 10);
-    late.status = "rejected".into();
+    late.status = OutboxStatus::Rejected;
     let event = EventRecord {
         seq: 0,
         thread_id: "th_src".into(),
@@ -655,7 +656,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         at: 30,
     };
     let mut accepted = outbox("msg_3", "k3", 40);
-    accepted.status = "accepted".into();
+    accepted.status = OutboxStatus::Accepted;
     store.outbox_update(&[(late, Some(event)), (accepted.clone(), None)]).await.expect("update");
     let [third, first]: [OutboxRecord; 2] =
         store.outbox_page("br_1", None, 10).await.expect("list").try_into().expect("two entries");
@@ -675,7 +676,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     let due: Vec<String> =
         store.outbox_due("PEER", 46, 10).await.expect("due").into_iter().map(|e| e.id).collect();
     assert_eq!(due, ["msg_3"], "due again with the link");
-    accepted.status = "delivered".into();
+    accepted.status = OutboxStatus::Delivered;
     store.outbox_update(&[(accepted.clone(), None)]).await.expect("update");
     let third = store.outbox_page("br_1", None, 10).await.expect("list").remove(0);
     assert_eq!((third.id.as_str(), third.status.as_str()), ("msg_3", "delivered"));
@@ -732,15 +733,15 @@ pub async fn a_failed_write_leaves_no_trace_beside_others(store: &dyn Store) {
 }
 
 /// An active inbound bridge from `peer`: bridged messages are stored only while there is one.
-async fn inbound_bridge(store: &dyn Store, peer: &str, state: &str) {
+async fn inbound_bridge(store: &dyn Store, peer: &str, state: BridgeState) {
     let bridge = BridgeRecord {
         id: format!("br_{peer}"),
-        direction: "inbound".into(),
+        direction: Direction::Inbound,
         peer_home_id: peer.into(),
         alias: peer.to_lowercase(),
         address: String::new(),
-        state: state.into(),
-        permissions: vec!["send".into()],
+        state,
+        permissions: [Permission::Send].into_iter().collect(),
         workspaces: Vec::new(),
         request_id: String::new(),
         created_at: 1,
@@ -758,7 +759,7 @@ pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dy
     let mut m = message("msg_1", "th_a", "th_far", "k1", "hello");
     m.source = Some(SourceRef { host_id: "HOME_P".into(), thread_id: "th_far".into() });
     m.key_scope = "HOME_P/th_far".into();
-    for state in [None, Some("revoked"), Some("disabled")] {
+    for state in [None, Some(BridgeState::Revoked), Some(BridgeState::Disabled)] {
         if let Some(state) = state {
             inbound_bridge(store, "HOME_P", state).await;
         }
@@ -766,7 +767,7 @@ pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dy
         assert!(matches!(outcome, SendOutcome::BridgeClosed), "{state:?}: {outcome:?}");
         assert!(store.message("msg_1").await.expect("read").is_none(), "{state:?}: nothing stored");
     }
-    inbound_bridge(store, "HOME_P", "active").await;
+    inbound_bridge(store, "HOME_P", BridgeState::Active).await;
     let outcome = store.accept_message(&m).await.expect("accepted");
     assert!(matches!(outcome, SendOutcome::Accepted { .. }), "{outcome:?}");
     // Its id is its source's: another bridged message cannot take one already given.
@@ -782,9 +783,9 @@ pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dy
 }
 
 pub async fn a_bridge_record_round_trips(store: &dyn Store) {
-    inbound_bridge(store, "HOME_P", "active").await;
+    inbound_bridge(store, "HOME_P", BridgeState::Active).await;
     let mut bridge = store.bridges().await.expect("list").remove(0);
-    (bridge.state, bridge.revoked_by_peer, bridge.last_error_at) = ("revoked".into(), true, Some(7));
+    (bridge.state, bridge.revoked_by_peer, bridge.last_error_at) = (BridgeState::Revoked, true, Some(7));
     bridge.last_error = "refused".into();
     store.save_bridge(Some(&bridge), &[]).await.expect("save");
     assert_eq!(store.bridges().await.expect("list"), vec![bridge], "every field as saved");
@@ -792,8 +793,8 @@ pub async fn a_bridge_record_round_trips(store: &dyn Store) {
 
 pub async fn pending_messages_are_counted_per_peer_home(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
-    inbound_bridge(store, "HOME_P", "active").await;
-    inbound_bridge(store, "HOME_Q", "active").await;
+    inbound_bridge(store, "HOME_P", BridgeState::Active).await;
+    inbound_bridge(store, "HOME_Q", BridgeState::Active).await;
     let from = |id: &str, host: &str, key: &str| {
         let mut m = message(id, "th_a", "th_far", key, key);
         m.source = Some(SourceRef { host_id: host.into(), thread_id: "th_far".into() });
@@ -814,7 +815,7 @@ pub async fn pending_messages_are_counted_per_peer_home(store: &dyn Store) {
 /// none, waits on.
 pub async fn overdue_bridged_messages_expire_in_a_sweep(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
-    inbound_bridge(store, "HOME_P", "active").await;
+    inbound_bridge(store, "HOME_P", BridgeState::Active).await;
     let now = kiki_daemon::time::now_ms();
     let from = |id: &str, deadline: Option<i64>| {
         let mut m = message(id, "th_a", "th_far", id, id);

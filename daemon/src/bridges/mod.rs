@@ -39,7 +39,7 @@ use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 pub use links::quic_transport;
-pub use pairing::{PERMISSIONS, parse_permissions};
+pub use pairing::parse_permissions;
 pub use receipts::ReceiptPage;
 
 use crate::config::Config;

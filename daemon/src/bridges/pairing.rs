@@ -20,11 +20,9 @@ use super::links::{call_link, dial_failure, link_failure, resolve};
 use super::wire::{Rejection, from_wire};
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, BridgeRequestRecord};
+use crate::store::{BridgeState, Direction, Permissions, RequestStatus};
 use crate::threads::new_id;
 use crate::time::now_ms;
-
-/// What a bridge can grant.
-pub const PERMISSIONS: [&str; 4] = ["read", "send", "wake", "wait"];
 
 /// Pairing requests one peer may file per [`REQUEST_WINDOW`].
 const REQUESTS_PER_WINDOW: usize = 5;
@@ -46,23 +44,15 @@ const PING_TIMEOUT: Duration = Duration::from_secs(2);
 const ALIAS_MAX_CHARS: usize = 64;
 
 /// Parses and checks a permission list (`read,send` or repeated values).
-pub fn parse_permissions(field: &'static str, values: &[String]) -> Result<Vec<String>> {
-    let mut out: Vec<String> = Vec::new();
-    for value in values.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|v| !v.is_empty()) {
-        if !PERMISSIONS.contains(&value) {
-            return Err(Error::invalid(
-                field,
-                format!("unknown permission {value:?} (read, send, wake, wait)"),
-            ));
-        }
-        if !out.iter().any(|p| p == value) {
-            out.push(value.to_string());
-        }
-    }
-    if out.is_empty() {
+pub fn parse_permissions(field: &'static str, values: &[String]) -> Result<Permissions> {
+    let words = values.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|v| !v.is_empty());
+    let permissions = Permissions::parse(words).map_err(|unknown| {
+        Error::invalid(field, format!("unknown permission {unknown:?} (read, send, wake, wait)"))
+    })?;
+    if permissions.is_empty() {
         return Err(Error::invalid(field, "name at least one of read, send, wake, wait"));
     }
-    Ok(out)
+    Ok(permissions)
 }
 
 /// The network whose pairing requests share one allowance: an IPv4 address, or an IPv6
@@ -135,7 +125,8 @@ impl Pairing {
             ));
         }
         // (A peer's own waiting request does not count: its new one replaces it.)
-        let others_waiting = || requests.iter().filter(|r| r.status == "pending" && r.peer_home_id != peer);
+        let others_waiting =
+            || requests.iter().filter(|r| r.status == RequestStatus::Pending && r.peer_home_id != peer);
         let network = network_of(from);
         let address = from.to_canonical().to_string();
         if others_waiting().filter(|r| r.address.parse().is_ok_and(|ip| network_of(ip) == network)).count()
@@ -164,7 +155,7 @@ impl Pairing {
             peer_home_id: peer.to_string(),
             name,
             want,
-            status: "pending".into(),
+            status: RequestStatus::Pending,
             created_at: now,
             decided_at: None,
             address,
@@ -172,9 +163,13 @@ impl Pairing {
         // A peer's newest request replaces the ones still waiting (in the same write): the
         // owner decides on what it wants now, and cannot approve a stale request (changing
         // the grant) by mistake.
-        let replaced =
-            requests.iter().filter(|r| r.peer_home_id == peer && r.status == "pending").map(|stale| {
-                BridgeRequestRecord { status: "replaced".into(), decided_at: Some(now), ..stale.clone() }
+        let replaced = requests
+            .iter()
+            .filter(|r| r.peer_home_id == peer && r.status == RequestStatus::Pending)
+            .map(|stale| BridgeRequestRecord {
+                status: RequestStatus::Replaced,
+                decided_at: Some(now),
+                ..stale.clone()
             });
         let saved: Vec<BridgeRequestRecord> = std::iter::once(request.clone()).chain(replaced).collect();
         self.cx.table.save(None, &saved).await.map_err(Error::from)?;
@@ -183,23 +178,27 @@ impl Pairing {
     }
 
     pub(super) async fn ping_reply(&self, peer: &str) -> std::result::Result<pb::PingReply, Rejection> {
-        let inbound = self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
+        let inbound =
+            self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
         // Read only: a peer's ping writes nothing, even an expiry.
         let requests = self.cx.store.bridge_requests().await.map_err(Error::from)?;
         // A revoked bridge gives way to a request the peer filed since (or as it was revoked).
-        let since = inbound.as_ref().filter(|b| b.state == "revoked").map_or(i64::MIN, |b| b.updated_at);
+        let since =
+            inbound.as_ref().filter(|b| b.state == BridgeState::Revoked).map_or(i64::MIN, |b| b.updated_at);
         let newer = requests.iter().rev().find(|r| r.peer_home_id == peer && r.created_at >= since);
-        if let Some(b) = inbound.filter(|b| b.state != "revoked" || newer.is_none()) {
+        if let Some(b) = inbound.filter(|b| b.state != BridgeState::Revoked || newer.is_none()) {
             return Ok(pb::PingReply {
-                state: b.state,
-                permissions: b.permissions,
+                state: b.state.to_string(),
+                permissions: b.permissions.words(),
                 workspaces: b.workspaces,
             });
         }
         let state = match newer {
             Some(r) if self.expired(r, now_ms()) => "expired",
-            Some(r) if r.status == "rejected" || r.status == "expired" => &r.status,
-            Some(r) if r.status == "withdrawn" => "revoked",
+            Some(r) if matches!(r.status, RequestStatus::Rejected | RequestStatus::Expired) => {
+                r.status.as_str()
+            }
+            Some(r) if r.status == RequestStatus::Withdrawn => "revoked",
             Some(_) => "pending",
             None => "unknown",
         };
@@ -214,18 +213,22 @@ impl Pairing {
         call: pb::WithdrawCall,
     ) -> std::result::Result<pb::WithdrawReply, Rejection> {
         let _decision = self.cx.decisions.lock().await;
-        let inbound = self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await?;
-        if let Some(bridge) = inbound.filter(|b| b.state != "revoked" && b.request_id == call.request_id) {
+        let inbound =
+            self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
+        if let Some(bridge) =
+            inbound.filter(|b| b.state != BridgeState::Revoked && b.request_id == call.request_id)
+        {
             self.revoke_bridge(bridge).await?;
         }
-        let waiting = self
-            .requests()
-            .await?
-            .into_iter()
-            .find(|r| r.peer_home_id == peer && r.id == call.request_id && r.status == "pending");
+        let waiting = self.requests().await?.into_iter().find(|r| {
+            r.peer_home_id == peer && r.id == call.request_id && r.status == RequestStatus::Pending
+        });
         if let Some(request) = waiting {
-            let withdrawn =
-                BridgeRequestRecord { status: "withdrawn".into(), decided_at: Some(now_ms()), ..request };
+            let withdrawn = BridgeRequestRecord {
+                status: RequestStatus::Withdrawn,
+                decided_at: Some(now_ms()),
+                ..request
+            };
             self.cx.table.save(None, &[withdrawn]).await.map_err(Error::from)?;
         }
         Ok(pb::WithdrawReply {})
@@ -269,7 +272,10 @@ impl Pairing {
             return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
         }
         let pair = pb::BridgeCall {
-            call: Some(Call::Pair(pb::PairCall { name: home_name(self.cx.links.home_id()), want })),
+            call: Some(Call::Pair(pb::PairCall {
+                name: home_name(self.cx.links.home_id()),
+                want: want.words(),
+            })),
         };
         let request_id = match call_link(peer.as_ref(), &pair, None).await {
             Ok(pb::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
@@ -282,16 +288,18 @@ impl Pairing {
             Err(e) => return Err(link_failure(address, e)),
         };
         let now = now_ms();
-        let previous =
-            existing.iter().find(|b| b.direction == "outbound" && b.peer_home_id == peer_home_id).cloned();
+        let previous = existing
+            .iter()
+            .find(|b| b.direction == Direction::Outbound && b.peer_home_id == peer_home_id)
+            .cloned();
         let bridge = BridgeRecord {
             id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
-            direction: "outbound".into(),
+            direction: Direction::Outbound,
             peer_home_id: peer_home_id.clone(),
             alias,
             address: addr.to_string(),
-            state: "requested".into(),
-            permissions: previous.as_ref().map(|b| b.permissions.clone()).unwrap_or_default(),
+            state: BridgeState::Requested,
+            permissions: previous.as_ref().map(|b| b.permissions).unwrap_or_default(),
             workspaces: previous.as_ref().map(|b| b.workspaces.clone()).unwrap_or_default(),
             request_id: request_id.clone(),
             created_at: previous.as_ref().map(|b| b.created_at).unwrap_or(now),
@@ -309,7 +317,7 @@ impl Pairing {
     /// `kiki bridge pending`: the requests waiting for the owner's decision.
     pub(super) async fn pending(&self) -> Result<Vec<BridgeRequestRecord>> {
         let _decisions = self.cx.decisions.lock().await;
-        Ok(self.requests().await?.into_iter().filter(|r| r.status == "pending").collect())
+        Ok(self.requests().await?.into_iter().filter(|r| r.status == RequestStatus::Pending).collect())
     }
 
     /// The pairing requests filed with this home, oldest first; those left undecided past
@@ -329,7 +337,7 @@ impl Pairing {
             requests.retain(|r| !forgotten(r));
         }
         for request in requests.iter_mut().filter(|r| self.expired(r, now)) {
-            request.status = "expired".into();
+            request.status = RequestStatus::Expired;
             request.decided_at = Some(now);
             self.cx.table.save(None, std::slice::from_ref(request)).await?;
         }
@@ -339,7 +347,7 @@ impl Pairing {
     /// Whether `request` is still pending but has waited past `[bridge] request_expiry`.
     fn expired(&self, request: &BridgeRequestRecord, now: i64) -> bool {
         let expiry = self.cx.config.bridge.request_expiry.as_millis() as i64;
-        request.status == "pending" && now - request.created_at >= expiry
+        request.status == RequestStatus::Pending && now - request.created_at >= expiry
     }
 
     /// The request the owner decides on (the caller holds `decisions`).
@@ -350,12 +358,12 @@ impl Pairing {
             .into_iter()
             .find(|r| r.id == request_id)
             .ok_or_else(|| Error::NotFound(format!("no pairing request {request_id}")))?;
-        if request.status == "expired" {
+        if request.status == RequestStatus::Expired {
             return Err(Error::FailedPrecondition(format!(
                 "request {request_id} expired undecided (after [bridge] request_expiry); its peer may file a new one"
             )));
         }
-        if request.status != "pending" {
+        if request.status != RequestStatus::Pending {
             return Err(Error::FailedPrecondition(format!(
                 "request {request_id} is already {}",
                 request.status
@@ -378,17 +386,17 @@ impl Pairing {
             .collect::<Result<Vec<_>>>()?;
         let _decision = self.cx.decisions.lock().await;
         let mut request = self.pending_request(request_id).await?;
-        if let Some(extra) = allow.iter().find(|p| !request.want.contains(p)) {
+        if let Some(extra) = allow.iter().find(|p| !request.want.contains(*p)) {
             return Err(Error::invalid(
                 "allow",
-                format!("{extra:?} was not requested (wanted: {})", request.want.join(",")),
+                format!("{:?} was not requested (wanted: {})", extra.as_str(), request.want.joined()),
             ));
         }
         let now = now_ms();
         let previous = self
             .cx
             .table
-            .find(|b| b.direction == "inbound" && b.peer_home_id == request.peer_home_id)
+            .find(|b| b.direction == Direction::Inbound && b.peer_home_id == request.peer_home_id)
             .await?;
         let alias = match &previous {
             Some(b) => b.alias.clone(),
@@ -396,11 +404,11 @@ impl Pairing {
         };
         let bridge = BridgeRecord {
             id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
-            direction: "inbound".into(),
+            direction: Direction::Inbound,
             peer_home_id: request.peer_home_id.clone(),
             alias,
             address: String::new(),
-            state: "active".into(),
+            state: BridgeState::Active,
             permissions: allow,
             workspaces,
             request_id: request.id.clone(),
@@ -411,7 +419,7 @@ impl Pairing {
             last_error_at: None,
             revoked_by_peer: false,
         };
-        request.status = "approved".into();
+        request.status = RequestStatus::Approved;
         request.decided_at = Some(now);
         self.cx.table.save(Some(&bridge), std::slice::from_ref(&request)).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge approved");
@@ -443,7 +451,7 @@ impl Pairing {
     pub(super) async fn reject(&self, request_id: &str) -> Result<BridgeRequestRecord> {
         let _decision = self.cx.decisions.lock().await;
         let mut request = self.pending_request(request_id).await?;
-        request.status = "rejected".into();
+        request.status = RequestStatus::Rejected;
         request.decided_at = Some(now_ms());
         self.cx.table.save(None, std::slice::from_ref(&request)).await?;
         Ok(request)
@@ -468,9 +476,10 @@ impl Pairing {
             }
         };
         // Revoked already, it is not written again; an outbound one tells its target again.
-        let bridge = if bridge.state == "revoked" { bridge } else { self.revoke_bridge(bridge).await? };
+        let bridge =
+            if bridge.state == BridgeState::Revoked { bridge } else { self.revoke_bridge(bridge).await? };
         drop(decision);
-        if bridge.direction == "outbound" {
+        if bridge.direction == Direction::Outbound {
             // Tell the target, so its owner's list agrees and a new request needs a new
             // approval. Best effort, briefly: the revocation here stands either way.
             let withdraw = pb::WithdrawCall { request_id: bridge.request_id.clone() };
@@ -491,9 +500,9 @@ impl Pairing {
 
     /// Revokes `bridge` here (the caller holds `decisions`).
     async fn revoke_bridge(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
-        bridge.state = "revoked".into();
+        bridge.state = BridgeState::Revoked;
         bridge.updated_at = now_ms();
-        if bridge.direction == "inbound" {
+        if bridge.direction == Direction::Inbound {
             // What the peer brought and no turn has taken yet is refused with it.
             let threads =
                 self.cx.table.changing(self.cx.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
@@ -521,7 +530,8 @@ impl Pairing {
     pub(super) async fn set_inbound(&self, name: &str, enabled: bool) -> Result<BridgeRecord> {
         let _decision = self.cx.decisions.lock().await;
         let bridges = self.cx.table.all().await?;
-        let Some(bridge) = bridges.iter().find(|b| b.direction == "inbound" && b.answers_to(name)) else {
+        let Some(bridge) = bridges.iter().find(|b| b.direction == Direction::Inbound && b.answers_to(name))
+        else {
             return Err(if bridges.iter().any(|b| b.answers_to(name)) {
                 Error::FailedPrecondition(format!(
                     "{name:?} is an outbound bridge: only its target's owner can turn its access off"
@@ -531,9 +541,9 @@ impl Pairing {
             });
         };
         let mut bridge = bridge.clone();
-        bridge.state = match (bridge.state.as_str(), enabled) {
-            ("active" | "disabled", true) => "active".into(),
-            ("active" | "disabled", false) => "disabled".into(),
+        bridge.state = match (bridge.state, enabled) {
+            (BridgeState::Active | BridgeState::Disabled, true) => BridgeState::Active,
+            (BridgeState::Active | BridgeState::Disabled, false) => BridgeState::Disabled,
             (state, _) => {
                 return Err(Error::FailedPrecondition(format!(
                     "bridge {} is {state}; only an approved bridge can be turned off or on",
@@ -560,7 +570,7 @@ impl Pairing {
         let bridges = self.cx.table.all().await?;
         let mut refreshed = Vec::with_capacity(bridges.len());
         for bridge in bridges.iter().cloned() {
-            if bridge.direction == "outbound" && bridge.state != "revoked" {
+            if bridge.direction == Direction::Outbound && bridge.state != BridgeState::Revoked {
                 refreshed.push(self.refresh(bridge).await?);
             } else {
                 refreshed.push(bridge);
@@ -572,18 +582,24 @@ impl Pairing {
     /// Pings the target: records link health and learns what it granted.
     async fn refresh(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
         let ping = pb::BridgeCall { call: Some(Call::Ping(pb::PingCall {})) };
-        let was = bridge.state.clone();
+        let was = bridge.state;
         match tokio::time::timeout(PING_TIMEOUT, self.cx.links.call(&bridge, &ping, None)).await {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
-                bridge.state = match p.state.as_str() {
-                    "active" | "disabled" | "revoked" | "rejected" | "expired" => p.state,
-                    "pending" => "requested".into(),
+                bridge.state = match (p.state.as_str(), BridgeState::parse(&p.state)) {
+                    (
+                        _,
+                        Some(state @ (BridgeState::Active | BridgeState::Disabled | BridgeState::Revoked)),
+                    )
+                    | (_, Some(state @ (BridgeState::Rejected | BridgeState::Expired))) => state,
+                    ("pending", _) => BridgeState::Requested,
                     // The target keeps no record of the request: it forgot it some time after
                     // deciding it (the outcome shown here stays), or never had it.
-                    _ if matches!(bridge.state.as_str(), "rejected" | "expired") => bridge.state,
-                    _ => "expired".into(),
+                    _ if matches!(bridge.state, BridgeState::Rejected | BridgeState::Expired) => bridge.state,
+                    _ => BridgeState::Expired,
                 };
-                bridge.permissions = p.permissions;
+                // A grant this home cannot read (a newer peer's word) grants nothing here.
+                bridge.permissions =
+                    Permissions::parse(p.permissions.iter().map(String::as_str)).unwrap_or_default();
                 bridge.workspaces = p.workspaces;
                 bridge.last_success = Some(now_ms());
             }
@@ -593,7 +609,7 @@ impl Pairing {
         }
         bridge.updated_at = now_ms();
         // Saved with the state: the worker never sees the one without the other.
-        let revoked_there = bridge.state == "revoked" && was != "revoked";
+        let revoked_there = bridge.state == BridgeState::Revoked && was != BridgeState::Revoked;
         bridge.revoked_by_peer |= revoked_there;
         let bridge = self.save_learnt(&bridge, true).await?;
         if revoked_there {
@@ -618,7 +634,7 @@ impl Pairing {
         };
         (current.last_success, current.last_error_at) = (learnt.last_success, learnt.last_error_at);
         current.last_error.clone_from(&learnt.last_error);
-        if grant && current.state != "revoked" {
+        if grant && current.state != BridgeState::Revoked {
             current.state.clone_from(&learnt.state);
             current.permissions.clone_from(&learnt.permissions);
             current.workspaces.clone_from(&learnt.workspaces);
@@ -652,7 +668,7 @@ mod tests {
     #[test]
     fn permissions_are_checked_and_deduplicated() {
         let p = parse_permissions("want", &["read,send".into(), "read".into()]).expect("valid");
-        assert_eq!(p, ["read", "send"]);
+        assert_eq!(p.words(), ["read", "send"]);
         assert!(parse_permissions("want", &["fly".into()]).expect_err("unknown").to_string().contains("fly"));
         assert!(parse_permissions("want", &[]).is_err());
     }

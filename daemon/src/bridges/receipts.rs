@@ -16,6 +16,7 @@ use super::Context;
 use super::outbox::Outbox;
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, Millis, OutboxRecord};
+use crate::store::{Direction, OutboxStatus};
 use crate::threads::{cursor, limits};
 
 /// A page of receipts and the cursor for the older ones.
@@ -46,7 +47,7 @@ struct Candidate {
 impl Position {
     /// A bridge's first page starts at its newest receipt.
     fn newest(bridge: &BridgeRecord) -> Self {
-        if bridge.direction == "outbound" {
+        if bridge.direction == Direction::Outbound {
             Position::Outbound(Millis::MAX, String::new())
         } else {
             Position::Inbound(i64::MAX)
@@ -64,7 +65,7 @@ impl Receipts<'_> {
     /// Messages waiting on this bridge: unacknowledged sends (outbound), or messages from
     /// the peer queued at this home's threads (inbound).
     pub(super) async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
-        if bridge.direction != "outbound" {
+        if bridge.direction != Direction::Outbound {
             return Ok(self.cx.store.pending_messages_from(&bridge.peer_home_id).await?);
         }
         // Outcomes still being recorded are taken before the store is read: one recorded in
@@ -73,7 +74,7 @@ impl Receipts<'_> {
             .outbox
             .recording()
             .into_iter()
-            .filter(|e| e.bridge_id == bridge.id && e.status != "pending")
+            .filter(|e| e.bridge_id == bridge.id && e.status != OutboxStatus::Pending)
             .map(|e| e.id.clone())
             .collect();
         Ok(self.cx.store.outbox_pending(&bridge.peer_home_id, &bridge.id, &settled).await?)
@@ -127,7 +128,7 @@ impl Receipts<'_> {
     /// Up to `n` of `bridge`'s receipts from `at` back, newest first.
     async fn candidates(&self, bridge: &BridgeRecord, at: &Position, n: u32) -> Result<Vec<Candidate>> {
         let store = &self.cx.store;
-        if bridge.direction == "outbound" {
+        if bridge.direction == Direction::Outbound {
             let Position::Outbound(created_at, id) = at else { return Ok(Vec::new()) };
             // Outcomes still being recorded are taken before the store is read: one recorded
             // in between is then in both, whereas taken after the read it could have left the
@@ -150,9 +151,9 @@ impl Receipts<'_> {
                         receipt: pb::Receipt {
                             target: format!("{}/{}", bridge.alias, e.target_session),
                             message_id: e.id,
-                            direction: "outbound".into(),
+                            direction: Direction::Outbound.to_string(),
                             idempotency_key: e.key,
-                            status: e.status,
+                            status: e.status.to_string(),
                             reason: e.reason,
                             attempts: e.attempts as u32,
                             at: crate::time::rfc3339(e.updated_at),
@@ -170,7 +171,7 @@ impl Receipts<'_> {
                 at: Position::Inbound(seq),
                 receipt: pb::Receipt {
                     message_id: r.message_id,
-                    direction: "inbound".into(),
+                    direction: Direction::Inbound.to_string(),
                     target: r.target,
                     idempotency_key: r.key,
                     status: r.status,

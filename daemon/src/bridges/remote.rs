@@ -13,6 +13,7 @@ use super::pairing::Pairing;
 use super::wire::from_wire;
 use super::{Context, HEALTH_EVERY};
 use crate::error::{Error, Result};
+use crate::store::BridgeState;
 use crate::time::now_ms;
 
 pub(super) struct Remote {
@@ -28,7 +29,7 @@ impl Remote {
     /// A call whose answer must be `expect`ed; other answers and wire errors are errors.
     async fn call<T>(&self, host: &str, call: Call, pick: fn(Reply) -> Option<T>) -> Result<T> {
         let mut bridge = self.cx.table.outbound(host).await?;
-        if bridge.state == "revoked" {
+        if bridge.state == BridgeState::Revoked {
             return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
         }
         let result = self.cx.links.call(&bridge, &pb::BridgeCall { call: Some(call) }, None).await;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::store::Direction;
 use crate::store::{BridgeRecord, BridgeRequestRecord, Store, StoreResult};
 
 pub(super) struct BridgeTable {
@@ -55,7 +56,7 @@ impl BridgeTable {
 
     /// The outbound bridge HOST names (alias, peer home id or bridge id).
     pub(super) async fn outbound(&self, host: &str) -> Result<BridgeRecord> {
-        self.find(|b| b.direction == "outbound" && b.answers_to(host)).await?.ok_or_else(|| {
+        self.find(|b| b.direction == Direction::Outbound && b.answers_to(host)).await?.ok_or_else(|| {
             Error::NotFound(format!("host {host:?}: not this home and no bridge by that name or id"))
         })
     }

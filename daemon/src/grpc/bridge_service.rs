@@ -34,12 +34,12 @@ impl BridgeServiceImpl {
 fn bridge_to_pb(b: BridgeRecord, pending: u64) -> pb::Bridge {
     pb::Bridge {
         id: b.id,
-        direction: b.direction,
+        direction: b.direction.to_string(),
         peer_home_id: b.peer_home_id,
         alias: b.alias,
         address: b.address,
-        state: b.state,
-        permissions: b.permissions,
+        state: b.state.to_string(),
+        permissions: b.permissions.words(),
         workspaces: b.workspaces,
         created_at: rfc3339(b.created_at),
         last_success: b.last_success.map(rfc3339).unwrap_or_default(),
@@ -54,8 +54,8 @@ fn request_to_pb(r: BridgeRequestRecord) -> pb::BridgeRequestRecord {
         id: r.id,
         peer_home_id: r.peer_home_id,
         name: r.name,
-        want: r.want,
-        status: r.status,
+        want: r.want.words(),
+        status: r.status.to_string(),
         created_at: rfc3339(r.created_at),
         address: r.address,
     }

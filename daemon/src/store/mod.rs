@@ -6,10 +6,12 @@
 //! nothing of it was written.
 
 mod sqlite;
+mod words;
 
 use async_trait::async_trait;
 
 pub use sqlite::SqliteStore;
+pub use words::{BridgeState, Direction, OutboxStatus, Permission, Permissions, RequestStatus};
 
 /// The reason (and target receipt status) of a bridged message whose deadline passed before
 /// it was delivered or confirmed, or whose key its source gave up on (see
@@ -293,8 +295,7 @@ pub struct OutboxRecord {
     pub key_scope: String,
     pub key: String,
     pub request_hash: String,
-    /// pending, accepted, delivered, rejected or expired.
-    pub status: String,
+    pub status: OutboxStatus,
     pub reason: String,
     pub remote_message_id: String,
     pub attempts: i64,
@@ -442,16 +443,12 @@ pub struct EventRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgeRecord {
     pub id: String,
-    /// "inbound" (the peer acts on this home) or "outbound" (this home acts on the peer).
-    pub direction: String,
+    pub direction: Direction,
     pub peer_home_id: String,
     pub alias: String,
     pub address: String,
-    /// "requested", "active", "disabled" (inbound access turned off by this home's owner),
-    /// "rejected", "expired" (the request went undecided, or the target no longer knows it)
-    /// or "revoked".
-    pub state: String,
-    pub permissions: Vec<String>,
+    pub state: BridgeState,
+    pub permissions: Permissions,
     pub workspaces: Vec<String>,
     pub request_id: String,
     pub created_at: Millis,
@@ -476,7 +473,7 @@ impl BridgeRecord {
     /// bridge its target revoked is still asked about the messages it carried (the target
     /// answers for those, and refuses anything new).
     pub fn revoked_here(&self) -> bool {
-        self.state == "revoked" && !self.revoked_by_peer
+        self.state == BridgeState::Revoked && !self.revoked_by_peer
     }
 }
 
@@ -486,9 +483,8 @@ pub struct BridgeRequestRecord {
     pub id: String,
     pub peer_home_id: String,
     pub name: String,
-    pub want: Vec<String>,
-    /// "pending", "approved", "rejected" or "expired" (undecided for `[bridge] request_expiry`).
-    pub status: String,
+    pub want: Permissions,
+    pub status: RequestStatus,
     pub created_at: Millis,
     pub decided_at: Option<Millis>,
     /// The IP address the request came from ("" for requests filed before it was kept).

@@ -96,6 +96,46 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+// ----- the bridges' words in rows ---------------------------------------------------------
+
+/// Each word type as its one spelling in a TEXT column.
+macro_rules! word_columns {
+    ($($word:ty),*) => {$(
+        impl rusqlite::ToSql for $word {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(self.as_str().into())
+            }
+        }
+
+        impl rusqlite::types::FromSql for $word {
+            fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+                let text = value.as_str()?;
+                <$word>::parse(text).ok_or_else(|| {
+                    rusqlite::types::FromSqlError::Other(format!("{text:?} is not a {}", stringify!($word)).into())
+                })
+            }
+        }
+    )*};
+}
+
+word_columns!(Direction, BridgeState, RequestStatus, OutboxStatus);
+
+/// A permission set as its comma-separated words (`read,send`).
+impl rusqlite::ToSql for Permissions {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.joined().into())
+    }
+}
+
+impl rusqlite::types::FromSql for Permissions {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let text = value.as_str()?;
+        Permissions::parse(text.split(',').filter(|w| !w.is_empty())).map_err(|word| {
+            rusqlite::types::FromSqlError::Other(format!("{word:?} is not a permission").into())
+        })
+    }
+}
+
 // ----- statement helpers ---------------------------------------------------------------
 
 /// Every row of a cached statement, mapped.
@@ -279,7 +319,7 @@ fn bridge_from(row: &Row) -> StoreResult<BridgeRecord> {
         alias: row.get("alias")?,
         address: row.get("address")?,
         state: row.get("state")?,
-        permissions: split_list(&row.get::<_, String>("permissions")?),
+        permissions: row.get("permissions")?,
         workspaces: split_list(&row.get::<_, String>("workspaces")?),
         request_id: row.get("request_id")?,
         created_at: row.get("created_at")?,
@@ -296,7 +336,7 @@ fn request_from(row: &Row) -> StoreResult<BridgeRequestRecord> {
         id: row.get("id")?,
         peer_home_id: row.get("peer_home_id")?,
         name: row.get("name")?,
-        want: split_list(&row.get::<_, String>("want")?),
+        want: row.get("want")?,
         status: row.get("status")?,
         created_at: row.get("created_at")?,
         decided_at: row.get("decided_at")?,
@@ -623,7 +663,7 @@ fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<()> {
             b.alias,
             b.address,
             b.state,
-            b.permissions.join(","),
+            b.permissions,
             b.workspaces.join(","),
             b.request_id,
             b.created_at,
@@ -1629,7 +1669,7 @@ impl Store for SqliteStore {
                             r.id,
                             r.peer_home_id,
                             r.name,
-                            r.want.join(","),
+                            r.want,
                             r.status,
                             r.created_at,
                             r.decided_at,
@@ -2127,7 +2167,7 @@ mod tests {
             key_scope: String::new(),
             key: key.into(),
             request_hash: "h".into(),
-            status: "pending".into(),
+            status: OutboxStatus::Pending,
             reason: String::new(),
             remote_message_id: String::new(),
             attempts: 1,

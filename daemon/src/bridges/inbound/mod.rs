@@ -26,6 +26,7 @@ use super::wire::{Rejection, to_wire, wire_error};
 use super::{Context, HEALTH_EVERY};
 use crate::error::Error;
 use crate::store::BridgeRecord;
+use crate::store::{BridgeState, Direction, Permission};
 use crate::sync::lock;
 use crate::time::now_ms;
 
@@ -44,7 +45,7 @@ impl ParkedCalls {
 
     /// Ends the parked calls of an inbound bridge's peer (revoked or turned off).
     pub(super) fn cut_off(&self, bridge: &BridgeRecord) {
-        if bridge.direction == "inbound"
+        if bridge.direction == Direction::Inbound
             && let Some(parked) = lock(&self.by_peer).remove(&bridge.peer_home_id)
         {
             parked.cancel();
@@ -82,11 +83,13 @@ impl Inbound {
                 Arc::new(move || {
                     let (checking, peer_id) = (checking.clone(), peer_id.clone());
                     Box::pin(async move {
-                        let inbound =
-                            checking.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer_id);
+                        let inbound = checking
+                            .cx
+                            .table
+                            .find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer_id);
                         matches!(
                             inbound.await,
-                            Ok(Some(b)) if b.state != "revoked" || now_ms() - b.updated_at < kept
+                            Ok(Some(b)) if b.state != BridgeState::Revoked || now_ms() - b.updated_at < kept
                         )
                     })
                 })
@@ -121,12 +124,12 @@ impl Inbound {
     /// (written when it changes, not on every call).
     async fn heard_from(&self, peer: &str) {
         let Ok(Some(bridge)) =
-            self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await
+            self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await
         else {
             return;
         };
         let now = now_ms();
-        if bridge.state == "revoked"
+        if bridge.state == BridgeState::Revoked
             || bridge.last_success.is_some_and(|t| now - t <= HEALTH_EVERY.as_millis() as i64)
         {
             return;
@@ -159,11 +162,11 @@ impl Inbound {
     /// The peer's approved inbound bridge, whether its access is on or off now; a revoked
     /// bridge, or none, is refused.
     pub(super) async fn approved(&self, peer: &str) -> std::result::Result<BridgeRecord, Rejection> {
-        match self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await? {
-            Some(b) if b.state == "revoked" => {
+        match self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await? {
+            Some(b) if b.state == BridgeState::Revoked => {
                 Err(Rejection::Wire("bridge_revoked", "the target's owner revoked this bridge".into()))
             }
-            Some(b) if b.state == "active" || b.state == "disabled" => Ok(b),
+            Some(b) if b.state == BridgeState::Active || b.state == BridgeState::Disabled => Ok(b),
             _ => Err(Rejection::Wire(
                 "permission_denied",
                 "no approved bridge from your home; file a request with `kiki bridge request`".into(),
@@ -175,18 +178,22 @@ impl Inbound {
     pub(super) async fn granted(
         &self,
         peer: &str,
-        permission: &str,
+        permission: Permission,
     ) -> std::result::Result<BridgeRecord, Rejection> {
         match self.approved(peer).await? {
-            b if b.state == "disabled" => Err(Rejection::Wire(
+            b if b.state == BridgeState::Disabled => Err(Rejection::Wire(
                 "bridge_disabled",
                 "the target's owner turned this bridge's inbound access off for now; nothing was deleted"
                     .into(),
             )),
-            b if b.permissions.iter().any(|p| p == permission) => Ok(b),
+            b if b.permissions.contains(permission) => Ok(b),
             b => Err(Rejection::Wire(
                 "permission_denied",
-                format!("this bridge does not grant {permission:?} (granted: {})", b.permissions.join(",")),
+                format!(
+                    "this bridge does not grant {:?} (granted: {})",
+                    permission.as_str(),
+                    b.permissions.joined()
+                ),
             )),
         }
     }
@@ -196,7 +203,7 @@ impl Inbound {
         peer: &str,
         request: pb::ThreadListRequest,
     ) -> std::result::Result<pb::ThreadListResponse, Rejection> {
-        let bridge = self.granted(peer, "read").await?;
+        let bridge = self.granted(peer, Permission::Read).await?;
         // Named by id only: a directory would be looked up on this home's disk.
         if !request.workspace_id.is_empty() && !crate::threads::workspace::is_id(&request.workspace_id) {
             return Err(Error::invalid("workspace_id", "a workspace id (ws_ and 16 hex digits)").into());
@@ -223,7 +230,7 @@ impl Inbound {
         peer: &str,
         request: pb::ThreadReadRequest,
     ) -> std::result::Result<pb::ThreadReadResponse, Rejection> {
-        let bridge = self.granted(peer, "read").await?;
+        let bridge = self.granted(peer, Permission::Read).await?;
         let thread = self.scoped_thread(&bridge, &request.target.unwrap_or_default()).await?;
         let read =
             self.cx.threads.read_any(thread, request.limit, &request.cursor, &request.content_ref).await?;
@@ -240,7 +247,7 @@ impl Inbound {
         // but only for a peer with a bridge here (a stranger's calls must leave nothing).
         self.approved(peer).await?;
         let cut_off = self.cx.parked.token(peer);
-        let bridge = self.granted(peer, "wait").await?;
+        let bridge = self.granted(peer, Permission::Wait).await?;
         crate::mailbox::wait_target_count(request.targets.len())?;
         if !bridge.workspaces.is_empty() {
             for target in &request.targets {
@@ -251,7 +258,7 @@ impl Inbound {
         let (results, timed_out) = tokio::select! {
             waited = mailbox.wait(request.targets, request.timeout_ms, request.cursors) => waited?,
             // Whatever the bridge's state now refuses (bridge_revoked, bridge_disabled).
-            () = cut_off.cancelled() => return Err(self.granted(peer, "wait").await.err().unwrap_or_else(|| {
+            () = cut_off.cancelled() => return Err(self.granted(peer, Permission::Wait).await.err().unwrap_or_else(|| {
                 Rejection::Wire("bridge_revoked", "the target's owner changed this bridge".into())
             })),
         };

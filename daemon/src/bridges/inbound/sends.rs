@@ -17,6 +17,7 @@ use crate::bridges::wire::{Rejection, refusal_response, wire_refusal};
 use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
 use crate::store::{BridgeRecord, ReceiptRecord, SourceRef, ThreadRecord};
+use crate::store::{BridgeState, Direction, Permission};
 use crate::threads::limits;
 use crate::time::now_ms;
 
@@ -57,8 +58,8 @@ impl Inbound {
         if !FINAL.contains(&code)
             || !bounded
             || !matches!(
-                self.cx.table.find(|b| b.direction == "inbound" && b.peer_home_id == peer).await,
-                Ok(Some(b)) if b.state != "revoked"
+                self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await,
+                Ok(Some(b)) if b.state != BridgeState::Revoked
             )
         {
             return response;
@@ -160,7 +161,7 @@ impl Inbound {
             scope: key_scope(peer, &call.source_thread),
             content: &call.content,
             key: &call.idempotency_key,
-            wake: bridge.permissions.iter().any(|p| p == "wake"),
+            wake: bridge.permissions.contains(Permission::Wake),
             receipt: Some(receipt),
             deadline: (call.window_left_ms > 0).then(|| {
                 let left = call.window_left_ms.min(crate::config::MAX_RETRY_WINDOW.as_millis() as u64);
@@ -175,7 +176,7 @@ impl Inbound {
             // Revoked or turned off between the check above and the commit: refused as the
             // bridge's state now says — for now only, if it is back on already (a retry
             // settles it; revocation is final and must not be guessed).
-            Err(Error::PermissionDenied(_)) => Err(match self.granted(peer, "send").await {
+            Err(Error::PermissionDenied(_)) => Err(match self.granted(peer, Permission::Send).await {
                 Err(Rejection::Wire(code, message)) => (code, message),
                 _ => (
                     "bridge_disabled",
@@ -214,7 +215,7 @@ impl Inbound {
         peer: &str,
         call: &pb::BridgeSendCall,
     ) -> std::result::Result<(BridgeRecord, ThreadRecord, &Mailbox), (&'static str, String)> {
-        let bridge = match self.granted(peer, "send").await {
+        let bridge = match self.granted(peer, Permission::Send).await {
             Ok(bridge) => bridge,
             Err(Rejection::Wire(code, message)) => return Err((code, message)),
             Err(Rejection::Daemon(e)) => return Err(("internal", e.to_string())),

@@ -47,6 +47,7 @@ use crate::store::{
     BridgeRecord, EXPIRED, EventKind, EventRecord, MessageStatus, OutboxOutcome as Outcome, OutboxRecord,
     StoreError,
 };
+use crate::store::{BridgeState, OutboxStatus};
 use crate::sync::{KeyLocks, SendKey, lock};
 use crate::threads::{limits, new_id};
 use crate::time::now_ms;
@@ -126,13 +127,13 @@ fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
 /// An entry's final state, due never (unless the caller makes it due: an `accepted` entry's
 /// follow-up, an expiry to ask the target about); a failure gives the sending thread an
 /// `undeliverable` event.
-fn finish(mut entry: OutboxRecord, status: &str, reason: &str) -> Outcome {
+fn finish(mut entry: OutboxRecord, status: OutboxStatus, reason: &str) -> Outcome {
     let now = now_ms();
-    entry.status = status.to_string();
+    entry.status = status;
     entry.reason = reason.to_string();
     entry.next_attempt_at = i64::MAX;
     entry.updated_at = now;
-    let failed = matches!(status, "rejected" | "expired");
+    let failed = matches!(status, OutboxStatus::Rejected | OutboxStatus::Expired);
     let event = entry.source_thread.clone().filter(|_| failed).map(|thread| EventRecord {
         seq: 0,
         thread_id: thread,
@@ -149,10 +150,10 @@ fn finish(mut entry: OutboxRecord, status: &str, reason: &str) -> Outcome {
 
 /// How a finished outbox entry answers its sender.
 fn sent_of(entry: &OutboxRecord, replayed: bool) -> Sent {
-    let status = match entry.status.as_str() {
-        "delivered" => MessageStatus::Delivered,
-        "pending" | "accepted" => MessageStatus::Pending,
-        _ => MessageStatus::Undeliverable,
+    let status = match entry.status {
+        OutboxStatus::Delivered => MessageStatus::Delivered,
+        OutboxStatus::Pending | OutboxStatus::Accepted => MessageStatus::Pending,
+        OutboxStatus::Rejected | OutboxStatus::Expired => MessageStatus::Undeliverable,
     };
     Sent { message_id: entry.id.clone(), status, replayed, reason: entry.reason.clone() }
 }
@@ -171,7 +172,7 @@ fn replay(in_flight: Option<OutboxRecord>, stored: OutboxRecord, request_hash: &
 /// A send's first answer for its outbox entry: its status, or, if the target refused the
 /// message, that refusal as an error (a first answer is `delivered` or `pending`).
 fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
-    if entry.status == "rejected" {
+    if entry.status == OutboxStatus::Rejected {
         let why = match entry.reason.as_str() {
             // A send needs `send` (without `wake` it is taken in, to wait).
             "permission_denied" => "this bridge does not grant \"send\" there, or is not approved (yet)",
@@ -195,7 +196,7 @@ fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> Outcome {
     entry.attempts += 1;
     debug!(message_id = %entry.id, attempts = entry.attempts, why, ?delay, "bridged send will be retried");
     let now = now_ms();
-    entry.status = "pending".into();
+    entry.status = OutboxStatus::Pending;
     entry.reason = why.chars().take(200).collect();
     entry.next_attempt_at = now + delay.as_millis() as i64;
     entry.updated_at = now;
@@ -267,8 +268,8 @@ fn follow_up_call(entries: &[OutboxRecord], window_over: bool) -> pb::BridgeCall
 /// An entry the target refused for good (or expired: its deadline passed there first).
 fn refused(entry: OutboxRecord, reason: &str) -> Outcome {
     match reason {
-        EXPIRED => finish(entry, EXPIRED, reason),
-        _ => finish(entry, "rejected", reason),
+        EXPIRED => finish(entry, OutboxStatus::Expired, reason),
+        _ => finish(entry, OutboxStatus::Rejected, reason),
     }
 }
 
@@ -403,7 +404,7 @@ impl Outbox {
             key_scope: source_thread.unwrap_or_default(),
             key: key.to_string(),
             request_hash: outbox_hash(&bridge.peer_home_id, target_session, content),
-            status: "pending".into(),
+            status: OutboxStatus::Pending,
             reason: String::new(),
             remote_message_id: String::new(),
             // The first attempt is made right here; the worker takes over afterwards.
@@ -430,7 +431,7 @@ impl Outbox {
         }
         // A new key: a revoked bridge takes no more (a retry of an earlier send is answered
         // above, even after this home revoked its side).
-        if bridge.state == "revoked" {
+        if bridge.state == BridgeState::Revoked {
             return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
         }
         // The worker leaves the entry alone while this attempt is under way
@@ -468,7 +469,7 @@ impl Outbox {
         match attempt {
             Ok(Ok((shipped, event))) => {
                 let answer = first_answer(host, &shipped);
-                if shipped.status == "rejected" {
+                if shipped.status == OutboxStatus::Rejected {
                     // A refusal is answered once recorded: after a crash the entry must not
                     // be pending again, to be retried and perhaps delivered after all.
                     self.record(&[(shipped, event)], |_| resets).await?;
@@ -538,11 +539,11 @@ impl Outbox {
             Some(b) => b.clone(),
             None => match self.inner.cx.table.find(|b| b.id == entry.bridge_id).await? {
                 Some(b) => b,
-                None => return Ok(finish(entry, "rejected", "bridge_removed")),
+                None => return Ok(finish(entry, OutboxStatus::Rejected, "bridge_removed")),
             },
         };
         if bridge.revoked_here() {
-            return Ok(finish(entry, "rejected", "bridge_revoked"));
+            return Ok(finish(entry, OutboxStatus::Rejected, "bridge_revoked"));
         }
         if self.window_over(&entry) {
             return Ok(self.expire(entry, &bridge).await);
@@ -551,10 +552,10 @@ impl Outbox {
         // its call may have reached the target, which may still take the message.
         let expires_at = self.expires_at(&entry);
         let mut outcome = match self.ship(&bridge, &mut entry).await {
-            Verdict::Delivered => finish(entry, "delivered", ""),
+            Verdict::Delivered => finish(entry, OutboxStatus::Delivered, ""),
             // Followed up soon, before the target's deadline: that confirms it arrived.
             Verdict::Waiting => {
-                let (mut accepted, _) = finish(entry, "accepted", "");
+                let (mut accepted, _) = finish(entry, OutboxStatus::Accepted, "");
                 let now = now_ms();
                 let first = now + FOLLOW_UP_FIRST.as_millis() as i64;
                 accepted.next_attempt_at = within_the_window(first, now, expires_at);
@@ -570,7 +571,7 @@ impl Outbox {
             Verdict::Unanswered(why) => self.retry_later(entry, &why),
         };
         // Never retried after its window: it expires then, not a backoff step later.
-        if outcome.0.status == "pending" {
+        if outcome.0.status == OutboxStatus::Pending {
             outcome.0.next_attempt_at = outcome.0.next_attempt_at.min(expires_at);
         }
         Ok(outcome)
@@ -594,13 +595,13 @@ impl Outbox {
             match asked {
                 Ok(Reply::FollowUp(reply)) if reply.answers.len() == 1 => {
                     match verdict(&reply.answers[0], &mut entry) {
-                        Verdict::Delivered => return finish(entry, "delivered", ""),
-                        Verdict::Waiting => return finish(entry, "accepted", ""),
+                        Verdict::Delivered => return finish(entry, OutboxStatus::Delivered, ""),
+                        Verdict::Waiting => return finish(entry, OutboxStatus::Accepted, ""),
                         Verdict::Refused(reason) if reason != "unknown_key" => {
                             return refused(entry, &reason);
                         }
                         // Unknown there: the target now refuses the key (given up on).
-                        Verdict::Refused(_) => return finish(entry, EXPIRED, EXPIRED),
+                        Verdict::Refused(_) => return finish(entry, OutboxStatus::Expired, EXPIRED),
                         Verdict::NotNow(_) | Verdict::Unanswered(_) => {}
                     }
                 }
@@ -608,7 +609,7 @@ impl Outbox {
                 _ => {}
             }
         }
-        let (mut expired, event) = finish(entry, EXPIRED, EXPIRED);
+        let (mut expired, event) = finish(entry, OutboxStatus::Expired, EXPIRED);
         expired.next_attempt_at = self.next_recheck(&expired);
         (expired, event)
     }
@@ -634,8 +635,8 @@ impl Outbox {
     fn rechecked(&self, entry: OutboxRecord, verdict: Verdict) -> Outcome {
         match verdict {
             // Neither gives an event (see `finish`).
-            Verdict::Delivered => finish(entry, "delivered", FOUND_DELIVERED),
-            Verdict::Waiting => finish(entry, "accepted", ""),
+            Verdict::Delivered => finish(entry, OutboxStatus::Delivered, FOUND_DELIVERED),
+            Verdict::Waiting => finish(entry, OutboxStatus::Accepted, ""),
             Verdict::Refused(_) => (OutboxRecord { next_attempt_at: i64::MAX, ..entry }, None),
             Verdict::NotNow(_) | Verdict::Unanswered(_) => {
                 let next_attempt_at = self.next_recheck(&entry);
@@ -788,12 +789,12 @@ impl Outbox {
                 {
                     self.unreached(&entry.peer_home_id);
                 }
-                if entry.status == EXPIRED {
+                if entry.status == OutboxStatus::Expired {
                     outcomes.push(self.rechecked(entry, verdict));
                     continue;
                 }
                 outcomes.push(match verdict {
-                    Verdict::Delivered => finish(entry, "delivered", ""),
+                    Verdict::Delivered => finish(entry, OutboxStatus::Delivered, ""),
                     Verdict::Refused(reason) => refused(entry, &reason),
                     Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => {
                         self.next_follow_up(entry)
@@ -818,7 +819,7 @@ impl Outbox {
     /// Whether the entry's retry window is over: also for one that expired here, whatever
     /// the window is now (raised since?).
     fn window_over(&self, entry: &OutboxRecord) -> bool {
-        entry.status == EXPIRED || now_ms() >= self.expires_at(entry)
+        entry.status == OutboxStatus::Expired || now_ms() >= self.expires_at(entry)
     }
 
     /// The first moment the entry's retry window is over.

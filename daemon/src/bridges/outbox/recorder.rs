@@ -11,6 +11,7 @@ use super::worker::Claim;
 use super::{MAX_QUEUED_OUTCOMES, Outbox, Outcome, RECORD_LINGER};
 use crate::error::Result;
 use crate::store::OutboxRecord;
+use crate::store::OutboxStatus;
 use crate::sync::{SendKey, lock};
 use crate::time::now_ms;
 
@@ -111,7 +112,7 @@ impl Outbox {
             .iter()
             .enumerate()
             .filter(|(i, (e, _))| {
-                matches!(e.status.as_str(), "pending" | "accepted")
+                matches!(e.status, OutboxStatus::Pending | OutboxStatus::Accepted)
                     && self.resets(&e.peer_home_id) != resets(*i)
             })
             .map(|(_, (e, _))| e.peer_home_id.as_str())

@@ -15,7 +15,8 @@ use super::{
     PROBE_MARGIN, age,
 };
 use crate::error::Result;
-use crate::store::{BridgeRecord, EXPIRED, OutboxRecord};
+use crate::store::{BridgeRecord, OutboxRecord};
+use crate::store::{Direction, OutboxStatus};
 use crate::sync::lock;
 use crate::time::now_ms;
 
@@ -140,7 +141,8 @@ impl Outbox {
                     Default::default()
                 }
             };
-            let outbound: Vec<&BridgeRecord> = bridges.iter().filter(|b| b.direction == "outbound").collect();
+            let outbound: Vec<&BridgeRecord> =
+                bridges.iter().filter(|b| b.direction == Direction::Outbound).collect();
             // Another peer goes first at each pass, so none always gets the last free slots.
             let first = pass % outbound.len().max(1);
             for bridge in outbound[first..].iter().chain(&outbound[..first]) {
@@ -211,7 +213,7 @@ impl Outbox {
             let probed = matches!(self.bridge_to_call(&entry).await, Ok(Some(_)));
             let silent = probed && self.silent(&entry.peer_home_id);
             // Followed up (or, expired, asked about again) together.
-            if entry.status != "pending" && !silent {
+            if entry.status != OutboxStatus::Pending && !silent {
                 follow_ups.push((entry, claim));
                 continue;
             }
@@ -272,9 +274,10 @@ impl Outbox {
         .await;
         let outcome = self.attempt_due(entry).await?;
         // Unless the probe is over for good (then another entry becomes the next probe).
-        if let Some(probe) = outcome
-            .filter(|e| matches!(e.status.as_str(), "pending" | "accepted") && e.next_attempt_at != i64::MAX)
-            && self.silent(&peer)
+        if let Some(probe) = outcome.filter(|e| {
+            matches!(e.status, OutboxStatus::Pending | OutboxStatus::Accepted)
+                && e.next_attempt_at != i64::MAX
+        }) && self.silent(&peer)
         {
             let until = probe.next_attempt_at.min(now_ms() + BACKOFF_CAP.as_millis() as i64);
             self.put_off(&peer, &probe.id, until, started).await;
@@ -310,8 +313,8 @@ impl Outbox {
             return Ok(None);
         };
         let peer = entry.peer_home_id.clone();
-        let outcomes = match entry.status.as_str() {
-            "pending" => vec![self.attempt(entry, None).await?],
+        let outcomes = match entry.status {
+            OutboxStatus::Pending => vec![self.attempt(entry, None).await?],
             _ => self.follow_up(vec![entry]).await?,
         };
         let resets = self.resets(&peer);
@@ -324,7 +327,7 @@ impl Outbox {
     async fn follow_up_due(&self, listed: Vec<OutboxRecord>) -> Result<()> {
         let mut due = Vec::with_capacity(listed.len());
         for entry in &listed {
-            due.extend(self.still_due(entry).await?.filter(|e| e.status != "pending"));
+            due.extend(self.still_due(entry).await?.filter(|e| e.status != OutboxStatus::Pending));
         }
         let Some(peer) = due.first().map(|e| e.peer_home_id.clone()) else {
             return Ok(());
@@ -340,7 +343,8 @@ impl Outbox {
         let current =
             self.inner.cx.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
         Ok(current.filter(|e| {
-            e.next_attempt_at <= now_ms() && matches!(e.status.as_str(), "pending" | "accepted" | EXPIRED)
+            e.next_attempt_at <= now_ms()
+                && matches!(e.status, OutboxStatus::Pending | OutboxStatus::Accepted | OutboxStatus::Expired)
         }))
     }
 
@@ -359,6 +363,8 @@ impl Outbox {
     /// Otherwise its entries need no call (they end as `bridge_revoked` or `bridge_removed`).
     async fn calls_go_to(&self, peer: &str) -> bool {
         let Ok(bridges) = self.inner.cx.table.all().await else { return true };
-        bridges.iter().any(|b| b.direction == "outbound" && !b.revoked_here() && b.peer_home_id == peer)
+        bridges
+            .iter()
+            .any(|b| b.direction == Direction::Outbound && !b.revoked_here() && b.peer_home_id == peer)
     }
 }
