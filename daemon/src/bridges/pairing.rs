@@ -20,7 +20,7 @@ use super::links::{call_link, dial_failure, link_failure, resolve};
 use super::wire::{Rejection, from_wire};
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, BridgeRequestRecord};
-use crate::store::{BridgeState, Direction, Permissions, RequestStatus};
+use crate::store::{BridgeState, Direction, Permissions, Refusal, RequestStatus};
 use crate::threads::new_id;
 use crate::time::now_ms;
 
@@ -120,7 +120,7 @@ impl Pairing {
             .count();
         if recent >= REQUESTS_PER_WINDOW {
             return Err(Rejection::Wire(
-                "rate_limited",
+                Refusal::RateLimited,
                 format!("at most {REQUESTS_PER_WINDOW} pairing requests per minute"),
             ));
         }
@@ -133,7 +133,7 @@ impl Pairing {
             >= MAX_WAITING_PER_NETWORK
         {
             return Err(Rejection::Wire(
-                "rate_limited",
+                Refusal::RateLimited,
                 format!(
                     "{MAX_WAITING_PER_NETWORK} pairing requests from {network} already wait for this home's owner; try again once they are decided"
                 ),
@@ -141,7 +141,7 @@ impl Pairing {
         }
         if others_waiting().count() >= MAX_WAITING_REQUESTS {
             return Err(Rejection::Wire(
-                "rate_limited",
+                Refusal::RateLimited,
                 format!(
                     "{MAX_WAITING_REQUESTS} pairing requests already wait for this home's owner; try again once they are decided"
                 ),

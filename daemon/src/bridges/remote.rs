@@ -13,7 +13,7 @@ use super::pairing::Pairing;
 use super::wire::from_wire;
 use super::{Context, HEALTH_EVERY};
 use crate::error::{Error, Result};
-use crate::store::BridgeState;
+use crate::store::{BridgeState, Refusal};
 use crate::time::now_ms;
 
 pub(super) struct Remote {
@@ -30,7 +30,7 @@ impl Remote {
     async fn call<T>(&self, host: &str, call: Call, pick: fn(Reply) -> Option<T>) -> Result<T> {
         let mut bridge = self.cx.table.outbound(host).await?;
         if bridge.state == BridgeState::Revoked {
-            return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
+            return Err(Error::PermissionDenied(format!("{host}: {}", Refusal::BridgeRevoked)));
         }
         let result = self.cx.links.call(&bridge, &pb::BridgeCall { call: Some(call) }, None).await;
         // Link health is written when it changes, not on every successful call.

@@ -11,7 +11,7 @@ mod words;
 use async_trait::async_trait;
 
 pub use sqlite::SqliteStore;
-pub use words::{BridgeState, Direction, OutboxStatus, Permission, Permissions, RequestStatus};
+pub use words::{BridgeState, Direction, OutboxStatus, Permission, Permissions, Refusal, RequestStatus};
 
 /// The reason (and target receipt status) of a bridged message whose deadline passed before
 /// it was delivered or confirmed, or whose key its source gave up on (see

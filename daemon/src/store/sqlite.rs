@@ -1220,11 +1220,11 @@ impl Store for SqliteStore {
                         notified.extend(local_source.clone());
                         for thread in std::iter::once(id.clone()).chain(local_source) {
                             let mut e = event(&thread, EventKind::Undeliverable, now);
-                            e.reason = "thread_archived".into();
+                            e.reason = Refusal::ThreadArchived.to_string();
                             e.message_id = Some(message_id.clone());
                             insert_event(conn, &e)?;
                         }
-                        receipt_follows(conn, &message_id, "thread_archived", now)?;
+                        receipt_follows(conn, &message_id, Refusal::ThreadArchived.as_str(), now)?;
                     }
                 }
                 let thread = thread_in(conn, &id)?;
@@ -1630,10 +1630,10 @@ impl Store for SqliteStore {
                 let mut notified = Vec::new();
                 for (message_id, thread_id) in rejected {
                     let mut e = event(&thread_id, EventKind::Undeliverable, now);
-                    e.reason = "bridge_revoked".into();
+                    e.reason = Refusal::BridgeRevoked.to_string();
                     e.message_id = Some(message_id.clone());
                     insert_event(conn, &e)?;
-                    receipt_follows(conn, &message_id, "bridge_revoked", now)?;
+                    receipt_follows(conn, &message_id, Refusal::BridgeRevoked.as_str(), now)?;
                     if !notified.contains(&thread_id) {
                         notified.push(thread_id);
                     }

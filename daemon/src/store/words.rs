@@ -95,6 +95,74 @@ words! {
 }
 
 words! {
+    /// Why a home refused a peer's call or message: the word both homes use for it, on the
+    /// wire, in receipts and in the outbox.
+    Refusal {
+        /// The bridge does not grant what the call needs, or there is no approved bridge.
+        PermissionDenied => "permission_denied",
+        BridgeRevoked => "bridge_revoked",
+        /// The target's owner turned the bridge's inbound access off for now.
+        BridgeDisabled => "bridge_disabled",
+        /// The source's outbound bridge no longer exists (its entries end).
+        BridgeRemoved => "bridge_removed",
+        ThreadNotFound => "thread_not_found",
+        ThreadArchived => "thread_archived",
+        TooLarge => "too_large",
+        /// The target thread takes no peer messages (a switch is off).
+        CommunicationDisabled => "communication_disabled",
+        InvalidArgument => "invalid_argument",
+        FailedPrecondition => "failed_precondition",
+        /// A follow-up asked about a key the target does not know.
+        UnknownKey => "unknown_key",
+        /// Too many pairing requests.
+        RateLimited => "rate_limited",
+        /// The retry window ended before the message was delivered or confirmed.
+        Expired => "expired",
+        Internal => "internal",
+    }
+}
+
+impl Refusal {
+    /// Whether retrying the message cannot help: its outbox entry ends `rejected`. Not so a
+    /// refusal for now, nor `expired`: the source decides its own expiry (asking the target
+    /// at the end of the window).
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self,
+            Refusal::BridgeDisabled
+                | Refusal::RateLimited
+                | Refusal::Internal
+                | Refusal::Expired
+                | Refusal::BridgeRemoved
+        )
+    }
+
+    /// Whether it ends every message of a call refused as a whole (a follow-up, a send):
+    /// a refusal of the call itself says nothing about the messages otherwise.
+    pub fn ends_each_message(self) -> bool {
+        matches!(self, Refusal::BridgeRevoked | Refusal::PermissionDenied)
+    }
+
+    /// What it means, for the sender of a refused message.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            // A send needs `send` (without `wake` it is taken in, to wait).
+            Refusal::PermissionDenied => {
+                "this bridge does not grant \"send\" there, or is not approved (yet)"
+            }
+            Refusal::BridgeRevoked => "this bridge was revoked",
+            Refusal::ThreadNotFound => "no such thread there, or not in the workspaces this bridge may reach",
+            Refusal::ThreadArchived => "the thread is archived there",
+            Refusal::CommunicationDisabled => {
+                "the thread takes no peer messages (its communication switch, or its home's [thread_communication], is off)"
+            }
+            Refusal::TooLarge => "the content is over the target's limit",
+            _ => "the target refused it",
+        }
+    }
+}
+
+words! {
     /// What a bridge can grant.
     Permission {
         /// ThreadList, ThreadRead.
@@ -187,6 +255,18 @@ mod tests {
             assert_eq!(OutboxStatus::parse(s.as_str()), Some(*s));
         }
         assert_eq!(BridgeState::parse("Active"), None, "one spelling");
+        for r in Refusal::ALL {
+            assert_eq!(Refusal::parse(r.as_str()), Some(*r));
+        }
+    }
+
+    #[test]
+    fn a_refusal_for_now_is_retried_a_final_one_is_not() {
+        let retried: Vec<&str> = Refusal::ALL.iter().filter(|r| !r.is_final()).map(|r| r.as_str()).collect();
+        assert_eq!(retried, ["bridge_disabled", "bridge_removed", "rate_limited", "expired", "internal"]);
+        let whole: Vec<&str> = Refusal::ALL.iter().filter(|r| r.ends_each_message()).map(|r| r.as_str()).collect();
+        assert_eq!(whole, ["permission_denied", "bridge_revoked"]);
+        assert!(Refusal::PermissionDenied.meaning().contains("\"send\""));
     }
 
     #[test]

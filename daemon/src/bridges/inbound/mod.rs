@@ -26,7 +26,7 @@ use super::wire::{Rejection, to_wire, wire_error};
 use super::{Context, HEALTH_EVERY};
 use crate::error::Error;
 use crate::store::BridgeRecord;
-use crate::store::{BridgeState, Direction, Permission};
+use crate::store::{BridgeState, Direction, Permission, Refusal};
 use crate::sync::lock;
 use crate::time::now_ms;
 
@@ -102,7 +102,7 @@ impl Inbound {
                 Box::pin(async move {
                     let reply = match pb::BridgeCall::decode(request.as_slice()) {
                         Ok(call) => serving.handle(&peer_id, from, call).await,
-                        Err(e) => wire_error("invalid_argument", format!("undecodable call: {e}")),
+                        Err(e) => wire_error(Refusal::InvalidArgument, format!("undecodable call: {e}")),
                     };
                     reply.encode_to_vec()
                 })
@@ -150,7 +150,7 @@ impl Inbound {
             Some(Call::ThreadSend(request)) => Ok(Reply::ThreadSend(self.serve_send(peer, request).await)),
             Some(Call::FollowUp(call)) => self.serve_follow_up(peer, call).await.map(Reply::FollowUp),
             Some(Call::Withdraw(call)) => self.pairing.serve_withdraw(peer, call).await.map(Reply::Withdraw),
-            None => return wire_error("invalid_argument", "empty call"),
+            None => return wire_error(Refusal::InvalidArgument, "empty call"),
         };
         match result {
             Ok(reply) => pb::BridgeReply { reply: Some(reply) },
@@ -164,11 +164,11 @@ impl Inbound {
     pub(super) async fn approved(&self, peer: &str) -> std::result::Result<BridgeRecord, Rejection> {
         match self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await? {
             Some(b) if b.state == BridgeState::Revoked => {
-                Err(Rejection::Wire("bridge_revoked", "the target's owner revoked this bridge".into()))
+                Err(Rejection::Wire(Refusal::BridgeRevoked, "the target's owner revoked this bridge".into()))
             }
             Some(b) if b.state == BridgeState::Active || b.state == BridgeState::Disabled => Ok(b),
             _ => Err(Rejection::Wire(
-                "permission_denied",
+                Refusal::PermissionDenied,
                 "no approved bridge from your home; file a request with `kiki bridge request`".into(),
             )),
         }
@@ -182,13 +182,13 @@ impl Inbound {
     ) -> std::result::Result<BridgeRecord, Rejection> {
         match self.approved(peer).await? {
             b if b.state == BridgeState::Disabled => Err(Rejection::Wire(
-                "bridge_disabled",
+                Refusal::BridgeDisabled,
                 "the target's owner turned this bridge's inbound access off for now; nothing was deleted"
                     .into(),
             )),
             b if b.permissions.contains(permission) => Ok(b),
             b => Err(Rejection::Wire(
-                "permission_denied",
+                Refusal::PermissionDenied,
                 format!(
                     "this bridge does not grant {:?} (granted: {})",
                     permission.as_str(),
@@ -259,7 +259,7 @@ impl Inbound {
             waited = mailbox.wait(request.targets, request.timeout_ms, request.cursors) => waited?,
             // Whatever the bridge's state now refuses (bridge_revoked, bridge_disabled).
             () = cut_off.cancelled() => return Err(self.granted(peer, Permission::Wait).await.err().unwrap_or_else(|| {
-                Rejection::Wire("bridge_revoked", "the target's owner changed this bridge".into())
+                Rejection::Wire(Refusal::BridgeRevoked, "the target's owner changed this bridge".into())
             })),
         };
         Ok(pb::ThreadWaitResponse {

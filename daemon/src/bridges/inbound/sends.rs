@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::Inbound;
-use crate::bridges::outbox::{FINAL, MAX_FOLLOW_UP_KEYS};
+use crate::bridges::outbox::MAX_FOLLOW_UP_KEYS;
 use crate::bridges::wire::{Rejection, refusal_response, wire_refusal};
 use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
 use crate::store::{BridgeRecord, ReceiptRecord, SourceRef, ThreadRecord};
-use crate::store::{BridgeState, Direction, Permission};
+use crate::store::{BridgeState, Direction, Permission, Refusal};
 use crate::threads::limits;
 use crate::time::now_ms;
 
@@ -45,8 +45,8 @@ impl Inbound {
             Ok(sent) => return crate::convert::sent_to_pb(sent),
             Err(refusal) => refusal,
         };
-        debug!(peer, code, %message, "bridged send refused");
-        (receipt.status, receipt.reason) = ("rejected".into(), code.into());
+        debug!(peer, %code, %message, "bridged send refused");
+        (receipt.status, receipt.reason) = ("rejected".into(), code.to_string());
         let response = refusal_response(code);
         // A refusal for now (the bridge's inbound access is off, say) is not the message's
         // fate: the source retries it, and its receipt comes with the outcome. A peer
@@ -55,7 +55,7 @@ impl Inbound {
         // breaks the limits (a source checks them before sending: only a rogue peer does).
         let bounded = (1..=limits::KEY_MAX_CHARS).contains(&call.idempotency_key.chars().count())
             && call.target_session.chars().count() <= limits::REMOTE_ID_MAX_CHARS;
-        if !FINAL.contains(&code)
+        if !code.is_final()
             || !bounded
             || !matches!(
                 self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await,
@@ -85,13 +85,13 @@ impl Inbound {
         if call.keys.len() > MAX_FOLLOW_UP_KEYS {
             let given = call.keys.len();
             return Err(Rejection::Wire(
-                "invalid_argument",
+                Refusal::InvalidArgument,
                 format!("keys: {given} given; a follow-up asks about at most {MAX_FOLLOW_UP_KEYS}"),
             ));
         }
         let unknown = match self.approved(peer).await {
-            Ok(_) => "unknown_key",
-            Err(Rejection::Wire("bridge_revoked", _)) => "bridge_revoked",
+            Ok(_) => Refusal::UnknownKey,
+            Err(Rejection::Wire(Refusal::BridgeRevoked, _)) => Refusal::BridgeRevoked,
             Err(refusal) => return Err(refusal),
         };
         let mailbox = &self.cx.mailbox;
@@ -146,7 +146,7 @@ impl Inbound {
         peer: &str,
         call: &pb::BridgeSendCall,
         receipt: ReceiptRecord,
-    ) -> std::result::Result<Sent, (&'static str, String)> {
+    ) -> std::result::Result<Sent, (Refusal, String)> {
         let (bridge, thread, mailbox) = match self.admit(peer, call).await {
             Ok(admitted) => admitted,
             Err(refusal) => return self.replay_refused(peer, call, refusal).await,
@@ -179,7 +179,7 @@ impl Inbound {
             Err(Error::PermissionDenied(_)) => Err(match self.granted(peer, Permission::Send).await {
                 Err(Rejection::Wire(code, message)) => (code, message),
                 _ => (
-                    "bridge_disabled",
+                    Refusal::BridgeDisabled,
                     "the target's owner changed this bridge during the call; retry".into(),
                 ),
             }),
@@ -195,8 +195,8 @@ impl Inbound {
         &self,
         peer: &str,
         call: &pb::BridgeSendCall,
-        refusal: (&'static str, String),
-    ) -> std::result::Result<Sent, (&'static str, String)> {
+        refusal: (Refusal, String),
+    ) -> std::result::Result<Sent, (Refusal, String)> {
         let mailbox = &self.cx.mailbox;
         if call.idempotency_key.is_empty() {
             return Err(refusal);
@@ -214,16 +214,16 @@ impl Inbound {
         &self,
         peer: &str,
         call: &pb::BridgeSendCall,
-    ) -> std::result::Result<(BridgeRecord, ThreadRecord, &Mailbox), (&'static str, String)> {
+    ) -> std::result::Result<(BridgeRecord, ThreadRecord, &Mailbox), (Refusal, String)> {
         let bridge = match self.granted(peer, Permission::Send).await {
             Ok(bridge) => bridge,
             Err(Rejection::Wire(code, message)) => return Err((code, message)),
-            Err(Rejection::Daemon(e)) => return Err(("internal", e.to_string())),
+            Err(Rejection::Daemon(e)) => return Err((Refusal::Internal, e.to_string())),
         };
         let chars = call.content.chars().count();
         if chars > limits::CONTENT_MAX_CHARS {
             return Err((
-                "too_large",
+                Refusal::TooLarge,
                 format!("content is {chars} characters; at most {}", limits::CONTENT_MAX_CHARS),
             ));
         }
@@ -231,7 +231,10 @@ impl Inbound {
             || call.idempotency_key.is_empty()
             || call.idempotency_key.chars().count() > limits::KEY_MAX_CHARS
         {
-            return Err(("invalid_argument", "content and a key of 1-256 characters are required".into()));
+            return Err((
+                Refusal::InvalidArgument,
+                "content and a key of 1-256 characters are required".into(),
+            ));
         }
         // The source thread is the source home's word, shown to the agent in the message's
         // header and kept as the sender's key scope: one of its own thread ids (empty for its
@@ -239,23 +242,31 @@ impl Inbound {
         // `AHOME/OTHERHOME/th_…` posing as a thread of a third home.
         if !call.source_thread.is_empty() && !crate::threads::is_thread_id(&call.source_thread) {
             return Err((
-                "invalid_argument",
+                Refusal::InvalidArgument,
                 "source_thread: a thread id (`th_` and a lowercase ULID), or empty for an external client"
                     .into(),
             ));
         }
         if !call.message_id.is_empty() && !crate::threads::is_message_id(&call.message_id) {
-            return Err(("invalid_argument", "message_id: `msg_` and a lowercase ULID, or empty".into()));
+            return Err((
+                Refusal::InvalidArgument,
+                "message_id: `msg_` and a lowercase ULID, or empty".into(),
+            ));
         }
         let thread = match self.cx.threads.get("", "", &call.target_session).await {
             Ok(t) if bridge.workspaces.is_empty() || bridge.workspaces.contains(&t.workspace_id) => t,
-            _ => return Err(("thread_not_found", format!("no thread {} in this home", call.target_session))),
+            _ => {
+                return Err((
+                    Refusal::ThreadNotFound,
+                    format!("no thread {} in this home", call.target_session),
+                ));
+            }
         };
         if thread.archived {
-            return Err(("thread_archived", format!("thread {} is archived", thread.id)));
+            return Err((Refusal::ThreadArchived, format!("thread {} is archived", thread.id)));
         }
         let mailbox = &self.cx.mailbox;
-        mailbox.may_receive(&thread).map_err(|e| ("communication_disabled", e.to_string()))?;
+        mailbox.may_receive(&thread).map_err(|e| (Refusal::CommunicationDisabled, e.to_string()))?;
         Ok((bridge, thread, mailbox))
     }
 }

@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 use crate::mailbox::{Sent, key_conflict};
 use crate::store::{
     BridgeRecord, EXPIRED, EventKind, EventRecord, MessageStatus, OutboxOutcome as Outcome, OutboxRecord,
-    StoreError,
+    Refusal, StoreError,
 };
 use crate::store::{BridgeState, OutboxStatus};
 use crate::sync::{KeyLocks, SendKey, lock};
@@ -83,24 +83,6 @@ const MAX_QUEUED_OUTCOMES: usize = 1024;
 /// message after all: before the window ended, every answer saying so lost, or from a late
 /// call before the target was asked at the window's end.
 const FOUND_DELIVERED: &str = "found_delivered";
-/// Wire codes after which retrying cannot help.
-pub(crate) const FINAL: &[&str] = &[
-    "permission_denied",
-    "bridge_revoked",
-    "thread_not_found",
-    "thread_archived",
-    "too_large",
-    "communication_disabled",
-    "invalid_argument",
-    "failed_precondition",
-    // A follow-up's key the target does not know (a database restored from before it?).
-    "unknown_key",
-];
-
-/// The refusals of a whole follow-up call that end each message it asked about: another
-/// (say, from a target that cannot read the call) says nothing about the messages.
-const WHOLE_CALL_FINAL: &[&str] = &["bridge_revoked", "permission_denied"];
-
 /// What a peer's answer to a ThreadSend or follow-up call says about a message.
 #[derive(Clone)]
 enum Verdict {
@@ -173,18 +155,7 @@ fn replay(in_flight: Option<OutboxRecord>, stored: OutboxRecord, request_hash: &
 /// message, that refusal as an error (a first answer is `delivered` or `pending`).
 fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
     if entry.status == OutboxStatus::Rejected {
-        let why = match entry.reason.as_str() {
-            // A send needs `send` (without `wake` it is taken in, to wait).
-            "permission_denied" => "this bridge does not grant \"send\" there, or is not approved (yet)",
-            "bridge_revoked" => "this bridge was revoked",
-            "thread_not_found" => "no such thread there, or not in the workspaces this bridge may reach",
-            "thread_archived" => "the thread is archived there",
-            "communication_disabled" => {
-                "the thread takes no peer messages (its communication switch, or its home's [thread_communication], is off)"
-            }
-            "too_large" => "the content is over the target's limit",
-            _ => "the target refused it",
-        };
+        let why = Refusal::parse(&entry.reason).map_or("the target refused it", Refusal::meaning);
         let message = format!("{why}; message {} — `kiki bridge receipts {host}` keeps it", entry.id);
         return Err(from_wire(host, pb::WireError { code: entry.reason.clone(), message }));
     }
@@ -284,7 +255,7 @@ fn verdict(answer: &pb::ThreadSendResponse, entry: &mut OutboxRecord) -> Verdict
         _ => {
             let reason = if answer.reason.is_empty() { "undeliverable" } else { answer.reason.as_str() };
             // With a message id, the message itself became undeliverable there.
-            if FINAL.contains(&reason) || !answer.message_id.is_empty() {
+            if Refusal::parse(reason).is_some_and(Refusal::is_final) || !answer.message_id.is_empty() {
                 Verdict::Refused(reason.to_string())
             } else {
                 Verdict::NotNow(reason.to_string())
@@ -432,7 +403,7 @@ impl Outbox {
         // A new key: a revoked bridge takes no more (a retry of an earlier send is answered
         // above, even after this home revoked its side).
         if bridge.state == BridgeState::Revoked {
-            return Err(Error::PermissionDenied(format!("{host}: bridge_revoked")));
+            return Err(Error::PermissionDenied(format!("{host}: {}", Refusal::BridgeRevoked)));
         }
         // The worker leaves the entry alone while this attempt is under way
         // (whatever ends it: an answer, the bounded wait, the caller going away).
@@ -539,11 +510,11 @@ impl Outbox {
             Some(b) => b.clone(),
             None => match self.inner.cx.table.find(|b| b.id == entry.bridge_id).await? {
                 Some(b) => b,
-                None => return Ok(finish(entry, OutboxStatus::Rejected, "bridge_removed")),
+                None => return Ok(finish(entry, OutboxStatus::Rejected, Refusal::BridgeRemoved.as_str())),
             },
         };
         if bridge.revoked_here() {
-            return Ok(finish(entry, OutboxStatus::Rejected, "bridge_revoked"));
+            return Ok(finish(entry, OutboxStatus::Rejected, Refusal::BridgeRevoked.as_str()));
         }
         if self.window_over(&entry) {
             return Ok(self.expire(entry, &bridge).await);
@@ -590,14 +561,19 @@ impl Outbox {
         let last_answer = lock(&self.inner.answered).get(&peer).copied().unwrap_or(i64::MIN);
         if lock(&self.inner.unreached).get(&peer).is_none_or(|at| *at < last_answer) {
             let asked = self
-                .ask(bridge, &follow_up_call(std::slice::from_ref(&entry), true), WHOLE_CALL_FINAL, None)
+                .ask(
+                    bridge,
+                    &follow_up_call(std::slice::from_ref(&entry), true),
+                    Refusal::ends_each_message,
+                    None,
+                )
                 .await;
             match asked {
                 Ok(Reply::FollowUp(reply)) if reply.answers.len() == 1 => {
                     match verdict(&reply.answers[0], &mut entry) {
                         Verdict::Delivered => return finish(entry, OutboxStatus::Delivered, ""),
                         Verdict::Waiting => return finish(entry, OutboxStatus::Accepted, ""),
-                        Verdict::Refused(reason) if reason != "unknown_key" => {
+                        Verdict::Refused(reason) if reason != Refusal::UnknownKey.as_str() => {
                             return refused(entry, &reason);
                         }
                         // Unknown there: the target now refuses the key (given up on).
@@ -658,7 +634,8 @@ impl Outbox {
         // Given up after the entry's window, the call is withdrawn: the message expires then,
         // and must not reach the target later through QUIC's retransmissions.
         let left = Duration::from_millis((self.expires_at(entry) - now_ms()).max(0) as u64);
-        match self.ask(bridge, &send_call(entry, left), FINAL, Some(Instant::now() + left)).await {
+        match self.ask(bridge, &send_call(entry, left), Refusal::is_final, Some(Instant::now() + left)).await
+        {
             Ok(Reply::ThreadSend(answer)) => verdict(&answer, entry),
             Ok(other) => Verdict::NotNow(format!("unexpected answer: {other:?}")),
             Err(verdict) => verdict,
@@ -673,14 +650,14 @@ impl Outbox {
         &self,
         bridge: &BridgeRecord,
         call: &pb::BridgeCall,
-        final_codes: &[&str],
+        final_if: fn(Refusal) -> bool,
         withdraw_after: Option<Instant>,
     ) -> std::result::Result<Reply, Verdict> {
         match tokio::time::timeout(ATTEMPT_TIMEOUT, self.inner.cx.links.call(bridge, call, withdraw_after))
             .await
         {
             Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }))
-                if final_codes.contains(&e.code.as_str()) =>
+                if Refusal::parse(&e.code).is_some_and(final_if) =>
             {
                 self.link_up(bridge).await;
                 Err(Verdict::Refused(e.code))
@@ -777,13 +754,14 @@ impl Outbox {
         for ((bridge, window_over), mut group) in asked {
             let now = now_ms();
             let call = follow_up_call(&group, window_over);
-            let verdicts: Vec<Verdict> = match self.ask(&bridge, &call, WHOLE_CALL_FINAL, None).await {
-                Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
-                    reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
-                }
-                Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
-                Err(verdict) => vec![verdict; group.len()],
-            };
+            let verdicts: Vec<Verdict> =
+                match self.ask(&bridge, &call, Refusal::ends_each_message, None).await {
+                    Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
+                        reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
+                    }
+                    Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
+                    Err(verdict) => vec![verdict; group.len()],
+                };
             for (entry, verdict) in group.into_iter().zip(verdicts) {
                 if matches!(verdict, Verdict::Unanswered(_)) && !self.answered_since(&entry.peer_home_id, now)
                 {
