@@ -1,11 +1,19 @@
-//! Compiles `kiki/v1/kiki.proto` with protox (pure Rust, no system `protoc`) and generates
-//! the tonic services; the encoded descriptor set is kept for gRPC reflection.
+//! Compiles the `.proto` files with protox (pure Rust, no system `protoc`) and generates the
+//! tonic services: the local API `kiki.v1` (a file per service, plus the shapes they share)
+//! and the protocol between homes `kiki.bridge.v1`. The encoded descriptor set of both is
+//! kept for gRPC reflection.
 
 use std::path::PathBuf;
 
 use protox::prost::Message;
 
-const PROTOS: &[&str] = &["kiki/v1/kiki.proto"];
+const PROTOS: &[&str] = &[
+    "kiki/v1/common.proto",
+    "kiki/v1/threads.proto",
+    "kiki/v1/home.proto",
+    "kiki/v1/bridges.proto",
+    "kiki/bridge/v1/wire.proto",
+];
 const INCLUDES: &[&str] = &["."];
 
 /// Enum-typed fields print as their lower-case value name in `--json` output

@@ -1,6 +1,7 @@
-//! The `kiki.v1` gRPC API shared by the daemon, the bridge and the client.
+//! The `kiki.v1` gRPC API shared by the daemon and the client, and `kiki.bridge.v1`, the
+//! protocol between homes.
 //!
-//! Generated from `proto/kiki/v1/kiki.proto` at build time (protox, no system `protoc`).
+//! Generated from `proto/kiki/**/*.proto` at build time (protox, no system `protoc`).
 //! Besides the generated types this crate holds only what every side needs to agree on:
 //! the codec (a body that does not decode is the sender's fault), the descriptor set served
 //! for reflection, the JSON spelling of enums, the metadata key that carries a turn's token,
@@ -10,6 +11,13 @@
 
 pub mod v1 {
     tonic::include_proto!("kiki.v1");
+}
+
+/// The protocol between homes (`kiki.bridge.v1`): what a bridge's calls and replies carry.
+pub mod bridge {
+    pub mod v1 {
+        tonic::include_proto!("kiki.bridge.v1");
+    }
 }
 
 pub use v1::*;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kiki_bridge::{BridgeEndpoint, BridgeIdentity, PeerConnection};
 use kiki_proto as pb;
+use kiki_proto::bridge::v1 as wire;
 
 use crate::{TestHome, TestHomeBuilder, UdpRelay};
 
@@ -224,18 +225,18 @@ pub async fn link_from(
 }
 
 /// One bridge call made raw over `link`, as a peer would make it: the target's reply.
-pub async fn raw_call(link: &PeerConnection, call: pb::bridge_call::Call) -> pb::bridge_reply::Reply {
+pub async fn raw_call(link: &PeerConnection, call: wire::bridge_call::Call) -> wire::bridge_reply::Reply {
     use kiki_bridge::Link;
     use prost::Message;
-    let call = pb::BridgeCall { call: Some(call) };
+    let call = wire::BridgeCall { call: Some(call) };
     let reply = link.call(call.encode_to_vec(), None).await.expect("call");
-    pb::BridgeReply::decode(reply.as_slice()).expect("reply").reply.expect("a reply")
+    wire::BridgeReply::decode(reply.as_slice()).expect("reply").reply.expect("a reply")
 }
 
 /// A send call as a source makes it, from an external client there (no source thread), with
 /// a minute of its retry window left.
-pub fn raw_send(target_session: &str, content: String, key: &str) -> pb::BridgeSendCall {
-    pb::BridgeSendCall {
+pub fn raw_send(target_session: &str, content: String, key: &str) -> wire::BridgeSendCall {
+    wire::BridgeSendCall {
         target_session: target_session.into(),
         content,
         idempotency_key: key.into(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiki_bridge::{BridgeEndpoint, BridgeIdentity, Link, LinkError, Transport};
-use kiki_proto as pb;
+use kiki_proto::bridge::v1 as wire;
 use prost::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -88,9 +88,9 @@ impl Links {
     pub(super) async fn call(
         &self,
         bridge: &BridgeRecord,
-        call: &pb::BridgeCall,
+        call: &wire::BridgeCall,
         withdraw_after: Option<Instant>,
-    ) -> Result<pb::BridgeReply> {
+    ) -> Result<wire::BridgeReply> {
         let mut failed: Option<Arc<dyn Link>> = None;
         for attempt in 0..2 {
             let peer = self.connection(bridge, failed.as_ref()).await?;
@@ -179,12 +179,13 @@ impl Links {
 /// `withdraw_after` on, the request is withdrawn (see `Link::call`).
 pub(super) async fn call_link(
     link: &dyn Link,
-    call: &pb::BridgeCall,
+    call: &wire::BridgeCall,
     withdraw_after: Option<Instant>,
-) -> std::result::Result<pb::BridgeReply, LinkError> {
+) -> std::result::Result<wire::BridgeReply, LinkError> {
     let reply = link.call(call.encode_to_vec(), withdraw_after).await?;
     // A peer on another build may answer what this one cannot read: retrying repeats it.
-    pb::BridgeReply::decode(reply.as_slice()).map_err(|e| LinkError::fault(format!("undecodable reply: {e}")))
+    wire::BridgeReply::decode(reply.as_slice())
+        .map_err(|e| LinkError::fault(format!("undecodable reply: {e}")))
 }
 
 /// A failed call as this home's caller sees it: a lost link is worth retrying

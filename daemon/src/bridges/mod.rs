@@ -12,13 +12,14 @@
 //!   worker, backoff and follow-ups, and the recorder of answered sends' outcomes.
 //! - `remote`: ThreadList, ThreadRead and ThreadWait over an outbound bridge.
 //! - `receipts`: what both sides show of the messages they exchanged.
-//! - `wire`: errors and refusals as they travel between homes.
+//! - `codec`: errors, refusals and the bridges' words as they travel between homes.
 //!
 //! Every background task (the accept loop and the peers it serves, the outbox worker and
 //! its attempts, the recorder, the expiry sweep, the idle-connection sweep) runs on the
 //! facade's task tracker and is joined by [`Bridges::close`], in the home's ordered
 //! shutdown.
 
+mod codec;
 mod inbound;
 mod links;
 mod outbox;
@@ -26,7 +27,6 @@ mod pairing;
 mod receipts;
 mod remote;
 mod table;
-mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;

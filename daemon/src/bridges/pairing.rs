@@ -10,14 +10,14 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiki_proto as pb;
-use pb::bridge_call::Call;
-use pb::bridge_reply::Reply;
+use kiki_proto::bridge::v1 as wire;
 use tracing::{info, warn};
+use wire::bridge_call::Call;
+use wire::bridge_reply::Reply;
 
 use super::Context;
+use super::codec::{Rejection, from_wire, grant_state, permissions_from_wire, permissions_to_wire};
 use super::links::{call_link, dial_failure, link_failure, resolve};
-use super::wire::{Rejection, from_wire};
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, BridgeRequestRecord};
 use crate::store::{BridgeState, Direction, Permissions, Refusal, RequestStatus};
@@ -108,9 +108,12 @@ impl Pairing {
         &self,
         peer: &str,
         from: IpAddr,
-        pair: pb::PairCall,
-    ) -> std::result::Result<pb::PairReply, Rejection> {
-        let want = parse_permissions("want", &pair.want)?;
+        pair: wire::PairCall,
+    ) -> std::result::Result<wire::PairReply, Rejection> {
+        let want = permissions_from_wire(&pair.want);
+        if want.is_empty() {
+            return Err(Error::invalid("want", "name at least one of read, send, wake, wait").into());
+        }
         let _filing = self.cx.decisions.lock().await;
         let now = now_ms();
         let requests = self.requests().await?;
@@ -174,10 +177,10 @@ impl Pairing {
         let saved: Vec<BridgeRequestRecord> = std::iter::once(request.clone()).chain(replaced).collect();
         self.cx.table.save(None, &saved).await.map_err(Error::from)?;
         info!(peer, request_id = %request.id, "pairing request filed");
-        Ok(pb::PairReply { request_id: request.id })
+        Ok(wire::PairReply { request_id: request.id })
     }
 
-    pub(super) async fn ping_reply(&self, peer: &str) -> std::result::Result<pb::PingReply, Rejection> {
+    pub(super) async fn ping_reply(&self, peer: &str) -> std::result::Result<wire::PingReply, Rejection> {
         let inbound =
             self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
         // Read only: a peer's ping writes nothing, even an expiry.
@@ -187,22 +190,21 @@ impl Pairing {
             inbound.as_ref().filter(|b| b.state == BridgeState::Revoked).map_or(i64::MIN, |b| b.updated_at);
         let newer = requests.iter().rev().find(|r| r.peer_home_id == peer && r.created_at >= since);
         if let Some(b) = inbound.filter(|b| b.state != BridgeState::Revoked || newer.is_none()) {
-            return Ok(pb::PingReply {
-                state: b.state.to_string(),
-                permissions: b.permissions.words(),
+            return Ok(wire::PingReply {
+                state: grant_state(b.state) as i32,
+                permissions: permissions_to_wire(b.permissions),
                 workspaces: b.workspaces,
             });
         }
         let state = match newer {
-            Some(r) if self.expired(r, now_ms()) => "expired",
-            Some(r) if matches!(r.status, RequestStatus::Rejected | RequestStatus::Expired) => {
-                r.status.as_str()
-            }
-            Some(r) if r.status == RequestStatus::Withdrawn => "revoked",
-            Some(_) => "pending",
-            None => "unknown",
+            Some(r) if self.expired(r, now_ms()) => wire::GrantState::Expired,
+            Some(r) if r.status == RequestStatus::Rejected => wire::GrantState::Rejected,
+            Some(r) if r.status == RequestStatus::Expired => wire::GrantState::Expired,
+            Some(r) if r.status == RequestStatus::Withdrawn => wire::GrantState::Revoked,
+            Some(_) => wire::GrantState::Pending,
+            None => wire::GrantState::Unknown,
         };
-        Ok(pb::PingReply { state: state.into(), permissions: Vec::new(), workspaces: Vec::new() })
+        Ok(wire::PingReply { state: state as i32, permissions: Vec::new(), workspaces: Vec::new() })
     }
 
     /// The peer revoked its side (see `WithdrawCall`): the inbound bridge its request made is
@@ -210,8 +212,8 @@ impl Pairing {
     pub(super) async fn serve_withdraw(
         &self,
         peer: &str,
-        call: pb::WithdrawCall,
-    ) -> std::result::Result<pb::WithdrawReply, Rejection> {
+        call: wire::WithdrawCall,
+    ) -> std::result::Result<wire::WithdrawReply, Rejection> {
         let _decision = self.cx.decisions.lock().await;
         let inbound =
             self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
@@ -231,7 +233,7 @@ impl Pairing {
             };
             self.cx.table.save(None, &[withdrawn]).await.map_err(Error::from)?;
         }
-        Ok(pb::WithdrawReply {})
+        Ok(wire::WithdrawReply {})
     }
 
     /// `kiki bridge request ADDRESS --want … [--expect ID] [--name ALIAS]`.
@@ -271,15 +273,15 @@ impl Pairing {
         if existing.iter().any(|b| b.alias == alias && b.peer_home_id != peer_home_id) {
             return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
         }
-        let pair = pb::BridgeCall {
-            call: Some(Call::Pair(pb::PairCall {
+        let pair = wire::BridgeCall {
+            call: Some(Call::Pair(wire::PairCall {
                 name: home_name(self.cx.links.home_id()),
-                want: want.words(),
+                want: permissions_to_wire(want),
             })),
         };
         let request_id = match call_link(peer.as_ref(), &pair, None).await {
-            Ok(pb::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
-            Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }) => return Err(from_wire(address, e)),
+            Ok(wire::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
+            Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) }) => return Err(from_wire(address, e)),
             Ok(_) => {
                 return Err(Error::FailedPrecondition(format!(
                     "{address}: unexpected answer to a pairing request"
@@ -482,12 +484,12 @@ impl Pairing {
         if bridge.direction == Direction::Outbound {
             // Tell the target, so its owner's list agrees and a new request needs a new
             // approval. Best effort, briefly: the revocation here stands either way.
-            let withdraw = pb::WithdrawCall { request_id: bridge.request_id.clone() };
-            let withdraw = pb::BridgeCall { call: Some(Call::Withdraw(withdraw)) };
+            let withdraw = wire::WithdrawCall { request_id: bridge.request_id.clone() };
+            let withdraw = wire::BridgeCall { call: Some(Call::Withdraw(withdraw)) };
             // Given up, it is withdrawn (its stream reset) rather than left to arrive late.
             let given_up = Some(Instant::now());
             match tokio::time::timeout(PING_TIMEOUT, self.cx.links.call(&bridge, &withdraw, given_up)).await {
-                Ok(Ok(pb::BridgeReply { reply: Some(Reply::Withdraw(_)) })) => {
+                Ok(Ok(wire::BridgeReply { reply: Some(Reply::Withdraw(_)) })) => {
                     info!(bridge_id = %bridge.id, "the target revoked its side too");
                 }
                 other => {
@@ -581,25 +583,28 @@ impl Pairing {
 
     /// Pings the target: records link health and learns what it granted.
     async fn refresh(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
-        let ping = pb::BridgeCall { call: Some(Call::Ping(pb::PingCall {})) };
+        let ping = wire::BridgeCall { call: Some(Call::Ping(wire::PingCall {})) };
         let was = bridge.state;
         match tokio::time::timeout(PING_TIMEOUT, self.cx.links.call(&bridge, &ping, None)).await {
-            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
-                bridge.state = match (p.state.as_str(), BridgeState::parse(&p.state)) {
-                    (
-                        _,
-                        Some(state @ (BridgeState::Active | BridgeState::Disabled | BridgeState::Revoked)),
-                    )
-                    | (_, Some(state @ (BridgeState::Rejected | BridgeState::Expired))) => state,
-                    ("pending", _) => BridgeState::Requested,
+            Ok(Ok(wire::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
+                bridge.state = match p.state() {
+                    wire::GrantState::Active => BridgeState::Active,
+                    wire::GrantState::Disabled => BridgeState::Disabled,
+                    wire::GrantState::Revoked => BridgeState::Revoked,
+                    wire::GrantState::Rejected => BridgeState::Rejected,
+                    wire::GrantState::Expired => BridgeState::Expired,
+                    wire::GrantState::Pending => BridgeState::Requested,
                     // The target keeps no record of the request: it forgot it some time after
                     // deciding it (the outcome shown here stays), or never had it.
-                    _ if matches!(bridge.state, BridgeState::Rejected | BridgeState::Expired) => bridge.state,
-                    _ => BridgeState::Expired,
+                    wire::GrantState::Unknown | wire::GrantState::Unspecified
+                        if matches!(bridge.state, BridgeState::Rejected | BridgeState::Expired) =>
+                    {
+                        bridge.state
+                    }
+                    wire::GrantState::Unknown | wire::GrantState::Unspecified => BridgeState::Expired,
                 };
-                // A grant this home cannot read (a newer peer's word) grants nothing here.
-                bridge.permissions =
-                    Permissions::parse(p.permissions.iter().map(String::as_str)).unwrap_or_default();
+                // A permission this home cannot read (a newer peer's) grants nothing here.
+                bridge.permissions = permissions_from_wire(&p.permissions);
                 bridge.workspaces = p.workspaces;
                 bridge.last_success = Some(now_ms());
             }

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use kiki_proto as pb;
-use pb::bridge_call::Call;
-use pb::bridge_reply::Reply;
+use kiki_proto::bridge::v1 as wire;
+use wire::bridge_call::Call;
+use wire::bridge_reply::Reply;
 
+use super::codec::from_wire;
 use super::pairing::Pairing;
-use super::wire::from_wire;
 use super::{Context, HEALTH_EVERY};
 use crate::error::{Error, Result};
 use crate::store::{BridgeState, Refusal};
@@ -32,7 +33,7 @@ impl Remote {
         if bridge.state == BridgeState::Revoked {
             return Err(Error::PermissionDenied(format!("{host}: {}", Refusal::BridgeRevoked)));
         }
-        let result = self.cx.links.call(&bridge, &pb::BridgeCall { call: Some(call) }, None).await;
+        let result = self.cx.links.call(&bridge, &wire::BridgeCall { call: Some(call) }, None).await;
         // Link health is written when it changes, not on every successful call.
         let now = now_ms();
         let stale = bridge.last_success.is_none_or(|t| now - t > HEALTH_EVERY.as_millis() as i64);

@@ -264,7 +264,8 @@ mod tests {
     fn a_refusal_for_now_is_retried_a_final_one_is_not() {
         let retried: Vec<&str> = Refusal::ALL.iter().filter(|r| !r.is_final()).map(|r| r.as_str()).collect();
         assert_eq!(retried, ["bridge_disabled", "bridge_removed", "rate_limited", "expired", "internal"]);
-        let whole: Vec<&str> = Refusal::ALL.iter().filter(|r| r.ends_each_message()).map(|r| r.as_str()).collect();
+        let whole: Vec<&str> =
+            Refusal::ALL.iter().filter(|r| r.ends_each_message()).map(|r| r.as_str()).collect();
         assert_eq!(whole, ["permission_denied", "bridge_revoked"]);
         assert!(Refusal::PermissionDenied.meaning().contains("\"send\""));
     }

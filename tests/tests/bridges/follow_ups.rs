@@ -2,6 +2,7 @@
 //! them again), and a message whose window ends unanswered expires at both ends.
 
 use kiki_proto as pb;
+use kiki_proto::bridge::v1 as wire;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{
     link_as, open_home, open_home_with, raw_call, raw_send, receipt_no_longer, receipts, remote_send,
@@ -35,7 +36,7 @@ async fn a_follow_up_never_makes_a_second_message() {
 /// messages up this way, each message to its own end.
 #[tokio::test]
 async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
-    use pb::bridge_reply::Reply;
+    use wire::bridge_reply::Reply;
     let (a, b, c) = (open_home().await, open_home().await, open_home().await);
     let t = b.thread("echo", None).await;
     let bridge = a.bridge_to(&b, "send").await;
@@ -65,14 +66,14 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
     let many: Vec<(&str, &str)> = (0..257).map(|_| ("", "k1")).collect();
     match follow_up(&as_a, &many).await {
         Reply::Error(e) => {
-            assert_eq!(e.code, "invalid_argument");
+            assert_eq!(e.code(), wire::Refusal::InvalidArgument);
             assert!(e.message.contains("keys") && e.message.contains("256"), "{}", e.message);
         }
         other => panic!("257 keys answered: {other:?}"),
     }
     let (_stranger_endpoint, stranger) = link_as(&c, &b).await;
     match follow_up(&stranger, &[("", "k1")]).await {
-        Reply::Error(e) => assert_eq!(e.code, "permission_denied", "{}", e.message),
+        Reply::Error(e) => assert_eq!(e.code(), wire::Refusal::PermissionDenied, "{}", e.message),
         other => panic!("a stranger was answered: {other:?}"),
     }
 
@@ -115,7 +116,7 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
 /// the source had given up on) is answered `expired` and delivers nothing.
 #[tokio::test]
 async fn a_call_arriving_after_its_source_gave_up_is_refused() {
-    use pb::bridge_reply::Reply;
+    use wire::bridge_reply::Reply;
     let (a, b) = (open_home().await, open_home().await);
     let t = b.thread("echo", None).await;
     a.bridge_to(&b, "send,wake").await;
@@ -124,7 +125,7 @@ async fn a_call_arriving_after_its_source_gave_up_is_refused() {
         panic!("not a follow-up")
     };
     assert_eq!(reply.answers[0].reason, "unknown_key");
-    let late = pb::bridge_call::Call::ThreadSend(raw_send(&t.id, "given up on".into(), "late"));
+    let late = wire::bridge_call::Call::ThreadSend(raw_send(&t.id, "given up on".into(), "late"));
     let Reply::ThreadSend(answer) = raw_call(&as_a, late).await else { panic!("not a send") };
     assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
     b.say(&t.id, "the user speaks").await.expect("say");
@@ -211,7 +212,7 @@ async fn a_delivered_send_found_pending_after_its_window_is_asked_about_not_expi
 }
 
 /// A follow-up call asking about `keys` (source thread, key), and the target's reply.
-async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) -> pb::bridge_reply::Reply {
+async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) -> wire::bridge_reply::Reply {
     follow_up_as(link, keys, false).await
 }
 
@@ -220,15 +221,15 @@ async fn follow_up_as(
     link: &kiki_bridge::PeerConnection,
     keys: &[(&str, &str)],
     window_over: bool,
-) -> pb::bridge_reply::Reply {
+) -> wire::bridge_reply::Reply {
     let keys = keys
         .iter()
-        .map(|(thread, key)| pb::FollowUpKey {
+        .map(|(thread, key)| wire::FollowUpKey {
             source_thread: thread.to_string(),
             idempotency_key: key.to_string(),
         })
         .collect();
-    raw_call(link, pb::bridge_call::Call::FollowUp(pb::FollowUpCall { keys, window_over })).await
+    raw_call(link, wire::bridge_call::Call::FollowUp(wire::FollowUpCall { keys, window_over })).await
 }
 
 /// A source retrying its sends for `window`, bridged (send, wake) to an echo thread on a

@@ -2,6 +2,7 @@
 //! strangers' requests, and requests that expire undecided.
 
 use kiki_proto as pb;
+use kiki_proto::bridge::v1 as wire;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{
     approve, approve_refused, link_from, list_via, outbound_listed, pending_requests, raw_call, remote,
@@ -217,12 +218,12 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
 #[tokio::test]
 async fn strangers_cannot_fill_the_owners_list_of_requests() {
     let b = TestHome::builder().start().await;
-    let code = |refused: Option<pb::WireError>| refused.map(|e| e.code);
+    let code = |refused: Option<wire::WireError>| refused.map(|e| e.code());
     for _ in 0..8 {
         assert_eq!(code(request_as_stranger_from(&b, "127.0.0.2").await), None, "filed");
     }
     let refused = request_as_stranger_from(&b, "127.0.0.2").await.expect("a 9th from one address waits");
-    assert_eq!(refused.code, "rate_limited");
+    assert_eq!(refused.code(), wire::Refusal::RateLimited);
     assert!(refused.message.contains("8 pairing requests from 127.0.0.2"), "{}", refused.message);
     let waiting = pending_requests(&b).await;
     assert!(waiting.iter().all(|r| r.address == "127.0.0.2"), "each shows where it came from: {waiting:?}");
@@ -232,7 +233,7 @@ async fn strangers_cannot_fill_the_owners_list_of_requests() {
         }
     }
     let refused = request_as_stranger_from(&b, "127.0.0.6").await.expect("the 33rd waits");
-    assert_eq!(refused.code, "rate_limited");
+    assert_eq!(refused.code(), wire::Refusal::RateLimited);
     assert!(refused.message.contains("32 pairing requests already wait"), "{}", refused.message);
     let waiting = pending_requests(&b).await;
     assert_eq!(waiting.len(), 32);
@@ -254,8 +255,8 @@ async fn an_undecided_pairing_request_expires() {
         let from = format!("127.0.1.{}", i / 8);
         assert!(request_as_stranger_from(&b, &from).await.is_none(), "filed");
     }
-    let refused = request_as_stranger_from(&b, "127.0.2.1").await.map(|e| e.code);
-    assert_eq!(refused.as_deref(), Some("rate_limited"), "32 wait");
+    let refused = request_as_stranger_from(&b, "127.0.2.1").await.map(|e| e.code());
+    assert_eq!(refused, Some(wire::Refusal::RateLimited), "32 wait");
     tokio::time::sleep(expiry).await;
     assert_eq!(pending_requests(&b).await.len(), 0, "all 32 expired");
     let late = approve_refused(&b, &first, "read", vec![]).await;
@@ -309,24 +310,24 @@ async fn an_undecided_pairing_request_expires() {
 /// A pairing request from a new key, the cheapest identity there is: a raw call over a fresh
 /// QUIC endpoint on the loopback address `from` (all of 127/8 is this machine's). The
 /// answer's wire error, if refused.
-async fn request_as_stranger_from(target: &TestHome, from: &str) -> Option<pb::WireError> {
+async fn request_as_stranger_from(target: &TestHome, from: &str) -> Option<wire::WireError> {
     stranger_request(target, "stranger", from).await
 }
 
 /// [`request_as_stranger_from`] 127.0.0.1, the request naming its machine `name`: the
 /// answer's wire error code, if refused.
-async fn request_as_stranger_named(target: &TestHome, name: &str) -> Option<String> {
-    stranger_request(target, name, "127.0.0.1").await.map(|e| e.code)
+async fn request_as_stranger_named(target: &TestHome, name: &str) -> Option<wire::Refusal> {
+    stranger_request(target, name, "127.0.0.1").await.map(|e| e.code())
 }
 
-async fn stranger_request(target: &TestHome, name: &str, from: &str) -> Option<pb::WireError> {
+async fn stranger_request(target: &TestHome, name: &str, from: &str) -> Option<wire::WireError> {
     let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
     let identity = kiki_bridge::BridgeIdentity::from_key_pem(&key).expect("identity");
     let (_endpoint, link) = link_from(identity, target, from).await;
-    let pair = pb::PairCall { want: vec!["read".into()], name: name.into() };
-    match raw_call(&link, pb::bridge_call::Call::Pair(pair)).await {
-        pb::bridge_reply::Reply::Pair(_) => None,
-        pb::bridge_reply::Reply::Error(e) => Some(e),
+    let pair = wire::PairCall { want: vec![wire::Permission::Read as i32], name: name.into() };
+    match raw_call(&link, wire::bridge_call::Call::Pair(pair)).await {
+        wire::bridge_reply::Reply::Pair(_) => None,
+        wire::bridge_reply::Reply::Error(e) => Some(e),
         other => panic!("unexpected answer {other:?}"),
     }
 }

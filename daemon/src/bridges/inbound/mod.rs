@@ -14,15 +14,16 @@ use std::sync::Arc;
 
 use kiki_bridge::{CallHandler, TrustCheck};
 use kiki_proto as pb;
-use pb::bridge_call::Call;
-use pb::bridge_reply::Reply;
+use kiki_proto::bridge::v1 as wire;
 use prost::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
+use wire::bridge_call::Call;
+use wire::bridge_reply::Reply;
 
+use super::codec::{Rejection, to_wire, wire_error};
 use super::pairing::Pairing;
-use super::wire::{Rejection, to_wire, wire_error};
 use super::{Context, HEALTH_EVERY};
 use crate::error::Error;
 use crate::store::BridgeRecord;
@@ -100,7 +101,7 @@ impl Inbound {
                 let serving = serving.clone();
                 let peer_id = peer_id.clone();
                 Box::pin(async move {
-                    let reply = match pb::BridgeCall::decode(request.as_slice()) {
+                    let reply = match wire::BridgeCall::decode(request.as_slice()) {
                         Ok(call) => serving.handle(&peer_id, from, call).await,
                         Err(e) => wire_error(Refusal::InvalidArgument, format!("undecodable call: {e}")),
                     };
@@ -114,7 +115,7 @@ impl Inbound {
 
     /// Answers one call from `peer` (a verified home id) at the address `from`. A call over
     /// an inbound bridge is a real round trip from the peer: it is that bridge's link health.
-    pub(super) async fn handle(&self, peer: &str, from: IpAddr, call: pb::BridgeCall) -> pb::BridgeReply {
+    pub(super) async fn handle(&self, peer: &str, from: IpAddr, call: wire::BridgeCall) -> wire::BridgeReply {
         let reply = self.answer(peer, from, call).await;
         self.heard_from(peer).await;
         reply
@@ -140,7 +141,7 @@ impl Inbound {
         }
     }
 
-    async fn answer(&self, peer: &str, from: IpAddr, call: pb::BridgeCall) -> pb::BridgeReply {
+    async fn answer(&self, peer: &str, from: IpAddr, call: wire::BridgeCall) -> wire::BridgeReply {
         let result = match call.call {
             Some(Call::Pair(pair)) => self.pairing.file_request(peer, from, pair).await.map(Reply::Pair),
             Some(Call::Ping(_)) => self.pairing.ping_reply(peer).await.map(Reply::Ping),
@@ -153,7 +154,7 @@ impl Inbound {
             None => return wire_error(Refusal::InvalidArgument, "empty call"),
         };
         match result {
-            Ok(reply) => pb::BridgeReply { reply: Some(reply) },
+            Ok(reply) => wire::BridgeReply { reply: Some(reply) },
             Err(Rejection::Wire(code, message)) => wire_error(code, message),
             Err(Rejection::Daemon(e)) => to_wire(e),
         }

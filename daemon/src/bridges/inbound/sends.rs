@@ -8,12 +8,13 @@
 use std::time::Duration;
 
 use kiki_proto as pb;
+use kiki_proto::bridge::v1 as wire;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::Inbound;
+use crate::bridges::codec::{Rejection, refusal_response, wire_refusal};
 use crate::bridges::outbox::MAX_FOLLOW_UP_KEYS;
-use crate::bridges::wire::{Rejection, refusal_response, wire_refusal};
 use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
 use crate::store::{BridgeRecord, ReceiptRecord, SourceRef, ThreadRecord};
@@ -31,7 +32,7 @@ impl Inbound {
     /// delivered into a prompt only with `wake`. Every outcome is a receipt: an accepted
     /// message's is committed with it, a final refusal's is written before the answer leaves.
     /// A replay (a retry) or a refusal for now changes nothing and adds none.
-    pub(super) async fn serve_send(&self, peer: &str, call: pb::BridgeSendCall) -> pb::ThreadSendResponse {
+    pub(super) async fn serve_send(&self, peer: &str, call: wire::BridgeSendCall) -> pb::ThreadSendResponse {
         let mut receipt = ReceiptRecord {
             peer_home_id: peer.to_string(),
             key: call.idempotency_key.clone(),
@@ -80,8 +81,8 @@ impl Inbound {
     pub(super) async fn serve_follow_up(
         &self,
         peer: &str,
-        call: pb::FollowUpCall,
-    ) -> std::result::Result<pb::FollowUpReply, Rejection> {
+        call: wire::FollowUpCall,
+    ) -> std::result::Result<wire::FollowUpReply, Rejection> {
         if call.keys.len() > MAX_FOLLOW_UP_KEYS {
             let given = call.keys.len();
             return Err(Rejection::Wire(
@@ -107,7 +108,7 @@ impl Inbound {
                 .collect(),
             Err(e) => return Err(Rejection::Wire(wire_refusal(e).0, "cannot follow up now".into())),
         };
-        Ok(pb::FollowUpReply { answers })
+        Ok(wire::FollowUpReply { answers })
     }
 
     /// Expires bridged messages here whose deadline passed before a turn took them or their
@@ -144,7 +145,7 @@ impl Inbound {
     async fn accept_from(
         &self,
         peer: &str,
-        call: &pb::BridgeSendCall,
+        call: &wire::BridgeSendCall,
         receipt: ReceiptRecord,
     ) -> std::result::Result<Sent, (Refusal, String)> {
         let (bridge, thread, mailbox) = match self.admit(peer, call).await {
@@ -194,7 +195,7 @@ impl Inbound {
     async fn replay_refused(
         &self,
         peer: &str,
-        call: &pb::BridgeSendCall,
+        call: &wire::BridgeSendCall,
         refusal: (Refusal, String),
     ) -> std::result::Result<Sent, (Refusal, String)> {
         let mailbox = &self.cx.mailbox;
@@ -213,7 +214,7 @@ impl Inbound {
     async fn admit(
         &self,
         peer: &str,
-        call: &pb::BridgeSendCall,
+        call: &wire::BridgeSendCall,
     ) -> std::result::Result<(BridgeRecord, ThreadRecord, &Mailbox), (Refusal, String)> {
         let bridge = match self.granted(peer, Permission::Send).await {
             Ok(bridge) => bridge,

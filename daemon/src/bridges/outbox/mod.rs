@@ -28,19 +28,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kiki_proto as pb;
-use pb::bridge_call::Call;
-use pb::bridge_reply::Reply;
+use kiki_proto::bridge::v1 as wire;
 use rand::Rng;
 use sha2::{Digest, Sha256};
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
+use wire::bridge_call::Call;
+use wire::bridge_reply::Reply;
 
 pub(crate) use backoff::backoff;
 use recorder::{Answered, Recording};
 use worker::Claim;
 
 use super::Context;
-use super::wire::from_wire;
+use super::codec::{refusal_from_wire, refusal_word, refused_by_peer};
 use crate::error::{Error, Result};
 use crate::mailbox::{Sent, key_conflict};
 use crate::store::{
@@ -157,7 +158,7 @@ fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
     if entry.status == OutboxStatus::Rejected {
         let why = Refusal::parse(&entry.reason).map_or("the target refused it", Refusal::meaning);
         let message = format!("{why}; message {} — `kiki bridge receipts {host}` keeps it", entry.id);
-        return Err(from_wire(host, pb::WireError { code: entry.reason.clone(), message }));
+        return Err(refused_by_peer(host, Refusal::parse(&entry.reason), &entry.reason, &message));
     }
     Ok(sent_of(entry, false))
 }
@@ -210,9 +211,9 @@ fn within_the_window(due: i64, now: i64, expires_at: i64) -> i64 {
 
 /// The bridge call that ships an entry (again: the target answers a known key from its
 /// dedup), with what is `left` of its retry window: the target's deadline for it.
-fn send_call(entry: &OutboxRecord, left: Duration) -> pb::BridgeCall {
-    pb::BridgeCall {
-        call: Some(Call::ThreadSend(pb::BridgeSendCall {
+fn send_call(entry: &OutboxRecord, left: Duration) -> wire::BridgeCall {
+    wire::BridgeCall {
+        call: Some(Call::ThreadSend(wire::BridgeSendCall {
             target_session: entry.target_session.clone(),
             content: entry.content.clone(),
             idempotency_key: entry.key.clone(),
@@ -225,15 +226,15 @@ fn send_call(entry: &OutboxRecord, left: Duration) -> pb::BridgeCall {
 
 /// The bridge call that asks where the entries' messages stand (their keys only), which
 /// confirms those waiting there — or, with `window_over`, expires those not confirmed.
-fn follow_up_call(entries: &[OutboxRecord], window_over: bool) -> pb::BridgeCall {
+fn follow_up_call(entries: &[OutboxRecord], window_over: bool) -> wire::BridgeCall {
     let keys = entries
         .iter()
-        .map(|e| pb::FollowUpKey {
+        .map(|e| wire::FollowUpKey {
             source_thread: e.source_thread.clone().unwrap_or_default(),
             idempotency_key: e.key.clone(),
         })
         .collect();
-    pb::BridgeCall { call: Some(Call::FollowUp(pb::FollowUpCall { keys, window_over })) }
+    wire::BridgeCall { call: Some(Call::FollowUp(wire::FollowUpCall { keys, window_over })) }
 }
 
 /// An entry the target refused for good (or expired: its deadline passed there first).
@@ -649,27 +650,27 @@ impl Outbox {
     async fn ask(
         &self,
         bridge: &BridgeRecord,
-        call: &pb::BridgeCall,
+        call: &wire::BridgeCall,
         final_if: fn(Refusal) -> bool,
         withdraw_after: Option<Instant>,
     ) -> std::result::Result<Reply, Verdict> {
         match tokio::time::timeout(ATTEMPT_TIMEOUT, self.inner.cx.links.call(bridge, call, withdraw_after))
             .await
         {
-            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) }))
-                if Refusal::parse(&e.code).is_some_and(final_if) =>
+            Ok(Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) }))
+                if refusal_from_wire(&e).is_some_and(final_if) =>
             {
                 self.link_up(bridge).await;
-                Err(Verdict::Refused(e.code))
+                Err(Verdict::Refused(refusal_word(&e)))
             }
-            Ok(Ok(pb::BridgeReply { reply: Some(Reply::Error(e)) })) => {
-                Err(Verdict::NotNow(format!("{}: {}", e.code, e.message)))
+            Ok(Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) })) => {
+                Err(Verdict::NotNow(format!("{}: {}", refusal_word(&e), e.message)))
             }
-            Ok(Ok(pb::BridgeReply { reply: Some(reply) })) => {
+            Ok(Ok(wire::BridgeReply { reply: Some(reply) })) => {
                 self.link_up(bridge).await;
                 Ok(reply)
             }
-            Ok(Ok(pb::BridgeReply { reply: None })) => Err(Verdict::NotNow("an empty answer".into())),
+            Ok(Ok(wire::BridgeReply { reply: None })) => Err(Verdict::NotNow("an empty answer".into())),
             Ok(Err(e)) => Err(Verdict::Unanswered(e.to_string())),
             Err(_) => Err(Verdict::Unanswered(format!("no answer within {ATTEMPT_TIMEOUT:?}"))),
         }
