@@ -1,12 +1,25 @@
 //! Framed calls over QUIC streams: each call opens a bidirectional stream, writes one
 //! length-prefixed request and finishes its side; the peer answers with one length-prefixed
 //! response. Streams are cheap in QUIC, so calls never block each other. The bytes are
-//! protobuf messages encoded by the caller (see `kiki.v1.BridgeCall`/`BridgeReply`).
+//! protobuf messages encoded by the caller (see `kiki.bridge.v1.BridgeCall`/`BridgeReply`).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::PeerConnection;
-use crate::transport::{CallHandler, TrustCheck};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Answers one call: request bytes in, response bytes out.
+pub type CallHandler = Arc<dyn Fn(Vec<u8>) -> BoxFuture<'static, Vec<u8>> + Send + Sync>;
+
+/// Whether the peer of a served link has a bridge here now (asked as its calls arrive). Any
+/// key can connect, so until this says yes the peer gets a stranger's allowance: small
+/// requests, a few at a time, on one of a few connections shared by all strangers (see
+/// `endpoint`), so that fresh keys cannot make a home hold much memory.
+pub type TrustCheck = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// The largest request a peer with a bridge may send: a ThreadSend of 100,000 characters is
 /// at most ~400 KB, a follow-up of 256 keys less.

@@ -4,23 +4,12 @@
 //! logic can run under simulation where quinn cannot.
 
 use std::fmt::Debug;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::endpoint::{BridgeEndpoint, EndpointError, PeerConnection};
 
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Answers one call: request bytes in, response bytes out.
-pub type CallHandler = Arc<dyn Fn(Vec<u8>) -> BoxFuture<'static, Vec<u8>> + Send + Sync>;
-
-/// Whether the peer of a served link has a bridge here now (asked as its calls arrive). Any
-/// key can connect, so until this says yes the peer gets a stranger's allowance: small
-/// requests, a few at a time, on one of a few connections shared by all strangers (see
-/// `endpoint`), so that fresh keys cannot make a home hold much memory.
-pub type TrustCheck = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
+pub use crate::rpc::{BoxFuture, CallHandler, TrustCheck};
 
 /// A call that did not get an answer (the link failed, or the frame was bad).
 #[derive(Debug, Clone, thiserror::Error)]
