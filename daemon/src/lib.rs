@@ -209,7 +209,7 @@ impl DaemonBuilder {
             warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
         }
 
-        let signals = mailbox::signals::Signals::default();
+        let signals = threads::signals::Signals::default();
         let runner =
             TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), signals.clone());
         let threads =

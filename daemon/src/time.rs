@@ -2,7 +2,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::store::Millis;
+/// Milliseconds since the Unix epoch: how the store keeps every time.
+pub type Millis = i64;
 
 pub fn now_ms() -> Millis {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as Millis).unwrap_or(0)

@@ -5,10 +5,8 @@
 //! writer's transaction but writes nothing: no WAL bytes, no fsync), then committed — message, key and queued input in one transaction,
 //! grouped with concurrent sends by the store's writer. The target is kicked; the caller waits up to
 //! `[mailbox] delivery_wait` for the message to enter a turn's input (`delivered`), else it
-//! answers `pending` and delivery goes on. Waiters park on per-thread [`signals`].
-
-pub mod signals;
-pub mod switches;
+//! answers `pending` and delivery goes on. Waiters park on per-thread signals
+//! ([`crate::threads::signals`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,9 +26,10 @@ use crate::store::{
 };
 use crate::sync::{KeyGuard, KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
+use crate::threads::signals::{self, Signals};
+use crate::threads::switches;
 use crate::threads::{Threads, cursor, limits, new_id};
 use crate::time::now_ms;
-use signals::Signals;
 
 pub const WAIT_TARGETS_MAX: usize = 8;
 pub const WAIT_TIMEOUT_MAX_MS: u32 = 60_000;

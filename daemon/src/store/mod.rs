@@ -18,8 +18,7 @@ pub use words::{BridgeState, Direction, OutboxStatus, Permission, Permissions, R
 /// [`Store::follow_up`]).
 pub const EXPIRED: &str = "expired";
 
-/// Milliseconds since the Unix epoch.
-pub type Millis = i64;
+pub use crate::time::Millis;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

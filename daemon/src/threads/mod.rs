@@ -5,6 +5,8 @@ pub mod content;
 pub mod cursor;
 pub mod limits;
 pub mod runner;
+pub mod signals;
+pub mod switches;
 pub mod workspace;
 
 use std::path::Path;

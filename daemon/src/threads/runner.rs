@@ -25,11 +25,11 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::config::{Config, ExecutorKind};
 use crate::executors::agent::Agent;
 use crate::executors::{self, OnAgentStart, TurnFailure, TurnInput};
-use crate::mailbox::signals::Signals;
-use crate::mailbox::switches;
 use crate::store::{ClaimedTurn, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus};
 use crate::sync::lock;
 use crate::threads::new_id;
+use crate::threads::signals::Signals;
+use crate::threads::switches;
 use crate::time::now_ms;
 
 /// Backoff between retries of a failed store write (doubling up to the cap).
