@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kiki_daemon::store::{SqliteStore, Store};
+use kiki_daemon::store::{SqliteStore, Store, ThreadStore};
 use tempfile::TempDir;
 
 async fn sqlite() -> (Arc<dyn Store>, TempDir) {

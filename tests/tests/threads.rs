@@ -590,7 +590,7 @@ async fn thread_in_repo_subdir(
 /// that stopped right after the claim would have left it (no agent described), and restarts
 /// it; returns the message's status and reason after the restart's recovery.
 async fn claim_then_restart(home: &mut TestHome, thread_id: &str, exec: bool) -> (String, String) {
-    use kiki_daemon::store::{NewMessage, SqliteStore, Store, TurnClaim};
+    use kiki_daemon::store::{MessageStore, NewMessage, SqliteStore, Store, TurnClaim};
     let db = home.handle().home_dir().join("kiki.db");
     let thread = thread_id.to_string();
     home.restart_with(async |_| {

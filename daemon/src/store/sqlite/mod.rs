@@ -8,9 +8,16 @@
 //! cached; inside a thread a statement costs microseconds, so operations loop over rows
 //! with single-row statements instead of building SQL.
 
+mod bridges;
 mod connections;
+mod events;
 mod key_filter;
+mod messages;
+mod outbox;
+mod receipts;
 mod thread_cache;
+mod threads;
+mod turns;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +25,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, Params, Row, TransactionBehavior, params};
 
+use super::rules::{self, KeptKey, SendFacts};
 use super::*;
 use connections::Connections;
 use key_filter::KeyFilter;
@@ -25,33 +33,33 @@ use thread_cache::{ThreadCache, touched};
 
 /// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
 const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "threads", include_str!("migrations/sqlite/0001_threads.sql")),
-    (2, "mailbox", include_str!("migrations/sqlite/0002_mailbox.sql")),
-    (3, "bridges", include_str!("migrations/sqlite/0003_bridges.sql")),
-    (4, "outbox", include_str!("migrations/sqlite/0004_outbox.sql")),
-    (5, "bridge inbound switch", include_str!("migrations/sqlite/0005_bridge_inbound_switch.sql")),
-    (6, "turn agents", include_str!("migrations/sqlite/0006_turn_agents.sql")),
-    (7, "receipts by message", include_str!("migrations/sqlite/0007_receipts_by_message.sql")),
-    (8, "outbox follow-up", include_str!("migrations/sqlite/0008_outbox_follow_up.sql")),
-    (9, "turn start events", include_str!("migrations/sqlite/0009_turn_start_events.sql")),
+    (1, "threads", include_str!("migrations/0001_threads.sql")),
+    (2, "mailbox", include_str!("migrations/0002_mailbox.sql")),
+    (3, "bridges", include_str!("migrations/0003_bridges.sql")),
+    (4, "outbox", include_str!("migrations/0004_outbox.sql")),
+    (5, "bridge inbound switch", include_str!("migrations/0005_bridge_inbound_switch.sql")),
+    (6, "turn agents", include_str!("migrations/0006_turn_agents.sql")),
+    (7, "receipts by message", include_str!("migrations/0007_receipts_by_message.sql")),
+    (8, "outbox follow-up", include_str!("migrations/0008_outbox_follow_up.sql")),
+    (9, "turn start events", include_str!("migrations/0009_turn_start_events.sql")),
     (
         10,
         "message inputs by reference",
-        include_str!("migrations/sqlite/0010_message_inputs_by_reference.sql"),
+        include_str!("migrations/0010_message_inputs_by_reference.sql"),
     ),
-    (11, "outbox due by peer", include_str!("migrations/sqlite/0011_outbox_due_by_peer.sql")),
-    (12, "pairing requests expire", include_str!("migrations/sqlite/0012_pairing_requests_expire.sql")),
-    (13, "keys by insert order", include_str!("migrations/sqlite/0013_keys_by_insert_order.sql")),
-    (14, "bridges revoked by peer", include_str!("migrations/sqlite/0014_bridges_revoked_by_peer.sql")),
-    (15, "pairing requests replaced", include_str!("migrations/sqlite/0015_pairing_requests_replaced.sql")),
-    (16, "outbox keys across peers", include_str!("migrations/sqlite/0016_outbox_keys_across_peers.sql")),
-    (17, "refusals by key", include_str!("migrations/sqlite/0017_refusals_by_key.sql")),
-    (18, "pairing requests' address", include_str!("migrations/sqlite/0018_pairing_requests_address.sql")),
-    (19, "bridged message deadlines", include_str!("migrations/sqlite/0019_bridged_message_deadlines.sql")),
-    (20, "given up keys", include_str!("migrations/sqlite/0020_given_up_keys.sql")),
-    (21, "messages by deadline", include_str!("migrations/sqlite/0021_messages_by_deadline.sql")),
-    (22, "outbox unsettled", include_str!("migrations/sqlite/0022_outbox_unsettled.sql")),
-    (23, "pairing requests withdrawn", include_str!("migrations/sqlite/0023_pairing_requests_withdrawn.sql")),
+    (11, "outbox due by peer", include_str!("migrations/0011_outbox_due_by_peer.sql")),
+    (12, "pairing requests expire", include_str!("migrations/0012_pairing_requests_expire.sql")),
+    (13, "keys by insert order", include_str!("migrations/0013_keys_by_insert_order.sql")),
+    (14, "bridges revoked by peer", include_str!("migrations/0014_bridges_revoked_by_peer.sql")),
+    (15, "pairing requests replaced", include_str!("migrations/0015_pairing_requests_replaced.sql")),
+    (16, "outbox keys across peers", include_str!("migrations/0016_outbox_keys_across_peers.sql")),
+    (17, "refusals by key", include_str!("migrations/0017_refusals_by_key.sql")),
+    (18, "pairing requests' address", include_str!("migrations/0018_pairing_requests_address.sql")),
+    (19, "bridged message deadlines", include_str!("migrations/0019_bridged_message_deadlines.sql")),
+    (20, "given up keys", include_str!("migrations/0020_given_up_keys.sql")),
+    (21, "messages by deadline", include_str!("migrations/0021_messages_by_deadline.sql")),
+    (22, "outbox unsettled", include_str!("migrations/0022_outbox_unsettled.sql")),
+    (23, "pairing requests withdrawn", include_str!("migrations/0023_pairing_requests_withdrawn.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
@@ -728,64 +736,55 @@ fn stored_key(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<(
     )
 }
 
-/// Decides a send by its key and, if accepted, writes its message, key and input (queued,
-/// or taken by the turn the send starts).
-/// Writes run one after another on the writer, so of two sends with one key the second
-/// sees the first (even within one group commit) and replays it.
-fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome> {
-    if let Some((hash, message_id)) = stored_key(conn, &m.key_scope, &m.key)? {
-        return Ok(if hash == m.request_hash {
-            SendOutcome::Replayed { message_id }
-        } else {
-            SendOutcome::KeyConflict { message_id }
-        });
+/// The facts a send is decided by (see [`rules::SendFacts`]), read in the transaction that
+/// would store it. The key decides before anything else does: when it is kept, nothing
+/// else is read.
+fn send_facts(conn: &Connection, m: &NewMessage) -> StoreResult<SendFacts> {
+    let key = stored_key(conn, &m.key_scope, &m.key)?
+        .map(|(request_hash, message_id)| KeptKey { request_hash, message_id });
+    if key.is_some() {
+        return Ok(SendFacts { key, ..SendFacts::default() });
     }
-    // The sender's key may name a message it sent to another home.
-    let sent_away = first(
+    let key_sent_away = first(
         conn,
         "SELECT id FROM outbox WHERE key_scope = ? AND key = ? LIMIT 1",
         params![m.key_scope, m.key],
         |row| Ok(row.get::<_, String>(0)?),
     )?;
-    if let Some(message_id) = sent_away {
-        return Ok(SendOutcome::KeyConflict { message_id });
-    }
-    // A bridged key its source gave up on before any of its calls arrived (see
-    // `Store::follow_up`): this call comes too late.
-    if m.deadline.is_some() {
-        let given_up = first(
+    let key_given_up = rules::may_be_given_up(m)
+        && first(
             conn,
             "SELECT 1 FROM given_up_keys WHERE scope = ? AND key = ?",
             params![m.key_scope, m.key],
             |_| Ok(()),
-        )?;
-        if given_up.is_some() {
-            return Ok(SendOutcome::GivenUp);
+        )?
+        .is_some();
+    let target_live =
+        first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [&m.target_thread], |_| Ok(()))?
+            .is_some();
+    let (bridge_open, id_taken) = match rules::bridged_from(m) {
+        None => (true, false),
+        Some(peer) => {
+            let open = first(
+                conn,
+                "SELECT 1 FROM bridges WHERE direction = 'inbound' AND peer_home_id = ? AND state = 'active'",
+                [peer],
+                |_| Ok(()),
+            )?;
+            let taken = "SELECT 1 FROM messages WHERE id = ?1 UNION ALL SELECT 1 FROM outbox WHERE id = ?1";
+            (open.is_some(), first(conn, taken, [&m.id], |_| Ok(()))?.is_some())
         }
-    }
-    let live =
-        first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [&m.target_thread], |_| Ok(()))?;
-    if live.is_none() {
-        return Ok(SendOutcome::TargetGone);
-    }
-    // A bridge's call is let in before this transaction: a revocation (which refuses what
-    // the peer brought) may have committed in between.
-    if let Some(peer) = m.source.as_ref().map(|s| &s.host_id).filter(|h| !h.is_empty()) {
-        let open = first(
-            conn,
-            "SELECT 1 FROM bridges WHERE direction = 'inbound' AND peer_home_id = ? AND state = 'active'",
-            [peer],
-            |_| Ok(()),
-        )?;
-        if open.is_none() {
-            return Ok(SendOutcome::BridgeClosed);
-        }
-        // It keeps the id its source gave it, which must not be one already given here (to
-        // a message, or to one this home sent away).
-        let taken = "SELECT 1 FROM messages WHERE id = ?1 UNION ALL SELECT 1 FROM outbox WHERE id = ?1";
-        if first(conn, taken, [&m.id], |_| Ok(()))?.is_some() {
-            return Ok(SendOutcome::IdTaken);
-        }
+    };
+    Ok(SendFacts { key, key_sent_away, key_given_up, target_live, bridge_open, id_taken })
+}
+
+/// Decides a send by the rules (see [`rules::refuse_send`]) and, if accepted, writes its
+/// message, key and input (queued, or taken by the turn the send starts).
+/// Writes run one after another on the writer, so of two sends with one key the second
+/// sees the first (even within one group commit) and replays it.
+fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome> {
+    if let Some(refused) = rules::refuse_send(m, &send_facts(conn, m)?) {
+        return Ok(refused);
     }
     // The input refers to the message for its content (see `claim_turn`): a message of up
     // to 100,000 characters is not copied into its queued input.
@@ -1101,827 +1100,6 @@ fn claim_turn(
 impl Store for SqliteStore {
     fn describe(&self) -> String {
         format!("sqlite://{}", self.path.display())
-    }
-
-    async fn create_thread(
-        &self,
-        thread: &NewThread,
-        first_input: Option<&NewInput>,
-    ) -> StoreResult<ThreadRecord> {
-        let (thread, first_input) = (thread.clone(), first_input.cloned());
-        self.db
-            .write(move |conn| {
-                run(
-                    conn,
-                    "INSERT INTO threads (id, workspace_id, cwd, title, profile, communication, created_at, updated_at)
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    params![
-                        thread.id,
-                        thread.workspace_id,
-                        thread.cwd,
-                        thread.title,
-                        thread.profile,
-                        thread.communication.as_str(),
-                        thread.now,
-                        thread.now
-                    ],
-                )?;
-                let mut created = event(&thread.id, EventKind::Lifecycle, thread.now);
-                created.lifecycle = "created".into();
-                insert_event(conn, &created)?;
-                if let Some(input) = &first_input {
-                    insert_input(conn, &thread.id, input, true, None)?;
-                }
-                let record = thread_in(conn, &thread.id)?
-                    .ok_or_else(|| StoreError::Backend("the created thread is missing".into()))?;
-                Ok(record)
-            })
-            .await
-    }
-
-    async fn thread(&self, id: &str) -> StoreResult<Option<ThreadRecord>> {
-        if let Some(record) = self.threads.get(id) {
-            return Ok(Some(record));
-        }
-        let generation = self.threads.generation();
-        let owned = id.to_string();
-        let record = self.db.lookup(move |conn| thread_in(conn, &owned)).await?;
-        if let Some(record) = &record {
-            self.threads.fill(generation, record);
-        }
-        Ok(record)
-    }
-
-    async fn list_threads(&self, query: &ThreadQuery) -> StoreResult<Vec<ThreadRecord>> {
-        let query = query.clone();
-        self.db
-            .read(move |conn| {
-                let before = query.before_seq.unwrap_or(i64::MAX);
-                match &query.workspace_id {
-                    Some(workspace) => page(
-                        conn,
-                        &format!(
-                            "SELECT {THREAD_COLUMNS} FROM threads INDEXED BY threads_listed_by_workspace
-                             WHERE archived = 0 AND enabled = 1 AND workspace_id = ? AND seq < ?
-                             ORDER BY seq DESC"
-                        ),
-                        params![workspace, before],
-                        query.limit,
-                        thread_from,
-                    ),
-                    None => page(
-                        conn,
-                        &format!(
-                            "SELECT {THREAD_COLUMNS} FROM threads INDEXED BY threads_listed
-                             WHERE archived = 0 AND enabled = 1 AND seq < ?
-                             ORDER BY seq DESC"
-                        ),
-                        params![before],
-                        query.limit,
-                        thread_from,
-                    ),
-                }
-            })
-            .await
-    }
-
-    async fn count_threads(&self) -> StoreResult<u64> {
-        self.db.read(|conn| count(conn, "SELECT COUNT(*) FROM threads", [])).await
-    }
-
-    async fn set_archived(&self, id: &str, archived: bool, now: Millis) -> StoreResult<Option<Archived>> {
-        let id = id.to_string();
-        self.db
-            .write(move |conn| {
-                let changed = run(
-                    conn,
-                    "UPDATE threads SET archived = ?, updated_at = ? WHERE id = ? AND archived <> ?",
-                    params![archived, now, id, archived],
-                )? > 0;
-                touched(Some(&id));
-                if changed {
-                    let mut lifecycle = event(&id, EventKind::Lifecycle, now);
-                    lifecycle.lifecycle = if archived { "archived" } else { "unarchived" }.into();
-                    insert_event(conn, &lifecycle)?;
-                }
-                let mut notified = vec![id.clone()];
-                if changed && archived {
-                    let undeliverable = all(
-                        conn,
-                        "UPDATE messages SET status = 'undeliverable', reason = 'thread_archived'
-                         WHERE target_thread = ? AND status = 'pending' RETURNING id, source_thread, source_host",
-                        [&id],
-                        |row| Ok((row.get::<_, String>(0)?, row.get(1)?, row.get::<_, Option<String>>(2)?)),
-                    )?;
-                    // Their queued inputs, all of the thread's queued messages.
-                    run(conn, UNQUEUE_THREAD_MESSAGES, [&id])?;
-                    for (message_id, source, source_host) in undeliverable {
-                        let local_source = local_sender(source, source_host.as_deref());
-                        notified.extend(local_source.clone());
-                        for thread in std::iter::once(id.clone()).chain(local_source) {
-                            let mut e = event(&thread, EventKind::Undeliverable, now);
-                            e.reason = Refusal::ThreadArchived.to_string();
-                            e.message_id = Some(message_id.clone());
-                            insert_event(conn, &e)?;
-                        }
-                        receipt_follows(conn, &message_id, Refusal::ThreadArchived.as_str(), now)?;
-                    }
-                }
-                let thread = thread_in(conn, &id)?;
-                notified.dedup();
-                Ok(thread.map(|thread| Archived { thread, changed, notified }))
-            })
-            .await
-    }
-
-    async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<Option<bool>> {
-        let (thread_id, input) = (thread_id.to_string(), input.clone());
-        self.db
-            .write(move |conn| {
-                let running = first(conn, "SELECT running FROM threads WHERE id = ?", [&thread_id], |row| {
-                    Ok(row.get::<_, bool>(0)?)
-                })?;
-                if running.is_none() {
-                    return Ok(None);
-                }
-                insert_input(conn, &thread_id, &input, true, None)?;
-                Ok(running)
-            })
-            .await
-    }
-
-    async fn claim_turn(
-        &self,
-        thread_id: &str,
-        claim: TurnClaim,
-        now: Millis,
-    ) -> StoreResult<Option<ClaimedTurn>> {
-        let thread_id = thread_id.to_string();
-        self.db.write(move |conn| claim_turn(conn, &thread_id, &claim, now, None)).await
-    }
-
-    async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {
-        let outcome = outcome.clone();
-        self.db
-            .write(move |conn| {
-                let thread_id = first(
-                    conn,
-                    "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?
-                     WHERE id = ? AND status = 'running' RETURNING thread_id",
-                    params![
-                        outcome.status.as_str(),
-                        outcome.output,
-                        outcome.error,
-                        outcome.now,
-                        outcome.turn_id
-                    ],
-                    |row| Ok(row.get::<_, String>(0)?),
-                )?;
-                if let Some(thread_id) = thread_id {
-                    run(
-                        conn,
-                        "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?",
-                        params![outcome.now, thread_id],
-                    )?;
-                    touched(Some(&thread_id));
-                    let mut terminal = event(&thread_id, EventKind::Terminal, outcome.now);
-                    terminal.turn_id = Some(outcome.turn_id.clone());
-                    terminal.turn_status = Some(outcome.status);
-                    terminal.reason = outcome.error.clone();
-                    insert_event(conn, &terminal)?;
-                }
-                Ok(())
-            })
-            .await
-    }
-
-    async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()> {
-        let sql = "UPDATE turns SET agent = ? WHERE id = ? AND status = 'running'";
-        self.write_statement(sql, (agent.to_string(), turn_id.to_string())).await
-    }
-
-    async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
-        self.db
-            .read(|conn| {
-                all(conn, "SELECT id, agent FROM turns WHERE status = 'running'", [], |row| {
-                    Ok(InterruptedTurn { turn_id: row.get(0)?, agent: row.get(1)? })
-                })
-            })
-            .await
-    }
-
-    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>> {
-        let reason = reason.to_string();
-        self.db
-            .write(move |conn| {
-                let failed = all(
-                    conn,
-                    "UPDATE turns SET status = 'failed', error = ?, ended_at = ? WHERE status = 'running'
-                     RETURNING id, thread_id",
-                    params![reason, now],
-                    |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
-                )?;
-                run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE running = 1", [now])?;
-                touched(None);
-                for (turn_id, thread_id) in &failed {
-                    let mut terminal = event(thread_id, EventKind::Terminal, now);
-                    terminal.turn_id = Some(turn_id.clone());
-                    terminal.turn_status = Some(TurnStatus::Failed);
-                    terminal.reason = reason.clone();
-                    insert_event(conn, &terminal)?;
-                }
-                Ok(failed.into_iter().map(|(_, thread_id)| thread_id).collect())
-            })
-            .await
-    }
-
-    async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>> {
-        self.db
-            .read(|conn| {
-                all(
-                    conn,
-                    "SELECT DISTINCT i.thread_id FROM inputs i JOIN threads t ON t.id = i.thread_id
-                     WHERE i.turn_id IS NULL AND i.wake = 1 AND t.running = 0",
-                    [],
-                    |row| Ok(row.get::<_, String>(0)?),
-                )
-            })
-            .await
-    }
-
-    async fn running_turns(&self) -> StoreResult<u64> {
-        self.db.read(|conn| count(conn, "SELECT COUNT(*) FROM turns WHERE status = 'running'", [])).await
-    }
-
-    async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>> {
-        let thread_id = thread_id.to_string();
-        self.db
-            .read(move |conn| {
-                let mut turns = page(
-                    conn,
-                    &format!(
-                        "SELECT {TURN_COLUMNS} FROM turns
-                         WHERE thread_id = ? AND seq > ? AND status <> 'running' ORDER BY seq"
-                    ),
-                    params![thread_id, after_seq],
-                    limit,
-                    turn_from,
-                )?;
-                attach_items(conn, &mut turns)?;
-                Ok(turns)
-            })
-            .await
-    }
-
-    async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>> {
-        let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
-        self.db
-            .lookup(move |conn| {
-                let turn = first(
-                    conn,
-                    &format!("SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = ? AND id = ?"),
-                    params![thread_id, turn_id],
-                    turn_from,
-                )?;
-                let Some(turn) = turn else { return Ok(None) };
-                let mut turns = [turn];
-                attach_items(conn, &mut turns)?;
-                let [turn] = turns;
-                Ok(Some(turn))
-            })
-            .await
-    }
-
-    async fn ended_turn_exists(&self, thread_id: &str, seq: i64) -> StoreResult<bool> {
-        let thread_id = thread_id.to_string();
-        self.db
-            .lookup(move |conn| {
-                let found = first(
-                    conn,
-                    "SELECT 1 FROM turns WHERE thread_id = ? AND seq = ? AND status <> 'running'",
-                    params![thread_id, seq],
-                    |_| Ok(()),
-                )?;
-                Ok(found.is_some())
-            })
-            .await
-    }
-
-    async fn undeliver_turn_messages(
-        &self,
-        turn_id: &str,
-        reason: &str,
-        now: Millis,
-    ) -> StoreResult<Vec<String>> {
-        let (turn_id, reason) = (turn_id.to_string(), reason.to_string());
-        self.db
-            .write(move |conn| {
-                let undelivered = all(conn, UNDELIVER_TURN_MESSAGES, params![reason, turn_id], |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, Option<String>>(2)?,
-                        row.get::<_, Option<String>>(3)?,
-                    ))
-                })?;
-                let mut notified = Vec::new();
-                for (message_id, target, source, source_host) in undelivered {
-                    for thread in std::iter::once(target).chain(local_sender(source, source_host.as_deref()))
-                    {
-                        let mut e = event(&thread, EventKind::Undeliverable, now);
-                        e.reason = reason.clone();
-                        e.message_id = Some(message_id.clone());
-                        insert_event(conn, &e)?;
-                        if !notified.contains(&thread) {
-                            notified.push(thread);
-                        }
-                    }
-                    receipt_follows(conn, &message_id, &reason, now)?;
-                }
-                Ok(notified)
-            })
-            .await
-    }
-
-    async fn follow_up(
-        &self,
-        keys: &[(String, String)],
-        window_over: bool,
-        now: Millis,
-    ) -> StoreResult<Vec<Option<MessageRecord>>> {
-        let keys = keys.to_vec();
-        self.db
-            .write(move |conn| {
-                let mut messages = Vec::with_capacity(keys.len());
-                // As the write runs: a claim queued meanwhile must not see a later deadline.
-                let now = now.max(crate::time::now_ms());
-                for (scope, key) in &keys {
-                    messages.push(match stored_key(conn, scope, key)? {
-                        Some((_, message_id)) => follow_up_message(conn, &message_id, window_over, now)?,
-                        // Given up on before it arrived: should a call of it still come (QUIC
-                        // delivering an attempt given up earlier), the key refuses it.
-                        None if window_over => {
-                            run(
-                                conn,
-                                "INSERT OR IGNORE INTO given_up_keys (scope, key, created_at) VALUES (?, ?, ?)",
-                                params![scope, key, now],
-                            )?;
-                            None
-                        }
-                        None => None,
-                    });
-                }
-                Ok(messages)
-            })
-            .await
-    }
-
-    async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome> {
-        // Before the write: from now on a cross-home send's probe for the key reads it.
-        if is_local_scope(&message.key_scope) {
-            self.local_keys.add(&message.key_scope, &message.key);
-        }
-        let message = message.clone();
-        self.db.write(move |conn| accept_message(conn, &message)).await
-    }
-
-    async fn local_key_message(&self, scope: &str, key: &str) -> StoreResult<Option<String>> {
-        if !self.local_keys.may_hold(scope, key) {
-            return Ok(None);
-        }
-        let (scope, key) = (scope.to_string(), key.to_string());
-        self.db
-            .lookup(move |conn| Ok(stored_key(conn, &scope, &key)?.map(|(_, message_id)| message_id)))
-            .await
-    }
-
-    async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
-        let (scope, key) = (scope.to_string(), key.to_string());
-        self.db.lookup(move |conn| stored_key(conn, &scope, &key)).await
-    }
-
-    async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
-        let id = id.to_string();
-        self.db.lookup(move |conn| message_in(conn, &id)).await
-    }
-
-    async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64> {
-        // The oldest `limit` keys in insertion order (their age order: keys are written with
-        // the time of their send), those of them older than `before`: never a scan beyond
-        // them, however many keys are young.
-        let sql = "DELETE FROM idempotency_keys
-                   WHERE rowid IN (SELECT rowid FROM idempotency_keys ORDER BY rowid LIMIT ?2) AND created_at < ?1";
-        // Given-up keys are rare (a call that might still arrive as a window ended): their
-        // whole table is walked.
-        let given_up = "DELETE FROM given_up_keys WHERE created_at < ?";
-        self.db
-            .write(move |conn| {
-                let pruned = run(conn, sql, params![before, limit])? as u64;
-                run(conn, given_up, [before])?;
-                Ok(pruned)
-            })
-            .await
-    }
-
-    async fn expire_overdue_messages(&self, now: Millis, limit: u32) -> StoreResult<u64> {
-        // Read first: most sweeps find nothing, and then need no write.
-        if self
-            .db
-            .lookup(move |conn| first(conn, OVERDUE_MESSAGES, params![now, 1], |_| Ok(())))
-            .await?
-            .is_none()
-        {
-            return Ok(0);
-        }
-        self.db
-            .write(move |conn| {
-                // As the write runs, as a claim reads it.
-                let now = now.max(crate::time::now_ms());
-                Ok(expire_overdue(conn, OVERDUE_MESSAGES, params![now, limit], now)? as u64)
-            })
-            .await
-    }
-
-    async fn set_communication(
-        &self,
-        thread_id: &str,
-        setting: CommunicationSetting,
-        now: Millis,
-    ) -> StoreResult<Option<ThreadRecord>> {
-        let thread_id = thread_id.to_string();
-        self.db
-            .write(move |conn| {
-                touched(Some(&thread_id));
-                first(
-                    conn,
-                    &format!(
-                        "UPDATE threads SET communication = ?, updated_at = ? WHERE id = ? RETURNING {THREAD_COLUMNS}"
-                    ),
-                    params![setting.as_str(), now, thread_id],
-                    thread_from,
-                )
-            })
-            .await
-    }
-
-    async fn add_event(&self, e: &EventRecord) -> StoreResult<i64> {
-        let e = e.clone();
-        self.db.write(move |conn| insert_event(conn, &e)).await
-    }
-
-    async fn events_after(&self, thread_id: &str, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
-        let thread_id = thread_id.to_string();
-        // A lookup: a bounded walk of one thread's index from a position, usually a row or
-        // two (a ThreadWait that wakes reads here; a hop to a reader would delay its answer).
-        self.db
-            .lookup(move |conn| {
-                page(
-                    conn,
-                    &format!(
-                        "SELECT {EVENT_COLUMNS} FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq"
-                    ),
-                    params![thread_id, after],
-                    limit,
-                    event_from,
-                )
-            })
-            .await
-    }
-
-    async fn event_positions(&self, thread_id: &str) -> StoreResult<EventPositions> {
-        let thread_id = thread_id.to_string();
-        self.db
-            .lookup(move |conn| {
-                // One snapshot: a turn starting between the two reads would misplace the start.
-                let conn = conn.transaction()?;
-                let last =
-                    first(&conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
-                        Ok(row.get::<_, Option<i64>>(0)?)
-                    })?;
-                let last = last.flatten().unwrap_or(0);
-                let latest_turn = first(
-                    &conn,
-                    "SELECT events_before FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 1",
-                    [&thread_id],
-                    |row| Ok(row.get::<_, Option<i64>>(0)?),
-                )?;
-                // No turn yet: from now on.
-                let latest_turn = latest_turn.flatten().unwrap_or(last).min(last);
-                Ok(EventPositions { last, latest_turn })
-            })
-            .await
-    }
-
-    async fn revoke_inbound(&self, bridge: &BridgeRecord, now: Millis) -> StoreResult<Vec<String>> {
-        let bridge = bridge.clone();
-        self.db
-            .write(move |conn| {
-                upsert_bridge(conn, &bridge)?;
-                let rejected = all(
-                    conn,
-                    "UPDATE messages SET status = 'undeliverable', reason = 'bridge_revoked'
-                     WHERE source_host = ? AND status = 'pending'
-                     RETURNING id, target_thread",
-                    [&bridge.peer_home_id],
-                    |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
-                )?;
-                // Their queued inputs, all the queued input the peer brought.
-                run(conn, UNQUEUE_PEER_MESSAGES, [&bridge.peer_home_id])?;
-                let mut notified = Vec::new();
-                for (message_id, thread_id) in rejected {
-                    let mut e = event(&thread_id, EventKind::Undeliverable, now);
-                    e.reason = Refusal::BridgeRevoked.to_string();
-                    e.message_id = Some(message_id.clone());
-                    insert_event(conn, &e)?;
-                    receipt_follows(conn, &message_id, Refusal::BridgeRevoked.as_str(), now)?;
-                    if !notified.contains(&thread_id) {
-                        notified.push(thread_id);
-                    }
-                }
-                Ok(notified)
-            })
-            .await
-    }
-
-    async fn bridge_heard_from(&self, bridge_id: &str, now: Millis) -> StoreResult<()> {
-        self.write_statement("UPDATE bridges SET last_success = ? WHERE id = ?", (now, bridge_id.to_string()))
-            .await
-    }
-
-    async fn save_bridge(
-        &self,
-        bridge: Option<&BridgeRecord>,
-        requests: &[BridgeRequestRecord],
-    ) -> StoreResult<()> {
-        let (bridge, requests) = (bridge.cloned(), requests.to_vec());
-        self.db
-            .write(move |conn| {
-                if let Some(b) = &bridge {
-                    upsert_bridge(conn, b)?;
-                }
-                for r in &requests {
-                    run(
-                        conn,
-                        "INSERT OR REPLACE INTO bridge_requests
-                             (id, peer_home_id, name, want, status, created_at, decided_at, address)
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        params![
-                            r.id,
-                            r.peer_home_id,
-                            r.name,
-                            r.want,
-                            r.status,
-                            r.created_at,
-                            r.decided_at,
-                            r.address
-                        ],
-                    )?;
-                }
-                Ok(())
-            })
-            .await
-    }
-
-    async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>> {
-        self.db
-            .read(|conn| {
-                all(
-                    conn,
-                    &format!("SELECT {BRIDGE_COLUMNS} FROM bridges ORDER BY created_at, id"),
-                    [],
-                    bridge_from,
-                )
-            })
-            .await
-    }
-
-    async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>> {
-        self.db
-            .read(|conn| {
-                all(
-                    conn,
-                    "SELECT id, peer_home_id, name, want, status, created_at, decided_at, address FROM bridge_requests
-                     ORDER BY created_at, id",
-                    [],
-                    request_from,
-                )
-            })
-            .await
-    }
-
-    async fn prune_bridge_requests(&self, decided_before: Millis) -> StoreResult<u64> {
-        let sql = "DELETE FROM bridge_requests WHERE status <> 'pending' AND decided_at < ?";
-        self.db.write(move |conn| Ok(run(conn, sql, [decided_before])? as u64)).await
-    }
-
-    async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
-        if !self.outbox_keys.may_hold(scope, key) {
-            return Ok(None);
-        }
-        let (peer, scope, key) = (peer.to_string(), scope.to_string(), key.to_string());
-        self.db.lookup(move |conn| outbox_entry(conn, &peer, &scope, &key)).await
-    }
-
-    async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
-        // Before the write: from now on a probe for the key reads the outbox.
-        self.outbox_keys.add(&entry.key_scope, &entry.key);
-        let e = entry.clone();
-        self.db
-            .write(move |conn| {
-                // One probe of the key's index on the writer: the insert's own. Only a key
-                // already there costs a second, to read its entry.
-                let inserted = run(
-                    conn,
-                    &format!(
-                        "INSERT INTO outbox ({OUTBOX_COLUMNS})
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                         ON CONFLICT (key_scope, key, peer_home_id) DO NOTHING"
-                    ),
-                    params![
-                        e.id,
-                        e.bridge_id,
-                        e.peer_home_id,
-                        e.target_session,
-                        e.source_thread,
-                        e.content,
-                        e.key_scope,
-                        e.key,
-                        e.request_hash,
-                        e.status,
-                        e.reason,
-                        e.remote_message_id,
-                        e.attempts,
-                        e.next_attempt_at,
-                        e.created_at,
-                        e.updated_at
-                    ],
-                )?;
-                if inserted == 0 {
-                    return outbox_entry(conn, &e.peer_home_id, &e.key_scope, &e.key);
-                }
-                Ok(None)
-            })
-            .await
-    }
-
-    async fn outbox_update(&self, outcomes: &[OutboxOutcome]) -> StoreResult<()> {
-        let outcomes = outcomes.to_vec();
-        self.db
-            .write(move |conn| {
-                for (e, event) in &outcomes {
-                    // Only a pending or accepted entry moves on, or an expired one its target
-                    // is still to be asked about: any other outcome is final, and an event is
-                    // given once (an expired entry's new outcome carries none).
-                    let changed = run(
-                        conn,
-                        "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
-                             next_attempt_at = ?, updated_at = ?
-                         WHERE id = ? AND (status IN ('pending', 'accepted')
-                             OR (status = 'expired' AND next_attempt_at < 9223372036854775807))",
-                        params![
-                            e.status,
-                            e.reason,
-                            e.remote_message_id,
-                            e.attempts,
-                            e.next_attempt_at,
-                            e.updated_at,
-                            e.id
-                        ],
-                    )? > 0;
-                    if changed && let Some(event) = event {
-                        insert_event(conn, event)?;
-                    }
-                }
-                Ok(())
-            })
-            .await
-    }
-
-    async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>> {
-        let peer = peer.to_string();
-        self.db
-            .read(move |conn| {
-                let mut due = page(
-                    conn,
-                    &format!("SELECT {OUTBOX_COLUMNS} {OUTBOX_DUE}"),
-                    params![peer, now],
-                    limit,
-                    outbox_from,
-                )?;
-                let left = limit.saturating_sub(due.len() as u32);
-                if left > 0 {
-                    let sql = format!("SELECT {OUTBOX_COLUMNS} {OUTBOX_UNSETTLED}");
-                    due.extend(page(conn, &sql, params![peer, now], left, outbox_from)?);
-                }
-                Ok(due)
-            })
-            .await
-    }
-
-    async fn outbox_next_due(&self, peer: &str, now: Millis) -> StoreResult<Option<Millis>> {
-        let peer = peer.to_string();
-        self.db
-            .lookup(move |conn| {
-                // Each the first row of its index's walk (`outbox_due`, `outbox_unsettled`).
-                let first = |sql: &str| -> StoreResult<Option<Millis>> {
-                    Ok(conn.prepare_cached(sql)?.query_row(params![peer, now], |row| row.get(0))?)
-                };
-                let due = first(OUTBOX_NEXT_DUE)?;
-                let unsettled = first(OUTBOX_NEXT_UNSETTLED)?;
-                Ok(due.into_iter().chain(unsettled).min())
-            })
-            .await
-    }
-
-    async fn outbox_page(
-        &self,
-        bridge_id: &str,
-        from: Option<(Millis, String)>,
-        limit: u32,
-    ) -> StoreResult<Vec<OutboxRecord>> {
-        let bridge_id = bridge_id.to_string();
-        let (created_at, id) = from.unwrap_or((Millis::MAX, String::new()));
-        self.db
-            .read(move |conn| {
-                page(
-                    conn,
-                    &format!(
-                        "SELECT {OUTBOX_COLUMNS} FROM outbox
-                         WHERE bridge_id = ?1 AND (created_at < ?2 OR (created_at = ?2 AND id <= ?3))
-                         ORDER BY created_at DESC, id DESC"
-                    ),
-                    params![bridge_id, created_at, id],
-                    limit,
-                    outbox_from,
-                )
-            })
-            .await
-    }
-
-    async fn outbox_pending(&self, peer: &str, bridge_id: &str, except: &[String]) -> StoreResult<u64> {
-        let (peer, bridge_id) = (peer.to_string(), bridge_id.to_string());
-        let except = serde_json::to_string(except).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.db.read(move |conn| count(conn, OUTBOX_PENDING, params![peer, bridge_id, except])).await
-    }
-
-    async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()> {
-        self.write_statement(OUTBOX_RETRY_NOW, (now, peer.to_string())).await
-    }
-
-    async fn outbox_defer(&self, peer: &str, except: &str, until: Millis, window: Millis) -> StoreResult<()> {
-        self.write_statement(OUTBOX_DEFER, (until, peer.to_string(), except.to_string(), window)).await
-    }
-
-    async fn add_refusal(&self, r: &ReceiptRecord) -> StoreResult<()> {
-        let r = r.clone();
-        self.db
-            .write(move |conn| {
-                run(
-                    conn,
-                    "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-                     SELECT ?1, ?2, '', ?3, ?4, ?5, ?6 WHERE NOT EXISTS (
-                         SELECT 1 FROM bridge_receipts WHERE peer_home_id = ?1 AND key = ?2
-                             AND message_id = '' AND target = ?3 AND status = ?4 AND reason = ?5)",
-                    params![r.peer_home_id, r.key, r.target, r.status, r.reason, r.at],
-                )?;
-                Ok(())
-            })
-            .await
-    }
-
-    async fn receipts_from(
-        &self,
-        peer: &str,
-        from_seq: Option<i64>,
-        limit: u32,
-    ) -> StoreResult<Vec<(i64, ReceiptRecord)>> {
-        let peer = peer.to_string();
-        let from = from_seq.unwrap_or(i64::MAX);
-        self.db
-            .read(move |conn| {
-                page(
-                    conn,
-                    "SELECT seq, peer_home_id, key, message_id, target, status, reason, at FROM bridge_receipts
-                     WHERE peer_home_id = ? AND seq <= ? ORDER BY seq DESC",
-                    params![peer, from],
-                    limit,
-                    |row| Ok((row.get::<_, i64>("seq")?, receipt_from(row)?)),
-                )
-            })
-            .await
-    }
-
-    async fn pending_messages_from(&self, peer: &str) -> StoreResult<u64> {
-        let peer = peer.to_string();
-        self.db
-            .read(move |conn| {
-                count(
-                    conn,
-                    "SELECT COUNT(*) FROM messages WHERE source_host = ? AND status = 'pending'",
-                    [&peer],
-                )
-            })
-            .await
     }
 
     async fn check(&self, full: bool) -> StoreResult<Vec<String>> {

@@ -1,0 +1,70 @@
+//! Each thread's event log, which ThreadWait reads.
+
+use async_trait::async_trait;
+
+#[allow(unused_imports)]
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Terminal,
+    Attention,
+    Lifecycle,
+    Undeliverable,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Terminal => "terminal",
+            Self::Attention => "attention",
+            Self::Lifecycle => "lifecycle",
+            Self::Undeliverable => "undeliverable",
+        }
+    }
+    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
+        Ok(match s {
+            "terminal" => Self::Terminal,
+            "attention" => Self::Attention,
+            "lifecycle" => Self::Lifecycle,
+            "undeliverable" => Self::Undeliverable,
+            other => return Err(StoreError::Backend(format!("unknown event kind {other:?}"))),
+        })
+    }
+}
+
+/// Two positions in a thread's event log, as ThreadWait cursors count (`seq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventPositions {
+    /// The newest event's seq (0 if none).
+    pub last: i64,
+    /// Where the log stood when the thread's latest turn started, so that turn's events
+    /// and later ones follow it; `last` for a thread without turns.
+    pub latest_turn: i64,
+}
+
+/// One entry of a thread's event log (ThreadWait).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    pub seq: i64,
+    pub thread_id: String,
+    pub kind: EventKind,
+    pub turn_id: Option<String>,
+    pub turn_status: Option<TurnStatus>,
+    pub reason: String,
+    pub lifecycle: String,
+    pub message_id: Option<String>,
+    pub at: Millis,
+}
+
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Appends an event to a thread's log; returns its seq.
+    async fn add_event(&self, event: &EventRecord) -> StoreResult<i64>;
+
+    /// The thread's events with `seq > after`, oldest first.
+    async fn events_after(&self, thread_id: &str, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>>;
+
+    /// Where the thread's event log stands (see [`EventPositions`]).
+    async fn event_positions(&self, thread_id: &str) -> StoreResult<EventPositions>;
+}

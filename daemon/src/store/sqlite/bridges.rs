@@ -1,0 +1,110 @@
+//! Bridges and pairing requests in SQLite.
+
+use async_trait::async_trait;
+
+use super::*;
+
+#[async_trait]
+impl BridgeStore for SqliteStore {
+    async fn revoke_inbound(&self, bridge: &BridgeRecord, now: Millis) -> StoreResult<Vec<String>> {
+        let bridge = bridge.clone();
+        self.db
+            .write(move |conn| {
+                upsert_bridge(conn, &bridge)?;
+                let rejected = all(
+                    conn,
+                    "UPDATE messages SET status = 'undeliverable', reason = 'bridge_revoked'
+                     WHERE source_host = ? AND status = 'pending'
+                     RETURNING id, target_thread",
+                    [&bridge.peer_home_id],
+                    |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+                )?;
+                // Their queued inputs, all the queued input the peer brought.
+                run(conn, UNQUEUE_PEER_MESSAGES, [&bridge.peer_home_id])?;
+                let mut notified = Vec::new();
+                for (message_id, thread_id) in rejected {
+                    let mut e = event(&thread_id, EventKind::Undeliverable, now);
+                    e.reason = Refusal::BridgeRevoked.to_string();
+                    e.message_id = Some(message_id.clone());
+                    insert_event(conn, &e)?;
+                    receipt_follows(conn, &message_id, Refusal::BridgeRevoked.as_str(), now)?;
+                    if !notified.contains(&thread_id) {
+                        notified.push(thread_id);
+                    }
+                }
+                Ok(notified)
+            })
+            .await
+    }
+
+    async fn bridge_heard_from(&self, bridge_id: &str, now: Millis) -> StoreResult<()> {
+        self.write_statement("UPDATE bridges SET last_success = ? WHERE id = ?", (now, bridge_id.to_string()))
+            .await
+    }
+
+    async fn save_bridge(
+        &self,
+        bridge: Option<&BridgeRecord>,
+        requests: &[BridgeRequestRecord],
+    ) -> StoreResult<()> {
+        let (bridge, requests) = (bridge.cloned(), requests.to_vec());
+        self.db
+            .write(move |conn| {
+                if let Some(b) = &bridge {
+                    upsert_bridge(conn, b)?;
+                }
+                for r in &requests {
+                    run(
+                        conn,
+                        "INSERT OR REPLACE INTO bridge_requests
+                             (id, peer_home_id, name, want, status, created_at, decided_at, address)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        params![
+                            r.id,
+                            r.peer_home_id,
+                            r.name,
+                            r.want,
+                            r.status,
+                            r.created_at,
+                            r.decided_at,
+                            r.address
+                        ],
+                    )?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>> {
+        self.db
+            .read(|conn| {
+                all(
+                    conn,
+                    &format!("SELECT {BRIDGE_COLUMNS} FROM bridges ORDER BY created_at, id"),
+                    [],
+                    bridge_from,
+                )
+            })
+            .await
+    }
+
+    async fn bridge_requests(&self) -> StoreResult<Vec<BridgeRequestRecord>> {
+        self.db
+            .read(|conn| {
+                all(
+                    conn,
+                    "SELECT id, peer_home_id, name, want, status, created_at, decided_at, address FROM bridge_requests
+                     ORDER BY created_at, id",
+                    [],
+                    request_from,
+                )
+            })
+            .await
+    }
+
+    async fn prune_bridge_requests(&self, decided_before: Millis) -> StoreResult<u64> {
+        let sql = "DELETE FROM bridge_requests WHERE status <> 'pending' AND decided_at < ?";
+        self.db.write(move |conn| Ok(run(conn, sql, [decided_before])? as u64)).await
+    }
+}

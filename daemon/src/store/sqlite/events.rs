@@ -1,0 +1,56 @@
+//! Thread event logs in SQLite.
+
+use async_trait::async_trait;
+
+use super::*;
+
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn add_event(&self, e: &EventRecord) -> StoreResult<i64> {
+        let e = e.clone();
+        self.db.write(move |conn| insert_event(conn, &e)).await
+    }
+
+    async fn events_after(&self, thread_id: &str, after: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        let thread_id = thread_id.to_string();
+        // A lookup: a bounded walk of one thread's index from a position, usually a row or
+        // two (a ThreadWait that wakes reads here; a hop to a reader would delay its answer).
+        self.db
+            .lookup(move |conn| {
+                page(
+                    conn,
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq"
+                    ),
+                    params![thread_id, after],
+                    limit,
+                    event_from,
+                )
+            })
+            .await
+    }
+
+    async fn event_positions(&self, thread_id: &str) -> StoreResult<EventPositions> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .lookup(move |conn| {
+                // One snapshot: a turn starting between the two reads would misplace the start.
+                let conn = conn.transaction()?;
+                let last =
+                    first(&conn, "SELECT MAX(seq) FROM events WHERE thread_id = ?", [&thread_id], |row| {
+                        Ok(row.get::<_, Option<i64>>(0)?)
+                    })?;
+                let last = last.flatten().unwrap_or(0);
+                let latest_turn = first(
+                    &conn,
+                    "SELECT events_before FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 1",
+                    [&thread_id],
+                    |row| Ok(row.get::<_, Option<i64>>(0)?),
+                )?;
+                // No turn yet: from now on.
+                let latest_turn = latest_turn.flatten().unwrap_or(last).min(last);
+                Ok(EventPositions { last, latest_turn })
+            })
+            .await
+    }
+}

@@ -1,0 +1,166 @@
+//! The outbox in SQLite.
+
+use async_trait::async_trait;
+
+use super::*;
+
+#[async_trait]
+impl OutboxStore for SqliteStore {
+    async fn outbox_insert(&self, entry: &OutboxRecord) -> StoreResult<Option<OutboxRecord>> {
+        // Before the write: from now on a probe for the key reads the outbox.
+        self.outbox_keys.add(&entry.key_scope, &entry.key);
+        let e = entry.clone();
+        self.db
+            .write(move |conn| {
+                // One probe of the key's index on the writer: the insert's own. Only a key
+                // already there costs a second, to read its entry.
+                let inserted = run(
+                    conn,
+                    &format!(
+                        "INSERT INTO outbox ({OUTBOX_COLUMNS})
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                         ON CONFLICT (key_scope, key, peer_home_id) DO NOTHING"
+                    ),
+                    params![
+                        e.id,
+                        e.bridge_id,
+                        e.peer_home_id,
+                        e.target_session,
+                        e.source_thread,
+                        e.content,
+                        e.key_scope,
+                        e.key,
+                        e.request_hash,
+                        e.status,
+                        e.reason,
+                        e.remote_message_id,
+                        e.attempts,
+                        e.next_attempt_at,
+                        e.created_at,
+                        e.updated_at
+                    ],
+                )?;
+                if inserted == 0 {
+                    return outbox_entry(conn, &e.peer_home_id, &e.key_scope, &e.key);
+                }
+                Ok(None)
+            })
+            .await
+    }
+
+    async fn outbox_update(&self, outcomes: &[OutboxOutcome]) -> StoreResult<()> {
+        let outcomes = outcomes.to_vec();
+        self.db
+            .write(move |conn| {
+                for (e, event) in &outcomes {
+                    // Only a pending or accepted entry moves on, or an expired one its target
+                    // is still to be asked about: any other outcome is final, and an event is
+                    // given once (an expired entry's new outcome carries none).
+                    let changed = run(
+                        conn,
+                        "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
+                             next_attempt_at = ?, updated_at = ?
+                         WHERE id = ? AND (status IN ('pending', 'accepted')
+                             OR (status = 'expired' AND next_attempt_at < 9223372036854775807))",
+                        params![
+                            e.status,
+                            e.reason,
+                            e.remote_message_id,
+                            e.attempts,
+                            e.next_attempt_at,
+                            e.updated_at,
+                            e.id
+                        ],
+                    )? > 0;
+                    if changed && let Some(event) = event {
+                        insert_event(conn, event)?;
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>> {
+        let peer = peer.to_string();
+        self.db
+            .read(move |conn| {
+                let mut due = page(
+                    conn,
+                    &format!("SELECT {OUTBOX_COLUMNS} {OUTBOX_DUE}"),
+                    params![peer, now],
+                    limit,
+                    outbox_from,
+                )?;
+                let left = limit.saturating_sub(due.len() as u32);
+                if left > 0 {
+                    let sql = format!("SELECT {OUTBOX_COLUMNS} {OUTBOX_UNSETTLED}");
+                    due.extend(page(conn, &sql, params![peer, now], left, outbox_from)?);
+                }
+                Ok(due)
+            })
+            .await
+    }
+
+    async fn outbox_next_due(&self, peer: &str, now: Millis) -> StoreResult<Option<Millis>> {
+        let peer = peer.to_string();
+        self.db
+            .lookup(move |conn| {
+                // Each the first row of its index's walk (`outbox_due`, `outbox_unsettled`).
+                let first = |sql: &str| -> StoreResult<Option<Millis>> {
+                    Ok(conn.prepare_cached(sql)?.query_row(params![peer, now], |row| row.get(0))?)
+                };
+                let due = first(OUTBOX_NEXT_DUE)?;
+                let unsettled = first(OUTBOX_NEXT_UNSETTLED)?;
+                Ok(due.into_iter().chain(unsettled).min())
+            })
+            .await
+    }
+
+    async fn outbox_page(
+        &self,
+        bridge_id: &str,
+        from: Option<(Millis, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<OutboxRecord>> {
+        let bridge_id = bridge_id.to_string();
+        let (created_at, id) = from.unwrap_or((Millis::MAX, String::new()));
+        self.db
+            .read(move |conn| {
+                page(
+                    conn,
+                    &format!(
+                        "SELECT {OUTBOX_COLUMNS} FROM outbox
+                         WHERE bridge_id = ?1 AND (created_at < ?2 OR (created_at = ?2 AND id <= ?3))
+                         ORDER BY created_at DESC, id DESC"
+                    ),
+                    params![bridge_id, created_at, id],
+                    limit,
+                    outbox_from,
+                )
+            })
+            .await
+    }
+
+    async fn outbox_pending(&self, peer: &str, bridge_id: &str, except: &[String]) -> StoreResult<u64> {
+        let (peer, bridge_id) = (peer.to_string(), bridge_id.to_string());
+        let except = serde_json::to_string(except).map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.db.read(move |conn| count(conn, OUTBOX_PENDING, params![peer, bridge_id, except])).await
+    }
+
+    async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
+        if !self.outbox_keys.may_hold(scope, key) {
+            return Ok(None);
+        }
+        let (peer, scope, key) = (peer.to_string(), scope.to_string(), key.to_string());
+        self.db.lookup(move |conn| outbox_entry(conn, &peer, &scope, &key)).await
+    }
+
+    async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()> {
+        self.write_statement(OUTBOX_RETRY_NOW, (now, peer.to_string())).await
+    }
+
+    async fn outbox_defer(&self, peer: &str, except: &str, until: Millis, window: Millis) -> StoreResult<()> {
+        self.write_statement(OUTBOX_DEFER, (until, peer.to_string(), except.to_string(), window)).await
+    }
+}

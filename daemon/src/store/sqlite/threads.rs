@@ -1,0 +1,161 @@
+//! Threads in SQLite.
+
+use async_trait::async_trait;
+
+use super::*;
+
+#[async_trait]
+impl ThreadStore for SqliteStore {
+    async fn create_thread(
+        &self,
+        thread: &NewThread,
+        first_input: Option<&NewInput>,
+    ) -> StoreResult<ThreadRecord> {
+        let (thread, first_input) = (thread.clone(), first_input.cloned());
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    "INSERT INTO threads (id, workspace_id, cwd, title, profile, communication, created_at, updated_at)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    params![
+                        thread.id,
+                        thread.workspace_id,
+                        thread.cwd,
+                        thread.title,
+                        thread.profile,
+                        thread.communication.as_str(),
+                        thread.now,
+                        thread.now
+                    ],
+                )?;
+                let mut created = event(&thread.id, EventKind::Lifecycle, thread.now);
+                created.lifecycle = "created".into();
+                insert_event(conn, &created)?;
+                if let Some(input) = &first_input {
+                    insert_input(conn, &thread.id, input, true, None)?;
+                }
+                let record = thread_in(conn, &thread.id)?
+                    .ok_or_else(|| StoreError::Backend("the created thread is missing".into()))?;
+                Ok(record)
+            })
+            .await
+    }
+
+    async fn thread(&self, id: &str) -> StoreResult<Option<ThreadRecord>> {
+        if let Some(record) = self.threads.get(id) {
+            return Ok(Some(record));
+        }
+        let generation = self.threads.generation();
+        let owned = id.to_string();
+        let record = self.db.lookup(move |conn| thread_in(conn, &owned)).await?;
+        if let Some(record) = &record {
+            self.threads.fill(generation, record);
+        }
+        Ok(record)
+    }
+
+    async fn list_threads(&self, query: &ThreadQuery) -> StoreResult<Vec<ThreadRecord>> {
+        let query = query.clone();
+        self.db
+            .read(move |conn| {
+                let before = query.before_seq.unwrap_or(i64::MAX);
+                match &query.workspace_id {
+                    Some(workspace) => page(
+                        conn,
+                        &format!(
+                            "SELECT {THREAD_COLUMNS} FROM threads INDEXED BY threads_listed_by_workspace
+                             WHERE archived = 0 AND enabled = 1 AND workspace_id = ? AND seq < ?
+                             ORDER BY seq DESC"
+                        ),
+                        params![workspace, before],
+                        query.limit,
+                        thread_from,
+                    ),
+                    None => page(
+                        conn,
+                        &format!(
+                            "SELECT {THREAD_COLUMNS} FROM threads INDEXED BY threads_listed
+                             WHERE archived = 0 AND enabled = 1 AND seq < ?
+                             ORDER BY seq DESC"
+                        ),
+                        params![before],
+                        query.limit,
+                        thread_from,
+                    ),
+                }
+            })
+            .await
+    }
+
+    async fn count_threads(&self) -> StoreResult<u64> {
+        self.db.read(|conn| count(conn, "SELECT COUNT(*) FROM threads", [])).await
+    }
+
+    async fn set_archived(&self, id: &str, archived: bool, now: Millis) -> StoreResult<Option<Archived>> {
+        let id = id.to_string();
+        self.db
+            .write(move |conn| {
+                let changed = run(
+                    conn,
+                    "UPDATE threads SET archived = ?, updated_at = ? WHERE id = ? AND archived <> ?",
+                    params![archived, now, id, archived],
+                )? > 0;
+                touched(Some(&id));
+                if changed {
+                    let mut lifecycle = event(&id, EventKind::Lifecycle, now);
+                    lifecycle.lifecycle = if archived { "archived" } else { "unarchived" }.into();
+                    insert_event(conn, &lifecycle)?;
+                }
+                let mut notified = vec![id.clone()];
+                if changed && archived {
+                    let undeliverable = all(
+                        conn,
+                        "UPDATE messages SET status = 'undeliverable', reason = 'thread_archived'
+                         WHERE target_thread = ? AND status = 'pending' RETURNING id, source_thread, source_host",
+                        [&id],
+                        |row| Ok((row.get::<_, String>(0)?, row.get(1)?, row.get::<_, Option<String>>(2)?)),
+                    )?;
+                    // Their queued inputs, all of the thread's queued messages.
+                    run(conn, UNQUEUE_THREAD_MESSAGES, [&id])?;
+                    for (message_id, source, source_host) in undeliverable {
+                        let local_source = local_sender(source, source_host.as_deref());
+                        notified.extend(local_source.clone());
+                        for thread in std::iter::once(id.clone()).chain(local_source) {
+                            let mut e = event(&thread, EventKind::Undeliverable, now);
+                            e.reason = Refusal::ThreadArchived.to_string();
+                            e.message_id = Some(message_id.clone());
+                            insert_event(conn, &e)?;
+                        }
+                        receipt_follows(conn, &message_id, Refusal::ThreadArchived.as_str(), now)?;
+                    }
+                }
+                let thread = thread_in(conn, &id)?;
+                notified.dedup();
+                Ok(thread.map(|thread| Archived { thread, changed, notified }))
+            })
+            .await
+    }
+
+    async fn set_communication(
+        &self,
+        thread_id: &str,
+        setting: CommunicationSetting,
+        now: Millis,
+    ) -> StoreResult<Option<ThreadRecord>> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .write(move |conn| {
+                touched(Some(&thread_id));
+                first(
+                    conn,
+                    &format!(
+                        "UPDATE threads SET communication = ?, updated_at = ? WHERE id = ? RETURNING {THREAD_COLUMNS}"
+                    ),
+                    params![setting.as_str(), now, thread_id],
+                    thread_from,
+                )
+            })
+            .await
+    }
+}

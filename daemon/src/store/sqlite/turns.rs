@@ -1,0 +1,217 @@
+//! Turns and their input in SQLite.
+
+use async_trait::async_trait;
+
+use super::*;
+
+#[async_trait]
+impl TurnStore for SqliteStore {
+    async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<Option<bool>> {
+        let (thread_id, input) = (thread_id.to_string(), input.clone());
+        self.db
+            .write(move |conn| {
+                let running = first(conn, "SELECT running FROM threads WHERE id = ?", [&thread_id], |row| {
+                    Ok(row.get::<_, bool>(0)?)
+                })?;
+                if running.is_none() {
+                    return Ok(None);
+                }
+                insert_input(conn, &thread_id, &input, true, None)?;
+                Ok(running)
+            })
+            .await
+    }
+
+    async fn claim_turn(
+        &self,
+        thread_id: &str,
+        claim: TurnClaim,
+        now: Millis,
+    ) -> StoreResult<Option<ClaimedTurn>> {
+        let thread_id = thread_id.to_string();
+        self.db.write(move |conn| claim_turn(conn, &thread_id, &claim, now, None)).await
+    }
+
+    async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {
+        let outcome = outcome.clone();
+        self.db
+            .write(move |conn| {
+                let thread_id = first(
+                    conn,
+                    "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?
+                     WHERE id = ? AND status = 'running' RETURNING thread_id",
+                    params![
+                        outcome.status.as_str(),
+                        outcome.output,
+                        outcome.error,
+                        outcome.now,
+                        outcome.turn_id
+                    ],
+                    |row| Ok(row.get::<_, String>(0)?),
+                )?;
+                if let Some(thread_id) = thread_id {
+                    run(
+                        conn,
+                        "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?",
+                        params![outcome.now, thread_id],
+                    )?;
+                    touched(Some(&thread_id));
+                    let mut terminal = event(&thread_id, EventKind::Terminal, outcome.now);
+                    terminal.turn_id = Some(outcome.turn_id.clone());
+                    terminal.turn_status = Some(outcome.status);
+                    terminal.reason = outcome.error.clone();
+                    insert_event(conn, &terminal)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()> {
+        let sql = "UPDATE turns SET agent = ? WHERE id = ? AND status = 'running'";
+        self.write_statement(sql, (agent.to_string(), turn_id.to_string())).await
+    }
+
+    async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
+        self.db
+            .read(|conn| {
+                all(conn, "SELECT id, agent FROM turns WHERE status = 'running'", [], |row| {
+                    Ok(InterruptedTurn { turn_id: row.get(0)?, agent: row.get(1)? })
+                })
+            })
+            .await
+    }
+
+    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>> {
+        let reason = reason.to_string();
+        self.db
+            .write(move |conn| {
+                let failed = all(
+                    conn,
+                    "UPDATE turns SET status = 'failed', error = ?, ended_at = ? WHERE status = 'running'
+                     RETURNING id, thread_id",
+                    params![reason, now],
+                    |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+                )?;
+                run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE running = 1", [now])?;
+                touched(None);
+                for (turn_id, thread_id) in &failed {
+                    let mut terminal = event(thread_id, EventKind::Terminal, now);
+                    terminal.turn_id = Some(turn_id.clone());
+                    terminal.turn_status = Some(TurnStatus::Failed);
+                    terminal.reason = reason.clone();
+                    insert_event(conn, &terminal)?;
+                }
+                Ok(failed.into_iter().map(|(_, thread_id)| thread_id).collect())
+            })
+            .await
+    }
+
+    async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>> {
+        self.db
+            .read(|conn| {
+                all(
+                    conn,
+                    "SELECT DISTINCT i.thread_id FROM inputs i JOIN threads t ON t.id = i.thread_id
+                     WHERE i.turn_id IS NULL AND i.wake = 1 AND t.running = 0",
+                    [],
+                    |row| Ok(row.get::<_, String>(0)?),
+                )
+            })
+            .await
+    }
+
+    async fn running_turns(&self) -> StoreResult<u64> {
+        self.db.read(|conn| count(conn, "SELECT COUNT(*) FROM turns WHERE status = 'running'", [])).await
+    }
+
+    async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .read(move |conn| {
+                let mut turns = page(
+                    conn,
+                    &format!(
+                        "SELECT {TURN_COLUMNS} FROM turns
+                         WHERE thread_id = ? AND seq > ? AND status <> 'running' ORDER BY seq"
+                    ),
+                    params![thread_id, after_seq],
+                    limit,
+                    turn_from,
+                )?;
+                attach_items(conn, &mut turns)?;
+                Ok(turns)
+            })
+            .await
+    }
+
+    async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>> {
+        let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
+        self.db
+            .lookup(move |conn| {
+                let turn = first(
+                    conn,
+                    &format!("SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = ? AND id = ?"),
+                    params![thread_id, turn_id],
+                    turn_from,
+                )?;
+                let Some(turn) = turn else { return Ok(None) };
+                let mut turns = [turn];
+                attach_items(conn, &mut turns)?;
+                let [turn] = turns;
+                Ok(Some(turn))
+            })
+            .await
+    }
+
+    async fn ended_turn_exists(&self, thread_id: &str, seq: i64) -> StoreResult<bool> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .lookup(move |conn| {
+                let found = first(
+                    conn,
+                    "SELECT 1 FROM turns WHERE thread_id = ? AND seq = ? AND status <> 'running'",
+                    params![thread_id, seq],
+                    |_| Ok(()),
+                )?;
+                Ok(found.is_some())
+            })
+            .await
+    }
+
+    async fn undeliver_turn_messages(
+        &self,
+        turn_id: &str,
+        reason: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let (turn_id, reason) = (turn_id.to_string(), reason.to_string());
+        self.db
+            .write(move |conn| {
+                let undelivered = all(conn, UNDELIVER_TURN_MESSAGES, params![reason, turn_id], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, Option<String>>(2)?,
+                        row.get::<_, Option<String>>(3)?,
+                    ))
+                })?;
+                let mut notified = Vec::new();
+                for (message_id, target, source, source_host) in undelivered {
+                    for thread in std::iter::once(target).chain(local_sender(source, source_host.as_deref()))
+                    {
+                        let mut e = event(&thread, EventKind::Undeliverable, now);
+                        e.reason = reason.clone();
+                        e.message_id = Some(message_id.clone());
+                        insert_event(conn, &e)?;
+                        if !notified.contains(&thread) {
+                            notified.push(thread);
+                        }
+                    }
+                    receipt_follows(conn, &message_id, &reason, now)?;
+                }
+                Ok(notified)
+            })
+            .await
+    }
+}

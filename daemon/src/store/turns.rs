@@ -1,0 +1,205 @@
+//! Turns and their input: queued input, claiming a turn (it takes what is queued), ending it, the agents of running turns.
+
+use async_trait::async_trait;
+
+#[allow(unused_imports)]
+use super::*;
+
+/// A turn found `running` at startup: the last kikid stopped during it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptedTurn {
+    pub turn_id: String,
+    /// `None` for a turn without an `exec` agent; empty for an `exec` turn whose agent was not
+    /// described yet (it never got its input); else the agent's record (see
+    /// `executors::agent`).
+    pub agent: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    /// The user or another external client.
+    User,
+    /// A ThreadSend message.
+    Message,
+}
+
+impl InputKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Message => "message",
+        }
+    }
+    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
+        match s {
+            "user" => Ok(Self::User),
+            "message" => Ok(Self::Message),
+            other => Err(StoreError::Backend(format!("unknown input kind {other:?}"))),
+        }
+    }
+}
+
+/// Where a message came from, when a peer thread sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRef {
+    /// Empty for this home.
+    pub host_id: String,
+    pub thread_id: String,
+}
+
+/// Input waiting for (or taken by) a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewInput {
+    pub id: String,
+    pub kind: InputKind,
+    pub content: String,
+    pub message_id: Option<String>,
+    pub source: Option<SourceRef>,
+    pub now: Millis,
+}
+
+pub type InputRecord = NewInput;
+
+/// What ThreadRead shows of one input item (its text is part of the turn's `input`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnItem {
+    pub kind: InputKind,
+    pub message_id: Option<String>,
+    pub source: Option<SourceRef>,
+}
+
+/// A turn just started, with the full items it took (executors need their text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedTurn {
+    pub turn: TurnRecord,
+    pub inputs: Vec<InputRecord>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnStatus {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TurnStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
+        Ok(match s {
+            "running" => Self::Running,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            other => return Err(StoreError::Backend(format!("unknown turn status {other:?}"))),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnRecord {
+    pub id: String,
+    pub thread_id: String,
+    /// 1, 2, … within the thread.
+    pub seq: i64,
+    pub status: TurnStatus,
+    /// The input exactly as the executor received it.
+    pub input: String,
+    pub output: String,
+    pub error: String,
+    pub started_at: Millis,
+    pub ended_at: Option<Millis>,
+    /// The items the input was made of, in order.
+    pub items: Vec<TurnItem>,
+}
+
+/// How to start a turn (see [`Store::claim_turn`]); the runner makes one per thread.
+#[derive(Debug, Clone)]
+pub struct TurnClaim {
+    pub turn_id: String,
+    /// Whether peer messages may be taken (the thread's communication is on).
+    pub take_messages: bool,
+    pub render: RenderInput,
+    /// The turn runs an `exec` agent: its agent record starts empty until the agent is
+    /// described, so a restart knows, without the config, that an empty record means the
+    /// agent never got its input.
+    pub exec: bool,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    pub turn_id: String,
+    pub status: TurnStatus,
+    pub output: String,
+    pub error: String,
+    pub now: Millis,
+}
+
+/// Renders the items a turn takes into the input its executor receives.
+pub type RenderInput = fn(&[InputRecord]) -> String;
+
+#[async_trait]
+pub trait TurnStore: Send + Sync {
+    /// Queues input for the thread's next turn. `None` if the thread does not exist, else
+    /// whether a turn was running when the input was queued.
+    async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<Option<bool>>;
+
+    /// If the thread is not archived, has no running turn and has queued input, starts the
+    /// turn `claim.turn_id` with all of it (in order), marks the thread running and its
+    /// messages delivered. Peer messages (with a source thread) are taken only if
+    /// `claim.take_messages` (the thread's communication is on); otherwise they stay queued.
+    /// Messages from a peer home whose inbound bridge is `disabled` stay queued too. User
+    /// input and external messages are always taken.
+    async fn claim_turn(
+        &self,
+        thread_id: &str,
+        claim: TurnClaim,
+        now: Millis,
+    ) -> StoreResult<Option<ClaimedTurn>>;
+
+    /// Records how a running turn ended, marks its thread idle and logs a `terminal` event.
+    async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()>;
+
+    /// Records the process of a running turn's agent (an opaque record, see
+    /// `executors::agent`); a turn that has ended is left alone.
+    async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()>;
+
+    /// The turns still `running` (startup after a crash, before
+    /// [`Store::fail_interrupted_turns`]), with their recorded agent.
+    async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>>;
+
+    /// Marks every turn still `running` as failed with `reason` (startup after a crash),
+    /// with a `terminal` event each. Returns the threads concerned.
+    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>>;
+
+    /// Threads with queued input and no running turn.
+    async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>>;
+
+    async fn running_turns(&self) -> StoreResult<u64>;
+
+    /// Ended turns with `seq > after_seq`, oldest first, at most `limit`.
+    async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>>;
+
+    async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>>;
+
+    /// The `seq` of the thread's turn that ended at `seq` exists (cursor validation).
+    async fn ended_turn_exists(&self, thread_id: &str, seq: i64) -> StoreResult<bool>;
+
+    /// The turn's agent never received its input: its messages become undeliverable with
+    /// `reason`, with `undeliverable` events on the target and each source thread. Returns
+    /// the threads that got events.
+    async fn undeliver_turn_messages(
+        &self,
+        turn_id: &str,
+        reason: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<String>>;
+}
