@@ -28,7 +28,6 @@ pub use threads::*;
 pub use turns::*;
 pub use words::{BridgeState, Direction, OutboxStatus, Permission, Permissions, Refusal, RequestStatus};
 
-
 pub use crate::time::Millis;
 
 #[derive(Debug, Clone, thiserror::Error)]

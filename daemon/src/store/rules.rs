@@ -117,10 +117,16 @@ mod tests {
         let replay = SendFacts { key: kept("h"), target_live: false, ..open() };
         assert_eq!(refuse_send(&local, &replay), Some(SendOutcome::Replayed { message_id: "msg_0".into() }));
         let other = SendFacts { key: kept("other"), ..open() };
-        assert_eq!(refuse_send(&local, &other), Some(SendOutcome::KeyConflict { message_id: "msg_0".into() }));
+        assert_eq!(
+            refuse_send(&local, &other),
+            Some(SendOutcome::KeyConflict { message_id: "msg_0".into() })
+        );
         let away = SendFacts { key_sent_away: Some("msg_9".into()), ..open() };
         assert_eq!(refuse_send(&local, &away), Some(SendOutcome::KeyConflict { message_id: "msg_9".into() }));
-        assert_eq!(refuse_send(&local, &SendFacts { target_live: false, ..open() }), Some(SendOutcome::TargetGone));
+        assert_eq!(
+            refuse_send(&local, &SendFacts { target_live: false, ..open() }),
+            Some(SendOutcome::TargetGone)
+        );
         // A local send has no bridge to be closed, nor an id of its source's.
         let closed = SendFacts { bridge_open: false, id_taken: true, ..open() };
         assert_eq!(refuse_send(&local, &closed), None);
@@ -135,6 +141,9 @@ mod tests {
         assert_eq!(refuse_send(&bridged, &given_up), Some(SendOutcome::GivenUp), "before the target");
         let closed = SendFacts { bridge_open: false, id_taken: true, ..open() };
         assert_eq!(refuse_send(&bridged, &closed), Some(SendOutcome::BridgeClosed), "before the id");
-        assert_eq!(refuse_send(&bridged, &SendFacts { id_taken: true, ..open() }), Some(SendOutcome::IdTaken));
+        assert_eq!(
+            refuse_send(&bridged, &SendFacts { id_taken: true, ..open() }),
+            Some(SendOutcome::IdTaken)
+        );
     }
 }

@@ -108,3 +108,30 @@ impl BridgeStore for SqliteStore {
         self.db.write(move |conn| Ok(run(conn, sql, [decided_before])? as u64)).await
     }
 }
+
+pub(super) fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<()> {
+    run(
+        conn,
+        &format!(
+            "INSERT OR REPLACE INTO bridges ({BRIDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        ),
+        params![
+            b.id,
+            b.direction,
+            b.peer_home_id,
+            b.alias,
+            b.address,
+            b.state,
+            b.permissions,
+            b.workspaces.join(","),
+            b.request_id,
+            b.created_at,
+            b.updated_at,
+            b.last_success,
+            b.last_error,
+            b.last_error_at,
+            b.revoked_by_peer
+        ],
+    )?;
+    Ok(())
+}

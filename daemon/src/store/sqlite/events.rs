@@ -54,3 +54,38 @@ impl EventStore for SqliteStore {
             .await
     }
 }
+
+/// An event about to be logged (its seq is assigned by the insert).
+pub(super) fn event(thread_id: &str, kind: EventKind, now: Millis) -> EventRecord {
+    EventRecord {
+        seq: 0,
+        thread_id: thread_id.to_string(),
+        kind,
+        turn_id: None,
+        turn_status: None,
+        reason: String::new(),
+        lifecycle: String::new(),
+        message_id: None,
+        at: now,
+    }
+}
+
+pub(super) fn insert_event(conn: &Connection, e: &EventRecord) -> StoreResult<i64> {
+    let seq = first(
+        conn,
+        "INSERT INTO events (thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        params![
+            e.thread_id,
+            e.kind.as_str(),
+            e.turn_id,
+            e.turn_status.map(TurnStatus::as_str),
+            e.reason,
+            e.lifecycle,
+            e.message_id,
+            e.at
+        ],
+        |row| Ok(row.get::<_, i64>(0)?),
+    )?;
+    seq.ok_or_else(|| StoreError::Backend("the event insert returned no seq".into()))
+}

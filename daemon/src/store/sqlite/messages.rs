@@ -105,3 +105,244 @@ impl MessageStore for SqliteStore {
             .await
     }
 }
+
+pub(super) fn message_in(conn: &Connection, id: &str) -> StoreResult<Option<MessageRecord>> {
+    first(conn, &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"), [id], message_from)
+}
+
+/// The id of a message's one input (see `accept_message`).
+pub(super) fn message_input_id(message_id: &str) -> String {
+    format!("in_{message_id}")
+}
+
+/// A kept key's request hash and message.
+pub(super) fn stored_key(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
+    first(
+        conn,
+        "SELECT request_hash, message_id FROM idempotency_keys WHERE scope = ? AND key = ?",
+        params![scope, key],
+        |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+    )
+}
+
+/// The facts a send is decided by (see [`rules::SendFacts`]), read in the transaction that
+/// would store it. The key decides before anything else does: when it is kept, nothing
+/// else is read.
+pub(super) fn send_facts(conn: &Connection, m: &NewMessage) -> StoreResult<SendFacts> {
+    let key = stored_key(conn, &m.key_scope, &m.key)?
+        .map(|(request_hash, message_id)| KeptKey { request_hash, message_id });
+    if key.is_some() {
+        return Ok(SendFacts { key, ..SendFacts::default() });
+    }
+    let key_sent_away = first(
+        conn,
+        "SELECT id FROM outbox WHERE key_scope = ? AND key = ? LIMIT 1",
+        params![m.key_scope, m.key],
+        |row| Ok(row.get::<_, String>(0)?),
+    )?;
+    let key_given_up = rules::may_be_given_up(m)
+        && first(
+            conn,
+            "SELECT 1 FROM given_up_keys WHERE scope = ? AND key = ?",
+            params![m.key_scope, m.key],
+            |_| Ok(()),
+        )?
+        .is_some();
+    let target_live =
+        first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [&m.target_thread], |_| Ok(()))?
+            .is_some();
+    let (bridge_open, id_taken) = match rules::bridged_from(m) {
+        None => (true, false),
+        Some(peer) => {
+            let open = first(
+                conn,
+                "SELECT 1 FROM bridges WHERE direction = 'inbound' AND peer_home_id = ? AND state = 'active'",
+                [peer],
+                |_| Ok(()),
+            )?;
+            let taken = "SELECT 1 FROM messages WHERE id = ?1 UNION ALL SELECT 1 FROM outbox WHERE id = ?1";
+            (open.is_some(), first(conn, taken, [&m.id], |_| Ok(()))?.is_some())
+        }
+    };
+    Ok(SendFacts { key, key_sent_away, key_given_up, target_live, bridge_open, id_taken })
+}
+
+/// Decides a send by the rules (see [`rules::refuse_send`]) and, if accepted, writes its
+/// message, key and input (queued, or taken by the turn the send starts).
+/// Writes run one after another on the writer, so of two sends with one key the second
+/// sees the first (even within one group commit) and replays it.
+pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome> {
+    if let Some(refused) = rules::refuse_send(m, &send_facts(conn, m)?) {
+        return Ok(refused);
+    }
+    // The input refers to the message for its content (see `claim_turn`): a message of up
+    // to 100,000 characters is not copied into its queued input.
+    let input = NewInput {
+        id: message_input_id(&m.id),
+        kind: InputKind::Message,
+        content: String::new(),
+        message_id: Some(m.id.clone()),
+        source: m.source.clone(),
+        now: m.now,
+    };
+    // A message that starts its turn is written delivered, its input taken: it never enters
+    // the indexes of pending messages and queued input only to leave them in this commit.
+    let turn = match &m.claim {
+        Some(claim) if m.wake => {
+            let arriving = InputRecord { content: m.content.clone(), ..input.clone() };
+            claim_turn(conn, &m.target_thread, claim, m.now, Some(arriving))?
+        }
+        _ => None,
+    };
+    // The turn may have started for other queued input without taking this one.
+    let taken_by =
+        turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.as_str());
+    let delivered = taken_by.is_some();
+    let status = if delivered { "delivered" } else { "pending" };
+    run(
+        conn,
+        "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at,
+                               delivered_at, turn_id, deadline)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        params![
+            m.id,
+            m.target_thread,
+            m.source.as_ref().map(|s| &s.host_id),
+            m.source.as_ref().map(|s| &s.thread_id),
+            m.content,
+            status,
+            m.now,
+            taken_by.map(|_| m.now),
+            taken_by,
+            m.deadline.filter(|_| !delivered)
+        ],
+    )?;
+    run(
+        conn,
+        "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
+        params![m.key_scope, m.key, m.request_hash, m.id, m.now],
+    )?;
+    insert_input(conn, &m.target_thread, &input, m.wake, taken_by)?;
+    if let Some(receipt) = &m.receipt {
+        insert_receipt(
+            conn,
+            &ReceiptRecord { message_id: m.id.clone(), status: status.into(), ..receipt.clone() },
+        )?;
+    }
+    Ok(SendOutcome::Accepted { message_id: m.id.clone(), delivered, turn: turn.map(Box::new) })
+}
+
+/// A bridged message that became undeliverable here gets a receipt saying so (`rejected`
+/// with `reason`, or `expired`), copied from its receipt of acceptance (found by message
+/// id); a local message has no receipt and gets none.
+pub(super) fn receipt_follows(
+    conn: &Connection,
+    message_id: &str,
+    reason: &str,
+    now: Millis,
+) -> StoreResult<()> {
+    let status = if reason == EXPIRED { EXPIRED } else { "rejected" };
+    run(
+        conn,
+        "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+         SELECT peer_home_id, key, message_id, target, ?, ?, ? FROM bridge_receipts
+         WHERE message_id = ? LIMIT 1",
+        params![status, reason, now, message_id],
+    )?;
+    Ok(())
+}
+
+/// A thread's bridged messages whose deadline passed before they were delivered or
+/// confirmed (`?` = thread, now). Walks the thread's pending messages only.
+pub(super) const OVERDUE_THREAD_MESSAGES: &str =
+    "SELECT id FROM messages WHERE target_thread = ? AND status = 'pending' AND deadline <= ?";
+
+/// Bridged messages of any thread whose deadline passed before they were delivered or
+/// confirmed, earliest first (`?` = now, limit). Walks `messages_by_deadline`.
+pub(super) const OVERDUE_MESSAGES: &str =
+    "SELECT id FROM messages WHERE status = 'pending' AND deadline IS NOT NULL
+     AND deadline <= ? ORDER BY deadline LIMIT ?";
+
+/// Makes a pending message undeliverable with `reason`: its queued input goes and a bridged
+/// one gets a receipt.
+pub(super) fn undeliver(conn: &Connection, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
+    run(
+        conn,
+        "UPDATE messages SET status = 'undeliverable', reason = ?, deadline = NULL WHERE id = ?",
+        params![reason, message_id],
+    )?;
+    run(conn, "DELETE FROM inputs WHERE id = ? AND turn_id IS NULL", [message_input_id(message_id)])?;
+    receipt_follows(conn, message_id, reason, now)
+}
+
+/// Expires the bridged messages an `OVERDUE_*` statement lists (their deadline passed):
+/// they are never delivered, as their sources declare them expired. How many.
+pub(super) fn expire_overdue(
+    conn: &Connection,
+    overdue: &str,
+    params: impl rusqlite::Params,
+    now: Millis,
+) -> StoreResult<usize> {
+    let ids = all(conn, overdue, params, |row| Ok(row.get::<_, String>(0)?))?;
+    for id in &ids {
+        undeliver(conn, id, EXPIRED, now)?;
+    }
+    Ok(ids.len())
+}
+
+/// A source's follow-up of its bridged message `message_id` (see [`Store::follow_up`]):
+/// confirmed (its deadline dropped) unless `window_over`, expired if its deadline passed or
+/// `window_over` found it unconfirmed; the message as it then stands.
+pub(super) fn follow_up_message(
+    conn: &Connection,
+    message_id: &str,
+    window_over: bool,
+    now: Millis,
+) -> StoreResult<Option<MessageRecord>> {
+    let Some(message) = message_in(conn, message_id)? else {
+        return Ok(None);
+    };
+    match message.deadline {
+        Some(deadline) if message.status == MessageStatus::Pending => {
+            if window_over || deadline <= now {
+                undeliver(conn, message_id, EXPIRED, now)?;
+                return Ok(Some(MessageRecord {
+                    status: MessageStatus::Undeliverable,
+                    reason: EXPIRED.into(),
+                    deadline: None,
+                    ..message
+                }));
+            }
+            run(conn, "UPDATE messages SET deadline = NULL WHERE id = ?", [message_id])?;
+            Ok(Some(MessageRecord { deadline: None, ..message }))
+        }
+        _ => Ok(Some(message)),
+    }
+}
+
+/// The thread to tell that its message became undeliverable: the sending thread, if it is
+/// one of this home's (a bridged message's source thread lives at its source home, which
+/// learns from its follow-ups or not at all once the message was delivered).
+pub(super) fn local_sender(source_thread: Option<String>, source_host: Option<&str>) -> Option<String> {
+    source_thread.filter(|t| !t.is_empty() && source_host.is_none_or(str::is_empty))
+}
+
+/// A turn's messages become undeliverable (`?` = reason, turn), found through the turn's
+/// inputs: `messages` has no index by turn, and scanning it would take the writer for as
+/// long as the home has history.
+pub(super) const UNDELIVER_TURN_MESSAGES: &str = "UPDATE messages SET status = 'undeliverable', reason = ?
+     WHERE status = 'delivered'
+       AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)
+     RETURNING id, target_thread, source_thread, source_host";
+
+/// Drops the queued inputs of a thread's messages (`?` = thread), once they are
+/// undeliverable: one pass over the thread's queue, not one per message. These three rely on
+/// what `accept_message` and `claim_turn` keep true: a message has one input (same thread,
+/// same `source_host`), queued exactly while the message is pending, and taken by the turn
+/// recorded as the message's `turn_id`.
+pub(super) const UNQUEUE_THREAD_MESSAGES: &str =
+    "DELETE FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND message_id IS NOT NULL";
+
+/// Drops the queued inputs a peer's bridge brought (`?` = peer home id), once their
+/// messages are undeliverable: one pass over the queued input, not one per message.
+pub(super) const UNQUEUE_PEER_MESSAGES: &str = "DELETE FROM inputs WHERE turn_id IS NULL AND source_host = ?";

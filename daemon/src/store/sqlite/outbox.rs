@@ -164,3 +164,56 @@ impl OutboxStore for SqliteStore {
         self.write_statement(OUTBOX_DEFER, (until, peer.to_string(), except.to_string(), window)).await
     }
 }
+
+/// A peer's due entries, oldest first (after `SELECT` and the columns).
+pub(super) const OUTBOX_DUE: &str = "FROM outbox WHERE peer_home_id = ? AND status IN ('pending', 'accepted')
+     AND next_attempt_at <= ? ORDER BY next_attempt_at";
+
+/// A peer's expired entries whose target is still to be asked about them, oldest first
+/// (after `SELECT` and the columns): they walk `outbox_unsettled`.
+pub(super) const OUTBOX_UNSETTLED: &str = "FROM outbox WHERE peer_home_id = ? AND status = 'expired'
+     AND next_attempt_at < 9223372036854775807 AND next_attempt_at <= ? ORDER BY next_attempt_at";
+
+/// The first time after `?` one of a peer's [`OUTBOX_DUE`] entries is due.
+pub(super) const OUTBOX_NEXT_DUE: &str = "SELECT MIN(next_attempt_at) FROM outbox
+     WHERE peer_home_id = ? AND status IN ('pending', 'accepted') AND next_attempt_at > ?";
+
+/// The first time after `?` one of a peer's [`OUTBOX_UNSETTLED`] entries is due.
+pub(super) const OUTBOX_NEXT_UNSETTLED: &str = "SELECT MIN(next_attempt_at) FROM outbox
+     WHERE peer_home_id = ? AND status = 'expired' AND next_attempt_at < 9223372036854775807
+     AND next_attempt_at > ?";
+
+/// A bridge's unacknowledged entries but those in a JSON list of ids. `status IN` is what lets
+/// the index serve (its condition); the bridge's peer, its first column.
+pub(super) const OUTBOX_PENDING: &str = "SELECT COUNT(*) FROM outbox INDEXED BY outbox_due
+     WHERE peer_home_id = ? AND status IN ('pending', 'accepted') AND status = 'pending' AND bridge_id = ?
+       AND id NOT IN (SELECT value FROM json_each(?))";
+
+/// Makes a peer's entries due now (?1 = now), except those no longer followed up.
+pub(super) const OUTBOX_RETRY_NOW: &str = "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2
+     AND status IN ('pending', 'accepted') AND next_attempt_at > ?1
+     AND next_attempt_at < 9223372036854775807";
+
+/// Puts off a peer's entries due before ?1 to ?1, but entry ?3 — or only to the end of
+/// their retry window (?4 after they were sent), when that comes first.
+pub(super) const OUTBOX_DEFER: &str = "UPDATE outbox SET next_attempt_at = MIN(?1, created_at + ?4)
+     WHERE peer_home_id = ?2 AND id <> ?3 AND status IN ('pending', 'accepted') AND next_attempt_at < ?1";
+
+/// The outbox entry of a sender's key for a peer.
+/// The outbox entry holding a sender's key: the one for `peer` if there is one, else the
+/// one for another peer (a key names one message, wherever it went).
+pub(super) fn outbox_entry(
+    conn: &Connection,
+    peer: &str,
+    scope: &str,
+    key: &str,
+) -> StoreResult<Option<OutboxRecord>> {
+    first(
+        conn,
+        &format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE key_scope = ? AND key = ? ORDER BY peer_home_id <> ? LIMIT 1"
+        ),
+        params![scope, key, peer],
+        outbox_from,
+    )
+}

@@ -58,3 +58,13 @@ impl ReceiptStore for SqliteStore {
             .await
     }
 }
+
+pub(super) fn insert_receipt(conn: &Connection, r: &ReceiptRecord) -> StoreResult<()> {
+    run(
+        conn,
+        "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+        params![r.peer_home_id, r.key, r.message_id, r.target, r.status, r.reason, r.at],
+    )?;
+    Ok(())
+}

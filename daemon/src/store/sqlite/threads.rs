@@ -159,3 +159,7 @@ impl ThreadStore for SqliteStore {
             .await
     }
 }
+
+pub(super) fn thread_in(conn: &Connection, id: &str) -> StoreResult<Option<ThreadRecord>> {
+    first(conn, &format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"), [id], thread_from)
+}

@@ -215,3 +215,162 @@ impl TurnStore for SqliteStore {
             .await
     }
 }
+
+/// Queued input a turn may take: all of it, except peer messages while the thread's
+/// communication is off (`?` = take_messages) and messages brought by a bridge whose
+/// inbound access is off.
+pub(super) const TAKEABLE: &str = "thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)
+     AND (source_host IS NULL OR source_host NOT IN
+          (SELECT peer_home_id FROM bridges WHERE direction = 'inbound' AND state = 'disabled'))";
+
+/// Starts the thread's next turn with its queued input, if it is idle (see
+/// [`Store::claim_turn`]). `arriving` is the input of a send that wakes the thread, not yet
+/// written: the turn takes it last, if the thread may take it as [`TAKEABLE`] says, and its
+/// writer records it taken.
+pub(super) fn claim_turn(
+    conn: &Connection,
+    thread_id: &str,
+    claim: &TurnClaim,
+    now: Millis,
+    arriving: Option<InputRecord>,
+) -> StoreResult<Option<ClaimedTurn>> {
+    let TurnClaim { turn_id, take_messages, render, exec } = claim;
+    let thread = first(
+        conn,
+        "SELECT running, turn_count FROM threads WHERE id = ? AND archived = 0",
+        [thread_id],
+        |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?)),
+    )?;
+    let Some((false, turn_count)) = thread else {
+        return Ok(None);
+    };
+    // What its source gave up on never enters a prompt: checked against the clock as the
+    // write runs (a replay may have answered `expired` while this claim was queued).
+    let clock = now.max(crate::time::now_ms());
+    expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
+    let queued = all(
+        conn,
+        &format!(
+            "SELECT id, kind, message_id, source_host, source_thread, created_at, wake,
+                    COALESCE(NULLIF(content, ''),
+                             (SELECT m.content FROM messages m WHERE m.id = inputs.message_id), '') AS content
+             FROM inputs WHERE {TAKEABLE} ORDER BY seq"
+        ),
+        params![thread_id, take_messages],
+        |row| Ok((input_from(row)?, row.get::<_, bool>("wake")?)),
+    )?;
+    // TAKEABLE's conditions for an input not yet written: a peer message only while the
+    // thread's communication is on. (A bridged one comes over an active bridge: its caller
+    // checked that in this transaction.)
+    let arriving = arriving.filter(|input| *take_messages || input.source.is_none());
+    if arriving.is_none() && !queued.iter().any(|(_, wake)| *wake) {
+        // Nothing here may start a turn by itself; it waits for one that starts.
+        return Ok(None);
+    }
+    let took_queued = !queued.is_empty();
+    let inputs: Vec<InputRecord> = queued.into_iter().map(|(input, _)| input).chain(arriving).collect();
+    let seq = turn_count + 1;
+    let rendered = render(&inputs);
+    run(
+        conn,
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before)
+         VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6,
+                 (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2))",
+        params![turn_id, thread_id, seq, rendered, now, exec.then_some("")],
+    )?;
+    if took_queued {
+        run(
+            conn,
+            &format!("UPDATE inputs SET turn_id = ? WHERE {TAKEABLE}"),
+            params![turn_id, thread_id, take_messages],
+        )?;
+        run(
+            conn,
+            "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
+             WHERE status = 'pending'
+               AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
+            params![now, turn_id, turn_id],
+        )?;
+        // Bridged messages that waited here (their receipt says `pending`) are delivered
+        // now. An arriving message has no receipt yet: its own says `delivered` from the start.
+        run(
+            conn,
+            "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+             SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
+             WHERE status = 'pending' AND message_id IN
+                   (SELECT message_id FROM inputs WHERE turn_id = ? AND source_host IS NOT NULL)",
+            params![now, turn_id],
+        )?;
+    }
+    run(
+        conn,
+        "UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?",
+        params![seq, now, thread_id],
+    )?;
+    touched(Some(thread_id));
+    let items = inputs
+        .iter()
+        .map(|i| TurnItem { kind: i.kind, message_id: i.message_id.clone(), source: i.source.clone() })
+        .collect();
+    Ok(Some(ClaimedTurn {
+        turn: TurnRecord {
+            id: turn_id.clone(),
+            thread_id: thread_id.to_string(),
+            seq,
+            status: TurnStatus::Running,
+            input: rendered,
+            output: String::new(),
+            error: String::new(),
+            started_at: now,
+            ended_at: None,
+            items,
+        },
+        inputs,
+    }))
+}
+
+/// Fills in the input items of `turns`. One small indexed query per turn: in-process
+/// SQLite answers each in microseconds, so there is no round trip to save.
+pub(super) fn attach_items(conn: &Connection, turns: &mut [TurnRecord]) -> StoreResult<()> {
+    for turn in turns {
+        turn.items = all(
+            conn,
+            "SELECT id, kind, '' AS content, message_id, source_host, source_thread, created_at
+             FROM inputs WHERE turn_id = ? ORDER BY seq",
+            [&turn.id],
+            |row| {
+                let input = input_from(row)?;
+                Ok(TurnItem { kind: input.kind, message_id: input.message_id, source: input.source })
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes an input: queued (`turn` = `None`) or already taken by the turn it starts.
+pub(super) fn insert_input(
+    conn: &Connection,
+    thread_id: &str,
+    input: &NewInput,
+    wake: bool,
+    turn: Option<&str>,
+) -> StoreResult<()> {
+    run(
+        conn,
+        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread, created_at, wake, turn_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        params![
+            input.id,
+            thread_id,
+            input.kind.as_str(),
+            input.content,
+            input.message_id,
+            input.source.as_ref().map(|s| &s.host_id),
+            input.source.as_ref().map(|s| &s.thread_id),
+            input.now,
+            wake,
+            turn
+        ],
+    )?;
+    Ok(())
+}
