@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! HOME/
-//!   config.toml     optional; see config.rs
+//!   config.toml     optional; see the config module
 //!   identity.key    the home's private key (PKCS#8 PEM, 0600)
 //!   kiki.db         the SQLite store (+ -wal, -shm)
 //!   kikid.sock      the gRPC socket (0600)

@@ -2,7 +2,6 @@
 
 use async_trait::async_trait;
 
-#[allow(unused_imports)]
 use super::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 
 use async_trait::async_trait;
 
-#[allow(unused_imports)]
 use super::*;
 
 /// The reason (and target receipt status) of a bridged message whose deadline passed before

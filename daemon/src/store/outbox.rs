@@ -2,7 +2,6 @@
 
 use async_trait::async_trait;
 
-#[allow(unused_imports)]
 use super::*;
 
 /// A cross-home send on the source side (see migration 0004).

@@ -2,7 +2,6 @@
 
 use async_trait::async_trait;
 
-#[allow(unused_imports)]
 use super::*;
 
 /// A bridged send as the target recorded it.

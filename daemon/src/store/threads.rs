@@ -2,7 +2,6 @@
 
 use async_trait::async_trait;
 
-#[allow(unused_imports)]
 use super::*;
 
 /// The per-thread communication switch as stored.

@@ -2,7 +2,6 @@
 
 use async_trait::async_trait;
 
-#[allow(unused_imports)]
 use super::*;
 
 /// A turn found `running` at startup: the last kikid stopped during it.

@@ -1,0 +1,370 @@
+//! Typed configuration, layered: built-in defaults → `HOME/config.toml` (or `--config FILE`)
+//! → environment (`KIKI_STORE_URL`) → what the embedding code sets (tests build a [`Config`]
+//! in code). Every key is optional.
+//!
+//! ```toml
+//! [store]
+//! url = "sqlite://…"            # default: HOME/kiki.db
+//!
+//! [thread_communication]
+//! enabled = true                # unset: off by default, threads opt in
+//!
+//! [turns]
+//! max_output_bytes = 10485760   # exec output beyond this fails the turn
+//!
+//! [bridge]
+//! listen = "127.0.0.1:0"        # the QUIC endpoint for bridges (port 0: any free port)
+//! retry_window = "15m"          # unacknowledged cross-home sends expire after this (<= 24h)
+//! request_expiry = "24h"        # a pairing request the owner has not decided expires
+//!
+//! [mailbox]
+//! delivery_wait = "3s"          # ThreadSend answers `pending` after this
+//! key_retention = "7d"          # idempotency keys are kept this long (>= 24h)
+//!
+//! [profiles.claude]
+//! executor = "exec"             # "echo" | "exec"
+//! command = ["claude", "-p"]
+//! default = true                # at most one profile; otherwise `echo` is the default
+//! enabled = true
+//! thread_communication = true   # this profile's threads opt in to peer communication
+//! ```
+//!
+//! Every mistake is an error, and all of them are reported at once, one line each with its
+//! key path, line and column: a wrongly typed value (each key is checked on its own, so two
+//! bad keys of one section are two problems), an unknown section or key (with the known name
+//! it most likely misspells), a section or key the config contract names but this kikid does
+//! not implement yet (refused, so a config never seems to do what it does not), and a value
+//! breaking a rule (see [`Config::validate`]). The known keys are learned from the structs'
+//! serde derives, so adding a field is all it takes to accept a key.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+mod reader;
+use reader::*;
+use toml::de::{DeTable, ValueDeserializer};
+
+/// The name of the built-in deterministic profile, always available.
+pub const ECHO_PROFILE: &str = "echo";
+
+/// The longest a pairing request may wait for its owner (`[bridge] request_expiry`).
+const MAX_REQUEST_EXPIRY: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The least time any home keeps idempotency keys (`[mailbox] key_retention`).
+const MIN_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// The longest `[bridge] retry_window`: a retry or follow-up must find its key at the
+/// target, whose keys live 24h at least.
+pub const MAX_RETRY_WINDOW: Duration = MIN_KEY_RETENTION;
+/// The most: ten years (far beyond any use, and well within the store's millisecond times).
+const MAX_KEY_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
+
+/// The most a config file may hold: far beyond any real config, and it bounds what a mistaken
+/// `--config` (say `/dev/zero`) can make kikid read into memory.
+const MAX_CONFIG_BYTES: usize = 1024 * 1024;
+
+/// Sections the config contract names that this kikid does not implement yet. They are
+/// refused rather than ignored (a config relying on them would seem to work), but not
+/// called typos.
+const NOT_YET_SECTIONS: &[&str] = &["rooms", "threads", "otel", "metrics", "web", "log"];
+/// The same for keys of a `[profiles.NAME]` table.
+const NOT_YET_PROFILE_KEYS: &[&str] = &["max_cost_usd"];
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub store: StoreConfig,
+    pub thread_communication: ThreadCommunicationConfig,
+    pub turns: TurnsConfig,
+    pub mailbox: MailboxConfig,
+    pub bridge: BridgeConfig,
+    /// Named executors; `echo` exists even when not listed.
+    pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct StoreConfig {
+    /// `sqlite://PATH` (or a bare path). Default: `HOME/kiki.db`.
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ThreadCommunicationConfig {
+    /// `false`: peer communication off completely. `true`: on by default.
+    /// Unset: off by default, a thread opts in.
+    pub enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct TurnsConfig {
+    /// An `exec` turn whose stdout grows past this many bytes is stopped and marked failed,
+    /// so a runaway agent cannot exhaust the daemon's memory. Default 10 MiB.
+    pub max_output_bytes: usize,
+}
+
+impl Default for TurnsConfig {
+    fn default() -> Self {
+        Self { max_output_bytes: 10 * 1024 * 1024 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BridgeConfig {
+    /// The UDP address of the home's QUIC endpoint; port 0 picks a free one (`kiki status`
+    /// and `kiki bridge list` show the real address). Default `127.0.0.1:0`; use a routable
+    /// address for homes on other machines.
+    pub listen: std::net::SocketAddr,
+    /// How long a cross-home send that the target has not acknowledged keeps being retried
+    /// (with its original key) before it becomes `expired`. Default `15m`.
+    #[serde(with = "duration")]
+    pub retry_window: Duration,
+    /// How long a pairing request filed with this home waits for its owner's decision
+    /// before it expires (the peer may file a new one). Default `24h`.
+    #[serde(with = "duration")]
+    pub request_expiry: Duration,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        Self {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            retry_window: Duration::from_secs(15 * 60),
+            request_expiry: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct MailboxConfig {
+    /// How long ThreadSend waits for the message to enter the target's prompt before it
+    /// answers `pending` (delivery goes on in the background). Default `3s`.
+    #[serde(with = "duration")]
+    pub delivery_wait: Duration,
+    /// How long idempotency keys are kept (at least 24 h). Default `7d`.
+    #[serde(with = "duration")]
+    pub key_retention: Duration,
+}
+
+impl Default for MailboxConfig {
+    fn default() -> Self {
+        Self { delivery_wait: Duration::from_secs(3), key_retention: Duration::from_secs(7 * 24 * 3600) }
+    }
+}
+
+/// Durations written the human way: `"3s"`, `"250ms"`, `"15m"`, `"7d"`.
+mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// Built-in, deterministic: one `echo: …` line per input item.
+    Echo,
+    /// Runs `command` per turn with the input on stdin; stdout is the output.
+    Exec,
+}
+
+/// A `[profiles.NAME]` table. Its `executor` is required: [`Config::parse`] refuses a profile
+/// without one (the serde default only lets each key be checked on its own).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ProfileConfig {
+    pub executor: ExecutorKind,
+    /// Program and arguments for `exec` (no shell is involved).
+    pub command: Vec<String>,
+    /// Makes this the profile used when ThreadCreate names none.
+    pub default: bool,
+    /// A disabled profile cannot be chosen for new threads.
+    pub enabled: bool,
+    /// Opens (or closes) peer communication for this profile's threads when the home's
+    /// `[thread_communication] enabled` is not `false` and the thread has no switch of its own.
+    pub thread_communication: Option<bool>,
+}
+
+/// The built-in `echo` profile.
+impl Default for ProfileConfig {
+    fn default() -> Self {
+        Self {
+            executor: ExecutorKind::Echo,
+            command: Vec::new(),
+            default: false,
+            enabled: true,
+            thread_communication: None,
+        }
+    }
+}
+
+/// Every problem found in a config, reported together.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration{}:\n  - {}", source_name.as_deref().map(|s| format!(" in {s}")).unwrap_or_default(), problems.join("\n  - "))]
+pub struct ConfigError {
+    pub source_name: Option<String>,
+    pub problems: Vec<String>,
+}
+
+impl Config {
+    /// Reads `file` if it exists (a missing default file is not an error), then applies the
+    /// environment.
+    pub fn load(file: &Path, must_exist: bool) -> Result<Self, ConfigError> {
+        let fail = |problem: String| ConfigError {
+            source_name: Some(file.display().to_string()),
+            problems: vec![problem],
+        };
+        let mut bytes = Vec::new();
+        // One byte past the limit tells a file at the limit from a larger one.
+        let read = std::fs::File::open(file)
+            .and_then(|opened| opened.take(MAX_CONFIG_BYTES as u64 + 1).read_to_end(&mut bytes));
+        match read {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {}
+            Err(e) => return Err(fail(format!("cannot read: {e}"))),
+            Ok(_) if bytes.len() > MAX_CONFIG_BYTES => {
+                return Err(fail("larger than 1 MiB, the most a config file may hold".into()));
+            }
+            Ok(_) => {}
+        }
+        let text = String::from_utf8(bytes).map_err(|e| fail(format!("cannot read: not UTF-8 ({e})")))?;
+        let mut config = Self::parse(&text).map_err(|mut e| {
+            e.source_name = Some(file.display().to_string());
+            e
+        })?;
+        config.apply_env();
+        Ok(config)
+    }
+
+    /// Parses and validates TOML text. Each key of each section (and of each profile) is read
+    /// on its own, so one mistake does not hide the others.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let one = |problem: String| ConfigError { source_name: None, problems: vec![problem] };
+        let root = DeTable::parse(text).map_err(|e| one(located(text, &e)))?.into_inner();
+        let mut config = Config::default();
+        let mut read = Reader { text, problems: Vec::new() };
+        for (key, value) in in_file_order(root) {
+            let span = key.span();
+            let key = key.into_inner();
+            match &*key {
+                "store" => read.section(&key, value, &mut config.store),
+                "thread_communication" => read.section(&key, value, &mut config.thread_communication),
+                "turns" => read.section(&key, value, &mut config.turns),
+                "mailbox" => read.section(&key, value, &mut config.mailbox),
+                "bridge" => read.section(&key, value, &mut config.bridge),
+                "profiles" => read.profiles(value, &mut config.profiles),
+                _ => read.unknown(&key, &key, span, "section", field_names::<Config>(), NOT_YET_SECTIONS),
+            }
+        }
+        if let Err(invalid) = config.validate() {
+            read.problems.extend(invalid.problems);
+        }
+        match read.problems.is_empty() {
+            true => Ok(config),
+            false => Err(ConfigError { source_name: None, problems: read.problems }),
+        }
+    }
+
+    fn apply_env(&mut self) {
+        if let Some(url) = std::env::var("KIKI_STORE_URL").ok().filter(|u| !u.is_empty()) {
+            self.store.url = Some(url);
+        }
+    }
+
+    /// Checks the rules serde cannot express; every violation is listed.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut defaults = Vec::new();
+        for (name, profile) in &self.profiles {
+            problems.extend(profile_name_problem(name));
+            match profile.executor {
+                ExecutorKind::Exec
+                    if profile.command.first().is_none_or(|program| program.trim().is_empty()) =>
+                {
+                    problems.push(format!("profiles.{name}.command: an exec profile needs a command"))
+                }
+                ExecutorKind::Echo if !profile.command.is_empty() => {
+                    problems.push(format!("profiles.{name}.command: the echo executor takes no command"))
+                }
+                _ => {}
+            }
+            if profile.default {
+                defaults.push(name.as_str());
+                if !profile.enabled {
+                    problems.push(format!("profiles.{name}: the default profile must be enabled"));
+                }
+            }
+        }
+        if defaults.len() > 1 {
+            problems.push(format!(
+                "profiles: at most one profile may be the default, found {}",
+                defaults.join(", ")
+            ));
+        }
+        if self.mailbox.key_retention < MIN_KEY_RETENTION || self.mailbox.key_retention > MAX_KEY_RETENTION {
+            problems.push("mailbox.key_retention: must be at least 24h and at most 3650d".into());
+        }
+        if self.bridge.retry_window.is_zero() {
+            problems.push("bridge.retry_window: must be more than 0".into());
+        }
+        if self.bridge.retry_window > MAX_RETRY_WINDOW {
+            problems
+                .push("bridge.retry_window: must be at most 24h (the least time a home keeps keys)".into());
+        }
+        if self.bridge.request_expiry.is_zero() || self.bridge.request_expiry > MAX_REQUEST_EXPIRY {
+            problems.push("bridge.request_expiry: must be more than 0 and at most 365d".into());
+        }
+        if self.mailbox.delivery_wait > Duration::from_secs(60) {
+            problems.push("mailbox.delivery_wait: must be at most 60s".into());
+        }
+        if self.turns.max_output_bytes == 0 {
+            problems.push("turns.max_output_bytes: must be at least 1".into());
+        }
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
+    }
+
+    /// The profile ThreadCreate uses when none is named.
+    pub fn default_profile(&self) -> &str {
+        self.profiles.iter().find(|(_, p)| p.default).map(|(name, _)| name.as_str()).unwrap_or(ECHO_PROFILE)
+    }
+
+    /// The profile called `name`, with the built-in `echo` when not overridden.
+    pub fn profile(&self, name: &str) -> Option<ProfileConfig> {
+        match self.profiles.get(name) {
+            Some(p) => Some(p.clone()),
+            None if name == ECHO_PROFILE => Some(ProfileConfig::default()),
+            None => None,
+        }
+    }
+
+    /// Names of all profiles, the built-in one included.
+    pub fn profile_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.profiles.keys().cloned().collect();
+        if !self.profiles.contains_key(ECHO_PROFILE) {
+            names.push(ECHO_PROFILE.to_string());
+            names.sort();
+        }
+        names
+    }
+}
+
+/// What is wrong with a profile's name, if anything.
+fn profile_name_problem(name: &str) -> Option<String> {
+    let valid = (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    (!valid).then(|| format!("profiles.{name}: a profile name is 1-64 characters of a-z, 0-9, '-' and '_'"))
+}
+
+#[cfg(test)]
+mod tests;

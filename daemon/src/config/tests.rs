@@ -1,0 +1,258 @@
+//! The config reader: every problem at once, with lines and closest names.
+
+use super::*;
+
+/// The problems of a config that must be invalid.
+fn problems(text: &str) -> Vec<String> {
+    Config::parse(text).expect_err(text).problems
+}
+
+#[test]
+fn empty_config_defaults_to_echo() {
+    let config = Config::parse("").expect("valid");
+    assert_eq!(config.default_profile(), "echo");
+    assert!(config.profile("echo").is_some());
+    assert!(config.profile("nope").is_none());
+}
+
+#[test]
+fn exec_profile_and_default() {
+    let text = "[profiles.cat]\nexecutor = \"exec\"\ncommand = [\"cat\"]\ndefault = true\n";
+    let config = Config::parse(text).expect("valid");
+    assert_eq!(config.default_profile(), "cat");
+    assert_eq!(config.profile_names(), vec!["cat".to_string(), "echo".to_string()]);
+    let cat = config.profile("cat").expect("cat");
+    assert_eq!((cat.executor, cat.command, cat.enabled), (ExecutorKind::Exec, vec!["cat".to_string()], true));
+}
+
+#[test]
+fn every_section_and_key_is_read() {
+    let text = "[store]\nurl = \"sqlite://x.db\"\n[thread_communication]\nenabled = false\n\
+                [turns]\nmax_output_bytes = 7\n[mailbox]\ndelivery_wait = \"1s\"\nkey_retention = \"2d\"\n\
+                [bridge]\nlisten = \"127.0.0.1:4433\"\nretry_window = \"1m\"\nrequest_expiry = \"2h\"\n\
+                [profiles.a]\nexecutor = \"echo\"\nenabled = false\nthread_communication = true\n";
+    let config = Config::parse(text).expect("valid");
+    assert_eq!(config.store.url.as_deref(), Some("sqlite://x.db"));
+    assert_eq!(config.thread_communication.enabled, Some(false));
+    assert_eq!(config.turns.max_output_bytes, 7);
+    assert_eq!(config.mailbox.delivery_wait, Duration::from_secs(1));
+    assert_eq!(config.mailbox.key_retention, Duration::from_secs(2 * 24 * 3600));
+    assert_eq!(config.bridge.listen, std::net::SocketAddr::from(([127, 0, 0, 1], 4433)));
+    assert_eq!(config.bridge.retry_window, Duration::from_secs(60));
+    assert_eq!(config.bridge.request_expiry, Duration::from_secs(2 * 3600));
+    let a = config.profile("a").expect("a");
+    assert_eq!((a.executor, a.enabled, a.thread_communication), (ExecutorKind::Echo, false, Some(true)));
+}
+
+#[test]
+fn known_keys_are_learned_from_serde() {
+    assert_eq!(field_names::<BridgeConfig>(), ["listen", "retry_window", "request_expiry"]);
+    assert_eq!(
+        field_names::<ProfileConfig>(),
+        ["executor", "command", "default", "enabled", "thread_communication"]
+    );
+    // Every section `Config` has is read, none is taken for an unknown one.
+    let text: String = field_names::<Config>().iter().map(|section| format!("[{section}]\n")).collect();
+    assert_eq!(field_names::<Config>().len(), 6);
+    Config::parse(&text).expect("every section, empty");
+}
+
+#[test]
+fn all_problems_reported_at_once() {
+    let text = "[profiles.a]\nexecutor = \"exec\"\ndefault = true\n[profiles.B]\nexecutor = \"echo\"\ndefault = true\n";
+    let err = Config::parse(text).expect_err("invalid");
+    assert_eq!(err.problems.len(), 3, "{err}");
+    assert!(err.to_string().contains("profiles.a.command"));
+    assert!(err.to_string().contains("at most one profile"));
+}
+
+#[test]
+fn wrong_types_in_several_sections_are_all_reported_with_their_lines() {
+    let err = Config::parse("[bridge]\nretry_window = \"1s\"\n[turns\n").expect_err("not TOML");
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert!(err.problems[0].starts_with("line 3, column 7 (`[turns`): "), "{err}");
+    assert_eq!(
+        problems("profiles = 5\n"),
+        ["profiles: line 1, column 12 (`profiles = 5`): must be a table of profiles"]
+    );
+    assert_eq!(problems("bridge = 5\n"), ["bridge: line 1, column 10 (`bridge = 5`): must be a table"]);
+    let text = "[bridge]\nretry_window = 5\n[turns]\nmax_output_bytes = \"big\"\n\
+                [mailbox]\ndelivery_wait = \"2m\"\n[profiles.a]\nexecutor = \"shell\"\n\
+                [profiles.b]\nexecutor = \"exec\"\n";
+    assert_eq!(
+        problems(text),
+        [
+            "bridge.retry_window: line 2, column 16 (`retry_window = 5`): invalid type: integer `5`, expected a string",
+            "turns.max_output_bytes: line 4, column 20 (`max_output_bytes = \"big\"`): invalid type: string \"big\", expected usize",
+            "profiles.a.executor: line 8, column 12 (`executor = \"shell\"`): unknown variant `shell`, expected `echo` or `exec`",
+            "profiles.b.command: an exec profile needs a command",
+            "mailbox.delivery_wait: must be at most 60s",
+        ]
+    );
+}
+
+#[test]
+fn every_bad_key_of_one_section_is_reported() {
+    let text = "[bridge]\nlisten = 5\nretry_window = true\nrequest_expiry = \"soon\"\n";
+    assert_eq!(
+        problems(text),
+        [
+            "bridge.listen: line 2, column 10 (`listen = 5`): invalid type: integer `5`, expected socket address",
+            "bridge.retry_window: line 3, column 16 (`retry_window = true`): invalid type: boolean `true`, expected a string",
+            "bridge.request_expiry: line 4, column 18 (`request_expiry = \"soon\"`): \"soon\": expected number at 0",
+        ]
+    );
+    // The section's valid keys are still read, and their rules checked.
+    let said = problems("[bridge]\nlisten = 5\nretry_window = \"25h\"\n");
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].starts_with("bridge.listen: line 2"), "{said:?}");
+    assert!(said[1].starts_with("bridge.retry_window: must be at most 24h"), "{said:?}");
+}
+
+#[test]
+fn bad_keys_across_sections_and_profiles_are_all_reported_with_their_lines() {
+    let text = "[thread_comunication]\nenabled = true\n\
+                [bridge]\nretry_windw = \"1m\"\nlisten = 5\n\
+                [profiles.a]\nexecutor = \"echo\"\nenable = false\ndefault = \"yes\"\n\
+                [profiles.B]\ncommand = [\"cat\"]\n\
+                [otel]\nendpoint = \"x\"\n";
+    assert_eq!(
+        problems(text),
+        [
+            "thread_comunication: line 1, column 2 (`[thread_comunication]`): unknown section; did you mean `thread_communication`?",
+            "bridge.retry_windw: line 4, column 1 (`retry_windw = \"1m\"`): unknown key; did you mean `retry_window`?",
+            "bridge.listen: line 5, column 10 (`listen = 5`): invalid type: integer `5`, expected socket address",
+            "profiles.a.enable: line 8, column 1 (`enable = false`): unknown key; did you mean `enabled`?",
+            "profiles.a.default: line 9, column 11 (`default = \"yes\"`): invalid type: string \"yes\", expected a boolean",
+            "profiles.B.executor: line 10, column 11 (`[profiles.B]`): required",
+            "profiles.B: a profile name is 1-64 characters of a-z, 0-9, '-' and '_'",
+            "otel: line 12, column 2 (`[otel]`): not supported by this version of kikid yet (a section of the config contract, not a typo); remove it",
+        ]
+    );
+}
+
+#[test]
+fn unknown_keys_without_a_close_name_list_the_known_ones() {
+    assert_eq!(
+        problems("[turns]\ncolour = 1\n"),
+        ["turns.colour: line 2, column 1 (`colour = 1`): unknown key; the known ones are `max_output_bytes`"]
+    );
+    let said = problems("[profiles.agent]\nexecutor = \"echo\"\nmodel = \"y\"\n");
+    assert_eq!(
+        said,
+        ["profiles.agent.model: line 3, column 1 (`model = \"y\"`): unknown key; the known ones are \
+             `executor`, `command`, `default`, `enabled`, `thread_communication`"]
+    );
+    let said = problems("nonsense = 1\n");
+    assert!(
+        said[0].starts_with(
+            "nonsense: line 1, column 1 (`nonsense = 1`): unknown section; the known ones are `store`, "
+        ),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn contract_sections_and_keys_not_implemented_yet_are_refused_as_such() {
+    for section in ["rooms", "threads", "otel", "metrics", "web", "log"] {
+        let said = problems(&format!("[{section}]\nx = 1\n"));
+        assert_eq!(
+            said,
+            [format!(
+                "{section}: line 1, column 2 (`[{section}]`): not supported by this version of kikid yet \
+                 (a section of the config contract, not a typo); remove it"
+            )]
+        );
+    }
+    assert_eq!(
+        problems("[profiles.a]\nexecutor = \"echo\"\nmax_cost_usd = 5.0\n"),
+        ["profiles.a.max_cost_usd: line 3, column 1 (`max_cost_usd = 5.0`): not supported by this version \
+             of kikid yet (a key of the config contract, not a typo); remove it"]
+    );
+    // Only in a profile: elsewhere it is just unknown.
+    assert!(problems("[turns]\nmax_cost_usd = 5.0\n")[0].contains("unknown key"));
+}
+
+#[test]
+fn only_close_names_are_suggested() {
+    let known = field_names::<BridgeConfig>();
+    assert_eq!(closest("lisen", known), Some("listen"));
+    assert_eq!(closest("LISTEN", known), Some("listen"));
+    assert_eq!(closest("retrywindow", known), Some("retry_window"));
+    assert_eq!(closest("request_expiry_time", known), None);
+    assert_eq!(closest("port", known), None);
+    assert_eq!(closest("urn", &["url"]), Some("url"));
+    assert_eq!(closest("tls", &["url"]), None);
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+    assert_eq!(edit_distance("", "abc"), 3);
+}
+
+#[test]
+fn empty_windows_programs_and_endless_retention_are_refused() {
+    for (text, says) in [
+        ("[bridge]\nretry_window = \"0s\"\n", "bridge.retry_window: must be more than 0"),
+        ("[profiles.a]\nexecutor = \"exec\"\ncommand = [\"\"]\n", "profiles.a.command"),
+        ("[mailbox]\nkey_retention = \"18446744073709551615s\"\n", "mailbox.key_retention"),
+    ] {
+        let err = Config::parse(text).expect_err(text);
+        assert!(err.to_string().contains(says), "{text}: {err}");
+    }
+}
+
+#[test]
+fn a_bridge_retry_window_outliving_the_targets_keys_is_refused() {
+    let err = Config::parse("[bridge]\nretry_window = \"25h\"\n").expect_err("invalid");
+    assert!(err.to_string().contains("bridge.retry_window: must be at most 24h"), "{err}");
+    Config::parse("[bridge]\nretry_window = \"24h\"\n").expect("the limit itself is fine");
+}
+
+#[test]
+fn pairing_requests_expire_after_a_day_unless_configured() {
+    assert_eq!(Config::default().bridge.request_expiry, Duration::from_secs(24 * 3600));
+    let set = Config::parse("[bridge]\nrequest_expiry = \"7d\"\n").expect("valid");
+    assert_eq!(set.bridge.request_expiry, Duration::from_secs(7 * 24 * 3600));
+    for bad in ["0s", "366d"] {
+        let err = Config::parse(&format!("[bridge]\nrequest_expiry = \"{bad}\"\n")).expect_err("invalid");
+        assert!(
+            err.to_string().contains("bridge.request_expiry: must be more than 0 and at most 365d"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_config_file_is_read_up_to_1_mib() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("config.toml");
+    // Spaces are an empty TOML document: only the size matters.
+    std::fs::write(&file, " ".repeat(MAX_CONFIG_BYTES)).expect("write");
+    Config::load(&file, true).expect("the limit itself is fine");
+    std::fs::write(&file, " ".repeat(MAX_CONFIG_BYTES + 1)).expect("write");
+    let err = Config::load(&file, true).expect_err("too large");
+    assert_eq!(err.problems, ["larger than 1 MiB, the most a config file may hold"]);
+    assert_eq!(err.source_name, Some(file.display().to_string()));
+    // An endless file is refused too, instead of filling the memory.
+    let err = Config::load(Path::new("/dev/zero"), true).expect_err("endless");
+    assert_eq!(err.problems, ["larger than 1 MiB, the most a config file may hold"]);
+}
+
+#[test]
+fn a_missing_file_is_an_error_only_when_named() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("absent.toml");
+    Config::load(&file, false).expect("a missing default file is fine");
+    let err = Config::load(&file, true).expect_err("a named file must exist");
+    assert!(err.problems[0].starts_with("cannot read: "), "{err}");
+    std::fs::write(&file, b"[store]\nurl = \"\xff\"\n").expect("write");
+    let err = Config::load(&file, true).expect_err("not UTF-8");
+    assert!(err.problems[0].starts_with("cannot read: not UTF-8"), "{err}");
+    std::fs::write(&file, "[turns]\nmax_output_bytes = 0\n").expect("write");
+    let err = Config::load(&file, true).expect_err("invalid");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid configuration in {}:\n  - turns.max_output_bytes: must be at least 1",
+            file.display()
+        )
+    );
+}

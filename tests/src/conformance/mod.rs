@@ -1,0 +1,266 @@
+//! The store conformance suite: every backend must pass every case. A backend's test file
+//! invokes [`store_conformance!`](crate::store_conformance) with an expression that makes a
+//! fresh, empty store.
+
+use kiki_daemon::executors::render;
+use kiki_daemon::store::{
+    CommunicationSetting, EventKind, InputKind, InterruptedTurn, NewInput, NewThread, SourceRef, Store,
+    StoreError, ThreadQuery, TurnClaim, TurnOutcome, TurnStatus,
+};
+
+mod bridges;
+mod messages;
+
+pub use bridges::*;
+pub use messages::*;
+use messages::{message, turn};
+
+/// Generates one `#[tokio::test]` per conformance case for a backend.
+#[macro_export]
+macro_rules! store_conformance {
+    ($make:expr) => {
+        $crate::store_conformance!(@cases $make;
+            thread_round_trip, duplicate_thread_id_is_a_conflict, list_is_newest_first_with_keyset_pages,
+            list_skips_archived_and_filters_by_workspace, archive_reports_change,
+            a_turn_takes_all_queued_input_in_order, one_turn_at_a_time_per_thread,
+            ended_turns_page_and_exclude_the_running_turn, interrupted_turns_fail_and_queue_survives,
+            agents_are_listed_while_their_turns_run,
+            input_for_a_missing_thread_is_refused, concurrent_sends_are_decided_by_key,
+            held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
+            events_are_logged_per_thread_in_order, communication_switch_round_trip, old_keys_are_pruned,
+            keys_are_pruned_oldest_first_in_bounded_windows, a_thread_read_after_a_change_shows_it,
+            archived_threads_start_no_turns, messages_of_a_turn_whose_agent_never_started_are_undeliverable,
+            outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
+            a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home,
+            a_bridged_message_needs_an_active_bridge_when_it_commits, receipts_page_back_from_the_newest,
+            a_bridge_record_round_trips, overdue_bridged_messages_expire_in_a_sweep);
+    };
+    (@cases $make:expr; $($case:ident),*) => {$(
+        #[tokio::test]
+        async fn $case() {
+            let (store, _guard) = $make.await;
+            $crate::conformance::$case(&*store).await;
+        }
+    )*};
+}
+
+fn new_thread(id: &str, workspace: &str, now: i64) -> NewThread {
+    NewThread {
+        id: id.into(),
+        workspace_id: workspace.into(),
+        cwd: "/tmp".into(),
+        title: format!("title of {id}"),
+        profile: "echo".into(),
+        communication: CommunicationSetting::Default,
+        now,
+    }
+}
+
+fn user(id: &str, content: &str) -> NewInput {
+    NewInput {
+        id: id.into(),
+        kind: InputKind::User,
+        content: content.into(),
+        message_id: None,
+        source: None,
+        now: 1,
+    }
+}
+
+async fn finish(store: &dyn Store, turn_id: &str, output: &str) {
+    store
+        .finish_turn(&TurnOutcome {
+            turn_id: turn_id.into(),
+            status: TurnStatus::Completed,
+            output: output.into(),
+            error: String::new(),
+            now: 5,
+        })
+        .await
+        .expect("finish");
+}
+
+pub async fn thread_round_trip(store: &dyn Store) {
+    let created = store.create_thread(&new_thread("th_a", "ws_1", 100), None).await.expect("create");
+    assert_eq!(created.id, "th_a");
+    assert_eq!((created.created_at, created.updated_at), (100, 100));
+    assert!(!created.archived && created.enabled && !created.running);
+    let read = store.thread("th_a").await.expect("read").expect("exists");
+    assert_eq!(read, created);
+    assert!(store.thread("th_missing").await.expect("read").is_none());
+    assert_eq!(store.count_threads().await.expect("count"), 1);
+}
+
+pub async fn duplicate_thread_id_is_a_conflict(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    let err =
+        store.create_thread(&new_thread("th_a", "ws", 2), Some(&user("in_x", "x"))).await.expect_err("dup");
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(store.count_threads().await.expect("count"), 1);
+    assert!(store.threads_with_queued_input().await.expect("queued").is_empty(), "the input rolled back too");
+}
+
+pub async fn list_is_newest_first_with_keyset_pages(store: &dyn Store) {
+    for i in 0..5 {
+        store.create_thread(&new_thread(&format!("th_{i}"), "ws", i), None).await.expect("create");
+    }
+    let first = store.list_threads(&ThreadQuery { limit: 2, ..Default::default() }).await.expect("list");
+    assert_eq!(first.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["th_4", "th_3"]);
+    let query = ThreadQuery { before_seq: Some(first[1].seq), limit: 10, ..Default::default() };
+    let rest = store.list_threads(&query).await.expect("list");
+    assert_eq!(rest.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["th_2", "th_1", "th_0"]);
+    // A thread created meanwhile does not shift later pages.
+    store.create_thread(&new_thread("th_new", "ws", 9), None).await.expect("create");
+    assert_eq!(store.list_threads(&query).await.expect("list").len(), 3);
+}
+
+pub async fn list_skips_archived_and_filters_by_workspace(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws_1", 1), None).await.expect("create");
+    store.create_thread(&new_thread("th_b", "ws_2", 2), None).await.expect("create");
+    store.create_thread(&new_thread("th_c", "ws_1", 3), None).await.expect("create");
+    store.set_archived("th_c", true, 4).await.expect("archive");
+    let all = store.list_threads(&ThreadQuery { limit: 10, ..Default::default() }).await.expect("list");
+    assert_eq!(all.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["th_b", "th_a"]);
+    let ws1 = ThreadQuery { workspace_id: Some("ws_1".into()), limit: 10, ..Default::default() };
+    let ws1 = store.list_threads(&ws1).await.expect("list");
+    assert_eq!(ws1.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["th_a"]);
+}
+
+pub async fn archive_reports_change(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    let done = store.set_archived("th_a", true, 7).await.expect("archive").expect("exists");
+    assert!(done.thread.archived && done.changed);
+    assert_eq!(done.thread.updated_at, 7);
+    let again = store.set_archived("th_a", true, 8).await.expect("archive").expect("exists");
+    assert!(!again.changed, "already archived");
+    let back = store.set_archived("th_a", false, 9).await.expect("unarchive").expect("exists");
+    assert!(!back.thread.archived && back.changed);
+    let lifecycle: Vec<String> =
+        store.events_after("th_a", 0, 10).await.expect("events").into_iter().map(|e| e.lifecycle).collect();
+    assert_eq!(lifecycle, ["created", "archived", "unarchived"], "each change logged once");
+    assert!(store.set_archived("th_missing", true, 9).await.expect("archive").is_none());
+}
+
+pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "first"))).await.expect("create");
+    let message = NewInput {
+        id: "in_2".into(),
+        kind: InputKind::Message,
+        content: "second".into(),
+        message_id: Some("msg_2".into()),
+        source: Some(SourceRef { host_id: String::new(), thread_id: "th_peer".into() }),
+        now: 2,
+    };
+    assert_eq!(
+        store.enqueue_input("th_a", &message).await.expect("enqueue"),
+        Some(false),
+        "queued, thread idle"
+    );
+    assert_eq!(store.threads_with_queued_input().await.expect("queued"), vec!["th_a".to_string()]);
+    let claimed = store.claim_turn("th_a", turn("tu_1", true), 3).await.expect("claim").expect("has input");
+    assert_eq!(claimed.inputs.iter().map(|i| i.content.as_str()).collect::<Vec<_>>(), ["first", "second"]);
+    assert_eq!(claimed.turn.seq, 1);
+    assert_eq!(claimed.turn.input, render(&claimed.inputs));
+    assert_eq!(claimed.inputs[1].source, message.source);
+    assert!(store.thread("th_a").await.expect("read").expect("exists").running);
+    assert!(store.threads_with_queued_input().await.expect("queued").is_empty());
+    finish(store, "tu_1", "done").await;
+    let turn = store.turn("th_a", "tu_1").await.expect("turn").expect("exists");
+    assert_eq!((turn.status, turn.output.as_str()), (TurnStatus::Completed, "done"));
+    assert_eq!(turn.items.len(), 2);
+    assert_eq!(turn.items[1].message_id.as_deref(), Some("msg_2"));
+    assert!(!store.thread("th_a").await.expect("read").expect("exists").running);
+}
+
+pub async fn one_turn_at_a_time_per_thread(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("has input");
+    assert_eq!(store.enqueue_input("th_a", &user("in_2", "b")).await.expect("enqueue"), Some(true), "busy");
+    assert!(store.claim_turn("th_a", turn("tu_2", true), 3).await.expect("claim").is_none(), "busy thread");
+    assert_eq!(store.running_turns().await.expect("running"), 1);
+    finish(store, "tu_1", "x").await;
+    let second = store.claim_turn("th_a", turn("tu_2", true), 4).await.expect("claim").expect("queued input");
+    assert_eq!((second.turn.seq, second.turn.input.as_str()), (2, "b"));
+    finish(store, "tu_2", "y").await;
+    assert!(
+        store.claim_turn("th_a", turn("tu_3", true), 5).await.expect("claim").is_none(),
+        "nothing queued"
+    );
+}
+
+pub async fn ended_turns_page_and_exclude_the_running_turn(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    for i in 1..=3 {
+        store.enqueue_input("th_a", &user(&format!("in_{i}"), &format!("n{i}"))).await.expect("enqueue");
+        store.claim_turn("th_a", turn(&format!("tu_{i}"), true), i).await.expect("claim").expect("input");
+        finish(store, &format!("tu_{i}"), &format!("out{i}")).await;
+    }
+    store.enqueue_input("th_a", &user("in_4", "n4")).await.expect("enqueue");
+    store.claim_turn("th_a", turn("tu_4", true), 9).await.expect("claim").expect("input");
+    let page = store.ended_turns("th_a", 0, 2).await.expect("page");
+    assert_eq!(page.iter().map(|t| t.seq).collect::<Vec<_>>(), [1, 2]);
+    let rest = store.ended_turns("th_a", 2, 10).await.expect("page");
+    assert_eq!(
+        rest.iter().map(|t| t.output.as_str()).collect::<Vec<_>>(),
+        ["out3"],
+        "running turn 4 not shown"
+    );
+    assert!(store.ended_turn_exists("th_a", 3).await.expect("exists"));
+    assert!(!store.ended_turn_exists("th_a", 4).await.expect("exists"), "running");
+    assert!(!store.ended_turn_exists("th_b", 1).await.expect("exists"));
+}
+
+pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("input");
+    store.enqueue_input("th_a", &user("in_2", "behind")).await.expect("enqueue");
+    assert_eq!(store.fail_interrupted_turns("crashed", 3).await.expect("recover"), vec!["th_a".to_string()]);
+    let terminal = store.events_after("th_a", 0, 10).await.expect("events").pop().expect("terminal event");
+    assert_eq!((terminal.kind, terminal.turn_status), (EventKind::Terminal, Some(TurnStatus::Failed)));
+    let turn = store.turn("th_a", "tu_1").await.expect("turn").expect("exists");
+    assert_eq!((turn.status, turn.error.as_str(), turn.ended_at), (TurnStatus::Failed, "crashed", Some(3)));
+    assert!(!store.thread("th_a").await.expect("read").expect("exists").running);
+    assert_eq!(store.threads_with_queued_input().await.expect("queued"), vec!["th_a".to_string()]);
+    // Finishing the failed turn later changes nothing.
+    finish(store, "tu_1", "late").await;
+    let turn = store.turn("th_a", "tu_1").await.expect("turn").expect("exists");
+    assert_eq!(turn.status, TurnStatus::Failed);
+}
+
+pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
+    for (thread, input, turn_id) in
+        [("th_a", "in_1", "tu_1"), ("th_b", "in_2", "tu_2"), ("th_c", "in_3", "tu_3")]
+    {
+        store.create_thread(&new_thread(thread, "ws", 1), Some(&user(input, "x"))).await.expect("create");
+        // tu_1 and tu_2 run `exec` agents; tu_3 does not (say, `echo`).
+        let claim = TurnClaim { exec: turn_id != "tu_3", ..turn(turn_id, true) };
+        store.claim_turn(thread, claim, 2).await.expect("claim").expect("input");
+    }
+    let agents = |turns: Vec<InterruptedTurn>| {
+        let mut agents: Vec<(String, Option<String>)> =
+            turns.into_iter().map(|t| (t.turn_id, t.agent)).collect();
+        agents.sort();
+        agents
+    };
+    let empty = || Some(String::new());
+    assert_eq!(
+        agents(store.interrupted_turns().await.expect("turns")),
+        [("tu_1".to_string(), empty()), ("tu_2".to_string(), empty()), ("tu_3".to_string(), None)],
+        "exec turns start with an empty record"
+    );
+    store.record_agent("tu_1", "11 1 boot").await.expect("record");
+    store.record_agent("tu_2", "12 1 boot").await.expect("record");
+    finish(store, "tu_2", "done").await;
+    store.record_agent("tu_2", "13 1 boot").await.expect("an ended turn is left alone");
+    assert_eq!(
+        agents(store.interrupted_turns().await.expect("turns")),
+        [("tu_1".to_string(), Some("11 1 boot".to_string())), ("tu_3".to_string(), None)]
+    );
+    store.fail_interrupted_turns("crashed", 3).await.expect("recover");
+    assert!(store.interrupted_turns().await.expect("turns").is_empty());
+}
+
+pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {
+    assert_eq!(store.enqueue_input("th_missing", &user("in_1", "x")).await.expect("enqueue"), None);
+    assert!(store.claim_turn("th_missing", turn("tu_1", true), 1).await.expect("claim").is_none());
+}
