@@ -258,7 +258,7 @@ impl DaemonBuilder {
         });
 
         let stopped = CancellationToken::new();
-        tokio::spawn(prune_keys(store.clone(), config.mailbox.key_retention, shutdown.clone()));
+        let pruning = tokio::spawn(prune_keys(store.clone(), config.mailbox.key_retention, shutdown.clone()));
         let serving = {
             let shutdown = shutdown.clone();
             let stopped = stopped.clone();
@@ -289,6 +289,8 @@ impl DaemonBuilder {
                 drop(endpoint);
                 info!("stopped accepting calls; stopping turns");
                 runner.shutdown().await;
+                // Between chunks it sees the shutdown; its last write lands before the close.
+                let _ = pruning.await;
                 info!("closing the store");
                 store.close().await;
                 let _ = std::fs::remove_file(&socket);

@@ -80,6 +80,8 @@ pub struct SqliteStore {
     outbox_keys: Arc<KeyFilter>,
     /// The keys of this home's senders' messages to its own threads.
     local_keys: Arc<KeyFilter>,
+    /// The reads that fill the key filters as the store opens; joined by `close`.
+    filling: Arc<tokio_util::task::TaskTracker>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -189,17 +191,19 @@ impl SqliteStore {
             threads,
             outbox_keys: Default::default(),
             local_keys: Default::default(),
+            filling: Default::default(),
         };
-        tokio::spawn(fill_keys(
+        store.filling.spawn(fill_keys(
             store.db.clone(),
             store.outbox_keys.clone(),
             "SELECT key_scope, key FROM outbox",
         ));
-        tokio::spawn(fill_keys(
+        store.filling.spawn(fill_keys(
             store.db.clone(),
             store.local_keys.clone(),
             "SELECT scope, key FROM idempotency_keys WHERE instr(scope, '/') = 0",
         ));
+        store.filling.close();
         Ok(store)
     }
 }
@@ -360,7 +364,9 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        // A fill still reading ends with the store's connections (`Closed`): wait for it.
         self.db.close().await;
+        self.filling.wait().await;
     }
 }
 
