@@ -101,6 +101,48 @@ pub fn event_to_pb(e: EventRecord) -> pb::Event {
     }
 }
 
+/// A peer's event, as this home keeps one; `None` for a kind this home does not know (a
+/// newer peer's), which it cannot show.
+pub fn event_from_pb(e: pb::Event, thread_id: &str) -> Option<EventRecord> {
+    let kind = match e.kind() {
+        pb::EventKind::Terminal => EventKind::Terminal,
+        pb::EventKind::Attention => EventKind::Attention,
+        pb::EventKind::Lifecycle => EventKind::Lifecycle,
+        pb::EventKind::Undeliverable => EventKind::Undeliverable,
+        pb::EventKind::Unspecified => return None,
+    };
+    let turn_status = match e.turn_status() {
+        pb::TurnStatus::Unspecified => None,
+        pb::TurnStatus::Running => Some(TurnStatus::Running),
+        pb::TurnStatus::Completed => Some(TurnStatus::Completed),
+        pb::TurnStatus::Failed => Some(TurnStatus::Failed),
+        pb::TurnStatus::Cancelled => Some(TurnStatus::Cancelled),
+    };
+    let at = humantime::parse_rfc3339(&e.at)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as i64);
+    let some = |text: String| (!text.is_empty()).then_some(text);
+    Some(EventRecord {
+        seq: e.seq as i64,
+        thread_id: thread_id.to_string(),
+        kind,
+        turn_id: some(e.turn_id),
+        turn_status,
+        reason: e.reason,
+        lifecycle: e.lifecycle,
+        message_id: some(e.message_id),
+        at,
+    })
+}
+
+/// A peer's answer for one waited target, as this home's own.
+pub fn wait_result_from_pb(r: pb::WaitResult) -> WaitResult {
+    let target = r.target.unwrap_or_default();
+    let events = r.events.into_iter().filter_map(|e| event_from_pb(e, &target.session_id)).collect();
+    WaitResult { target, events, cursor: r.cursor }
+}
+
 pub fn finding_to_pb(f: crate::doctor::Finding) -> pb::DoctorFinding {
     pb::DoctorFinding { check: f.check.to_string(), ok: f.ok, message: f.message, fix: f.fix }
 }

@@ -1,12 +1,15 @@
-//! One entry point for ThreadSend, wherever its target lives: a thread of this home goes to
-//! the mailbox, a thread behind a bridge (`HOST/SESSION`) to the bridges' outbox. The gRPC
-//! handler only translates the request and the answer.
+//! One entry point for ThreadSend and ThreadWait, wherever their targets live: a thread of
+//! this home goes to the mailbox, a thread behind a bridge (`HOST/SESSION`) to the bridges
+//! (a send to the outbox, a wait over the bridge); a wait on several homes waits on each at
+//! once. The gRPC handlers only translate the requests and the answers.
+
+use std::collections::HashMap;
 
 use kiki_proto::ThreadRef;
 
 use crate::bridges::Bridges;
-use crate::error::Result;
-use crate::mailbox::{Mailbox, Sent};
+use crate::error::{Error, Result};
+use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
 use crate::threads::Threads;
 use crate::threads::runner::TurnCaller;
 
@@ -46,4 +49,141 @@ impl Messaging {
         };
         self.bridges.send_remote(source_thread, &target.host_id, &target.session_id, content, key).await
     }
+
+    /// ThreadWait: on this home's threads, over the bridges its targets are behind, or both.
+    /// A parked call's state is kept small (10,000 of them are budgeted): the request taken
+    /// apart before parking, and the rarer branches boxed.
+    pub async fn wait(
+        &self,
+        targets: Vec<ThreadRef>,
+        timeout_ms: Option<u32>,
+        cursors: HashMap<String, String>,
+    ) -> Result<(Vec<WaitResult>, bool)> {
+        // Boxed: grouping may look bridges up, and a parked call need not keep room for it.
+        let mut groups = Box::pin(self.wait_groups(targets, timeout_ms, cursors)).await?;
+        if groups.len() > 1 {
+            return Box::pin(self.clone().wait_across(groups)).await;
+        }
+        // The one-home case dispatches here rather than through `wait_group`: inline, a parked
+        // local wait holds ~0.5 KB less (measured over 10,000 calls).
+        let WaitGroup { host, targets, timeout_ms, cursors, .. } =
+            groups.pop().expect("targets are grouped by home");
+        drop(groups);
+        match host {
+            None => self.mailbox.wait(targets, timeout_ms, cursors).await,
+            Some(host) => Box::pin(self.bridges.wait_remote(&host, &targets, timeout_ms, &cursors)).await,
+        }
+    }
+
+    /// Splits a ThreadWait's targets (and their cursors) by the home they are on: this one
+    /// (`host: None`) or a peer, by its home id however the caller named it (alias or id),
+    /// so the peer sees all of its targets in one call and refuses one named twice.
+    async fn wait_groups(
+        &self,
+        targets: Vec<ThreadRef>,
+        timeout_ms: Option<u32>,
+        cursors: HashMap<String, String>,
+    ) -> Result<Vec<WaitGroup>> {
+        // Checked here too: a part that waits across a bridge is checked only over there.
+        wait_target_count(targets.len())?;
+        wait_timeout(timeout_ms)?;
+        let mut groups: Vec<WaitGroup> = Vec::new();
+        for target in &targets {
+            let peer = match self.threads.resolve_host(&target.host_id) {
+                Ok(_) => None,
+                Err(_) => Some(self.bridges.outbound(&target.host_id).await?.peer_home_id),
+            };
+            match groups.iter_mut().find(|g| g.peer == peer) {
+                Some(group) => group.targets.push(target.clone()),
+                None => groups.push(WaitGroup {
+                    host: peer.is_some().then(|| target.host_id.clone()),
+                    peer,
+                    targets: vec![target.clone()],
+                    timeout_ms,
+                    cursors: HashMap::new(),
+                }),
+            }
+        }
+        if groups.len() > 1 {
+            // Each cursor goes with its target (keyed by the target's text form or session;
+            // a local one also as `local/SESSION`).
+            for (key, cursor) in cursors {
+                let names = |t: &ThreadRef| {
+                    kiki_proto::format_ref(t) == key
+                        || t.session_id == key
+                        || key.strip_prefix("local/") == Some(t.session_id.as_str())
+                };
+                let group = groups
+                    .iter_mut()
+                    .find(|g| g.targets.iter().any(names))
+                    .ok_or_else(|| Error::invalid("cursors", "has a key that is not one of the targets"))?;
+                group.cursors.insert(key, cursor);
+            }
+        } else {
+            groups[0].cursors = cursors;
+        }
+        Ok(groups)
+    }
+
+    /// ThreadWait over several homes: each home's part waits at once; the first part with
+    /// events (or an error) ends the call, and the other parts are then checked once
+    /// (timeout 0) so that every target gets its events so far and a cursor.
+    async fn wait_across(self, groups: Vec<WaitGroup>) -> Result<(Vec<WaitResult>, bool)> {
+        let order: Vec<String> =
+            groups.iter().flat_map(|g| g.targets.iter().map(kiki_proto::format_ref)).collect();
+        let mut parts = tokio::task::JoinSet::new();
+        for (n, group) in groups.iter().cloned().enumerate() {
+            let service = self.clone();
+            parts.spawn(async move { (n, service.wait_group(group).await) });
+        }
+        let mut answers: Vec<Option<(Vec<WaitResult>, bool)>> = groups.iter().map(|_| None).collect();
+        while let Some(joined) = parts.join_next().await {
+            let (n, answer) =
+                joined.map_err(|e| Error::Unavailable(format!("a part of the wait failed: {e}")))?;
+            let answer = answer?;
+            let woke = !answer.1;
+            answers[n] = Some(answer);
+            if woke {
+                break;
+            }
+        }
+        parts.abort_all();
+        let mut results = Vec::with_capacity(order.len());
+        let mut timed_out = true;
+        for (group, answer) in groups.into_iter().zip(answers) {
+            let answer = match answer {
+                Some(answer) => answer,
+                None => self.wait_group(WaitGroup { timeout_ms: Some(0), ..group }).await?,
+            };
+            timed_out &= answer.1;
+            results.extend(answer.0);
+        }
+        results.sort_by_key(|r| {
+            let text = kiki_proto::format_ref(&r.target);
+            order.iter().position(|o| *o == text).unwrap_or(usize::MAX)
+        });
+        Ok((results, timed_out))
+    }
+
+    /// One home's part of a wait across homes.
+    async fn wait_group(&self, group: WaitGroup) -> Result<(Vec<WaitResult>, bool)> {
+        match group.host {
+            Some(host) => {
+                self.bridges.wait_remote(&host, &group.targets, group.timeout_ms, &group.cursors).await
+            }
+            None => self.mailbox.wait(group.targets, group.timeout_ms, group.cursors).await,
+        }
+    }
+}
+
+/// The part of a ThreadWait on one home.
+#[derive(Clone)]
+struct WaitGroup {
+    /// `None` for this home, else the bridge as the caller first named it (for errors).
+    host: Option<String>,
+    /// `None` for this home, else the peer's home id: the targets are grouped by it.
+    peer: Option<String>,
+    targets: Vec<ThreadRef>,
+    timeout_ms: Option<u32>,
+    cursors: HashMap<String, String>,
 }

@@ -44,7 +44,7 @@ pub use receipts::ReceiptPage;
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::mailbox::{Mailbox, Sent};
+use crate::mailbox::{Mailbox, Sent, WaitResult};
 use crate::store::{BridgeRecord, BridgeRequestRecord, Store};
 use crate::sync::KeyLocks;
 use crate::threads::Threads;
@@ -261,7 +261,7 @@ impl Bridges {
         targets: &[pb::ThreadRef],
         timeout_ms: Option<u32>,
         cursors: &HashMap<String, String>,
-    ) -> Result<pb::ThreadWaitResponse> {
+    ) -> Result<(Vec<WaitResult>, bool)> {
         self.inner.remote.wait(host, targets, timeout_ms, cursors).await
     }
 

@@ -14,6 +14,7 @@ use super::codec::from_wire;
 use super::pairing::Pairing;
 use super::{Context, HEALTH_EVERY};
 use crate::error::{Error, Result};
+use crate::mailbox::WaitResult;
 use crate::store::{BridgeState, Refusal};
 use crate::time::now_ms;
 
@@ -80,7 +81,7 @@ impl Remote {
         targets: &[pb::ThreadRef],
         timeout_ms: Option<u32>,
         cursors: &HashMap<String, String>,
-    ) -> Result<pb::ThreadWaitResponse> {
+    ) -> Result<(Vec<WaitResult>, bool)> {
         let local_targets: Vec<pb::ThreadRef> =
             targets.iter().map(|t| pb::ThreadRef { host_id: String::new(), ..t.clone() }).collect();
         let cursors: HashMap<String, String> = cursors
@@ -102,7 +103,7 @@ impl Remote {
             let asked = targets.iter().find(|t| t.session_id == target.session_id);
             target.host_id = asked.map_or(host, |t| &t.host_id).to_string();
         }
-        Ok(answer)
+        Ok((answer.results.into_iter().map(crate::convert::wait_result_from_pb).collect(), answer.timed_out))
     }
 
     /// ThreadRead of a thread behind `host`.

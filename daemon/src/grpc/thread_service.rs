@@ -1,7 +1,5 @@
 //! `kiki.v1.ThreadService`: the agent-facing operations of contract §2.
 
-use std::collections::HashMap;
-
 use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
@@ -10,7 +8,7 @@ use super::{caller, status, target};
 use crate::bridges::Bridges;
 use crate::convert::{read_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb};
 use crate::error::Error;
-use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
+use crate::mailbox::{Mailbox, Sent};
 use crate::messaging::Messaging;
 use crate::threads::{CreateRequest, Threads};
 
@@ -41,150 +39,15 @@ impl ThreadServiceImpl {
         self.admit_peer_tool(super::token_of(request), tool).await
     }
 
-    /// ThreadWait: on this home's threads, over the bridges its targets are behind, or both.
-    /// A parked call's state is kept small (10,000 of them are budgeted): no tracing span,
-    /// the request taken apart before parking, and the rarer branches boxed.
+    /// ThreadWait, wherever its targets are (see [`Messaging::wait`]).
     pub async fn wait(&self, r: pb::ThreadWaitRequest) -> Result<pb::ThreadWaitResponse, Status> {
-        // Boxed: grouping may look bridges up, and a parked call need not keep room for it.
-        let mut groups = Box::pin(self.wait_groups(r)).await.map_err(status)?;
-        if groups.len() > 1 {
-            return Box::pin(self.clone().wait_across(groups)).await;
-        }
-        // The one-home case dispatches here rather than through `wait_group`: inline, a parked
-        // local wait holds ~0.5 KB less (measured over 10,000 calls).
-        let WaitGroup { host, targets, timeout_ms, cursors, .. } =
-            groups.pop().expect("targets are grouped by home");
-        drop(groups);
-        match host {
-            None => {
-                let (results, timed_out) =
-                    self.mailbox.wait(targets, timeout_ms, cursors).await.map_err(status)?;
-                Ok(wait_response(results, timed_out))
-            }
-            Some(host) => Box::pin(self.bridges.wait_remote(&host, &targets, timeout_ms, &cursors))
-                .await
-                .map_err(status),
-        }
+        let (results, timed_out) =
+            self.messaging.wait(r.targets, r.timeout_ms, r.cursors).await.map_err(status)?;
+        Ok(pb::ThreadWaitResponse {
+            results: results.into_iter().map(wait_result_to_pb).collect(),
+            timed_out,
+        })
     }
-
-    /// Splits a ThreadWait's targets (and their cursors) by the home they are on: this one
-    /// (`host: None`) or a peer, by its home id however the caller named it (alias or id),
-    /// so the peer sees all of its targets in one call and refuses one named twice.
-    async fn wait_groups(&self, r: pb::ThreadWaitRequest) -> Result<Vec<WaitGroup>, Error> {
-        // Checked here too: a part that waits across a bridge is checked only over there.
-        wait_target_count(r.targets.len())?;
-        wait_timeout(r.timeout_ms)?;
-        let mut groups: Vec<WaitGroup> = Vec::new();
-        for target in &r.targets {
-            let peer = match self.threads.resolve_host(&target.host_id) {
-                Ok(_) => None,
-                Err(_) => Some(self.bridges.outbound(&target.host_id).await?.peer_home_id),
-            };
-            match groups.iter_mut().find(|g| g.peer == peer) {
-                Some(group) => group.targets.push(target.clone()),
-                None => groups.push(WaitGroup {
-                    host: peer.is_some().then(|| target.host_id.clone()),
-                    peer,
-                    targets: vec![target.clone()],
-                    timeout_ms: r.timeout_ms,
-                    cursors: HashMap::new(),
-                }),
-            }
-        }
-        if groups.len() > 1 {
-            // Each cursor goes with its target (keyed by the target's text form or session;
-            // a local one also as `local/SESSION`).
-            for (key, cursor) in r.cursors {
-                let names = |t: &pb::ThreadRef| {
-                    pb::format_ref(t) == key
-                        || t.session_id == key
-                        || key.strip_prefix("local/") == Some(t.session_id.as_str())
-                };
-                let group = groups
-                    .iter_mut()
-                    .find(|g| g.targets.iter().any(names))
-                    .ok_or_else(|| Error::invalid("cursors", "has a key that is not one of the targets"))?;
-                group.cursors.insert(key, cursor);
-            }
-        } else {
-            groups[0].cursors = r.cursors;
-        }
-        Ok(groups)
-    }
-
-    /// ThreadWait over several homes: each home's part waits at once; the first part with
-    /// events (or an error) ends the call, and the other parts are then checked once
-    /// (timeout 0) so that every target gets its events so far and a cursor.
-    async fn wait_across(self, groups: Vec<WaitGroup>) -> Result<pb::ThreadWaitResponse, Status> {
-        let order: Vec<String> = groups.iter().flat_map(|g| g.targets.iter().map(pb::format_ref)).collect();
-        let mut parts = tokio::task::JoinSet::new();
-        for (n, group) in groups.iter().cloned().enumerate() {
-            let service = self.clone();
-            parts.spawn(async move { (n, service.wait_group(group).await) });
-        }
-        let mut answers: Vec<Option<pb::ThreadWaitResponse>> = vec![None; groups.len()];
-        while let Some(joined) = parts.join_next().await {
-            let (n, answer) =
-                joined.map_err(|e| Status::internal(format!("a part of the wait failed: {e}")))?;
-            let answer = answer?;
-            let woke = !answer.timed_out;
-            answers[n] = Some(answer);
-            if woke {
-                break;
-            }
-        }
-        parts.abort_all();
-        let mut results = Vec::with_capacity(order.len());
-        let mut timed_out = true;
-        for (group, answer) in groups.into_iter().zip(answers) {
-            let answer = match answer {
-                Some(answer) => answer,
-                None => self.wait_group(WaitGroup { timeout_ms: Some(0), ..group }).await?,
-            };
-            timed_out &= answer.timed_out;
-            results.extend(answer.results);
-        }
-        results.sort_by_key(|r| {
-            let text = r.target.as_ref().map(pb::format_ref).unwrap_or_default();
-            order.iter().position(|o| *o == text).unwrap_or(usize::MAX)
-        });
-        Ok(pb::ThreadWaitResponse { results, timed_out })
-    }
-
-    /// One home's part of a wait across homes.
-    async fn wait_group(&self, group: WaitGroup) -> Result<pb::ThreadWaitResponse, Status> {
-        match group.host {
-            Some(host) => self
-                .bridges
-                .wait_remote(&host, &group.targets, group.timeout_ms, &group.cursors)
-                .await
-                .map_err(status),
-            None => {
-                let (results, timed_out) = self
-                    .mailbox
-                    .wait(group.targets, group.timeout_ms, group.cursors)
-                    .await
-                    .map_err(status)?;
-                Ok(wait_response(results, timed_out))
-            }
-        }
-    }
-}
-
-fn wait_response(results: Vec<WaitResult>, timed_out: bool) -> pb::ThreadWaitResponse {
-    pb::ThreadWaitResponse { results: results.into_iter().map(wait_result_to_pb).collect(), timed_out }
-}
-
-/// The part of a ThreadWait on one home.
-#[derive(Clone)]
-struct WaitGroup {
-    /// `None` for this home, else the bridge as the caller first named it (for errors).
-    host: Option<String>,
-    /// `None` for this home, else the peer's home id: the targets are grouped by it.
-    peer: Option<String>,
-    targets: Vec<pb::ThreadRef>,
-    timeout_ms: Option<u32>,
-    cursors: HashMap<String, String>,
 }
 
 #[tonic::async_trait]
