@@ -1,9 +1,14 @@
-//! The rules a send is decided by, written once above every backend. A backend reads the
-//! facts a decision rests on inside its transaction ([`SendFacts`]: a few lookups by key),
-//! asks [`refuse_send`], and writes the message only when nothing refuses it: a second
-//! backend writes the SQL that reads the facts and stores the message, never the decision.
+//! The rules sends and turns are decided by, written once above every backend. A backend
+//! reads the facts a decision rests on inside its transaction, asks the rule, and writes
+//! what it says: a second backend writes the SQL that reads the facts and stores the
+//! outcome, never the decision.
+//!
+//! - A send ([`refuse_send`]): stored unless its key, the target, its bridge or the id its
+//!   source gave it refuses it ([`SendFacts`]: a few lookups by key).
+//! - A turn ([`plan_claim`]): an idle thread's next turn takes the queued input it may take
+//!   now, and starts only if something in it wakes the thread.
 
-use super::{NewMessage, SendOutcome};
+use super::{InputRecord, NewMessage, SendOutcome};
 
 /// What a send's decision rests on, read in the transaction that would store it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,10 +85,90 @@ pub fn refuse_send(m: &NewMessage, facts: &SendFacts) -> Option<SendOutcome> {
     None
 }
 
+/// Input waiting for a turn, as a claim reads it.
+#[derive(Debug, Clone)]
+pub struct Queued {
+    pub input: InputRecord,
+    /// It may start a turn by itself (user input, a message with `wake`); otherwise it waits
+    /// for a turn that starts.
+    pub wake: bool,
+}
+
+/// Whether a turn may take `input` now: a peer's message only while the thread takes peer
+/// messages (`take_messages`: its communication is on), and a bridged one only while its
+/// bridge's inbound access is on (`disabled_peers` are the peers whose access is off).
+pub fn takeable(input: &InputRecord, take_messages: bool, disabled_peers: &[String]) -> bool {
+    let peer = input.source.as_ref().map(|s| s.host_id.as_str()).filter(|h| !h.is_empty());
+    (take_messages || input.source.is_none()) && peer.is_none_or(|p| !disabled_peers.iter().any(|d| d == p))
+}
+
+/// What an idle thread's next turn takes, in order — its queued input it may take now (see
+/// [`takeable`]), then `arriving`, the input of a send that wakes it — or `None` when
+/// nothing of that may start a turn by itself (it waits for one that starts).
+pub fn plan_claim(
+    queued: Vec<Queued>,
+    arriving: Option<InputRecord>,
+    take_messages: bool,
+    disabled_peers: &[String],
+) -> Option<Vec<InputRecord>> {
+    let taken: Vec<Queued> =
+        queued.into_iter().filter(|q| takeable(&q.input, take_messages, disabled_peers)).collect();
+    let arriving = arriving.filter(|input| takeable(input, take_messages, disabled_peers));
+    if arriving.is_none() && !taken.iter().any(|q| q.wake) {
+        return None;
+    }
+    Some(taken.into_iter().map(|q| q.input).chain(arriving).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::SourceRef;
+    use crate::store::{InputKind, SourceRef};
+
+    fn input(id: &str, source: Option<(&str, &str)>) -> InputRecord {
+        InputRecord {
+            id: id.into(),
+            kind: if source.is_some() { InputKind::Message } else { InputKind::User },
+            content: id.into(),
+            message_id: source.map(|_| format!("msg_{id}")),
+            source: source.map(|(host, thread)| SourceRef { host_id: host.into(), thread_id: thread.into() }),
+            now: 1,
+        }
+    }
+
+    fn ids(inputs: Option<Vec<InputRecord>>) -> Option<Vec<String>> {
+        inputs.map(|inputs| inputs.into_iter().map(|i| i.id).collect())
+    }
+
+    #[test]
+    fn a_turn_takes_what_it_may_in_order_and_starts_only_if_something_wakes_it() {
+        let user = Queued { input: input("user", None), wake: true };
+        let peer = Queued { input: input("peer", Some(("", "th_p"))), wake: true };
+        let held = Queued { input: input("held", Some(("PEER", "th_f"))), wake: false };
+        let arriving = input("new", Some(("", "th_n")));
+        let all = vec![user.clone(), peer.clone(), held.clone()];
+        assert_eq!(
+            ids(plan_claim(all.clone(), Some(arriving.clone()), true, &[])),
+            Some(vec!["user".into(), "peer".into(), "held".into(), "new".into()])
+        );
+        // Communication off: peer messages wait, the user's input goes.
+        assert_eq!(
+            ids(plan_claim(all.clone(), Some(arriving.clone()), false, &[])),
+            Some(vec!["user".into()])
+        );
+        // A disabled bridge's messages wait.
+        assert_eq!(
+            ids(plan_claim(all, None, true, &["PEER".into()])),
+            Some(vec!["user".into(), "peer".into()])
+        );
+        // Nothing that wakes: no turn, whatever waits.
+        assert_eq!(ids(plan_claim(vec![held.clone()], None, true, &[])), None);
+        assert_eq!(ids(plan_claim(vec![held.clone()], Some(arriving.clone()), false, &[])), None);
+        assert_eq!(
+            ids(plan_claim(vec![held], Some(arriving), true, &[])),
+            Some(vec!["held".into(), "new".into()])
+        );
+    }
 
     fn send(bridged: bool) -> NewMessage {
         NewMessage {

@@ -216,16 +216,9 @@ impl TurnStore for SqliteStore {
     }
 }
 
-/// Queued input a turn may take: all of it, except peer messages while the thread's
-/// communication is off (`?` = take_messages) and messages brought by a bridge whose
-/// inbound access is off.
-pub(super) const TAKEABLE: &str = "thread_id = ? AND turn_id IS NULL AND (? OR source_thread IS NULL)
-     AND (source_host IS NULL OR source_host NOT IN
-          (SELECT peer_home_id FROM bridges WHERE direction = 'inbound' AND state = 'disabled'))";
-
 /// Starts the thread's next turn with its queued input, if it is idle (see
 /// [`Store::claim_turn`]). `arriving` is the input of a send that wakes the thread, not yet
-/// written: the turn takes it last, if the thread may take it as [`TAKEABLE`] says, and its
+/// written: the turn takes it last, if the rules let it (see [`rules::takeable`]), and its
 /// writer records it taken.
 pub(super) fn claim_turn(
     conn: &Connection,
@@ -248,27 +241,30 @@ pub(super) fn claim_turn(
     // write runs (a replay may have answered `expired` while this claim was queued).
     let clock = now.max(crate::time::now_ms());
     expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
+    // Everything waiting, and the peers whose bridge's inbound access is off: the rules say
+    // what the turn takes (see [`rules::plan_claim`]).
     let queued = all(
         conn,
-        &format!(
-            "SELECT id, kind, message_id, source_host, source_thread, created_at, wake,
-                    COALESCE(NULLIF(content, ''),
-                             (SELECT m.content FROM messages m WHERE m.id = inputs.message_id), '') AS content
-             FROM inputs WHERE {TAKEABLE} ORDER BY seq"
-        ),
-        params![thread_id, take_messages],
-        |row| Ok((input_from(row)?, row.get::<_, bool>("wake")?)),
+        "SELECT id, kind, message_id, source_host, source_thread, created_at, wake,
+                COALESCE(NULLIF(content, ''),
+                         (SELECT m.content FROM messages m WHERE m.id = inputs.message_id), '') AS content
+         FROM inputs WHERE thread_id = ? AND turn_id IS NULL ORDER BY seq",
+        [thread_id],
+        |row| Ok(rules::Queued { input: input_from(row)?, wake: row.get::<_, bool>("wake")? }),
     )?;
-    // TAKEABLE's conditions for an input not yet written: a peer message only while the
-    // thread's communication is on. (A bridged one comes over an active bridge: its caller
-    // checked that in this transaction.)
-    let arriving = arriving.filter(|input| *take_messages || input.source.is_none());
-    if arriving.is_none() && !queued.iter().any(|(_, wake)| *wake) {
-        // Nothing here may start a turn by itself; it waits for one that starts.
+    let disabled = all(
+        conn,
+        "SELECT peer_home_id FROM bridges WHERE direction = 'inbound' AND state = 'disabled'",
+        [],
+        |row| Ok(row.get::<_, String>(0)?),
+    )?;
+    let arriving_id = arriving.as_ref().map(|input| input.id.clone());
+    let Some(inputs) = rules::plan_claim(queued, arriving, *take_messages, &disabled) else {
         return Ok(None);
-    }
-    let took_queued = !queued.is_empty();
-    let inputs: Vec<InputRecord> = queued.into_iter().map(|(input, _)| input).chain(arriving).collect();
+    };
+    let taken_queued: Vec<&str> =
+        inputs.iter().map(|i| i.id.as_str()).filter(|id| Some(*id) != arriving_id.as_deref()).collect();
+    let took_queued = !taken_queued.is_empty();
     let seq = turn_count + 1;
     let rendered = render(&inputs);
     run(
@@ -279,11 +275,9 @@ pub(super) fn claim_turn(
         params![turn_id, thread_id, seq, rendered, now, exec.then_some("")],
     )?;
     if took_queued {
-        run(
-            conn,
-            &format!("UPDATE inputs SET turn_id = ? WHERE {TAKEABLE}"),
-            params![turn_id, thread_id, take_messages],
-        )?;
+        for id in &taken_queued {
+            run(conn, "UPDATE inputs SET turn_id = ? WHERE id = ?", params![turn_id, id])?;
+        }
         run(
             conn,
             "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
