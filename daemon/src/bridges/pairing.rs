@@ -325,7 +325,7 @@ impl Pairing {
     /// The pairing requests filed with this home, oldest first; those left undecided past
     /// `[bridge] request_expiry` are marked `expired` first. A request decided (or expired)
     /// longer ago than that is forgotten, so the table stays small however many peers ask:
-    /// its source keeps showing the outcome (see [`Bridges::refresh`]). The caller holds
+    /// its source keeps showing the outcome (see [`Pairing::refresh`]). The caller holds
     /// `decisions`.
     async fn requests(&self) -> Result<Vec<BridgeRequestRecord>> {
         let now = now_ms();

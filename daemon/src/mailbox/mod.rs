@@ -376,7 +376,7 @@ impl Mailbox {
     }
 
     /// A source's follow-up of the messages it sent with `keys` (scope, key) over a bridge:
-    /// each confirmed, or expired (see [`Store::follow_up`]); where each stands, `None` for
+    /// each confirmed, or expired (see [`crate::store::MessageStore::follow_up`]); where each stands, `None` for
     /// an unknown key.
     pub async fn follow_up(&self, keys: &[(String, String)], window_over: bool) -> Result<Vec<Option<Sent>>> {
         let now = now_ms();

@@ -6,7 +6,7 @@ use super::*;
 
 /// The reason (and target receipt status) of a bridged message whose deadline passed before
 /// it was delivered or confirmed, or whose key its source gave up on (see
-/// [`Store::follow_up`]).
+/// [`MessageStore::follow_up`]).
 pub const EXPIRED: &str = "expired";
 
 /// A ThreadSend to a thread of this home, ready to commit.
@@ -32,7 +32,7 @@ pub struct NewMessage {
     /// `pending`).
     pub receipt: Option<ReceiptRecord>,
     /// A bridged message's deadline, the end of its source's retry window: not delivered by
-    /// then, nor confirmed by a follow-up (see [`Store::follow_up`]), it expires instead.
+    /// then, nor confirmed by a follow-up (see [`MessageStore::follow_up`]), it expires instead.
     pub deadline: Option<Millis>,
     pub now: Millis,
 }

@@ -49,7 +49,7 @@ pub trait OutboxStore: Send + Sync {
     /// ask the target about again.
     async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>>;
 
-    /// When the first of the peer's entries that [`Store::outbox_due`] would list falls due
+    /// When the first of the peer's entries that [`OutboxStore::outbox_due`] would list falls due
     /// after `now`, if any: the worker sleeps until then.
     async fn outbox_next_due(&self, peer: &str, now: Millis) -> StoreResult<Option<Millis>>;
 

@@ -119,7 +119,7 @@ pub struct TurnRecord {
     pub items: Vec<TurnItem>,
 }
 
-/// How to start a turn (see [`Store::claim_turn`]); the runner makes one per thread.
+/// How to start a turn (see [`TurnStore::claim_turn`]); the runner makes one per thread.
 #[derive(Debug, Clone)]
 pub struct TurnClaim {
     pub turn_id: String,
@@ -172,7 +172,7 @@ pub trait TurnStore: Send + Sync {
     async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()>;
 
     /// The turns still `running` (startup after a crash, before
-    /// [`Store::fail_interrupted_turns`]), with their recorded agent.
+    /// [`TurnStore::fail_interrupted_turns`]), with their recorded agent.
     async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>>;
 
     /// Marks every turn still `running` as failed with `reason` (startup after a crash),

@@ -16,7 +16,7 @@ use crate::sync::{SendKey, lock};
 use crate::time::now_ms;
 
 /// Answered sends whose outcomes are on their way to the store (see
-/// [`Bridges::run_recorder`]). Until the store has an outcome, a send with its key, the
+/// [`Outbox::run_recorder`]). Until the store has an outcome, a send with its key, the
 /// receipts and the pending count read it here.
 #[derive(Default)]
 pub(crate) struct Recording {
@@ -29,7 +29,7 @@ pub(crate) struct Recording {
 }
 
 /// An answered send's outcome, with its peer's resets as it was decided (see
-/// [`Bridges::record`]) and the claim on its entry: the worker leaves the entry alone until
+/// [`Outbox::record`]) and the claim on its entry: the worker leaves the entry alone until
 /// the outcome is written.
 pub(super) struct Answered {
     pub(super) outcome: Outcome,

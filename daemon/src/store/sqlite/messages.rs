@@ -290,7 +290,7 @@ pub(super) fn expire_overdue(
     Ok(ids.len())
 }
 
-/// A source's follow-up of its bridged message `message_id` (see [`Store::follow_up`]):
+/// A source's follow-up of its bridged message `message_id` (see [`MessageStore::follow_up`]):
 /// confirmed (its deadline dropped) unless `window_over`, expired if its deadline passed or
 /// `window_over` found it unconfirmed; the message as it then stands.
 pub(super) fn follow_up_message(

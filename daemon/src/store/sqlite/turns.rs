@@ -217,7 +217,7 @@ impl TurnStore for SqliteStore {
 }
 
 /// Starts the thread's next turn with its queued input, if it is idle (see
-/// [`Store::claim_turn`]). `arriving` is the input of a send that wakes the thread, not yet
+/// [`TurnStore::claim_turn`]). `arriving` is the input of a send that wakes the thread, not yet
 /// written: the turn takes it last, if the rules let it (see [`rules::takeable`]), and its
 /// writer records it taken.
 pub(super) fn claim_turn(
