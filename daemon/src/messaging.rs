@@ -1,19 +1,28 @@
-//! One entry point for ThreadSend and ThreadWait, wherever their targets live: a thread of
-//! this home goes to the mailbox, a thread behind a bridge (`HOST/SESSION`) to the bridges
-//! (a send to the outbox, a wait over the bridge); a wait on several homes waits on each at
-//! once. The gRPC handlers only translate the requests and the answers.
+//! One entry point for each thread operation that may cross homes — ThreadList, ThreadRead,
+//! ThreadSend and ThreadWait — wherever its target lives: this home's threads, mailbox and
+//! turns, or a home behind a bridge (`HOST/SESSION`, `--bridge HOST`): a send goes to the
+//! outbox, the others over the bridge, and a wait on several homes waits on each at once. A
+//! peer's list or read answer comes back as the wire gave it ([`FromPeer`]), for the gRPC
+//! edge to pass on. The gRPC handlers only translate the requests and the answers.
 
 use std::collections::HashMap;
 
 use kiki_proto::ThreadRef;
 
-use crate::bridges::Bridges;
+use crate::bridges::{Bridges, FromPeer, ListQuery, ReadQuery};
 use crate::error::{Error, Result};
 use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
-use crate::threads::Threads;
 use crate::threads::runner::TurnCaller;
+use crate::threads::{Read, ThreadPage, Threads};
 
-/// Routes each send to the home its target is on. Cheap to clone.
+/// An answer from this home (`Here`) or from the peer behind a bridge (`There`).
+#[derive(Debug)]
+pub enum Routed<Here, There> {
+    Here(Here),
+    There(There),
+}
+
+/// Routes each operation to the home its target is on. Cheap to clone.
 #[derive(Clone)]
 pub struct Messaging {
     threads: Threads,
@@ -24,6 +33,43 @@ pub struct Messaging {
 impl Messaging {
     pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges) -> Self {
         Self { threads, mailbox, bridges }
+    }
+
+    /// ThreadList: this home's threads (in `workspace`, a workspace id or a directory in it),
+    /// or, with `host` naming a bridge, the threads of the home behind it.
+    pub async fn list(
+        &self,
+        host: &str,
+        workspace: &str,
+        limit: Option<u32>,
+        cursor: &str,
+    ) -> Result<Routed<ThreadPage, FromPeer<kiki_proto::ThreadListResponse>>> {
+        if !host.is_empty() && self.threads.resolve_host(host).is_err() {
+            let query = ListQuery { workspace_id: workspace, limit, cursor };
+            return Ok(Routed::There(self.bridges.list_remote(host, query).await?));
+        }
+        // A workspace by its id or a directory in it; an unknown one is refused, not empty.
+        let workspace = match workspace {
+            "" => None,
+            named => Some(crate::threads::workspace::named("workspace_id", named)?),
+        };
+        Ok(Routed::Here(self.threads.list(workspace, limit, cursor, &[]).await?))
+    }
+
+    /// ThreadRead of `target`, of this home or behind a bridge.
+    pub async fn read(
+        &self,
+        target: &ThreadRef,
+        limit: Option<u32>,
+        cursor: &str,
+        content_ref: &str,
+    ) -> Result<Routed<Read, FromPeer<kiki_proto::ThreadReadResponse>>> {
+        if self.threads.resolve_host(&target.host_id).is_err() {
+            let query = ReadQuery { limit, cursor, content_ref };
+            return Ok(Routed::There(self.bridges.read_remote(target, query).await?));
+        }
+        let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;
+        Ok(Routed::Here(self.threads.read_any(thread, limit, cursor, content_ref).await?))
     }
 
     /// ThreadSend from `caller` (a turn's thread, or an external client) to `target`.

@@ -61,6 +61,34 @@ const HEALTH_EVERY: Duration = Duration::from_secs(10);
 /// How long a stopping home waits for the bridges' tasks before it goes on without them.
 const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 
+/// A page of ThreadList, as asked of a peer.
+#[derive(Debug, Clone, Copy)]
+pub struct ListQuery<'a> {
+    pub workspace_id: &'a str,
+    pub limit: Option<u32>,
+    pub cursor: &'a str,
+}
+
+/// A ThreadRead, as asked of a peer.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadQuery<'a> {
+    pub limit: Option<u32>,
+    pub cursor: &'a str,
+    pub content_ref: &'a str,
+}
+
+/// A peer's answer passed through as the wire gave it (a `kiki.v1` message): the services
+/// route it without looking inside, and only the gRPC edge opens it.
+#[derive(Debug)]
+pub struct FromPeer<T>(T);
+
+impl<T> FromPeer<T> {
+    /// The answer as the wire gave it, for the protobuf edge.
+    pub fn into_wire(self) -> T {
+        self.0
+    }
+}
+
 /// What every part of the bridges works with.
 struct Context {
     store: Arc<dyn Store>,
@@ -239,18 +267,18 @@ impl Bridges {
     pub async fn list_remote(
         &self,
         host: &str,
-        request: pb::ThreadListRequest,
-    ) -> Result<pb::ThreadListResponse> {
-        self.inner.remote.list(host, request).await
+        query: ListQuery<'_>,
+    ) -> Result<FromPeer<pb::ThreadListResponse>> {
+        self.inner.remote.list(host, query).await.map(FromPeer)
     }
 
-    /// ThreadRead of a thread behind `host`.
+    /// ThreadRead of a thread behind its `target.host_id`.
     pub async fn read_remote(
         &self,
-        host: &str,
-        request: pb::ThreadReadRequest,
-    ) -> Result<pb::ThreadReadResponse> {
-        self.inner.remote.read(host, request).await
+        target: &pb::ThreadRef,
+        query: ReadQuery<'_>,
+    ) -> Result<FromPeer<pb::ThreadReadResponse>> {
+        self.inner.remote.read(target, query).await.map(FromPeer)
     }
 
     /// ThreadWait on threads behind `host`, all on that one home; results are named as the

@@ -12,7 +12,7 @@ use wire::bridge_reply::Reply;
 
 use super::codec::from_wire;
 use super::pairing::Pairing;
-use super::{Context, HEALTH_EVERY};
+use super::{Context, HEALTH_EVERY, ListQuery, ReadQuery};
 use crate::error::{Error, Result};
 use crate::mailbox::WaitResult;
 use crate::store::{BridgeState, Refusal};
@@ -59,12 +59,13 @@ impl Remote {
     }
 
     /// ThreadList of the home behind `host`.
-    pub(super) async fn list(
-        &self,
-        host: &str,
-        mut request: pb::ThreadListRequest,
-    ) -> Result<pb::ThreadListResponse> {
-        request.bridge = String::new();
+    pub(super) async fn list(&self, host: &str, query: ListQuery<'_>) -> Result<pb::ThreadListResponse> {
+        let request = pb::ThreadListRequest {
+            bridge: String::new(),
+            workspace_id: query.workspace_id.to_string(),
+            limit: query.limit,
+            cursor: query.cursor.to_string(),
+        };
         self.call(host, Call::ThreadList(request), |r| match r {
             Reply::ThreadList(page) => Some(page),
             _ => None,
@@ -109,13 +110,16 @@ impl Remote {
     /// ThreadRead of a thread behind `host`.
     pub(super) async fn read(
         &self,
-        host: &str,
-        mut request: pb::ThreadReadRequest,
+        target: &pb::ThreadRef,
+        query: ReadQuery<'_>,
     ) -> Result<pb::ThreadReadResponse> {
-        if let Some(target) = request.target.as_mut() {
-            target.host_id = String::new();
-        }
-        self.call(host, Call::ThreadRead(request), |r| match r {
+        let request = pb::ThreadReadRequest {
+            target: Some(pb::ThreadRef { host_id: String::new(), ..target.clone() }),
+            limit: query.limit,
+            cursor: query.cursor.to_string(),
+            content_ref: query.content_ref.to_string(),
+        };
+        self.call(&target.host_id, Call::ThreadRead(request), |r| match r {
             Reply::ThreadRead(page) => Some(page),
             _ => None,
         })

@@ -9,21 +9,20 @@ use crate::bridges::Bridges;
 use crate::convert::{read_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb};
 use crate::error::Error;
 use crate::mailbox::{Mailbox, Sent};
-use crate::messaging::Messaging;
+use crate::messaging::{Messaging, Routed};
 use crate::threads::{CreateRequest, Threads};
 
 #[derive(Clone)]
 pub struct ThreadServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
-    bridges: Bridges,
     messaging: Messaging,
 }
 
 impl ThreadServiceImpl {
     pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges) -> Self {
-        let messaging = Messaging::new(threads.clone(), mailbox.clone(), bridges.clone());
-        Self { threads, mailbox, bridges, messaging }
+        let messaging = Messaging::new(threads.clone(), mailbox.clone(), bridges);
+        Self { threads, mailbox, messaging }
     }
 
     /// A peer tool called with `token` (the `kiki-token` header, if any): an agent's call
@@ -85,19 +84,14 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::ThreadListResponse>, Status> {
         self.admit(&request, "ThreadList").await?;
         let r = request.into_inner();
-        if !r.bridge.is_empty() && self.threads.resolve_host(&r.bridge).is_err() {
-            let page = self.bridges.list_remote(&r.bridge.clone(), r).await.map_err(status)?;
-            return Ok(Response::new(page));
-        }
-        // A workspace by its id or a directory in it; an unknown one is refused, not empty.
-        let workspace = match r.workspace_id.as_str() {
-            "" => None,
-            named => Some(crate::threads::workspace::named("workspace_id", named).map_err(status)?),
-        };
-        let page = self.threads.list(workspace, r.limit, &r.cursor, &[]).await.map_err(status)?;
-        Ok(Response::new(pb::ThreadListResponse {
-            threads: page.threads.iter().map(|t| thread_to_pb(t, "")).collect(),
-            next_cursor: page.next_cursor,
+        let listed =
+            self.messaging.list(&r.bridge, &r.workspace_id, r.limit, &r.cursor).await.map_err(status)?;
+        Ok(Response::new(match listed {
+            Routed::Here(page) => pb::ThreadListResponse {
+                threads: page.threads.iter().map(|t| thread_to_pb(t, "")).collect(),
+                next_cursor: page.next_cursor,
+            },
+            Routed::There(page) => page.into_wire(),
         }))
     }
 
@@ -108,18 +102,12 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::ThreadReadResponse>, Status> {
         self.admit(&request, "ThreadRead").await?;
         let r = request.into_inner();
-        let target = target(r.target.clone())?;
-        if self.threads.resolve_host(&target.host_id).is_err() {
-            let page = self.bridges.read_remote(&target.host_id, r).await.map_err(status)?;
-            return Ok(Response::new(page));
-        }
-        let thread = self
-            .threads
-            .get(&target.host_id, &target.workspace_id, &target.session_id)
-            .await
-            .map_err(status)?;
-        let read = self.threads.read_any(thread, r.limit, &r.cursor, &r.content_ref).await.map_err(status)?;
-        Ok(Response::new(read_to_pb(read, "")))
+        let target = target(r.target)?;
+        let read = self.messaging.read(&target, r.limit, &r.cursor, &r.content_ref).await.map_err(status)?;
+        Ok(Response::new(match read {
+            Routed::Here(read) => read_to_pb(read, ""),
+            Routed::There(page) => page.into_wire(),
+        }))
     }
 
     #[instrument(level = "debug", skip_all)]
