@@ -89,6 +89,11 @@ impl<T> FromPeer<T> {
     }
 }
 
+/// A peer's page of threads, as its ThreadList answered.
+pub type PeerThreads = FromPeer<pb::ThreadListResponse>;
+/// A peer's page of turns (or segment), as its ThreadRead answered.
+pub type PeerRead = FromPeer<pb::ThreadReadResponse>;
+
 /// What every part of the bridges works with.
 struct Context {
     store: Arc<dyn Store>,
