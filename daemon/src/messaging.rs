@@ -2,14 +2,14 @@
 //! ThreadSend and ThreadWait — wherever its target lives: this home's threads, mailbox and
 //! turns, or a home behind a bridge (`HOST/SESSION`, `--bridge HOST`): a send goes to the
 //! outbox, the others over the bridge, and a wait on several homes waits on each at once. A
-//! peer's list or read answer comes back as the wire gave it ([`FromPeer`]), for the gRPC
-//! edge to pass on. The gRPC handlers only translate the requests and the answers.
+//! peer's list or read answer comes back as the wire gave it ([`PeerThreads`],
+//! [`PeerRead`]), for the gRPC edge to pass on. The gRPC handlers only translate the requests and the answers.
 
 use std::collections::HashMap;
 
 use kiki_proto::ThreadRef;
 
-use crate::bridges::{Bridges, FromPeer, ListQuery, ReadQuery};
+use crate::bridges::{Bridges, ListQuery, PeerRead, PeerThreads, ReadQuery};
 use crate::error::{Error, Result};
 use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
 use crate::threads::runner::TurnCaller;
@@ -43,7 +43,7 @@ impl Messaging {
         workspace: &str,
         limit: Option<u32>,
         cursor: &str,
-    ) -> Result<Routed<ThreadPage, FromPeer<kiki_proto::ThreadListResponse>>> {
+    ) -> Result<Routed<ThreadPage, PeerThreads>> {
         if !host.is_empty() && self.threads.resolve_host(host).is_err() {
             let query = ListQuery { workspace_id: workspace, limit, cursor };
             return Ok(Routed::There(self.bridges.list_remote(host, query).await?));
@@ -63,7 +63,7 @@ impl Messaging {
         limit: Option<u32>,
         cursor: &str,
         content_ref: &str,
-    ) -> Result<Routed<Read, FromPeer<kiki_proto::ThreadReadResponse>>> {
+    ) -> Result<Routed<Read, PeerRead>> {
         if self.threads.resolve_host(&target.host_id).is_err() {
             let query = ReadQuery { limit, cursor, content_ref };
             return Ok(Routed::There(self.bridges.read_remote(target, query).await?));

@@ -269,20 +269,12 @@ impl Bridges {
     }
 
     /// ThreadList of the home behind `host`.
-    pub async fn list_remote(
-        &self,
-        host: &str,
-        query: ListQuery<'_>,
-    ) -> Result<FromPeer<pb::ThreadListResponse>> {
+    pub async fn list_remote(&self, host: &str, query: ListQuery<'_>) -> Result<PeerThreads> {
         self.inner.remote.list(host, query).await.map(FromPeer)
     }
 
     /// ThreadRead of a thread behind its `target.host_id`.
-    pub async fn read_remote(
-        &self,
-        target: &pb::ThreadRef,
-        query: ReadQuery<'_>,
-    ) -> Result<FromPeer<pb::ThreadReadResponse>> {
+    pub async fn read_remote(&self, target: &pb::ThreadRef, query: ReadQuery<'_>) -> Result<PeerRead> {
         self.inner.remote.read(target, query).await.map(FromPeer)
     }
 
