@@ -18,8 +18,6 @@ use crate::error::{Error, Result};
 use crate::store::BridgeRecord;
 use crate::sync::lock;
 
-/// How long dialing a peer may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a remote call may take before it is reported as a link error: a ThreadWait
 /// may legitimately be held for up to 60 s.
 const CALL_TIMEOUT: Duration = Duration::from_secs(75);
@@ -44,11 +42,13 @@ pub(super) struct Links {
     /// Connections to peers we dialed, by peer home id: a slot per peer, so dialing a peer
     /// that does not answer holds up calls to that peer only.
     connections: std::sync::Mutex<HashMap<String, ConnectionSlot>>,
+    /// How long a dial may take (`[bridge] connect_timeout`).
+    connect_timeout: Duration,
 }
 
 impl Links {
-    pub(super) fn new(endpoint: Arc<dyn Transport>) -> Self {
-        Self { endpoint, connections: Default::default() }
+    pub(super) fn new(endpoint: Arc<dyn Transport>, connect_timeout: Duration) -> Self {
+        Self { endpoint, connections: Default::default(), connect_timeout }
     }
 
     /// The transport the links go over; it also accepts the peers' connections.
@@ -69,7 +69,17 @@ impl Links {
         addr: SocketAddr,
         expect: Option<&str>,
     ) -> std::result::Result<Arc<dyn Link>, kiki_bridge::EndpointError> {
-        self.endpoint.connect(addr, expect).await
+        match tokio::time::timeout(self.connect_timeout, self.endpoint.connect(addr, expect)).await {
+            Ok(dialed) => dialed,
+            // QUIC would wait out its idle timeout: the home's one bound on reaching a peer.
+            Err(_) => Err(kiki_bridge::EndpointError::Connect {
+                addr,
+                message: format!(
+                    "no answer within {} (`[bridge] connect_timeout`)",
+                    humantime::format_duration(self.connect_timeout)
+                ),
+            }),
+        }
     }
 
     /// Keeps `link` as the connection to `peer`.
@@ -91,16 +101,17 @@ impl Links {
         call: &wire::BridgeCall,
         withdraw_after: Option<Instant>,
     ) -> Result<wire::BridgeReply> {
+        let started = Instant::now();
         let mut failed: Option<Arc<dyn Link>> = None;
         for attempt in 0..2 {
-            let peer = self.connection(bridge, failed.as_ref()).await?;
+            let peer = self.connection(bridge, failed.as_ref()).await.map_err(|e| took(e, started))?;
             match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call, withdraw_after)).await {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) if attempt == 0 && e.lost => {
                     debug!(error = %e, "bridge call failed; reconnecting");
                     failed = Some(peer);
                 }
-                Ok(Err(e)) => return Err(link_failure(&bridge.alias, e)),
+                Ok(Err(e)) => return Err(took(link_failure(&bridge.alias, e), started)),
                 Err(_) => {
                     return Err(Error::Unavailable(format!(
                         "{}: no answer within {CALL_TIMEOUT:?}",
@@ -133,16 +144,8 @@ impl Links {
             .address
             .parse()
             .map_err(|_| Error::FailedPrecondition(format!("bridge {} has no usable address", bridge.id)))?;
-        let dial = self.endpoint.connect(addr, Some(&bridge.peer_home_id));
-        let peer = match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
-            Ok(connected) => connected.map_err(|e| dial_failure(&bridge.alias, e))?,
-            Err(_) => {
-                return Err(Error::Unavailable(format!(
-                    "{}: no connection within {CONNECT_TIMEOUT:?}",
-                    bridge.alias
-                )));
-            }
-        };
+        let peer =
+            self.dial(addr, Some(&bridge.peer_home_id)).await.map_err(|e| dial_failure(&bridge.alias, e))?;
         *slot = Some(Cached { link: peer.clone(), taken: Instant::now() });
         Ok(peer)
     }
@@ -190,6 +193,17 @@ pub(super) async fn call_link(
 
 /// A failed call as this home's caller sees it: a lost link is worth retrying
 /// (`UNAVAILABLE`), a faulty exchange is not.
+/// A peer left unreached, with how long this home tried in all (a call may have waited for
+/// a connection that turned out dead, then dialed again): the real time, not a bound.
+pub(super) fn took(e: Error, started: Instant) -> Error {
+    match e {
+        Error::Unavailable(message) => {
+            Error::Unavailable(format!("{message} ({:.1} s in all)", started.elapsed().as_secs_f64()))
+        }
+        other => other,
+    }
+}
+
 pub(super) fn link_failure(what: &str, e: LinkError) -> Error {
     failure(e.lost, format!("{what}: {e}"))
 }

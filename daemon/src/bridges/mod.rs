@@ -143,7 +143,7 @@ impl Bridges {
     ) -> Self {
         let cx = Arc::new(Context {
             table: BridgeTable::new(store.clone()),
-            links: Links::new(endpoint),
+            links: Links::new(endpoint, config.bridge.connect_timeout),
             store,
             threads,
             config,

@@ -17,7 +17,7 @@ use wire::bridge_reply::Reply;
 
 use super::Context;
 use super::codec::{Rejection, from_wire, grant_state, permissions_from_wire, permissions_to_wire};
-use super::links::{call_link, dial_failure, link_failure, resolve};
+use super::links::{call_link, dial_failure, link_failure, resolve, took};
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, BridgeRequestRecord};
 use crate::store::{BridgeState, Direction, Permissions, Refusal, RequestStatus};
@@ -256,13 +256,14 @@ impl Pairing {
             return Err(Error::invalid("name", problem));
         }
         let addr = resolve(address).await?;
+        let started = Instant::now();
         let expect = (!expect.is_empty()).then_some(expect.as_str());
         let peer = self.cx.links.dial(addr, expect).await.map_err(|e| match e {
             kiki_bridge::EndpointError::WrongPeer(wrong) => Error::FailedPrecondition(format!(
                 "{address} is home {}, not the expected {}; nothing was filed",
                 wrong.actual, wrong.expected
             )),
-            e => dial_failure(&format!("cannot reach {address}"), e),
+            e => took(dial_failure(&format!("cannot reach {address}"), e), started),
         })?;
         let peer_home_id = peer.peer_home_id().to_string();
         if peer_home_id == self.cx.links.home_id() {

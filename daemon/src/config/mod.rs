@@ -16,6 +16,7 @@
 //! listen = "127.0.0.1:0"        # the QUIC endpoint for bridges (port 0: any free port)
 //! retry_window = "15m"          # unacknowledged cross-home sends expire after this (<= 24h)
 //! request_expiry = "24h"        # a pairing request the owner has not decided expires
+//! connect_timeout = "5s"       # dialing a peer longer than this: unreachable (exit 4)
 //!
 //! [mailbox]
 //! delivery_wait = "3s"          # ThreadSend answers `pending` after this
@@ -129,6 +130,10 @@ pub struct BridgeConfig {
     /// before it expires (the peer may file a new one). Default `24h`.
     #[serde(with = "duration")]
     pub request_expiry: Duration,
+    /// How long dialing a peer may take before it counts as unreachable (`kiki bridge
+    /// request`, and any call over a bridge whose connection must be made). Default `5s`.
+    #[serde(with = "duration")]
+    pub connect_timeout: Duration,
 }
 
 impl Default for BridgeConfig {
@@ -137,6 +142,7 @@ impl Default for BridgeConfig {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             retry_window: Duration::from_secs(15 * 60),
             request_expiry: Duration::from_secs(24 * 3600),
+            connect_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -321,6 +327,9 @@ impl Config {
         if self.bridge.retry_window > MAX_RETRY_WINDOW {
             problems
                 .push("bridge.retry_window: must be at most 24h (the least time a home keeps keys)".into());
+        }
+        if self.bridge.connect_timeout.is_zero() || self.bridge.connect_timeout > Duration::from_secs(60) {
+            problems.push("bridge.connect_timeout: must be more than 0 and at most 60s".into());
         }
         if self.bridge.request_expiry.is_zero() || self.bridge.request_expiry > MAX_REQUEST_EXPIRY {
             problems.push("bridge.request_expiry: must be more than 0 and at most 365d".into());

@@ -307,3 +307,43 @@ async fn a_call_given_up_during_a_partition_arrives_after_the_heal_unless_withdr
         "the kept request arrived after the heal, the withdrawn one never"
     );
 }
+
+/// One bound on reaching a peer (`[bridge] connect_timeout`), and errors that say how long
+/// this home really tried: a pairing request to a port nobody answers on, and a list over a
+/// bridge whose target stopped, give up after the bound (not QUIC's 10 s idle timeout) and
+/// say both the bound and the time taken.
+#[tokio::test]
+async fn an_unreachable_peer_is_given_up_after_the_connect_bound_saying_how_long() {
+    let bound = std::time::Duration::from_secs(1);
+    let a = TestHome::builder()
+        .open_to_peers(std::time::Duration::from_secs(60))
+        .config(move |c| c.bridge.connect_timeout = bound)
+        .start()
+        .await;
+    // A socket that takes datagrams and never answers them.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").expect("a silent port");
+    let request = pb::BridgeRequestRequest {
+        address: silent.local_addr().expect("addr").to_string(),
+        want: vec!["read".into()],
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let refused = a.client().bridges().bridge_request(request).await.expect_err("nobody answers");
+    let took = started.elapsed();
+    assert_eq!(refused.code(), Code::Unavailable, "{}", refused.message());
+    assert!(
+        refused.message().contains("no answer within 1s (`[bridge] connect_timeout`)"),
+        "{}",
+        refused.message()
+    );
+    assert!(refused.message().contains(" s in all)"), "the real time: {}", refused.message());
+    assert!(took >= bound && took < 4 * bound, "gave up after {took:?}");
+
+    let b = open_home().await;
+    a.bridge_to(&b, "read").await;
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    let gone = a.client().threads().thread_list(list_via("bee")).await.expect_err("b is gone");
+    assert_eq!(gone.code(), Code::Unavailable, "{}", gone.message());
+    assert!(gone.message().contains(" s in all)"), "the real time: {}", gone.message());
+}
