@@ -42,6 +42,16 @@ pub enum BridgeCommand {
         /// A workspace the grant is limited to: its id (ws_…) or a directory in it.
         #[arg(long = "workspace")]
         workspaces: Vec<String>,
+        /// This home's name for the calling home, usable as HOST (default: the name it gave).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Give a bridge (either direction) another local name, usable as HOST from then on.
+    Rename {
+        /// The bridge: its id, alias or peer home id.
+        bridge: String,
+        /// The new name: one word, not shaped like a home or bridge id.
+        name: String,
     },
     /// Reject a pending pairing request (target side): the source sees `rejected`.
     Reject {
@@ -88,9 +98,10 @@ pub async fn run(home: &Path, command: BridgeCommand, json: bool) -> Result<()> 
             request(&mut bridges, address, want, expect, name, json).await
         }
         BridgeCommand::Pending => pending(&mut bridges, json).await,
-        BridgeCommand::Approve { request, allow, workspaces } => {
-            approve(&mut bridges, request, allow, workspaces, json).await
+        BridgeCommand::Approve { request, allow, workspaces, name } => {
+            approve(&mut bridges, request, allow, workspaces, name, json).await
         }
+        BridgeCommand::Rename { bridge, name } => rename(&mut bridges, bridge, name, json).await,
         BridgeCommand::Reject { request } => reject(&mut bridges, request, json).await,
         BridgeCommand::Revoke { bridge } => revoke(&mut bridges, bridge, json).await,
         BridgeCommand::Disable { bridge } => set_inbound(&mut bridges, bridge, false, json).await,
@@ -158,17 +169,26 @@ async fn approve(
     request_id: String,
     allow: Vec<String>,
     workspaces: Vec<String>,
+    name: Option<String>,
     json: bool,
 ) -> Result<()> {
     let workspaces = workspaces.into_iter().map(absolute_if_dir).collect();
-    let approved = bridges
-        .bridge_approve(pb::BridgeApproveRequest { request_id, allow, workspaces })
-        .await?
-        .into_inner();
+    let request = pb::BridgeApproveRequest { request_id, allow, workspaces, name: name.unwrap_or_default() };
+    let approved = bridges.bridge_approve(request).await?.into_inner();
     if json {
         print_json(&approved);
     } else if let Some(b) = &approved.bridge {
-        outln!("bridge {} from {}: {}{}", b.id, b.peer_home_id, granted(b), scope(b));
+        outln!("bridge {} from {} ({}): {}{}", b.id, b.peer_home_id, b.alias, granted(b), scope(b));
+    }
+    Ok(())
+}
+
+async fn rename(bridges: &mut BridgeClient, bridge: String, name: String, json: bool) -> Result<()> {
+    let renamed = bridges.bridge_rename(pb::BridgeRenameRequest { bridge, name }).await?.into_inner();
+    if json {
+        print_json(&renamed);
+    } else if let Some(b) = &renamed.bridge {
+        outln!("{} ({} {}) is now named {}", b.id, b.direction, b.peer_home_id, b.alias);
     }
     Ok(())
 }
@@ -218,8 +238,13 @@ async fn list(bridges: &mut BridgeClient, json: bool) -> Result<()> {
         if !b.last_error_at.is_empty() {
             health.push_str(&format!(", last error {} ({})", b.last_error_at, b.last_error));
         }
+        // What this home asked for, where the grant is not (yet) that.
+        let asked = match b.requested.join(",") {
+            asked if asked.is_empty() || asked == b.permissions.join(",") => String::new(),
+            asked => format!(" (requested {asked})"),
+        };
         outln!(
-            "{}  {:<8} {:<9} {} ({})  [{}]{}  {health}, {} pending",
+            "{}  {:<8} {:<9} {} ({})  [{}]{asked}{}  {health}, {} pending",
             b.id,
             b.direction,
             b.state,

@@ -116,8 +116,12 @@ async fn approval(
     allow: &str,
     workspaces: Vec<String>,
 ) -> Result<pb::BridgeApproveResponse, tonic::Status> {
-    let approve =
-        pb::BridgeApproveRequest { request_id: request_id.into(), allow: vec![allow.into()], workspaces };
+    let approve = pb::BridgeApproveRequest {
+        request_id: request_id.into(),
+        allow: vec![allow.into()],
+        workspaces,
+        name: String::new(),
+    };
     target.client().bridges().bridge_approve(approve).await.map(|r| r.into_inner())
 }
 

@@ -216,14 +216,20 @@ impl Bridges {
         self.inner.pairing.pending().await
     }
 
-    /// `kiki bridge approve REQUEST --allow … [--workspace W]…`.
+    /// `kiki bridge approve REQUEST --allow … [--workspace W]… [--name ALIAS]`.
     pub async fn approve(
         &self,
         request_id: &str,
         allow: &[String],
         workspaces: &[String],
+        name: &str,
     ) -> Result<BridgeRecord> {
-        self.inner.pairing.approve(request_id, allow, workspaces).await
+        self.inner.pairing.approve(request_id, allow, workspaces, name).await
+    }
+
+    /// `kiki bridge rename BRIDGE NAME`: another local name for a bridge.
+    pub async fn rename(&self, bridge: &str, name: &str) -> Result<BridgeRecord> {
+        self.inner.pairing.rename(bridge, name).await
     }
 
     /// `kiki bridge reject REQUEST`.

@@ -269,11 +269,28 @@ impl Pairing {
         if peer_home_id == self.cx.links.home_id() {
             return Err(Error::invalid("address", "that is this home"));
         }
-        let alias = if name.is_empty() { peer_home_id[..8].to_ascii_lowercase() } else { name.to_string() };
         let existing = self.cx.table.all().await?;
-        if existing.iter().any(|b| b.alias == alias && b.peer_home_id != peer_home_id) {
-            return Err(Error::invalid("name", format!("{alias:?} already names another bridge")));
-        }
+        let previous = existing
+            .iter()
+            .find(|b| b.direction == Direction::Outbound && b.peer_home_id == peer_home_id)
+            .cloned();
+        // A bridge requested again keeps its name: references to it must go on working. A
+        // new name is the rename command's (and refused before anything is filed).
+        let alias = match &previous {
+            Some(b) if !name.is_empty() && name != b.alias => {
+                return Err(Error::invalid(
+                    "name",
+                    format!(
+                        "this home's bridge to {peer_home_id} is named {:?}; keep it, or rename it with `kiki bridge rename {} {name}`",
+                        b.alias, b.alias
+                    ),
+                ));
+            }
+            Some(b) => b.alias.clone(),
+            None if name.is_empty() => peer_home_id[..8].to_ascii_lowercase(),
+            None => name.to_string(),
+        };
+        self.name_is_free(&alias, &peer_home_id, &existing)?;
         let pair = wire::BridgeCall {
             call: Some(Call::Pair(wire::PairCall {
                 name: home_name(self.cx.links.home_id()),
@@ -291,10 +308,6 @@ impl Pairing {
             Err(e) => return Err(link_failure(address, e)),
         };
         let now = now_ms();
-        let previous = existing
-            .iter()
-            .find(|b| b.direction == Direction::Outbound && b.peer_home_id == peer_home_id)
-            .cloned();
         let bridge = BridgeRecord {
             id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
             direction: Direction::Outbound,
@@ -311,6 +324,7 @@ impl Pairing {
             last_error: String::new(),
             last_error_at: None,
             revoked_by_peer: false,
+            requested: want,
         };
         self.cx.table.save(Some(&bridge), &[]).await?;
         self.cx.links.keep(&peer_home_id, peer).await;
@@ -375,13 +389,17 @@ impl Pairing {
         Ok(request)
     }
 
-    /// `kiki bridge approve REQUEST --allow … [--workspace W]…`.
+    /// `kiki bridge approve REQUEST --allow … [--workspace W]… [--name ALIAS]`.
     pub(super) async fn approve(
         &self,
         request_id: &str,
         allow: &[String],
         workspaces: &[String],
+        name: &str,
     ) -> Result<BridgeRecord> {
+        if let Some(problem) = (!name.is_empty()).then(|| alias_problem(name)).flatten() {
+            return Err(Error::invalid("name", problem));
+        }
         let allow = parse_permissions("allow", allow)?;
         let workspaces = workspaces
             .iter()
@@ -402,6 +420,10 @@ impl Pairing {
             .find(|b| b.direction == Direction::Inbound && b.peer_home_id == request.peer_home_id)
             .await?;
         let alias = match &previous {
+            _ if !name.is_empty() => {
+                self.name_is_free(name, &request.peer_home_id, &self.cx.table.all().await?)?;
+                name.to_string()
+            }
             Some(b) => b.alias.clone(),
             None => self.inbound_alias(&request.name, &request.peer_home_id).await?,
         };
@@ -421,6 +443,7 @@ impl Pairing {
             last_error: String::new(),
             last_error_at: None,
             revoked_by_peer: false,
+            requested: Permissions::default(),
         };
         request.status = RequestStatus::Approved;
         request.decided_at = Some(now);
@@ -450,6 +473,54 @@ impl Pairing {
         })
     }
 
+    /// `kiki bridge rename BRIDGE NAME`: another local name for a bridge (either direction),
+    /// usable as HOST from then on; the old one names nothing any more.
+    pub(super) async fn rename(&self, which: &str, name: &str) -> Result<BridgeRecord> {
+        if let Some(problem) = alias_problem(name) {
+            return Err(Error::invalid("name", problem));
+        }
+        let _decision = self.cx.decisions.lock().await;
+        let bridges = self.cx.table.all().await?;
+        let mut bridge = self.one_named(which, &bridges)?;
+        self.name_is_free(name, &bridge.peer_home_id, &bridges)?;
+        bridge.alias = name.to_string();
+        bridge.updated_at = now_ms();
+        self.cx.table.save(Some(&bridge), &[]).await?;
+        info!(bridge_id = %bridge.id, alias = %bridge.alias, "bridge renamed");
+        Ok(bridge)
+    }
+
+    /// Whether `alias` may name a bridge with `peer`: no bridge with another home answers to
+    /// it (the two directions with one peer may share a name).
+    fn name_is_free(&self, alias: &str, peer: &str, bridges: &[BridgeRecord]) -> Result<()> {
+        match bridges.iter().find(|b| b.answers_to(alias) && b.peer_home_id != peer) {
+            Some(other) => Err(Error::invalid(
+                "name",
+                format!(
+                    "{alias:?} already names the {} bridge {} ({})",
+                    other.direction, other.id, other.peer_home_id
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The one bridge `name` (id, alias or peer home id) names; one that names bridges both
+    /// ways is refused: the owner names one by its id.
+    fn one_named(&self, name: &str, bridges: &[BridgeRecord]) -> Result<BridgeRecord> {
+        match bridges.iter().filter(|b| b.answers_to(name)).collect::<Vec<_>>()[..] {
+            [] => Err(Error::NotFound(format!("no bridge {name:?}"))),
+            [one] => Ok(one.clone()),
+            ref both => {
+                let named: Vec<String> = both.iter().map(|b| format!("{} {}", b.direction, b.id)).collect();
+                Err(Error::invalid(
+                    "bridge",
+                    format!("{name:?} names {}: name one by its id", named.join(" and ")),
+                ))
+            }
+        }
+    }
+
     /// `kiki bridge reject REQUEST`.
     pub(super) async fn reject(&self, request_id: &str) -> Result<BridgeRequestRecord> {
         let _decision = self.cx.decisions.lock().await;
@@ -467,17 +538,7 @@ impl Pairing {
         let bridges = self.cx.table.all().await?;
         // A peer's home id (or an alias both directions share) may name two bridges, and
         // revoking the wrong one would cut the other direction: the owner names one.
-        let bridge = match bridges.iter().filter(|b| b.answers_to(name)).collect::<Vec<_>>()[..] {
-            [] => return Err(Error::NotFound(format!("no bridge {name:?}"))),
-            [one] => one.clone(),
-            ref both => {
-                let named: Vec<String> = both.iter().map(|b| format!("{} {}", b.direction, b.id)).collect();
-                return Err(Error::invalid(
-                    "bridge",
-                    format!("{name:?} names {}: revoke one by its id", named.join(" and ")),
-                ));
-            }
-        };
+        let bridge = self.one_named(name, &bridges)?;
         // Revoked already, it is not written again; an outbound one tells its target again.
         let bridge =
             if bridge.state == BridgeState::Revoked { bridge } else { self.revoke_bridge(bridge).await? };

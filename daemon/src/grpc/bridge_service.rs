@@ -46,6 +46,7 @@ fn bridge_to_pb(b: BridgeRecord, pending: u64) -> pb::Bridge {
         last_error: b.last_error,
         last_error_at: b.last_error_at.map(rfc3339).unwrap_or_default(),
         pending,
+        requested: b.requested.words(),
     }
 }
 
@@ -91,7 +92,8 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
     ) -> Result<Response<pb::BridgeApproveResponse>, Status> {
         owner_only(&self.threads, &request, "managing bridges")?;
         let r = request.into_inner();
-        let bridge = self.bridges.approve(&r.request_id, &r.allow, &r.workspaces).await.map_err(status)?;
+        let bridge =
+            self.bridges.approve(&r.request_id, &r.allow, &r.workspaces, &r.name).await.map_err(status)?;
         Ok(Response::new(pb::BridgeApproveResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
@@ -102,6 +104,16 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         owner_only(&self.threads, &request, "managing bridges")?;
         let rejected = self.bridges.reject(&request.into_inner().request_id).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRejectResponse { request: Some(request_to_pb(rejected)) }))
+    }
+
+    async fn bridge_rename(
+        &self,
+        request: Request<pb::BridgeRenameRequest>,
+    ) -> Result<Response<pb::BridgeRenameResponse>, Status> {
+        owner_only(&self.threads, &request, "managing bridges")?;
+        let r = request.into_inner();
+        let bridge = self.bridges.rename(&r.bridge, &r.name).await.map_err(status)?;
+        Ok(Response::new(pb::BridgeRenameResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
     async fn bridge_set_inbound(

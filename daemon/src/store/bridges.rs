@@ -25,6 +25,8 @@ pub struct BridgeRecord {
     /// messages still accepted there end `rejected` (`bridge_revoked`), as a follow-up would
     /// have heard, instead of staying `accepted` unasked.
     pub revoked_by_peer: bool,
+    /// Outbound: what this home asked the target for (the grant may be less); inbound: none.
+    pub requested: Permissions,
 }
 
 impl BridgeRecord {

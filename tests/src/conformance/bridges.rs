@@ -3,7 +3,7 @@
 use super::*;
 use kiki_daemon::store::{
     BridgeRecord, BridgeState, Direction, EventKind, EventRecord, MessageStatus, NewMessage, OutboxRecord,
-    OutboxStatus, Permission, ReceiptRecord, SendOutcome, SourceRef, Store, StoreError,
+    OutboxStatus, Permission, Permissions, ReceiptRecord, SendOutcome, SourceRef, Store, StoreError,
 };
 
 fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
@@ -209,6 +209,7 @@ async fn inbound_bridge(store: &dyn Store, peer: &str, state: BridgeState) {
         last_error: String::new(),
         last_error_at: None,
         revoked_by_peer: false,
+        requested: Permissions::default(),
     };
     store.save_bridge(Some(&bridge), &[]).await.expect("bridge");
 }
@@ -246,6 +247,7 @@ pub async fn a_bridge_record_round_trips(store: &dyn Store) {
     let mut bridge = store.bridges().await.expect("list").remove(0);
     (bridge.state, bridge.revoked_by_peer, bridge.last_error_at) = (BridgeState::Revoked, true, Some(7));
     bridge.last_error = "refused".into();
+    bridge.requested = [Permission::Read, Permission::Wait].into_iter().collect();
     store.save_bridge(Some(&bridge), &[]).await.expect("save");
     assert_eq!(store.bridges().await.expect("list"), vec![bridge], "every field as saved");
 }

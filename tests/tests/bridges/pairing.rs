@@ -331,3 +331,57 @@ async fn stranger_request(target: &TestHome, name: &str, from: &str) -> Option<w
         other => panic!("unexpected answer {other:?}"),
     }
 }
+
+/// A bridge requested again keeps its name (references to it go on working) and shows what
+/// was asked next to what is granted; another name is refused, and `kiki bridge rename`
+/// gives one. The target's owner names the calling home at approval (`--name`) and can
+/// rename it too.
+#[tokio::test]
+async fn bridges_keep_their_names_unless_renamed_and_show_what_was_asked() {
+    let (a, b) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    let t = b.thread("echo", None).await;
+    let first = request(&a, &b, "read", "tob").await;
+    let approve_named = pb::BridgeApproveRequest {
+        request_id: first,
+        allow: vec!["read".into()],
+        workspaces: vec![],
+        name: "laptop".into(),
+    };
+    let inbound = b.client().bridges().bridge_approve(approve_named).await.expect("approve").into_inner();
+    assert_eq!(inbound.bridge.expect("bridge").alias, "laptop", "the owner names who calls");
+
+    // Asked again for more, under another name: refused, nothing filed, the name kept.
+    let address = b.bridge_listen().await;
+    let again = |name: &str| pb::BridgeRequestRequest {
+        address: address.clone(),
+        want: vec!["read,send,wake".into()],
+        expect: b.handle().home_id().to_string(),
+        name: name.into(),
+    };
+    let renamed = a.client().bridges().bridge_request(again("tob2")).await.expect_err("a silent rename");
+    assert_eq!(renamed.code(), Code::InvalidArgument, "{}", renamed.message());
+    assert!(renamed.message().contains("kiki bridge rename tob tob2"), "{}", renamed.message());
+    assert!(pending_requests(&b).await.is_empty(), "nothing filed");
+    let asked = a.client().bridges().bridge_request(again("")).await.expect("asked again").into_inner();
+    assert_eq!(asked.bridge.as_ref().map(|b| b.alias.as_str()), Some("tob"));
+    a.client().threads().thread_list(list_via("tob")).await.expect("tob/… still names it");
+    let listed = outbound_listed(&a).await;
+    assert_eq!(listed.permissions, ["read"], "granted, until the owner decides again");
+    assert_eq!(listed.requested, ["read", "send", "wake"], "asked, shown beside it");
+
+    // Renamed on purpose: the new name works, the old one names nothing.
+    let rename = pb::BridgeRenameRequest { bridge: "tob".into(), name: "bee".into() };
+    a.client().bridges().bridge_rename(rename).await.expect("rename");
+    let read = pb::ThreadReadRequest { target: Some(remote("bee", &t.id)), ..Default::default() };
+    a.client().threads().thread_read(read).await.expect("bee/… names it");
+    let old = a.client().threads().thread_list(list_via("tob")).await.expect_err("tob names nothing");
+    assert_eq!(old.code(), Code::NotFound);
+    // At the target too; a name that is not one word is refused.
+    let rename = pb::BridgeRenameRequest { bridge: "laptop".into(), name: "a-laptop".into() };
+    let inbound = b.client().bridges().bridge_rename(rename).await.expect("rename").into_inner();
+    assert_eq!(inbound.bridge.expect("bridge").alias, "a-laptop");
+    let rename = pb::BridgeRenameRequest { bridge: "a-laptop".into(), name: "two words".into() };
+    let bad = b.client().bridges().bridge_rename(rename).await.expect_err("not a name");
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().starts_with("name: "), "{}", bad.message());
+}

@@ -113,7 +113,7 @@ pub(super) fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<
     run(
         conn,
         &format!(
-            "INSERT OR REPLACE INTO bridges ({BRIDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT OR REPLACE INTO bridges ({BRIDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         ),
         params![
             b.id,
@@ -130,7 +130,8 @@ pub(super) fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<
             b.last_success,
             b.last_error,
             b.last_error_at,
-            b.revoked_by_peer
+            b.revoked_by_peer,
+            b.requested
         ],
     )?;
     Ok(())

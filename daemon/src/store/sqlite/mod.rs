@@ -66,6 +66,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (21, "messages by deadline", include_str!("migrations/0021_messages_by_deadline.sql")),
     (22, "outbox unsettled", include_str!("migrations/0022_outbox_unsettled.sql")),
     (23, "pairing requests withdrawn", include_str!("migrations/0023_pairing_requests_withdrawn.sql")),
+    (24, "bridges requested", include_str!("migrations/0024_bridges_requested.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

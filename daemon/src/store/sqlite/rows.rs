@@ -111,7 +111,7 @@ pub(super) const EVENT_COLUMNS: &str =
     "seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at";
 
 pub(super) const BRIDGE_COLUMNS: &str = "id, direction, peer_home_id, alias, address, state, permissions, workspaces, \
-     request_id, created_at, updated_at, last_success, last_error, last_error_at, revoked_by_peer";
+     request_id, created_at, updated_at, last_success, last_error, last_error_at, revoked_by_peer, requested";
 
 pub(super) fn thread_from(row: &Row) -> StoreResult<ThreadRecord> {
     let communication: String = row.get("communication")?;
@@ -237,6 +237,7 @@ pub(super) fn bridge_from(row: &Row) -> StoreResult<BridgeRecord> {
         last_error: row.get("last_error")?,
         last_error_at: row.get("last_error_at")?,
         revoked_by_peer: row.get("revoked_by_peer")?,
+        requested: row.get("requested")?,
     })
 }
 
