@@ -12,6 +12,7 @@ pub fn show_status(s: &pb::StatusResponse) {
     outln!("store     {}", s.store);
     outln!("threads   {} ({} running turns)", s.threads, s.running_turns);
     outln!("profiles  {} (default {})", s.profiles.join(", "), s.default_profile);
+    outln!("peers     {}", s.thread_communication);
     outln!("bridges   listening on {} (QUIC)", s.bridge_listen);
 }
 

@@ -212,7 +212,8 @@ async fn list(
     }
     for t in &page.threads {
         let state = pb::json::enum_word(t.state().as_str_name(), "THREAD_STATE_");
-        outln!("{host}{}  {:<7}  {:<8}  {}  ({})", t.id, state, t.profile, t.title, t.cwd);
+        let peers = if t.communication_open { "peers on" } else { "peers off" };
+        outln!("{host}{}  {:<7}  {:<8}  {:<9}  {}  ({})", t.id, state, t.profile, peers, t.title, t.cwd);
     }
     if page.threads.is_empty() {
         outln!("(no threads)");
@@ -313,7 +314,13 @@ async fn set(client: &Client, target: &str, communication: &str, json: bool) -> 
     if json {
         print_json(&set);
     } else if let Some(t) = set.thread {
-        outln!("{}: communication {}", t.id, communication);
+        // The thread's own switch is one of several: say what is in force, and why.
+        let open = if t.communication_open { "open" } else { "closed" };
+        outln!(
+            "{}: communication switch {communication}; peer communication is {open}: {}",
+            t.id,
+            t.communication_why
+        );
     }
     Ok(())
 }

@@ -12,7 +12,9 @@ use crate::store::{
 use crate::threads::{Read, TurnView};
 use crate::time::rfc3339;
 
-pub fn thread_to_pb(t: &ThreadRecord, host_id: &str) -> pb::Thread {
+/// A thread as the API shows it; `communication` is whether its peer communication is open
+/// now and which switch decides it (see `threads::switches::decide`).
+pub fn thread_to_pb(t: &ThreadRecord, host_id: &str, communication: (bool, String)) -> pb::Thread {
     pb::Thread {
         id: t.id.clone(),
         workspace_id: t.workspace_id.clone(),
@@ -30,6 +32,8 @@ pub fn thread_to_pb(t: &ThreadRecord, host_id: &str) -> pb::Thread {
             CommunicationSetting::Off => pb::Communication::Off,
         } as i32,
         host_id: host_id.to_string(),
+        communication_open: communication.0,
+        communication_why: communication.1,
     }
 }
 
@@ -170,12 +174,12 @@ pub fn wait_result_to_pb(r: WaitResult) -> pb::WaitResult {
 
 /// A ThreadRead answer for a thread of this home (local callers and bridge peers alike);
 /// `host_id` is how the thread's home is named to the caller ("" for this home).
-pub fn read_to_pb(read: Read, host_id: &str) -> pb::ThreadReadResponse {
+pub fn read_to_pb(read: Read, host_id: &str, communication: (bool, String)) -> pb::ThreadReadResponse {
     match read {
         Read::Segment(s) => pb::ThreadReadResponse {
             turns: Vec::new(),
             next_cursor: None,
-            thread: Some(thread_to_pb(&s.thread, host_id)),
+            thread: Some(thread_to_pb(&s.thread, host_id, communication)),
             coverage: None,
             segment: Some(pb::ContentSegment {
                 content_ref: s.content_ref,
@@ -198,7 +202,7 @@ pub fn read_to_pb(read: Read, host_id: &str) -> pb::ThreadReadResponse {
                 complete: page.next_cursor.is_none(),
             };
             pb::ThreadReadResponse {
-                thread: Some(thread_to_pb(&page.thread, host_id)),
+                thread: Some(thread_to_pb(&page.thread, host_id, communication)),
                 turns,
                 next_cursor: page.next_cursor,
                 segment: None,

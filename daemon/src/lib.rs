@@ -253,6 +253,12 @@ impl DaemonBuilder {
             default_profile: config.default_profile().to_string(),
             profiles: config.profile_names(),
             bridge_listen: bridges.listen_addr(),
+            thread_communication: match config.thread_communication.enabled {
+                Some(false) => "off for every thread ([thread_communication] enabled = false)",
+                Some(true) => "on by default ([thread_communication] enabled = true)",
+                None => "off by default: threads opt in (kiki thread set REF --communication on)",
+            }
+            .to_string(),
             config_file: config_file.clone(),
             store_path: store_path.clone(),
         });

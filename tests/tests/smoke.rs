@@ -599,3 +599,41 @@ fn kill_9_of_the_target_mid_send_delivers_each_message_once() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A thread's own switch is one of several: with the home's switch off, `thread set
+/// --communication on` says the thread stays closed and why, and `thread list` and
+/// `status` show what is in force.
+#[test]
+fn the_effective_communication_switch_is_shown_with_its_reason() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(home.join("config.toml"), "[thread_communication]\nenabled = false\n").expect("config");
+    kiki_json(&home, &["up"]);
+    let status = kiki_json(&home, &["status"]);
+    assert!(
+        status["thread_communication"].as_str().unwrap_or_default().starts_with("off for every thread"),
+        "{status}"
+    );
+    let thread =
+        kiki_json(&home, &["thread", "create", "--title", "t"])["id"].as_str().expect("id").to_string();
+    let set = kiki_json(&home, &["thread", "set", &thread, "--communication", "on"]);
+    assert_eq!(set["thread"]["communication"], "on", "the thread's own switch");
+    assert_eq!(set["thread"]["communication_open"], false, "yet closed: {set}");
+    let why = set["thread"]["communication_why"].as_str().unwrap_or_default();
+    assert!(why.contains("[thread_communication] enabled = false"), "{why}");
+    let out = kiki(&home, &["thread", "set", &thread, "--communication", "on"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("peer communication is closed: the home's [thread_communication] enabled = false"),
+        "{said}"
+    );
+    let listed = kiki_json(&home, &["thread", "list"]);
+    assert_eq!(listed["threads"][0]["communication_open"], false, "{listed}");
+    let out = kiki(&home, &["thread", "list"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("peers off"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -26,6 +26,8 @@ pub struct HomeInfo {
     pub default_profile: String,
     pub profiles: Vec<String>,
     pub bridge_listen: String,
+    /// The home's [thread_communication] switch, in words.
+    pub thread_communication: String,
     /// The config file kikid read (or would have: it may not exist).
     pub config_file: PathBuf,
     /// The store's database file.
@@ -68,6 +70,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             default_profile: i.default_profile.clone(),
             profiles: i.profiles.clone(),
             bridge_listen: i.bridge_listen.clone(),
+            thread_communication: i.thread_communication.clone(),
         }))
     }
 
@@ -105,7 +108,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
         let done = self.mailbox.set_archived(&thread.id, r.archived).await.map_err(status)?;
         Ok(Response::new(pb::ThreadArchiveResponse {
-            thread: Some(thread_to_pb(&done.thread, "")),
+            thread: Some(thread_to_pb(&done.thread, "", self.threads.communication(&done.thread))),
             changed: done.changed,
         }))
     }
@@ -121,7 +124,8 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let t = target(r.target)?;
         let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
         let thread = self.mailbox.set_communication(&thread, setting).await.map_err(status)?;
-        Ok(Response::new(pb::ThreadSetResponse { thread: Some(thread_to_pb(&thread, "")) }))
+        let communication = self.threads.communication(&thread);
+        Ok(Response::new(pb::ThreadSetResponse { thread: Some(thread_to_pb(&thread, "", communication)) }))
     }
 
     async fn doctor(

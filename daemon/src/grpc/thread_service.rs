@@ -88,7 +88,11 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             self.messaging.list(&r.bridge, &r.workspace_id, r.limit, &r.cursor).await.map_err(status)?;
         Ok(Response::new(match listed {
             Routed::Here(page) => pb::ThreadListResponse {
-                threads: page.threads.iter().map(|t| thread_to_pb(t, "")).collect(),
+                threads: page
+                    .threads
+                    .iter()
+                    .map(|t| thread_to_pb(t, "", self.threads.communication(t)))
+                    .collect(),
                 next_cursor: page.next_cursor,
             },
             Routed::There(page) => page.into_wire(),
@@ -105,7 +109,10 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let target = target(r.target)?;
         let read = self.messaging.read(&target, r.limit, &r.cursor, &r.content_ref).await.map_err(status)?;
         Ok(Response::new(match read {
-            Routed::Here(read) => read_to_pb(read, ""),
+            Routed::Here(read) => {
+                let communication = self.threads.communication(Threads::read_thread(&read));
+                read_to_pb(read, "", communication)
+            }
             Routed::There(page) => page.into_wire(),
         }))
     }

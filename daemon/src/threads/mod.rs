@@ -299,6 +299,19 @@ impl Threads {
 
     /// One segment of an oversized turn field.
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
+    /// Whether `thread`'s peer communication is open now, and the switch that decides it.
+    pub fn communication(&self, thread: &ThreadRecord) -> (bool, String) {
+        switches::decide(&self.config, thread)
+    }
+
+    /// The thread a read is of, whichever shape it took.
+    pub fn read_thread(read: &Read) -> &ThreadRecord {
+        match read {
+            Read::Turns(page) => &page.thread,
+            Read::Segment(segment) => &segment.thread,
+        }
+    }
+
     /// ThreadRead: a page of `thread`'s ended turns, or with `content_ref` one segment of an
     /// oversized field (`limit` does not go with it: segments have a fixed size).
     pub async fn read_any(

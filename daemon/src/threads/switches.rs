@@ -12,31 +12,45 @@ use crate::store::{CommunicationSetting, ThreadRecord};
 
 /// `Ok` if the thread may take part in peer communication; else which switch says no.
 pub fn communication(config: &Config, thread: &ThreadRecord) -> Result<(), String> {
+    let (open, why) = decide(config, thread);
+    if open { Ok(()) } else { Err(why) }
+}
+
+/// Whether peer communication is open for the thread, and the switch that decides it, in
+/// words a person can act on (shown by `kiki thread set`, `thread list --json`, ThreadRead).
+pub fn decide(config: &Config, thread: &ThreadRecord) -> (bool, String) {
     if config.thread_communication.enabled == Some(false) {
-        return Err("the home's [thread_communication] enabled = false turns peer communication off".into());
+        return (
+            false,
+            "the home's [thread_communication] enabled = false turns peer communication off".into(),
+        );
     }
     match thread.communication {
-        CommunicationSetting::On => return Ok(()),
+        CommunicationSetting::On => {
+            return (true, format!("thread {}'s communication switch is on", thread.id));
+        }
         CommunicationSetting::Off => {
-            return Err(format!("thread {}'s communication switch is off", thread.id));
+            return (false, format!("thread {}'s communication switch is off", thread.id));
         }
         CommunicationSetting::Default => {}
     }
     match config.profile(&thread.profile).and_then(|p| p.thread_communication) {
-        Some(true) => return Ok(()),
-        Some(false) => {
-            return Err(format!("profile {:?} has thread_communication = false", thread.profile));
+        Some(open) => {
+            return (open, format!("profile {:?} has thread_communication = {open}", thread.profile));
         }
         None => {}
     }
     if config.thread_communication.enabled == Some(true) {
-        Ok(())
+        (true, "the home's [thread_communication] enabled = true turns it on by default".into())
     } else {
-        Err(format!(
-            "peer communication is off by default and thread {} has not opted in \
-             (kiki thread set {} --communication on)",
-            thread.id, thread.id
-        ))
+        (
+            false,
+            format!(
+                "peer communication is off by default and thread {} has not opted in \
+                 (kiki thread set {} --communication on)",
+                thread.id, thread.id
+            ),
+        )
     }
 }
 

@@ -221,7 +221,11 @@ impl Inbound {
             .await?;
         let home = self.cx.links.home_id().to_string();
         Ok(pb::ThreadListResponse {
-            threads: page.threads.iter().map(|t| crate::convert::thread_to_pb(t, &home)).collect(),
+            threads: page
+                .threads
+                .iter()
+                .map(|t| crate::convert::thread_to_pb(t, &home, self.cx.threads.communication(t)))
+                .collect(),
             next_cursor: page.next_cursor,
         })
     }
@@ -235,7 +239,8 @@ impl Inbound {
         let thread = self.scoped_thread(&bridge, &request.target.unwrap_or_default()).await?;
         let read =
             self.cx.threads.read_any(thread, request.limit, &request.cursor, &request.content_ref).await?;
-        Ok(crate::convert::read_to_pb(read, self.cx.links.home_id()))
+        let communication = self.cx.threads.communication(crate::threads::Threads::read_thread(&read));
+        Ok(crate::convert::read_to_pb(read, self.cx.links.home_id(), communication))
     }
 
     /// ThreadWait for a peer: needs `wait`, stays inside the scope, never wakes anything.
