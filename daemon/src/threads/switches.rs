@@ -34,11 +34,8 @@ pub fn decide(config: &Config, thread: &ThreadRecord) -> (bool, String) {
         }
         CommunicationSetting::Default => {}
     }
-    match config.profile(&thread.profile).and_then(|p| p.thread_communication) {
-        Some(open) => {
-            return (open, format!("profile {:?} has thread_communication = {open}", thread.profile));
-        }
-        None => {}
+    if let Some(open) = config.profile(&thread.profile).and_then(|p| p.thread_communication) {
+        return (open, format!("profile {:?} has thread_communication = {open}", thread.profile));
     }
     if config.thread_communication.enabled == Some(true) {
         (true, "the home's [thread_communication] enabled = true turns it on by default".into())
