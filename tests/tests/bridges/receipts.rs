@@ -129,6 +129,13 @@ async fn refusals_are_final_with_reasons_in_receipts() {
     );
     let inbound = receipts(&b, a.handle().home_id()).await;
     assert!(inbound.iter().all(|r| r.status == "rejected"), "{inbound:?}");
+    // The target has no message for a refusal; its receipt shows the id the source named.
+    let at_source = receipts(&a, "bee").await;
+    let named = |key: &str| at_source.iter().find(|r| r.idempotency_key == key).map(|r| r.message_id.clone());
+    let ids: Vec<(String, Option<String>)> =
+        inbound.iter().map(|r| (r.message_id.clone(), named(&r.idempotency_key))).collect();
+    assert_eq!(ids.len(), 3, "k1, k2 and k4 (a revoked peer's refusals are not written): {inbound:?}");
+    assert!(ids.iter().all(|(id, source)| id.starts_with("msg_") && Some(id) == source.as_ref()), "{ids:?}");
     assert!(b.all_turns(&t.id).await.is_empty(), "nothing reached the thread");
 }
 
@@ -168,7 +175,7 @@ async fn a_bridged_message_undeliverable_after_it_was_taken_gets_a_receipt_at_th
     for (source, key, reason) in [(&a, "k1", "thread_archived"), (&c, "k2", "executor_failed")] {
         let peer = source.handle().home_id();
         let last = kiki_tests::eventually("the target's receipt to follow the message", || async {
-            receipts(&b, peer).await.pop().filter(|r| r.status != "pending" && r.status != "delivered")
+            receipts(&b, peer).await.pop().filter(|r| r.status != "accepted" && r.status != "delivered")
         })
         .await;
         assert_eq!(

@@ -60,14 +60,14 @@ async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
     );
     // The target's receipts tell the message's story: it waited, then a turn took it.
     let story: Vec<String> = receipts(&b, a.handle().home_id()).await.into_iter().map(|r| r.status).collect();
-    assert_eq!(story, ["pending", "delivered"]);
+    assert_eq!(story, ["accepted", "delivered"]);
     // The source follows the message up until the target has delivered it.
     kiki_tests::eventually("the source's receipt to say delivered", || async {
         (source_status().await == "delivered").then_some(())
     })
     .await;
     let story: Vec<String> = receipts(&b, a.handle().home_id()).await.into_iter().map(|r| r.status).collect();
-    assert_eq!(story, ["pending", "delivered"], "following up adds no receipt at the target");
+    assert_eq!(story, ["accepted", "delivered"], "following up adds no receipt at the target");
 }
 
 /// A send ships its message while its outbox entry commits: sends racing with one key and

@@ -48,6 +48,10 @@ impl Inbound {
         };
         debug!(peer, %code, %message, "bridged send refused");
         (receipt.status, receipt.reason) = ("rejected".into(), code.to_string());
+        // No message of this home's: the receipt shows the id its source named it by.
+        if crate::threads::is_message_id(&call.message_id) {
+            receipt.message_id = call.message_id.clone();
+        }
         let response = refusal_response(code);
         // A refusal for now (the bridge's inbound access is off, say) is not the message's
         // fate: the source retries it, and its receipt comes with the outcome. A peer

@@ -226,7 +226,12 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     if let Some(receipt) = &m.receipt {
         insert_receipt(
             conn,
-            &ReceiptRecord { message_id: m.id.clone(), status: status.into(), ..receipt.clone() },
+            // Held here, not yet in a turn: `accepted`, the word its source uses too.
+            &ReceiptRecord {
+                message_id: m.id.clone(),
+                status: if delivered { "delivered" } else { "accepted" }.into(),
+                ..receipt.clone()
+            },
         )?;
     }
     Ok(SendOutcome::Accepted { message_id: m.id.clone(), delivered, turn: turn.map(Box::new) })

@@ -12,11 +12,11 @@ impl ReceiptStore for SqliteStore {
             .write(move |conn| {
                 run(
                     conn,
-                    "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-                     SELECT ?1, ?2, '', ?3, ?4, ?5, ?6 WHERE NOT EXISTS (
+                    "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at, named_id)
+                     SELECT ?1, ?2, '', ?3, ?4, ?5, ?6, ?7 WHERE NOT EXISTS (
                          SELECT 1 FROM bridge_receipts WHERE peer_home_id = ?1 AND key = ?2
                              AND message_id = '' AND target = ?3 AND status = ?4 AND reason = ?5)",
-                    params![r.peer_home_id, r.key, r.target, r.status, r.reason, r.at],
+                    params![r.peer_home_id, r.key, r.target, r.status, r.reason, r.at, r.message_id],
                 )?;
                 Ok(())
             })
@@ -35,7 +35,9 @@ impl ReceiptStore for SqliteStore {
             .read(move |conn| {
                 page(
                     conn,
-                    "SELECT seq, peer_home_id, key, message_id, target, status, reason, at FROM bridge_receipts
+                    "SELECT seq, peer_home_id, key,
+                            CASE message_id WHEN '' THEN named_id ELSE message_id END AS message_id,
+                            target, status, reason, at FROM bridge_receipts
                      WHERE peer_home_id = ? AND seq <= ? ORDER BY seq DESC",
                     params![peer, from],
                     limit,

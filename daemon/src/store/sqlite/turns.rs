@@ -285,13 +285,13 @@ pub(super) fn claim_turn(
                AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
             params![now, turn_id, turn_id],
         )?;
-        // Bridged messages that waited here (their receipt says `pending`) are delivered
+        // Bridged messages that waited here (their receipt says `accepted`) are delivered
         // now. An arriving message has no receipt yet: its own says `delivered` from the start.
         run(
             conn,
             "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
              SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
-             WHERE status = 'pending' AND message_id IN
+             WHERE status = 'accepted' AND message_id IN
                    (SELECT message_id FROM inputs WHERE turn_id = ? AND source_host IS NOT NULL)",
             params![now, turn_id],
         )?;
