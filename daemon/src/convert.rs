@@ -144,7 +144,7 @@ pub fn event_from_pb(e: pb::Event, thread_id: &str) -> Option<EventRecord> {
 pub fn wait_result_from_pb(r: pb::WaitResult) -> WaitResult {
     let target = r.target.unwrap_or_default();
     let events = r.events.into_iter().filter_map(|e| event_from_pb(e, &target.session_id)).collect();
-    WaitResult { target, events, cursor: r.cursor }
+    WaitResult { target, home_id: r.home_id, events, cursor: r.cursor }
 }
 
 pub fn finding_to_pb(f: crate::doctor::Finding) -> pb::DoctorFinding {
@@ -167,6 +167,7 @@ pub fn sent_to_pb(sent: Sent) -> pb::ThreadSendResponse {
 pub fn wait_result_to_pb(r: WaitResult) -> pb::WaitResult {
     pb::WaitResult {
         target: Some(r.target),
+        home_id: r.home_id,
         events: r.events.into_iter().map(event_to_pb).collect(),
         cursor: r.cursor,
     }

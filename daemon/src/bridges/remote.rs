@@ -99,8 +99,12 @@ impl Remote {
                 _ => None,
             })
             .await?;
-        // Each result is named back as the caller named its target (alias or home id).
-        for target in answer.results.iter_mut().filter_map(|r| r.target.as_mut()) {
+        // Each result is named back as the caller named its target (alias or home id),
+        // beside the home id this home pinned (not the one the peer claims).
+        let peer = self.cx.table.outbound(host).await?.peer_home_id;
+        for result in &mut answer.results {
+            result.home_id = peer.clone();
+            let Some(target) = result.target.as_mut() else { continue };
             let asked = targets.iter().find(|t| t.session_id == target.session_id);
             target.host_id = asked.map_or(host, |t| &t.host_id).to_string();
         }

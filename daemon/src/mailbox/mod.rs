@@ -141,6 +141,8 @@ struct Watched {
 #[derive(Debug)]
 pub struct WaitResult {
     pub target: pb::ThreadRef,
+    /// The id of the thread's home, however the caller named it.
+    pub home_id: String,
     pub events: Vec<EventRecord>,
     pub cursor: String,
 }
@@ -483,6 +485,7 @@ impl Mailbox {
             any |= !events.is_empty();
             results.push(WaitResult {
                 target: w.target.clone(),
+                home_id: self.threads.home_id().to_string(),
                 events,
                 cursor: cursor::encode("wait", &[&w.thread_id, &last.to_string()]),
             });

@@ -103,6 +103,10 @@ impl Threads {
         &self.runner
     }
 
+    pub fn home_id(&self) -> &str {
+        &self.home_id
+    }
+
     /// Accepts an empty host, `local`, or this home's id; other homes need a bridge.
     pub fn resolve_host(&self, host_id: &str) -> Result<()> {
         if host_id.is_empty() || host_id == "local" || host_id.eq_ignore_ascii_case(&self.home_id) {

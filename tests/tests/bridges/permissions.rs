@@ -208,6 +208,8 @@ async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_t
     let order: Vec<String> =
         checked.results.iter().map(|r| pb::format_ref(r.target.as_ref().expect("target"))).collect();
     assert_eq!(order, [format!("bee/{}", t.id), here.id.clone()], "results in the targets' order");
+    let homes: Vec<&str> = checked.results.iter().map(|r| r.home_id.as_str()).collect();
+    assert_eq!(homes, [b.handle().home_id(), a.handle().home_id()], "named as asked, beside each home id");
     let parked = |request: pb::ThreadWaitRequest| {
         let client = a.client().clone();
         tokio::spawn(async move { client.threads().thread_wait(request).await.map(|r| r.into_inner()) })
