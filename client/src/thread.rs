@@ -237,6 +237,7 @@ async fn read(
         limit,
         cursor: cursor.unwrap_or_default(),
         content_ref: content_ref.unwrap_or_default(),
+        last: None,
     };
     let page = client.threads().thread_read(request).await?.into_inner();
     if json {

@@ -57,19 +57,15 @@ impl Messaging {
     }
 
     /// ThreadRead of `target`, of this home or behind a bridge.
-    pub async fn read(
-        &self,
-        target: &ThreadRef,
-        limit: Option<u32>,
-        cursor: &str,
-        content_ref: &str,
-    ) -> Result<Routed<Read, PeerRead>> {
+    pub async fn read(&self, target: &ThreadRef, query: ReadQuery<'_>) -> Result<Routed<Read, PeerRead>> {
+        let ReadQuery { limit, cursor, content_ref, last } = query;
         if self.threads.resolve_host(&target.host_id).is_err() {
-            let query = ReadQuery { limit, cursor, content_ref };
+            // Refused here as it would be there, without a round trip.
+            crate::threads::read_shape(limit, cursor, content_ref, last)?;
             return Ok(Routed::There(self.bridges.read_remote(target, query).await?));
         }
         let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;
-        Ok(Routed::Here(self.threads.read_any(thread, limit, cursor, content_ref).await?))
+        Ok(Routed::Here(self.threads.read_any(thread, limit, cursor, content_ref, last).await?))
     }
 
     /// ThreadSend from `caller` (a turn's thread, or an external client) to `target`.

@@ -207,7 +207,7 @@ pub async fn read_all_turns(client: &Client, thread_id: &str) -> Vec<pb::Turn> {
                 target: Some(local(thread_id)),
                 limit: Some(100),
                 cursor: cursor.clone(),
-                content_ref: String::new(),
+                ..Default::default()
             })
             .await
             .expect("read")

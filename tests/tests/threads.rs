@@ -227,6 +227,7 @@ async fn read_pages_turns_in_chronological_order() {
             limit,
             cursor,
             content_ref: String::new(),
+            last: None,
         })
     };
     let first = read(None, String::new()).await.expect("read");
@@ -269,6 +270,69 @@ async fn read_pages_turns_in_chronological_order() {
     assert_eq!(wrong.expect_err("wrong workspace").code(), Code::NotFound);
 }
 
+/// `last` reads the end of a long thread in one call: the newest turns, still oldest first,
+/// with the usual coverage and no cursor (the page reaches the newest turn). It is a page of
+/// its own: with limit, cursor or content_ref it is refused, naming them.
+#[tokio::test]
+async fn read_last_gives_the_newest_turns_oldest_first() {
+    let home = TestHome::builder().start().await;
+    let empty = home.thread("echo", None).await;
+    let t = home.thread("echo", Some("m1")).await;
+    home.wait_turns(&t.id, 1).await;
+    for i in 2..=30 {
+        home.say(&t.id, &format!("m{i}")).await.expect("say");
+        home.wait_turns(&t.id, i).await;
+    }
+    let read = |thread: &str, last: Option<u32>| {
+        home.read(pb::ThreadReadRequest { target: Some(local(thread)), last, ..Default::default() })
+    };
+    let seqs = |page: &pb::ThreadReadResponse| page.turns.iter().map(|t| t.seq).collect::<Vec<_>>();
+    let covered = |page: &pb::ThreadReadResponse| {
+        let c = page.coverage.as_ref().expect("coverage");
+        (c.turns_total, c.first_seq, c.last_seq, c.complete)
+    };
+
+    let page = read(&t.id, Some(5)).await.expect("read");
+    assert_eq!(seqs(&page), (26..=30).collect::<Vec<_>>(), "the newest five, oldest first");
+    assert_eq!(page.turns[0].output, "echo: m26");
+    assert_eq!(page.turns[4].output, "echo: m30");
+    assert!(page.next_cursor.is_none(), "the page reaches the newest turn");
+    assert_eq!(covered(&page), (30, 26, 30, true));
+    assert_eq!(page.thread.as_ref().map(|t| t.id.as_str()), Some(t.id.as_str()));
+    let all = read(&t.id, Some(100)).await.expect("read");
+    assert_eq!(seqs(&all), (1..=30).collect::<Vec<_>>(), "more than there are: all of them");
+    let empty_page = read(&empty.id, Some(5)).await.expect("read");
+    assert!(empty_page.turns.is_empty());
+    assert_eq!(covered(&empty_page), (0, 0, 0, true));
+    // Without `last` the API's default order stands: the oldest first.
+    let default = read(&t.id, None).await.expect("read");
+    assert_eq!(seqs(&default), (1..=20).collect::<Vec<_>>());
+
+    assert_invalid(read(&t.id, Some(0)).await, "last", "between 1 and 100");
+    assert_invalid(read(&t.id, Some(101)).await, "last", "between 1 and 100");
+    let with = |limit: Option<u32>, cursor: String, content_ref: &str| {
+        home.read(pb::ThreadReadRequest {
+            target: Some(local(&t.id)),
+            limit,
+            cursor,
+            content_ref: content_ref.into(),
+            last: Some(5),
+        })
+    };
+    let cursor = default.next_cursor.expect("a cursor");
+    assert_invalid(with(Some(5), String::new(), "").await, "last", "does not go with limit");
+    assert_invalid(with(None, cursor.clone(), "").await, "last", "does not go with cursor");
+    let content_ref = format!("{}.output", page.turns[0].id);
+    assert_invalid(with(None, String::new(), &content_ref).await, "last", "does not go with content_ref");
+    assert_invalid(with(Some(5), cursor, "").await, "last", "limit or cursor");
+    let missing = home.read(pb::ThreadReadRequest {
+        target: Some(local("th_nope")),
+        last: Some(5),
+        ..Default::default()
+    });
+    assert_eq!(missing.await.expect_err("missing").code(), Code::NotFound);
+}
+
 /// A 40,000-character output (with characters outside the BMP, two UTF-16 units each) comes
 /// back as a preview plus a content ref whose segments reassemble it exactly.
 #[tokio::test]
@@ -301,6 +365,7 @@ async fn oversized_output_is_read_back_exactly_through_content_refs() {
                 content_ref: output_ref.content_ref.clone(),
                 cursor: cursor.clone(),
                 limit: None,
+                last: None,
             })
             .await
             .expect("segment");

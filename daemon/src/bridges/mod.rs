@@ -75,6 +75,8 @@ pub struct ReadQuery<'a> {
     pub limit: Option<u32>,
     pub cursor: &'a str,
     pub content_ref: &'a str,
+    /// The newest turns instead of the oldest (ThreadRead's `last`).
+    pub last: Option<u32>,
 }
 
 /// A peer's answer passed through as the wire gave it (a `kiki.v1` message): the services

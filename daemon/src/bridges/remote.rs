@@ -122,6 +122,7 @@ impl Remote {
             limit: query.limit,
             cursor: query.cursor.to_string(),
             content_ref: query.content_ref.to_string(),
+            last: query.last,
         };
         self.call(&target.host_id, Call::ThreadRead(request), |r| match r {
             Reply::ThreadRead(page) => Some(page),

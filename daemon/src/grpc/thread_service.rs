@@ -5,7 +5,7 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::{caller, status, target};
-use crate::bridges::Bridges;
+use crate::bridges::{Bridges, ReadQuery};
 use crate::convert::{read_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb};
 use crate::error::Error;
 use crate::mailbox::{Mailbox, Sent};
@@ -107,7 +107,9 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         self.admit(&request, "ThreadRead").await?;
         let r = request.into_inner();
         let target = target(r.target)?;
-        let read = self.messaging.read(&target, r.limit, &r.cursor, &r.content_ref).await.map_err(status)?;
+        let query =
+            ReadQuery { limit: r.limit, cursor: &r.cursor, content_ref: &r.content_ref, last: r.last };
+        let read = self.messaging.read(&target, query).await.map_err(status)?;
         Ok(Response::new(match read {
             Routed::Here(read) => {
                 let communication = self.threads.communication(Threads::read_thread(&read));

@@ -187,6 +187,10 @@ pub trait TurnStore: Send + Sync {
     /// Ended turns with `seq > after_seq`, oldest first, at most `limit`.
     async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>>;
 
+    /// The newest `limit` ended turns, oldest first: read from the newest end, so a long
+    /// history costs no more than a short one.
+    async fn last_ended_turns(&self, thread_id: &str, limit: u32) -> StoreResult<Vec<TurnRecord>>;
+
     async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>>;
 
     /// The `seq` of the thread's turn that ended at `seq` exists (cursor validation).

@@ -301,8 +301,16 @@ impl Threads {
         Ok(TurnPage { thread, turns, next_cursor })
     }
 
-    /// One segment of an oversized turn field.
+    /// The newest `last` ended turns, oldest first. The page reaches the newest turn, so it
+    /// has no next cursor. Read from the newest end: a long history costs nothing more.
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
+    pub async fn read_last(&self, thread: ThreadRecord, last: u32) -> Result<TurnPage> {
+        let last = limits::page_limit("last", Some(last), limits::READ_LIMIT_DEFAULT)?;
+        let turns = self.store.last_ended_turns(&thread.id, last).await?;
+        let turns = turns.into_iter().map(view).collect();
+        Ok(TurnPage { thread, turns, next_cursor: None })
+    }
+
     /// Whether `thread`'s peer communication is open now, and the switch that decides it.
     pub fn communication(&self, thread: &ThreadRecord) -> (bool, String) {
         switches::decide(&self.config, thread)
@@ -316,24 +324,29 @@ impl Threads {
         }
     }
 
-    /// ThreadRead: a page of `thread`'s ended turns, or with `content_ref` one segment of an
-    /// oversized field (`limit` does not go with it: segments have a fixed size).
+    /// ThreadRead: a page of `thread`'s ended turns (the oldest first, or with `last` the
+    /// newest), or with `content_ref` one segment of an oversized field (`limit` does not go
+    /// with it: segments have a fixed size).
+    #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
     pub async fn read_any(
         &self,
         thread: ThreadRecord,
         limit: Option<u32>,
         cursor: &str,
         content_ref: &str,
+        last: Option<u32>,
     ) -> Result<Read> {
+        read_shape(limit, cursor, content_ref, last)?;
+        if let Some(last) = last {
+            return Ok(Read::Turns(self.read_last(thread, last).await?));
+        }
         if content_ref.is_empty() {
             return Ok(Read::Turns(self.read(thread, limit, cursor).await?));
-        }
-        if limit.is_some() {
-            return Err(Error::invalid("limit", "not used with content_ref (segments have a fixed size)"));
         }
         Ok(Read::Segment(self.read_content(thread, content_ref, cursor).await?))
     }
 
+    /// One segment of an oversized turn field.
     pub async fn read_content(
         &self,
         thread: ThreadRecord,
@@ -417,6 +430,34 @@ impl Threads {
             .await?
             .ok_or_else(|| Error::NotFound(format!("no thread {thread_id} in this home")))
     }
+}
+
+/// The ThreadRead fields that do not go together, refused before anything is read (and
+/// before a read goes to another home): `last` is a page of its own (the newest turns, no
+/// cursor, its own size), and segments of `content_ref` have a fixed size.
+pub fn read_shape(limit: Option<u32>, cursor: &str, content_ref: &str, last: Option<u32>) -> Result<()> {
+    if let Some(last) = last {
+        let given = [
+            ("limit", limit.is_some()),
+            ("cursor", !cursor.is_empty()),
+            ("content_ref", !content_ref.is_empty()),
+        ];
+        let clashing: Vec<&str> = given.iter().filter(|(_, set)| *set).map(|(field, _)| *field).collect();
+        if !clashing.is_empty() {
+            return Err(Error::invalid(
+                "last",
+                format!(
+                    "does not go with {} (last reads the newest turns in one page, without a cursor)",
+                    clashing.join(" or ")
+                ),
+            ));
+        }
+        limits::page_limit("last", Some(last), limits::READ_LIMIT_DEFAULT)?;
+    }
+    if !content_ref.is_empty() && limit.is_some() {
+        return Err(Error::invalid("limit", "not used with content_ref (segments have a fixed size)"));
+    }
+    Ok(())
 }
 
 fn view(turn: TurnRecord) -> TurnView {

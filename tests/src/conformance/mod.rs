@@ -23,7 +23,8 @@ macro_rules! store_conformance {
             thread_round_trip, duplicate_thread_id_is_a_conflict, list_is_newest_first_with_keyset_pages,
             list_skips_archived_and_filters_by_workspace, archive_reports_change,
             a_turn_takes_all_queued_input_in_order, one_turn_at_a_time_per_thread,
-            ended_turns_page_and_exclude_the_running_turn, interrupted_turns_fail_and_queue_survives,
+            ended_turns_page_and_exclude_the_running_turn, the_last_ended_turns_come_oldest_first,
+            interrupted_turns_fail_and_queue_survives,
             agents_are_listed_while_their_turns_run,
             input_for_a_missing_thread_is_refused, concurrent_sends_are_decided_by_key,
             held_back_messages_wait_for_communication, archiving_makes_pending_messages_undeliverable,
@@ -208,6 +209,25 @@ pub async fn ended_turns_page_and_exclude_the_running_turn(store: &dyn Store) {
     assert!(store.ended_turn_exists("th_a", 3).await.expect("exists"));
     assert!(!store.ended_turn_exists("th_a", 4).await.expect("exists"), "running");
     assert!(!store.ended_turn_exists("th_b", 1).await.expect("exists"));
+}
+
+pub async fn the_last_ended_turns_come_oldest_first(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    store.create_thread(&new_thread("th_b", "ws", 1), None).await.expect("create");
+    for i in 1..=5 {
+        store.enqueue_input("th_a", &user(&format!("in_{i}"), &format!("n{i}"))).await.expect("enqueue");
+        store.claim_turn("th_a", turn(&format!("tu_{i}"), true), i).await.expect("claim").expect("input");
+        finish(store, &format!("tu_{i}"), &format!("out{i}")).await;
+    }
+    store.enqueue_input("th_a", &user("in_6", "n6")).await.expect("enqueue");
+    store.claim_turn("th_a", turn("tu_6", true), 9).await.expect("claim").expect("input");
+    let seqs = |turns: Vec<kiki_daemon::store::TurnRecord>| turns.iter().map(|t| t.seq).collect::<Vec<_>>();
+    let last = store.last_ended_turns("th_a", 2).await.expect("last");
+    assert_eq!(last.iter().map(|t| t.output.as_str()).collect::<Vec<_>>(), ["out4", "out5"]);
+    assert_eq!(last[1].items.len(), 1, "with the turn's input items");
+    assert_eq!(seqs(last), [4, 5], "the running turn 6 is not shown");
+    assert_eq!(seqs(store.last_ended_turns("th_a", 100).await.expect("last")), [1, 2, 3, 4, 5]);
+    assert!(store.last_ended_turns("th_b", 5).await.expect("last").is_empty());
 }
 
 pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {

@@ -7,6 +7,7 @@ mod faults;
 mod follow_ups;
 mod pairing;
 mod permissions;
+mod reads;
 mod receipts;
 mod revocation;
 mod sends;

@@ -237,8 +237,8 @@ impl Inbound {
     ) -> std::result::Result<pb::ThreadReadResponse, Rejection> {
         let bridge = self.granted(peer, Permission::Read).await?;
         let thread = self.scoped_thread(&bridge, &request.target.unwrap_or_default()).await?;
-        let read =
-            self.cx.threads.read_any(thread, request.limit, &request.cursor, &request.content_ref).await?;
+        let (limit, cursor, content_ref) = (request.limit, &request.cursor, &request.content_ref);
+        let read = self.cx.threads.read_any(thread, limit, cursor, content_ref, request.last).await?;
         let communication = self.cx.threads.communication(crate::threads::Threads::read_thread(&read));
         Ok(crate::convert::read_to_pb(read, self.cx.links.home_id(), communication))
     }

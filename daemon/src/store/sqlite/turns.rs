@@ -145,6 +145,28 @@ impl TurnStore for SqliteStore {
             .await
     }
 
+    async fn last_ended_turns(&self, thread_id: &str, limit: u32) -> StoreResult<Vec<TurnRecord>> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .read(move |conn| {
+                // Walks the (thread_id, seq) index backwards from the newest turn.
+                let mut turns = page(
+                    conn,
+                    &format!(
+                        "SELECT {TURN_COLUMNS} FROM turns
+                         WHERE thread_id = ? AND status <> 'running' ORDER BY seq DESC"
+                    ),
+                    params![thread_id],
+                    limit,
+                    turn_from,
+                )?;
+                turns.reverse();
+                attach_items(conn, &mut turns)?;
+                Ok(turns)
+            })
+            .await
+    }
+
     async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>> {
         let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
         self.db
