@@ -297,8 +297,9 @@ async fn receipts(
     if receipts.receipts.is_empty() {
         outln!("(no receipts)");
     }
+    // On stderr, like every paging hint: stdout holds the receipts alone.
     if let Some(next) = &receipts.next_cursor {
-        outln!("older: --cursor {next}");
+        hint!("older: --cursor {next}");
     }
     Ok(())
 }

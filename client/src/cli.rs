@@ -11,13 +11,42 @@ use crate::bridge::{self, BridgeCommand};
 use crate::home::{self, HomeCommand};
 use crate::thread::{self, ThreadCommand};
 
+/// Examples under `kiki --help` (and `kiki help`): a first thread, reading it, scripting.
+const EXAMPLES: &str = "\
+Examples:
+  kiki up && kiki thread create --prompt \"hello, kiki\" --wait && kiki down
+  kiki thread read th_01…          # its newest 20 turns
+  kiki --json thread list          # any command: one JSON document on stdout
+  kiki thread --help               # the thread commands; kiki bridge --help, kiki up --help, …";
+
+/// Examples under `kiki thread --help`.
+const THREAD_EXAMPLES: &str = "\
+Examples:
+  kiki thread create --prompt \"fix the build\" --wait   # prints the first turn once it ends
+  kiki thread read th_01… --last 5                     # the newest 5 turns
+  kiki thread read th_01… --content-ref tu_01….output --all
+  kiki thread send th_01… --key k1 --content \"ping\"
+  kiki thread wait th_01… --timeout-ms 10000";
+
+/// Examples under `kiki bridge --help`.
+const BRIDGE_EXAMPLES: &str = "\
+Examples:
+  kiki bridge request 192.0.2.7:7443 --want read,send --name laptop   # on the source home
+  kiki bridge approve breq_01… --allow read,send                      # on the target home
+  kiki thread read laptop/th_01…                                      # then, on the source";
+
 #[derive(Parser)]
-#[command(name = "kiki", version, about = "Talk to a kiki home: threads, rooms and bridges between agents")]
+#[command(
+    name = "kiki",
+    version,
+    about = "Talk to a kiki home: threads, rooms and bridges between agents",
+    after_help = EXAMPLES
+)]
 pub struct Args {
     /// The home directory (default: $KIKI_HOME, else ~/.kiki).
     #[arg(long, global = true)]
     pub home: Option<PathBuf>,
-    /// Print exactly one JSON document on stdout (errors too).
+    /// Print exactly one JSON document on stdout (errors too, their message in one line).
     #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
@@ -29,10 +58,10 @@ pub enum Command {
     #[command(flatten)]
     Home(HomeCommand),
     /// Threads: agent sessions of this home.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = THREAD_EXAMPLES)]
     Thread(ThreadCommand),
     /// Bridges: owner-approved one-way links to other homes.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = BRIDGE_EXAMPLES)]
     Bridge(BridgeCommand),
 }
 
@@ -44,5 +73,41 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Home(command) => home::run(&home, command, args.json).await,
         Command::Thread(command) => thread::run(&home, command, args.json).await,
         Command::Bridge(command) => bridge::run(&home, command, args.json).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every flag and argument of every command says what it is in a line of help, and
+    /// `kiki`, each command group and each home command show examples.
+    #[test]
+    fn every_argument_has_help_and_every_group_examples() {
+        let kiki = Args::command();
+        kiki.clone().debug_assert();
+        assert!(kiki.get_after_help().is_some(), "kiki --help has examples");
+        let mut missing = Vec::new();
+        for group in kiki.get_subcommands().filter(|c| c.get_name() != "help") {
+            let nested: Vec<&clap::Command> =
+                group.get_subcommands().filter(|c| c.get_name() != "help").collect();
+            // A group (`thread`, `bridge`) shows examples; a home command (`up`) itself.
+            if group.get_after_help().is_none() {
+                missing.push(format!("examples of kiki {}", group.get_name()));
+            }
+            let commands = if nested.is_empty() { vec![group] } else { nested };
+            for command in commands {
+                for arg in
+                    command.get_arguments().filter(|a| !["help", "version"].contains(&a.get_id().as_str()))
+                {
+                    if arg.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                        missing.push(format!("help of {} {}", command.get_name(), arg.get_id()));
+                    }
+                }
+            }
+        }
+        assert!(missing.is_empty(), "missing: {missing:?}");
     }
 }

@@ -29,6 +29,9 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Subcommand)]
 pub enum HomeCommand {
     /// Start the home's daemon (creating the home on first use); returns once it answers.
+    #[command(
+        after_help = "Examples:\n  kiki up\n  kiki --home /tmp/kiki-demo up   # another home (or KIKI_HOME)"
+    )]
     Up {
         /// Give a home that lost its identity.key a new identity: its bridges stop working
         /// and must be requested and approved again. Without it such a home will not start.
@@ -36,22 +39,37 @@ pub enum HomeCommand {
         new_identity: bool,
     },
     /// Stop the home's daemon.
+    #[command(
+        after_help = "Examples:\n  kiki down\n  kiki --json down   # {\"stopped\": true}, or false if none was running"
+    )]
     Down,
     /// Describe the running home.
+    #[command(
+        after_help = "Examples:\n  kiki status\n  kiki --json status   # home_id, pid, socket, store, profiles, bridge_listen, …"
+    )]
     Status,
     /// What is wrong with the home and what to do: its files' owners and modes, the config,
     /// the identity key, a full check of the store, free disk space. Works whether or not
     /// the daemon runs; exits 1 when it finds a problem.
+    #[command(
+        after_help = "Examples:\n  kiki doctor\n  kiki --json doctor   # the findings, each with what to do"
+    )]
     Doctor,
     /// Copy the running home (identity key, config, a consistent copy of the store) into
     /// DIR, a new or empty directory: `kikid --home DIR` or copying its files back restores it.
+    #[command(
+        after_help = "Examples:\n  kiki backup ~/kiki-backup\n  kiki --home ~/kiki-backup up   # run the copy in place of the original"
+    )]
     Backup {
         /// Where the copy goes; made owner-only (it holds the home's private key).
         dir: PathBuf,
     },
     /// Inside a turn: ask for the user (ThreadWait reports an `attention` event).
     // Listed after `thread` and `bridge`, where it was before the commands were grouped.
-    #[command(display_order = 100)]
+    #[command(
+        display_order = 100,
+        after_help = "Examples (an agent, inside its turn):\n  kiki attention --reason \"which database should I migrate?\""
+    )]
     Attention {
         /// What the user is needed for, at most 2,000 characters.
         #[arg(long)]

@@ -12,6 +12,12 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::output::write_out(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
+/// A paging hint (`more: --cursor C`), for people: on stderr, so stdout holds the result
+/// alone, through [`output::write_hint`].
+macro_rules! hint {
+    ($($arg:tt)*) => { $crate::output::write_hint(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 mod args;
 mod bridge;
 mod cli;
@@ -30,9 +36,9 @@ async fn main() -> ExitCode {
     let args = match cli::Args::try_parse() {
         Ok(args) => args,
         Err(e) if e.use_stderr() && std::env::args_os().any(|a| a == "--json") => {
-            // On stderr as always, and also as JSON on stdout.
+            // On stderr as always, with the usage; on stdout as JSON, the error in one line.
             eprint!("{e}");
-            output::print_error_json("invalid_argument", &e.to_string());
+            output::print_error_json("invalid_argument", &output::usage_error_line(&e));
             return ExitCode::from(2);
         }
         Err(e)

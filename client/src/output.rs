@@ -19,6 +19,12 @@ pub fn write_out(text: std::fmt::Arguments) {
     }
 }
 
+/// Writes a hint to stderr. A hint is no part of the result: if stderr cannot take it (a
+/// reader gone away), it is dropped rather than ending or failing the command.
+pub fn write_hint(text: std::fmt::Arguments) {
+    let _ = std::io::stderr().lock().write_fmt(text);
+}
+
 /// Prints `value` as one JSON document (proto field names, snake_case).
 pub fn print_json<T: Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
@@ -29,6 +35,29 @@ pub fn print_json<T: Serialize>(value: &T) {
 
 pub fn print_error_json(code: &str, message: &str) {
     print_json(&serde_json::json!({ "error": { "code": code, "message": message } }));
+}
+
+/// A command-line error in one line, for `--json`'s `message` (the whole text, with the
+/// usage, goes to stderr): the error's first line without clap's `error: `. A first line
+/// that announces a list (`the following required arguments were not provided:`) takes the
+/// list's indented lines after it, so the message still names what is wrong. A command
+/// named without its subcommand (`kiki thread`) is clap's help, not an error line: it is
+/// said so.
+pub fn usage_error_line(e: &clap::Error) -> String {
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        return "a subcommand is required but none was given (the usage is on stderr)".into();
+    }
+    let text = e.to_string();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default();
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).trim_end().to_string();
+    if line.ends_with(':') {
+        for item in lines.take_while(|l| l.starts_with(' ') && !l.trim().is_empty()) {
+            line.push(' ');
+            line.push_str(item.trim());
+        }
+    }
+    line
 }
 
 /// `InvalidArgument` → `"invalid_argument"`.
@@ -149,6 +178,23 @@ pub struct ProblemsFound;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_usage_error_is_one_line_naming_what_is_wrong() {
+        use clap::{Arg, Command};
+        let command = || {
+            Command::new("kiki")
+                .subcommand(Command::new("read").arg(Arg::new("reference").required(true)))
+                .subcommand_required(true)
+        };
+        let unknown = command().try_get_matches_from(["kiki", "frobnicate"]).expect_err("unknown");
+        assert_eq!(usage_error_line(&unknown), "unrecognized subcommand 'frobnicate'");
+        let missing = command().try_get_matches_from(["kiki", "read"]).expect_err("missing");
+        assert_eq!(
+            usage_error_line(&missing),
+            "the following required arguments were not provided: <reference>"
+        );
+    }
 
     #[test]
     fn codes_are_snake_case_words() {

@@ -19,27 +19,33 @@ pub fn show_status(s: &pb::StatusResponse) {
 /// A page of ended turns, each with its input quoted, and how to read what was cut.
 pub fn show_turns(page: &pb::ThreadReadResponse) {
     for turn in &page.turns {
-        let status = pb::json::enum_word(turn.status().as_str_name(), "TURN_STATUS_");
-        outln!("── turn {} · {} · {}", turn.seq, status, turn.ended_at);
-        for line in turn.input.lines() {
-            outln!("> {line}");
-        }
-        if turn.input_truncated {
-            outln!("> … (input cut; read it with --content-ref {}.input)", turn.id);
-        }
-        outln!("{}", turn.output);
-        if turn.output_truncated {
-            outln!("… (output cut; read it with --content-ref {}.output)", turn.id);
-        }
-        if !turn.error.is_empty() {
-            outln!("error: {}", turn.error);
-        }
+        show_turn(turn);
     }
     if page.turns.is_empty() {
         outln!("(no ended turns)");
     }
+    // On stderr, like every paging hint: stdout holds the turns alone.
     if let Some(next) = &page.next_cursor {
-        outln!("more: --cursor {next}");
+        hint!("more: --cursor {next}");
+    }
+}
+
+/// One ended turn: a header, its input quoted, its output, and how to read what was cut.
+pub fn show_turn(turn: &pb::Turn) {
+    let status = pb::json::enum_word(turn.status().as_str_name(), "TURN_STATUS_");
+    outln!("── turn {} · {} · {}", turn.seq, status, turn.ended_at);
+    for line in turn.input.lines() {
+        outln!("> {line}");
+    }
+    if turn.input_truncated {
+        outln!("> … (input cut; read it with --content-ref {}.input)", turn.id);
+    }
+    outln!("{}", turn.output);
+    if turn.output_truncated {
+        outln!("… (output cut; read it with --content-ref {}.output)", turn.id);
+    }
+    if !turn.error.is_empty() {
+        outln!("error: {}", turn.error);
     }
 }
 

@@ -1,25 +1,31 @@
 //! `kiki thread …`: create, list, read, send to, wait on, set, say to and archive threads.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use clap::Subcommand;
+use anyhow::{Context, Result, bail};
+use clap::{ArgGroup, Subcommand};
 use kiki_client::Client;
 use kiki_proto as pb;
 
 use crate::args::{absolute_if_dir, cursors_by_reference, read_text, reference};
 use crate::connect::connect;
 use crate::output::print_json;
-use crate::render::{shell_word, show_turns, show_wait};
+use crate::render::{shell_word, show_turn, show_turns, show_wait};
 
 /// The longest prompt and message content (contract §2): a file holding more is refused
 /// before more of it is read.
 const PROMPT_MAX_CHARS: usize = 100_000;
 const CONTENT_MAX_CHARS: usize = 100_000;
+/// How many turns `kiki thread read` shows a person by default: the newest, like a chat.
+const READ_LAST_DEFAULT: u32 = 20;
+/// The longest ThreadWait allowed (contract §2); `create --wait` waits again after each.
+const WAIT_MAX_MS: u32 = 60_000;
 
 #[derive(Subcommand)]
 pub enum ThreadCommand {
     /// Create a thread; with a prompt its first turn starts at once.
+    #[command(group(ArgGroup::new("first_prompt").args(["prompt", "prompt_file"])))]
     Create {
         /// Absolute path of an existing directory (default: the current directory).
         #[arg(long)]
@@ -37,6 +43,10 @@ pub enum ThreadCommand {
         /// Read the prompt from a file ('-' for stdin).
         #[arg(long)]
         prompt_file: Option<PathBuf>,
+        /// Wait for the first turn to end, then print it as `kiki thread read` does (needs a
+        /// prompt; with --json: {"thread": CREATED, "turn": TURN}).
+        #[arg(long, requires = "first_prompt")]
+        wait: bool,
     },
     /// List enabled, unarchived threads, newest first.
     List {
@@ -54,11 +64,21 @@ pub enum ThreadCommand {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Read a thread's ended turns, oldest first (or one content ref in segments).
+    /// Read a thread's ended turns: as text the newest 20; with --limit, --cursor or --json
+    /// pages from the oldest (or one content ref in segments).
+    #[command(long_about = "Read a thread's ended turns, oldest first on the page.\n\n\
+            As text, without --limit, --cursor or --content-ref, it shows the newest 20 turns \
+            (--last N for another number). --limit and --cursor page from the oldest turn; \
+            with --json and none of these flags the page starts at the oldest turn too (the \
+            API's default), so scripts see the order they always saw.")]
     Read {
         /// SESSION or HOST/SESSION.
         reference: String,
-        /// Turns per page, 1-100 (default 20).
+        /// The newest N turns, 1-100, oldest first (text default: 20); not with --limit,
+        /// --cursor or --content-ref.
+        #[arg(long, conflicts_with_all = ["limit", "cursor", "content_ref"])]
+        last: Option<u32>,
+        /// Turns per page from the oldest, 1-100 (default 20).
         #[arg(long)]
         limit: Option<u32>,
         /// The next page (or with --content-ref the next segment): the cursor printed last.
@@ -68,6 +88,9 @@ pub enum ThreadCommand {
         /// segments.
         #[arg(long)]
         content_ref: Option<String>,
+        /// With --content-ref: read every segment and print the whole field once.
+        #[arg(long, requires = "content_ref", conflicts_with = "cursor")]
+        all: bool,
     },
     /// Send a message to a thread: durable, idempotent by --key. From inside a turn the
     /// message is attributed to that turn's thread.
@@ -127,14 +150,32 @@ pub enum ThreadCommand {
 pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> {
     let client = connect(home).await?;
     match command {
-        ThreadCommand::Create { cwd, profile, title, prompt, prompt_file } => {
-            create(&client, cwd, profile, title, prompt, prompt_file, json).await
+        ThreadCommand::Create { cwd, profile, title, prompt, prompt_file, wait } => {
+            let prompt = match prompt_file {
+                Some(file) => Some(read_text(&file, "--prompt-file", PROMPT_MAX_CHARS)?),
+                None => prompt,
+            };
+            create(&client, cwd, profile, title, prompt, wait, json).await
         }
         ThreadCommand::List { bridge, workspace, limit, cursor } => {
             list(&client, bridge, workspace, limit, cursor, json).await
         }
-        ThreadCommand::Read { reference, limit, cursor, content_ref } => {
-            read(&client, &reference, limit, cursor, content_ref, json).await
+        ThreadCommand::Read { reference: target, last, limit, cursor, content_ref, all } => {
+            // A person reads a thread from its end; a script (--json) keeps the API's order.
+            let paged = limit.is_some() || cursor.is_some() || content_ref.is_some();
+            let last = last.or((!json && !paged).then_some(READ_LAST_DEFAULT));
+            let request = pb::ThreadReadRequest {
+                target: Some(reference(&target)?),
+                limit,
+                cursor: cursor.unwrap_or_default(),
+                content_ref: content_ref.unwrap_or_default(),
+                last,
+            };
+            if all {
+                read_whole_field(&client, request, json).await
+            } else {
+                read(&client, request, json).await
+            }
         }
         ThreadCommand::Send { reference, key, content, content_file } => {
             send(&client, &reference, key, content, content_file, json).await
@@ -151,35 +192,90 @@ pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> 
     }
 }
 
+/// `kiki thread create`; with `wait`, also waits for the first turn and prints it.
 async fn create(
     client: &Client,
     cwd: Option<PathBuf>,
     profile: Option<String>,
     title: Option<String>,
     prompt: Option<String>,
-    prompt_file: Option<PathBuf>,
+    wait: bool,
     json: bool,
 ) -> Result<()> {
-    let prompt = match prompt_file {
-        Some(file) => Some(read_text(&file, "--prompt-file", PROMPT_MAX_CHARS)?),
-        None => prompt,
-    };
     let cwd = match cwd {
         Some(dir) => std::path::absolute(&dir).with_context(|| format!("--cwd {}", dir.display()))?,
         None => std::env::current_dir().context("the current directory")?,
     };
     let request = pb::ThreadCreateRequest { cwd: Some(cwd.display().to_string()), profile, prompt, title };
     let created = client.threads().thread_create(request).await?.into_inner();
-    if json {
-        print_json(&created);
-    } else {
+    if !json {
+        // Before any wait: a person sees the new thread while its agent works.
         outln!("{}  {}", created.id, created.title);
         outln!("  profile {}, cwd {}", created.profile, created.cwd);
         if created.prompt_started {
             outln!("  first turn started");
         }
     }
+    if !wait {
+        if json {
+            print_json(&created);
+        }
+        return Ok(());
+    }
+    // clap lets --wait through only with a prompt, so a first turn has started.
+    let turn = match first_turn(client, &created.id).await {
+        Ok(turn) => turn,
+        Err(e) => {
+            // The error is the wait's: the thread stands, and its id must not be lost.
+            eprintln!("kiki: thread {} was created, but waiting for its first turn failed", created.id);
+            return Err(e);
+        }
+    };
+    if json {
+        print_json(&CreatedAndTurn { thread: &created, turn: &turn });
+    } else {
+        show_turn(&turn);
+    }
     Ok(())
+}
+
+/// What `kiki --json thread create --wait` prints: the create response and the first turn
+/// as ThreadRead shows it.
+#[derive(serde::Serialize)]
+struct CreatedAndTurn<'a> {
+    thread: &'a pb::ThreadCreateResponse,
+    turn: &'a pb::Turn,
+}
+
+/// The first turn of the new thread `thread_id`, once it has ended: ThreadWait until its
+/// `terminal` event (a wait without a cursor starts where the thread's latest turn started,
+/// so a turn that ended before the first call is seen too; other events are passed over,
+/// their cursor carried on), then that turn as ThreadRead shows it.
+async fn first_turn(client: &Client, thread_id: &str) -> Result<pb::Turn> {
+    let target = pb::ThreadRef { session_id: thread_id.to_string(), ..Default::default() };
+    let mut cursors = HashMap::new();
+    let ended = loop {
+        let request = pb::ThreadWaitRequest {
+            targets: vec![target.clone()],
+            timeout_ms: Some(WAIT_MAX_MS),
+            cursors: cursors.clone(),
+        };
+        let waited = client.threads().thread_wait(request).await?.into_inner();
+        let Some(result) = waited.results.into_iter().next() else {
+            bail!("the home answered a wait on {thread_id} without its result");
+        };
+        if let Some(event) = result.events.iter().find(|e| e.kind() == pb::EventKind::Terminal) {
+            break event.turn_id.clone();
+        }
+        cursors.insert(thread_id.to_string(), result.cursor);
+    };
+    // The first turn is the oldest: the first page of one turn holds it.
+    let request = pb::ThreadReadRequest { target: Some(target), limit: Some(1), ..Default::default() };
+    let page = client.threads().thread_read(request).await?.into_inner();
+    match page.turns.into_iter().next() {
+        Some(turn) if turn.id == ended => Ok(turn),
+        _ => bail!("turn {ended} of thread {thread_id} ended, but is not its first turn"),
+    }
 }
 
 async fn list(
@@ -218,27 +314,15 @@ async fn list(
     if page.threads.is_empty() {
         outln!("(no threads)");
     }
+    // On stderr, like every paging hint: stdout holds the result alone.
     if let Some(next) = &page.next_cursor {
-        outln!("more: {more}--cursor {next}");
+        hint!("more: {more}--cursor {next}");
     }
     Ok(())
 }
 
-async fn read(
-    client: &Client,
-    target: &str,
-    limit: Option<u32>,
-    cursor: Option<String>,
-    content_ref: Option<String>,
-    json: bool,
-) -> Result<()> {
-    let request = pb::ThreadReadRequest {
-        target: Some(reference(target)?),
-        limit,
-        cursor: cursor.unwrap_or_default(),
-        content_ref: content_ref.unwrap_or_default(),
-        last: None,
-    };
+async fn read(client: &Client, request: pb::ThreadReadRequest, json: bool) -> Result<()> {
+    let last = request.last;
     let page = client.threads().thread_read(request).await?.into_inner();
     if json {
         print_json(&page);
@@ -246,10 +330,55 @@ async fn read(
         out!("{}", segment.text);
         // On stderr: stdout holds the field's text alone, to be joined segment by segment.
         if let Some(next) = &segment.next {
-            eprintln!("\nmore: --content-ref {} --cursor {next}", segment.content_ref);
+            hint!("\nmore: --content-ref {} --cursor {next}", segment.content_ref);
         }
     } else {
         show_turns(&page);
+        // Only the newest turns are shown: the older ones are read from the oldest on (on
+        // stderr, like every paging hint).
+        let first = page.coverage.as_ref().map_or(0, |c| c.first_seq);
+        match first.saturating_sub(1) {
+            older @ 1..=100 if last.is_some() => hint!("older: --limit {older}"),
+            101.. if last.is_some() => hint!("older: --limit 100 (from the oldest; then --cursor)"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `kiki thread read REF --content-ref R --all`: every segment of the field, following
+/// `next`, printed once whole. With --json, one document in the last segment's shape with
+/// the whole text from offset 0 and no `next`. Each segment must go on where the last one
+/// ended, within the length the first one gave, so a faulty answer cannot loop forever.
+async fn read_whole_field(client: &Client, mut request: pb::ThreadReadRequest, json: bool) -> Result<()> {
+    let mut text = String::new();
+    let (mut units, mut total) = (0u64, None);
+    let mut page = loop {
+        let mut page = client.threads().thread_read(request.clone()).await?.into_inner();
+        let Some(segment) = page.segment.as_mut() else {
+            bail!("the home answered a content ref without a segment");
+        };
+        let length = *total.get_or_insert(segment.utf16_length);
+        let piece = segment.text.encode_utf16().count() as u64;
+        if segment.offset != units || segment.utf16_length != length || units + piece > length {
+            bail!("the home's segments of {} do not follow each other; read it again", segment.content_ref);
+        }
+        text.push_str(&segment.text);
+        units += piece;
+        match segment.next.take() {
+            Some(next) if piece > 0 => request.cursor = next,
+            Some(_) => bail!("the home's segments of {} do not advance", segment.content_ref),
+            None => break page,
+        }
+    };
+    if json {
+        if let Some(segment) = page.segment.as_mut() {
+            segment.text = text;
+            segment.offset = 0;
+        }
+        print_json(&page);
+    } else {
+        out!("{text}");
     }
     Ok(())
 }
