@@ -76,7 +76,7 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
                 message_id: item.message_id.unwrap_or_default(),
                 source: item.source.map(|s| pb::ThreadRef {
                     host_id: s.host_id,
-                    workspace_id: String::new(),
+                    workspace_id: s.workspace_id,
                     session_id: s.thread_id,
                 }),
             })

@@ -79,8 +79,8 @@ impl Messaging {
         if self.threads.resolve_host(&target.host_id).is_ok() {
             return self.mailbox.send(caller, target, content, key).await;
         }
-        let source_thread = match self.mailbox.sender(caller).await {
-            Ok(source) => source.map(|s| s.thread_id),
+        let source = match self.mailbox.sender(caller).await {
+            Ok(source) => source,
             // A switch turned off since the first send does not turn its retry away.
             Err(refusal) => {
                 let scope = caller.map(|c| c.thread_id.as_str()).unwrap_or_default();
@@ -89,7 +89,7 @@ impl Messaging {
                 return replay.ok_or(refusal);
             }
         };
-        self.bridges.send_remote(source_thread, &target.host_id, &target.session_id, content, key).await
+        self.bridges.send_remote(source, &target.host_id, &target.session_id, content, key).await
     }
 
     /// ThreadWait: on this home's threads, over the bridges its targets are behind, or both.

@@ -245,6 +245,7 @@ pub fn raw_send(target_session: &str, content: String, key: &str) -> wire::Bridg
         content,
         idempotency_key: key.into(),
         source_thread: String::new(),
+        source_workspace: String::new(),
         window_left_ms: 60_000,
         message_id: String::new(),
     }

@@ -154,7 +154,12 @@ async fn a_send_from_a_turn_is_attributed_to_its_thread() {
     let got = home.wait_turns(&target.id, 1).await.remove(0);
     assert_eq!(got.inputs[0].message_id, sent["message_id"].as_str().expect("id"));
     let source = got.inputs[0].source.clone().expect("verified source");
-    assert_eq!(source.session_id, agent.id);
+    assert_eq!(
+        (&source.session_id, &source.workspace_id),
+        (&agent.id, &agent.workspace_id),
+        "a whole reference"
+    );
+    assert!(source.workspace_id.starts_with("ws_"), "{source:?}");
     assert!(got.input.contains(&format!("from {}", agent.id)), "the header names the source: {}", got.input);
     assert_eq!(got.output, "echo: hello peer");
 }

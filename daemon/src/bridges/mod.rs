@@ -45,7 +45,7 @@ pub use receipts::ReceiptPage;
 use crate::config::Config;
 use crate::error::Result;
 use crate::mailbox::{Mailbox, Sent, WaitResult};
-use crate::store::{BridgeRecord, BridgeRequestRecord, Store};
+use crate::store::{BridgeRecord, BridgeRequestRecord, SourceRef, Store};
 use crate::sync::KeyLocks;
 use crate::threads::Threads;
 use inbound::{Inbound, ParkedCalls};
@@ -298,17 +298,18 @@ impl Bridges {
         self.inner.remote.wait(host, targets, timeout_ms, cursors).await
     }
 
-    /// ThreadSend to `target_session` behind `host`, from `source_thread` (or an external
-    /// client): durable in the outbox before it answers, shipped at once if the link allows.
+    /// ThreadSend to `target_session` behind `host`, from a thread of this home (`None`: an
+    /// external client): durable in the outbox before it answers, shipped at once if the
+    /// link allows.
     pub async fn send_remote(
         &self,
-        source_thread: Option<String>,
+        source: Option<SourceRef>,
         host: &str,
         target_session: &str,
         content: &str,
         key: &str,
     ) -> Result<Sent> {
-        self.inner.outbox.send(source_thread, host, target_session, content, key).await
+        self.inner.outbox.send(source, host, target_session, content, key).await
     }
 
     /// The answer for a cross-home send's key already in the outbox (`None` if new).

@@ -46,7 +46,10 @@ fn every_section_and_key_is_read() {
 
 #[test]
 fn known_keys_are_learned_from_serde() {
-    assert_eq!(field_names::<BridgeConfig>(), ["listen", "retry_window", "request_expiry"]);
+    assert_eq!(
+        field_names::<BridgeConfig>(),
+        ["listen", "retry_window", "request_expiry", "connect_timeout"]
+    );
     assert_eq!(
         field_names::<ProfileConfig>(),
         ["executor", "command", "default", "enabled", "thread_communication"]

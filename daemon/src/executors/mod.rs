@@ -120,8 +120,11 @@ mod tests {
             kind,
             content: content.into(),
             message_id: (kind == InputKind::Message).then(|| "msg_1".to_string()),
-            source: (kind == InputKind::Message)
-                .then(|| SourceRef { host_id: String::new(), thread_id: "th_a".into() }),
+            source: (kind == InputKind::Message).then(|| SourceRef {
+                host_id: String::new(),
+                thread_id: "th_a".into(),
+                workspace_id: String::new(),
+            }),
             now: 0,
         }
     }
@@ -150,7 +153,8 @@ mod tests {
         let both = render(&[item(InputKind::User, "a"), item(InputKind::Message, "b")]);
         assert_eq!(both, "a\n\n[kiki message msg_1 from th_a]\nb");
         let mut from_afar = item(InputKind::Message, "c");
-        from_afar.source = Some(SourceRef { host_id: "HOME".into(), thread_id: String::new() });
+        from_afar.source =
+            Some(SourceRef { host_id: "HOME".into(), thread_id: String::new(), workspace_id: String::new() });
         assert_eq!(render(&[from_afar]), "[kiki message msg_1 from an external client of home HOME]\nc");
     }
 }

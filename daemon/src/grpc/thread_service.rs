@@ -29,7 +29,7 @@ impl ThreadServiceImpl {
     /// needs a valid token and its thread's communication on (see [`Mailbox::peer_tool`]).
     pub async fn admit_peer_tool(&self, token: Option<Result<&str, ()>>, tool: &str) -> Result<(), Status> {
         match super::caller_of(&self.threads, token)? {
-            Some(caller) => self.mailbox.peer_tool(&caller, tool).await.map_err(status),
+            Some(caller) => self.mailbox.peer_tool(&caller, tool).await.map(drop).map_err(status),
             None => Ok(()),
         }
     }

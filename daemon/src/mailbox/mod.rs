@@ -248,18 +248,23 @@ impl Mailbox {
     /// be on; `None` for external clients.
     pub async fn sender(&self, caller: Option<&TurnCaller>) -> Result<Option<SourceRef>> {
         let Some(caller) = caller else { return Ok(None) };
-        self.peer_tool(caller, "ThreadSend").await?;
-        Ok(Some(SourceRef { host_id: String::new(), thread_id: caller.thread_id.clone() }))
+        let thread = self.peer_tool(caller, "ThreadSend").await?;
+        Ok(Some(SourceRef {
+            host_id: String::new(),
+            thread_id: thread.id,
+            workspace_id: thread.workspace_id,
+        }))
     }
 
     /// An agent calling `tool` (ThreadList, ThreadRead, ThreadWait, ThreadSend: the thread
     /// tools but ThreadCreate): its thread's communication switch must be on, since off
     /// keeps peer tools closed for that thread. The owner's calls (no token) are not
     /// peer tools.
-    pub async fn peer_tool(&self, caller: &TurnCaller, tool: &str) -> Result<()> {
+    pub async fn peer_tool(&self, caller: &TurnCaller, tool: &str) -> Result<ThreadRecord> {
         let thread = self.threads.get("", "", &caller.thread_id).await?;
         switches::communication(&self.config, &thread)
-            .map_err(|why| Error::PermissionDenied(format!("{tool} refused: {why}")))
+            .map_err(|why| Error::PermissionDenied(format!("{tool} refused: {why}")))?;
+        Ok(thread)
     }
 
     /// Whether `thread` may receive peer messages (for bridged sends).

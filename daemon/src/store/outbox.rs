@@ -12,6 +12,8 @@ pub struct OutboxRecord {
     pub peer_home_id: String,
     pub target_session: String,
     pub source_thread: Option<String>,
+    /// The source thread's workspace, sent along with the message.
+    pub source_workspace: String,
     pub content: String,
     pub key_scope: String,
     pub key: String,

@@ -131,7 +131,11 @@ mod tests {
             kind: if source.is_some() { InputKind::Message } else { InputKind::User },
             content: id.into(),
             message_id: source.map(|_| format!("msg_{id}")),
-            source: source.map(|(host, thread)| SourceRef { host_id: host.into(), thread_id: thread.into() }),
+            source: source.map(|(host, thread)| SourceRef {
+                host_id: host.into(),
+                thread_id: thread.into(),
+                workspace_id: String::new(),
+            }),
             now: 1,
         }
     }
@@ -174,7 +178,11 @@ mod tests {
         NewMessage {
             id: "msg_1".into(),
             target_thread: "th_t".into(),
-            source: bridged.then(|| SourceRef { host_id: "PEER".into(), thread_id: "th_s".into() }),
+            source: bridged.then(|| SourceRef {
+                host_id: "PEER".into(),
+                thread_id: "th_s".into(),
+                workspace_id: String::new(),
+            }),
             content: "hi".into(),
             key_scope: "scope".into(),
             key: "k".into(),

@@ -44,6 +44,8 @@ pub struct SourceRef {
     /// Empty for this home.
     pub host_id: String,
     pub thread_id: String,
+    /// The source thread's workspace (empty for an external client's message).
+    pub workspace_id: String,
 }
 
 /// Input waiting for (or taken by) a turn.

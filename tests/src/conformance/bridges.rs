@@ -13,6 +13,7 @@ fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
         peer_home_id: "PEER".into(),
         target_session: "th_far".into(),
         source_thread: Some("th_me".into()),
+        source_workspace: "ws_0123456789abcdef".into(),
         content: "hello".into(),
         key_scope: "th_me".into(),
         key: key.into(),
@@ -217,7 +218,8 @@ async fn inbound_bridge(store: &dyn Store, peer: &str, state: BridgeState) {
 pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     let mut m = message("msg_1", "th_a", "th_far", "k1", "hello");
-    m.source = Some(SourceRef { host_id: "HOME_P".into(), thread_id: "th_far".into() });
+    m.source =
+        Some(SourceRef { host_id: "HOME_P".into(), thread_id: "th_far".into(), workspace_id: String::new() });
     m.key_scope = "HOME_P/th_far".into();
     for state in [None, Some(BridgeState::Revoked), Some(BridgeState::Disabled)] {
         if let Some(state) = state {
@@ -258,7 +260,8 @@ pub async fn pending_messages_are_counted_per_peer_home(store: &dyn Store) {
     inbound_bridge(store, "HOME_Q", BridgeState::Active).await;
     let from = |id: &str, host: &str, key: &str| {
         let mut m = message(id, "th_a", "th_far", key, key);
-        m.source = Some(SourceRef { host_id: host.into(), thread_id: "th_far".into() });
+        m.source =
+            Some(SourceRef { host_id: host.into(), thread_id: "th_far".into(), workspace_id: String::new() });
         m.key_scope = format!("{host}/th_far");
         m
     };
@@ -280,7 +283,11 @@ pub async fn overdue_bridged_messages_expire_in_a_sweep(store: &dyn Store) {
     let now = kiki_daemon::time::now_ms();
     let from = |id: &str, deadline: Option<i64>| {
         let mut m = message(id, "th_a", "th_far", id, id);
-        m.source = Some(SourceRef { host_id: "HOME_P".into(), thread_id: "th_far".into() });
+        m.source = Some(SourceRef {
+            host_id: "HOME_P".into(),
+            thread_id: "th_far".into(),
+            workspace_id: String::new(),
+        });
         m.key_scope = "HOME_P/th_far".into();
         (m.wake, m.deadline) = (false, deadline);
         m.receipt = Some(ReceiptRecord {
@@ -323,12 +330,12 @@ pub async fn overdue_bridged_messages_expire_in_a_sweep(store: &dyn Store) {
     assert_eq!(
         receipts,
         [
+            "msg_1:accepted:",
             "msg_1:expired:expired",
-            "msg_1:pending:",
+            "msg_2:accepted:",
             "msg_2:expired:expired",
-            "msg_2:pending:",
-            "msg_3:pending:",
-            "msg_4:pending:"
+            "msg_3:accepted:",
+            "msg_4:accepted:"
         ]
     );
     // A turn started by something else takes what still waits.

@@ -11,7 +11,11 @@ pub(super) fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str
     NewMessage {
         id: id.into(),
         target_thread: target.into(),
-        source: (!scope.is_empty()).then(|| SourceRef { host_id: String::new(), thread_id: scope.into() }),
+        source: (!scope.is_empty()).then(|| SourceRef {
+            host_id: String::new(),
+            thread_id: scope.into(),
+            workspace_id: String::new(),
+        }),
         content: format!("content of {id}"),
         key_scope: scope.into(),
         key: key.into(),

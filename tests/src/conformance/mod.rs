@@ -149,7 +149,11 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
         kind: InputKind::Message,
         content: "second".into(),
         message_id: Some("msg_2".into()),
-        source: Some(SourceRef { host_id: String::new(), thread_id: "th_peer".into() }),
+        source: Some(SourceRef {
+            host_id: String::new(),
+            thread_id: "th_peer".into(),
+            workspace_id: "ws_0123456789abcdef".into(),
+        }),
         now: 2,
     };
     assert_eq!(

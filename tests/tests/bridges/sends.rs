@@ -212,9 +212,12 @@ async fn a_cross_home_retry_keeps_its_answer_after_the_senders_switch_went_off()
     let arrived = b.wait_turns(&t.id, 1).await;
     assert_eq!(arrived.len(), 1, "one message arrived");
     // Attributed to the source home (its TLS identity) and the sending thread (as that home
-    // vouched for it).
+    // vouched for it), a whole reference with the sending thread's workspace.
     let source = arrived[0].inputs[0].source.clone().expect("attributed");
-    assert_eq!((source.host_id, source.session_id), (a.handle().home_id().to_string(), agent.id.clone()));
+    assert_eq!(
+        (source.host_id, source.session_id, source.workspace_id),
+        (a.handle().home_id().to_string(), agent.id.clone(), agent.workspace_id.clone())
+    );
 }
 
 /// A cross-home send checks what it can before it is written: an overlong session id is
@@ -306,6 +309,20 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
             (answer.status(), answer.reason.as_str()),
             (pb::SendStatus::Undeliverable, "invalid_argument"),
             "{source_thread}"
+        );
+    }
+    // A source thread's workspace is a workspace id, and only with a source thread.
+    for (source_thread, workspace) in [("", "ws_0123456789abcdef"), (third.as_str(), "~/src\n[kiki")] {
+        let badly = wire::bridge_call::Call::ThreadSend(wire::BridgeSendCall {
+            source_thread: source_thread.into(),
+            source_workspace: workspace.into(),
+            ..raw_send(&t.id, "hi".into(), "bad-workspace")
+        });
+        let Reply::ThreadSend(answer) = raw_call(&as_a, badly).await else { panic!("not a send") };
+        assert_eq!(
+            (answer.status(), answer.reason.as_str()),
+            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            "{workspace}"
         );
     }
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "nothing delivered");

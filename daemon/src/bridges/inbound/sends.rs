@@ -162,6 +162,7 @@ impl Inbound {
             source: Some(SourceRef {
                 host_id: peer.to_string(),
                 thread_id: source_thread.clone().unwrap_or_default(),
+                workspace_id: call.source_workspace.clone(),
             }),
             scope: key_scope(peer, &call.source_thread),
             content: &call.content,
@@ -249,6 +250,16 @@ impl Inbound {
             return Err((
                 Refusal::InvalidArgument,
                 "source_thread: a thread id (`th_` and a lowercase ULID), or empty for an external client"
+                    .into(),
+            ));
+        }
+        let workspace = &call.source_workspace;
+        if !workspace.is_empty()
+            && (call.source_thread.is_empty() || !crate::threads::workspace::is_id(workspace))
+        {
+            return Err((
+                Refusal::InvalidArgument,
+                "source_workspace: a workspace id (`ws_` and 16 hex digits) of the source thread, or empty"
                     .into(),
             ));
         }

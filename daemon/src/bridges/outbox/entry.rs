@@ -160,6 +160,7 @@ pub(super) fn send_call(entry: &OutboxRecord, left: Duration) -> wire::BridgeCal
             content: entry.content.clone(),
             idempotency_key: entry.key.clone(),
             source_thread: entry.source_thread.clone().unwrap_or_default(),
+            source_workspace: entry.source_workspace.clone(),
             window_left_ms: (left.as_millis() as u64).max(1),
             message_id: entry.id.clone(),
         })),

@@ -43,7 +43,7 @@ use super::codec::{refusal_from_wire, refusal_word};
 use crate::error::{Error, Result};
 use crate::mailbox::{Sent, key_conflict};
 use crate::store::{BridgeRecord, EXPIRED, OutboxOutcome as Outcome, OutboxRecord, Refusal, StoreError};
-use crate::store::{BridgeState, OutboxStatus};
+use crate::store::{BridgeState, OutboxStatus, SourceRef};
 use crate::sync::{KeyLocks, SendKey, lock};
 use crate::threads::{limits, new_id};
 use crate::time::now_ms;
@@ -150,17 +150,18 @@ impl Outbox {
         lock(&self.inner.recording).entries().cloned().collect()
     }
 
-    /// ThreadSend to `target_session` behind `host`, from `source_thread` (or an external
-    /// client): durable in the outbox before it answers, shipped at once if the link allows.
+    /// ThreadSend to `target_session` behind `host`, from a thread of this home (`None`: an
+    /// external client): durable in the outbox before it answers, shipped at once if the
+    /// link allows.
     pub(super) async fn send(
         &self,
-        source_thread: Option<String>,
+        source: Option<SourceRef>,
         host: &str,
         target_session: &str,
         content: &str,
         key: &str,
     ) -> Result<Sent> {
-        let sent = self.send_once(source_thread, host, target_session, content, key).await;
+        let sent = self.send_once(source, host, target_session, content, key).await;
         // Its entry may wait for the worker now (and its claim is free).
         self.work_arrived();
         sent
@@ -169,7 +170,7 @@ impl Outbox {
     /// [`Outbox::send`]'s work, its claim on the entry dropped at the end.
     async fn send_once(
         &self,
-        source_thread: Option<String>,
+        source: Option<SourceRef>,
         host: &str,
         target_session: &str,
         content: &str,
@@ -181,12 +182,17 @@ impl Outbox {
         let bridge = self.inner.cx.table.outbound(host).await?;
         let now = now_ms();
         let wait = self.inner.cx.config.mailbox.delivery_wait;
+        let (source_thread, source_workspace) = match source {
+            Some(s) => (Some(s.thread_id), s.workspace_id),
+            None => (None, String::new()),
+        };
         let entry = OutboxRecord {
             id: new_id("msg"),
             bridge_id: bridge.id.clone(),
             peer_home_id: bridge.peer_home_id.clone(),
             target_session: target_session.to_string(),
             source_thread: source_thread.clone(),
+            source_workspace,
             content: content.to_string(),
             key_scope: source_thread.unwrap_or_default(),
             key: key.to_string(),

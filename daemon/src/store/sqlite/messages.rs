@@ -201,14 +201,15 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     let status = if delivered { "delivered" } else { "pending" };
     run(
         conn,
-        "INSERT INTO messages (id, target_thread, source_host, source_thread, content, status, created_at,
-                               delivered_at, turn_id, deadline)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
+                               status, created_at, delivered_at, turn_id, deadline)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         params![
             m.id,
             m.target_thread,
             m.source.as_ref().map(|s| &s.host_id),
             m.source.as_ref().map(|s| &s.thread_id),
+            m.source.as_ref().map_or("", |s| &s.workspace_id),
             m.content,
             status,
             m.now,

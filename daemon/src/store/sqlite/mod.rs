@@ -68,6 +68,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (23, "pairing requests withdrawn", include_str!("migrations/0023_pairing_requests_withdrawn.sql")),
     (24, "bridges requested", include_str!("migrations/0024_bridges_requested.sql")),
     (25, "receipts' words", include_str!("migrations/0025_receipts_words.sql")),
+    (26, "source workspaces", include_str!("migrations/0026_source_workspaces.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

@@ -18,7 +18,7 @@ impl OutboxStore for SqliteStore {
                     conn,
                     &format!(
                         "INSERT INTO outbox ({OUTBOX_COLUMNS})
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                          ON CONFLICT (key_scope, key, peer_home_id) DO NOTHING"
                     ),
                     params![
@@ -37,7 +37,8 @@ impl OutboxStore for SqliteStore {
                         e.attempts,
                         e.next_attempt_at,
                         e.created_at,
-                        e.updated_at
+                        e.updated_at,
+                        e.source_workspace
                     ],
                 )?;
                 if inserted == 0 {

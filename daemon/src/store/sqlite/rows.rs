@@ -103,9 +103,9 @@ pub(super) const TURN_COLUMNS: &str =
     "id, thread_id, seq, status, input, output, error, started_at, ended_at";
 
 pub(super) const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
-     request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at";
+     request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at, source_workspace";
 
-pub(super) const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, content, status, reason, created_at, delivered_at, turn_id, deadline";
+pub(super) const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, source_workspace, content, status, reason, created_at, delivered_at, turn_id, deadline";
 
 pub(super) const EVENT_COLUMNS: &str =
     "seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at";
@@ -152,7 +152,8 @@ pub(super) fn turn_from(row: &Row) -> StoreResult<TurnRecord> {
 pub(super) fn source_from(row: &Row) -> StoreResult<Option<SourceRef>> {
     let thread: Option<String> = row.get("source_thread")?;
     let host: Option<String> = row.get("source_host")?;
-    Ok(thread.map(|thread_id| SourceRef { host_id: host.unwrap_or_default(), thread_id }))
+    let workspace_id: String = row.get("source_workspace")?;
+    Ok(thread.map(|thread_id| SourceRef { host_id: host.unwrap_or_default(), thread_id, workspace_id }))
 }
 
 pub(super) fn input_from(row: &Row) -> StoreResult<InputRecord> {
@@ -174,6 +175,7 @@ pub(super) fn outbox_from(row: &Row) -> StoreResult<OutboxRecord> {
         peer_home_id: row.get("peer_home_id")?,
         target_session: row.get("target_session")?,
         source_thread: row.get("source_thread")?,
+        source_workspace: row.get("source_workspace")?,
         content: row.get("content")?,
         key_scope: row.get("key_scope")?,
         key: row.get("key")?,

@@ -128,7 +128,11 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
     let send = |id: &str, from: Option<&str>, take_messages: bool| NewMessage {
         id: id.into(),
         target_thread: "th_a".into(),
-        source: from.map(|t| SourceRef { host_id: String::new(), thread_id: t.into() }),
+        source: from.map(|t| SourceRef {
+            host_id: String::new(),
+            thread_id: t.into(),
+            workspace_id: String::new(),
+        }),
         content: format!("content of {id}"),
         key_scope: String::new(),
         key: id.into(),
@@ -202,6 +206,7 @@ async fn the_outbox_keys_filter_holds_what_the_outbox_held_at_open_and_every_key
         peer_home_id: "PEER".into(),
         target_session: "th_far".into(),
         source_thread: None,
+        source_workspace: String::new(),
         content: "hello".into(),
         key_scope: String::new(),
         key: key.into(),

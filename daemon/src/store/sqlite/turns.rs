@@ -267,7 +267,7 @@ pub(super) fn claim_turn(
     // what the turn takes (see [`rules::plan_claim`]).
     let queued = all(
         conn,
-        "SELECT id, kind, message_id, source_host, source_thread, created_at, wake,
+        "SELECT id, kind, message_id, source_host, source_thread, source_workspace, created_at, wake,
                 COALESCE(NULLIF(content, ''),
                          (SELECT m.content FROM messages m WHERE m.id = inputs.message_id), '') AS content
          FROM inputs WHERE thread_id = ? AND turn_id IS NULL ORDER BY seq",
@@ -351,7 +351,8 @@ pub(super) fn attach_items(conn: &Connection, turns: &mut [TurnRecord]) -> Store
     for turn in turns {
         turn.items = all(
             conn,
-            "SELECT id, kind, '' AS content, message_id, source_host, source_thread, created_at
+            "SELECT id, kind, '' AS content, message_id, source_host, source_thread, source_workspace,
+                    created_at
              FROM inputs WHERE turn_id = ? ORDER BY seq",
             [&turn.id],
             |row| {
@@ -373,8 +374,9 @@ pub(super) fn insert_input(
 ) -> StoreResult<()> {
     run(
         conn,
-        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread, created_at, wake, turn_id)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread,
+                             source_workspace, created_at, wake, turn_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         params![
             input.id,
             thread_id,
@@ -383,6 +385,7 @@ pub(super) fn insert_input(
             input.message_id,
             input.source.as_ref().map(|s| &s.host_id),
             input.source.as_ref().map(|s| &s.thread_id),
+            input.source.as_ref().map_or("", |s| &s.workspace_id),
             input.now,
             wake,
             turn
