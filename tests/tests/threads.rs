@@ -185,6 +185,27 @@ async fn list_filters_by_workspace_and_hides_archived() {
         pb::ThreadListRequest { workspace_id: repo.join("src").display().to_string(), ..Default::default() };
     let page = home.client().threads().thread_list(by_dir).await.expect("list").into_inner();
     assert_eq!(page.threads.len(), 2);
+    // A cursor is bound to its query: a page of one workspace does not continue as another
+    // workspace's list, nor as the whole home's, and the error names the cursor.
+    let first =
+        pb::ThreadListRequest { workspace_id: a.workspace_id.clone(), limit: Some(1), ..Default::default() };
+    let cursor = home.client().threads().thread_list(first).await.expect("list").into_inner().next_cursor;
+    let cursor = cursor.expect("a second page");
+    for workspace_id in [other.workspace_id.clone(), String::new()] {
+        let elsewhere = pb::ThreadListRequest { workspace_id, cursor: cursor.clone(), ..Default::default() };
+        let err = home.client().threads().thread_list(elsewhere).await.expect_err("another query");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}", err.message());
+        assert!(
+            err.message().starts_with("cursor") && err.message().contains("not this one"),
+            "{}",
+            err.message()
+        );
+    }
+    let same =
+        pb::ThreadListRequest { workspace_id: repo.display().to_string(), cursor, ..Default::default() };
+    let rest =
+        home.client().threads().thread_list(same).await.expect("the same workspace, named by a directory");
+    assert_eq!(rest.into_inner().threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), [a.id.clone()]);
     for bogus in ["ws_nope", "repo", "/no/such/dir"] {
         let request = pb::ThreadListRequest { workspace_id: bogus.into(), ..Default::default() };
         let err = home.client().threads().thread_list(request).await.expect_err(bogus);

@@ -231,13 +231,25 @@ impl Threads {
         scope: &[String],
     ) -> Result<ThreadPage> {
         let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
+        let workspace_id = workspace_id.filter(|w| !w.is_empty());
+        // A cursor is bound to its query: it names the workspace filter it came from, so a
+        // page of one query is never continued as another's.
+        let filter = workspace_id.clone().unwrap_or_default();
         let before_seq = if cursor.is_empty() {
             None
         } else {
-            let parts = cursor::decode("cursor", "list", cursor, 1)?;
+            let parts = cursor::decode("cursor", "list", cursor, 2)?;
+            if parts[1] != filter {
+                let was = if parts[1].is_empty() { "no workspace filter".into() } else { parts[1].clone() };
+                return Err(Error::invalid(
+                    "cursor",
+                    format!(
+                        "continues a list with {was}, not this one: repeat the cursor's query, or start without a cursor"
+                    ),
+                ));
+            }
             Some(cursor::decode_number("cursor", "list", &parts[0])?)
         };
-        let workspace_id = workspace_id.filter(|w| !w.is_empty());
         if let Some(w) = &workspace_id
             && !scope.is_empty()
             && !scope.contains(w)
@@ -260,7 +272,7 @@ impl Threads {
         }
         let next_cursor = if threads.len() > limit as usize {
             threads.truncate(limit as usize);
-            threads.last().map(|t| cursor::encode("list", &[&t.seq.to_string()]))
+            threads.last().map(|t| cursor::encode("list", &[&t.seq.to_string(), &filter]))
         } else {
             None
         };
