@@ -205,7 +205,8 @@ async fn list_filters_by_workspace_and_hides_archived() {
         pb::ThreadListRequest { workspace_id: repo.display().to_string(), cursor, ..Default::default() };
     let rest =
         home.client().threads().thread_list(same).await.expect("the same workspace, named by a directory");
-    assert_eq!(rest.into_inner().threads.iter().map(|t| t.id.clone()).collect::<Vec<_>>(), [a.id.clone()]);
+    let rest: Vec<String> = rest.into_inner().threads.into_iter().map(|t| t.id).collect();
+    assert_eq!(rest, [a.id.clone()]);
     for bogus in ["ws_nope", "repo", "/no/such/dir"] {
         let request = pb::ThreadListRequest { workspace_id: bogus.into(), ..Default::default() };
         let err = home.client().threads().thread_list(request).await.expect_err(bogus);
