@@ -206,7 +206,7 @@ async fn list_filters_by_workspace_and_hides_archived() {
     let rest =
         home.client().threads().thread_list(same).await.expect("the same workspace, named by a directory");
     let rest: Vec<String> = rest.into_inner().threads.into_iter().map(|t| t.id).collect();
-    assert_eq!(rest, [a.id.clone()]);
+    assert_eq!(rest, [a.id.as_str()]);
     for bogus in ["ws_nope", "repo", "/no/such/dir"] {
         let request = pb::ThreadListRequest { workspace_id: bogus.into(), ..Default::default() };
         let err = home.client().threads().thread_list(request).await.expect_err(bogus);
