@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "kiki/v1/threads.proto",
     "kiki/v1/home.proto",
     "kiki/v1/bridges.proto",
+    "kiki/v1/rooms.proto",
     "kiki/bridge/v1/wire.proto",
 ];
 const INCLUDES: &[&str] = &["."];
@@ -27,6 +28,7 @@ const ENUM_FIELDS: &[(&str, &str)] = &[
     ("kiki.v1.Event.kind", "event_kind"),
     ("kiki.v1.Event.turn_status", "turn_status"),
     ("kiki.v1.ThreadSetRequest.communication", "communication"),
+    ("kiki.v1.RoomSetStateRequest.action", "room_action"),
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

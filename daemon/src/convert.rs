@@ -79,6 +79,7 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
                     workspace_id: s.workspace_id,
                     session_id: s.thread_id,
                 }),
+                room: item.room.unwrap_or_default(),
             })
             .collect(),
         started_at: rfc3339(t.started_at),
@@ -161,6 +162,7 @@ pub fn sent_to_pb(sent: Sent) -> pb::ThreadSendResponse {
         } as i32,
         replayed: sent.replayed,
         reason: sent.reason,
+        ..Default::default()
     }
 }
 

@@ -56,6 +56,7 @@ pub mod json {
         input_kind => super::InputKind, "INPUT_KIND_";
         send_status => super::SendStatus, "SEND_STATUS_";
         event_kind => super::EventKind, "EVENT_KIND_";
+        room_action => super::RoomAction, "ROOM_ACTION_";
     }
 
     /// Whether an enum field holds its unspecified value (0).

@@ -165,7 +165,7 @@ pub(super) fn refusal_response(code: Refusal) -> pb::ThreadSendResponse {
     pb::ThreadSendResponse {
         message_id: String::new(),
         status: pb::SendStatus::Undeliverable as i32,
-        replayed: false,
         reason: code.as_str().to_string(),
+        ..Default::default()
     }
 }

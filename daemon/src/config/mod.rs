@@ -22,6 +22,9 @@
 //! delivery_wait = "3s"          # ThreadSend answers `pending` after this
 //! key_retention = "7d"          # idempotency keys are kept this long (>= 24h)
 //!
+//! [rooms]
+//! max_agent_wakes = 20          # agents' posts wake this often without the owner, then the room pauses
+//!
 //! [profiles.claude]
 //! executor = "exec"             # "echo" | "exec"
 //! command = ["claude", "-p"]
@@ -70,7 +73,7 @@ const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 /// Sections the config contract names that this kikid does not implement yet. They are
 /// refused rather than ignored (a config relying on them would seem to work), but not
 /// called typos.
-const NOT_YET_SECTIONS: &[&str] = &["rooms", "threads", "otel", "metrics", "web", "log"];
+const NOT_YET_SECTIONS: &[&str] = &["threads", "otel", "metrics", "web", "log"];
 /// The same for keys of a `[profiles.NAME]` table.
 const NOT_YET_PROFILE_KEYS: &[&str] = &["max_cost_usd"];
 
@@ -82,6 +85,7 @@ pub struct Config {
     pub turns: TurnsConfig,
     pub mailbox: MailboxConfig,
     pub bridge: BridgeConfig,
+    pub rooms: RoomsConfig,
     /// Named executors; `echo` exists even when not listed.
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
@@ -144,6 +148,20 @@ impl Default for BridgeConfig {
             request_expiry: Duration::from_secs(24 * 3600),
             connect_timeout: Duration::from_secs(5),
         }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct RoomsConfig {
+    /// The loop guard: how many wakes agents' posts may cause in a room without the owner's
+    /// input; the post past it pauses the room and tells the host (`attention`). Default 20.
+    pub max_agent_wakes: u32,
+}
+
+impl Default for RoomsConfig {
+    fn default() -> Self {
+        Self { max_agent_wakes: 20 }
     }
 }
 
@@ -269,6 +287,7 @@ impl Config {
                 "turns" => read.section(&key, value, &mut config.turns),
                 "mailbox" => read.section(&key, value, &mut config.mailbox),
                 "bridge" => read.section(&key, value, &mut config.bridge),
+                "rooms" => read.section(&key, value, &mut config.rooms),
                 "profiles" => read.profiles(value, &mut config.profiles),
                 _ => read.unknown(&key, &key, span, "section", field_names::<Config>(), NOT_YET_SECTIONS),
             }
@@ -339,6 +358,9 @@ impl Config {
         }
         if self.turns.max_output_bytes == 0 {
             problems.push("turns.max_output_bytes: must be at least 1".into());
+        }
+        if !(1..=10_000).contains(&self.rooms.max_agent_wakes) {
+            problems.push("rooms.max_agent_wakes: must be between 1 and 10000".into());
         }
         if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
     }

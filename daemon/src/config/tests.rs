@@ -30,6 +30,7 @@ fn every_section_and_key_is_read() {
     let text = "[store]\nurl = \"sqlite://x.db\"\n[thread_communication]\nenabled = false\n\
                 [turns]\nmax_output_bytes = 7\n[mailbox]\ndelivery_wait = \"1s\"\nkey_retention = \"2d\"\n\
                 [bridge]\nlisten = \"127.0.0.1:4433\"\nretry_window = \"1m\"\nrequest_expiry = \"2h\"\n\
+                connect_timeout = \"3s\"\n[rooms]\nmax_agent_wakes = 4\n\
                 [profiles.a]\nexecutor = \"echo\"\nenabled = false\nthread_communication = true\n";
     let config = Config::parse(text).expect("valid");
     assert_eq!(config.store.url.as_deref(), Some("sqlite://x.db"));
@@ -40,6 +41,8 @@ fn every_section_and_key_is_read() {
     assert_eq!(config.bridge.listen, std::net::SocketAddr::from(([127, 0, 0, 1], 4433)));
     assert_eq!(config.bridge.retry_window, Duration::from_secs(60));
     assert_eq!(config.bridge.request_expiry, Duration::from_secs(2 * 3600));
+    assert_eq!(config.bridge.connect_timeout, Duration::from_secs(3));
+    assert_eq!(config.rooms.max_agent_wakes, 4);
     let a = config.profile("a").expect("a");
     assert_eq!((a.executor, a.enabled, a.thread_communication), (ExecutorKind::Echo, false, Some(true)));
 }
@@ -56,7 +59,7 @@ fn known_keys_are_learned_from_serde() {
     );
     // Every section `Config` has is read, none is taken for an unknown one.
     let text: String = field_names::<Config>().iter().map(|section| format!("[{section}]\n")).collect();
-    assert_eq!(field_names::<Config>().len(), 6);
+    assert_eq!(field_names::<Config>().len(), 7);
     Config::parse(&text).expect("every section, empty");
 }
 
@@ -157,7 +160,7 @@ fn unknown_keys_without_a_close_name_list_the_known_ones() {
 
 #[test]
 fn contract_sections_and_keys_not_implemented_yet_are_refused_as_such() {
-    for section in ["rooms", "threads", "otel", "metrics", "web", "log"] {
+    for section in ["threads", "otel", "metrics", "web", "log"] {
         let said = problems(&format!("[{section}]\nx = 1\n"));
         assert_eq!(
             said,

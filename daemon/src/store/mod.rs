@@ -10,6 +10,7 @@ mod events;
 mod messages;
 mod outbox;
 mod receipts;
+mod rooms;
 pub mod rules;
 mod sqlite;
 mod threads;
@@ -23,6 +24,7 @@ pub use events::*;
 pub use messages::*;
 pub use outbox::*;
 pub use receipts::*;
+pub use rooms::*;
 pub use sqlite::SqliteStore;
 pub use threads::*;
 pub use turns::*;
@@ -83,7 +85,15 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// traits they use into scope (`use crate::store::{OutboxStore, …}`).
 #[async_trait]
 pub trait Store:
-    ThreadStore + TurnStore + MessageStore + EventStore + BridgeStore + OutboxStore + ReceiptStore + 'static
+    ThreadStore
+    + TurnStore
+    + MessageStore
+    + EventStore
+    + BridgeStore
+    + OutboxStore
+    + ReceiptStore
+    + RoomStore
+    + 'static
 {
     /// Where the data lives, with any secret removed (for `kiki status`).
     fn describe(&self) -> String;

@@ -7,8 +7,11 @@
 //!   source gave it refuses it ([`SendFacts`]: a few lookups by key).
 //! - A turn ([`plan_claim`]): an idle thread's next turn takes the queued input it may take
 //!   now, and starts only if something in it wakes the thread.
+//! - A room post ([`plan_post`]): whom it wakes (the owner's unmentioned post the host, any
+//!   other post the members it mentions), unless the room is paused or the loop guard
+//!   pauses it now.
 
-use super::{InputRecord, NewMessage, SendOutcome};
+use super::{InputRecord, MemberKind, MemberRecord, NewMessage, RoomRecord, SendOutcome, SourceRef};
 
 /// What a send's decision rests on, read in the transaction that would store it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -120,6 +123,105 @@ pub fn plan_claim(
     Some(taken.into_iter().map(|q| q.input).chain(arriving).collect())
 }
 
+/// What a room post does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostPlan {
+    /// The roster id and, for a member of this home, the thread of each member it wakes, in
+    /// the order they were mentioned.
+    pub wake: Vec<(String, Option<String>)>,
+    /// The loop guard's count after the post.
+    pub agent_wakes: i64,
+    /// Set when the loop guard pauses the room now (the post wakes nobody): why.
+    pub pause: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostRefusal {
+    Archived,
+    /// The author's thread is not in the room.
+    NotMember,
+}
+
+/// The roster id `id` names in `room` (the host, a member, or a persona by its id or its
+/// thread's), with its thread of this home if it has one.
+pub fn roster_entry(
+    room: &RoomRecord,
+    members: &[MemberRecord],
+    id: &str,
+) -> Option<(String, Option<String>)> {
+    if id == room.host_thread {
+        return Some((id.to_string(), Some(id.to_string())));
+    }
+    members
+        .iter()
+        .find(|m| m.member_id == id || m.thread_id.as_deref() == Some(id))
+        .map(|m| (m.member_id.clone(), m.thread_id.clone()))
+}
+
+/// Whether `author` (a thread of this home, or a peer's) is the room's host or a member.
+fn author_roster_id(room: &RoomRecord, members: &[MemberRecord], author: &SourceRef) -> Option<String> {
+    if author.host_id.is_empty() {
+        return roster_entry(room, members, &author.thread_id).map(|(id, _)| id);
+    }
+    let remote = format!("{}/{}", author.host_id, author.thread_id);
+    members
+        .iter()
+        .find(|m| m.kind == MemberKind::Remote && m.member_id == remote)
+        .map(|m| m.member_id.clone())
+}
+
+/// Decides a post by `author` (`None`: the owner) mentioning `mentions` (roster ids,
+/// checked by the caller): the owner's post without mentions wakes the host, any other
+/// post the members it mentions (an author never wakes itself). A paused room wakes
+/// nobody. Wakes caused by agents' posts are counted until the owner posts; the post that
+/// would take the count past `max_agent_wakes` pauses the room instead.
+pub fn plan_post(
+    room: &RoomRecord,
+    members: &[MemberRecord],
+    author: Option<&SourceRef>,
+    mentions: &[String],
+    max_agent_wakes: i64,
+) -> Result<PostPlan, PostRefusal> {
+    if room.archived {
+        return Err(PostRefusal::Archived);
+    }
+    let author_id = match author {
+        Some(author) => Some(author_roster_id(room, members, author).ok_or(PostRefusal::NotMember)?),
+        None => None,
+    };
+    let named: Vec<&str> = match (&author_id, mentions.is_empty()) {
+        (None, true) => vec![room.host_thread.as_str()],
+        _ => mentions.iter().map(String::as_str).collect(),
+    };
+    let mut wake: Vec<(String, Option<String>)> = Vec::new();
+    for id in named {
+        if let Some(entry) = roster_entry(room, members, id)
+            && Some(&entry.0) != author_id.as_ref()
+            && !wake.iter().any(|(w, _)| *w == entry.0)
+        {
+            wake.push(entry);
+        }
+    }
+    let mut plan = PostPlan { wake, agent_wakes: room.agent_wakes, pause: None };
+    if author_id.is_none() {
+        plan.agent_wakes = 0;
+    }
+    if room.paused {
+        plan.wake.clear();
+    } else if author_id.is_some() && !plan.wake.is_empty() {
+        plan.agent_wakes += plan.wake.len() as i64;
+        if plan.agent_wakes > max_agent_wakes {
+            plan.pause = Some(format!(
+                "loop guard: agents' posts would have woken members {} times without the owner's input \
+                 (`[rooms] max_agent_wakes` = {max_agent_wakes}); resume the room to go on",
+                plan.agent_wakes
+            ));
+            plan.wake.clear();
+        }
+    }
+    Ok(plan)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +238,7 @@ mod tests {
                 thread_id: thread.into(),
                 workspace_id: String::new(),
             }),
+            room: None,
             now: 1,
         }
     }
@@ -238,5 +341,98 @@ mod tests {
             refuse_send(&bridged, &SendFacts { id_taken: true, ..open() }),
             Some(SendOutcome::IdTaken)
         );
+    }
+
+    fn room(paused: bool, agent_wakes: i64) -> RoomRecord {
+        RoomRecord {
+            seq: 1,
+            id: "room_1".into(),
+            name: "r".into(),
+            host_thread: "th_host".into(),
+            paused,
+            paused_reason: String::new(),
+            archived: false,
+            agent_wakes,
+            last_seq: 0,
+            created_at: 1,
+            updated_at: 1,
+        }
+    }
+
+    fn member(id: &str, kind: MemberKind, thread: Option<&str>) -> MemberRecord {
+        MemberRecord {
+            member_id: id.into(),
+            kind,
+            thread_id: thread.map(String::from),
+            profile: String::new(),
+            instructions: String::new(),
+            added_at: 1,
+        }
+    }
+
+    fn local(thread: &str) -> SourceRef {
+        SourceRef { host_id: String::new(), thread_id: thread.into(), workspace_id: String::new() }
+    }
+
+    fn woken(plan: &PostPlan) -> Vec<&str> {
+        plan.wake.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    #[test]
+    fn the_owner_wakes_the_host_or_whom_it_mentions_and_members_only_whom_they_mention() {
+        let members = [
+            member("th_a", MemberKind::Thread, Some("th_a")),
+            member("reviewer", MemberKind::Persona, Some("th_p")),
+            member("HOME/th_far", MemberKind::Remote, None),
+        ];
+        let r = room(false, 0);
+        let plan = |author: Option<&SourceRef>, mentions: &[&str]| {
+            let mentions: Vec<String> = mentions.iter().map(|m| m.to_string()).collect();
+            plan_post(&r, &members, author, &mentions, 20)
+        };
+        assert_eq!(woken(&plan(None, &[]).unwrap()), ["th_host"]);
+        assert_eq!(woken(&plan(None, &["th_a", "th_a", "th_p"]).unwrap()), ["th_a", "reviewer"]);
+        let a = local("th_a");
+        assert!(woken(&plan(Some(&a), &[]).unwrap()).is_empty(), "an unmentioned agent post wakes nobody");
+        let to_self = plan(Some(&a), &["th_a", "th_host"]).unwrap();
+        assert_eq!(woken(&to_self), ["th_host"], "an author never wakes itself");
+        assert_eq!(to_self.agent_wakes, 1);
+        let far = SourceRef { host_id: "HOME".into(), ..local("th_far") };
+        assert_eq!(
+            plan(Some(&far), &["reviewer"]).unwrap().wake,
+            [("reviewer".to_string(), Some("th_p".into()))]
+        );
+        assert_eq!(plan(Some(&local("th_stranger")), &[]), Err(PostRefusal::NotMember));
+        let elsewhere = SourceRef { host_id: "OTHER".into(), ..local("th_far") };
+        assert_eq!(
+            plan(Some(&elsewhere), &[]),
+            Err(PostRefusal::NotMember),
+            "the same session in another home"
+        );
+    }
+
+    #[test]
+    fn a_paused_room_wakes_nobody_and_the_loop_guard_pauses_one_past_its_limit() {
+        let members = [member("th_a", MemberKind::Thread, Some("th_a"))];
+        let mentions = vec!["th_a".to_string()];
+        let paused = plan_post(&room(true, 0), &members, None, &mentions, 20).unwrap();
+        assert!(paused.wake.is_empty());
+        let host = local("th_host");
+        let at_limit = plan_post(&room(false, 19), &members, Some(&host), &mentions, 20).unwrap();
+        assert_eq!(
+            (woken(&at_limit), at_limit.agent_wakes, at_limit.pause.is_none()),
+            (vec!["th_a"], 20, true)
+        );
+        let past = plan_post(&room(false, 20), &members, Some(&host), &mentions, 20).unwrap();
+        assert!(past.wake.is_empty());
+        assert!(past.pause.as_deref().is_some_and(|why| why.contains("21 times")), "{past:?}");
+        let owner = plan_post(&room(false, 20), &members, None, &mentions, 20).unwrap();
+        assert_eq!(
+            (woken(&owner), owner.agent_wakes),
+            (vec!["th_a"], 0),
+            "the owner's post starts the count over"
+        );
+        let archived = RoomRecord { archived: true, ..room(false, 0) };
+        assert_eq!(plan_post(&archived, &members, None, &[], 20), Err(PostRefusal::Archived));
     }
 }

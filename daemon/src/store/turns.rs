@@ -56,6 +56,8 @@ pub struct NewInput {
     pub content: String,
     pub message_id: Option<String>,
     pub source: Option<SourceRef>,
+    /// A room entry's room (`message_id` is the entry's id).
+    pub room: Option<String>,
     pub now: Millis,
 }
 
@@ -67,6 +69,7 @@ pub struct TurnItem {
     pub kind: InputKind,
     pub message_id: Option<String>,
     pub source: Option<SourceRef>,
+    pub room: Option<String>,
 }
 
 /// A turn just started, with the full items it took (executors need their text).

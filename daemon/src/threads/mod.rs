@@ -498,6 +498,7 @@ fn user_input(content: &str, now: i64) -> NewInput {
         content: content.to_string(),
         message_id: None,
         source: None,
+        room: None,
         now,
     }
 }

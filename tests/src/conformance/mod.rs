@@ -64,6 +64,7 @@ fn user(id: &str, content: &str) -> NewInput {
         content: content.into(),
         message_id: None,
         source: None,
+        room: None,
         now: 1,
     }
 }
@@ -154,6 +155,7 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
             thread_id: "th_peer".into(),
             workspace_id: "ws_0123456789abcdef".into(),
         }),
+        room: None,
         now: 2,
     };
     assert_eq!(

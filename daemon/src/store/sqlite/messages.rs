@@ -183,6 +183,7 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
         content: String::new(),
         message_id: Some(m.id.clone()),
         source: m.source.clone(),
+        room: None,
         now: m.now,
     };
     // A message that starts its turn is written delivered, its input taken: it never enters

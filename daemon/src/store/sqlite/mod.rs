@@ -15,6 +15,7 @@ mod key_filter;
 mod messages;
 mod outbox;
 mod receipts;
+mod rooms;
 mod rows;
 mod thread_cache;
 mod threads;
@@ -69,6 +70,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (24, "bridges requested", include_str!("migrations/0024_bridges_requested.sql")),
     (25, "receipts' words", include_str!("migrations/0025_receipts_words.sql")),
     (26, "source workspaces", include_str!("migrations/0026_source_workspaces.sql")),
+    (27, "rooms", include_str!("migrations/0027_rooms.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

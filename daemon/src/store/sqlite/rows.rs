@@ -164,6 +164,7 @@ pub(super) fn input_from(row: &Row) -> StoreResult<InputRecord> {
         content: row.get("content")?,
         message_id: row.get("message_id")?,
         source: source_from(row)?,
+        room: row.get("room_id")?,
         now: row.get("created_at")?,
     })
 }

@@ -1,0 +1,383 @@
+//! Rooms in SQLite: the room, its roster and its log, and posts written in one transaction
+//! with the inputs (or turns) of the members they wake.
+
+use async_trait::async_trait;
+
+use super::*;
+
+const ROOM_COLUMNS: &str = "seq, id, name, host_thread, paused, paused_reason, archived, agent_wakes, last_seq, created_at, updated_at";
+const MEMBER_COLUMNS: &str = "member_id, kind, thread_id, profile, instructions, added_at";
+const ENTRY_COLUMNS: &str = "room_id, seq, id, author_host, author, content, mentions, woke, at";
+
+#[async_trait]
+impl RoomStore for SqliteStore {
+    async fn create_room(&self, room: &RoomRecord) -> StoreResult<()> {
+        let r = room.clone();
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    "INSERT INTO rooms (id, name, host_thread, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                    params![r.id, r.name, r.host_thread, r.created_at, r.updated_at],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn room(&self, id: &str) -> StoreResult<Option<RoomRecord>> {
+        let id = id.to_string();
+        self.db.lookup(move |conn| room_by_id(conn, &id)).await
+    }
+
+    async fn list_rooms(&self, before_seq: Option<i64>, limit: u32) -> StoreResult<Vec<RoomRecord>> {
+        let before = before_seq.unwrap_or(i64::MAX);
+        self.db
+            .read(move |conn| {
+                page(
+                    conn,
+                    &format!("SELECT {ROOM_COLUMNS} FROM rooms WHERE seq < ? ORDER BY seq DESC"),
+                    [before],
+                    limit,
+                    room_from,
+                )
+            })
+            .await
+    }
+
+    async fn room_members(&self, room_id: &str) -> StoreResult<Vec<MemberRecord>> {
+        let room_id = room_id.to_string();
+        self.db.lookup(move |conn| members_of(conn, &room_id)).await
+    }
+
+    async fn add_member(&self, room_id: &str, member: &MemberRecord) -> StoreResult<AddOutcome> {
+        let (room_id, m) = (room_id.to_string(), member.clone());
+        self.db
+            .write(move |conn| {
+                let Some(room) = room_by_id(conn, &room_id)? else { return Ok(AddOutcome::RoomGone) };
+                if room.archived {
+                    return Ok(AddOutcome::Archived);
+                }
+                let members = members_of(conn, &room_id)?;
+                let joined = |id: &str| rules::roster_entry(&room, &members, id).is_some();
+                if joined(&m.member_id) || m.thread_id.as_deref().is_some_and(joined) {
+                    return Ok(AddOutcome::AlreadyMember);
+                }
+                if members.len() >= ROOM_MEMBERS_MAX {
+                    return Ok(AddOutcome::Full);
+                }
+                run(
+                    conn,
+                    &format!(
+                        "INSERT INTO room_members ({MEMBER_COLUMNS}, room_id) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    params![
+                        m.member_id,
+                        m.kind.as_str(),
+                        m.thread_id,
+                        m.profile,
+                        m.instructions,
+                        m.added_at,
+                        room_id
+                    ],
+                )?;
+                run(conn, "UPDATE rooms SET updated_at = ? WHERE id = ?", params![m.added_at, room_id])?;
+                Ok(AddOutcome::Added)
+            })
+            .await
+    }
+
+    async fn remove_member(&self, room_id: &str, member_id: &str, now: Millis) -> StoreResult<bool> {
+        let (room_id, member_id) = (room_id.to_string(), member_id.to_string());
+        self.db
+            .write(move |conn| {
+                let removed = run(
+                    conn,
+                    "DELETE FROM room_members WHERE room_id = ? AND (member_id = ? OR thread_id = ?)",
+                    params![room_id, member_id, member_id],
+                )?;
+                if removed > 0 {
+                    run(conn, "UPDATE rooms SET updated_at = ? WHERE id = ?", params![now, room_id])?;
+                }
+                Ok(removed > 0)
+            })
+            .await
+    }
+
+    async fn set_persona_thread(&self, room_id: &str, persona: &str, thread_id: &str) -> StoreResult<String> {
+        let (room_id, persona, thread_id) = (room_id.to_string(), persona.to_string(), thread_id.to_string());
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    "UPDATE room_members SET thread_id = ?
+                     WHERE room_id = ? AND member_id = ? AND kind = 'persona' AND thread_id IS NULL",
+                    params![thread_id, room_id, persona],
+                )?;
+                let now = first(
+                    conn,
+                    "SELECT thread_id FROM room_members WHERE room_id = ? AND member_id = ?",
+                    params![room_id, persona],
+                    |row| Ok(row.get::<_, Option<String>>(0)?),
+                )?;
+                now.flatten()
+                    .ok_or_else(|| StoreError::Conflict(format!("{persona} is not a persona of {room_id}")))
+            })
+            .await
+    }
+
+    async fn change_room(
+        &self,
+        room_id: &str,
+        change: RoomChange,
+        reason: &str,
+        now: Millis,
+    ) -> StoreResult<Option<(RoomRecord, bool)>> {
+        let (room_id, reason) = (room_id.to_string(), reason.to_string());
+        self.db
+            .write(move |conn| {
+                let Some(room) = room_by_id(conn, &room_id)? else { return Ok(None) };
+                let changed = !room.archived
+                    && match change {
+                        RoomChange::Pause => !room.paused,
+                        RoomChange::Resume => room.paused,
+                        RoomChange::Archive => true,
+                    };
+                if changed {
+                    let sql = match change {
+                        RoomChange::Pause => "UPDATE rooms SET paused = 1, paused_reason = ?, updated_at = ? WHERE id = ?",
+                        RoomChange::Resume => {
+                            "UPDATE rooms SET paused = 0, paused_reason = ?, agent_wakes = 0, updated_at = ? WHERE id = ?"
+                        }
+                        RoomChange::Archive => "UPDATE rooms SET archived = 1, paused_reason = ?, updated_at = ? WHERE id = ?",
+                    };
+                    let reason = if change == RoomChange::Pause { reason.as_str() } else { "" };
+                    run(conn, sql, params![reason, now, room_id])?;
+                }
+                Ok(room_by_id(conn, &room_id)?.map(|room| (room, changed)))
+            })
+            .await
+    }
+
+    async fn post_to_room(&self, entry: &NewEntry) -> StoreResult<PostOutcome> {
+        let e = entry.clone();
+        self.db.write(move |conn| post(conn, &e)).await
+    }
+
+    async fn room_entries(&self, room_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<EntryRecord>> {
+        let room_id = room_id.to_string();
+        self.db
+            .read(move |conn| {
+                page(
+                    conn,
+                    &format!(
+                        "SELECT {ENTRY_COLUMNS} FROM room_entries WHERE room_id = ? AND seq > ? ORDER BY seq"
+                    ),
+                    params![room_id, after_seq],
+                    limit,
+                    entry_from,
+                )
+            })
+            .await
+    }
+
+    async fn rooms_of_thread(&self, thread_id: &str) -> StoreResult<Vec<String>> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .read(move |conn| {
+                all(
+                    conn,
+                    "SELECT id FROM rooms WHERE host_thread = ?1
+                     UNION SELECT room_id FROM room_members WHERE thread_id = ?1",
+                    [&thread_id],
+                    |row| Ok(row.get::<_, String>(0)?),
+                )
+            })
+            .await
+    }
+}
+
+/// A post, as [`RoomStore::post_to_room`] describes it.
+fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
+    let Some(room) = room_by_id(conn, &e.room_id)? else { return Ok(PostOutcome::RoomGone) };
+    // The key decides first: a retry answers with its entry, even if the room changed since.
+    let kept = first(
+        conn,
+        &format!(
+            "SELECT request_hash, {ENTRY_COLUMNS} FROM room_entries WHERE room_id = ? AND key_scope = ? AND key = ?"
+        ),
+        params![e.room_id, e.key_scope, e.key],
+        |row| Ok((row.get::<_, String>("request_hash")?, entry_from(row)?)),
+    )?;
+    if let Some((hash, entry)) = kept {
+        return Ok(if hash == e.request_hash {
+            PostOutcome::Replayed(entry)
+        } else {
+            PostOutcome::KeyConflict { entry_id: entry.id }
+        });
+    }
+    let members = members_of(conn, &e.room_id)?;
+    let plan = match rules::plan_post(&room, &members, e.author.as_ref(), &e.mentions, e.max_agent_wakes) {
+        Ok(plan) => plan,
+        Err(rules::PostRefusal::Archived) => return Ok(PostOutcome::Archived),
+        Err(rules::PostRefusal::NotMember) => return Ok(PostOutcome::NotMember),
+    };
+    let seq = room.last_seq + 1;
+    let (mut turns, mut queued, mut woke) = (Vec::new(), Vec::new(), Vec::new());
+    for (roster_id, thread) in &plan.wake {
+        // A member of another home, or a persona without its thread, is reached by the
+        // caller (see the rooms service); here only threads of this home get input.
+        let Some(thread) = thread else { continue };
+        // A thread archived meanwhile is skipped: the entry stays in the log.
+        let live = first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [thread], |_| Ok(()))?;
+        if live.is_none() {
+            continue;
+        }
+        let input = NewInput {
+            id: format!("in_{}_{seq}_{}", e.room_id, woke.len()),
+            kind: InputKind::Message,
+            content: e.content.clone(),
+            message_id: Some(e.id.clone()),
+            source: e.author.clone(),
+            room: Some(e.room_id.clone()),
+            now: e.now,
+        };
+        let claim = e.claims.iter().find(|(t, _)| t == thread).map(|(_, claim)| claim);
+        let turn = match claim {
+            Some(claim) => claim_turn(conn, thread, claim, e.now, Some(input.clone()))?,
+            None => None,
+        };
+        let taken_by =
+            turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.clone());
+        insert_input(conn, thread, &input, true, taken_by.as_deref())?;
+        if taken_by.is_none() {
+            queued.push(thread.clone());
+        }
+        turns.extend(turn);
+        woke.push(roster_id.clone());
+    }
+    let (author_host, author) =
+        e.author.as_ref().map_or(("", ""), |a| (a.host_id.as_str(), a.thread_id.as_str()));
+    run(
+        conn,
+        "INSERT INTO room_entries (room_id, seq, id, author_host, author, content, mentions, woke,
+                                   key_scope, key, request_hash, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        params![
+            e.room_id,
+            seq,
+            e.id,
+            author_host,
+            author,
+            e.content,
+            e.mentions.join(" "),
+            woke.join(" "),
+            e.key_scope,
+            e.key,
+            e.request_hash,
+            e.now
+        ],
+    )?;
+    run(
+        conn,
+        "UPDATE rooms SET last_seq = ?, agent_wakes = ?, updated_at = ?,
+                          paused = paused OR ?4, paused_reason = CASE WHEN ?4 THEN ?5 ELSE paused_reason END
+         WHERE id = ?6",
+        params![
+            seq,
+            plan.agent_wakes,
+            e.now,
+            plan.pause.is_some(),
+            plan.pause.as_deref().unwrap_or(""),
+            e.room_id
+        ],
+    )?;
+    if let Some(why) = &plan.pause {
+        insert_event(
+            conn,
+            &EventRecord {
+                seq: 0,
+                thread_id: room.host_thread.clone(),
+                kind: EventKind::Attention,
+                turn_id: None,
+                turn_status: None,
+                reason: format!("room {} paused: {why}", e.room_id),
+                lifecycle: String::new(),
+                message_id: Some(e.id.clone()),
+                at: e.now,
+            },
+        )?;
+    }
+    let entry = EntryRecord {
+        room_id: e.room_id.clone(),
+        seq,
+        id: e.id.clone(),
+        author: e.author.clone(),
+        content: e.content.clone(),
+        mentions: e.mentions.clone(),
+        woke,
+        at: e.now,
+    };
+    Ok(PostOutcome::Posted { entry, turns, queued, paused: plan.pause })
+}
+
+fn room_by_id(conn: &Connection, id: &str) -> StoreResult<Option<RoomRecord>> {
+    first(conn, &format!("SELECT {ROOM_COLUMNS} FROM rooms WHERE id = ?"), [id], room_from)
+}
+
+fn members_of(conn: &Connection, room_id: &str) -> StoreResult<Vec<MemberRecord>> {
+    all(
+        conn,
+        &format!("SELECT {MEMBER_COLUMNS} FROM room_members WHERE room_id = ? ORDER BY added_at, member_id"),
+        [room_id],
+        member_from,
+    )
+}
+
+fn room_from(row: &Row) -> StoreResult<RoomRecord> {
+    Ok(RoomRecord {
+        seq: row.get("seq")?,
+        id: row.get("id")?,
+        name: row.get("name")?,
+        host_thread: row.get("host_thread")?,
+        paused: row.get("paused")?,
+        paused_reason: row.get("paused_reason")?,
+        archived: row.get("archived")?,
+        agent_wakes: row.get("agent_wakes")?,
+        last_seq: row.get("last_seq")?,
+        created_at: row.get("created_at")?,
+        updated_at: row.get("updated_at")?,
+    })
+}
+
+fn member_from(row: &Row) -> StoreResult<MemberRecord> {
+    let kind: String = row.get("kind")?;
+    Ok(MemberRecord {
+        member_id: row.get("member_id")?,
+        kind: MemberKind::parse(&kind)?,
+        thread_id: row.get("thread_id")?,
+        profile: row.get("profile")?,
+        instructions: row.get("instructions")?,
+        added_at: row.get("added_at")?,
+    })
+}
+
+fn entry_from(row: &Row) -> StoreResult<EntryRecord> {
+    let author: String = row.get("author")?;
+    let author_host: String = row.get("author_host")?;
+    let words = |text: String| text.split(' ').filter(|w| !w.is_empty()).map(str::to_string).collect();
+    Ok(EntryRecord {
+        room_id: row.get("room_id")?,
+        seq: row.get("seq")?,
+        id: row.get("id")?,
+        author: (!author.is_empty()).then(|| SourceRef {
+            host_id: author_host,
+            thread_id: author,
+            workspace_id: String::new(),
+        }),
+        content: row.get("content")?,
+        mentions: words(row.get("mentions")?),
+        woke: words(row.get("woke")?),
+        at: row.get("at")?,
+    })
+}
