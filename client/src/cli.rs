@@ -9,6 +9,7 @@ use kiki_client::home_dir;
 
 use crate::bridge::{self, BridgeCommand};
 use crate::home::{self, HomeCommand};
+use crate::room::{self, RoomCommand};
 use crate::thread::{self, ThreadCommand};
 
 /// Examples under `kiki --help` (and `kiki help`): a first thread, reading it, scripting.
@@ -17,7 +18,8 @@ Examples:
   kiki up && kiki thread create --prompt \"hello, kiki\" --wait && kiki down
   kiki thread read th_01…          # its newest 20 turns
   kiki --json thread list          # any command: one JSON document on stdout
-  kiki thread --help               # the thread commands; kiki bridge --help, kiki up --help, …";
+  kiki room read room_01…          # a room's roster and posts; kiki room --help
+  kiki thread --help               # the thread commands; kiki room --help, kiki bridge --help, …";
 
 /// Examples under `kiki thread --help`.
 const THREAD_EXAMPLES: &str = "\
@@ -27,6 +29,16 @@ Examples:
   kiki thread read th_01… --content-ref tu_01….output --all
   kiki thread send th_01… --key k1 --content \"ping\"
   kiki thread wait th_01… --timeout-ms 10000";
+
+/// Examples under `kiki room --help`.
+const ROOM_EXAMPLES: &str = "\
+Examples:
+  kiki room create --host th_01… --name review   # the host answers the owner's posts
+  kiki room add room_01… th_02…                  # another thread joins as a member
+  kiki room persona room_01… critic --profile claude --instructions \"find the flaws\"
+  kiki room send room_01… --content \"ready\" --mention th_02… --mention critic
+  kiki room read room_01…                        # then --after-id C for what came since
+  kiki room pause room_01…                       # posts wake nobody until `kiki room resume`";
 
 /// Examples under `kiki bridge --help`.
 const BRIDGE_EXAMPLES: &str = "\
@@ -60,6 +72,10 @@ pub enum Command {
     /// Threads: agent sessions of this home.
     #[command(subcommand, after_help = THREAD_EXAMPLES)]
     Thread(ThreadCommand),
+    /// Rooms: shared logs where the owner, threads and personas post and wake each other by
+    /// mentions.
+    #[command(subcommand, after_help = ROOM_EXAMPLES)]
+    Room(RoomCommand),
     /// Bridges: owner-approved one-way links to other homes.
     #[command(subcommand, after_help = BRIDGE_EXAMPLES)]
     Bridge(BridgeCommand),
@@ -72,6 +88,7 @@ pub async fn run(args: Args) -> Result<()> {
     match args.command {
         Command::Home(command) => home::run(&home, command, args.json).await,
         Command::Thread(command) => thread::run(&home, command, args.json).await,
+        Command::Room(command) => room::run(&home, command, args.json).await,
         Command::Bridge(command) => bridge::run(&home, command, args.json).await,
     }
 }

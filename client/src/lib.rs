@@ -103,6 +103,8 @@ pub type BridgeClient =
     pb::bridge_service_client::BridgeServiceClient<InterceptedService<Channel, TokenInterceptor>>;
 pub type HomeClient =
     pb::home_service_client::HomeServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+pub type RoomClient =
+    pb::room_service_client::RoomServiceClient<InterceptedService<Channel, TokenInterceptor>>;
 
 /// A connection to one home. Cheap to clone; calls may run concurrently.
 #[derive(Clone)]
@@ -154,6 +156,17 @@ impl Client {
 
     pub fn bridges(&self) -> BridgeClient {
         pb::bridge_service_client::BridgeServiceClient::with_interceptor(
+            self.channel.clone(),
+            self.interceptor.clone(),
+        )
+        .max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// The owner's room actions (create, list, remove, persona, pause/resume/archive);
+    /// reading, adding a thread and posting are [`Client::threads`]' RoomRead, RoomAdd and
+    /// ThreadSend.
+    pub fn rooms(&self) -> RoomClient {
+        pb::room_service_client::RoomServiceClient::with_interceptor(
             self.channel.clone(),
             self.interceptor.clone(),
         )

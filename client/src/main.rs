@@ -25,6 +25,7 @@ mod connect;
 mod home;
 mod output;
 mod render;
+mod room;
 mod thread;
 
 use std::process::ExitCode;

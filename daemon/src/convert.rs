@@ -6,8 +6,10 @@
 use kiki_proto as pb;
 
 use crate::mailbox::{Sent, WaitResult};
+use crate::rooms::{Posted, RoomPage, RoomView};
 use crate::store::{
-    CommunicationSetting, EventKind, EventRecord, InputKind, MessageStatus, ThreadRecord, TurnStatus,
+    CommunicationSetting, EntryRecord, EventKind, EventRecord, InputKind, MemberKind, MessageStatus,
+    ThreadRecord, TurnStatus,
 };
 use crate::threads::{Read, TurnView};
 use crate::time::rfc3339;
@@ -212,5 +214,87 @@ pub fn read_to_pb(read: Read, host_id: &str, communication: (bool, String)) -> p
                 coverage: Some(coverage),
             }
         }
+    }
+}
+
+/// The roster as the API shows it: the host, then the members. A persona is named by its
+/// id until its thread exists, then by its thread (its id still works in mentions).
+pub fn roster_to_pb(view: &RoomView) -> Vec<pb::RoomMember> {
+    let host = pb::RoomMember {
+        id: view.room.host_thread.clone(),
+        role: "host".into(),
+        kind: MemberKind::Thread.as_str().into(),
+        thread_id: view.room.host_thread.clone(),
+        profile: String::new(),
+    };
+    let members = view.members.iter().map(|m| pb::RoomMember {
+        id: match (m.kind, &m.thread_id) {
+            (MemberKind::Persona, Some(thread)) => thread.clone(),
+            _ => m.member_id.clone(),
+        },
+        role: "member".into(),
+        kind: m.kind.as_str().into(),
+        thread_id: m.thread_id.clone().unwrap_or_default(),
+        profile: m.profile.clone(),
+    });
+    std::iter::once(host).chain(members).collect()
+}
+
+pub fn room_to_pb(view: &RoomView) -> pb::Room {
+    let room = &view.room;
+    pb::Room {
+        id: room.id.clone(),
+        name: room.name.clone(),
+        host: room.host_thread.clone(),
+        members: roster_to_pb(view),
+        paused: room.paused,
+        paused_reason: room.paused_reason.clone(),
+        archived: room.archived,
+        created_at: rfc3339(room.created_at),
+        entries: room.last_seq as u64,
+    }
+}
+
+pub fn entry_to_pb(e: EntryRecord) -> pb::RoomEntry {
+    pb::RoomEntry {
+        id: e.id,
+        at: rfc3339(e.at),
+        author: match e.author {
+            Some(a) if a.host_id.is_empty() => a.thread_id,
+            Some(a) => format!("{}/{}", a.host_id, a.thread_id),
+            None => String::new(),
+        },
+        content: e.content,
+        mentions: e.mentions,
+        seq: e.seq as u64,
+        woke: e.woke,
+    }
+}
+
+pub fn room_page_to_pb(page: RoomPage) -> pb::RoomReadResponse {
+    let room = &page.view.room;
+    pb::RoomReadResponse {
+        room: room.id.clone(),
+        host: room.host_thread.clone(),
+        members: roster_to_pb(&page.view),
+        paused: room.paused,
+        archived: room.archived,
+        name: room.name.clone(),
+        paused_reason: room.paused_reason.clone(),
+        entries: page.entries.into_iter().map(entry_to_pb).collect(),
+        next_cursor: Some(page.next_cursor),
+    }
+}
+
+/// A room post's answer: `delivered` (the log has it), with its place and whom it woke.
+pub fn posted_to_pb(posted: Posted) -> pb::ThreadSendResponse {
+    pb::ThreadSendResponse {
+        message_id: posted.entry.id,
+        status: pb::SendStatus::Delivered as i32,
+        replayed: posted.replayed,
+        reason: String::new(),
+        idempotency_key: posted.key,
+        room_seq: posted.entry.seq as u64,
+        woke: posted.entry.woke,
     }
 }

@@ -41,6 +41,7 @@ pub mod home;
 pub mod identity;
 pub mod mailbox;
 pub mod messaging;
+pub mod rooms;
 pub mod runtime;
 pub mod store;
 pub mod sync;
@@ -210,6 +211,7 @@ impl DaemonBuilder {
         }
 
         let signals = threads::signals::Signals::default();
+        let room_signals = signals.clone();
         let runner =
             TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), signals.clone());
         let threads =
@@ -241,6 +243,7 @@ impl DaemonBuilder {
             &shutdown,
         );
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
+        let rooms = rooms::Rooms::new(threads.clone(), mailbox.clone(), room_signals, config.clone());
 
         let socket = home.socket();
         let listener = bind_owner_only(&socket)?;
@@ -273,10 +276,7 @@ impl DaemonBuilder {
                 let endpoint = bridges.clone();
                 let serving = grpc::serve(
                     listener,
-                    threads,
-                    mailbox,
-                    bridges,
-                    info,
+                    grpc::Services { threads, mailbox, bridges, rooms, info },
                     shutdown.clone().cancelled_owned(),
                     shutdown.clone(),
                 );

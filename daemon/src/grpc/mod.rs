@@ -8,6 +8,7 @@
 mod bridge_service;
 mod connection;
 mod home_service;
+mod room_service;
 mod thread_service;
 mod wait_route;
 
@@ -23,6 +24,7 @@ use tonic::{Request, Status};
 use crate::bridges::Bridges;
 use crate::error::Error;
 use crate::mailbox::Mailbox;
+use crate::rooms::Rooms;
 use crate::store::{CommunicationSetting, StoreError};
 use crate::threads::Threads;
 use crate::threads::runner::TurnCaller;
@@ -31,23 +33,31 @@ pub use connection::{CALLS_PER_CONNECTION, STREAMS_PER_CONNECTION, WAITS_PER_CON
 pub use home_service::{HomeInfo, HomeServiceImpl};
 pub use thread_service::ThreadServiceImpl;
 
+/// The home's domain services, which the gRPC layer translates to and from protobuf.
+pub struct Services {
+    pub threads: Threads,
+    pub mailbox: Mailbox,
+    pub bridges: Bridges,
+    pub rooms: Rooms,
+    pub info: Arc<HomeInfo>,
+}
+
 /// Serves the home's API on `listener` until `shutdown` resolves; in-flight calls finish.
 pub async fn serve(
     listener: UnixListener,
-    threads: Threads,
-    mailbox: Mailbox,
-    bridges: Bridges,
-    info: Arc<HomeInfo>,
+    services: Services,
     shutdown: impl Future<Output = ()> + Send,
     request_shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), ServeError> {
+    let Services { threads, mailbox, bridges, rooms, info } = services;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let thread_service = ThreadServiceImpl::new(threads.clone(), mailbox.clone(), bridges.clone());
+    let thread_service =
+        ThreadServiceImpl::new(threads.clone(), mailbox.clone(), bridges.clone(), rooms.clone());
     // No tonic concurrency limit: it would count parked waits with the other calls.
     // `wait_route` applies each connection's own limits instead.
     tonic::transport::Server::builder()
@@ -57,6 +67,10 @@ pub async fn serve(
         .add_service(pb::bridge_service_server::BridgeServiceServer::new(
             bridge_service::BridgeServiceImpl::new(threads.clone(), bridges),
         ))
+        .add_service(pb::room_service_server::RoomServiceServer::new(room_service::RoomServiceImpl::new(
+            threads.clone(),
+            rooms,
+        )))
         .add_service(pb::home_service_server::HomeServiceServer::new(HomeServiceImpl::new(
             threads,
             mailbox,

@@ -6,10 +6,13 @@ use tracing::instrument;
 
 use super::{caller, status, target};
 use crate::bridges::{Bridges, ReadQuery};
-use crate::convert::{read_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb};
+use crate::convert::{
+    posted_to_pb, read_to_pb, room_page_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb,
+};
 use crate::error::Error;
-use crate::mailbox::{Mailbox, Sent};
+use crate::mailbox::Mailbox;
 use crate::messaging::{Messaging, Routed};
+use crate::rooms::Rooms;
 use crate::threads::{CreateRequest, Threads};
 
 #[derive(Clone)]
@@ -17,12 +20,13 @@ pub struct ThreadServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
     messaging: Messaging,
+    rooms: Rooms,
 }
 
 impl ThreadServiceImpl {
-    pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges) -> Self {
+    pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges, rooms: Rooms) -> Self {
         let messaging = Messaging::new(threads.clone(), mailbox.clone(), bridges);
-        Self { threads, mailbox, messaging }
+        Self { threads, mailbox, messaging, rooms }
     }
 
     /// A peer tool called with `token` (the `kiki-token` header, if any): an agent's call
@@ -62,7 +66,13 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             .threads
             .create(
                 caller.as_ref(),
-                CreateRequest { cwd: r.cwd, profile: r.profile, prompt: r.prompt, title: r.title },
+                CreateRequest {
+                    cwd: r.cwd,
+                    profile: r.profile,
+                    prompt: r.prompt,
+                    title: r.title,
+                    ..Default::default()
+                },
             )
             .await
             .map_err(status)?;
@@ -127,7 +137,15 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
         if !r.room.is_empty() {
-            return Err(status(Error::Unimplemented("rooms are not implemented yet".into())));
+            if r.target.is_some() {
+                return Err(status(Error::invalid("target", "a send names a target or a room, not both")));
+            }
+            let posted = self
+                .rooms
+                .post(caller.as_ref(), &r.room, &r.content, &r.mentions, &r.idempotency_key)
+                .await
+                .map_err(status)?;
+            return Ok(Response::new(posted_to_pb(posted)));
         }
         if !r.mentions.is_empty() {
             return Err(status(Error::invalid("mentions", "only for room sends")));
@@ -138,7 +156,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             .send(caller.as_ref(), &target, &r.content, &r.idempotency_key)
             .await
             .map_err(status)?;
-        Ok(send_response(sent))
+        Ok(Response::new(pb::ThreadSendResponse { idempotency_key: r.idempotency_key, ..sent_to_pb(sent) }))
     }
 
     // Served by `wait_route` (tonic's per-call state would dominate 10,000 parked waits);
@@ -151,18 +169,26 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         self.wait(request.into_inner()).await.map(Response::new)
     }
 
+    #[instrument(level = "debug", skip_all)]
     async fn room_read(
         &self,
-        _request: Request<pb::RoomReadRequest>,
+        request: Request<pb::RoomReadRequest>,
     ) -> Result<Response<pb::RoomReadResponse>, Status> {
-        Err(status(Error::Unimplemented("rooms are not implemented yet".into())))
+        let caller = caller(&self.threads, &request)?;
+        let r = request.into_inner();
+        let page = self.rooms.read(caller.as_ref(), &r.room, r.limit, &r.after_id).await.map_err(status)?;
+        Ok(Response::new(room_page_to_pb(page)))
     }
 
+    #[instrument(level = "debug", skip_all)]
     async fn room_add(
         &self,
-        _request: Request<pb::RoomAddRequest>,
+        request: Request<pb::RoomAddRequest>,
     ) -> Result<Response<pb::RoomAddResponse>, Status> {
-        Err(status(Error::Unimplemented("rooms are not implemented yet".into())))
+        let caller = caller(&self.threads, &request)?;
+        let r = request.into_inner();
+        let added = self.rooms.add(caller.as_ref(), &r.room, &r.session_id).await.map_err(status)?;
+        Ok(Response::new(pb::RoomAddResponse { added }))
     }
 
     async fn attention(
@@ -173,8 +199,4 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         self.mailbox.attention(caller.as_ref(), &request.into_inner().reason).await.map_err(status)?;
         Ok(Response::new(pb::AttentionResponse {}))
     }
-}
-
-fn send_response(sent: Sent) -> Response<pb::ThreadSendResponse> {
-    Response::new(sent_to_pb(sent))
 }

@@ -390,18 +390,17 @@ mod tests {
             let mentions: Vec<String> = mentions.iter().map(|m| m.to_string()).collect();
             plan_post(&r, &members, author, &mentions, 20)
         };
-        assert_eq!(woken(&plan(None, &[]).unwrap()), ["th_host"]);
-        assert_eq!(woken(&plan(None, &["th_a", "th_a", "th_p"]).unwrap()), ["th_a", "reviewer"]);
+        let wakes =
+            |author: Option<&SourceRef>, mentions: &[&str]| plan(author, mentions).expect("a member's post");
+        assert_eq!(woken(&wakes(None, &[])), ["th_host"]);
+        assert_eq!(woken(&wakes(None, &["th_a", "th_a", "th_p"])), ["th_a", "reviewer"]);
         let a = local("th_a");
-        assert!(woken(&plan(Some(&a), &[]).unwrap()).is_empty(), "an unmentioned agent post wakes nobody");
-        let to_self = plan(Some(&a), &["th_a", "th_host"]).unwrap();
+        assert!(woken(&wakes(Some(&a), &[])).is_empty(), "an unmentioned agent post wakes nobody");
+        let to_self = wakes(Some(&a), &["th_a", "th_host"]);
         assert_eq!(woken(&to_self), ["th_host"], "an author never wakes itself");
         assert_eq!(to_self.agent_wakes, 1);
         let far = SourceRef { host_id: "HOME".into(), ..local("th_far") };
-        assert_eq!(
-            plan(Some(&far), &["reviewer"]).unwrap().wake,
-            [("reviewer".to_string(), Some("th_p".into()))]
-        );
+        assert_eq!(wakes(Some(&far), &["reviewer"]).wake, [("reviewer".to_string(), Some("th_p".into()))]);
         assert_eq!(plan(Some(&local("th_stranger")), &[]), Err(PostRefusal::NotMember));
         let elsewhere = SourceRef { host_id: "OTHER".into(), ..local("th_far") };
         assert_eq!(
@@ -415,18 +414,18 @@ mod tests {
     fn a_paused_room_wakes_nobody_and_the_loop_guard_pauses_one_past_its_limit() {
         let members = [member("th_a", MemberKind::Thread, Some("th_a"))];
         let mentions = vec!["th_a".to_string()];
-        let paused = plan_post(&room(true, 0), &members, None, &mentions, 20).unwrap();
+        let paused = plan_post(&room(true, 0), &members, None, &mentions, 20).expect("a post");
         assert!(paused.wake.is_empty());
         let host = local("th_host");
-        let at_limit = plan_post(&room(false, 19), &members, Some(&host), &mentions, 20).unwrap();
+        let at_limit = plan_post(&room(false, 19), &members, Some(&host), &mentions, 20).expect("a post");
         assert_eq!(
             (woken(&at_limit), at_limit.agent_wakes, at_limit.pause.is_none()),
             (vec!["th_a"], 20, true)
         );
-        let past = plan_post(&room(false, 20), &members, Some(&host), &mentions, 20).unwrap();
+        let past = plan_post(&room(false, 20), &members, Some(&host), &mentions, 20).expect("a post");
         assert!(past.wake.is_empty());
         assert!(past.pause.as_deref().is_some_and(|why| why.contains("21 times")), "{past:?}");
-        let owner = plan_post(&room(false, 20), &members, None, &mentions, 20).unwrap();
+        let owner = plan_post(&room(false, 20), &members, None, &mentions, 20).expect("a post");
         assert_eq!(
             (woken(&owner), owner.agent_wakes),
             (vec!["th_a"], 0),

@@ -42,6 +42,12 @@ pub struct CreateRequest {
     pub profile: Option<String>,
     pub prompt: Option<String>,
     pub title: Option<String>,
+    /// The prompt waits for the thread's first turn instead of starting it (a room's
+    /// persona: its instructions go before the entry that first mentions it).
+    pub hold_prompt: bool,
+    /// The thread's own communication switch (a persona is made to talk in its room);
+    /// `None`: the default, or off under a caller whose switch is off.
+    pub communication: Option<CommunicationSetting>,
 }
 
 #[derive(Debug)]
@@ -175,8 +181,9 @@ impl Threads {
         };
         // A thread whose owner closed its peer tools must not reopen them through a thread
         // it creates: that one starts closed too.
-        let communication = match &parent {
-            Some(p) if p.communication == CommunicationSetting::Off => CommunicationSetting::Off,
+        let communication = match (&parent, req.communication) {
+            (Some(p), _) if p.communication == CommunicationSetting::Off => CommunicationSetting::Off,
+            (_, Some(setting)) => setting,
             _ => CommunicationSetting::Default,
         };
         let cwd = match &req.cwd {
@@ -207,11 +214,11 @@ impl Threads {
             now,
         };
         let first = req.prompt.as_ref().map(|prompt| user_input(prompt, now));
-        let prompt_started = first.is_some();
+        let prompt_started = first.is_some() && !req.hold_prompt;
         let (store, runner) = (self.store.clone(), self.runner.clone());
         let thread = uncancelled(async move {
             let thread = store.create_thread(&new, first.as_ref()).await?;
-            if first.is_some() {
+            if prompt_started {
                 runner.kick(&thread.id);
             }
             Ok(thread)

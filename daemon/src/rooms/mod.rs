@@ -1,0 +1,505 @@
+//! Rooms: a host thread and up to six members sharing a log, woken by mention (contract §2,
+//! "ThreadSend to a room", RoomRead, RoomAdd). The owner creates rooms and manages their
+//! rosters and state; an agent posts, reads and adds from inside a turn of a thread that
+//! belongs to the room. A post is one store transaction ([`crate::store::RoomStore::post_to_room`]):
+//! `delivered` means the log has the entry, and the members it wakes have it queued (an idle
+//! one's turn started in that commit). Who is woken is [`crate::store::rules::plan_post`].
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::mailbox::Mailbox;
+use crate::store::{
+    AddOutcome, CommunicationSetting, EntryRecord, MemberKind, MemberRecord, NewEntry, PostOutcome,
+    ROOM_MEMBERS_MAX, RoomChange, RoomRecord, SourceRef, Store, ThreadRecord, rules,
+};
+use crate::sync::uncancelled;
+use crate::threads::runner::TurnCaller;
+use crate::threads::signals::Signals;
+use crate::threads::{CreateRequest, Threads, cursor, limits, new_id};
+use crate::time::now_ms;
+
+/// A room post's content (contract §2).
+pub const ROOM_CONTENT_MAX_CHARS: usize = 20_000;
+/// A persona's instructions.
+pub const INSTRUCTIONS_MAX_CHARS: usize = 20_000;
+/// A persona id's length.
+const PERSONA_ID_MAX_CHARS: usize = 64;
+/// Room and member ids named by a caller are at most this long.
+const ID_MAX_CHARS: usize = 256;
+
+#[derive(Clone)]
+pub struct Rooms {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    threads: Threads,
+    mailbox: Mailbox,
+    signals: Signals,
+    config: Arc<Config>,
+    /// One persona's thread is made at a time, so two first mentions make one thread.
+    making_persona: tokio::sync::Mutex<()>,
+}
+
+/// A room with its roster.
+#[derive(Debug, Clone)]
+pub struct RoomView {
+    pub room: RoomRecord,
+    pub members: Vec<MemberRecord>,
+}
+
+/// A page of a room's log.
+#[derive(Debug)]
+pub struct RoomPage {
+    pub view: RoomView,
+    pub entries: Vec<EntryRecord>,
+    /// Where the next read goes on from (after the page's last entry).
+    pub next_cursor: String,
+}
+
+/// A post's answer.
+#[derive(Debug)]
+pub struct Posted {
+    pub entry: EntryRecord,
+    /// The key the post was made under (made for it when the caller gave none).
+    pub key: String,
+    pub replayed: bool,
+}
+
+impl Rooms {
+    pub fn new(threads: Threads, mailbox: Mailbox, signals: Signals, config: Arc<Config>) -> Self {
+        let store = threads.store().clone();
+        let making_persona = tokio::sync::Mutex::new(());
+        Self { inner: Arc::new(Inner { store, threads, mailbox, signals, config, making_persona }) }
+    }
+
+    /// A room hosted by a thread of this home, named `name` (default: the host's title).
+    pub async fn create(&self, host: &str, name: &str) -> Result<RoomView> {
+        let host = self.live_thread("host", host).await?;
+        let name = if name.is_empty() { host.title.clone() } else { name.to_string() };
+        one_line("name", &name, limits::TITLE_MAX_CHARS)?;
+        let now = now_ms();
+        let room = RoomRecord {
+            seq: 0,
+            id: new_id("room"),
+            name,
+            host_thread: host.id,
+            paused: false,
+            paused_reason: String::new(),
+            archived: false,
+            agent_wakes: 0,
+            last_seq: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        self.inner.store.create_room(&room).await?;
+        self.view(&room.id).await
+    }
+
+    /// Rooms newest first, with their rosters.
+    pub async fn list(&self, limit: Option<u32>, cursor: &str) -> Result<(Vec<RoomView>, Option<String>)> {
+        let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
+        let before = match cursor {
+            "" => None,
+            c => {
+                Some(cursor::decode_number("cursor", "rooms", &cursor::decode("cursor", "rooms", c, 1)?[0])?)
+            }
+        };
+        let mut rooms = self.inner.store.list_rooms(before, limit + 1).await?;
+        let next = (rooms.len() > limit as usize).then(|| {
+            rooms.truncate(limit as usize);
+            cursor::encode("rooms", &[&rooms[limit as usize - 1].seq.to_string()])
+        });
+        let mut views = Vec::with_capacity(rooms.len());
+        for room in rooms {
+            let members = self.inner.store.room_members(&room.id).await?;
+            views.push(RoomView { room, members });
+        }
+        Ok((views, next))
+    }
+
+    /// RoomRead: the room, its roster and the entries after `after` (a previous
+    /// `next_cursor`; empty: from the first). Changes nothing and wakes nobody.
+    pub async fn read(
+        &self,
+        caller: Option<&TurnCaller>,
+        room_id: &str,
+        limit: Option<u32>,
+        after: &str,
+    ) -> Result<RoomPage> {
+        let limit = limits::page_limit("limit", limit, 50)?;
+        let view = self.view(room_id).await?;
+        if let Some(caller) = caller {
+            self.admit(caller, &view, "RoomRead").await?;
+        }
+        let after_seq = match after {
+            "" => 0,
+            c => {
+                let parts = cursor::decode("after_id", "room", c, 2)?;
+                if parts[0] != view.room.id {
+                    return Err(Error::invalid("after_id", "a cursor of another room"));
+                }
+                cursor::decode_number("after_id", "room", &parts[1])?
+            }
+        };
+        let entries = self.inner.store.room_entries(&view.room.id, after_seq, limit).await?;
+        let last = entries.last().map_or(after_seq, |e| e.seq);
+        let next_cursor = cursor::encode("room", &[&view.room.id, &last.to_string()]);
+        Ok(RoomPage { view, entries, next_cursor })
+    }
+
+    /// RoomAdd (the owner's, or an agent's of a room its thread is in): an existing,
+    /// unarchived thread of this home joins; `false` if it had.
+    pub async fn add(&self, caller: Option<&TurnCaller>, room_id: &str, session: &str) -> Result<bool> {
+        let view = self.view(room_id).await?;
+        if let Some(caller) = caller {
+            self.admit(caller, &view, "RoomAdd").await?;
+        }
+        let thread = self.live_thread("session_id", session).await?;
+        let member = MemberRecord {
+            member_id: thread.id.clone(),
+            kind: MemberKind::Thread,
+            thread_id: Some(thread.id),
+            profile: String::new(),
+            instructions: String::new(),
+            added_at: now_ms(),
+        };
+        self.join(&view.room.id, &member).await
+    }
+
+    /// Adds a persona: a roster id that becomes a thread of this home on `profile` when first
+    /// mentioned, told `instructions` first.
+    pub async fn add_persona(
+        &self,
+        room_id: &str,
+        persona: &str,
+        profile: &str,
+        instructions: &str,
+    ) -> Result<bool> {
+        persona_id(persona)?;
+        match self.inner.config.profile(profile) {
+            Some(p) if p.enabled => {}
+            Some(_) => return Err(Error::invalid("profile", format!("profile {profile:?} is disabled"))),
+            None => {
+                let known = self.inner.config.profile_names().join(", ");
+                return Err(Error::invalid(
+                    "profile",
+                    format!("no profile {profile:?}; this home has: {known}"),
+                ));
+            }
+        }
+        let chars = instructions.chars().count();
+        if chars > INSTRUCTIONS_MAX_CHARS {
+            return Err(Error::invalid(
+                "instructions",
+                format!("must be at most {INSTRUCTIONS_MAX_CHARS} characters, got {chars}"),
+            ));
+        }
+        let view = self.view(room_id).await?;
+        let member = MemberRecord {
+            member_id: persona.to_string(),
+            kind: MemberKind::Persona,
+            thread_id: None,
+            profile: profile.to_string(),
+            instructions: instructions.to_string(),
+            added_at: now_ms(),
+        };
+        self.join(&view.room.id, &member).await
+    }
+
+    /// Removes a member (by its roster id, or a persona's thread); `false` if it was none.
+    pub async fn remove(&self, room_id: &str, member: &str) -> Result<bool> {
+        let view = self.view(room_id).await?;
+        if member == view.room.host_thread {
+            return Err(Error::invalid("member", "the host stays: a room is its host's"));
+        }
+        if view.room.archived {
+            return Err(archived(&view.room));
+        }
+        Ok(self.inner.store.remove_member(&view.room.id, member, now_ms()).await?)
+    }
+
+    /// Pauses, resumes or archives a room; whether that changed it.
+    pub async fn change(&self, room_id: &str, change: RoomChange) -> Result<(RoomView, bool)> {
+        limits::text("room", room_id, ID_MAX_CHARS)?;
+        let (room, changed) = self
+            .inner
+            .store
+            .change_room(room_id, change, "paused by the owner", now_ms())
+            .await?
+            .ok_or_else(|| no_room(room_id))?;
+        if room.archived && change != RoomChange::Archive {
+            return Err(archived(&room));
+        }
+        let members = self.inner.store.room_members(&room.id).await?;
+        Ok((RoomView { room, members }, changed))
+    }
+
+    /// ThreadSend to a room: by the caller's thread (a member, its communication on), or by
+    /// the owner. Durable before it answers; the members it wakes have it queued, an idle
+    /// one's turn started.
+    pub async fn post(
+        &self,
+        caller: Option<&TurnCaller>,
+        room_id: &str,
+        content: &str,
+        mentions: &[String],
+        key: &str,
+    ) -> Result<Posted> {
+        limits::text("content", content, ROOM_CONTENT_MAX_CHARS)?;
+        if !key.is_empty() {
+            limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
+        }
+        if mentions.len() > ROOM_MEMBERS_MAX + 1 {
+            return Err(Error::invalid(
+                "mentions",
+                format!(
+                    "at most {} (a room's host and members), got {}",
+                    ROOM_MEMBERS_MAX + 1,
+                    mentions.len()
+                ),
+            ));
+        }
+        for (i, mention) in mentions.iter().enumerate() {
+            if mentions[..i].contains(mention) {
+                return Err(Error::invalid("mentions", format!("{mention:?} is named twice")));
+            }
+        }
+        let view = self.view(room_id).await?;
+        let author = match caller {
+            Some(caller) => {
+                let thread = self.admit(caller, &view, "ThreadSend").await?;
+                Some(SourceRef {
+                    host_id: String::new(),
+                    thread_id: thread.id,
+                    workspace_id: thread.workspace_id,
+                })
+            }
+            None => None,
+        };
+        if view.room.archived {
+            return Err(archived(&view.room));
+        }
+        let mut members = view.members.clone();
+        for mention in mentions {
+            let Some((_, thread)) = rules::roster_entry(&view.room, &members, mention) else {
+                let roster: Vec<&str> = std::iter::once(view.room.host_thread.as_str())
+                    .chain(members.iter().map(|m| m.member_id.as_str()))
+                    .collect();
+                return Err(Error::invalid(
+                    "mentions",
+                    format!("{mention:?} is not in room {}'s roster ({})", view.room.id, roster.join(", ")),
+                ));
+            };
+            if thread.is_none()
+                && let Some(persona) = members.iter_mut().find(|m| m.member_id == *mention)
+                && persona.kind == MemberKind::Persona
+            {
+                persona.thread_id = Some(self.persona_thread(&view.room, persona).await?);
+            }
+        }
+        // Every thread the post may wake gets a claim, so an idle one starts its turn in the
+        // post's own commit.
+        let may_wake: Vec<String> = match (&author, mentions.is_empty()) {
+            (None, true) => vec![view.room.host_thread.clone()],
+            _ => mentions.iter().filter_map(|m| rules::roster_entry(&view.room, &members, m)?.1).collect(),
+        };
+        let mut woken = Vec::with_capacity(may_wake.len());
+        for thread in may_wake {
+            if let Ok(thread) = self.inner.threads.get("", "", &thread).await {
+                woken.push(thread);
+            }
+        }
+        let runner = self.inner.threads.runner();
+        let key = if key.is_empty() { new_id("key") } else { key.to_string() };
+        let entry = NewEntry {
+            room_id: view.room.id.clone(),
+            id: new_id("msg"),
+            author: author.clone(),
+            content: content.to_string(),
+            mentions: mentions.to_vec(),
+            key_scope: author.as_ref().map(|a| a.thread_id.clone()).unwrap_or_default(),
+            key: key.clone(),
+            request_hash: post_hash(content, mentions),
+            claims: woken.iter().map(|t| (t.id.clone(), runner.claim_for(t))).collect(),
+            max_agent_wakes: i64::from(self.inner.config.rooms.max_agent_wakes),
+            now: now_ms(),
+        };
+        let (store, runner, signals) = (self.inner.store.clone(), runner.clone(), self.inner.signals.clone());
+        let host = view.room.host_thread.clone();
+        let outcome = uncancelled(async move {
+            let outcome = store.post_to_room(&entry).await?;
+            if let PostOutcome::Posted { turns, queued, paused, .. } = &outcome {
+                for turn in turns {
+                    if let Some(thread) = woken.iter().find(|t| t.id == turn.turn.thread_id) {
+                        runner.start_claimed(thread.clone(), turn.clone());
+                    }
+                }
+                for thread in queued {
+                    runner.kick(thread);
+                }
+                if paused.is_some() {
+                    signals.notify(&host);
+                }
+            }
+            Ok(outcome)
+        })
+        .await?;
+        match outcome {
+            PostOutcome::Posted { entry, .. } => Ok(Posted { entry, key, replayed: false }),
+            PostOutcome::Replayed(entry) => Ok(Posted { entry, key, replayed: true }),
+            PostOutcome::KeyConflict { entry_id } => Err(Error::Conflict(format!(
+                "idempotency_key: already used for a different post ({entry_id}) in room {}; reuse a key only for \
+                 the same content and mentions",
+                view.room.id
+            ))),
+            PostOutcome::RoomGone => Err(no_room(room_id)),
+            PostOutcome::Archived => Err(archived(&view.room)),
+            PostOutcome::NotMember => Err(not_member(&view.room, "ThreadSend")),
+        }
+    }
+
+    /// The room and its roster, or `NOT_FOUND`.
+    async fn view(&self, room_id: &str) -> Result<RoomView> {
+        limits::text("room", room_id, ID_MAX_CHARS)?;
+        let room = self.inner.store.room(room_id).await?.ok_or_else(|| no_room(room_id))?;
+        let members = self.inner.store.room_members(&room.id).await?;
+        Ok(RoomView { room, members })
+    }
+
+    /// An agent's room tool: its thread's communication must be on and its thread in the
+    /// room (the owner may act on any room). The caller's thread.
+    async fn admit(&self, caller: &TurnCaller, view: &RoomView, tool: &str) -> Result<ThreadRecord> {
+        let thread = self.inner.mailbox.peer_tool(caller, tool).await?;
+        if rules::roster_entry(&view.room, &view.members, &thread.id).is_none() {
+            return Err(not_member(&view.room, tool));
+        }
+        Ok(thread)
+    }
+
+    /// A thread of this home that exists and is not archived.
+    async fn live_thread(&self, field: &'static str, id: &str) -> Result<ThreadRecord> {
+        limits::text(field, id, ID_MAX_CHARS)?;
+        if id.contains('/') {
+            return Err(Error::invalid(field, "a thread of this home (a session id, without a host)"));
+        }
+        let thread = self.inner.threads.get("", "", id).await?;
+        if thread.archived {
+            return Err(Error::FailedPrecondition(format!(
+                "thread {} is archived; unarchive it first",
+                thread.id
+            )));
+        }
+        Ok(thread)
+    }
+
+    async fn join(&self, room_id: &str, member: &MemberRecord) -> Result<bool> {
+        match self.inner.store.add_member(room_id, member).await? {
+            AddOutcome::Added => Ok(true),
+            AddOutcome::AlreadyMember => Ok(false),
+            AddOutcome::Full => Err(Error::FailedPrecondition(format!(
+                "room {room_id} is full: a host and {ROOM_MEMBERS_MAX} members (kiki room remove one first)"
+            ))),
+            AddOutcome::RoomGone => Err(no_room(room_id)),
+            AddOutcome::Archived => {
+                Err(Error::FailedPrecondition(format!("room {room_id} is archived: read-only")))
+            }
+        }
+    }
+
+    /// The thread of `persona`, made now if this is its first mention: on its profile, in the
+    /// host's directory, its instructions queued before the entry that mentions it.
+    async fn persona_thread(&self, room: &RoomRecord, persona: &MemberRecord) -> Result<String> {
+        let _one_at_a_time = self.inner.making_persona.lock().await;
+        let members = self.inner.store.room_members(&room.id).await?;
+        if let Some(thread) =
+            members.iter().find(|m| m.member_id == persona.member_id).and_then(|m| m.thread_id.clone())
+        {
+            return Ok(thread);
+        }
+        let host = self.inner.threads.get("", "", &room.host_thread).await?;
+        let created = self
+            .inner
+            .threads
+            .create(
+                None,
+                CreateRequest {
+                    cwd: Some(host.cwd),
+                    profile: Some(persona.profile.clone()),
+                    prompt: (!persona.instructions.is_empty()).then(|| persona.instructions.clone()),
+                    title: Some(format!("{} in {}", persona.member_id, one_line_cut(&room.name))),
+                    hold_prompt: true,
+                    communication: Some(CommunicationSetting::On),
+                },
+            )
+            .await?;
+        Ok(self.inner.store.set_persona_thread(&room.id, &persona.member_id, &created.thread.id).await?)
+    }
+}
+
+/// Identifies a post for its key: the same key must come with the same content and mentions.
+fn post_hash(content: &str, mentions: &[String]) -> String {
+    let mut hash = Sha256::new();
+    for mention in mentions {
+        hash.update(mention.as_bytes());
+        hash.update([0]);
+    }
+    hash.update([1]);
+    hash.update(content.as_bytes());
+    crate::hex::hex(&hash.finalize())
+}
+
+/// A persona id: 1–64 of `a-z`, `0-9`, `-`, `_`, starting with a letter, not a thread id.
+fn persona_id(id: &str) -> Result<()> {
+    let shape = id.len() <= PERSONA_ID_MAX_CHARS
+        && id.starts_with(|c: char| c.is_ascii_lowercase())
+        && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !id.starts_with("th_");
+    if shape {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "persona",
+            format!(
+                "1-{PERSONA_ID_MAX_CHARS} of a-z, 0-9, - and _, starting with a letter (not th_), got {id:?}"
+            ),
+        ))
+    }
+}
+
+/// Text on one printable line, not blank, at most `max` characters.
+fn one_line(field: &'static str, value: &str, max: usize) -> Result<()> {
+    limits::text(field, value, max)?;
+    if value.chars().any(char::is_control) || value.trim().is_empty() {
+        return Err(Error::invalid(field, "one line of printable characters, not blank"));
+    }
+    Ok(())
+}
+
+/// A room name cut for a persona thread's title.
+fn one_line_cut(name: &str) -> String {
+    name.chars().take(limits::DERIVED_TITLE_CHARS).collect()
+}
+
+fn no_room(room_id: &str) -> Error {
+    Error::NotFound(format!("no room {room_id} in this home (kiki room list shows its rooms)"))
+}
+
+fn archived(room: &RoomRecord) -> Error {
+    Error::FailedPrecondition(format!(
+        "room {} is archived: read-only (posts and changes are refused)",
+        room.id
+    ))
+}
+
+fn not_member(room: &RoomRecord, tool: &str) -> Error {
+    Error::PermissionDenied(format!(
+        "{tool} refused: the calling thread is not in room {}; its owner adds it (kiki room add {} THREAD)",
+        room.id, room.id
+    ))
+}
