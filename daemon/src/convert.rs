@@ -9,7 +9,7 @@ use crate::mailbox::{Sent, WaitResult};
 use crate::rooms::{Posted, RoomPage, RoomView};
 use crate::store::{
     CommunicationSetting, EntryRecord, EventKind, EventRecord, InputKind, MemberKind, MessageStatus,
-    ThreadRecord, TurnStatus,
+    ThreadRecord, TurnStatus, rules,
 };
 use crate::threads::{Read, TurnView};
 use crate::time::rfc3339;
@@ -81,7 +81,8 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
                     workspace_id: s.workspace_id,
                     session_id: s.thread_id,
                 }),
-                room: item.room.unwrap_or_default(),
+                room: item.room.as_ref().map(|r| r.room.clone()).unwrap_or_default(),
+                room_entry: item.room.map(|r| r.entry).unwrap_or_default(),
             })
             .collect(),
         started_at: rfc3339(t.started_at),
@@ -267,6 +268,23 @@ pub fn entry_to_pb(e: EntryRecord) -> pb::RoomEntry {
         content: e.content,
         mentions: e.mentions,
         seq: e.seq as u64,
+        deliveries: e
+            .woke
+            .iter()
+            .filter(|member| rules::is_remote_member(member))
+            .map(|member| match e.deliveries.iter().find(|d| d.member == *member) {
+                Some(d) => pb::RoomDelivery {
+                    member: member.clone(),
+                    status: d.status.as_str().to_string(),
+                    reason: d.reason.clone(),
+                },
+                None => pb::RoomDelivery {
+                    member: member.clone(),
+                    status: "undeliverable".into(),
+                    reason: "no active bridge to its home when the entry was posted".into(),
+                },
+            })
+            .collect(),
         woke: e.woke,
     }
 }

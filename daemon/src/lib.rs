@@ -233,17 +233,27 @@ impl DaemonBuilder {
             Some(factory) => factory(identity.home_id()),
             None => bridges::quic_transport(&identity.key().serialize_pem(), config.bridge.listen).await?,
         };
-        let bridges = bridges::Bridges::start(
-            store.clone(),
+        // Rung by whatever writes outbox entries: cross-home sends, and room posts waking
+        // members of other homes.
+        let outbox_work = Arc::new(tokio::sync::Notify::new());
+        let rooms = rooms::Rooms::new(
             threads.clone(),
-            config.clone(),
             mailbox.clone(),
-            transport,
-            send_keys,
-            &shutdown,
+            room_signals,
+            config.clone(),
+            outbox_work.clone(),
         );
+        let parts = bridges::HomeParts {
+            store: store.clone(),
+            threads: threads.clone(),
+            config: config.clone(),
+            mailbox: mailbox.clone(),
+            rooms: rooms.clone(),
+            send_keys,
+            outbox_work,
+        };
+        let bridges = bridges::Bridges::start(parts, transport, &shutdown);
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
-        let rooms = rooms::Rooms::new(threads.clone(), mailbox.clone(), room_signals, config.clone());
 
         let socket = home.socket();
         let listener = bind_owner_only(&socket)?;

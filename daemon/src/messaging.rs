@@ -1,7 +1,9 @@
 //! One entry point for each thread operation that may cross homes — ThreadList, ThreadRead,
 //! ThreadSend and ThreadWait — wherever its target lives: this home's threads, mailbox and
 //! turns, or a home behind a bridge (`HOST/SESSION`, `--bridge HOST`): a send goes to the
-//! outbox, the others over the bridge, and a wait on several homes waits on each at once. A
+//! outbox, the others over the bridge, and a wait on several homes waits on each at once.
+//! The room tools too: a room of this home is served here; a thread of this home that
+//! joined a room of another home posts and reads there, through this home's bridge to it. A
 //! peer's list or read answer comes back as the wire gave it ([`PeerThreads`],
 //! [`PeerRead`]), for the gRPC edge to pass on. The gRPC handlers only translate the requests and the answers.
 
@@ -9,11 +11,13 @@ use std::collections::HashMap;
 
 use kiki_proto::ThreadRef;
 
-use crate::bridges::{Bridges, ListQuery, PeerRead, PeerThreads, ReadQuery};
+use crate::bridges::{Bridges, FromPeer, ListQuery, PeerRead, PeerThreads, ReadQuery};
 use crate::error::{Error, Result};
 use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
+use crate::rooms::{Posted, RoomPage, Rooms};
+use crate::store::SourceRef;
 use crate::threads::runner::TurnCaller;
-use crate::threads::{Read, ThreadPage, Threads};
+use crate::threads::{Read, ThreadPage, Threads, new_id};
 
 /// An answer from this home (`Here`) or from the peer behind a bridge (`There`).
 #[derive(Debug)]
@@ -28,11 +32,68 @@ pub struct Messaging {
     threads: Threads,
     mailbox: Mailbox,
     bridges: Bridges,
+    rooms: Rooms,
 }
 
 impl Messaging {
-    pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges) -> Self {
-        Self { threads, mailbox, bridges }
+    pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges, rooms: Rooms) -> Self {
+        Self { threads, mailbox, bridges, rooms }
+    }
+
+    /// ThreadSend to a room: one of this home's, or (from a turn of a member thread) the
+    /// room of another home it joined, forwarded through this home's bridge to that home.
+    pub async fn room_post(
+        &self,
+        caller: Option<&TurnCaller>,
+        room: &str,
+        content: &str,
+        mentions: &[String],
+        key: &str,
+    ) -> Result<Routed<Posted, FromPeer<kiki_proto::ThreadSendResponse>>> {
+        let caller = match caller {
+            Some(caller) if !self.rooms.is_here(room).await? => caller,
+            _ => return Ok(Routed::Here(self.rooms.post(caller, room, content, mentions, key).await?)),
+        };
+        let home = self.rooms.home_of(room).await?;
+        let thread = self.mailbox.peer_tool(caller, "ThreadSend").await?;
+        // Made here, so a retry of the forwarded post can repeat it.
+        let key = if key.is_empty() { new_id("key") } else { key.to_string() };
+        let source =
+            SourceRef { host_id: String::new(), thread_id: thread.id, workspace_id: thread.workspace_id };
+        let posted = self.bridges.post_remote_room(&home, source, room, content, mentions, &key).await?;
+        Ok(Routed::There(posted))
+    }
+
+    /// RoomRead: of a room of this home, or (from a turn of a member thread) of the room of
+    /// another home it joined, through this home's bridge to it.
+    pub async fn room_read(
+        &self,
+        caller: Option<&TurnCaller>,
+        room: &str,
+        limit: Option<u32>,
+        after: &str,
+    ) -> Result<Routed<RoomPage, FromPeer<kiki_proto::RoomReadResponse>>> {
+        let caller = match caller {
+            Some(caller) if !self.rooms.is_here(room).await? => caller,
+            _ => return Ok(Routed::Here(self.rooms.read(caller, room, limit, after).await?)),
+        };
+        let home = self.rooms.home_of(room).await?;
+        let thread = self.mailbox.peer_tool(caller, "RoomRead").await?;
+        Ok(Routed::There(self.bridges.read_remote_room(&home, &thread.id, room, limit, after).await?))
+    }
+
+    /// RoomAdd: a thread of this home (`SESSION`), or of the home behind a bridge
+    /// (`HOST/SESSION`: that home must let the room in, see `Bridges::join_remote_room`).
+    pub async fn room_add(&self, caller: Option<&TurnCaller>, room: &str, session: &str) -> Result<bool> {
+        match session.split_once('/') {
+            Some((host, remote)) if self.threads.resolve_host(host).is_err() => {
+                self.rooms.may_add(caller, room).await?;
+                let home = self.bridges.join_remote_room(host, room, remote).await?;
+                self.rooms.add_remote(caller, room, &home, remote).await
+            }
+            Some((_, here)) => self.rooms.add(caller, room, here).await,
+            None => self.rooms.add(caller, room, session).await,
+        }
     }
 
     /// ThreadList: this home's threads (in `workspace`, a workspace id or a directory in it),

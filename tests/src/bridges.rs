@@ -248,5 +248,6 @@ pub fn raw_send(target_session: &str, content: String, key: &str) -> wire::Bridg
         source_workspace: String::new(),
         window_left_ms: 60_000,
         message_id: String::new(),
+        room: None,
     }
 }

@@ -683,6 +683,7 @@ async fn claim_then_restart(home: &mut TestHome, thread_id: &str, exec: bool) ->
     home.restart_with(async |_| {
         let store = SqliteStore::open_path(&db).await.expect("open");
         let message = NewMessage {
+            room: None,
             id: format!("msg_{thread}"),
             target_thread: thread.clone(),
             source: None,

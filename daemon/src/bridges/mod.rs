@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use kiki_bridge::Transport;
 use kiki_proto as pb;
+use kiki_proto::bridge::v1 as wire;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
@@ -45,6 +46,7 @@ pub use receipts::ReceiptPage;
 use crate::config::Config;
 use crate::error::Result;
 use crate::mailbox::{Mailbox, Sent, WaitResult};
+use crate::rooms::Rooms;
 use crate::store::{BridgeRecord, BridgeRequestRecord, SourceRef, Store};
 use crate::sync::KeyLocks;
 use crate::threads::Threads;
@@ -112,7 +114,22 @@ struct Context {
     decisions: tokio::sync::Mutex<()>,
     /// Told whenever outbox entries are written or made due, or an attempt ends: the
     /// outbox worker looks again (see `Outbox::run_worker`).
-    outbox_work: tokio::sync::Notify,
+    outbox_work: Arc<tokio::sync::Notify>,
+    /// This home's rooms: members in other homes post and read through their bridges.
+    rooms: Rooms,
+}
+
+/// What of the home the bridges serve peers from and ship for.
+pub struct HomeParts {
+    pub store: Arc<dyn Store>,
+    pub threads: Threads,
+    pub config: Arc<Config>,
+    pub mailbox: Mailbox,
+    pub rooms: Rooms,
+    /// One send at a time per sender's key, shared with the mailbox.
+    pub send_keys: Arc<KeyLocks>,
+    /// Rung by whatever writes outbox entries (room posts too): the worker looks again.
+    pub outbox_work: Arc<tokio::sync::Notify>,
 }
 
 /// The bridges of one home. Cheap to clone.
@@ -134,15 +151,8 @@ struct Parts {
 impl Bridges {
     /// Starts answering peers on `endpoint` and shipping the outbox, until the home shuts
     /// down (`shutdown`) and [`Bridges::close`] joins what was started.
-    pub fn start(
-        store: Arc<dyn Store>,
-        threads: Threads,
-        config: Arc<Config>,
-        mailbox: Mailbox,
-        endpoint: Arc<dyn Transport>,
-        send_keys: Arc<KeyLocks>,
-        shutdown: &CancellationToken,
-    ) -> Self {
+    pub fn start(home: HomeParts, endpoint: Arc<dyn Transport>, shutdown: &CancellationToken) -> Self {
+        let HomeParts { store, threads, config, mailbox, rooms, send_keys, outbox_work } = home;
         let cx = Arc::new(Context {
             table: BridgeTable::new(store.clone()),
             links: Links::new(endpoint, config.bridge.connect_timeout),
@@ -152,7 +162,8 @@ impl Bridges {
             mailbox,
             parked: ParkedCalls::default(),
             decisions: Default::default(),
-            outbox_work: Default::default(),
+            outbox_work,
+            rooms,
         });
         let (stop, tasks) = (shutdown.child_token(), TaskTracker::new());
         let pairing = Arc::new(Pairing::new(cx.clone()));
@@ -310,6 +321,53 @@ impl Bridges {
         key: &str,
     ) -> Result<Sent> {
         self.inner.outbox.send(source, host, target_session, content, key).await
+    }
+
+    /// Tells the home behind `host` that its thread `session` joined room `room_id` here;
+    /// that home's id.
+    pub async fn join_remote_room(&self, host: &str, room_id: &str, session: &str) -> Result<String> {
+        let bridge = self.outbound(host).await?;
+        self.inner.remote.room_join(&bridge.peer_home_id, room_id, session).await?;
+        Ok(bridge.peer_home_id)
+    }
+
+    /// A post by `source` (a thread of this home) to room `room_id` of home `home_id`.
+    pub async fn post_remote_room(
+        &self,
+        home_id: &str,
+        source: SourceRef,
+        room_id: &str,
+        content: &str,
+        mentions: &[String],
+        key: &str,
+    ) -> Result<FromPeer<pb::ThreadSendResponse>> {
+        let call = wire::RoomPostCall {
+            room_id: room_id.to_string(),
+            source_thread: source.thread_id,
+            source_workspace: source.workspace_id,
+            content: content.to_string(),
+            mentions: mentions.to_vec(),
+            idempotency_key: key.to_string(),
+        };
+        self.inner.remote.room_post(home_id, call).await.map(FromPeer)
+    }
+
+    /// RoomRead by `thread` (of this home) of room `room_id` of home `home_id`.
+    pub async fn read_remote_room(
+        &self,
+        home_id: &str,
+        thread: &str,
+        room_id: &str,
+        limit: Option<u32>,
+        after: &str,
+    ) -> Result<FromPeer<pb::RoomReadResponse>> {
+        let call = wire::RoomReadCall {
+            room_id: room_id.to_string(),
+            source_thread: thread.to_string(),
+            limit,
+            after_id: after.to_string(),
+        };
+        self.inner.remote.room_read(home_id, call).await.map(FromPeer)
     }
 
     /// The answer for a cross-home send's key already in the outbox (`None` if new).

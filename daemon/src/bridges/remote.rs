@@ -111,6 +111,43 @@ impl Remote {
         Ok((answer.results.into_iter().map(crate::convert::wait_result_from_pb).collect(), answer.timed_out))
     }
 
+    /// Tells the home behind `host` that its thread `session` joined room `room_id` of this
+    /// home (the thread must exist in the bridge's scope there, the bridge grant `send`).
+    pub(super) async fn room_join(&self, host: &str, room_id: &str, session: &str) -> Result<()> {
+        let call = wire::RoomJoinCall { room_id: room_id.to_string(), session: session.to_string() };
+        self.call(host, Call::RoomJoin(call), |r| match r {
+            Reply::RoomJoin(_) => Some(()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// A post to a room of the home behind `host`, by a thread of this home.
+    pub(super) async fn room_post(
+        &self,
+        host: &str,
+        call: wire::RoomPostCall,
+    ) -> Result<pb::ThreadSendResponse> {
+        self.call(host, Call::RoomPost(call), |r| match r {
+            Reply::RoomPost(answer) => Some(answer),
+            _ => None,
+        })
+        .await
+    }
+
+    /// RoomRead of a room of the home behind `host`, by a thread of this home.
+    pub(super) async fn room_read(
+        &self,
+        host: &str,
+        call: wire::RoomReadCall,
+    ) -> Result<pb::RoomReadResponse> {
+        self.call(host, Call::RoomRead(call), |r| match r {
+            Reply::RoomRead(page) => Some(page),
+            _ => None,
+        })
+        .await
+    }
+
     /// ThreadRead of a thread behind `host`.
     pub(super) async fn read(
         &self,

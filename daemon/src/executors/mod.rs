@@ -11,6 +11,8 @@ use std::pin::Pin;
 use agent::Agent;
 
 use crate::config::{ExecutorKind, ProfileConfig};
+#[cfg(test)]
+use crate::store::RoomTag;
 use crate::store::{InputKind, InputRecord};
 
 /// Told about an `exec` agent once its process runs, before it gets its input. An error
@@ -77,16 +79,19 @@ pub fn render(items: &[InputRecord]) -> String {
             InputKind::Message => {
                 let source = match &item.source {
                     Some(s) if s.host_id.is_empty() => s.thread_id.clone(),
+                    // Posted by the owner of the room's home, in another home.
+                    Some(s) if s.thread_id.is_empty() && item.room.is_some() => {
+                        format!("the owner of home {}", s.host_id)
+                    }
                     // Sent across a bridge by a client outside any thread of that home.
                     Some(s) if s.thread_id.is_empty() => format!("an external client of home {}", s.host_id),
                     Some(s) => format!("{}/{}", s.host_id, s.thread_id),
                     None if item.room.is_some() => "the owner".to_string(),
                     None => "an external client".to_string(),
                 };
-                let id = item.message_id.as_deref().unwrap_or("?");
                 let header = match &item.room {
-                    Some(room) => format!("{ROOM_HEADER} {room} entry {id} from {source}]"),
-                    None => format!("{HEADER} {id} from {source}]"),
+                    Some(room) => format!("{ROOM_HEADER} {} entry {} from {source}]", room.room, room.entry),
+                    None => format!("{HEADER} {} from {source}]", item.message_id.as_deref().unwrap_or("?")),
                 };
                 format!("{header}\n{}", unheadered(&item.content))
             }
@@ -165,7 +170,7 @@ mod tests {
             Some(SourceRef { host_id: "HOME".into(), thread_id: String::new(), workspace_id: String::new() });
         assert_eq!(render(&[from_afar]), "[kiki message msg_1 from an external client of home HOME]\nc");
         let mut posted = item(InputKind::Message, "d\n[kiki room room_x entry msg_9 from th_host]");
-        posted.room = Some("room_1".into());
+        posted.room = Some(RoomTag { room: "room_1".into(), entry: "msg_1".into() });
         assert_eq!(
             render(&[posted.clone()]),
             "[kiki room room_1 entry msg_1 from th_a]\nd\n\\[kiki room room_x entry msg_9 from th_host]"

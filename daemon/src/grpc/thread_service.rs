@@ -20,13 +20,12 @@ pub struct ThreadServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
     messaging: Messaging,
-    rooms: Rooms,
 }
 
 impl ThreadServiceImpl {
     pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges, rooms: Rooms) -> Self {
-        let messaging = Messaging::new(threads.clone(), mailbox.clone(), bridges);
-        Self { threads, mailbox, messaging, rooms }
+        let messaging = Messaging::new(threads.clone(), mailbox.clone(), bridges, rooms);
+        Self { threads, mailbox, messaging }
     }
 
     /// A peer tool called with `token` (the `kiki-token` header, if any): an agent's call
@@ -141,11 +140,14 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
                 return Err(status(Error::invalid("target", "a send names a target or a room, not both")));
             }
             let posted = self
-                .rooms
-                .post(caller.as_ref(), &r.room, &r.content, &r.mentions, &r.idempotency_key)
+                .messaging
+                .room_post(caller.as_ref(), &r.room, &r.content, &r.mentions, &r.idempotency_key)
                 .await
                 .map_err(status)?;
-            return Ok(Response::new(posted_to_pb(posted)));
+            return Ok(Response::new(match posted {
+                Routed::Here(posted) => posted_to_pb(posted),
+                Routed::There(answer) => answer.into_wire(),
+            }));
         }
         if !r.mentions.is_empty() {
             return Err(status(Error::invalid("mentions", "only for room sends")));
@@ -176,8 +178,12 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::RoomReadResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let page = self.rooms.read(caller.as_ref(), &r.room, r.limit, &r.after_id).await.map_err(status)?;
-        Ok(Response::new(room_page_to_pb(page)))
+        let page =
+            self.messaging.room_read(caller.as_ref(), &r.room, r.limit, &r.after_id).await.map_err(status)?;
+        Ok(Response::new(match page {
+            Routed::Here(page) => room_page_to_pb(page),
+            Routed::There(page) => page.into_wire(),
+        }))
     }
 
     #[instrument(level = "debug", skip_all)]
@@ -187,7 +193,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::RoomAddResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let added = self.rooms.add(caller.as_ref(), &r.room, &r.session_id).await.map_err(status)?;
+        let added = self.messaging.room_add(caller.as_ref(), &r.room, &r.session_id).await.map_err(status)?;
         Ok(Response::new(pb::RoomAddResponse { added }))
     }
 

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
     Archived, CommunicationSetting, EXPIRED, EventKind, EventRecord, MessageRecord, MessageStatus, Millis,
-    NewMessage, ReceiptRecord, SendOutcome, SourceRef, Store, ThreadRecord,
+    NewMessage, ReceiptRecord, RoomTag, SendOutcome, SourceRef, Store, ThreadRecord,
 };
 use crate::sync::{KeyGuard, KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
@@ -93,6 +93,8 @@ pub struct Delivery<'a> {
     /// the caller goes away first): a send with the key waits for the commit, not for the
     /// delivery.
     pub key_lock: Option<KeyGuard>,
+    /// For a bridged send: the room entry it carries, from a room of the source's home.
+    pub room: Option<RoomTag>,
 }
 
 /// How a stored message answers a replay of its send at `now`: a bridged message pending
@@ -207,6 +209,7 @@ impl Mailbox {
             deadline: None,
             message_id: None,
             key_lock,
+            room: None,
         };
         self.deliver(delivery).await
     }
@@ -289,6 +292,7 @@ impl Mailbox {
             claim: d.wake.then(|| self.runner.claim_for(&thread)),
             receipt: d.receipt,
             deadline: d.deadline,
+            room: d.room,
             now: now_ms(),
         };
         // Subscribe before the message can be delivered, so the delivery is not missed —

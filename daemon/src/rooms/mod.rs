@@ -8,13 +8,15 @@
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mailbox::Mailbox;
 use crate::store::{
-    AddOutcome, CommunicationSetting, EntryRecord, MemberKind, MemberRecord, NewEntry, PostOutcome,
-    ROOM_MEMBERS_MAX, RoomChange, RoomRecord, SourceRef, Store, ThreadRecord, rules,
+    AddOutcome, BridgeState, CommunicationSetting, Direction, EntryRecord, MemberKind, MemberRecord,
+    NewEntry, OutboundEntry, OutboxRecord, OutboxStatus, PostOutcome, ROOM_MEMBERS_MAX, RoomChange,
+    RoomRecord, RoomTag, SourceRef, Store, ThreadRecord, rules,
 };
 use crate::sync::uncancelled;
 use crate::threads::runner::TurnCaller;
@@ -44,6 +46,9 @@ struct Inner {
     config: Arc<Config>,
     /// One persona's thread is made at a time, so two first mentions make one thread.
     making_persona: tokio::sync::Mutex<()>,
+    /// Rung when a post wrote outbox entries (to members of other homes): the bridges'
+    /// outbox worker ships them.
+    outbox_work: Arc<Notify>,
 }
 
 /// A room with its roster.
@@ -72,10 +77,38 @@ pub struct Posted {
 }
 
 impl Rooms {
-    pub fn new(threads: Threads, mailbox: Mailbox, signals: Signals, config: Arc<Config>) -> Self {
+    pub fn new(
+        threads: Threads,
+        mailbox: Mailbox,
+        signals: Signals,
+        config: Arc<Config>,
+        outbox_work: Arc<Notify>,
+    ) -> Self {
         let store = threads.store().clone();
         let making_persona = tokio::sync::Mutex::new(());
-        Self { inner: Arc::new(Inner { store, threads, mailbox, signals, config, making_persona }) }
+        Self {
+            inner: Arc::new(Inner { store, threads, mailbox, signals, config, making_persona, outbox_work }),
+        }
+    }
+
+    /// Whether the room lives in this home.
+    pub async fn is_here(&self, room_id: &str) -> Result<bool> {
+        limits::text("room", room_id, ID_MAX_CHARS)?;
+        Ok(self.inner.store.room(room_id).await?.is_some())
+    }
+
+    /// The home a room of another home lives in, as this home learnt it; `NOT_FOUND` if it
+    /// knows none.
+    pub async fn home_of(&self, room_id: &str) -> Result<String> {
+        limits::text("room", room_id, ID_MAX_CHARS)?;
+        self.inner.store.room_home(room_id).await?.ok_or_else(|| no_room(room_id))
+    }
+
+    /// Records that a thread of this home joined room `room_id` of home `home_id` (that
+    /// home told this one, over its bridge).
+    pub async fn joined_elsewhere(&self, room_id: &str, home_id: &str) -> Result<()> {
+        limits::text("room_id", room_id, ID_MAX_CHARS)?;
+        Ok(self.inner.store.set_room_home(room_id, home_id, now_ms()).await?)
     }
 
     /// A room hosted by a thread of this home, named `name` (default: the host's title).
@@ -132,11 +165,33 @@ impl Rooms {
         limit: Option<u32>,
         after: &str,
     ) -> Result<RoomPage> {
-        let limit = limits::page_limit("limit", limit, 50)?;
         let view = self.view(room_id).await?;
         if let Some(caller) = caller {
             self.admit(caller, &view, "RoomRead").await?;
         }
+        self.page(view, limit, after).await
+    }
+
+    /// RoomRead by a thread of the home `peer` (its bridge grants `read`): a member of the
+    /// room.
+    pub async fn read_for_peer(
+        &self,
+        peer: &str,
+        source_thread: &str,
+        room_id: &str,
+        limit: Option<u32>,
+        after: &str,
+    ) -> Result<RoomPage> {
+        let view = self.view(room_id).await?;
+        let member = rules::remote_member_id(peer, source_thread);
+        if !view.members.iter().any(|m| m.member_id == member) {
+            return Err(not_member(&view.room, "RoomRead"));
+        }
+        self.page(view, limit, after).await
+    }
+
+    async fn page(&self, view: RoomView, limit: Option<u32>, after: &str) -> Result<RoomPage> {
+        let limit = limits::page_limit("limit", limit, 50)?;
         let after_seq = match after {
             "" => 0,
             c => {
@@ -147,7 +202,12 @@ impl Rooms {
                 cursor::decode_number("after_id", "room", &parts[1])?
             }
         };
-        let entries = self.inner.store.room_entries(&view.room.id, after_seq, limit).await?;
+        let mut entries = self.inner.store.room_entries(&view.room.id, after_seq, limit).await?;
+        for entry in &mut entries {
+            if entry.woke.iter().any(|m| rules::is_remote_member(m)) {
+                entry.deliveries = self.inner.store.entry_deliveries(&entry.id).await?;
+            }
+        }
         let last = entries.last().map_or(after_seq, |e| e.seq);
         let next_cursor = cursor::encode("room", &[&view.room.id, &last.to_string()]);
         Ok(RoomPage { view, entries, next_cursor })
@@ -170,6 +230,42 @@ impl Rooms {
             added_at: now_ms(),
         };
         self.join(&view.room.id, &member).await
+    }
+
+    /// Adds a thread of another home (`home_id`, whose owner's bridge to this one admitted
+    /// the room, see `Messaging::room_add`) as the member `HOME_ID/SESSION`.
+    pub async fn add_remote(
+        &self,
+        caller: Option<&TurnCaller>,
+        room_id: &str,
+        home_id: &str,
+        session: &str,
+    ) -> Result<bool> {
+        let view = self.view(room_id).await?;
+        if let Some(caller) = caller {
+            self.admit(caller, &view, "RoomAdd").await?;
+        }
+        let member = MemberRecord {
+            member_id: rules::remote_member_id(home_id, session),
+            kind: MemberKind::Remote,
+            thread_id: None,
+            profile: String::new(),
+            instructions: String::new(),
+            added_at: now_ms(),
+        };
+        self.join(&view.room.id, &member).await
+    }
+
+    /// Checks that an agent may add to the room (before its home asks another one).
+    pub async fn may_add(&self, caller: Option<&TurnCaller>, room_id: &str) -> Result<()> {
+        let view = self.view(room_id).await?;
+        if view.room.archived {
+            return Err(archived(&view.room));
+        }
+        if let Some(caller) = caller {
+            self.admit(caller, &view, "RoomAdd").await?;
+        }
+        Ok(())
     }
 
     /// Adds a persona: a roster id that becomes a thread of this home on `profile` when first
@@ -251,25 +347,7 @@ impl Rooms {
         mentions: &[String],
         key: &str,
     ) -> Result<Posted> {
-        limits::text("content", content, ROOM_CONTENT_MAX_CHARS)?;
-        if !key.is_empty() {
-            limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
-        }
-        if mentions.len() > ROOM_MEMBERS_MAX + 1 {
-            return Err(Error::invalid(
-                "mentions",
-                format!(
-                    "at most {} (a room's host and members), got {}",
-                    ROOM_MEMBERS_MAX + 1,
-                    mentions.len()
-                ),
-            ));
-        }
-        for (i, mention) in mentions.iter().enumerate() {
-            if mentions[..i].contains(mention) {
-                return Err(Error::invalid("mentions", format!("{mention:?} is named twice")));
-            }
-        }
+        check_post(content, mentions, key)?;
         let view = self.view(room_id).await?;
         let author = match caller {
             Some(caller) => {
@@ -282,6 +360,35 @@ impl Rooms {
             }
             None => None,
         };
+        self.post_as(author, view, content, mentions, key).await
+    }
+
+    /// A post by a thread of the home `peer` (its bridge grants `send`), attributed to that
+    /// home and thread; refused unless the thread is a member.
+    pub async fn post_from_peer(
+        &self,
+        peer: &str,
+        source: SourceRef,
+        room_id: &str,
+        content: &str,
+        mentions: &[String],
+        key: &str,
+    ) -> Result<Posted> {
+        check_post(content, mentions, key)?;
+        let view = self.view(room_id).await?;
+        let author = SourceRef { host_id: peer.to_string(), ..source };
+        self.post_as(Some(author), view, content, mentions, key).await
+    }
+
+    async fn post_as(
+        &self,
+        author: Option<SourceRef>,
+        view: RoomView,
+        content: &str,
+        mentions: &[String],
+        key: &str,
+    ) -> Result<Posted> {
+        let room_id = view.room.id.as_str();
         if view.room.archived {
             return Err(archived(&view.room));
         }
@@ -317,24 +424,34 @@ impl Rooms {
         }
         let runner = self.inner.threads.runner();
         let key = if key.is_empty() { new_id("key") } else { key.to_string() };
+        let entry_id = new_id("msg");
+        let remote =
+            self.outbound_entries(&view, &members, mentions, &entry_id, author.as_ref(), content).await?;
         let entry = NewEntry {
             room_id: view.room.id.clone(),
-            id: new_id("msg"),
+            id: entry_id,
             author: author.clone(),
             content: content.to_string(),
             mentions: mentions.to_vec(),
-            key_scope: author.as_ref().map(|a| a.thread_id.clone()).unwrap_or_default(),
+            // Keys are their author's: a thread of another home has its own.
+            key_scope: match &author {
+                Some(a) if a.host_id.is_empty() => a.thread_id.clone(),
+                Some(a) => rules::remote_member_id(&a.host_id, &a.thread_id),
+                None => String::new(),
+            },
             key: key.clone(),
             request_hash: post_hash(content, mentions),
             claims: woken.iter().map(|t| (t.id.clone(), runner.claim_for(t))).collect(),
+            remote,
             max_agent_wakes: i64::from(self.inner.config.rooms.max_agent_wakes),
             now: now_ms(),
         };
         let (store, runner, signals) = (self.inner.store.clone(), runner.clone(), self.inner.signals.clone());
+        let outbox_work = self.inner.outbox_work.clone();
         let host = view.room.host_thread.clone();
         let outcome = uncancelled(async move {
             let outcome = store.post_to_room(&entry).await?;
-            if let PostOutcome::Posted { turns, queued, paused, .. } = &outcome {
+            if let PostOutcome::Posted { entry: posted, turns, queued, paused } = &outcome {
                 for turn in turns {
                     if let Some(thread) = woken.iter().find(|t| t.id == turn.turn.thread_id) {
                         runner.start_claimed(thread.clone(), turn.clone());
@@ -345,6 +462,9 @@ impl Rooms {
                 }
                 if paused.is_some() {
                     signals.notify(&host);
+                }
+                if posted.woke.iter().any(|m| rules::is_remote_member(m)) {
+                    outbox_work.notify_one();
                 }
             }
             Ok(outcome)
@@ -362,6 +482,63 @@ impl Rooms {
             PostOutcome::Archived => Err(archived(&view.room)),
             PostOutcome::NotMember => Err(not_member(&view.room, "ThreadSend")),
         }
+    }
+
+    /// The outbox entries that would carry a post to the members of other homes it
+    /// mentions, for those with an active bridge from this home to theirs.
+    async fn outbound_entries(
+        &self,
+        view: &RoomView,
+        members: &[MemberRecord],
+        mentions: &[String],
+        entry_id: &str,
+        author: Option<&SourceRef>,
+        content: &str,
+    ) -> Result<Vec<(String, OutboxRecord)>> {
+        let remote: Vec<&MemberRecord> = members
+            .iter()
+            .filter(|m| m.kind == MemberKind::Remote && mentions.contains(&m.member_id))
+            .collect();
+        if remote.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bridges = self.inner.store.bridges().await?;
+        let now = now_ms();
+        let mut outbound = Vec::with_capacity(remote.len());
+        for member in remote {
+            let Some((home, session)) = member.member_id.split_once('/') else { continue };
+            let Some(bridge) = bridges.iter().find(|b| {
+                b.direction == Direction::Outbound && b.peer_home_id == home && b.state == BridgeState::Active
+            }) else {
+                continue;
+            };
+            let record = OutboxRecord {
+                id: new_id("msg"),
+                bridge_id: bridge.id.clone(),
+                peer_home_id: home.to_string(),
+                target_session: session.to_string(),
+                source_thread: None,
+                source_workspace: String::new(),
+                content: content.to_string(),
+                key_scope: String::new(),
+                // One per entry and member: the target's dedup delivers it once.
+                key: format!("room:{entry_id}:{session}"),
+                request_hash: post_hash(content, std::slice::from_ref(&member.member_id)),
+                status: OutboxStatus::Pending,
+                reason: String::new(),
+                remote_message_id: String::new(),
+                attempts: 0,
+                next_attempt_at: now,
+                created_at: now,
+                updated_at: now,
+                room: Some(OutboundEntry {
+                    tag: RoomTag { room: view.room.id.clone(), entry: entry_id.to_string() },
+                    author: author.cloned(),
+                }),
+            };
+            outbound.push((member.member_id.clone(), record));
+        }
+        Ok(outbound)
     }
 
     /// The room and its roster, or `NOT_FOUND`.
@@ -440,6 +617,26 @@ impl Rooms {
             .await?;
         Ok(self.inner.store.set_persona_thread(&room.id, &persona.member_id, &created.thread.id).await?)
     }
+}
+
+/// A post's own limits, checked before anything is looked up.
+fn check_post(content: &str, mentions: &[String], key: &str) -> Result<()> {
+    limits::text("content", content, ROOM_CONTENT_MAX_CHARS)?;
+    if !key.is_empty() {
+        limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
+    }
+    if mentions.len() > ROOM_MEMBERS_MAX + 1 {
+        return Err(Error::invalid(
+            "mentions",
+            format!("at most {} (a room's host and members), got {}", ROOM_MEMBERS_MAX + 1, mentions.len()),
+        ));
+    }
+    for (i, mention) in mentions.iter().enumerate() {
+        if mentions[..i].contains(mention) {
+            return Err(Error::invalid("mentions", format!("{mention:?} is named twice")));
+        }
+    }
+    Ok(())
 }
 
 /// Identifies a post for its key: the same key must come with the same content and mentions.

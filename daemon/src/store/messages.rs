@@ -34,6 +34,9 @@ pub struct NewMessage {
     /// A bridged message's deadline, the end of its source's retry window: not delivered by
     /// then, nor confirmed by a follow-up (see [`MessageStore::follow_up`]), it expires instead.
     pub deadline: Option<Millis>,
+    /// A room entry brought over a bridge from the room's home (the receipt's peer), which
+    /// this home then knows as where that room lives.
+    pub room: Option<RoomTag>,
     pub now: Millis,
 }
 

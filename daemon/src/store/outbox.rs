@@ -27,6 +27,16 @@ pub struct OutboxRecord {
     pub next_attempt_at: Millis,
     pub created_at: Millis,
     pub updated_at: Millis,
+    /// Set when the message is a room entry waking a member of the peer's home.
+    pub room: Option<OutboundEntry>,
+}
+
+/// A room entry of this home on its way to a member in another home.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundEntry {
+    pub tag: RoomTag,
+    /// Its author: a thread of this home (`host_id` empty) or of another; `None`: the owner.
+    pub author: Option<SourceRef>,
 }
 
 /// An outbox entry's new state after an attempt, and the event it gives its sending thread

@@ -84,6 +84,9 @@ pub struct EntryRecord {
     /// The roster ids it woke.
     pub woke: Vec<String>,
     pub at: Millis,
+    /// How its deliveries to the members of other homes it woke stand (filled in by a
+    /// read that shows them; see [`RoomStore::entry_deliveries`]).
+    pub deliveries: Vec<EntryDelivery>,
 }
 
 /// A post to write: its entry and how to start the turns of the threads it may wake.
@@ -100,6 +103,9 @@ pub struct NewEntry {
     pub request_hash: String,
     /// Turn claims for the threads the post may wake (each is used only if it wakes it).
     pub claims: Vec<(String, TurnClaim)>,
+    /// The outbox entries that carry the post to members of other homes it may wake, one
+    /// per member with an active bridge to its home (each is written only if it wakes it).
+    pub remote: Vec<(String, OutboxRecord)>,
     /// `[rooms] max_agent_wakes`.
     pub max_agent_wakes: i64,
     pub now: Millis,
@@ -189,4 +195,23 @@ pub trait RoomStore: Send + Sync {
 
     /// The rooms `thread_id` is the host or a member of.
     async fn rooms_of_thread(&self, thread_id: &str) -> StoreResult<Vec<String>>;
+
+    /// Where the bridged deliveries of an entry (to members of other homes) stand.
+    async fn entry_deliveries(&self, entry_id: &str) -> StoreResult<Vec<EntryDelivery>>;
+
+    /// The home a room of another home lives in, as this home learnt it (a thread of this
+    /// home joined it, or an entry of it came over a bridge).
+    async fn room_home(&self, room_id: &str) -> StoreResult<Option<String>>;
+
+    /// Records that room `room_id` lives in home `home_id`.
+    async fn set_room_home(&self, room_id: &str, home_id: &str, now: Millis) -> StoreResult<()>;
+}
+
+/// How the delivery of a room entry to a member of another home stands: its outbox entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryDelivery {
+    /// The member's roster id, `HOME_ID/SESSION`.
+    pub member: String,
+    pub status: OutboxStatus,
+    pub reason: String,
 }

@@ -158,12 +158,22 @@ pub fn roster_entry(
         .map(|m| (m.member_id.clone(), m.thread_id.clone()))
 }
 
+/// The roster id of a thread of another home: `HOME_ID/SESSION`.
+pub fn remote_member_id(home_id: &str, session: &str) -> String {
+    format!("{home_id}/{session}")
+}
+
+/// Whether a roster id names a thread of another home (thread and persona ids have no `/`).
+pub fn is_remote_member(id: &str) -> bool {
+    id.contains('/')
+}
+
 /// Whether `author` (a thread of this home, or a peer's) is the room's host or a member.
 fn author_roster_id(room: &RoomRecord, members: &[MemberRecord], author: &SourceRef) -> Option<String> {
     if author.host_id.is_empty() {
         return roster_entry(room, members, &author.thread_id).map(|(id, _)| id);
     }
-    let remote = format!("{}/{}", author.host_id, author.thread_id);
+    let remote = remote_member_id(&author.host_id, &author.thread_id);
     members
         .iter()
         .find(|m| m.kind == MemberKind::Remote && m.member_id == remote)
@@ -279,6 +289,7 @@ mod tests {
 
     fn send(bridged: bool) -> NewMessage {
         NewMessage {
+            room: None,
             id: "msg_1".into(),
             target_thread: "th_t".into(),
             source: bridged.then(|| SourceRef {

@@ -56,9 +56,17 @@ pub struct NewInput {
     pub content: String,
     pub message_id: Option<String>,
     pub source: Option<SourceRef>,
-    /// A room entry's room (`message_id` is the entry's id).
-    pub room: Option<String>,
+    /// Set for a room entry: its room and its id there.
+    pub room: Option<RoomTag>,
     pub now: Millis,
+}
+
+/// The room entry an input is: the room's id and the entry's id in the room's log (a
+/// message that brought it over a bridge has an id of its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomTag {
+    pub room: String,
+    pub entry: String,
 }
 
 pub type InputRecord = NewInput;
@@ -69,7 +77,7 @@ pub struct TurnItem {
     pub kind: InputKind,
     pub message_id: Option<String>,
     pub source: Option<SourceRef>,
-    pub room: Option<String>,
+    pub room: Option<RoomTag>,
 }
 
 /// A turn just started, with the full items it took (executors need their text).

@@ -8,6 +8,7 @@ use kiki_daemon::store::{
 
 fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
     OutboxRecord {
+        room: None,
         id: id.into(),
         bridge_id: "br_1".into(),
         peer_home_id: "PEER".into(),

@@ -9,6 +9,7 @@ use kiki_daemon::store::{
 
 pub(super) fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str) -> NewMessage {
     NewMessage {
+        room: None,
         id: id.into(),
         target_thread: target.into(),
         source: (!scope.is_empty()).then(|| SourceRef {

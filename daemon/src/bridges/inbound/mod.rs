@@ -2,10 +2,11 @@
 //! request). Every call is checked here against the bridge approved for the peer's verified
 //! home id, on every call: an unknown peer can only file a pairing request; ThreadList and
 //! ThreadRead need `read` and stay inside the granted workspaces, ThreadWait needs `wait`,
-//! ThreadSend `send` (and `wake` to deliver into a prompt); a revoked bridge answers
+//! ThreadSend `send` (and `wake` to deliver into a prompt), room calls as [`rooms`] says; a revoked bridge answers
 //! `bridge_revoked` at once, a disabled one `bridge_disabled`. Sends and follow-ups are in
 //! [`sends`].
 
+mod rooms;
 mod sends;
 
 use std::collections::HashMap;
@@ -151,6 +152,9 @@ impl Inbound {
             Some(Call::ThreadSend(request)) => Ok(Reply::ThreadSend(self.serve_send(peer, request).await)),
             Some(Call::FollowUp(call)) => self.serve_follow_up(peer, call).await.map(Reply::FollowUp),
             Some(Call::Withdraw(call)) => self.pairing.serve_withdraw(peer, call).await.map(Reply::Withdraw),
+            Some(Call::RoomJoin(call)) => self.serve_room_join(peer, call).await.map(Reply::RoomJoin),
+            Some(Call::RoomPost(call)) => self.serve_room_post(peer, call).await.map(Reply::RoomPost),
+            Some(Call::RoomRead(call)) => self.serve_room_read(peer, call).await.map(Reply::RoomRead),
             None => return wire_error(Refusal::InvalidArgument, "empty call"),
         };
         match result {

@@ -17,7 +17,7 @@ use crate::bridges::codec::{Rejection, refusal_response, wire_refusal};
 use crate::bridges::outbox::MAX_FOLLOW_UP_KEYS;
 use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
-use crate::store::{BridgeRecord, ReceiptRecord, SourceRef, ThreadRecord};
+use crate::store::{BridgeRecord, ReceiptRecord, RoomTag, SourceRef, ThreadRecord};
 use crate::store::{BridgeState, Direction, Permission, Refusal};
 use crate::threads::limits;
 use crate::time::now_ms;
@@ -152,18 +152,50 @@ impl Inbound {
         call: &wire::BridgeSendCall,
         receipt: ReceiptRecord,
     ) -> std::result::Result<Sent, (Refusal, String)> {
+        if let Some(tag) = &call.room {
+            let fits = |id: &str| id.chars().count() <= limits::REMOTE_ID_MAX_CHARS;
+            let ids = [&tag.room_id, &tag.entry_id, &tag.author_host, &tag.author_thread];
+            if tag.room_id.is_empty() || tag.entry_id.is_empty() || !ids.iter().all(|id| fits(id)) {
+                let most = limits::REMOTE_ID_MAX_CHARS;
+                return Err((
+                    Refusal::InvalidArgument,
+                    format!("room: a room and entry id of 1-{most} characters"),
+                ));
+            }
+        }
         let (bridge, thread, mailbox) = match self.admit(peer, call).await {
             Ok(admitted) => admitted,
             Err(refusal) => return self.replay_refused(peer, call, refusal).await,
         };
         let source_thread = (!call.source_thread.is_empty()).then(|| call.source_thread.clone());
+        // A room entry is shown as its author's (a thread of the peer, of a third home, or
+        // the peer's owner), in the peer's room.
+        let (source, room) = match &call.room {
+            Some(tag) => (
+                SourceRef {
+                    host_id: if tag.author_host.is_empty() {
+                        peer.to_string()
+                    } else {
+                        tag.author_host.clone()
+                    },
+                    thread_id: tag.author_thread.clone(),
+                    workspace_id: String::new(),
+                },
+                Some(RoomTag { room: tag.room_id.clone(), entry: tag.entry_id.clone() }),
+            ),
+            None => (
+                SourceRef {
+                    host_id: peer.to_string(),
+                    thread_id: source_thread.clone().unwrap_or_default(),
+                    workspace_id: call.source_workspace.clone(),
+                },
+                None,
+            ),
+        };
         let delivery = Delivery {
             thread,
-            source: Some(SourceRef {
-                host_id: peer.to_string(),
-                thread_id: source_thread.clone().unwrap_or_default(),
-                workspace_id: call.source_workspace.clone(),
-            }),
+            source: Some(source),
+            room,
             scope: key_scope(peer, &call.source_thread),
             content: &call.content,
             key: &call.idempotency_key,

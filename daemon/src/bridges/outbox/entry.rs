@@ -163,6 +163,12 @@ pub(super) fn send_call(entry: &OutboxRecord, left: Duration) -> wire::BridgeCal
             source_workspace: entry.source_workspace.clone(),
             window_left_ms: (left.as_millis() as u64).max(1),
             message_id: entry.id.clone(),
+            room: entry.room.as_ref().map(|r| wire::RoomTag {
+                room_id: r.tag.room.clone(),
+                entry_id: r.tag.entry.clone(),
+                author_host: r.author.as_ref().map(|a| a.host_id.clone()).unwrap_or_default(),
+                author_thread: r.author.as_ref().map(|a| a.thread_id.clone()).unwrap_or_default(),
+            }),
         })),
     }
 }

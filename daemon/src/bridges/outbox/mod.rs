@@ -205,6 +205,7 @@ impl Outbox {
             next_attempt_at: now + wait.as_millis() as i64,
             created_at: now,
             updated_at: now,
+            room: None,
         };
         let key = (entry.key_scope.clone(), entry.key.clone());
         // Held until the outcome is in the store or in `recording`, where a send with this

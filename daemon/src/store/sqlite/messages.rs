@@ -183,9 +183,12 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
         content: String::new(),
         message_id: Some(m.id.clone()),
         source: m.source.clone(),
-        room: None,
+        room: m.room.clone(),
         now: m.now,
     };
+    if let (Some(room), Some(receipt)) = (&m.room, &m.receipt) {
+        super::rooms::room_lives_at(conn, &room.room, &receipt.peer_home_id, m.now)?;
+    }
     // A message that starts its turn is written delivered, its input taken: it never enters
     // the indexes of pending messages and queued input only to leave them in this commit.
     let turn = match &m.claim {

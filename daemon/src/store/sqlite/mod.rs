@@ -71,6 +71,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (25, "receipts' words", include_str!("migrations/0025_receipts_words.sql")),
     (26, "source workspaces", include_str!("migrations/0026_source_workspaces.sql")),
     (27, "rooms", include_str!("migrations/0027_rooms.sql")),
+    (28, "rooms across homes", include_str!("migrations/0028_rooms_across_homes.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

@@ -14,34 +14,7 @@ impl OutboxStore for SqliteStore {
             .write(move |conn| {
                 // One probe of the key's index on the writer: the insert's own. Only a key
                 // already there costs a second, to read its entry.
-                let inserted = run(
-                    conn,
-                    &format!(
-                        "INSERT INTO outbox ({OUTBOX_COLUMNS})
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                         ON CONFLICT (key_scope, key, peer_home_id) DO NOTHING"
-                    ),
-                    params![
-                        e.id,
-                        e.bridge_id,
-                        e.peer_home_id,
-                        e.target_session,
-                        e.source_thread,
-                        e.content,
-                        e.key_scope,
-                        e.key,
-                        e.request_hash,
-                        e.status,
-                        e.reason,
-                        e.remote_message_id,
-                        e.attempts,
-                        e.next_attempt_at,
-                        e.created_at,
-                        e.updated_at,
-                        e.source_workspace
-                    ],
-                )?;
-                if inserted == 0 {
+                if !insert_outbox(conn, &e)? {
                     return outbox_entry(conn, &e.peer_home_id, &e.key_scope, &e.key);
                 }
                 Ok(None)
@@ -217,4 +190,42 @@ pub(super) fn outbox_entry(
         params![scope, key, peer],
         outbox_from,
     )
+}
+
+/// Writes an outbox entry unless its (key scope, key, peer) has one: whether it did.
+pub(super) fn insert_outbox(conn: &Connection, e: &OutboxRecord) -> StoreResult<bool> {
+    let room = e.room.as_ref();
+    let author = room.and_then(|r| r.author.as_ref());
+    let inserted = run(
+        conn,
+        &format!(
+            "INSERT INTO outbox ({OUTBOX_COLUMNS})
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (key_scope, key, peer_home_id) DO NOTHING"
+        ),
+        params![
+            e.id,
+            e.bridge_id,
+            e.peer_home_id,
+            e.target_session,
+            e.source_thread,
+            e.content,
+            e.key_scope,
+            e.key,
+            e.request_hash,
+            e.status,
+            e.reason,
+            e.remote_message_id,
+            e.attempts,
+            e.next_attempt_at,
+            e.created_at,
+            e.updated_at,
+            e.source_workspace,
+            room.map(|r| &r.tag.room),
+            room.map(|r| &r.tag.entry),
+            author.map(|a| &a.host_id),
+            author.map(|a| &a.thread_id)
+        ],
+    )?;
+    Ok(inserted > 0)
 }

@@ -160,6 +160,10 @@ impl RoomStore for SqliteStore {
     }
 
     async fn post_to_room(&self, entry: &NewEntry) -> StoreResult<PostOutcome> {
+        // Before the write: from then on a probe for their keys reads the outbox.
+        for (_, outbound) in &entry.remote {
+            self.outbox_keys.add(&outbound.key_scope, &outbound.key);
+        }
         let e = entry.clone();
         self.db.write(move |conn| post(conn, &e)).await
     }
@@ -179,6 +183,47 @@ impl RoomStore for SqliteStore {
                 )
             })
             .await
+    }
+
+    async fn entry_deliveries(&self, entry_id: &str) -> StoreResult<Vec<EntryDelivery>> {
+        let entry_id = entry_id.to_string();
+        self.db
+            .read(move |conn| {
+                all(
+                    conn,
+                    "SELECT peer_home_id, target_session, status, reason FROM outbox WHERE room_entry = ?
+                     ORDER BY created_at, id",
+                    [&entry_id],
+                    |row| {
+                        Ok(EntryDelivery {
+                            member: format!(
+                                "{}/{}",
+                                row.get::<_, String>("peer_home_id")?,
+                                row.get::<_, String>("target_session")?
+                            ),
+                            status: row.get("status")?,
+                            reason: row.get("reason")?,
+                        })
+                    },
+                )
+            })
+            .await
+    }
+
+    async fn room_home(&self, room_id: &str) -> StoreResult<Option<String>> {
+        let room_id = room_id.to_string();
+        self.db
+            .read(move |conn| {
+                first(conn, "SELECT home_id FROM remote_rooms WHERE room_id = ?", [&room_id], |row| {
+                    Ok(row.get::<_, String>(0)?)
+                })
+            })
+            .await
+    }
+
+    async fn set_room_home(&self, room_id: &str, home_id: &str, now: Millis) -> StoreResult<()> {
+        let (room_id, home_id) = (room_id.to_string(), home_id.to_string());
+        self.db.write(move |conn| room_lives_at(conn, &room_id, &home_id, now)).await
     }
 
     async fn rooms_of_thread(&self, thread_id: &str) -> StoreResult<Vec<String>> {
@@ -223,11 +268,20 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         Err(rules::PostRefusal::NotMember) => return Ok(PostOutcome::NotMember),
     };
     let seq = room.last_seq + 1;
-    let (mut turns, mut queued, mut woke) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut turns, mut queued, mut woke): (_, Vec<String>, _) = (Vec::new(), Vec::new(), Vec::new());
     for (roster_id, thread) in &plan.wake {
-        // A member of another home, or a persona without its thread, is reached by the
-        // caller (see the rooms service); here only threads of this home get input.
-        let Some(thread) = thread else { continue };
+        // A member of another home gets the entry through its bridge's outbox, if it had an
+        // active one (else the log shows it undeliverable). A persona has its thread by now
+        // (the rooms service made it).
+        let Some(thread) = thread else {
+            if rules::is_remote_member(roster_id) {
+                if let Some((_, outbound)) = e.remote.iter().find(|(member, _)| member == roster_id) {
+                    super::outbox::insert_outbox(conn, outbound)?;
+                }
+                woke.push(roster_id.clone());
+            }
+            continue;
+        };
         // A thread archived meanwhile is skipped: the entry stays in the log.
         let live = first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [thread], |_| Ok(()))?;
         if live.is_none() {
@@ -239,7 +293,7 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
             content: e.content.clone(),
             message_id: Some(e.id.clone()),
             source: e.author.clone(),
-            room: Some(e.room_id.clone()),
+            room: Some(RoomTag { room: e.room_id.clone(), entry: e.id.clone() }),
             now: e.now,
         };
         let claim = e.claims.iter().find(|(t, _)| t == thread).map(|(_, claim)| claim);
@@ -317,6 +371,7 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         mentions: e.mentions.clone(),
         woke,
         at: e.now,
+        deliveries: Vec::new(),
     };
     Ok(PostOutcome::Posted { entry, turns, queued, paused: plan.pause })
 }
@@ -379,5 +434,19 @@ fn entry_from(row: &Row) -> StoreResult<EntryRecord> {
         mentions: words(row.get("mentions")?),
         woke: words(row.get("woke")?),
         at: row.get("at")?,
+        deliveries: Vec::new(),
     })
+}
+
+/// Records that room `room_id` lives in home `home_id` (a room entry came from there, or
+/// that home told this one a thread of it joined the room).
+pub(super) fn room_lives_at(conn: &Connection, room_id: &str, home_id: &str, now: Millis) -> StoreResult<()> {
+    run(
+        conn,
+        "INSERT INTO remote_rooms (room_id, home_id, updated_at) VALUES (?, ?, ?)
+         ON CONFLICT (room_id) DO UPDATE SET home_id = excluded.home_id, updated_at = excluded.updated_at
+         WHERE home_id <> excluded.home_id",
+        params![room_id, home_id, now],
+    )?;
+    Ok(())
 }

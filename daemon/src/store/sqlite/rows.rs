@@ -103,7 +103,8 @@ pub(super) const TURN_COLUMNS: &str =
     "id, thread_id, seq, status, input, output, error, started_at, ended_at";
 
 pub(super) const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
-     request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at, source_workspace";
+     request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at, source_workspace, \
+     room_id, room_entry, room_author_host, room_author";
 
 pub(super) const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, source_workspace, content, status, reason, created_at, delivered_at, turn_id, deadline";
 
@@ -164,7 +165,13 @@ pub(super) fn input_from(row: &Row) -> StoreResult<InputRecord> {
         content: row.get("content")?,
         message_id: row.get("message_id")?,
         source: source_from(row)?,
-        room: row.get("room_id")?,
+        room: match (row.get::<_, Option<String>>("room_id")?, row.get::<_, Option<String>>("room_entry")?) {
+            (Some(room), entry) => {
+                let entry = entry.or_else(|| row.get("message_id").ok().flatten()).unwrap_or_default();
+                Some(RoomTag { room, entry })
+            }
+            (None, _) => None,
+        },
         now: row.get("created_at")?,
     })
 }
@@ -188,6 +195,22 @@ pub(super) fn outbox_from(row: &Row) -> StoreResult<OutboxRecord> {
         next_attempt_at: row.get("next_attempt_at")?,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
+        room: match (row.get::<_, Option<String>>("room_id")?, row.get::<_, Option<String>>("room_entry")?) {
+            (Some(room), Some(entry)) => {
+                let author_host: String =
+                    row.get::<_, Option<String>>("room_author_host")?.unwrap_or_default();
+                let author: String = row.get::<_, Option<String>>("room_author")?.unwrap_or_default();
+                Some(OutboundEntry {
+                    tag: RoomTag { room, entry },
+                    author: (!author.is_empty()).then(|| SourceRef {
+                        host_id: author_host,
+                        thread_id: author,
+                        workspace_id: String::new(),
+                    }),
+                })
+            }
+            _ => None,
+        },
     })
 }
 

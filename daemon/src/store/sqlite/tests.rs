@@ -91,6 +91,7 @@ fn a_message_is_not_copied_into_its_input_and_its_turn_still_gets_its_content() 
     .expect("thread");
     let content = "a long message ".repeat(1_000);
     let message = NewMessage {
+        room: None,
         id: "msg_1".into(),
         target_thread: "th_a".into(),
         source: None,
@@ -126,6 +127,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
     )
     .expect("thread");
     let send = |id: &str, from: Option<&str>, take_messages: bool| NewMessage {
+        room: None,
         id: id.into(),
         target_thread: "th_a".into(),
         source: from.map(|t| SourceRef {
@@ -201,6 +203,7 @@ async fn the_outbox_keys_filter_holds_what_the_outbox_held_at_open_and_every_key
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("kiki.db");
     let entry = |id: &str, key: &str| OutboxRecord {
+        room: None,
         id: id.into(),
         bridge_id: "br_1".into(),
         peer_home_id: "PEER".into(),

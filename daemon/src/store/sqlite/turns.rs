@@ -267,7 +267,7 @@ pub(super) fn claim_turn(
     // what the turn takes (see [`rules::plan_claim`]).
     let queued = all(
         conn,
-        "SELECT id, kind, message_id, source_host, source_thread, source_workspace, room_id, created_at, wake,
+        "SELECT id, kind, message_id, source_host, source_thread, source_workspace, room_id, room_entry, created_at, wake,
                 COALESCE(NULLIF(content, ''),
                          (SELECT m.content FROM messages m WHERE m.id = inputs.message_id), '') AS content
          FROM inputs WHERE thread_id = ? AND turn_id IS NULL ORDER BY seq",
@@ -357,7 +357,7 @@ pub(super) fn attach_items(conn: &Connection, turns: &mut [TurnRecord]) -> Store
         turn.items = all(
             conn,
             "SELECT id, kind, '' AS content, message_id, source_host, source_thread, source_workspace,
-                    room_id, created_at
+                    room_id, room_entry, created_at
              FROM inputs WHERE turn_id = ? ORDER BY seq",
             [&turn.id],
             |row| {
@@ -385,8 +385,8 @@ pub(super) fn insert_input(
     run(
         conn,
         "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread,
-                             source_workspace, room_id, created_at, wake, turn_id)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             source_workspace, room_id, room_entry, created_at, wake, turn_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         params![
             input.id,
             thread_id,
@@ -396,7 +396,8 @@ pub(super) fn insert_input(
             input.source.as_ref().map(|s| &s.host_id),
             input.source.as_ref().map(|s| &s.thread_id),
             input.source.as_ref().map_or("", |s| &s.workspace_id),
-            input.room,
+            input.room.as_ref().map(|r| &r.room),
+            input.room.as_ref().map(|r| &r.entry),
             input.now,
             wake,
             turn
