@@ -10,4 +10,5 @@ mod permissions;
 mod reads;
 mod receipts;
 mod revocation;
+mod rooms;
 mod sends;

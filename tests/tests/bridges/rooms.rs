@@ -1,0 +1,204 @@
+//! Rooms across homes: a member in another home is woken through the room's home's bridge
+//! to it (once, however the link fails meanwhile), and posts and reads from its own turn
+//! through its home's bridge back; each bridge's grant decides, at the home it leads to.
+//! Members run the real `kiki` in their turns (`cargo build --workspace --bins` first).
+
+use std::time::Duration;
+
+use kiki_proto as pb;
+use kiki_tests::bridges::{approve, open_home, request};
+use kiki_tests::{TestHome, binaries::binary, eventually};
+use tonic::Code;
+
+/// A member's agent: takes the entry, then posts a reply to the room named in its header
+/// (or in a `room: ROOM` line the owner says) and reads the room, printing what each
+/// answered.
+fn member_script() -> String {
+    let kiki = binary("kiki");
+    let kiki = kiki.display();
+    format!(
+        "input=$(cat); printf '%s\\n' \"$input\"; \
+         room=$(printf '%s\\n' \"$input\" | sed -n -e 's/^\\[kiki room \\([^ ]*\\) entry .*/\\1/p' -e 's/^room: //p' | head -n 1); \
+         {kiki} room send \"$room\" --content \"reply from $KIKI_THREAD_ID\" --key \"reply-$room-$$\" >/dev/null 2>post.err \
+           && echo 'post: ok' || echo \"post: $(cat post.err)\"; \
+         {kiki} --json room read \"$room\" >read.out 2>read.err \
+           && echo \"read: ok $(grep -c '\"seq\"' read.out)\" || echo \"read: $(cat read.err)\""
+    )
+}
+
+/// A home open to peers, with the member agent as profile `member`.
+async fn member_home() -> TestHome {
+    TestHome::builder()
+        .open_to_peers(Duration::from_secs(60))
+        .shell_profile("member", &member_script())
+        .start()
+        .await
+}
+
+async fn create_room(home: &TestHome, host: &str) -> String {
+    let request = pb::RoomCreateRequest { host: host.into(), name: "team".into() };
+    let created = home.client().rooms().room_create(request).await.expect("room created").into_inner();
+    created.room.expect("room").id
+}
+
+async fn add(home: &TestHome, room: &str, member: &str) -> Result<bool, tonic::Status> {
+    let request = pb::RoomAddRequest { room: room.into(), session_id: member.into() };
+    home.client().threads().room_add(request).await.map(|r| r.into_inner().added)
+}
+
+async fn post(home: &TestHome, room: &str, content: &str, mentions: &[&str]) -> pb::ThreadSendResponse {
+    let request = pb::ThreadSendRequest {
+        room: room.into(),
+        content: content.into(),
+        mentions: mentions.iter().map(|m| m.to_string()).collect(),
+        ..Default::default()
+    };
+    home.client().threads().thread_send(request).await.expect("posted").into_inner()
+}
+
+async fn read(home: &TestHome, room: &str) -> pb::RoomReadResponse {
+    let request = pb::RoomReadRequest { room: room.into(), ..Default::default() };
+    home.client().threads().room_read(request).await.expect("read").into_inner()
+}
+
+/// `source` → `target` under `alias`, granting `permissions`.
+async fn bridge(source: &TestHome, target: &TestHome, alias: &str, permissions: &str) {
+    let request_id = request(source, target, permissions, alias).await;
+    approve(target, &request_id, permissions, vec![]).await;
+}
+
+/// The room lives in R; its host is R's, one member is in X and one in Y. R's owner posts
+/// mentioning X's member while the link to X is cut: the post is `delivered` (the log has
+/// it) and the member's delivery pending; once the link heals the member is woken exactly
+/// once, sees the room, the entry and its author, posts back and reads the room — both
+/// through X's own bridge to R, attributed there to X's thread. Y's member, not
+/// mentioned, is never woken.
+#[tokio::test]
+async fn a_mention_wakes_a_member_in_another_home_once_across_a_cut_link() {
+    let (r, x, y) = (open_home().await, member_home().await, member_home().await);
+    let host = r.thread("echo", None).await.id;
+    let tx = x.thread("member", None).await.id;
+    let ty = y.thread("member", None).await.id;
+    let relay = r.bridge_through_relay(&x, "xx", "send,wake").await;
+    bridge(&r, &y, "yy", "send,wake").await;
+    bridge(&x, &r, "rr", "send,read").await;
+    bridge(&y, &r, "rr", "send,read").await;
+    let (r_id, x_id, y_id) = (r.handle().home_id(), x.handle().home_id(), y.handle().home_id());
+
+    let room = create_room(&r, &host).await;
+    assert!(add(&r, &room, &format!("xx/{tx}")).await.expect("X's member joins"));
+    assert!(add(&r, &room, &format!("yy/{ty}")).await.expect("Y's member joins"));
+    assert!(!add(&r, &room, &format!("xx/{tx}")).await.expect("again"), "already a member");
+    let x_member = format!("{x_id}/{tx}");
+    let roster: Vec<(String, String)> =
+        read(&r, &room).await.members.into_iter().map(|m| (m.id, m.kind)).collect();
+    assert_eq!(
+        roster,
+        [
+            (host.clone(), "thread".to_string()),
+            (x_member.clone(), "remote".to_string()),
+            (format!("{y_id}/{ty}"), "remote".to_string())
+        ],
+        "the roster names members of other homes by home id"
+    );
+
+    relay.partition(true);
+    let posted = post(&r, &room, "over to X", &[&x_member]).await;
+    assert_eq!(posted.status(), pb::SendStatus::Delivered, "the log has it: {posted:?}");
+    assert_eq!(posted.woke, [x_member.clone()]);
+    let log = read(&r, &room).await;
+    assert_eq!(log.entries[0].deliveries.len(), 1, "{log:?}");
+    assert_eq!(log.entries[0].deliveries[0].status, "pending", "{log:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(x.all_turns(&tx).await.is_empty(), "nothing crosses the cut");
+
+    relay.partition(false);
+    let turn = x.wait_turns(&tx, 1).await.remove(0);
+    let entry = &log.entries[0];
+    assert!(
+        turn.output.starts_with(&format!(
+            "[kiki room {room} entry {} from the owner of home {r_id}]\nover to X",
+            entry.id
+        )),
+        "{}",
+        turn.output
+    );
+    assert_eq!(turn.inputs[0].room, room);
+    assert_eq!(turn.inputs[0].room_entry, entry.id);
+    assert!(turn.output.contains("post: ok"), "{}", turn.output);
+    assert!(turn.output.contains("read: ok 2"), "the member read both entries: {}", turn.output);
+
+    let log = eventually("the reply in R's log and the delivery confirmed", || async {
+        let log = read(&r, &room).await;
+        (log.entries.len() == 2 && log.entries[0].deliveries[0].status == "delivered").then_some(log)
+    })
+    .await;
+    let reply = &log.entries[1];
+    assert_eq!(reply.author, x_member, "attributed to X's thread by X's bridge identity");
+    assert_eq!(reply.content, format!("reply from {tx}"));
+    assert!(reply.woke.is_empty(), "an unmentioned agent post wakes nobody");
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(x.all_turns(&tx).await.len(), 1, "woken once");
+    assert!(y.all_turns(&ty).await.is_empty(), "Y's member was not mentioned");
+    assert!(r.all_turns(&host).await.is_empty(), "the owner mentioned someone: the host sleeps");
+}
+
+/// Each bridge's grant decides at the home it leads to: a member's home must know the
+/// thread and grant `send` before it joins; without `read` on X's bridge to R, X's member
+/// posts but cannot read; a thread of X that is not in the room is refused by R; revoking
+/// R's bridge to X leaves a later entry for X's member undeliverable in R's log, and
+/// revoking X's bridge to R stops the member's posts with the reason.
+#[tokio::test]
+async fn each_bridge_grant_decides_room_traffic_at_its_target() {
+    let (r, x) = (open_home().await, member_home().await);
+    let host = r.thread("echo", None).await.id;
+    let tx = x.thread("member", None).await.id;
+    let stranger = x.thread("member", None).await.id;
+
+    let room = create_room(&r, &host).await;
+    let refused = add(&r, &room, &format!("xx/{tx}")).await.expect_err("no bridge to X yet");
+    assert!(refused.message().contains("xx"), "{refused:?}");
+    bridge(&r, &x, "xx", "send,wake").await;
+    bridge(&x, &r, "rr", "send").await;
+    let missing = add(&r, &room, "xx/th_nobody").await.expect_err("no such thread at X");
+    assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
+    assert!(read(&r, &room).await.members.len() == 1, "nothing was added");
+    assert!(add(&r, &room, &format!("xx/{tx}")).await.expect("joins"));
+    let x_member = format!("{}/{tx}", x.handle().home_id());
+
+    post(&r, &room, "hello X", &[&x_member]).await;
+    let woken = x.wait_turns(&tx, 1).await.remove(0).output;
+    assert!(woken.contains("hello X") && woken.contains("post: ok"), "{woken}");
+    assert!(woken.contains("read: ") && woken.contains("does not grant \"read\""), "{woken}");
+
+    // A thread of X outside the room: X forwards, R refuses.
+    x.say(&stranger, &format!("room: {room}")).await.expect("say");
+    let outside = x.wait_turns(&stranger, 1).await.remove(0).output;
+    assert!(outside.contains("post: ") && outside.contains("not in room"), "{outside}");
+    assert_eq!(read(&r, &room).await.entries.len(), 2, "the hello and X's member's reply only");
+
+    // R revokes its bridge to X: a later entry for X's member is kept, undeliverable.
+    r.client()
+        .bridges()
+        .bridge_revoke(pb::BridgeRevokeRequest { bridge: "xx".into() })
+        .await
+        .expect("revoke");
+    let later = post(&r, &room, "anyone at X?", &[&x_member]).await;
+    assert_eq!(later.woke, [x_member.clone()]);
+    let log = read(&r, &room).await;
+    let deliveries = &log.entries[2].deliveries;
+    assert_eq!(deliveries[0].status, "undeliverable", "{log:?}");
+    assert!(deliveries[0].reason.contains("no active bridge"), "{log:?}");
+
+    // X revokes its bridge to R: its member's posts stop, saying why.
+    x.client()
+        .bridges()
+        .bridge_revoke(pb::BridgeRevokeRequest { bridge: "rr".into() })
+        .await
+        .expect("revoke");
+    x.say(&tx, &format!("room: {room}")).await.expect("say");
+    let cut = x.wait_turns(&tx, 2).await.remove(1).output;
+    assert!(cut.contains("post: ") && cut.contains("revoked"), "{cut}");
+    assert_eq!(read(&r, &room).await.entries.len(), 3, "nothing more reached R");
+}
