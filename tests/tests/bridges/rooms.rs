@@ -105,7 +105,7 @@ async fn a_mention_wakes_a_member_in_another_home_once_across_a_cut_link() {
     relay.partition(true);
     let posted = post(&r, &room, "over to X", &[&x_member]).await;
     assert_eq!(posted.status(), pb::SendStatus::Delivered, "the log has it: {posted:?}");
-    assert_eq!(posted.woke, [x_member.clone()]);
+    assert_eq!(posted.woke, std::slice::from_ref(&x_member));
     let log = read(&r, &room).await;
     assert_eq!(log.entries[0].deliveries.len(), 1, "{log:?}");
     assert_eq!(log.entries[0].deliveries[0].status, "pending", "{log:?}");
@@ -185,7 +185,7 @@ async fn each_bridge_grant_decides_room_traffic_at_its_target() {
         .await
         .expect("revoke");
     let later = post(&r, &room, "anyone at X?", &[&x_member]).await;
-    assert_eq!(later.woke, [x_member.clone()]);
+    assert_eq!(later.woke, std::slice::from_ref(&x_member));
     let log = read(&r, &room).await;
     let deliveries = &log.entries[2].deliveries;
     assert_eq!(deliveries[0].status, "undeliverable", "{log:?}");
