@@ -56,7 +56,8 @@ pub enum RoomCommand {
     Add {
         /// The room's id (room_…).
         room: String,
-        /// The thread to add: one of this home's threads (SESSION), unarchived and top-level.
+        /// The thread to add: one of this home's threads (SESSION), unarchived and top-level,
+        /// or ALIAS/SESSION for a thread of the home behind the outbound bridge ALIAS.
         thread: String,
     },
     /// Remove a member (not the host) from a room.
@@ -231,6 +232,11 @@ async fn read(
         };
         outln!();
         outln!("#{}  {}  {author}{mentions}  (woke: {})", entry.seq, entry.at, woke(&entry.woke));
+        // A member in another home is reached over a bridge: how that stands.
+        for d in &entry.deliveries {
+            let reason = if d.reason.is_empty() { String::new() } else { format!(": {}", d.reason) };
+            outln!("  to {}: {}{reason}", d.member, d.status);
+        }
         outln!("{}", entry.content);
     }
     if page.entries.is_empty() {
