@@ -1,10 +1,11 @@
 //! `kiki room …` end to end: the real `kikid` and `kiki` binaries (build them first with
-//! `cargo build --workspace --bins`), a room hosted by an `echo` thread, posts by the owner.
+//! `cargo build --workspace --bins`), a room hosted by an `echo` thread, posts by the owner,
+//! and what an answered post is after `kill -9` of kikid.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kiki_tests::binaries::{Down, kiki, kiki_json, new_home};
+use kiki_tests::binaries::{Down, kiki, kiki_json, kill_9, new_home, pid_of};
 
 /// A new, empty thread of the home on the `echo` profile: its id.
 fn echo_thread(home: &Path, title: &str) -> String {
@@ -274,4 +275,108 @@ fn room_text_output_puts_hints_on_stderr() {
     assert!(stdout.starts_with(&format!("{room} paused (unchanged")), "{stdout}");
     let resumed = kiki(&home, &["room", "resume", &room]);
     assert_eq!(String::from_utf8_lossy(&resumed.stdout), format!("{room} active\n"));
+}
+
+/// The whole log of `room`, oldest first (at most 100 entries).
+fn log(home: &Path, room: &str) -> Vec<serde_json::Value> {
+    let read = kiki_json(home, &["room", "read", room, "--limit", "100"]);
+    read["entries"].as_array().cloned().unwrap_or_default()
+}
+
+/// An answered post survives `kill -9` of kikid, once: after `kiki up` it is in the log,
+/// and its key replays it instead of posting it again.
+#[test]
+fn an_answered_post_survives_kill_9_once() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    let host = echo_thread(&home, "host");
+    let room = room(&home, &host, "durable");
+    let posted = kiki_json(&home, &["room", "send", &room, "--content", "kept", "--key", "durable"]);
+    assert_eq!(posted["status"], "delivered", "{posted}");
+
+    kill_9(&pid_of(&home));
+    kiki_json(&home, &["up"]);
+    let entries = log(&home, &room);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!((&entries[0]["id"], &entries[0]["seq"]), (&posted["message_id"], &1.into()), "{entries:?}");
+    assert_eq!(entries[0]["content"], "kept");
+
+    let again = kiki_json(&home, &["room", "send", &room, "--content", "kept", "--key", "durable"]);
+    assert_eq!((&again["replayed"], &again["message_id"]), (&true.into(), &posted["message_id"]), "{again}");
+    let next = kiki_json(&home, &["room", "send", &room, "--content", "after"]);
+    assert_eq!(next["room_seq"], 2, "{next}");
+    assert_eq!(log(&home, &room).len(), 2);
+}
+
+/// Posts with fixed keys, one after another, while kikid is killed with `kill -9`: every
+/// answered post is in the log after `kiki up`, and once every key is sent again each is
+/// there exactly once, in the order sent, with sequences 1..n.
+#[test]
+fn posts_with_fixed_keys_are_in_the_log_once_across_kill_9() {
+    const POSTS: usize = 60;
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    let host = echo_thread(&home, "host");
+    let room = room(&home, &host, "stream");
+    let pid = pid_of(&home);
+
+    let answered_count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let poster = {
+        let (home, room, count) = (home.clone(), room.clone(), answered_count.clone());
+        std::thread::spawn(move || {
+            let mut answered = Vec::new();
+            for i in 1..=POSTS {
+                let (content, key) = (format!("post {i}"), format!("key-{i}"));
+                let out =
+                    kiki(&home, &["--json", "room", "send", &room, "--content", &content, "--key", &key]);
+                if !out.status.success() {
+                    break; // kikid is gone
+                }
+                let sent: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+                answered.push((i, sent["message_id"].as_str().expect("id").to_string()));
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            answered
+        })
+    };
+    let started = Instant::now();
+    while answered_count.load(std::sync::atomic::Ordering::SeqCst) < 5 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the posts never got going");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    kill_9(&pid);
+    let answered = poster.join().expect("poster");
+    assert!(answered.len() < POSTS, "kikid was killed mid-stream ({} answered)", answered.len());
+
+    kiki_json(&home, &["up"]);
+    let kept = log(&home, &room);
+    for (i, id) in &answered {
+        let found: Vec<&serde_json::Value> = kept.iter().filter(|e| e["id"] == id.as_str()).collect();
+        assert_eq!(found.len(), 1, "answered post {i} ({id}) is in the log once: {kept:?}");
+        assert_eq!(found[0]["content"], format!("post {i}"));
+    }
+
+    for i in 1..=POSTS {
+        let (content, key) = (format!("post {i}"), format!("key-{i}"));
+        let sent = kiki_json(&home, &["room", "send", &room, "--content", &content, "--key", &key]);
+        if let Some((_, id)) = answered.iter().find(|(n, _)| *n == i) {
+            assert_eq!(
+                (&sent["replayed"], sent["message_id"].as_str()),
+                (&true.into(), Some(id.as_str())),
+                "{sent}"
+            );
+        }
+        assert_eq!(sent["room_seq"], i, "key {key} has its place in the order sent: {sent}");
+    }
+    let entries = log(&home, &room);
+    let seqs: Vec<u64> = entries.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, (1..=POSTS as u64).collect::<Vec<u64>>(), "no gaps, no duplicates");
+    let contents: Vec<String> =
+        entries.iter().filter_map(|e| e["content"].as_str().map(String::from)).collect();
+    let expected: Vec<String> = (1..=POSTS).map(|i| format!("post {i}")).collect();
+    assert_eq!(contents, expected, "each key's post exactly once");
+    let ids: std::collections::HashSet<&str> = entries.iter().filter_map(|e| e["id"].as_str()).collect();
+    assert_eq!(ids.len(), POSTS, "distinct entries");
 }
