@@ -551,10 +551,10 @@ async fn a_persona_becomes_one_thread_on_its_first_mention() {
     assert_eq!(thread_count(&home).await, 1, "only the host");
 
     let first = post(home.client(), &room, "review this", &["critic"], "").await.expect("post");
-    assert_eq!(first.woke, ["critic"]);
     let page = read(home.client(), &room, None, "").await.expect("read");
     let thread = page.members[1].thread_id.clone();
     assert!(thread.starts_with("th_"), "the roster shows its thread: {page:?}");
+    assert_eq!(first.woke, [thread.clone()], "woken as the roster names it now");
     let critic = &page.members[1];
     assert_eq!(
         (critic.id.as_str(), critic.kind.as_str()),
@@ -569,11 +569,10 @@ async fn a_persona_becomes_one_thread_on_its_first_mention() {
     assert!(record.title.contains("critic") && record.profile == "echo", "{record:?}");
 
     let by_persona = post(home.client(), &room, "and this", &["critic"], "").await.expect("post");
-    // `woke` names it by its persona id or by its thread's.
-    let names_critic = |woke: &[String]| woke == ["critic"] || woke == [thread.clone()];
-    assert!(names_critic(&by_persona.woke), "{by_persona:?}");
+    // Mentioned by its persona id or by its thread's, it is woken by its roster id.
+    assert_eq!(by_persona.woke, [thread.clone()], "{by_persona:?}");
     let by_thread = post(home.client(), &room, "and that", &[&thread], "").await.expect("post");
-    assert!(names_critic(&by_thread.woke), "its thread id names it too: {by_thread:?}");
+    assert_eq!(by_thread.woke, [thread.clone()], "its thread id names it too: {by_thread:?}");
     takes_entries(&home, &thread, 3).await;
     let turns = home.all_turns(&thread).await;
     let outputs: Vec<&str> = turns.iter().flat_map(|t| t.output.lines()).collect();
@@ -586,15 +585,12 @@ async fn a_persona_becomes_one_thread_on_its_first_mention() {
         post(home.client(), &room, "one", &["twin"], "one"),
         post(home.client(), &room, "two", &["twin"], "two"),
     );
-    assert_eq!(
-        (one.expect("post").woke, two.expect("post").woke),
-        (vec!["twin".to_string()], vec!["twin".to_string()])
-    );
     assert_eq!(thread_count(&home).await, 3, "one thread for the twin");
     let page = read(home.client(), &room, None, "").await.expect("read");
     let twin = page.members.iter().find(|m| m.kind == "persona" && m.thread_id != thread).expect("twin");
     let twin = twin.thread_id.clone();
     assert!(twin.starts_with("th_"), "{page:?}");
+    assert_eq!((one.expect("post").woke, two.expect("post").woke), (vec![twin.clone()], vec![twin.clone()]));
     takes_entries(&home, &twin, 2).await;
 }
 

@@ -349,6 +349,12 @@ impl Rooms {
     ) -> Result<Posted> {
         check_post(content, mentions, key)?;
         let view = self.view(room_id).await?;
+        // A retry answers with its entry, whatever changed since (the author's switch, its
+        // membership, the roster, the room's state): the key decides first.
+        let scope = caller.map(|c| c.thread_id.as_str()).unwrap_or_default();
+        if let Some(replayed) = self.replay(&view.room, scope, content, mentions, key).await? {
+            return Ok(replayed);
+        }
         let author = match caller {
             Some(caller) => {
                 let thread = self.admit(caller, &view, "ThreadSend").await?;
@@ -377,7 +383,33 @@ impl Rooms {
         check_post(content, mentions, key)?;
         let view = self.view(room_id).await?;
         let author = SourceRef { host_id: peer.to_string(), ..source };
+        let scope = rules::remote_member_id(peer, &author.thread_id);
+        if let Some(replayed) = self.replay(&view.room, &scope, content, mentions, key).await? {
+            return Ok(replayed);
+        }
         self.post_as(Some(author), view, content, mentions, key).await
+    }
+
+    /// The entry `key` made for this author's same post (`None` if the key is new or none
+    /// was given); a conflict if it made another post.
+    async fn replay(
+        &self,
+        room: &RoomRecord,
+        scope: &str,
+        content: &str,
+        mentions: &[String],
+        key: &str,
+    ) -> Result<Option<Posted>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        match self.inner.store.room_entry_by_key(&room.id, scope, key).await? {
+            Some((hash, entry)) if hash == post_hash(content, mentions) => {
+                Ok(Some(Posted { entry, key: key.to_string(), replayed: true }))
+            }
+            Some((_, entry)) => Err(key_conflict(&entry.id, &room.id)),
+            None => Ok(None),
+        }
     }
 
     async fn post_as(
@@ -473,11 +505,7 @@ impl Rooms {
         match outcome {
             PostOutcome::Posted { entry, .. } => Ok(Posted { entry, key, replayed: false }),
             PostOutcome::Replayed(entry) => Ok(Posted { entry, key, replayed: true }),
-            PostOutcome::KeyConflict { entry_id } => Err(Error::Conflict(format!(
-                "idempotency_key: already used for a different post ({entry_id}) in room {}; reuse a key only for \
-                 the same content and mentions",
-                view.room.id
-            ))),
+            PostOutcome::KeyConflict { entry_id } => Err(key_conflict(&entry_id, &view.room.id)),
             PostOutcome::RoomGone => Err(no_room(room_id)),
             PostOutcome::Archived => Err(archived(&view.room)),
             PostOutcome::NotMember => Err(not_member(&view.room, "ThreadSend")),
@@ -681,6 +709,13 @@ fn one_line(field: &'static str, value: &str, max: usize) -> Result<()> {
 /// A room name cut for a persona thread's title.
 fn one_line_cut(name: &str) -> String {
     name.chars().take(limits::DERIVED_TITLE_CHARS).collect()
+}
+
+fn key_conflict(entry_id: &str, room_id: &str) -> Error {
+    Error::Conflict(format!(
+        "idempotency_key: already used for a different post ({entry_id}) in room {room_id}; reuse a key only for \
+         the same content and mentions"
+    ))
 }
 
 fn no_room(room_id: &str) -> Error {

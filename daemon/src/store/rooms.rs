@@ -190,6 +190,14 @@ pub trait RoomStore: Send + Sync {
     /// or replays the entry its key made.
     async fn post_to_room(&self, entry: &NewEntry) -> StoreResult<PostOutcome>;
 
+    /// The entry an author's key made in a room, with the hash of the post it was made for.
+    async fn room_entry_by_key(
+        &self,
+        room_id: &str,
+        key_scope: &str,
+        key: &str,
+    ) -> StoreResult<Option<(String, EntryRecord)>>;
+
     /// Entries after `after_seq`, oldest first.
     async fn room_entries(&self, room_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<EntryRecord>>;
 

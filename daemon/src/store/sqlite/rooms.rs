@@ -168,6 +168,16 @@ impl RoomStore for SqliteStore {
         self.db.write(move |conn| post(conn, &e)).await
     }
 
+    async fn room_entry_by_key(
+        &self,
+        room_id: &str,
+        key_scope: &str,
+        key: &str,
+    ) -> StoreResult<Option<(String, EntryRecord)>> {
+        let (room_id, key_scope, key) = (room_id.to_string(), key_scope.to_string(), key.to_string());
+        self.db.read(move |conn| entry_by_key(conn, &room_id, &key_scope, &key)).await
+    }
+
     async fn room_entries(&self, room_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<EntryRecord>> {
         let room_id = room_id.to_string();
         self.db
@@ -246,15 +256,7 @@ impl RoomStore for SqliteStore {
 fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
     let Some(room) = room_by_id(conn, &e.room_id)? else { return Ok(PostOutcome::RoomGone) };
     // The key decides first: a retry answers with its entry, even if the room changed since.
-    let kept = first(
-        conn,
-        &format!(
-            "SELECT request_hash, {ENTRY_COLUMNS} FROM room_entries WHERE room_id = ? AND key_scope = ? AND key = ?"
-        ),
-        params![e.room_id, e.key_scope, e.key],
-        |row| Ok((row.get::<_, String>("request_hash")?, entry_from(row)?)),
-    )?;
-    if let Some((hash, entry)) = kept {
+    if let Some((hash, entry)) = entry_by_key(conn, &e.room_id, &e.key_scope, &e.key)? {
         return Ok(if hash == e.request_hash {
             PostOutcome::Replayed(entry)
         } else {
@@ -308,7 +310,8 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
             queued.push(thread.clone());
         }
         turns.extend(turn);
-        woke.push(roster_id.clone());
+        // As the roster shows it: a persona that has its thread by its thread's id.
+        woke.push(thread.clone());
     }
     let (author_host, author) =
         e.author.as_ref().map_or(("", ""), |a| (a.host_id.as_str(), a.thread_id.as_str()));
@@ -374,6 +377,23 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         deliveries: Vec::new(),
     };
     Ok(PostOutcome::Posted { entry, turns, queued, paused: plan.pause })
+}
+
+/// The entry a key made in a room, with its post's hash.
+fn entry_by_key(
+    conn: &Connection,
+    room_id: &str,
+    scope: &str,
+    key: &str,
+) -> StoreResult<Option<(String, EntryRecord)>> {
+    first(
+        conn,
+        &format!(
+            "SELECT request_hash, {ENTRY_COLUMNS} FROM room_entries WHERE room_id = ? AND key_scope = ? AND key = ?"
+        ),
+        params![room_id, scope, key],
+        |row| Ok((row.get::<_, String>("request_hash")?, entry_from(row)?)),
+    )
 }
 
 fn room_by_id(conn: &Connection, id: &str) -> StoreResult<Option<RoomRecord>> {
