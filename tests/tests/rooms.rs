@@ -554,7 +554,7 @@ async fn a_persona_becomes_one_thread_on_its_first_mention() {
     let page = read(home.client(), &room, None, "").await.expect("read");
     let thread = page.members[1].thread_id.clone();
     assert!(thread.starts_with("th_"), "the roster shows its thread: {page:?}");
-    assert_eq!(first.woke, [thread.clone()], "woken as the roster names it now");
+    assert_eq!(first.woke, std::slice::from_ref(&thread), "woken as the roster names it now");
     let critic = &page.members[1];
     assert_eq!(
         (critic.id.as_str(), critic.kind.as_str()),
@@ -570,9 +570,9 @@ async fn a_persona_becomes_one_thread_on_its_first_mention() {
 
     let by_persona = post(home.client(), &room, "and this", &["critic"], "").await.expect("post");
     // Mentioned by its persona id or by its thread's, it is woken by its roster id.
-    assert_eq!(by_persona.woke, [thread.clone()], "{by_persona:?}");
+    assert_eq!(by_persona.woke, std::slice::from_ref(&thread), "{by_persona:?}");
     let by_thread = post(home.client(), &room, "and that", &[&thread], "").await.expect("post");
-    assert_eq!(by_thread.woke, [thread.clone()], "its thread id names it too: {by_thread:?}");
+    assert_eq!(by_thread.woke, std::slice::from_ref(&thread), "its thread id names it too: {by_thread:?}");
     takes_entries(&home, &thread, 3).await;
     let turns = home.all_turns(&thread).await;
     let outputs: Vec<&str> = turns.iter().flat_map(|t| t.output.lines()).collect();
