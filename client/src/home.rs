@@ -309,10 +309,10 @@ async fn status_if_answering(socket: &Path) -> Result<Option<pb::StatusResponse>
         let Ok(client) = Client::connect(socket).await else { return Ok(None) };
         match client.home().status(pb::StatusRequest {}).await {
             Ok(status) => Ok(Some(status.into_inner())),
-            // Nobody there after all (it stopped between the two steps).
-            Err(e) if e.code() == tonic::Code::Unavailable && std::error::Error::source(&e).is_some() => {
-                Ok(None)
-            }
+            // Nobody there after all: a status this client made from a broken connection (it
+            // has a source; a daemon's answer never does) — the daemon stopped between the two
+            // steps, or a killed one's last thread still held the socket and reset the call.
+            Err(e) if std::error::Error::source(&e).is_some() => Ok(None),
             Err(e) => Err(e),
         }
     };

@@ -98,8 +98,12 @@ pub fn kill_9(pid: &str) {
     let started = Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.contains(") Z ") {
-            break; // a zombie holds no locks or sockets
+        // A zombie holds no locks or sockets — once all its threads are gone: the leader
+        // shows `Z` while the others may still hold the files (a listening socket accepts
+        // and then resets connections until then).
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |tasks| tasks.count());
+        if stat.contains(") Z ") && threads <= 1 {
+            break;
         }
         assert!(started.elapsed() < Duration::from_secs(10), "pid {pid} did not die");
         std::thread::sleep(Duration::from_millis(10));

@@ -5,6 +5,7 @@
 //! `delivered` means the log has the entry, and the members it wakes have it queued (an idle
 //! one's turn started in that commit). Who is woken is [`crate::store::rules::plan_post`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -18,7 +19,7 @@ use crate::store::{
     NewEntry, OutboundEntry, OutboxRecord, OutboxStatus, PostOutcome, ROOM_MEMBERS_MAX, RoomChange,
     RoomRecord, RoomTag, SourceRef, Store, ThreadRecord, rules,
 };
-use crate::sync::uncancelled;
+use crate::sync::{lock, uncancelled};
 use crate::threads::runner::TurnCaller;
 use crate::threads::signals::Signals;
 use crate::threads::{CreateRequest, Threads, cursor, limits, new_id};
@@ -49,7 +50,23 @@ struct Inner {
     /// Rung when a post wrote outbox entries (to members of other homes): the bridges'
     /// outbox worker ships them.
     outbox_work: Arc<Notify>,
+    /// Rooms and rosters as posts check them before their write, so a post reads neither
+    /// twice: forgotten on every change made here (the only writer of rosters and states
+    /// but the loop guard's pause, which no check before the write looks at). The write
+    /// itself decides on the stored room and roster.
+    posting: std::sync::Mutex<PostingViews>,
 }
+
+/// The rooms posts know, and how many times one was forgotten: a view read before a
+/// change is not kept after it.
+#[derive(Default)]
+struct PostingViews {
+    views: HashMap<String, RoomView>,
+    forgotten: u64,
+}
+
+/// Rooms whose rosters [`Inner::posting`] holds at most; it starts over when full.
+const POSTING_CACHE_MAX: usize = 4096;
 
 /// A room with its roster.
 #[derive(Debug, Clone)]
@@ -87,7 +104,16 @@ impl Rooms {
         let store = threads.store().clone();
         let making_persona = tokio::sync::Mutex::new(());
         Self {
-            inner: Arc::new(Inner { store, threads, mailbox, signals, config, making_persona, outbox_work }),
+            inner: Arc::new(Inner {
+                store,
+                threads,
+                mailbox,
+                signals,
+                config,
+                making_persona,
+                outbox_work,
+                posting: Default::default(),
+            }),
         }
     }
 
@@ -317,7 +343,9 @@ impl Rooms {
         if view.room.archived {
             return Err(archived(&view.room));
         }
-        Ok(self.inner.store.remove_member(&view.room.id, member, now_ms()).await?)
+        let removed = self.inner.store.remove_member(&view.room.id, member, now_ms()).await;
+        self.forget(&view.room.id);
+        Ok(removed?)
     }
 
     /// Pauses, resumes or archives a room; whether that changed it.
@@ -327,7 +355,8 @@ impl Rooms {
             .inner
             .store
             .change_room(room_id, change, "paused by the owner", now_ms())
-            .await?
+            .await
+            .inspect(|_| self.forget(room_id))?
             .ok_or_else(|| no_room(room_id))?;
         if room.archived && change != RoomChange::Archive {
             return Err(archived(&room));
@@ -348,25 +377,25 @@ impl Rooms {
         key: &str,
     ) -> Result<Posted> {
         check_post(content, mentions, key)?;
-        let view = self.view(room_id).await?;
-        // A retry answers with its entry, whatever changed since (the author's switch, its
-        // membership, the roster, the room's state): the key decides first.
-        let scope = caller.map(|c| c.thread_id.as_str()).unwrap_or_default();
-        if let Some(replayed) = self.replay(&view.room, scope, content, mentions, key).await? {
-            return Ok(replayed);
+        let view = self.posting_view(room_id).await?;
+        let room = view.room.clone();
+        let posted = async {
+            let author = match caller {
+                Some(caller) => {
+                    let thread = self.admit(caller, &view, "ThreadSend").await?;
+                    Some(SourceRef {
+                        host_id: String::new(),
+                        thread_id: thread.id,
+                        workspace_id: thread.workspace_id,
+                    })
+                }
+                None => None,
+            };
+            self.post_as(author, view, content, mentions, key).await
         }
-        let author = match caller {
-            Some(caller) => {
-                let thread = self.admit(caller, &view, "ThreadSend").await?;
-                Some(SourceRef {
-                    host_id: String::new(),
-                    thread_id: thread.id,
-                    workspace_id: thread.workspace_id,
-                })
-            }
-            None => None,
-        };
-        self.post_as(author, view, content, mentions, key).await
+        .await;
+        let scope = caller.map(|c| c.thread_id.as_str()).unwrap_or_default();
+        self.or_replay(posted, &room, scope, content, mentions, key).await
     }
 
     /// A post by a thread of the home `peer` (its bridge grants `send`), attributed to that
@@ -381,13 +410,30 @@ impl Rooms {
         key: &str,
     ) -> Result<Posted> {
         check_post(content, mentions, key)?;
-        let view = self.view(room_id).await?;
+        let view = self.posting_view(room_id).await?;
+        let room = view.room.clone();
         let author = SourceRef { host_id: peer.to_string(), ..source };
         let scope = rules::remote_member_id(peer, &author.thread_id);
-        if let Some(replayed) = self.replay(&view.room, &scope, content, mentions, key).await? {
-            return Ok(replayed);
+        let posted = self.post_as(Some(author), view, content, mentions, key).await;
+        self.or_replay(posted, &room, &scope, content, mentions, key).await
+    }
+
+    /// A refused post whose key made an entry before gets that entry instead, whatever
+    /// changed since (the author's switch or membership, the roster, the room archived); a
+    /// post accepted (or replayed) by the write is answered as it is.
+    async fn or_replay(
+        &self,
+        posted: Result<Posted>,
+        room: &RoomRecord,
+        scope: &str,
+        content: &str,
+        mentions: &[String],
+        key: &str,
+    ) -> Result<Posted> {
+        match posted {
+            Err(refused) => self.replay(room, scope, content, mentions, key).await?.ok_or(refused),
+            posted => posted,
         }
-        self.post_as(Some(author), view, content, mentions, key).await
     }
 
     /// The entry `key` made for this author's same post (`None` if the key is new or none
@@ -569,6 +615,33 @@ impl Rooms {
         Ok(outbound)
     }
 
+    /// [`Rooms::view`] as a post checks it, from [`Inner::posting`] when it holds the room.
+    async fn posting_view(&self, room_id: &str) -> Result<RoomView> {
+        let forgotten = {
+            let posting = lock(&self.inner.posting);
+            if let Some(view) = posting.views.get(room_id) {
+                return Ok(view.clone());
+            }
+            posting.forgotten
+        };
+        let view = self.view(room_id).await?;
+        let mut posting = lock(&self.inner.posting);
+        if posting.forgotten == forgotten {
+            if posting.views.len() >= POSTING_CACHE_MAX {
+                posting.views.clear();
+            }
+            posting.views.insert(view.room.id.clone(), view.clone());
+        }
+        Ok(view)
+    }
+
+    /// Drops what posts know of a room: its roster or state changed.
+    fn forget(&self, room_id: &str) {
+        let mut posting = lock(&self.inner.posting);
+        posting.views.remove(room_id);
+        posting.forgotten += 1;
+    }
+
     /// The room and its roster, or `NOT_FOUND`.
     async fn view(&self, room_id: &str) -> Result<RoomView> {
         limits::text("room", room_id, ID_MAX_CHARS)?;
@@ -604,7 +677,9 @@ impl Rooms {
     }
 
     async fn join(&self, room_id: &str, member: &MemberRecord) -> Result<bool> {
-        match self.inner.store.add_member(room_id, member).await? {
+        let joined = self.inner.store.add_member(room_id, member).await;
+        self.forget(room_id);
+        match joined? {
             AddOutcome::Added => Ok(true),
             AddOutcome::AlreadyMember => Ok(false),
             AddOutcome::Full => Err(Error::FailedPrecondition(format!(
@@ -643,7 +718,10 @@ impl Rooms {
                 },
             )
             .await?;
-        Ok(self.inner.store.set_persona_thread(&room.id, &persona.member_id, &created.thread.id).await?)
+        let thread =
+            self.inner.store.set_persona_thread(&room.id, &persona.member_id, &created.thread.id).await;
+        self.forget(&room.id);
+        Ok(thread?)
     }
 }
 
