@@ -71,6 +71,28 @@ async fn release(home: &TestHome, thread: &str, ended: usize) -> Vec<pb::Turn> {
     home.wait_turns(thread, ended).await
 }
 
+/// A room hosted by an `echo` thread, with an `echo` member and a member agent in its
+/// first turn.
+struct Team {
+    home: TestHome,
+    host: String,
+    e1: String,
+    room: String,
+    a: Agent,
+}
+
+async fn team() -> Team {
+    let home = rooms_home().await;
+    let host = home.thread("echo", None).await.id;
+    let e1 = home.thread("echo", None).await.id;
+    let room = create_room(&home, &host).await;
+    let a = agent(&home).await;
+    for member in [&e1, &a.id] {
+        add(home.client(), &room, member).await.expect("add");
+    }
+    Team { home, host, e1, room, a }
+}
+
 async fn create_room(home: &TestHome, host: &str) -> String {
     let request = pb::RoomCreateRequest { host: host.into(), name: "team".into() };
     let created = home.client().rooms().room_create(request).await.expect("room created").into_inner();
@@ -435,14 +457,7 @@ async fn posts_wake_whom_they_mention_and_the_owner_wakes_the_host() {
 /// with other content or mentions is a conflict. Keys are the poster's own.
 #[tokio::test]
 async fn the_same_key_replays_a_post_and_other_content_conflicts() {
-    let home = rooms_home().await;
-    let host = home.thread("echo", None).await.id;
-    let e1 = home.thread("echo", None).await.id;
-    let room = create_room(&home, &host).await;
-    let a = agent(&home).await;
-    for member in [&e1, &a.id] {
-        add(home.client(), &room, member).await.expect("add");
-    }
+    let Team { home, host, e1, room, a } = team().await;
 
     let first = post(home.client(), &room, "once", &[&e1], "k1").await.expect("post");
     assert!(!first.replayed);
@@ -684,15 +699,8 @@ async fn the_loop_guard_pauses_a_ping_pong() {
 /// cursor, and refuses a limit out of range or another room's cursor.
 #[tokio::test]
 async fn room_read_pages_in_order_and_changes_nothing() {
-    let home = rooms_home().await;
-    let host = home.thread("echo", None).await.id;
-    let e1 = home.thread("echo", None).await.id;
-    let room = create_room(&home, &host).await;
+    let Team { home, host, e1, room, a } = team().await;
     let other_room = create_room(&home, &host).await;
-    let a = agent(&home).await;
-    for member in [&e1, &a.id] {
-        add(home.client(), &room, member).await.expect("add");
-    }
     for i in 1..=5 {
         post(home.client(), &room, &format!("entry {i}"), &[&e1], "").await.expect("post");
     }
@@ -745,14 +753,7 @@ async fn room_read_pages_in_order_and_changes_nothing() {
 /// posts, adds and changes, saying so, and stays readable.
 #[tokio::test]
 async fn paused_rooms_keep_posts_and_archived_rooms_are_read_only() {
-    let home = rooms_home().await;
-    let host = home.thread("echo", None).await.id;
-    let e1 = home.thread("echo", None).await.id;
-    let room = create_room(&home, &host).await;
-    let a = agent(&home).await;
-    for member in [&e1, &a.id] {
-        add(home.client(), &room, member).await.expect("add");
-    }
+    let Team { home, host, e1, room, a } = team().await;
     let paused = set_state(&home, &room, pb::RoomAction::Pause).await;
     assert!(paused.changed && paused.room.expect("room").paused);
     let by_agent = post(&a.client, &room, "e1?", &[&e1], "").await.expect("a post while paused");
