@@ -289,10 +289,12 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         if live.is_none() {
             continue;
         }
+        // The input refers to the entry for its content (see `claim_turn`): a post of up to
+        // 20,000 characters is written once, not again for each member it wakes.
         let input = NewInput {
             id: format!("in_{}_{seq}_{}", e.room_id, woke.len()),
             kind: InputKind::Message,
-            content: e.content.clone(),
+            content: String::new(),
             message_id: Some(e.id.clone()),
             source: e.author.clone(),
             room: Some(RoomTag { room: e.room_id.clone(), entry: e.id.clone() }),
@@ -300,7 +302,10 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         };
         let claim = e.claims.iter().find(|(t, _)| t == thread).map(|(_, claim)| claim);
         let turn = match claim {
-            Some(claim) => claim_turn(conn, thread, claim, e.now, Some(input.clone()))?,
+            Some(claim) => {
+                let arriving = NewInput { content: e.content.clone(), ..input.clone() };
+                claim_turn(conn, thread, claim, e.now, Some(arriving))?
+            }
             None => None,
         };
         let taken_by =

@@ -269,7 +269,8 @@ pub(super) fn claim_turn(
         conn,
         "SELECT id, kind, message_id, source_host, source_thread, source_workspace, room_id, room_entry, created_at, wake,
                 COALESCE(NULLIF(content, ''),
-                         (SELECT m.content FROM messages m WHERE m.id = inputs.message_id), '') AS content
+                         (SELECT m.content FROM messages m WHERE m.id = inputs.message_id),
+                         (SELECT e.content FROM room_entries e WHERE e.id = inputs.room_entry), '') AS content
          FROM inputs WHERE thread_id = ? AND turn_id IS NULL ORDER BY seq",
         [thread_id],
         |row| Ok(rules::Queued { input: input_from(row)?, wake: row.get::<_, bool>("wake")? }),
