@@ -258,8 +258,6 @@ fn seed(db: &Path, room: &str, host: &str, n: i64) {
         rusqlite::params![room, host, n],
     )
     .expect("seed entries");
-    conn.execute("UPDATE rooms SET last_seq = ?1 WHERE id = ?2", rusqlite::params![n, room])
-        .expect("last seq");
 }
 
 /// A RoomRead page of `PAGE` after entry `after` (0: from the first): how long it took.

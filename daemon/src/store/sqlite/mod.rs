@@ -72,6 +72,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (26, "source workspaces", include_str!("migrations/0026_source_workspaces.sql")),
     (27, "rooms", include_str!("migrations/0027_rooms.sql")),
     (28, "rooms across homes", include_str!("migrations/0028_rooms_across_homes.sql")),
+    (29, "rooms' last seq from the log", include_str!("migrations/0029_rooms_last_seq_from_the_log.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

@@ -5,7 +5,8 @@ use async_trait::async_trait;
 
 use super::*;
 
-const ROOM_COLUMNS: &str = "seq, id, name, host_thread, paused, paused_reason, archived, agent_wakes, last_seq, created_at, updated_at";
+const ROOM_COLUMNS: &str = "seq, id, name, host_thread, paused, paused_reason, archived, agent_wakes, \
+     (SELECT COALESCE(MAX(e.seq), 0) FROM room_entries e WHERE e.room_id = rooms.id) AS last_seq, created_at, updated_at";
 const MEMBER_COLUMNS: &str = "member_id, kind, thread_id, profile, instructions, added_at";
 const ENTRY_COLUMNS: &str = "room_id, seq, id, author_host, author, content, mentions, woke, at";
 
@@ -284,15 +285,19 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
             }
             continue;
         };
-        // A thread archived meanwhile is skipped: the entry stays in the log.
-        let live = first(conn, "SELECT 1 FROM threads WHERE id = ? AND archived = 0", [thread], |_| Ok(()))?;
-        if live.is_none() {
-            continue;
-        }
+        // A thread archived meanwhile is skipped: the entry stays in the log. A busy one
+        // queues it without a claim.
+        let running =
+            first(conn, "SELECT running FROM threads WHERE id = ? AND archived = 0", [thread], |row| {
+                Ok(row.get::<_, bool>(0)?)
+            })?;
+        let Some(running) = running else { continue };
         // The input refers to the entry for its content (see `claim_turn`): a post of up to
         // 20,000 characters is written once, not again for each member it wakes.
         let input = NewInput {
-            id: format!("in_{}_{seq}_{}", e.room_id, woke.len()),
+            // After the entry's id, which grows with time: inputs' id index is appended to,
+            // not written all over as the logs grow.
+            id: format!("in_{}_{}", e.id, woke.len()),
             kind: InputKind::Message,
             content: String::new(),
             message_id: Some(e.id.clone()),
@@ -301,7 +306,7 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
             now: e.now,
         };
         let claim = e.claims.iter().find(|(t, _)| t == thread).map(|(_, claim)| claim);
-        let turn = match claim {
+        let turn = match claim.filter(|_| !running) {
             Some(claim) => {
                 let arriving = NewInput { content: e.content.clone(), ..input.clone() };
                 claim_turn(conn, thread, claim, e.now, Some(arriving))?
@@ -340,20 +345,16 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
             e.now
         ],
     )?;
-    run(
-        conn,
-        "UPDATE rooms SET last_seq = ?, agent_wakes = ?, updated_at = ?,
-                          paused = paused OR ?4, paused_reason = CASE WHEN ?4 THEN ?5 ELSE paused_reason END
-         WHERE id = ?6",
-        params![
-            seq,
-            plan.agent_wakes,
-            e.now,
-            plan.pause.is_some(),
-            plan.pause.as_deref().unwrap_or(""),
-            e.room_id
-        ],
-    )?;
+    // The room's row changes only with the loop guard's count or its pause.
+    if plan.agent_wakes != room.agent_wakes || plan.pause.is_some() {
+        run(
+            conn,
+            "UPDATE rooms SET agent_wakes = ?, updated_at = ?,
+                              paused = paused OR ?3, paused_reason = CASE WHEN ?3 THEN ?4 ELSE paused_reason END
+             WHERE id = ?5",
+            params![plan.agent_wakes, e.now, plan.pause.is_some(), plan.pause.as_deref().unwrap_or(""), e.room_id],
+        )?;
+    }
     if let Some(why) = &plan.pause {
         insert_event(
             conn,
