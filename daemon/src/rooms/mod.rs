@@ -119,8 +119,12 @@ impl Rooms {
 
     /// Whether the room lives in this home.
     pub async fn is_here(&self, room_id: &str) -> Result<bool> {
-        limits::text("room", room_id, ID_MAX_CHARS)?;
-        Ok(self.inner.store.room(room_id).await?.is_some())
+        // From what posts keep: the post that follows finds the room there too.
+        match self.posting_view(room_id).await {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The home a room of another home lives in, as this home learnt it; `NOT_FOUND` if it
