@@ -9,6 +9,7 @@ use kiki_client::home_dir;
 
 use crate::bridge::{self, BridgeCommand};
 use crate::home::{self, HomeCommand};
+use crate::mcp::{self, McpArgs};
 use crate::room::{self, RoomCommand};
 use crate::thread::{self, ThreadCommand};
 
@@ -79,6 +80,9 @@ pub enum Command {
     /// Bridges: owner-approved one-way links to other homes.
     #[command(subcommand, after_help = BRIDGE_EXAMPLES)]
     Bridge(BridgeCommand),
+    /// The collaboration tools as an MCP server on stdio, for agent CLIs; `kiki mcp install`
+    /// sets an agent up to start it.
+    Mcp(McpArgs),
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -90,6 +94,7 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Thread(command) => thread::run(&home, command, args.json).await,
         Command::Room(command) => room::run(&home, command, args.json).await,
         Command::Bridge(command) => bridge::run(&home, command, args.json).await,
+        Command::Mcp(command) => mcp::run(&home, command, args.json).await,
     }
 }
 

@@ -23,6 +23,7 @@ mod bridge;
 mod cli;
 mod connect;
 mod home;
+mod mcp;
 mod output;
 mod render;
 mod room;

@@ -8,8 +8,8 @@ use kiki_proto as pb;
 use crate::mailbox::{Sent, WaitResult};
 use crate::rooms::{Posted, RoomPage, RoomView};
 use crate::store::{
-    CommunicationSetting, EntryRecord, EventKind, EventRecord, InputKind, MemberKind, MessageStatus,
-    ThreadRecord, TurnStatus, rules,
+    CommunicationSetting, EntryRecord, EventKind, EventRecord, InputKind, InputRecord, MemberKind,
+    MessageStatus, SourceRef, ThreadRecord, TurnStatus, rules,
 };
 use crate::threads::{Read, TurnView};
 use crate::time::rfc3339;
@@ -76,11 +76,7 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
                     InputKind::Message => pb::InputKind::Message,
                 } as i32,
                 message_id: item.message_id.unwrap_or_default(),
-                source: item.source.map(|s| pb::ThreadRef {
-                    host_id: s.host_id,
-                    workspace_id: s.workspace_id,
-                    session_id: s.thread_id,
-                }),
+                source: item.source.map(source_to_pb),
                 room: item.room.as_ref().map(|r| r.room.clone()).unwrap_or_default(),
                 room_entry: item.room.map(|r| r.entry).unwrap_or_default(),
             })
@@ -88,6 +84,22 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
         started_at: rfc3339(t.started_at),
         ended_at: t.ended_at.map(rfc3339).unwrap_or_default(),
         error: t.error,
+    }
+}
+
+fn source_to_pb(s: SourceRef) -> pb::ThreadRef {
+    pb::ThreadRef { host_id: s.host_id, workspace_id: s.workspace_id, session_id: s.thread_id }
+}
+
+/// A message given to a running turn (ThreadInbox).
+pub fn inbox_item_to_pb(input: InputRecord) -> pb::InboxItem {
+    pb::InboxItem {
+        message_id: input.message_id.unwrap_or_default(),
+        source: input.source.map(source_to_pb),
+        room: input.room.as_ref().map(|r| r.room.clone()).unwrap_or_default(),
+        room_entry: input.room.map(|r| r.entry).unwrap_or_default(),
+        content: input.content,
+        at: rfc3339(input.now),
     }
 }
 

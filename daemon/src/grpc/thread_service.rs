@@ -205,4 +205,18 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         self.mailbox.attention(caller.as_ref(), &request.into_inner().reason).await.map_err(status)?;
         Ok(Response::new(pb::AttentionResponse {}))
     }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn thread_inbox(
+        &self,
+        request: Request<pb::ThreadInboxRequest>,
+    ) -> Result<Response<pb::ThreadInboxResponse>, Status> {
+        let caller = caller(&self.threads, &request)?;
+        let r = request.into_inner();
+        let (items, delivered) = self.mailbox.inbox(caller.as_ref(), r.taken, r.timeout_ms).await.map_err(status)?;
+        Ok(Response::new(pb::ThreadInboxResponse {
+            items: items.into_iter().map(crate::convert::inbox_item_to_pb).collect(),
+            delivered,
+        }))
+    }
 }

@@ -21,7 +21,7 @@ use tracing::instrument;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
-    Archived, CommunicationSetting, EXPIRED, EventKind, EventRecord, MessageRecord, MessageStatus, Millis,
+    Archived, CommunicationSetting, EXPIRED, EventKind, EventRecord, InputRecord, MessageRecord, MessageStatus, Millis,
     NewMessage, ReceiptRecord, RoomTag, SendOutcome, SourceRef, Store, ThreadRecord,
 };
 use crate::sync::{KeyGuard, KeyLocks, uncancelled};
@@ -35,6 +35,8 @@ pub const WAIT_TARGETS_MAX: usize = 8;
 pub const WAIT_TIMEOUT_MAX_MS: u32 = 60_000;
 pub const WAIT_TIMEOUT_DEFAULT_MS: u32 = 30_000;
 pub const ATTENTION_REASON_MAX_CHARS: usize = 2_000;
+/// Message ids one ThreadInbox call may name as taken.
+const INBOX_TAKEN_MAX: usize = 1_000;
 /// Events returned per target per ThreadWait call; the cursor carries on from there.
 const EVENTS_PER_TARGET: u32 = 100;
 
@@ -528,6 +530,59 @@ impl Mailbox {
             Ok(())
         })
         .await
+    }
+
+    /// ThreadInbox: the calling turn's agent takes input mid-turn. The messages it names in
+    /// `taken` are delivered into its turn; then it is given what else waits for its thread
+    /// that would wake it, at once if there is some, else when some arrives (up to
+    /// `timeout_ms`), or nothing once its turn ends.
+    #[instrument(level = "debug", skip_all)]
+    pub async fn inbox(
+        &self,
+        caller: Option<&TurnCaller>,
+        taken: Vec<String>,
+        timeout_ms: Option<u32>,
+    ) -> Result<(Vec<InputRecord>, Vec<String>)> {
+        let caller = caller.ok_or_else(|| {
+            Error::FailedPrecondition(
+                "the inbox is read from inside a turn (it needs the turn's KIKI_TOKEN)".into(),
+            )
+        })?;
+        if taken.len() > INBOX_TAKEN_MAX {
+            return Err(Error::invalid("taken", format!("at most {INBOX_TAKEN_MAX} ids, got {}", taken.len())));
+        }
+        let timeout = wait_timeout(timeout_ms)?;
+        let thread_id = caller.thread_id.clone();
+        // Subscribed before the first look, so an arrival in between is not missed.
+        let subscription = self.signals.subscribe(vec![thread_id.clone()]);
+        let delivered = if taken.is_empty() {
+            Vec::new()
+        } else {
+            let (store, signals, turn_id) = (self.store.clone(), self.signals.clone(), caller.turn_id.clone());
+            let thread = thread_id.clone();
+            uncancelled(async move {
+                let delivered =
+                    store.take_into_turn(&thread, &turn_id, taken, crate::executors::render, now_ms()).await?;
+                // Senders waiting for `delivered` are parked on this thread.
+                signals.notify(&thread);
+                Ok::<_, Error>(delivered)
+            })
+            .await?
+        };
+        let deadline = Instant::now() + Duration::from_millis(timeout.into());
+        loop {
+            if !self.runner.is_running(caller) {
+                return Ok((Vec::new(), delivered));
+            }
+            let Some(thread) = self.store.thread(&thread_id).await? else {
+                return Ok((Vec::new(), delivered));
+            };
+            let take_messages = switches::communication(&self.config, &thread).is_ok();
+            let items = self.store.inbox(&thread_id, take_messages).await?;
+            if !items.is_empty() || !self.park(&subscription, deadline).await {
+                return Ok((items, delivered));
+            }
+        }
     }
 
     /// `kiki thread set REF --communication on|off|default`.

@@ -11,7 +11,7 @@
 //!   other post the members it mentions), unless the room is paused or the loop guard
 //!   pauses it now.
 
-use super::{InputRecord, MemberKind, MemberRecord, NewMessage, RoomRecord, SendOutcome, SourceRef};
+use super::{InputKind, InputRecord, MemberKind, MemberRecord, NewMessage, RoomRecord, SendOutcome, SourceRef};
 
 /// What a send's decision rests on, read in the transaction that would store it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -121,6 +121,18 @@ pub fn plan_claim(
         return None;
     }
     Some(taken.into_iter().map(|q| q.input).chain(arriving).collect())
+}
+
+/// What a running turn's agent may be given mid-turn (see `TurnStore::inbox`): queued
+/// messages (not user input, which starts a turn of its own) that would wake the thread
+/// and that a turn may take now. A message that may not wake it (a bridge without `wake`,
+/// a room post that does not mention it) waits for a turn that starts, as ever.
+pub fn plan_inbox(queued: Vec<Queued>, take_messages: bool, disabled_peers: &[String]) -> Vec<InputRecord> {
+    queued
+        .into_iter()
+        .filter(|q| q.wake && q.input.kind == InputKind::Message && takeable(&q.input, take_messages, disabled_peers))
+        .map(|q| q.input)
+        .collect()
 }
 
 /// What a room post does.
@@ -235,7 +247,7 @@ pub fn plan_post(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{InputKind, SourceRef};
+    use crate::store::SourceRef;
 
     fn input(id: &str, source: Option<(&str, &str)>) -> InputRecord {
         InputRecord {
@@ -285,6 +297,21 @@ mod tests {
             ids(plan_claim(vec![held], Some(arriving), true, &[])),
             Some(vec!["held".into(), "new".into()])
         );
+    }
+
+    #[test]
+    fn a_running_turn_is_given_the_messages_that_would_wake_it_and_may_be_taken() {
+        let user = Queued { input: input("user", None), wake: true };
+        let peer = Queued { input: input("peer", Some(("", "th_p"))), wake: true };
+        let held = Queued { input: input("held", Some(("", "th_q"))), wake: false };
+        let bridged = Queued { input: input("bridged", Some(("PEER", "th_f"))), wake: true };
+        let all = vec![user, peer, held, bridged];
+        let given = |take_messages, disabled: &[String]| -> Vec<String> {
+            plan_inbox(all.clone(), take_messages, disabled).into_iter().map(|i| i.id).collect()
+        };
+        assert_eq!(given(true, &[]), vec!["peer", "bridged"], "no user input, nothing that may not wake");
+        assert_eq!(given(true, &["PEER".into()]), vec!["peer"], "a disabled bridge's messages wait");
+        assert!(given(false, &[]).is_empty(), "communication off: peers' messages wait");
     }
 
     fn send(bridged: bool) -> NewMessage {

@@ -177,6 +177,24 @@ pub trait TurnStore: Send + Sync {
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>>;
 
+    /// The messages queued for the thread that would wake it and that a turn may take now
+    /// (see [`rules::plan_inbox`]), oldest first: what an agent that takes input mid-turn
+    /// is given.
+    async fn inbox(&self, thread_id: &str, take_messages: bool) -> StoreResult<Vec<InputRecord>>;
+
+    /// Puts those of the queued messages `message_ids` that are still queued into the
+    /// thread's turn `turn_id` while it runs: they are delivered now (with their receipts),
+    /// their text (by `render`) is appended to the turn's input, and no later turn takes
+    /// them. Returns the ids taken (none if the turn has ended).
+    async fn take_into_turn(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+        message_ids: Vec<String>,
+        render: RenderInput,
+        now: Millis,
+    ) -> StoreResult<Vec<String>>;
+
     /// Records how a running turn ended, marks its thread idle and logs a `terminal` event.
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()>;
 

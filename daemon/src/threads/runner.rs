@@ -138,6 +138,11 @@ impl TurnRunner {
         lock(&self.inner.tokens).get(token).cloned()
     }
 
+    /// Whether the caller's turn still runs (its token still works).
+    pub fn is_running(&self, caller: &TurnCaller) -> bool {
+        lock(&self.inner.tokens).values().any(|running| running == caller)
+    }
+
     /// Stops every turn (recording it as failed) and waits for the tasks to finish.
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();

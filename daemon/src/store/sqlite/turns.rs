@@ -32,6 +32,28 @@ impl TurnStore for SqliteStore {
         self.db.write(move |conn| claim_turn(conn, &thread_id, &claim, now, None)).await
     }
 
+    async fn inbox(&self, thread_id: &str, take_messages: bool) -> StoreResult<Vec<InputRecord>> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .read(move |conn| {
+                let queued = queued_inputs(conn, &thread_id)?;
+                Ok(rules::plan_inbox(queued, take_messages, &disabled_peers(conn)?))
+            })
+            .await
+    }
+
+    async fn take_into_turn(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+        message_ids: Vec<String>,
+        render: RenderInput,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
+        self.db.write(move |conn| take_into_turn(conn, &thread_id, &turn_id, &message_ids, render, now)).await
+    }
+
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {
         let outcome = outcome.clone();
         self.db
@@ -265,22 +287,8 @@ pub(super) fn claim_turn(
     expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
     // Everything waiting, and the peers whose bridge's inbound access is off: the rules say
     // what the turn takes (see [`rules::plan_claim`]).
-    let queued = all(
-        conn,
-        "SELECT id, kind, message_id, source_host, source_thread, source_workspace, room_id, room_entry, created_at, wake,
-                COALESCE(NULLIF(content, ''),
-                         (SELECT m.content FROM messages m WHERE m.id = inputs.message_id),
-                         (SELECT e.content FROM room_entries e WHERE e.id = inputs.room_entry), '') AS content
-         FROM inputs WHERE thread_id = ? AND turn_id IS NULL ORDER BY seq",
-        [thread_id],
-        |row| Ok(rules::Queued { input: input_from(row)?, wake: row.get::<_, bool>("wake")? }),
-    )?;
-    let disabled = all(
-        conn,
-        "SELECT peer_home_id FROM bridges WHERE direction = 'inbound' AND state = 'disabled'",
-        [],
-        |row| Ok(row.get::<_, String>(0)?),
-    )?;
+    let queued = queued_inputs(conn, thread_id)?;
+    let disabled = disabled_peers(conn)?;
     let arriving_id = arriving.as_ref().map(|input| input.id.clone());
     let Some(inputs) = rules::plan_claim(queued, arriving, *take_messages, &disabled) else {
         return Ok(None);
@@ -349,6 +357,83 @@ pub(super) fn claim_turn(
         },
         inputs,
     }))
+}
+
+/// The thread's input not taken by a turn yet, oldest first, with its content.
+fn queued_inputs(conn: &Connection, thread_id: &str) -> StoreResult<Vec<rules::Queued>> {
+    all(
+        conn,
+        "SELECT id, kind, message_id, source_host, source_thread, source_workspace, room_id, room_entry, created_at, wake,
+                COALESCE(NULLIF(content, ''),
+                         (SELECT m.content FROM messages m WHERE m.id = inputs.message_id),
+                         (SELECT e.content FROM room_entries e WHERE e.id = inputs.room_entry), '') AS content
+         FROM inputs WHERE thread_id = ? AND turn_id IS NULL ORDER BY seq",
+        [thread_id],
+        |row| Ok(rules::Queued { input: input_from(row)?, wake: row.get::<_, bool>("wake")? }),
+    )
+}
+
+/// The peers whose inbound bridge's access is off: their messages wait.
+fn disabled_peers(conn: &Connection) -> StoreResult<Vec<String>> {
+    all(
+        conn,
+        "SELECT peer_home_id FROM bridges WHERE direction = 'inbound' AND state = 'disabled'",
+        [],
+        |row| Ok(row.get::<_, String>(0)?),
+    )
+}
+
+/// Puts the queued messages `message_ids` of `thread_id` into its running turn `turn_id`
+/// (see [`TurnStore::take_into_turn`]).
+fn take_into_turn(
+    conn: &Connection,
+    thread_id: &str,
+    turn_id: &str,
+    message_ids: &[String],
+    render: RenderInput,
+    now: Millis,
+) -> StoreResult<Vec<String>> {
+    let running = first(
+        conn,
+        "SELECT 1 FROM turns WHERE id = ? AND thread_id = ? AND status = 'running'",
+        params![turn_id, thread_id],
+        |_| Ok(()),
+    )?;
+    if running.is_none() {
+        return Ok(Vec::new());
+    }
+    let queued = queued_inputs(conn, thread_id)?;
+    let taken: Vec<InputRecord> = queued
+        .into_iter()
+        .map(|q| q.input)
+        .filter(|i| i.message_id.as_ref().is_some_and(|m| message_ids.contains(m)))
+        .collect();
+    for input in &taken {
+        run(conn, "UPDATE inputs SET turn_id = ? WHERE id = ?", params![turn_id, input.id])?;
+        run(
+            conn,
+            "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ? WHERE id = ? AND status = 'pending'",
+            params![now, turn_id, input.message_id],
+        )?;
+        if input.source.as_ref().is_some_and(|s| !s.host_id.is_empty()) {
+            run(
+                conn,
+                "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+                 SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
+                 WHERE status = 'accepted' AND message_id = ?",
+                params![now, input.message_id],
+            )?;
+        }
+    }
+    if !taken.is_empty() {
+        run(
+            conn,
+            "UPDATE turns SET input = input || char(10) || ? WHERE id = ?",
+            params![render(&taken), turn_id],
+        )?;
+        touched(Some(thread_id));
+    }
+    Ok(taken.into_iter().filter_map(|i| i.message_id).collect())
 }
 
 /// Fills in the input items of `turns`. One small indexed query per turn: in-process

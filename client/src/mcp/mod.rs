@@ -1,0 +1,115 @@
+//! `kiki mcp`: the collaboration tools (contract §7) as an MCP server on stdio, named
+//! `kiki` (an agent sees `mcp__kiki__ThreadSend`), and `kiki mcp install`, which sets agent
+//! CLIs up to start it.
+//!
+//! The server is a client of kikid like the rest of `kiki`: each tool is the same `kiki.v1`
+//! call the CLI makes. Started inside a turn (the agent CLI passes on `KIKI_TOKEN`), every
+//! call acts as that turn's thread; outside one, as the owner's external client.
+
+mod calls;
+mod channel;
+pub mod install;
+mod tools;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt};
+
+use self::calls::{Caller, tool_error};
+
+#[derive(Args)]
+#[command(after_help = MCP_EXAMPLES)]
+pub struct McpArgs {
+    #[command(subcommand)]
+    command: Option<McpCommand>,
+    /// How long the MCP client gives one tool call, in ms: ThreadWait answers 2 s before it.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(5_000..))]
+    tool_timeout_ms: u64,
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Set an agent CLI up to start `kiki mcp` (its own config file, merged, not overwritten).
+    Install(install::InstallArgs),
+}
+
+const MCP_EXAMPLES: &str = "\
+Examples:
+  kiki mcp                          # the server on stdio (an agent CLI starts it)
+  kiki mcp install claude           # adds it to ~/.claude.json; codex, gemini, kimi likewise
+  kiki mcp install codex --print    # shows what it would write";
+
+pub async fn run(home: &Path, args: McpArgs, json: bool) -> Result<()> {
+    match args.command {
+        Some(McpCommand::Install(install)) => install::run(home, install, json),
+        None => serve(home, Duration::from_millis(args.tool_timeout_ms)).await,
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client closes it.
+async fn serve(home: &Path, tool_timeout: Duration) -> Result<()> {
+    let token = std::env::var("KIKI_TOKEN").ok().filter(|t| !t.is_empty());
+    let caller = Arc::new(Caller::new(crate::connect::socket(home), token, tool_timeout));
+    let running = KikiServer { caller }.serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}
+
+struct KikiServer {
+    caller: Arc<Caller>,
+}
+
+impl ServerHandler for KikiServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
+        // Claude Code takes pushed messages from a server that declares this.
+        capabilities.experimental =
+            Some([(channel::CAPABILITY.to_string(), serde_json::Map::new())].into_iter().collect());
+        InitializeResult::new(capabilities)
+            .with_server_info(Implementation::new("kiki", env!("CARGO_PKG_VERSION")).with_title("kiki"))
+            .with_instructions(
+                "kiki connects agent threads on this machine and other homes. ThreadList finds threads, \
+                 ThreadSend messages one (or posts to a room), ThreadWait waits for their activity, \
+                 ThreadRead reads their turns. Messages for this thread may arrive mid-turn as channel \
+                 events from kiki; answer them with ThreadSend.",
+            )
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // Only inside a turn is there a thread to push messages to.
+        let pushes = self.caller.token.is_some()
+            && context.peer.peer_info().is_some_and(|client| channel::supported_by(&client));
+        if pushes {
+            tokio::spawn(channel::push(self.caller.clone(), context.peer.clone()));
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools::all()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let result = match self.caller.call(&request.name, request.arguments, &context).await {
+            Ok(result) => result,
+            Err(refused) => tool_error(refused),
+        };
+        Ok(result.into())
+    }
+}
