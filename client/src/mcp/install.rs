@@ -1,0 +1,868 @@
+//! `kiki mcp install`: writes an agent CLI's own configuration so that it starts kiki's MCP
+//! server (`kiki mcp`, server name `kiki`, its tools seen as `mcp__kiki__ThreadSend`).
+//!
+//! The configuration is merged, never clobbered: every other key and server stays, only the
+//! `kiki` entry is replaced. JSON files keep their keys' order (re-indented by two spaces,
+//! as the agents write them); TOML files (codex) keep their comments and layout (toml_edit).
+//! A file that exists but cannot be parsed is refused and left untouched. Writes are atomic
+//! (a temporary file in the same directory, renamed over the old one) and keep the old
+//! file's permissions; a new file is owner-only (0600).
+//!
+//! The identity `kiki mcp` acts as comes from its environment (`KIKI_HOME`,
+//! `KIKI_THREAD_ID`, `KIKI_TOKEN`, set by kikid for the agent CLI of a turn). Some agents
+//! start MCP servers with a filtered environment, so every entry forwards the three
+//! explicitly, in the form that agent expands.
+
+use std::fmt;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use crate::output::print_json;
+
+/// The MCP server's name in every agent's configuration.
+const SERVER: &str = "kiki";
+
+/// The variables `kiki mcp` takes its identity from, forwarded by every entry.
+const IDENTITY: [&str; 3] = ["KIKI_HOME", "KIKI_THREAD_ID", "KIKI_TOKEN"];
+
+/// How long an agent waits for `kiki mcp` to start (codex, seconds).
+const STARTUP_TIMEOUT_SECS: u64 = 10;
+
+/// How long an agent waits for one tool call: above ThreadWait's longest answer (60 s).
+const TOOL_TIMEOUT_SECS: u64 = 90;
+
+/// How many times a file changed by someone else between its read and its replacement is
+/// read and merged again before kiki gives up.
+const ATTEMPTS: usize = 3;
+
+#[derive(clap::Args, Debug)]
+pub struct InstallArgs {
+    /// Which agent CLI to set up.
+    #[arg(value_enum)]
+    pub agent: AgentCli,
+    /// user: the agent's per-user config; project: the config in the current directory.
+    #[arg(long, value_enum, default_value = "user")]
+    pub scope: Scope,
+    /// Print the configuration instead of writing it.
+    #[arg(long)]
+    pub print: bool,
+}
+
+/// An agent CLI whose configuration kiki knows how to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentCli {
+    /// Claude Code: ~/.claude.json, or .mcp.json in the project.
+    Claude,
+    /// Codex CLI: $CODEX_HOME/config.toml (~/.codex), or .codex/config.toml in the project.
+    Codex,
+    /// Gemini CLI: ~/.gemini/settings.json, or .gemini/settings.json in the project.
+    Gemini,
+    /// Kimi Code CLI: ~/.kimi/mcp.json, or .kimi/mcp.json in the project.
+    Kimi,
+}
+
+impl AgentCli {
+    fn name(self) -> &'static str {
+        match self {
+            AgentCli::Claude => "claude",
+            AgentCli::Codex => "codex",
+            AgentCli::Gemini => "gemini",
+            AgentCli::Kimi => "kimi",
+        }
+    }
+
+    /// Where in its file the entry goes, as people read it.
+    fn entry_key(self) -> &'static str {
+        match self {
+            AgentCli::Codex => "[mcp_servers.kiki]",
+            _ => "mcpServers.kiki",
+        }
+    }
+}
+
+/// Whose configuration is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scope {
+    /// The agent's per-user configuration, under $HOME.
+    User,
+    /// The configuration in the current directory, for this project only.
+    Project,
+}
+
+impl Scope {
+    fn name(self) -> &'static str {
+        match self {
+            Scope::User => "user",
+            Scope::Project => "project",
+        }
+    }
+}
+
+pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
+    let command = kiki_command()?;
+    let home = home.to_str().ok_or_else(|| anyhow!("the home {} is not UTF-8", home.display()))?;
+    let entry = entry(args.agent, &command, home)?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let path = config_path(
+        args.agent,
+        args.scope,
+        std::env::var_os("HOME").as_deref(),
+        std::env::var_os("CODEX_HOME").as_deref(),
+        &cwd,
+    )?;
+    if !args.print {
+        install(args.agent, &path, &entry)?;
+    }
+    if json {
+        print_json(&object([
+            ("agent", args.agent.name().into()),
+            ("scope", args.scope.name().into()),
+            ("path", path.to_string_lossy().as_ref().into()),
+            ("written", Json::Bool(!args.print)),
+            ("config", entry),
+        ]));
+    } else if args.print {
+        out!("{}", merge(args.agent, None, &entry)?);
+        let scope = if args.scope == Scope::Project { " --scope project" } else { "" };
+        hint!("# for {} (kiki mcp install {}{scope} writes it there)", path.display(), args.agent.name());
+    } else {
+        outln!("wrote {} to {}", args.agent.entry_key(), path.display());
+    }
+    Ok(())
+}
+
+/// The running `kiki`, by absolute path with links resolved: what the entry starts.
+fn kiki_command() -> Result<String> {
+    let exe = std::env::current_exe().context("cannot find the running kiki binary")?;
+    let exe = exe.canonicalize().with_context(|| format!("cannot resolve {}", exe.display()))?;
+    exe.into_os_string()
+        .into_string()
+        .map_err(|exe| anyhow!("the kiki binary's path {} is not UTF-8", Path::new(&exe).display()))
+}
+
+/// The `kiki` entry for `agent`, starting `command mcp` with the identity forwarded; `home`
+/// is the home `kiki mcp` falls back on where the agent can say so (Claude Code's
+/// `${VAR:-default}`).
+fn entry(agent: AgentCli, command: &str, home: &str) -> Result<Json> {
+    let args = Json::Array(vec!["mcp".into()]);
+    let env = |form: &dyn Fn(&str) -> String| {
+        Json::Object(IDENTITY.iter().map(|name| (name.to_string(), Json::String(form(name)))).collect())
+    };
+    Ok(match agent {
+        AgentCli::Claude => {
+            // `${KIKI_HOME:-HOME}` ends at the first `}`.
+            if home.contains('}') {
+                bail!("the home {home} holds a `}}`, which Claude Code's ${{KIKI_HOME:-…}} cannot carry");
+            }
+            object([
+                ("type", "stdio".into()),
+                ("command", command.into()),
+                ("args", args),
+                (
+                    "env",
+                    env(&|name| match name {
+                        "KIKI_HOME" => format!("${{KIKI_HOME:-{home}}}"),
+                        _ => format!("${{{name}:-}}"),
+                    }),
+                ),
+            ])
+        }
+        AgentCli::Codex => object([
+            ("command", command.into()),
+            ("args", args),
+            ("env_vars", Json::Array(IDENTITY.iter().map(|&name| name.into()).collect())),
+            ("startup_timeout_sec", STARTUP_TIMEOUT_SECS.into()),
+            ("tool_timeout_sec", TOOL_TIMEOUT_SECS.into()),
+        ]),
+        AgentCli::Gemini => object([
+            ("command", command.into()),
+            ("args", args),
+            ("env", env(&|name| format!("${name}"))),
+            ("timeout", (TOOL_TIMEOUT_SECS * 1000).into()),
+        ]),
+        AgentCli::Kimi => object([
+            ("command", command.into()),
+            ("args", args),
+            ("env", env(&|name| format!("${{{name}}}"))),
+        ]),
+    })
+}
+
+/// The file `agent` reads its MCP servers from: under `home_var` ($HOME) for the user
+/// scope (codex: `codex_home`, $CODEX_HOME, when set), under `cwd` for the project scope.
+fn config_path(
+    agent: AgentCli,
+    scope: Scope,
+    home_var: Option<&std::ffi::OsStr>,
+    codex_home: Option<&std::ffi::OsStr>,
+    cwd: &Path,
+) -> Result<PathBuf> {
+    if scope == Scope::Project {
+        return Ok(match agent {
+            AgentCli::Claude => cwd.join(".mcp.json"),
+            AgentCli::Codex => cwd.join(".codex").join("config.toml"),
+            AgentCli::Gemini => cwd.join(".gemini").join("settings.json"),
+            AgentCli::Kimi => cwd.join(".kimi").join("mcp.json"),
+        });
+    }
+    if agent == AgentCli::Codex
+        && let Some(dir) = codex_home.filter(|dir| !dir.is_empty())
+    {
+        return Ok(cwd.join(dir).join("config.toml"));
+    }
+    let Some(user) = home_var.filter(|dir| !dir.is_empty()) else {
+        bail!("HOME is not set, so {}'s user config cannot be found (try --scope project)", agent.name());
+    };
+    let user = cwd.join(user);
+    Ok(match agent {
+        AgentCli::Claude => user.join(".claude.json"),
+        AgentCli::Codex => user.join(".codex").join("config.toml"),
+        AgentCli::Gemini => user.join(".gemini").join("settings.json"),
+        AgentCli::Kimi => user.join(".kimi").join("mcp.json"),
+    })
+}
+
+/// `existing` (a file's text, or `None` for no file) with `entry` as its `kiki` server.
+fn merge(agent: AgentCli, existing: Option<&str>, entry: &Json) -> Result<String> {
+    match agent {
+        AgentCli::Codex => merge_toml(existing, entry),
+        _ => merge_json(existing, entry.clone()),
+    }
+}
+
+/// Merges `entry` into the file at `path` and replaces the file, atomically. A file
+/// changed by someone else meanwhile (an agent saving its state) is merged again.
+fn install(agent: AgentCli, path: &Path, entry: &Json) -> Result<()> {
+    let path = resolve_link(path)?;
+    for _ in 0..ATTEMPTS {
+        let (existing, stamp) = read_existing(&path)?;
+        let text = merge(agent, existing.as_deref(), entry).map_err(|e| {
+            anyhow!("cannot add the kiki server to {}: {e:#}; the file is left unchanged", path.display())
+        })?;
+        if write_atomic(&path, &text, &stamp)? {
+            return Ok(());
+        }
+    }
+    bail!("{} kept changing while kiki wrote it; try again", path.display())
+}
+
+/// A link's target, so that the link (a dotfiles checkout, say) stays one.
+fn resolve_link(path: &Path) -> Result<PathBuf> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            path.canonicalize().with_context(|| format!("cannot follow the link {}", path.display()))
+        }
+        _ => Ok(path.to_path_buf()),
+    }
+}
+
+/// What a file looked like when it was read: it is replaced only if it still does.
+#[derive(Debug, PartialEq, Eq)]
+struct Stamp(Option<(u64, u64, u64, i64, i64)>);
+
+impl Stamp {
+    fn of(path: &Path) -> std::io::Result<Stamp> {
+        match std::fs::metadata(path) {
+            Ok(m) => Ok(Stamp(Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Stamp(None)),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn read_existing(path: &Path) -> Result<(Option<String>, Stamp)> {
+    let stamp = Stamp::of(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, Stamp(None))),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    };
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow!("cannot parse {}: it is not UTF-8 text ({e}); the file is left unchanged", path.display())
+    })?;
+    Ok((Some(text), stamp))
+}
+
+/// Writes `text` to `path` through a temporary file in its directory, renamed over it,
+/// with the old file's permissions and owner (0600, ours, for a new one), unless the file
+/// no longer looks like `read` (then `false`: nothing was written). Creates the missing
+/// directories (owner-only).
+fn write_atomic(path: &Path, text: &str, read: &Stamp) -> Result<bool> {
+    let shown = path.display();
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        bail!("{shown} is not a file's path");
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    // The old file's mode, and its owner if it is not ours (`sudo kiki …` with the user's
+    // HOME must not leave the user a config file they cannot write).
+    let (mode, owner) = match std::fs::metadata(path) {
+        Ok(meta) => {
+            let mine = (meta.uid(), meta.gid())
+                == (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+            (meta.permissions().mode() & 0o777, (!mine).then(|| (meta.uid(), meta.gid())))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0o600, None),
+        Err(e) => bail!("cannot read {shown}: {e}"),
+    };
+    let temp = dir.join(format!(".{}.kiki-{}.tmp", name.to_string_lossy(), std::process::id()));
+    // Left by a kiki of the same pid that died before its rename.
+    let _ = std::fs::remove_file(&temp);
+    let written = (|| -> std::io::Result<bool> {
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temp)?;
+        file.write_all(text.as_bytes())?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+        }
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        file.sync_all()?;
+        if Stamp::of(path)? != *read {
+            return Ok(false);
+        }
+        std::fs::rename(&temp, path)?;
+        Ok(true)
+    })();
+    if !matches!(written, Ok(true)) {
+        let _ = std::fs::remove_file(&temp);
+    }
+    let written = written.with_context(|| format!("cannot write {shown}"))?;
+    if written && let Ok(dir) = std::fs::File::open(dir) {
+        // The rename itself, durable; a file system that cannot sync a directory still
+        // has the new file in place.
+        let _ = dir.sync_all();
+    }
+    Ok(written)
+}
+
+/// `existing` JSON (or none) with `mcpServers.kiki` set to `entry`, everything else kept in
+/// its order.
+fn merge_json(existing: Option<&str>, entry: Json) -> Result<String> {
+    let (mut root, newline) = match existing {
+        Some(text) if !text.trim().is_empty() => {
+            let root: Json = serde_json::from_str(text).map_err(|e| anyhow!("it is not valid JSON: {e}"))?;
+            (root, text.ends_with('\n'))
+        }
+        _ => (Json::Object(Vec::new()), true),
+    };
+    let Json::Object(members) = &mut root else {
+        bail!("its top level is not a JSON object");
+    };
+    let servers = member(members, "mcpServers");
+    if *servers == Json::Null {
+        *servers = Json::Object(Vec::new());
+    }
+    let Json::Object(servers) = servers else {
+        bail!("its `mcpServers` is not a JSON object");
+    };
+    *member(servers, SERVER) = entry;
+    let mut text = serde_json::to_string_pretty(&root)?;
+    if newline {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// The value of `key` in `members`, added (as null) at the end if missing.
+fn member<'a>(members: &'a mut Vec<(String, Json)>, key: &str) -> &'a mut Json {
+    let at = match members.iter().position(|(k, _)| k == key) {
+        Some(at) => at,
+        None => {
+            members.push((key.to_string(), Json::Null));
+            members.len() - 1
+        }
+    };
+    &mut members[at].1
+}
+
+/// `existing` TOML (or none) with `[mcp_servers.kiki]` set to `entry`, everything else
+/// (comments and layout too) kept. A `kiki` table already there is replaced where it is,
+/// with the comments above it.
+fn merge_toml(existing: Option<&str>, entry: &Json) -> Result<String> {
+    let text = existing.unwrap_or_default();
+    let mut doc: toml_edit::DocumentMut =
+        text.parse().map_err(|e| anyhow!("it is not valid TOML: {}", toml_problem(text, &e)))?;
+    let Json::Object(fields) = entry else {
+        bail!("the entry is not an object");
+    };
+    let mut table = toml_edit::Table::new();
+    for (key, value) in fields {
+        table.insert(key, toml_edit::Item::Value(toml_value(value)?));
+    }
+    let servers = doc.entry("mcp_servers").or_insert_with(|| {
+        let mut servers = toml_edit::Table::new();
+        servers.set_implicit(true);
+        toml_edit::Item::Table(servers)
+    });
+    match servers {
+        toml_edit::Item::Table(servers) => match servers.get_mut(SERVER) {
+            Some(toml_edit::Item::Table(old)) if !old.is_dotted() => {
+                table.set_position(old.position());
+                *table.decor_mut() = old.decor().clone();
+                *old = table;
+            }
+            _ => {
+                servers.insert(SERVER, toml_edit::Item::Table(table));
+            }
+        },
+        toml_edit::Item::Value(toml_edit::Value::InlineTable(servers)) => {
+            servers.insert(SERVER, toml_edit::Value::InlineTable(table.into_inline_table()));
+        }
+        _ => bail!("its `mcp_servers` is not a table"),
+    }
+    Ok(doc.to_string())
+}
+
+/// A TOML parse error in one line, where it is: toml_edit's own display quotes the line
+/// over several.
+fn toml_problem(text: &str, error: &toml_edit::TomlError) -> String {
+    let message =
+        error.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    let Some(before) = error.span().and_then(|span| text.get(..span.start)) else {
+        return message;
+    };
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
+    format!("{message} at line {line}, column {column}")
+}
+
+fn toml_value(value: &Json) -> Result<toml_edit::Value> {
+    Ok(match value {
+        Json::Null => bail!("TOML has no null"),
+        Json::Bool(b) => (*b).into(),
+        Json::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => i.into(),
+            (None, Some(f)) => f.into(),
+            (None, None) => bail!("{n} does not fit TOML"),
+        },
+        Json::String(s) => s.as_str().into(),
+        Json::Array(items) => toml_edit::Value::Array(items.iter().map(toml_value).collect::<Result<_>>()?),
+        Json::Object(members) => {
+            let mut table = toml_edit::InlineTable::new();
+            for (key, value) in members {
+                table.insert(key, toml_value(value)?);
+            }
+            toml_edit::Value::InlineTable(table)
+        }
+    })
+}
+
+/// A JSON value whose objects keep their members' order (serde_json's `Value` sorts them
+/// without its `preserve_order` feature): an agent's file is rewritten in its own order.
+#[derive(Clone, Debug, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    String(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+fn object<const N: usize>(members: [(&str, Json); N]) -> Json {
+    Json::Object(members.into_iter().map(|(key, value)| (key.to_string(), value)).collect())
+}
+
+impl From<&str> for Json {
+    fn from(s: &str) -> Json {
+        Json::String(s.to_string())
+    }
+}
+
+impl From<u64> for Json {
+    fn from(n: u64) -> Json {
+        Json::Number(n.into())
+    }
+}
+
+impl Serialize for Json {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Json::Null => serializer.serialize_unit(),
+            Json::Bool(b) => serializer.serialize_bool(*b),
+            Json::Number(n) => n.serialize(serializer),
+            Json::String(s) => serializer.serialize_str(s),
+            Json::Array(items) => items.serialize(serializer),
+            Json::Object(members) => {
+                let mut map = serializer.serialize_map(Some(members.len()))?;
+                for (key, value) in members {
+                    map.serialize_entry(key, value)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Json, D::Error> {
+        deserializer.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Json, E> {
+        Ok(Json::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Json, E> {
+        Ok(Json::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Json, E> {
+        Ok(Json::Number(n.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Json, E> {
+        serde_json::Number::from_f64(n)
+            .map(Json::Number)
+            .ok_or_else(|| E::custom("a number JSON cannot hold"))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Json, E> {
+        Ok(Json::String(s.to_string()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Json, E> {
+        Ok(Json::String(s))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+
+    /// A key given twice keeps its first place and its last value, as `JSON.parse` does.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut members: Vec<(String, Json)> = Vec::new();
+        while let Some((key, value)) = map.next_entry::<String, Json>()? {
+            match members.iter_mut().find(|(k, _)| *k == key) {
+                Some(member) => member.1 = value,
+                None => members.push((key, value)),
+            }
+        }
+        Ok(Json::Object(members))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIKI: &str = "/opt/kiki/bin/kiki";
+
+    fn entry_for(agent: AgentCli) -> Json {
+        entry(agent, KIKI, "/home/u/.kiki").expect("entry")
+    }
+
+    fn parse(text: &str) -> serde_json::Value {
+        serde_json::from_str(text).expect("json")
+    }
+
+    #[test]
+    fn a_new_json_file_holds_the_entry_alone() {
+        let text = merge_json(None, entry_for(AgentCli::Claude)).expect("merge");
+        assert_eq!(
+            parse(&text),
+            serde_json::json!({"mcpServers": {"kiki": {
+                "type": "stdio",
+                "command": KIKI,
+                "args": ["mcp"],
+                "env": {
+                    "KIKI_HOME": "${KIKI_HOME:-/home/u/.kiki}",
+                    "KIKI_THREAD_ID": "${KIKI_THREAD_ID:-}",
+                    "KIKI_TOKEN": "${KIKI_TOKEN:-}",
+                },
+            }}})
+        );
+        assert!(text.ends_with("}\n"), "{text}");
+        // An empty file is as good as none.
+        assert_eq!(merge_json(Some(" \n"), entry_for(AgentCli::Claude)).expect("merge"), text);
+    }
+
+    #[test]
+    fn json_keeps_other_servers_and_settings_in_their_order() {
+        let existing = r#"{
+  "numStartups": 7,
+  "mcpServers": {
+    "zeta": {"command": "zeta-mcp", "args": []},
+    "alpha": {"command": "alpha-mcp"}
+  },
+  "autoUpdates": false,
+  "projects": {"/src/app": {"allowedTools": ["Bash"], "big": 12345678901234567890, "f": 1.5}}
+}"#;
+        let text = merge_json(Some(existing), entry_for(AgentCli::Gemini)).expect("merge");
+        let merged = parse(&text);
+        let mut expected = parse(existing);
+        expected["mcpServers"]["kiki"] = serde_json::json!({
+            "command": KIKI,
+            "args": ["mcp"],
+            "env": {"KIKI_HOME": "$KIKI_HOME", "KIKI_THREAD_ID": "$KIKI_THREAD_ID", "KIKI_TOKEN": "$KIKI_TOKEN"},
+            "timeout": 90000,
+        });
+        assert_eq!(merged, expected);
+        // Members keep their order; the new server comes last.
+        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} in {text}"));
+        assert!(at("numStartups") < at("mcpServers"));
+        assert!(at("mcpServers") < at("autoUpdates"));
+        assert!(at("\"zeta\"") < at("\"alpha\""));
+        assert!(at("\"alpha\"") < at("\"kiki\""));
+        assert!(at("\"kiki\"") < at("autoUpdates"));
+        assert!(!text.ends_with('\n'), "no newline was there, none is added");
+    }
+
+    #[test]
+    fn json_replaces_an_existing_kiki_entry_in_place() {
+        let existing = r#"{"mcpServers": {"kiki": {"command": "/old/kiki", "args": ["mcp", "--old"], "extra": 1}, "other": {"command": "x"}}}"#;
+        let text = merge_json(Some(existing), entry_for(AgentCli::Kimi)).expect("merge");
+        let merged = parse(&text);
+        assert_eq!(
+            merged["mcpServers"]["kiki"],
+            serde_json::json!({
+                "command": KIKI,
+                "args": ["mcp"],
+                "env": {"KIKI_HOME": "${KIKI_HOME}", "KIKI_THREAD_ID": "${KIKI_THREAD_ID}", "KIKI_TOKEN": "${KIKI_TOKEN}"},
+            })
+        );
+        assert_eq!(merged["mcpServers"]["other"], serde_json::json!({"command": "x"}));
+        assert_eq!(text.matches("\"kiki\"").count(), 1);
+        assert!(text.find("\"kiki\"") < text.find("\"other\""), "kept its place: {text}");
+        // Merging again changes nothing.
+        assert_eq!(merge_json(Some(&text), entry_for(AgentCli::Kimi)).expect("again"), text);
+    }
+
+    #[test]
+    fn json_with_null_servers_gets_an_object() {
+        let text = merge_json(Some(r#"{"mcpServers": null}"#), entry_for(AgentCli::Kimi)).expect("merge");
+        assert_eq!(parse(&text)["mcpServers"]["kiki"]["command"], KIKI);
+    }
+
+    #[test]
+    fn json_that_is_not_an_object_of_servers_is_refused() {
+        for (text, problem) in [
+            ("{\"mcpServers\": {", "not valid JSON"),
+            ("{\"a\": 1,}", "not valid JSON"),
+            ("// a comment\n{}", "not valid JSON"),
+            ("[1, 2]", "top level is not a JSON object"),
+            ("{\"mcpServers\": [\"kiki\"]}", "`mcpServers` is not a JSON object"),
+        ] {
+            let error = merge_json(Some(text), entry_for(AgentCli::Claude)).expect_err(text).to_string();
+            assert!(error.contains(problem), "{text}: {error}");
+            assert!(!error.contains('\n'), "one line: {error}");
+        }
+    }
+
+    #[test]
+    fn a_duplicate_key_keeps_its_first_place_and_last_value() {
+        let text = merge_json(Some(r#"{"a": 1, "b": 2, "a": 3}"#), entry_for(AgentCli::Kimi)).expect("merge");
+        assert!(text.find("\"a\"") < text.find("\"b\""), "{text}");
+        assert_eq!(parse(&text)["a"], 3);
+    }
+
+    #[test]
+    fn a_new_toml_file_holds_the_table_alone() {
+        let text = merge_toml(None, &entry_for(AgentCli::Codex)).expect("merge");
+        assert_eq!(
+            text,
+            format!(
+                "[mcp_servers.kiki]\ncommand = \"{KIKI}\"\nargs = [\"mcp\"]\n\
+                 env_vars = [\"KIKI_HOME\", \"KIKI_THREAD_ID\", \"KIKI_TOKEN\"]\n\
+                 startup_timeout_sec = 10\ntool_timeout_sec = 90\n"
+            )
+        );
+    }
+
+    const CODEX: &str = "\
+# My codex settings.
+model = \"o3\" # the best one
+
+[mcp_servers.docs]
+# Docs lookup.
+command = \"docs-mcp\"
+args = [\"--port\", \"1\"]
+
+[profiles.fast]
+model = \"o4-mini\"
+";
+
+    #[test]
+    fn toml_keeps_comments_other_servers_and_layout() {
+        let text = merge_toml(Some(CODEX), &entry_for(AgentCli::Codex)).expect("merge");
+        let kiki = format!(
+            "[mcp_servers.kiki]\ncommand = \"{KIKI}\"\nargs = [\"mcp\"]\n\
+             env_vars = [\"KIKI_HOME\", \"KIKI_THREAD_ID\", \"KIKI_TOKEN\"]\n\
+             startup_timeout_sec = 10\ntool_timeout_sec = 90\n"
+        );
+        // Next to the other server, set apart by a blank line; everything else byte for byte.
+        let (before, after) = CODEX.split_at(CODEX.find("[profiles.fast]").expect("profiles"));
+        assert_eq!(text, format!("{before}{kiki}\n{after}"));
+        // And again: replaced where it is, nothing added.
+        assert_eq!(merge_toml(Some(&text), &entry_for(AgentCli::Codex)).expect("again"), text);
+    }
+
+    #[test]
+    fn toml_replaces_an_existing_kiki_table_with_its_comment() {
+        let existing = "\
+model = \"o3\"
+
+# kiki, the collaboration tools.
+[mcp_servers.kiki]
+command = \"/old/kiki\"
+args = [\"mcp\", \"--old\"]
+enabled = false
+
+[mcp_servers.kiki.env]
+X = \"1\"
+
+[mcp_servers.docs]
+command = \"docs-mcp\"
+";
+        let text = merge_toml(Some(existing), &entry_for(AgentCli::Codex)).expect("merge");
+        assert_eq!(text.matches("[mcp_servers.kiki]").count(), 1, "{text}");
+        assert!(text.contains("# kiki, the collaboration tools.\n[mcp_servers.kiki]\n"), "{text}");
+        assert!(!text.contains("/old/kiki") && !text.contains("enabled") && !text.contains("X = "), "{text}");
+        assert!(text.find("[mcp_servers.kiki]") < text.find("[mcp_servers.docs]"), "kept its place: {text}");
+        assert!(text.ends_with("[mcp_servers.docs]\ncommand = \"docs-mcp\"\n"), "{text}");
+        assert!(text.starts_with("model = \"o3\"\n"), "{text}");
+    }
+
+    #[test]
+    fn toml_servers_as_an_inline_table_or_dotted_keys() {
+        let inline = "mcp_servers = { docs = { command = \"docs-mcp\" } }\n";
+        let text = merge_toml(Some(inline), &entry_for(AgentCli::Codex)).expect("inline");
+        let doc: toml_edit::DocumentMut = text.parse().expect("toml");
+        assert_eq!(doc["mcp_servers"]["docs"]["command"].as_str(), Some("docs-mcp"));
+        assert_eq!(doc["mcp_servers"]["kiki"]["command"].as_str(), Some(KIKI));
+
+        let dotted = "mcp_servers.docs.command = \"docs-mcp\"\nmcp_servers.kiki.command = \"/old\"\n";
+        let text = merge_toml(Some(dotted), &entry_for(AgentCli::Codex)).expect("dotted");
+        let doc: toml_edit::DocumentMut = text.parse().expect("toml");
+        assert_eq!(doc["mcp_servers"]["docs"]["command"].as_str(), Some("docs-mcp"));
+        assert_eq!(doc["mcp_servers"]["kiki"]["command"].as_str(), Some(KIKI));
+        assert_eq!(doc["mcp_servers"]["kiki"]["tool_timeout_sec"].as_integer(), Some(90));
+        assert!(!text.contains("/old"), "{text}");
+    }
+
+    #[test]
+    fn toml_without_a_final_newline() {
+        let text = merge_toml(Some("model = \"o3\""), &entry_for(AgentCli::Codex)).expect("merge");
+        assert!(text.starts_with("model = \"o3\"\n"), "{text}");
+        assert!(text.contains("\n[mcp_servers.kiki]\n"), "{text}");
+    }
+
+    #[test]
+    fn toml_that_cannot_hold_servers_is_refused() {
+        for (text, problem) in [
+            ("model = \n", "not valid TOML: "),
+            ("a = 1\nb = [\n", "not valid TOML: unclosed array, expected `]` at line 2, column 6"),
+            ("[mcp_servers.kiki\n", "not valid TOML"),
+            ("a = 1\na = 2\n", "not valid TOML"),
+            ("mcp_servers = \"none\"\n", "`mcp_servers` is not a table"),
+        ] {
+            let error = merge_toml(Some(text), &entry_for(AgentCli::Codex)).expect_err(text).to_string();
+            assert!(error.contains(problem), "{text}: {error}");
+            assert!(!error.contains('\n'), "one line: {error}");
+        }
+    }
+
+    #[test]
+    fn a_home_claude_cannot_carry_is_refused() {
+        let error = entry(AgentCli::Claude, KIKI, "/home/u/we}ird").expect_err("brace").to_string();
+        assert!(error.contains("`}`"), "{error}");
+        assert!(entry(AgentCli::Gemini, KIKI, "/home/u/we}ird").is_ok());
+    }
+
+    #[test]
+    fn config_paths() {
+        let cwd = Path::new("/src/app");
+        let home = Some(std::ffi::OsStr::new("/home/u"));
+        let path = |agent, scope, codex_home: Option<&str>| {
+            config_path(agent, scope, home, codex_home.map(std::ffi::OsStr::new), cwd).expect("path")
+        };
+        assert_eq!(path(AgentCli::Claude, Scope::User, None), Path::new("/home/u/.claude.json"));
+        assert_eq!(path(AgentCli::Claude, Scope::Project, None), Path::new("/src/app/.mcp.json"));
+        assert_eq!(path(AgentCli::Codex, Scope::User, None), Path::new("/home/u/.codex/config.toml"));
+        assert_eq!(path(AgentCli::Codex, Scope::User, Some("")), Path::new("/home/u/.codex/config.toml"));
+        assert_eq!(path(AgentCli::Codex, Scope::User, Some("/etc/cx")), Path::new("/etc/cx/config.toml"));
+        assert_eq!(path(AgentCli::Codex, Scope::User, Some("cx")), Path::new("/src/app/cx/config.toml"));
+        assert_eq!(
+            path(AgentCli::Codex, Scope::Project, Some("/etc/cx")),
+            Path::new("/src/app/.codex/config.toml")
+        );
+        assert_eq!(path(AgentCli::Gemini, Scope::User, None), Path::new("/home/u/.gemini/settings.json"));
+        assert_eq!(path(AgentCli::Gemini, Scope::Project, None), Path::new("/src/app/.gemini/settings.json"));
+        assert_eq!(path(AgentCli::Kimi, Scope::User, None), Path::new("/home/u/.kimi/mcp.json"));
+        assert_eq!(path(AgentCli::Kimi, Scope::Project, None), Path::new("/src/app/.kimi/mcp.json"));
+        let error = config_path(AgentCli::Kimi, Scope::User, None, None, cwd).expect_err("no HOME");
+        assert!(error.to_string().contains("HOME is not set"), "{error}");
+        assert!(config_path(AgentCli::Kimi, Scope::Project, None, None, cwd).is_ok());
+    }
+
+    #[test]
+    fn install_writes_atomically_keeping_the_mode_and_refuses_a_bad_file() {
+        let dir = std::env::temp_dir().join(format!("kiki-install-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mode = |path: &Path| std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
+
+        // A new file, its directories created.
+        let fresh = dir.join("a").join("b").join("mcp.json");
+        install(AgentCli::Kimi, &fresh, &entry_for(AgentCli::Kimi)).expect("install");
+        assert_eq!(mode(&fresh), 0o600);
+        assert_eq!(mode(&dir.join("a")), 0o700);
+
+        // An existing file keeps its mode; a link stays a link.
+        let target = dir.join("real.json");
+        std::fs::write(&target, "{\"theme\": \"dark\"}\n").expect("write");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let link = dir.join("settings.json");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        install(AgentCli::Gemini, &link, &entry_for(AgentCli::Gemini)).expect("install");
+        assert!(std::fs::symlink_metadata(&link).expect("link").file_type().is_symlink());
+        assert_eq!(mode(&target), 0o644);
+        let merged = parse(&std::fs::read_to_string(&target).expect("read"));
+        assert_eq!(merged["theme"], "dark");
+        assert_eq!(merged["mcpServers"]["kiki"]["timeout"], 90000);
+
+        // A bad file: refused, named, untouched; no temporary file left behind.
+        let bad = dir.join("config.toml");
+        std::fs::write(&bad, "model = [\n").expect("write");
+        let error = install(AgentCli::Codex, &bad, &entry_for(AgentCli::Codex)).expect_err("bad");
+        let message = format!("{error:#}");
+        assert!(
+            message.contains(&bad.display().to_string()) && message.contains("not valid TOML"),
+            "{message}"
+        );
+        assert_eq!(std::fs::read_to_string(&bad).expect("read"), "model = [\n");
+        let names: Vec<_> =
+            std::fs::read_dir(&dir).expect("dir").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}
