@@ -18,7 +18,7 @@ pub async fn connect(home: &Path) -> Result<Client> {
 /// The client acting as the calling turn when `KIKI_TOKEN` is set: the daemon then refuses
 /// owner actions.
 pub fn as_caller(client: Client) -> Result<Client> {
-    Ok(match std::env::var("KIKI_TOKEN").ok().filter(|t| !t.is_empty()) {
+    Ok(match kiki_client::env_var("KIKI_TOKEN") {
         Some(token) => client.with_token(&token)?,
         None => client,
     })

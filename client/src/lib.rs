@@ -40,9 +40,21 @@ pub enum ClientError {
     Status(#[from] tonic::Status),
 }
 
+/// An environment variable kiki takes (`KIKI_HOME`, `KIKI_TOKEN`), or `None` when it is
+/// unset, empty, or still an unexpanded `$NAME` / `${NAME}`: some agent CLIs hand an MCP
+/// server a placeholder they did not expand (the variable unset outside a turn).
+pub fn env_var(name: &str) -> Option<String> {
+    let value = std::env::var(name).ok()?;
+    let placeholder = value.strip_prefix('$').is_some_and(|rest| {
+        let rest = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')).unwrap_or(rest);
+        rest.split(":-").next().is_some_and(|n| n == name)
+    });
+    (!value.is_empty() && !placeholder).then_some(value)
+}
+
 /// `--home DIR`, else `KIKI_HOME`, else `~/.kiki` (the same rule as `kikid`).
 pub fn home_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
-    if let Some(dir) = flag.or_else(|| std::env::var_os("KIKI_HOME").map(PathBuf::from)) {
+    if let Some(dir) = flag.or_else(|| env_var("KIKI_HOME").map(PathBuf::from)) {
         return std::path::absolute(&dir).map_err(|e| ClientError::Home(format!("{}: {e}", dir.display())));
     }
     let home = std::env::var_os("HOME")

@@ -212,6 +212,7 @@ impl DaemonBuilder {
 
         let signals = threads::signals::Signals::default();
         let room_signals = signals.clone();
+        let handle_signals = signals.clone();
         let runner =
             TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), signals.clone());
         let threads =
@@ -317,7 +318,9 @@ impl DaemonBuilder {
         };
         drop(serving);
         info!(socket = %info.socket, "kikid is serving");
-        Ok(DaemonHandle { inner: Arc::new(HandleInner { shutdown, stopped, info, identity }) })
+        Ok(DaemonHandle {
+            inner: Arc::new(HandleInner { shutdown, stopped, info, identity, signals: handle_signals }),
+        })
     }
 }
 
@@ -381,6 +384,7 @@ struct HandleInner {
     stopped: CancellationToken,
     info: Arc<grpc::HomeInfo>,
     identity: Identity,
+    signals: threads::signals::Signals,
 }
 
 impl std::fmt::Debug for DaemonHandle {
@@ -400,6 +404,12 @@ impl DaemonHandle {
 
     pub fn home_dir(&self) -> PathBuf {
         PathBuf::from(&self.inner.info.home)
+    }
+
+    /// How many threads have callers parked on them (waits, sends waiting for delivery,
+    /// inboxes): a call that ended parks nothing.
+    pub fn parked_threads(&self) -> usize {
+        self.inner.signals.watched_threads()
     }
 
     /// Asks the daemon to stop; returns at once. See [`DaemonHandle::stopped`].

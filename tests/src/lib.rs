@@ -7,6 +7,7 @@ pub mod binaries;
 pub mod bridges;
 pub mod conformance;
 pub mod flood;
+pub mod mcp;
 pub mod measure;
 
 use std::path::{Path, PathBuf};

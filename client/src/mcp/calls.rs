@@ -72,7 +72,12 @@ impl Caller {
     }
 
     /// Runs the tool `name`.
-    pub async fn call(&self, name: &str, arguments: Option<JsonObject>, context: &RequestContext<RoleServer>) -> Outcome {
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        context: &RequestContext<RoleServer>,
+    ) -> Outcome {
         match name {
             "ThreadCreate" => self.thread_create(Args::new(arguments, THREAD_CREATE)?).await,
             "ThreadList" => self.thread_list(Args::new(arguments, THREAD_LIST)?).await,
@@ -97,7 +102,8 @@ impl Caller {
             prompt: args.string("prompt")?,
             title: args.string("title")?,
         };
-        let created = self.client().await?.threads().thread_create(request).await.map_err(refused)?.into_inner();
+        let created =
+            self.client().await?.threads().thread_create(request).await.map_err(refused)?.into_inner();
         let summary = format!(
             "created thread {} ({:?}) in {}{}",
             created.id,
@@ -225,7 +231,8 @@ impl Caller {
         tokio::pin!(call);
         let progress = context.meta.get_progress_token();
         let started = Instant::now();
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
         let waited = loop {
             tokio::select! {
                 answer = &mut call => break answer,
@@ -251,7 +258,11 @@ impl Caller {
         };
         for result in &waited.results {
             let name = result.target.as_ref().map(pb::format_ref).unwrap_or_default();
-            summary.push_str(&format!("\n{name}: {} event(s), cursor {:?}", result.events.len(), result.cursor));
+            summary.push_str(&format!(
+                "\n{name}: {} event(s), cursor {:?}",
+                result.events.len(),
+                result.cursor
+            ));
         }
         answer(&waited, summary)
     }
@@ -362,8 +373,16 @@ fn code_word(code: Code) -> String {
 const ADDRESS: &[&str] = &["session_id", "host_id", "workspace_id", "bridge_id", "connection_id"];
 const THREAD_CREATE: &[&str] = &["cwd", "profile", "prompt", "title"];
 const THREAD_LIST: &[&str] = &["bridge_id", "connection_id", "host_id", "workspace_id", "limit", "cursor"];
-const THREAD_READ: &[&str] =
-    &["session_id", "host_id", "workspace_id", "bridge_id", "connection_id", "limit", "cursor", "content_ref"];
+const THREAD_READ: &[&str] = &[
+    "session_id",
+    "host_id",
+    "workspace_id",
+    "bridge_id",
+    "connection_id",
+    "limit",
+    "cursor",
+    "content_ref",
+];
 const THREAD_SEND: &[&str] = &[
     "session_id",
     "host_id",
@@ -386,7 +405,10 @@ impl Args {
     fn new(arguments: Option<JsonObject>, names: &[&str]) -> Result<Self, Refused> {
         let arguments = arguments.unwrap_or_default();
         if let Some(unknown) = arguments.keys().find(|k| !names.contains(&k.as_str())) {
-            return Err(Refused::parameter(unknown, format!("not a parameter of this tool (it takes {})", names.join(", "))));
+            return Err(Refused::parameter(
+                unknown,
+                format!("not a parameter of this tool (it takes {})", names.join(", ")),
+            ));
         }
         Ok(Self(arguments))
     }
@@ -416,9 +438,9 @@ impl Args {
             Some(Value::Array(items)) => items
                 .iter()
                 .map(|item| {
-                    item.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| Refused::parameter(name, format!("must be a list of strings, got {item}")))
+                    item.as_str().map(str::to_string).ok_or_else(|| {
+                        Refused::parameter(name, format!("must be a list of strings, got {item}"))
+                    })
                 })
                 .collect(),
             Some(other) => Err(Refused::parameter(name, format!("must be a list of strings, got {other}"))),
@@ -438,7 +460,10 @@ impl Args {
     /// ThreadWait's targets, each with its cursor.
     fn targets(&self) -> Result<Vec<(pb::ThreadRef, Option<String>)>, Refused> {
         let Some(Value::Array(items)) = self.0.get("targets") else {
-            return Err(Refused::parameter("targets", "required: a list of 1 to 8 threads ({session_id, …})"));
+            return Err(Refused::parameter(
+                "targets",
+                "required: a list of 1 to 8 threads ({session_id, …})",
+            ));
         };
         let mut names: Vec<&str> = ADDRESS.to_vec();
         names.push("cursor");
@@ -448,7 +473,10 @@ impl Args {
             .map(|(i, item)| {
                 let field = format!("targets[{i}]");
                 let Value::Object(target) = item else {
-                    return Err(Refused::parameter(&field, format!("must be an object {{session_id, …}}, got {item}")));
+                    return Err(Refused::parameter(
+                        &field,
+                        format!("must be an object {{session_id, …}}, got {item}"),
+                    ));
                 };
                 if let Some(unknown) = target.keys().find(|k| !names.contains(&k.as_str())) {
                     return Err(Refused::parameter(
@@ -501,7 +529,8 @@ fn target_in(object: &JsonObject, prefix: &str) -> Result<pb::ThreadRef, Refused
     let workspace_id = string_in(object, "workspace_id")?.unwrap_or_default();
     // A HOST/SESSION reference given whole as the session id, as the CLI takes it.
     if host_id.is_empty() && session_id.contains('/') {
-        let reference = pb::parse_ref(&session_id).map_err(|e| Refused::parameter(&format!("{prefix}session_id"), e))?;
+        let reference =
+            pb::parse_ref(&session_id).map_err(|e| Refused::parameter(&format!("{prefix}session_id"), e))?;
         return Ok(pb::ThreadRef { workspace_id, ..reference });
     }
     Ok(pb::ThreadRef { host_id, workspace_id, session_id })

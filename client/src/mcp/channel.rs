@@ -11,6 +11,7 @@ use kiki_proto as pb;
 use rmcp::model::{CustomNotification, InitializeRequestParams, ServerNotification};
 use rmcp::service::{Peer, RoleServer};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use super::calls::Caller;
@@ -29,8 +30,10 @@ pub fn supported_by(client: &InitializeRequestParams) -> bool {
 }
 
 /// Pushes the thread's messages to the client until the turn ends (its token stops
-/// working) or the client goes away.
-pub async fn push(caller: Arc<Caller>, peer: Peer<RoleServer>) {
+/// working), the client goes away, or `stop` (the client closed the session): then what
+/// was pushed and not yet handed back is handed back, so it counts as delivered in this
+/// turn rather than entering the next one too.
+pub async fn push(caller: Arc<Caller>, peer: Peer<RoleServer>, stop: CancellationToken) {
     let Ok(client) = caller.client().await else { return };
     let mut threads = client.threads();
     // Pushed, to be handed back as taken by the next call.
@@ -38,8 +41,20 @@ pub async fn push(caller: Arc<Caller>, peer: Peer<RoleServer>) {
     let mut seen: HashSet<String> = HashSet::new();
     let mut failures = 0u32;
     loop {
-        let request = pb::ThreadInboxRequest { taken: std::mem::take(&mut pushed), timeout_ms: Some(POLL_MS) };
-        let inbox = match threads.thread_inbox(request.clone()).await {
+        let request =
+            pb::ThreadInboxRequest { taken: std::mem::take(&mut pushed), timeout_ms: Some(POLL_MS) };
+        let answer = tokio::select! {
+            answer = threads.thread_inbox(request.clone()) => answer,
+            () = stop.cancelled() => {
+                if !request.taken.is_empty() {
+                    // Taking is idempotent: whether or not the cut-off call took them.
+                    let last = pb::ThreadInboxRequest { taken: request.taken, timeout_ms: Some(0) };
+                    let _ = threads.thread_inbox(last).await;
+                }
+                return;
+            }
+        };
+        let inbox = match answer {
             Ok(inbox) => inbox.into_inner(),
             Err(status) if status.code() == Code::Unauthenticated => return, // the turn ended
             Err(_) if failures < 10 => {
@@ -56,8 +71,14 @@ pub async fn push(caller: Arc<Caller>, peer: Peer<RoleServer>) {
                 continue;
             }
             let id = item.message_id.clone();
-            if peer.send_notification(ServerNotification::CustomNotification(notification(item))).await.is_err() {
-                return; // the client is gone: what was not pushed waits for the next turn
+            if peer
+                .send_notification(ServerNotification::CustomNotification(notification(item)))
+                .await
+                .is_err()
+            {
+                // The client is gone, maybe after it read this one: not counted, so it
+                // enters the next turn (at least once, never lost).
+                break;
             }
             pushed.push(id);
         }

@@ -23,6 +23,7 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
+use tokio_util::sync::CancellationToken;
 
 use self::calls::{Caller, tool_error};
 
@@ -57,15 +58,30 @@ pub async fn run(home: &Path, args: McpArgs, json: bool) -> Result<()> {
 
 /// Serves MCP on stdin/stdout until the client closes it.
 async fn serve(home: &Path, tool_timeout: Duration) -> Result<()> {
-    let token = std::env::var("KIKI_TOKEN").ok().filter(|t| !t.is_empty());
+    let token = kiki_client::env_var("KIKI_TOKEN");
     let caller = Arc::new(Caller::new(crate::connect::socket(home), token, tool_timeout));
-    let running = KikiServer { caller }.serve(rmcp::transport::stdio()).await?;
+    let pusher = Pusher::default();
+    let running = KikiServer { caller, pusher: pusher.clone() }.serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
+    // The client closed the session: messages already pushed are handed back first.
+    pusher.stop.cancel();
+    let task = pusher.task.lock().map(|mut task| task.take()).unwrap_or_default();
+    if let Some(task) = task {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
     Ok(())
 }
 
 struct KikiServer {
     caller: Arc<Caller>,
+    pusher: Pusher,
+}
+
+/// The task pushing messages into the session (see [`channel`]), when there is one.
+#[derive(Clone, Default)]
+struct Pusher {
+    stop: CancellationToken,
+    task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl ServerHandler for KikiServer {
@@ -89,7 +105,14 @@ impl ServerHandler for KikiServer {
         let pushes = self.caller.token.is_some()
             && context.peer.peer_info().is_some_and(|client| channel::supported_by(&client));
         if pushes {
-            tokio::spawn(channel::push(self.caller.clone(), context.peer.clone()));
+            let task = tokio::spawn(channel::push(
+                self.caller.clone(),
+                context.peer.clone(),
+                self.pusher.stop.clone(),
+            ));
+            if let Ok(mut slot) = self.pusher.task.lock() {
+                *slot = Some(task);
+            }
         }
     }
 

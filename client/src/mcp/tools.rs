@@ -12,15 +12,7 @@ pub const WAIT_TIMEOUT_MAX_MS: u64 = 60_000;
 
 /// Every tool `kiki mcp` serves, in the order `tools/list` shows them.
 pub fn all() -> Vec<Tool> {
-    vec![
-        thread_create(),
-        thread_list(),
-        thread_read(),
-        thread_send(),
-        thread_wait(),
-        room_read(),
-        room_add(),
-    ]
+    vec![thread_create(), thread_list(), thread_read(), thread_send(), thread_wait(), room_read(), room_add()]
 }
 
 fn object(value: Value) -> Arc<JsonObject> {
@@ -41,7 +33,11 @@ fn reading(title: &str) -> ToolAnnotations {
 
 /// Writes, but nothing it does is lost or overwritten.
 fn writing(title: &str, idempotent: bool) -> ToolAnnotations {
-    ToolAnnotations::with_title(title).read_only(false).destructive(false).idempotent(idempotent).open_world(false)
+    ToolAnnotations::with_title(title)
+        .read_only(false)
+        .destructive(false)
+        .idempotent(idempotent)
+        .open_world(false)
 }
 
 /// The properties that name a thread anywhere: this home's, or one behind a bridge.

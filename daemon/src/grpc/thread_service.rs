@@ -213,7 +213,8 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::ThreadInboxResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let (items, delivered) = self.mailbox.inbox(caller.as_ref(), r.taken, r.timeout_ms).await.map_err(status)?;
+        let (items, delivered) =
+            self.mailbox.inbox(caller.as_ref(), r.taken, r.timeout_ms).await.map_err(status)?;
         Ok(Response::new(pb::ThreadInboxResponse {
             items: items.into_iter().map(crate::convert::inbox_item_to_pb).collect(),
             delivered,

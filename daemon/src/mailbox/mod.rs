@@ -21,8 +21,8 @@ use tracing::instrument;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
-    Archived, CommunicationSetting, EXPIRED, EventKind, EventRecord, InputRecord, MessageRecord, MessageStatus, Millis,
-    NewMessage, ReceiptRecord, RoomTag, SendOutcome, SourceRef, Store, ThreadRecord,
+    Archived, CommunicationSetting, EXPIRED, EventKind, EventRecord, InputRecord, MessageRecord,
+    MessageStatus, Millis, NewMessage, ReceiptRecord, RoomTag, SendOutcome, SourceRef, Store, ThreadRecord,
 };
 use crate::sync::{KeyGuard, KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
@@ -549,20 +549,26 @@ impl Mailbox {
             )
         })?;
         if taken.len() > INBOX_TAKEN_MAX {
-            return Err(Error::invalid("taken", format!("at most {INBOX_TAKEN_MAX} ids, got {}", taken.len())));
+            return Err(Error::invalid(
+                "taken",
+                format!("at most {INBOX_TAKEN_MAX} ids, got {}", taken.len()),
+            ));
         }
         let timeout = wait_timeout(timeout_ms)?;
         let thread_id = caller.thread_id.clone();
-        // Subscribed before the first look, so an arrival in between is not missed.
-        let subscription = self.signals.subscribe(vec![thread_id.clone()]);
+        // Subscribed before the first look, so an arrival in between is not missed; the
+        // thread's own signal says its turn ended.
+        let subscription = self.signals.subscribe(vec![thread_id.clone(), signals::inbox(&thread_id)]);
         let delivered = if taken.is_empty() {
             Vec::new()
         } else {
-            let (store, signals, turn_id) = (self.store.clone(), self.signals.clone(), caller.turn_id.clone());
+            let (store, signals, turn_id) =
+                (self.store.clone(), self.signals.clone(), caller.turn_id.clone());
             let thread = thread_id.clone();
             uncancelled(async move {
-                let delivered =
-                    store.take_into_turn(&thread, &turn_id, taken, crate::executors::render, now_ms()).await?;
+                let delivered = store
+                    .take_into_turn(&thread, &turn_id, taken, crate::executors::render, now_ms())
+                    .await?;
                 // Senders waiting for `delivered` are parked on this thread.
                 signals.notify(&thread);
                 Ok::<_, Error>(delivered)

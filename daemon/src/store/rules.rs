@@ -11,7 +11,9 @@
 //!   other post the members it mentions), unless the room is paused or the loop guard
 //!   pauses it now.
 
-use super::{InputKind, InputRecord, MemberKind, MemberRecord, NewMessage, RoomRecord, SendOutcome, SourceRef};
+use super::{
+    InputKind, InputRecord, MemberKind, MemberRecord, NewMessage, RoomRecord, SendOutcome, SourceRef,
+};
 
 /// What a send's decision rests on, read in the transaction that would store it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -130,7 +132,9 @@ pub fn plan_claim(
 pub fn plan_inbox(queued: Vec<Queued>, take_messages: bool, disabled_peers: &[String]) -> Vec<InputRecord> {
     queued
         .into_iter()
-        .filter(|q| q.wake && q.input.kind == InputKind::Message && takeable(&q.input, take_messages, disabled_peers))
+        .filter(|q| {
+            q.wake && q.input.kind == InputKind::Message && takeable(&q.input, take_messages, disabled_peers)
+        })
         .map(|q| q.input)
         .collect()
 }

@@ -96,6 +96,8 @@ impl TurnRunner {
         if self.inner.stop.is_cancelled() {
             return; // the restart picks the queue up
         }
+        // A running turn's agent may take it now (ThreadInbox).
+        self.inner.signals.notify(&crate::threads::signals::inbox(thread_id));
         self.wake(thread_id, Activity { dirty: true, handoff: None });
     }
 

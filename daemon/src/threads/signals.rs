@@ -11,6 +11,12 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+/// What callers of a thread's inbox (ThreadInbox) park on: signalled when input that would
+/// wake the thread arrives, which nobody else waits for.
+pub fn inbox(thread_id: &str) -> String {
+    format!("{thread_id}#inbox")
+}
+
 #[derive(Clone, Default)]
 pub struct Signals {
     inner: Arc<Inner>,
