@@ -344,3 +344,35 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
     assert_eq!(turns[0].output.trim_end(), "pushed to a client without the capability: 0");
     assert!(turns[1].output.contains("unknown command \"later\""), "the next turn took it: {:?}", turns[1]);
 }
+
+/// Through a bridge: ThreadList of the home behind it, a ThreadSend that wakes a thread
+/// there, and a ThreadWait that sees its turn end — all by the bridge's name.
+#[tokio::test]
+async fn a_send_and_a_wait_cross_homes_through_a_bridge() {
+    let (a, b) = (kiki_tests::bridges::open_home().await, kiki_tests::bridges::open_home().await);
+    a.bridge_to(&b, "read,send,wake,wait").await;
+    let thread = b.thread("echo", None).await.id;
+    let session = start(&a).await;
+    let listed = ok(&session, "ThreadList", json!({"bridge_id": "bee"})).await;
+    assert!(listed["threads"].as_array().expect("threads").iter().any(|t| t["id"] == json!(thread)), "{listed}");
+    let sent = ok(
+        &session,
+        "ThreadSend",
+        json!({"bridge_id": "bee", "session_id": thread, "content": "over the bridge", "idempotency_key": "x1"}),
+    )
+    .await;
+    assert!(["delivered", "pending"].contains(&sent["status"].as_str().unwrap_or_default()), "{sent}");
+    let waited = ok(
+        &session,
+        "ThreadWait",
+        json!({"targets": [{"host_id": "bee", "session_id": thread}], "timeout_ms": 20000}),
+    )
+    .await;
+    let events = waited["results"][0]["events"].as_array().expect("events");
+    assert!(events.iter().any(|e| e["kind"] == json!("terminal")), "{waited}");
+    let read = ok(&session, "ThreadRead", json!({"session_id": format!("bee/{thread}")})).await;
+    assert_eq!(read["turns"][0]["output"], json!("echo: over the bridge"), "{read}");
+    // Two selectors that name different homes: refused, naming both.
+    let text = refused(&session, "ThreadRead", json!({"host_id": "bee", "bridge_id": "other", "session_id": thread})).await;
+    assert!(text.contains("bridge_id") && text.contains("host_id"), "{text}");
+}
