@@ -354,7 +354,10 @@ async fn a_send_and_a_wait_cross_homes_through_a_bridge() {
     let thread = b.thread("echo", None).await.id;
     let session = start(&a).await;
     let listed = ok(&session, "ThreadList", json!({"bridge_id": "bee"})).await;
-    assert!(listed["threads"].as_array().expect("threads").iter().any(|t| t["id"] == json!(thread)), "{listed}");
+    assert!(
+        listed["threads"].as_array().expect("threads").iter().any(|t| t["id"] == json!(thread)),
+        "{listed}"
+    );
     let sent = ok(
         &session,
         "ThreadSend",
@@ -373,6 +376,11 @@ async fn a_send_and_a_wait_cross_homes_through_a_bridge() {
     let read = ok(&session, "ThreadRead", json!({"session_id": format!("bee/{thread}")})).await;
     assert_eq!(read["turns"][0]["output"], json!("echo: over the bridge"), "{read}");
     // Two selectors that name different homes: refused, naming both.
-    let text = refused(&session, "ThreadRead", json!({"host_id": "bee", "bridge_id": "other", "session_id": thread})).await;
+    let text = refused(
+        &session,
+        "ThreadRead",
+        json!({"host_id": "bee", "bridge_id": "other", "session_id": thread}),
+    )
+    .await;
     assert!(text.contains("bridge_id") && text.contains("host_id"), "{text}");
 }
