@@ -5,8 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Nothing outside the Rust toolchain is needed yet: the default store is embedded SQLite.
-# (Postgres and sshd join here with the issues that bring them.)
+# The default store is embedded SQLite. The MCP tests drive `kiki mcp` with a second,
+# independent client too: the Python MCP SDK from PyPI. (Postgres and sshd join here with
+# the issues that bring them.)
+if ! python3 -c 'import mcp' 2>/dev/null; then
+    python3 -m pip install --quiet --disable-pip-version-check 'mcp==2.3.0'
+fi
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all --check

@@ -384,3 +384,43 @@ async fn a_send_and_a_wait_cross_homes_through_a_bridge() {
     .await;
     assert!(text.contains("bridge_id") && text.contains("host_id"), "{text}");
 }
+
+/// A second, independent client: the Python MCP SDK (installed by tests/run-all.sh), which
+/// checks each result's structuredContent against the output schema kiki lists.
+#[tokio::test]
+async fn the_python_sdk_negotiates_and_every_result_matches_its_output_schema() {
+    let home = TestHome::builder().start().await;
+    let host = home.thread("echo", None).await.id;
+    let other = home.thread("echo", None).await.id;
+    let room = home
+        .client()
+        .rooms()
+        .room_create(pb::RoomCreateRequest { host, name: "py".into() })
+        .await
+        .expect("room")
+        .into_inner()
+        .room
+        .expect("room")
+        .id;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/mcp_client.py");
+    let output = tokio::process::Command::new("python3")
+        .arg(script)
+        .arg(binary("kiki"))
+        .arg(home.dir())
+        .arg(home.workdir("py"))
+        .args([&room, &other])
+        .env_remove("KIKI_TOKEN")
+        .output()
+        .await
+        .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the Python MCP client failed (tests/run-all.sh installs it: pip install mcp): {stderr}"
+    );
+    let answer: Value = serde_json::from_slice(&output.stdout).expect("one JSON line");
+    assert_eq!(answer["server"], json!("kiki"));
+    assert!(answer["protocol"].as_str().is_some_and(|v| v.starts_with("20")), "{answer}");
+    assert_eq!((answer["sent"].clone(), answer["added"].clone()), (json!("delivered"), json!(true)));
+    assert!(answer["refused"].as_str().is_some_and(|t| t.contains("limit")), "{answer}");
+}
