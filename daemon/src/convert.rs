@@ -94,6 +94,7 @@ fn source_to_pb(s: SourceRef) -> pb::ThreadRef {
 /// A message given to a running turn (ThreadInbox).
 pub fn inbox_item_to_pb(input: InputRecord) -> pb::InboxItem {
     pb::InboxItem {
+        id: crate::store::inbox_id(&input).unwrap_or_default().to_string(),
         message_id: input.message_id.unwrap_or_default(),
         source: input.source.map(source_to_pb),
         room: input.room.as_ref().map(|r| r.room.clone()).unwrap_or_default(),

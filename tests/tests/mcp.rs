@@ -308,7 +308,7 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
     let agent = format!("exec {} {}", binary("mcp-agent").display(), binary("kiki").display());
     let home = TestHome::builder().shell_profile("agent", &agent).start().await;
     let session = start(&home).await;
-    let listening = home.thread("agent", Some("listen 1")).await.id;
+    let listening = home.thread("agent", Some("listen 2")).await.id;
     eventually("the turn to run", || async {
         (home.thread_record(&listening).await.state == pb::ThreadState::Running as i32).then_some(())
     })
@@ -320,12 +320,31 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
     )
     .await;
     assert_eq!(sent["status"], json!("delivered"), "delivered into the running turn: {sent}");
+    // A room post that wakes it (the owner's, to the room's host) is pushed too.
+    let room = home
+        .client()
+        .rooms()
+        .room_create(pb::RoomCreateRequest { host: listening.clone(), name: "pushed".into() })
+        .await
+        .expect("room")
+        .into_inner()
+        .room
+        .expect("room")
+        .id;
+    let posted = ok(&session, "ThreadSend", json!({"room": room, "content": "room news"})).await;
     let turns = home.wait_turns(&listening, 1).await;
     let id = sent["message_id"].as_str().expect("id");
-    assert_eq!(turns[0].output.trim_end(), format!("pushed from owner ({id}): are you there?"));
+    let entry = posted["message_id"].as_str().expect("entry id");
+    assert_eq!(
+        turns[0].output.trim_end(),
+        format!(
+            "pushed from owner ({id}): are you there?\npushed from owner ({room} entry {entry}): room news"
+        )
+    );
     assert!(turns[0].inputs.iter().any(|i| i.message_id == id), "recorded with the turn: {:?}", turns[0]);
+    assert!(turns[0].inputs.iter().any(|i| i.room_entry == entry), "recorded with the turn: {:?}", turns[0]);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(home.all_turns(&listening).await.len(), 1, "no later turn took it again");
+    assert_eq!(home.all_turns(&listening).await.len(), 1, "no later turn took them again");
 
     // Longer than the send's wait for delivery (3 s): the send answers `pending`.
     let deaf = home.thread("agent", Some("deaf 4000")).await.id;

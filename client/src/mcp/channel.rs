@@ -67,10 +67,10 @@ pub async fn push(caller: Arc<Caller>, peer: Peer<RoleServer>, stop: Cancellatio
         };
         failures = 0;
         for item in inbox.items {
-            if !seen.insert(item.message_id.clone()) {
+            if !seen.insert(item.id.clone()) {
                 continue;
             }
-            let id = item.message_id.clone();
+            let id = item.id.clone();
             if peer
                 .send_notification(ServerNotification::CustomNotification(notification(item)))
                 .await
@@ -91,7 +91,9 @@ fn notification(item: pb::InboxItem) -> CustomNotification {
     let from = item.source.as_ref().map_or_else(|| "owner".to_string(), pb::format_ref);
     let mut meta = serde_json::Map::new();
     meta.insert("from".into(), json!(from));
-    meta.insert("message_id".into(), json!(item.message_id));
+    if !item.message_id.is_empty() {
+        meta.insert("message_id".into(), json!(item.message_id));
+    }
     meta.insert("sent_at".into(), json!(item.at));
     if !item.room.is_empty() {
         meta.insert("room".into(), json!(item.room));

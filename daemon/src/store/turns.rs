@@ -71,6 +71,12 @@ pub struct RoomTag {
 
 pub type InputRecord = NewInput;
 
+/// How ThreadInbox names a queued message: its message id, or for a post of a room of this
+/// home (which has none) its entry's id.
+pub fn inbox_id(input: &InputRecord) -> Option<&str> {
+    input.message_id.as_deref().or(input.room.as_ref().map(|r| r.entry.as_str()))
+}
+
 /// What ThreadRead shows of one input item (its text is part of the turn's `input`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnItem {
@@ -182,15 +188,15 @@ pub trait TurnStore: Send + Sync {
     /// is given.
     async fn inbox(&self, thread_id: &str, take_messages: bool) -> StoreResult<Vec<InputRecord>>;
 
-    /// Puts those of the queued messages `message_ids` that are still queued into the
-    /// thread's turn `turn_id` while it runs: they are delivered now (with their receipts),
-    /// their text (by `render`) is appended to the turn's input, and no later turn takes
-    /// them. Returns the ids taken (none if the turn has ended).
+    /// Puts those of the queued messages `ids` (see [`inbox_id`]) that are still queued
+    /// into the thread's turn `turn_id` while it runs: they are delivered now (with their
+    /// receipts), their text (by `render`) is appended to the turn's input, and no later turn
+    /// takes them. Returns the ids taken (none if the turn has ended).
     async fn take_into_turn(
         &self,
         thread_id: &str,
         turn_id: &str,
-        message_ids: Vec<String>,
+        ids: Vec<String>,
         render: RenderInput,
         now: Millis,
     ) -> StoreResult<Vec<String>>;

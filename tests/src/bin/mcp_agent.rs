@@ -36,12 +36,21 @@ async fn main() -> anyhow::Result<()> {
                 let (session, mut pushed) = mcp::start(&kiki, None, &[], &env, true).await?;
                 for _ in 0..n.parse::<usize>()? {
                     match tokio::time::timeout(Duration::from_secs(20), pushed.recv()).await {
-                        Ok(Some(Pushed::Channel(event))) => println!(
-                            "pushed from {} ({}): {}",
-                            event["meta"]["from"].as_str().unwrap_or_default(),
-                            event["meta"]["message_id"].as_str().unwrap_or_default(),
-                            event["content"].as_str().unwrap_or_default()
-                        ),
+                        Ok(Some(Pushed::Channel(event))) => {
+                            let meta = &event["meta"];
+                            let what = match meta["room"].as_str() {
+                                Some(room) => format!(
+                                    "{room} entry {}",
+                                    meta["room_entry"].as_str().unwrap_or_default()
+                                ),
+                                None => meta["message_id"].as_str().unwrap_or_default().to_string(),
+                            };
+                            let from = meta["from"].as_str().unwrap_or_default();
+                            println!(
+                                "pushed from {from} ({what}): {}",
+                                event["content"].as_str().unwrap_or_default()
+                            );
+                        }
                         _ => println!("nothing pushed"),
                     }
                 }

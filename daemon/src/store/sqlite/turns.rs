@@ -46,12 +46,12 @@ impl TurnStore for SqliteStore {
         &self,
         thread_id: &str,
         turn_id: &str,
-        message_ids: Vec<String>,
+        ids: Vec<String>,
         render: RenderInput,
         now: Millis,
     ) -> StoreResult<Vec<String>> {
         let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
-        self.db.write(move |conn| take_into_turn(conn, &thread_id, &turn_id, &message_ids, render, now)).await
+        self.db.write(move |conn| take_into_turn(conn, &thread_id, &turn_id, &ids, render, now)).await
     }
 
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {
@@ -383,13 +383,13 @@ fn disabled_peers(conn: &Connection) -> StoreResult<Vec<String>> {
     )
 }
 
-/// Puts the queued messages `message_ids` of `thread_id` into its running turn `turn_id`
-/// (see [`TurnStore::take_into_turn`]).
+/// Puts the queued messages `ids` of `thread_id` into its running turn `turn_id` (see
+/// [`TurnStore::take_into_turn`]).
 fn take_into_turn(
     conn: &Connection,
     thread_id: &str,
     turn_id: &str,
-    message_ids: &[String],
+    ids: &[String],
     render: RenderInput,
     now: Millis,
 ) -> StoreResult<Vec<String>> {
@@ -406,7 +406,7 @@ fn take_into_turn(
     let taken: Vec<InputRecord> = queued
         .into_iter()
         .map(|q| q.input)
-        .filter(|i| i.message_id.as_ref().is_some_and(|m| message_ids.contains(m)))
+        .filter(|i| inbox_id(i).is_some_and(|id| ids.iter().any(|given| given == id)))
         .collect();
     for input in &taken {
         run(conn, "UPDATE inputs SET turn_id = ? WHERE id = ?", params![turn_id, input.id])?;
@@ -433,7 +433,7 @@ fn take_into_turn(
         )?;
         touched(Some(thread_id));
     }
-    Ok(taken.into_iter().filter_map(|i| i.message_id).collect())
+    Ok(taken.iter().filter_map(|i| inbox_id(i).map(str::to_string)).collect())
 }
 
 /// Fills in the input items of `turns`. One small indexed query per turn: in-process
