@@ -238,7 +238,17 @@ pub async fn wait_turns(client: &Client, thread_id: &str, n: usize) -> Vec<pb::T
 }
 
 /// Polls `check` until it returns `Some`.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_within(what, PATIENCE, check).await
+}
+
+/// [`eventually`] for something that happens on a schedule of its own (a backoff that
+/// may have grown to `patience`'s order while a loaded machine ran the test).
+pub async fn eventually_within<T, F, Fut>(what: &str, patience: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -248,7 +258,7 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(started.elapsed() < PATIENCE, "timed out waiting for {what}");
+        assert!(started.elapsed() < patience, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -92,12 +92,22 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
             (k.to_string(), status.to_string(), reason.to_string())
         })
         .collect();
-    kiki_tests::eventually("each source receipt to end as the target answers for its key", || async {
-        let mut ends: Vec<(String, String, String)> =
-            receipts(&a, "bee").await.into_iter().map(|r| (r.idempotency_key, r.status, r.reason)).collect();
-        ends.sort();
-        (ends == expected).then_some(())
-    })
+    // Follow-ups back off (from 1 s, doubling up to a minute) while nothing changes: on a
+    // loaded machine the next one may be most of a minute away.
+    let patience = std::time::Duration::from_secs(75);
+    kiki_tests::eventually_within(
+        "each source receipt to end as the target answers for its key",
+        patience,
+        || async {
+            let mut ends: Vec<(String, String, String)> = receipts(&a, "bee")
+                .await
+                .into_iter()
+                .map(|r| (r.idempotency_key, r.status, r.reason))
+                .collect();
+            ends.sort();
+            (ends == expected).then_some(())
+        },
+    )
     .await;
 
     // Revoked, the bridge still answers for what it brought (delivered before the
