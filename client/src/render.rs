@@ -11,6 +11,9 @@ pub fn show_status(s: &pb::StatusResponse) {
     outln!("socket    {}", s.socket);
     outln!("store     {}", s.store);
     outln!("threads   {} ({} running turns)", s.threads, s.running_turns);
+    if s.agents_cost_usd > 0.0 {
+        outln!("cost      ${:.4} (as the agents reported it)", s.agents_cost_usd);
+    }
     outln!("profiles  {} (default {})", s.profiles.join(", "), s.default_profile);
     outln!("peers     {}", s.thread_communication);
     outln!("bridges   listening on {} (QUIC)", s.bridge_listen);
@@ -33,7 +36,10 @@ pub fn show_turns(page: &pb::ThreadReadResponse) {
 /// One ended turn: a header, its input quoted, its output, and how to read what was cut.
 pub fn show_turn(turn: &pb::Turn) {
     let status = pb::json::enum_word(turn.status().as_str_name(), "TURN_STATUS_");
-    outln!("── turn {} · {} · {}", turn.seq, status, turn.ended_at);
+    let usage = turn.usage.map_or(String::new(), |u| {
+        format!(" · {} in / {} out tokens, ${:.4}", u.input_tokens, u.output_tokens, u.cost_usd)
+    });
+    outln!("── turn {} · {} · {}{usage}", turn.seq, status, turn.ended_at);
     for line in turn.input.lines() {
         outln!("> {line}");
     }

@@ -47,6 +47,10 @@ pub enum ThreadCommand {
         /// prompt; with --json: {"thread": CREATED, "turn": TURN}).
         #[arg(long, requires = "first_prompt")]
         wait: bool,
+        /// Continue this existing agent session (a `claude` profile's Claude Code session id)
+        /// instead of starting a new one.
+        #[arg(long)]
+        resume_agent_session: Option<String>,
     },
     /// List enabled, unarchived threads, newest first.
     List {
@@ -150,12 +154,23 @@ pub enum ThreadCommand {
 pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> {
     let client = connect(home).await?;
     match command {
-        ThreadCommand::Create { cwd, profile, title, prompt, prompt_file, wait } => {
+        ThreadCommand::Create { cwd, profile, title, prompt, prompt_file, wait, resume_agent_session } => {
             let prompt = match prompt_file {
                 Some(file) => Some(read_text(&file, "--prompt-file", PROMPT_MAX_CHARS)?),
                 None => prompt,
             };
-            create(&client, cwd, profile, title, prompt, wait, json).await
+            let cwd = match cwd {
+                Some(dir) => std::path::absolute(&dir).with_context(|| format!("--cwd {}", dir.display()))?,
+                None => std::env::current_dir().context("the current directory")?,
+            };
+            let request = pb::ThreadCreateRequest {
+                cwd: Some(cwd.display().to_string()),
+                profile,
+                prompt,
+                title,
+                resume_agent_session,
+            };
+            create(&client, request, wait, json).await
         }
         ThreadCommand::List { bridge, workspace, limit, cursor } => {
             list(&client, bridge, workspace, limit, cursor, json).await
@@ -193,20 +208,7 @@ pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> 
 }
 
 /// `kiki thread create`; with `wait`, also waits for the first turn and prints it.
-async fn create(
-    client: &Client,
-    cwd: Option<PathBuf>,
-    profile: Option<String>,
-    title: Option<String>,
-    prompt: Option<String>,
-    wait: bool,
-    json: bool,
-) -> Result<()> {
-    let cwd = match cwd {
-        Some(dir) => std::path::absolute(&dir).with_context(|| format!("--cwd {}", dir.display()))?,
-        None => std::env::current_dir().context("the current directory")?,
-    };
-    let request = pb::ThreadCreateRequest { cwd: Some(cwd.display().to_string()), profile, prompt, title };
+async fn create(client: &Client, request: pb::ThreadCreateRequest, wait: bool, json: bool) -> Result<()> {
     let created = client.threads().thread_create(request).await?.into_inner();
     if !json {
         // Before any wait: a person sees the new thread while its agent works.

@@ -84,6 +84,11 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
         started_at: rfc3339(t.started_at),
         ended_at: t.ended_at.map(rfc3339).unwrap_or_default(),
         error: t.error,
+        usage: t.usage.map(|u| pb::TurnUsage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cost_usd: u.cost_usd,
+        }),
     }
 }
 

@@ -80,6 +80,7 @@ impl Home {
             profile: Some(profile.into()),
             prompt: prompt.map(str::to_string),
             title: Some(title.into()),
+            resume_agent_session: None,
         };
         self.client.threads().thread_create(request).await.expect("thread create").into_inner().id
     }

@@ -47,6 +47,8 @@ impl TestHomeBuilder {
                 default: false,
                 enabled: true,
                 thread_communication: None,
+                allowed_tools: Vec::new(),
+                max_cost_usd: None,
             },
         );
         self
@@ -141,6 +143,7 @@ impl TestHome {
             profile: Some(profile.into()),
             prompt: prompt.map(str::to_string),
             title: None,
+            resume_agent_session: None,
         })
         .await
         .expect("thread created")

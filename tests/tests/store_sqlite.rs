@@ -25,6 +25,7 @@ async fn data_survives_reopening_and_migrations_run_once() {
                 title: "t".into(),
                 profile: "echo".into(),
                 communication: kiki_daemon::store::CommunicationSetting::Default,
+                agent_session: None,
                 now: 1,
             },
             None,

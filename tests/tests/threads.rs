@@ -72,6 +72,8 @@ async fn create_limits_are_checked_and_leave_no_trace() {
                     default: false,
                     enabled: false,
                     thread_communication: None,
+                    allowed_tools: Vec::new(),
+                    max_cost_usd: None,
                 },
             );
         })
@@ -488,6 +490,8 @@ async fn a_missing_command_fails_the_turn_with_a_reason() {
                     default: false,
                     enabled: true,
                     thread_communication: None,
+                    allowed_tools: Vec::new(),
+                    max_cost_usd: None,
                 },
             );
         })
@@ -667,6 +671,7 @@ async fn thread_in_repo_subdir(
             profile: Some(profile.into()),
             prompt: Some("go".into()),
             title: None,
+            resume_agent_session: None,
         })
         .await
         .expect("create");
@@ -790,6 +795,8 @@ async fn a_disabled_default_profile_is_not_used() {
                 default: false,
                 enabled: false,
                 thread_communication: None,
+                allowed_tools: Vec::new(),
+                max_cost_usd: None,
             };
             c.profiles.insert("echo".into(), echo);
         })

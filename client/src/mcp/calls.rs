@@ -101,6 +101,7 @@ impl Caller {
             profile: args.string("profile")?,
             prompt: args.string("prompt")?,
             title: args.string("title")?,
+            resume_agent_session: None,
         };
         let created =
             self.client().await?.threads().thread_create(request).await.map_err(refused)?.into_inner();

@@ -26,11 +26,13 @@
 //! max_agent_wakes = 20          # agents' posts wake this often without the owner, then the room pauses
 //!
 //! [profiles.claude]
-//! executor = "exec"             # "echo" | "exec"
-//! command = ["claude", "-p"]
+//! executor = "claude"           # "echo" | "exec" | "claude"
+//! command = ["claude"]          # claude: the CLI (default "claude"); exec: the whole command
 //! default = true                # at most one profile; otherwise `echo` is the default
 //! enabled = true
 //! thread_communication = true   # this profile's threads opt in to peer communication
+//! allowed_tools = ["mcp__kiki__ThreadSend"]   # claude: tools allowed without asking
+//! max_cost_usd = 5.0            # a thread's agent may spend this much, then the thread pauses
 //! ```
 //!
 //! Every mistake is an error, and all of them are reported at once, one line each with its
@@ -74,8 +76,6 @@ const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 /// refused rather than ignored (a config relying on them would seem to work), but not
 /// called typos.
 const NOT_YET_SECTIONS: &[&str] = &["threads", "otel", "metrics", "web", "log"];
-/// The same for keys of a `[profiles.NAME]` table.
-const NOT_YET_PROFILE_KEYS: &[&str] = &["max_cost_usd"];
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -202,6 +202,8 @@ pub enum ExecutorKind {
     Echo,
     /// Runs `command` per turn with the input on stdin; stdout is the output.
     Exec,
+    /// Claude Code's headless mode, the thread's session resumed at every turn.
+    Claude,
 }
 
 /// A `[profiles.NAME]` table. Its `executor` is required: [`Config::parse`] refuses a profile
@@ -219,6 +221,21 @@ pub struct ProfileConfig {
     /// Opens (or closes) peer communication for this profile's threads when the home's
     /// `[thread_communication] enabled` is not `false` and the thread has no switch of its own.
     pub thread_communication: Option<bool>,
+    /// `claude`: tools the agent may use without asking (its `--allowedTools`).
+    pub allowed_tools: Vec<String>,
+    /// What one thread's agent may spend in all (as the agent reports its cost); once
+    /// spent, the thread starts no more turns and its owner gets an `attention` event.
+    pub max_cost_usd: Option<f64>,
+}
+
+impl ProfileConfig {
+    /// The program and arguments it runs: `claude` runs `claude` unless told otherwise.
+    pub fn program(&self) -> Vec<String> {
+        match self.executor {
+            ExecutorKind::Claude if self.command.is_empty() => vec!["claude".into()],
+            _ => self.command.clone(),
+        }
+    }
 }
 
 /// The built-in `echo` profile.
@@ -230,6 +247,8 @@ impl Default for ProfileConfig {
             default: false,
             enabled: true,
             thread_communication: None,
+            allowed_tools: Vec::new(),
+            max_cost_usd: None,
         }
     }
 }
@@ -323,6 +342,16 @@ impl Config {
                     problems.push(format!("profiles.{name}.command: the echo executor takes no command"))
                 }
                 _ => {}
+            }
+            if !profile.allowed_tools.is_empty() && profile.executor != ExecutorKind::Claude {
+                problems.push(format!("profiles.{name}.allowed_tools: only the claude executor takes it"));
+            }
+            if let Some(budget) = profile.max_cost_usd
+                && !(budget.is_finite() && budget > 0.0)
+            {
+                problems.push(format!(
+                    "profiles.{name}.max_cost_usd: must be a positive number of dollars, got {budget}"
+                ));
             }
             if profile.default {
                 defaults.push(name.as_str());

@@ -28,7 +28,7 @@ impl<'t> Reader<'t> {
         slot: &mut T,
     ) {
         if let Some(table) = self.table(path, value, "a table") {
-            (*slot, _) = self.keys(path, table, &[]);
+            (*slot, _) = self.keys(path, table);
         }
     }
 
@@ -48,7 +48,7 @@ impl<'t> Reader<'t> {
             if !has_executor {
                 self.problems.push(format!("{path}.executor: {}required", place(self.text, Some(name_span))));
             }
-            let (profile, all_valid) = self.keys::<ProfileConfig>(&path, table, NOT_YET_PROFILE_KEYS);
+            let (profile, all_valid) = self.keys::<ProfileConfig>(&path, table);
             if all_valid && has_executor {
                 profiles.insert(name, profile);
             } else {
@@ -72,12 +72,11 @@ impl<'t> Reader<'t> {
 
     /// Builds a `T` (a `#[serde(default)]` struct) from the keys of `table` at `path`, each
     /// checked on its own against `T`'s fields, and whether all of them were valid. Unknown
-    /// keys, `not_yet` keys and wrongly typed values are noted; the valid keys make the `T`.
+    /// keys and wrongly typed values are noted; the valid keys make the `T`.
     fn keys<T: Deserialize<'t> + Default>(
         &mut self,
         path: &str,
         table: toml::Spanned<DeTable<'t>>,
-        not_yet: &[&str],
     ) -> (T, bool) {
         let known = field_names::<T>();
         let span = table.span();
@@ -87,7 +86,7 @@ impl<'t> Reader<'t> {
             let name: &str = key.get_ref();
             let key_path = format!("{path}.{name}");
             if !known.contains(&name) {
-                self.unknown(&key_path, name, key.span(), "key", known, not_yet);
+                self.unknown(&key_path, name, key.span(), "key", known, &[]);
                 all_valid = false;
                 continue;
             }

@@ -55,7 +55,15 @@ fn known_keys_are_learned_from_serde() {
     );
     assert_eq!(
         field_names::<ProfileConfig>(),
-        ["executor", "command", "default", "enabled", "thread_communication"]
+        [
+            "executor",
+            "command",
+            "default",
+            "enabled",
+            "thread_communication",
+            "allowed_tools",
+            "max_cost_usd"
+        ]
     );
     // Every section `Config` has is read, none is taken for an unknown one.
     let text: String = field_names::<Config>().iter().map(|section| format!("[{section}]\n")).collect();
@@ -90,7 +98,7 @@ fn wrong_types_in_several_sections_are_all_reported_with_their_lines() {
         [
             "bridge.retry_window: line 2, column 16 (`retry_window = 5`): invalid type: integer `5`, expected a string",
             "turns.max_output_bytes: line 4, column 20 (`max_output_bytes = \"big\"`): invalid type: string \"big\", expected usize",
-            "profiles.a.executor: line 8, column 12 (`executor = \"shell\"`): unknown variant `shell`, expected `echo` or `exec`",
+            "profiles.a.executor: line 8, column 12 (`executor = \"shell\"`): unknown variant `shell`, expected one of `echo`, `exec`, `claude`",
             "profiles.b.command: an exec profile needs a command",
             "mailbox.delivery_wait: must be at most 60s",
         ]
@@ -147,7 +155,7 @@ fn unknown_keys_without_a_close_name_list_the_known_ones() {
     assert_eq!(
         said,
         ["profiles.agent.model: line 3, column 1 (`model = \"y\"`): unknown key; the known ones are \
-             `executor`, `command`, `default`, `enabled`, `thread_communication`"]
+             `executor`, `command`, `default`, `enabled`, `thread_communication`, `allowed_tools`, `max_cost_usd`"]
     );
     let said = problems("nonsense = 1\n");
     assert!(
@@ -170,11 +178,22 @@ fn contract_sections_and_keys_not_implemented_yet_are_refused_as_such() {
             )]
         );
     }
+}
+
+#[test]
+fn a_budget_is_positive_and_allowed_tools_are_claudes() {
     assert_eq!(
-        problems("[profiles.a]\nexecutor = \"echo\"\nmax_cost_usd = 5.0\n"),
-        ["profiles.a.max_cost_usd: line 3, column 1 (`max_cost_usd = 5.0`): not supported by this version \
-             of kikid yet (a key of the config contract, not a typo); remove it"]
+        problems(
+            "[profiles.a]\nexecutor = \"exec\"\ncommand = [\"x\"]\nmax_cost_usd = -1.0\nallowed_tools = [\"Bash\"]\n"
+        ),
+        [
+            "profiles.a.allowed_tools: only the claude executor takes it",
+            "profiles.a.max_cost_usd: must be a positive number of dollars, got -1"
+        ]
     );
+    let config = Config::parse("[profiles.c]\nexecutor = \"claude\"\nmax_cost_usd = 2.5\n").expect("valid");
+    let claude = config.profile("c").expect("c");
+    assert_eq!((claude.program(), claude.max_cost_usd), (vec!["claude".to_string()], Some(2.5)));
     // Only in a profile: elsewhere it is just unknown.
     assert!(problems("[turns]\nmax_cost_usd = 5.0\n")[0].contains("unknown key"));
 }

@@ -1,8 +1,11 @@
-//! Executors run one turn of a thread's agent: `echo` (built-in, deterministic) or `exec`
-//! (any agent CLI, one process per turn). See contract §6.
+//! Executors run one turn of a thread's agent: `echo` (built-in, deterministic), `exec`
+//! (any agent CLI, one process per turn) or `claude` (Claude Code's headless mode, one
+//! session resumed turn after turn). See contract §6.
 
 pub mod agent;
+mod claude;
 mod exec;
+mod process;
 
 use std::future::Future;
 use std::path::Path;
@@ -34,6 +37,29 @@ pub struct TurnInput<'a> {
     /// The runner records the agent with its turn (see [`agent`]); awaited before the
     /// agent gets its input.
     pub on_agent_start: Option<OnAgentStart<'a>>,
+    /// The agent's own session to continue (`claude`), from the thread's earlier turns or
+    /// the session it was created from.
+    pub agent_session: Option<String>,
+    /// The MCP configuration that gives the agent kiki's tools (`claude`'s `--mcp-config`).
+    pub mcp_config: String,
+}
+
+/// What an agent said about its turn besides its output, whether the turn completed or not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentReport {
+    /// The agent's own session id, to resume at the next turn.
+    pub session: Option<String>,
+    pub usage: Option<Usage>,
+    /// The session the turn was to resume is gone at the agent.
+    pub lost_session: bool,
+}
+
+/// Tokens and cost of one turn, as the agent reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
 }
 
 /// A turn that did not complete: what it printed before failing, and why.
@@ -53,12 +79,33 @@ impl TurnFailure {
     }
 }
 
-/// Runs one turn with `profile`'s executor; `Ok` is the turn's output.
-pub async fn run(profile: &ProfileConfig, input: TurnInput<'_>) -> Result<String, TurnFailure> {
+/// Runs one turn with `profile`'s executor; `Ok` is the turn's output. What the agent said
+/// of its session and usage goes into `report`, also when the turn fails.
+pub async fn run(
+    profile: &ProfileConfig,
+    input: TurnInput<'_>,
+    report: &mut AgentReport,
+) -> Result<String, TurnFailure> {
     match profile.executor {
         ExecutorKind::Echo => Ok(echo(input.items)),
         ExecutorKind::Exec => exec::run(&profile.command, input).await,
+        ExecutorKind::Claude => claude::run(&profile.command, &profile.allowed_tools, input, report).await,
     }
+}
+
+/// The MCP configuration that starts kiki's MCP server as the turn's thread (its `env`
+/// given explicitly: agents may start MCP servers with a filtered environment). `kiki` is
+/// looked for beside `kikid` (or one directory up, where cargo puts test binaries), else on
+/// the PATH.
+pub fn mcp_config(env: &[(&str, String)]) -> String {
+    let beside = std::env::current_exe().ok().and_then(|exe| {
+        exe.ancestors().skip(1).take(2).map(|dir| dir.join("kiki")).find(|kiki| kiki.is_file())
+    });
+    let kiki = beside.map_or_else(|| "kiki".to_string(), |path| path.display().to_string());
+    let env: serde_json::Map<String, serde_json::Value> =
+        env.iter().map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone()))).collect();
+    serde_json::json!({"mcpServers": {"kiki": {"type": "stdio", "command": kiki, "args": ["mcp"], "env": env}}})
+        .to_string()
 }
 
 /// The `echo` executor: one line `echo: CONTENT` per item (messages without their header).

@@ -56,6 +56,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let store = self.threads.store();
         let threads = store.count_threads().await.map_err(|e| status(e.into()))?;
         let running_turns = store.running_turns().await.map_err(|e| status(e.into()))?;
+        let agents_cost_usd = store.cost(None).await.map_err(|e| status(e.into()))?;
         let i = &self.info;
         Ok(Response::new(pb::StatusResponse {
             home_id: i.home_id.clone(),
@@ -71,6 +72,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             profiles: i.profiles.clone(),
             bridge_listen: i.bridge_listen.clone(),
             thread_communication: i.thread_communication.clone(),
+            agents_cost_usd,
         }))
     }
 

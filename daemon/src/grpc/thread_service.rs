@@ -70,6 +70,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
                     profile: r.profile,
                     prompt: r.prompt,
                     title: r.title,
+                    resume_agent_session: r.resume_agent_session,
                     ..Default::default()
                 },
             )

@@ -719,6 +719,7 @@ impl Rooms {
                     title: Some(format!("{} in {}", persona.member_id, one_line_cut(&room.name))),
                     hold_prompt: true,
                     communication: Some(CommunicationSetting::On),
+                    resume_agent_session: None,
                 },
             )
             .await?;

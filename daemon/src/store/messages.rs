@@ -81,7 +81,7 @@ pub struct MessageRecord {
 }
 
 /// What committing a message came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum SendOutcome {
     /// Newly stored and queued for the target's next turn — or, when a claim was asked and
     /// the thread was idle, taken by the turn started with it (`delivered`). A claim may

@@ -59,6 +59,8 @@ pub struct NewThread {
     pub profile: String,
     /// The thread's own switch from the start.
     pub communication: CommunicationSetting,
+    /// An existing agent session the thread continues (`--resume-agent-session`).
+    pub agent_session: Option<String>,
     pub now: Millis,
 }
 

@@ -87,7 +87,7 @@ pub struct TurnItem {
 }
 
 /// A turn just started, with the full items it took (executors need their text).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClaimedTurn {
     pub turn: TurnRecord,
     pub inputs: Vec<InputRecord>,
@@ -121,7 +121,7 @@ impl TurnStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TurnRecord {
     pub id: String,
     pub thread_id: String,
@@ -136,6 +136,16 @@ pub struct TurnRecord {
     pub ended_at: Option<Millis>,
     /// The items the input was made of, in order.
     pub items: Vec<TurnItem>,
+    /// Tokens and cost, when its agent reported them.
+    pub usage: Option<TurnUsage>,
+}
+
+/// What a turn's agent reported it used.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TurnUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
 }
 
 /// How to start a turn (see [`TurnStore::claim_turn`]); the runner makes one per thread.
@@ -159,6 +169,9 @@ pub struct TurnOutcome {
     pub output: String,
     pub error: String,
     pub now: Millis,
+    pub usage: Option<TurnUsage>,
+    /// The agent's own session, to resume at the thread's next turn.
+    pub agent_session: Option<String>,
 }
 
 /// Renders the items a turn takes into the input its executor receives.
@@ -201,7 +214,17 @@ pub trait TurnStore: Send + Sync {
         now: Millis,
     ) -> StoreResult<Vec<String>>;
 
-    /// Records how a running turn ended, marks its thread idle and logs a `terminal` event.
+    /// The agent session the thread's next turn resumes, if it has one.
+    async fn agent_session(&self, thread_id: &str) -> StoreResult<Option<String>>;
+
+    /// Gives the thread an agent session to resume (a thread created from an existing one).
+    async fn set_agent_session(&self, thread_id: &str, session: &str, now: Millis) -> StoreResult<()>;
+
+    /// What the thread's agents (`None`: all the home's) have cost so far, in dollars.
+    async fn cost(&self, thread_id: Option<&str>) -> StoreResult<f64>;
+
+    /// Records how a running turn ended (with its usage, and the agent session to resume
+    /// next), marks its thread idle and logs a `terminal` event.
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()>;
 
     /// Records the process of a running turn's agent (an opaque record, see

@@ -11,6 +11,8 @@ pub const KEY_MAX_CHARS: usize = 256;
 /// A thread id named for another home (ids are ~30 characters): bounds what a cross-home
 /// send puts in its outbox and its bridge call.
 pub const REMOTE_ID_MAX_CHARS: usize = 256;
+/// An agent's own session id a thread is created to continue.
+pub const AGENT_SESSION_MAX_CHARS: usize = 256;
 /// A title taken from a prompt's first line is cut to this many characters.
 pub const DERIVED_TITLE_CHARS: usize = 80;
 pub const LIST_LIMIT_DEFAULT: u32 = 50;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tracing::instrument;
 
-use crate::config::Config;
+use crate::config::{Config, ExecutorKind};
 use crate::error::{Error, Result};
 use crate::store::{
     Archived, CommunicationSetting, InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord,
@@ -48,6 +48,8 @@ pub struct CreateRequest {
     /// The thread's own communication switch (a persona is made to talk in its room);
     /// `None`: the default, or off under a caller whose switch is off.
     pub communication: Option<CommunicationSetting>,
+    /// An agent session the thread continues instead of starting one (`claude` profiles).
+    pub resume_agent_session: Option<String>,
 }
 
 #[derive(Debug)]
@@ -175,6 +177,18 @@ impl Threads {
                 }
             },
         };
+        if let Some(session) = &req.resume_agent_session {
+            limits::text("resume_agent_session", session, limits::AGENT_SESSION_MAX_CHARS)?;
+            let executor = self.config.profile(&profile).map(|p| p.executor.clone());
+            if executor != Some(ExecutorKind::Claude) {
+                return Err(Error::invalid(
+                    "resume_agent_session",
+                    format!(
+                        "profile {profile:?} does not keep an agent session (only a claude profile does)"
+                    ),
+                ));
+            }
+        }
         let parent = match caller {
             Some(caller) => Some(self.get("", "", &caller.thread_id).await?),
             None => None,
@@ -211,6 +225,7 @@ impl Threads {
             title,
             profile,
             communication,
+            agent_session: req.resume_agent_session.clone(),
             now,
         };
         let first = req.prompt.as_ref().map(|prompt| user_input(prompt, now));

@@ -24,8 +24,10 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::{Config, ExecutorKind};
 use crate::executors::agent::Agent;
-use crate::executors::{self, OnAgentStart, TurnFailure, TurnInput};
-use crate::store::{ClaimedTurn, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus};
+use crate::executors::{self, AgentReport, OnAgentStart, TurnFailure, TurnInput};
+use crate::store::{
+    ClaimedTurn, EventKind, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus, TurnUsage,
+};
 use crate::sync::lock;
 use crate::threads::new_id;
 use crate::threads::signals::Signals;
@@ -205,6 +207,12 @@ impl Inner {
         let Some(thread) = self.store.thread(thread_id).await? else {
             return Ok(None);
         };
+        // A thread whose budget is spent keeps its input queued.
+        if let Some(budget) = self.config.profile(&thread.profile).and_then(|p| p.max_cost_usd)
+            && self.store.cost(Some(thread_id)).await? >= budget
+        {
+            return Ok(None);
+        }
         let claimed = self.store.claim_turn(thread_id, turn_claim(&self.config, &thread), now_ms()).await?;
         Ok(claimed.map(|turn| (thread, turn)))
     }
@@ -237,22 +245,33 @@ impl Inner {
         let cwd = PathBuf::from(&thread.cwd);
         // Set once the agent is recorded: only then does it get its input.
         let given = Arc::new(AtomicBool::new(false));
+        let agent_session = match profile.executor {
+            ExecutorKind::Claude => self.store.agent_session(&turn.thread_id).await.unwrap_or_else(|e| {
+                warn!(error = %e, "cannot read the thread's agent session");
+                None
+            }),
+            _ => None,
+        };
+        let env = vec![
+            ("KIKI_HOME", self.home.display().to_string()),
+            ("KIKI_THREAD_ID", turn.thread_id.clone()),
+            ("KIKI_TOKEN", token.clone()),
+        ];
         let input = TurnInput {
             items: &claimed.inputs,
             rendered: &turn.input,
             cwd: &cwd,
-            env: vec![
-                ("KIKI_HOME", self.home.display().to_string()),
-                ("KIKI_THREAD_ID", turn.thread_id.clone()),
-                ("KIKI_TOKEN", token.clone()),
-            ],
+            mcp_config: executors::mcp_config(&env),
+            env,
             max_output_bytes: self.config.turns.max_output_bytes,
             on_agent_start: Some(self.agent_recorder(&turn.id, given.clone())),
+            agent_session,
         };
+        let mut report = AgentReport::default();
         let (result, stopped) = tokio::select! {
             // A turn that ends as the daemon stops keeps its outcome.
             biased;
-            result = executors::run(&profile, input) => (result, false),
+            result = executors::run(&profile, input, &mut report) => (result, false),
             () = self.stop.cancelled() => {
                 // Stopped while its agent was being recorded, the agent got nothing.
                 let agent_started = given.load(Ordering::SeqCst);
@@ -266,24 +285,65 @@ impl Inner {
             let code = if stopped { "kikid_stopped" } else { "executor_failed" };
             return self.fail_before_agent(turn, failure.error.clone(), code).await;
         }
-        let outcome = match result {
-            Ok(output) => TurnOutcome {
-                turn_id: turn.id.clone(),
-                status: TurnStatus::Completed,
-                output,
-                error: String::new(),
-                now: now_ms(),
-            },
-            Err(failure) => TurnOutcome {
-                turn_id: turn.id.clone(),
-                status: TurnStatus::Failed,
-                output: failure.output,
-                error: failure.error,
-                now: now_ms(),
-            },
+        let usage = report.usage.map(|u| TurnUsage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cost_usd: u.cost_usd,
+        });
+        let (status, output, error) = match result {
+            Ok(output) => (TurnStatus::Completed, output, String::new()),
+            Err(failure) => (TurnStatus::Failed, failure.output, failure.error),
+        };
+        let lost_session = report.lost_session.then(|| error.clone());
+        let outcome = TurnOutcome {
+            turn_id: turn.id.clone(),
+            status,
+            output,
+            error,
+            now: now_ms(),
+            usage,
+            agent_session: report.session,
         };
         info!(turn_id = %turn.id, status = outcome.status.as_str(), "turn ended");
         self.finish(outcome).await;
+        if let Some(reason) = lost_session {
+            self.attention(&turn.thread_id, &turn.id, reason).await;
+        }
+        if let (Some(budget), Some(spent)) = (profile.max_cost_usd, usage.map(|u| u.cost_usd)) {
+            self.check_budget(&turn.thread_id, &turn.id, budget, spent).await;
+        }
+    }
+
+    /// The turn that spent the thread's budget (`max_cost_usd`) tells its owner: the
+    /// thread starts no more turns (see [`Inner::claim`]) until the budget is raised.
+    async fn check_budget(&self, thread_id: &str, turn_id: &str, budget: f64, this_turn: f64) {
+        let Ok(total) = self.store.cost(Some(thread_id)).await else { return };
+        if total >= budget && total - this_turn < budget {
+            let reason = format!(
+                "the thread's agents have spent ${total:.4} of its ${budget} budget (max_cost_usd): it \
+                 starts no more turns until the profile's budget is raised and kikid restarted"
+            );
+            self.attention(thread_id, turn_id, reason).await;
+        }
+    }
+
+    /// An `attention` event on the thread: something its owner must see to.
+    async fn attention(&self, thread_id: &str, turn_id: &str, reason: String) {
+        let event = EventRecord {
+            seq: 0,
+            thread_id: thread_id.to_string(),
+            kind: EventKind::Attention,
+            turn_id: Some(turn_id.to_string()),
+            turn_status: None,
+            reason,
+            lifecycle: String::new(),
+            message_id: None,
+            at: now_ms(),
+        };
+        match self.store.add_event(&event).await {
+            Ok(_) => self.signals.notify(thread_id),
+            Err(e) => warn!(error = %e, "cannot record an attention event"),
+        }
     }
 
     /// Records a turn's agent process before it gets its input, so that a restart after a
@@ -358,7 +418,7 @@ fn turn_claim(config: &Config, thread: &ThreadRecord) -> TurnClaim {
         turn_id: new_id("tu"),
         take_messages: switches::communication(config, thread).is_ok(),
         render: executors::render,
-        exec: config.profile(&thread.profile).is_some_and(|p| p.executor == ExecutorKind::Exec),
+        exec: config.profile(&thread.profile).is_some_and(|p| p.executor != ExecutorKind::Echo),
     }
 }
 
@@ -369,6 +429,8 @@ fn turn_failed(turn_id: &str, reason: &str) -> TurnOutcome {
         output: String::new(),
         error: reason.to_string(),
         now: now_ms(),
+        usage: None,
+        agent_session: None,
     }
 }
 

@@ -86,6 +86,8 @@ mod tests {
                 default: false,
                 enabled: true,
                 thread_communication: Some(true),
+                allowed_tools: Vec::new(),
+                max_cost_usd: None,
             },
         );
         // Unset: off by default; a thread or its profile opts in.

@@ -53,6 +53,7 @@ fn new_thread(id: &str, workspace: &str, now: i64) -> NewThread {
         title: format!("title of {id}"),
         profile: "echo".into(),
         communication: CommunicationSetting::Default,
+        agent_session: None,
         now,
     }
 }
@@ -77,6 +78,8 @@ async fn finish(store: &dyn Store, turn_id: &str, output: &str) {
             output: output.into(),
             error: String::new(),
             now: 5,
+            usage: None,
+            agent_session: None,
         })
         .await
         .expect("finish");

@@ -157,6 +157,8 @@ async fn a_bridged_message_undeliverable_after_it_was_taken_gets_a_receipt_at_th
                 default: false,
                 enabled: true,
                 thread_communication: None,
+                allowed_tools: Vec::new(),
+                max_cost_usd: None,
             };
             config.profiles.insert("broken".into(), broken);
         })

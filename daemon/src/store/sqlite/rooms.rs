@@ -70,7 +70,9 @@ impl RoomStore for SqliteStore {
                 run(
                     conn,
                     &format!(
-                        "INSERT INTO room_members ({MEMBER_COLUMNS}, room_id) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                        "INSERT INTO room_members ({MEMBER_COLUMNS}, room_id, joined)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
+                                 (SELECT COALESCE(MAX(joined), 0) + 1 FROM room_members WHERE room_id = ?7))"
                     ),
                     params![
                         m.member_id,
@@ -409,7 +411,9 @@ fn room_by_id(conn: &Connection, id: &str) -> StoreResult<Option<RoomRecord>> {
 fn members_of(conn: &Connection, room_id: &str) -> StoreResult<Vec<MemberRecord>> {
     all(
         conn,
-        &format!("SELECT {MEMBER_COLUMNS} FROM room_members WHERE room_id = ? ORDER BY added_at, member_id"),
+        &format!(
+            "SELECT {MEMBER_COLUMNS} FROM room_members WHERE room_id = ? ORDER BY joined, added_at, member_id"
+        ),
         [room_id],
         member_from,
     )

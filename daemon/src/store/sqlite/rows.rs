@@ -99,8 +99,7 @@ pub(super) fn run(conn: &Connection, sql: &str, params: impl Params) -> StoreRes
 
 pub(super) const THREAD_COLUMNS: &str = "seq, id, workspace_id, cwd, title, profile, created_at, updated_at, archived, enabled, running, turn_count, communication";
 
-pub(super) const TURN_COLUMNS: &str =
-    "id, thread_id, seq, status, input, output, error, started_at, ended_at";
+pub(super) const TURN_COLUMNS: &str = "id, thread_id, seq, status, input, output, error, started_at, ended_at, input_tokens, output_tokens, cost_usd";
 
 pub(super) const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
      request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at, source_workspace, \
@@ -147,6 +146,14 @@ pub(super) fn turn_from(row: &Row) -> StoreResult<TurnRecord> {
         started_at: row.get("started_at")?,
         ended_at: row.get("ended_at")?,
         items: Vec::new(),
+        usage: match row.get::<_, Option<f64>>("cost_usd")? {
+            Some(cost_usd) => Some(TurnUsage {
+                input_tokens: row.get::<_, Option<i64>>("input_tokens")?.unwrap_or(0) as u64,
+                output_tokens: row.get::<_, Option<i64>>("output_tokens")?.unwrap_or(0) as u64,
+                cost_usd,
+            }),
+            None => None,
+        },
     })
 }
 

@@ -29,6 +29,9 @@ impl ThreadStore for SqliteStore {
                         thread.now
                     ],
                 )?;
+                if let Some(session) = &thread.agent_session {
+                    super::turns::save_agent_session(conn, &thread.id, session, thread.now)?;
+                }
                 let mut created = event(&thread.id, EventKind::Lifecycle, thread.now);
                 created.lifecycle = "created".into();
                 insert_event(conn, &created)?;

@@ -54,24 +54,70 @@ impl TurnStore for SqliteStore {
         self.db.write(move |conn| take_into_turn(conn, &thread_id, &turn_id, &ids, render, now)).await
     }
 
+    async fn agent_session(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .read(move |conn| {
+                first(
+                    conn,
+                    "SELECT session_id FROM agent_sessions WHERE thread_id = ?",
+                    [&thread_id],
+                    |row| Ok(row.get::<_, String>(0)?),
+                )
+            })
+            .await
+    }
+
+    async fn set_agent_session(&self, thread_id: &str, session: &str, now: Millis) -> StoreResult<()> {
+        let (thread_id, session) = (thread_id.to_string(), session.to_string());
+        self.db.write(move |conn| save_agent_session(conn, &thread_id, &session, now)).await
+    }
+
+    async fn cost(&self, thread_id: Option<&str>) -> StoreResult<f64> {
+        let thread_id = thread_id.map(str::to_string);
+        self.db
+            .read(move |conn| {
+                let total = |row: &rusqlite::Row| Ok(row.get::<_, f64>(0)?);
+                let cost = match &thread_id {
+                    Some(thread_id) => first(
+                        conn,
+                        "SELECT TOTAL(cost_usd) FROM turns WHERE thread_id = ?",
+                        [thread_id],
+                        total,
+                    )?,
+                    None => first(conn, "SELECT TOTAL(cost_usd) FROM turns", [], total)?,
+                };
+                Ok(cost.unwrap_or(0.0))
+            })
+            .await
+    }
+
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {
         let outcome = outcome.clone();
         self.db
             .write(move |conn| {
+                let usage = outcome.usage;
                 let thread_id = first(
                     conn,
-                    "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?
+                    "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?,
+                                      input_tokens = ?, output_tokens = ?, cost_usd = ?
                      WHERE id = ? AND status = 'running' RETURNING thread_id",
                     params![
                         outcome.status.as_str(),
                         outcome.output,
                         outcome.error,
                         outcome.now,
+                        usage.map(|u| u.input_tokens as i64),
+                        usage.map(|u| u.output_tokens as i64),
+                        usage.map(|u| u.cost_usd),
                         outcome.turn_id
                     ],
                     |row| Ok(row.get::<_, String>(0)?),
                 )?;
                 if let Some(thread_id) = thread_id {
+                    if let Some(session) = &outcome.agent_session {
+                        save_agent_session(conn, &thread_id, session, outcome.now)?;
+                    }
                     run(
                         conn,
                         "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?",
@@ -354,9 +400,25 @@ pub(super) fn claim_turn(
             started_at: now,
             ended_at: None,
             items,
+            usage: None,
         },
         inputs,
     }))
+}
+
+pub(super) fn save_agent_session(
+    conn: &Connection,
+    thread_id: &str,
+    session: &str,
+    now: Millis,
+) -> StoreResult<()> {
+    run(
+        conn,
+        "INSERT INTO agent_sessions (thread_id, session_id, updated_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (thread_id) DO UPDATE SET session_id = ?2, updated_at = ?3",
+        params![thread_id, session, now],
+    )
+    .map(drop)
 }
 
 /// The thread's input not taken by a turn yet, oldest first, with its content.
@@ -428,7 +490,7 @@ fn take_into_turn(
     if !taken.is_empty() {
         run(
             conn,
-            "UPDATE turns SET input = input || char(10) || ? WHERE id = ?",
+            "UPDATE turns SET input = input || char(10) || char(10) || ? WHERE id = ?",
             params![render(&taken), turn_id],
         )?;
         touched(Some(thread_id));

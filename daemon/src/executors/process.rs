@@ -1,0 +1,157 @@
+//! An agent's process for one turn, as the `exec` and `claude` executors run it: the
+//! command in the thread's cwd with the turn input on stdin, stdout collected up to the
+//! output limit, the end of stderr kept for a failure.
+//!
+//! The agent runs in its own process group. When the turn is stopped (daemon shutdown) or
+//! its output overflows, the whole group is killed, so nothing it spawned outlives the turn
+//! by accident. A turn ends when the agent exits: a background process it left holding
+//! stdout does not keep the turn open.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+use super::agent::Agent;
+use super::{TurnFailure, TurnInput};
+
+/// How much of stderr a failed turn's error keeps (the end, where the reason usually is).
+const STDERR_TAIL_BYTES: usize = 4096;
+/// After the agent exits, how long output still in flight is collected.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
+/// Kills the agent's process group when dropped, unless the agent finished by itself.
+struct GroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl GroupGuard {
+    fn disarm(&mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// How an agent process ended: all it wrote to stdout, its exit status, and the end of its
+/// stderr (read only when it failed).
+pub struct Exited {
+    pub stdout: Vec<u8>,
+    pub status: std::process::ExitStatus,
+    pub stderr_tail: String,
+}
+
+impl Exited {
+    /// Why a failed agent failed: its exit status and the end of its stderr.
+    pub fn failure_reason(&self) -> String {
+        let reason = match self.status.code() {
+            Some(code) => format!("the agent exited with status {code}"),
+            None => format!("the agent was killed ({})", self.status),
+        };
+        let stderr = self.stderr_tail.trim();
+        if stderr.is_empty() { reason } else { format!("{reason}: {stderr}") }
+    }
+}
+
+/// Runs `command` (program and arguments) for one turn, its input on stdin, and collects
+/// what it writes. `Err` when it could not start, or its output overflowed (it is stopped).
+pub async fn run(command: &[String], mut input: TurnInput<'_>) -> Result<Exited, TurnFailure> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| TurnFailure::before_agent("the profile has no command".into()))?;
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(input.cwd)
+        .envs(input.env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
+    let mut guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };
+    if let Some(recorded) = input.on_agent_start.take() {
+        // `None` if the process cannot be described (it exited already, or there is no
+        // /proc): recorded all the same, as an agent that cannot be stopped later.
+        // Dropping the guard on this error kills the agent before it got its input.
+        recorded(child.id().and_then(Agent::of)).await.map_err(TurnFailure::before_agent)?;
+    }
+    let fail = |output: String, error: String| TurnFailure { output, error, agent_started: true };
+
+    let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(fail(String::new(), "child process has no stdio pipes".into()));
+    };
+    // Stdin and stderr are pumped by their own tasks while stdout is read here, so neither
+    // a large input nor a chatty stderr can deadlock the turn. An agent that exits without
+    // reading its input is not an error of the turn.
+    let rendered = input.rendered.as_bytes().to_vec();
+    let write = tokio::spawn(async move {
+        let _ = stdin.write_all(&rendered).await;
+    });
+    // Only the tail is kept (it goes into the turn's error): a chatty agent's stderr must
+    // not grow kikid's memory.
+    let read_err = tokio::spawn(async move {
+        let (mut tail, mut chunk) = (Vec::new(), vec![0; 8192]);
+        while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
+            tail.extend_from_slice(&chunk[..n]);
+            if tail.len() > 2 * STDERR_TAIL_BYTES {
+                tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+            }
+        }
+        tail
+    });
+    let limit = input.max_output_bytes;
+    let mut out = Vec::new();
+    let mut reader = stdout.take(limit as u64 + 1);
+    let exited = {
+        let read = reader.read_to_end(&mut out);
+        tokio::pin!(read);
+        tokio::select! {
+            read_result = &mut read => match read_result {
+                Ok(_) => None,
+                Err(e) => return Err(fail(String::new(), format!("reading the agent's output: {e}"))),
+            },
+            status = child.wait() => {
+                // Collect what is still in the pipe, without waiting on leftovers.
+                let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut read).await;
+                Some(status)
+            }
+        }
+    };
+    write.abort();
+    if out.len() > limit {
+        drop(guard); // kills the group
+        return Err(fail(
+            String::from_utf8_lossy(&out[..limit]).into_owned(),
+            format!("output exceeded turns.max_output_bytes ({limit} bytes); the agent was stopped"),
+        ));
+    }
+    let status = match exited {
+        Some(status) => status,
+        None => child.wait().await,
+    }
+    .map_err(|e| fail(String::new(), format!("waiting for the agent: {e}")))?;
+    guard.disarm();
+    if status.success() {
+        read_err.abort();
+        return Ok(Exited { stdout: out, status, stderr_tail: String::new() });
+    }
+    // A background process the agent left behind may hold stderr open; don't wait for it.
+    let err = match tokio::time::timeout(DRAIN_AFTER_EXIT, read_err).await {
+        Ok(Ok(err)) => err,
+        _ => Vec::new(),
+    };
+    let tail = &err[err.len().saturating_sub(STDERR_TAIL_BYTES)..];
+    Ok(Exited { stdout: out, status, stderr_tail: String::from_utf8_lossy(tail).into_owned() })
+}

@@ -1,0 +1,181 @@
+//! Threads as long-lived agent sessions: the `claude` executor against a scripted Claude
+//! Code (tests/agents/claude) that speaks the real CLI's headless stream-json, with its
+//! sessions kept on disk as the real one keeps them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kiki_daemon::config::{ExecutorKind, ProfileConfig};
+use kiki_proto as pb;
+use kiki_tests::{TestHome, TestHomeBuilder};
+
+/// A `claude` profile running the scripted Claude Code, its sessions in `state`.
+fn claude_profile(state: &Path, budget: Option<f64>) -> ProfileConfig {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("agents/claude");
+    ProfileConfig {
+        executor: ExecutorKind::Claude,
+        command: vec![
+            "env".into(),
+            format!("FAKE_CLAUDE_STATE={}", state.display()),
+            script.display().to_string(),
+        ],
+        default: false,
+        enabled: true,
+        thread_communication: None,
+        allowed_tools: vec!["mcp__kiki__ThreadSend".into()],
+        max_cost_usd: budget,
+    }
+}
+
+fn with_claude(state: &Path, budget: Option<f64>) -> TestHomeBuilder {
+    let profile = claude_profile(state, budget);
+    TestHome::builder().config(move |c| {
+        c.profiles.insert("claude".into(), profile);
+    })
+}
+
+async fn create(home: &TestHome, prompt: &str, resume: Option<&str>) -> Result<String, tonic::Status> {
+    home.create(pb::ThreadCreateRequest {
+        cwd: Some(home.workdir("claude").display().to_string()),
+        profile: Some("claude".into()),
+        prompt: Some(prompt.into()),
+        title: None,
+        resume_agent_session: resume.map(str::to_string),
+    })
+    .await
+    .map(|created| created.id)
+}
+
+/// `turn N of SESSION: PROMPT` → (N, SESSION).
+fn turn_of(output: &str) -> (u32, String) {
+    let rest = output.strip_prefix("turn ").expect("the scripted answer");
+    let (n, rest) = rest.split_once(" of ").expect("of");
+    let (session, _) = rest.split_once(": ").expect(": ");
+    (n.parse().expect("n"), session.to_string())
+}
+
+async fn attention(home: &TestHome, thread: &str) -> Vec<String> {
+    let wait = pb::ThreadWaitRequest {
+        targets: vec![kiki_tests::local(thread)],
+        timeout_ms: Some(0),
+        cursors: Default::default(),
+    };
+    let waited = home.client().threads().thread_wait(wait).await.expect("wait").into_inner();
+    waited.results[0]
+        .events
+        .iter()
+        .filter(|e| e.kind == pb::EventKind::Attention as i32)
+        .map(|e| e.reason.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_thread_is_one_agent_session_across_turns_and_restarts() {
+    let state = tempfile::tempdir().expect("state");
+    let mut home = with_claude(state.path(), None).start().await;
+    let thread = create(&home, "one", None).await.expect("create");
+    let first = home.wait_turns(&thread, 1).await;
+    assert_eq!(first[0].status, pb::TurnStatus::Completed as i32, "{:?}", first[0]);
+    let (n, session) = turn_of(&first[0].output);
+    assert_eq!(n, 1);
+    let usage = first[0].usage.expect("usage recorded");
+    assert!(usage.input_tokens > 0 && usage.output_tokens > 0, "{usage:?}");
+    assert!((usage.cost_usd - 0.01).abs() < 1e-9, "{usage:?}");
+
+    home.say(&thread, "two").await.expect("say");
+    let turns = home.wait_turns(&thread, 2).await;
+    assert_eq!(turn_of(&turns[1].output), (2, session.clone()), "the same session, resumed");
+
+    home.restart().await;
+    home.say(&thread, "three").await.expect("say");
+    let turns = home.wait_turns(&thread, 3).await;
+    assert_eq!(turn_of(&turns[2].output), (3, session.clone()), "resumed after kikid restarted");
+
+    // Another thread continues that session where it stands.
+    let other = create(&home, "four", Some(&session)).await.expect("create");
+    let turns = home.wait_turns(&other, 1).await;
+    assert_eq!(turn_of(&turns[0].output), (4, session));
+}
+
+#[tokio::test]
+async fn a_lost_session_fails_the_turn_with_attention_never_a_fresh_start() {
+    let state = tempfile::tempdir().expect("state");
+    let home = with_claude(state.path(), None).start().await;
+    let thread = create(&home, "hello", Some("no-such-session")).await.expect("create");
+    let turns = home.wait_turns(&thread, 1).await;
+    assert_eq!(turns[0].status, pb::TurnStatus::Failed as i32);
+    assert!(
+        turns[0].error.contains("no-such-session is gone")
+            && turns[0].error.contains("No conversation found"),
+        "{}",
+        turns[0].error
+    );
+    let reasons = kiki_tests::eventually("the lost session's attention event", || async {
+        Some(attention(&home, &thread).await).filter(|r| !r.is_empty())
+    })
+    .await;
+    assert!(reasons.iter().any(|r| r.contains("is gone")), "{reasons:?}");
+    // The next turn does not quietly start afresh either.
+    home.say(&thread, "again").await.expect("say");
+    let turns = home.wait_turns(&thread, 2).await;
+    assert_eq!(turns[1].status, pb::TurnStatus::Failed as i32, "{:?}", turns[1]);
+    assert_eq!(std::fs::read_dir(state.path()).expect("state").count(), 0, "no session was made");
+
+    // Only a profile that keeps sessions takes one.
+    let refused = home
+        .create(pb::ThreadCreateRequest {
+            cwd: Some(home.workdir("echo").display().to_string()),
+            profile: Some("echo".into()),
+            prompt: None,
+            title: None,
+            resume_agent_session: Some("s".into()),
+        })
+        .await
+        .expect_err("echo keeps no session");
+    assert!(refused.message().contains("resume_agent_session"), "{}", refused.message());
+}
+
+#[tokio::test]
+async fn errors_and_crashes_fail_the_turn_and_keep_the_session() {
+    let state = tempfile::tempdir().expect("state");
+    let home = with_claude(state.path(), None).start().await;
+    let thread = create(&home, "start", None).await.expect("create");
+    let (_, session) = turn_of(&home.wait_turns(&thread, 1).await[0].output);
+    home.say(&thread, "fail").await.expect("say");
+    let turns = home.wait_turns(&thread, 2).await;
+    assert_eq!(turns[1].status, pb::TurnStatus::Failed as i32);
+    assert!(turns[1].error.contains("error_during_execution"), "{}", turns[1].error);
+    home.say(&thread, "crash").await.expect("say");
+    let turns = home.wait_turns(&thread, 3).await;
+    assert_eq!(turns[2].status, pb::TurnStatus::Failed as i32);
+    assert!(turns[2].error.contains("status 3"), "{}", turns[2].error);
+    assert!(
+        turns[2].output.starts_with("turn 3 of"),
+        "what it said before it crashed: {:?}",
+        turns[2].output
+    );
+    home.say(&thread, "on").await.expect("say");
+    let turns = home.wait_turns(&thread, 4).await;
+    assert_eq!(turn_of(&turns[3].output), (4, session), "still the same session");
+}
+
+#[tokio::test]
+async fn a_spent_budget_pauses_the_thread_with_attention() {
+    let state = tempfile::tempdir().expect("state");
+    let home = with_claude(state.path(), Some(0.015)).start().await;
+    let thread = create(&home, "one", None).await.expect("create");
+    home.wait_turns(&thread, 1).await;
+    assert!(attention(&home, &thread).await.is_empty(), "$0.01 of $0.015");
+    home.say(&thread, "two").await.expect("say");
+    home.wait_turns(&thread, 2).await;
+    let reasons = kiki_tests::eventually("the budget's attention event", || async {
+        Some(attention(&home, &thread).await).filter(|r| !r.is_empty())
+    })
+    .await;
+    assert!(reasons[0].contains("spent $0.0200 of its $0.015 budget"), "{reasons:?}");
+    home.say(&thread, "three").await.expect("say");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(home.all_turns(&thread).await.len(), 2, "no turn starts on a spent budget");
+    let record = home.thread_record(&thread).await;
+    assert_eq!(record.state, pb::ThreadState::Idle as i32, "its input waits");
+}
