@@ -179,3 +179,45 @@ async fn a_spent_budget_pauses_the_thread_with_attention() {
     let record = home.thread_record(&thread).await;
     assert_eq!(record.state, pb::ThreadState::Idle as i32, "its input waits");
 }
+
+/// Two agents that answer every message with a message of their own wake each other up to
+/// `[threads] max_agent_wakes` times; then their messages wait without waking, the woken
+/// thread gets an `attention` event, and input from the owner lets them go on.
+#[tokio::test]
+async fn two_agents_thanking_each_other_stop_at_the_cap_until_the_owner_speaks() {
+    let kiki = kiki_tests::binaries::binary("kiki");
+    // Answers the last message's sender, or else the first thread named in its input.
+    let polite = format!(
+        r#"input=$(cat)
+target=$(printf '%s\n' "$input" | sed -n 's/^\[kiki message [^ ]* from \(th_[0-9a-z]*\)\]$/\1/p' | tail -1)
+[ -n "$target" ] || target=$(printf '%s\n' "$input" | grep -o 'th_[0-9a-z]*' | head -1)
+{kiki} thread send "$target" --key "k$(date +%s%N)" --content thanks > /dev/null && echo "thanked $target""#,
+        kiki = kiki.display()
+    );
+    let home = TestHome::builder()
+        .shell_profile("polite", &polite)
+        .config(|c| {
+            c.thread_communication.enabled = Some(true);
+            c.threads.max_agent_wakes = 3;
+        })
+        .start()
+        .await;
+    let b = home.thread("polite", None).await.id;
+    let a = home.thread("polite", Some(&format!("say thanks to {b}"))).await.id;
+    // a→b (1), b→a (2), a→b (3), b→a: the fourth is held; a is told.
+    let reasons = kiki_tests::eventually("the loop guard's attention event", || async {
+        Some(attention(&home, &a).await).filter(|r| !r.is_empty())
+    })
+    .await;
+    assert!(reasons[0].contains("woken each other 3 times") && reasons[0].contains(&b), "{reasons:?}");
+    // b's second turn ends once its send answers `pending` (held, it wakes nobody).
+    home.wait_turns(&b, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(home.all_turns(&a).await.len(), 2, "a's owner started one, b woke it once");
+    assert_eq!(home.all_turns(&b).await.len(), 2, "and no more");
+    // The owner speaks to a: the held message goes in with it, and b is woken again.
+    home.say(&a, "go on").await.expect("say");
+    let turns = home.wait_turns(&a, 3).await;
+    assert!(turns[2].input.contains("go on") && turns[2].input.contains("thanks"), "{:?}", turns[2].input);
+    home.wait_turns(&b, 3).await;
+}

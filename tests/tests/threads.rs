@@ -705,6 +705,7 @@ async fn claim_then_restart(home: &mut TestHome, thread_id: &str, exec: bool) ->
             }),
             receipt: None,
             deadline: None,
+            max_agent_wakes: None,
             now: 1,
         };
         store.accept_message(&message).await.expect("claimed");

@@ -25,6 +25,9 @@
 //! [rooms]
 //! max_agent_wakes = 20          # agents' posts wake this often without the owner, then the room pauses
 //!
+//! [threads]
+//! max_agent_wakes = 20          # two threads' agents wake each other this often without the owner
+//!
 //! [profiles.claude]
 //! executor = "claude"           # "echo" | "exec" | "claude"
 //! command = ["claude"]          # claude: the CLI (default "claude"); exec: the whole command
@@ -75,7 +78,7 @@ const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 /// Sections the config contract names that this kikid does not implement yet. They are
 /// refused rather than ignored (a config relying on them would seem to work), but not
 /// called typos.
-const NOT_YET_SECTIONS: &[&str] = &["threads", "otel", "metrics", "web", "log"];
+const NOT_YET_SECTIONS: &[&str] = &["otel", "metrics", "web", "log"];
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -86,6 +89,7 @@ pub struct Config {
     pub mailbox: MailboxConfig,
     pub bridge: BridgeConfig,
     pub rooms: RoomsConfig,
+    pub threads: ThreadsConfig,
     /// Named executors; `echo` exists even when not listed.
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
@@ -160,6 +164,21 @@ pub struct RoomsConfig {
 }
 
 impl Default for RoomsConfig {
+    fn default() -> Self {
+        Self { max_agent_wakes: 20 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ThreadsConfig {
+    /// The loop guard between two threads: how many times their agents' messages may wake
+    /// one another without the owner's input; past it their messages wait for a turn the
+    /// owner starts, and the woken thread gets an `attention` event. Default 20.
+    pub max_agent_wakes: u32,
+}
+
+impl Default for ThreadsConfig {
     fn default() -> Self {
         Self { max_agent_wakes: 20 }
     }
@@ -307,6 +326,7 @@ impl Config {
                 "mailbox" => read.section(&key, value, &mut config.mailbox),
                 "bridge" => read.section(&key, value, &mut config.bridge),
                 "rooms" => read.section(&key, value, &mut config.rooms),
+                "threads" => read.section(&key, value, &mut config.threads),
                 "profiles" => read.profiles(value, &mut config.profiles),
                 _ => read.unknown(&key, &key, span, "section", field_names::<Config>(), NOT_YET_SECTIONS),
             }
@@ -390,6 +410,9 @@ impl Config {
         }
         if !(1..=10_000).contains(&self.rooms.max_agent_wakes) {
             problems.push("rooms.max_agent_wakes: must be between 1 and 10000".into());
+        }
+        if !(1..=10_000).contains(&self.threads.max_agent_wakes) {
+            problems.push("threads.max_agent_wakes: must be between 1 and 10000".into());
         }
         if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
     }

@@ -295,6 +295,7 @@ impl Mailbox {
             receipt: d.receipt,
             deadline: d.deadline,
             room: d.room,
+            max_agent_wakes: Some(self.config.threads.max_agent_wakes),
             now: now_ms(),
         };
         // Subscribe before the message can be delivered, so the delivery is not missed —

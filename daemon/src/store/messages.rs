@@ -37,6 +37,10 @@ pub struct NewMessage {
     /// A room entry brought over a bridge from the room's home (the receipt's peer), which
     /// this home then knows as where that room lives.
     pub room: Option<RoomTag>,
+    /// The loop guard between the source thread and the target (`[threads]
+    /// max_agent_wakes`): past it, the message waits without waking (see
+    /// [`rules::agent_wake`]). `None`: not counted.
+    pub max_agent_wakes: Option<u32>,
     pub now: Millis,
 }
 

@@ -139,6 +139,38 @@ pub fn plan_inbox(queued: Vec<Queued>, take_messages: bool, disabled_peers: &[St
         .collect()
 }
 
+/// Whether a message between two threads' agents may wake its target: the `count`-th wake
+/// between the pair since the owner last spoke to either, under the cap `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentWake {
+    Wakes,
+    /// Past the cap: it waits without waking; `first` for the one that crossed it (its
+    /// target's owner is told).
+    Held {
+        first: bool,
+    },
+}
+
+pub fn agent_wake(count: i64, limit: u32) -> AgentWake {
+    let limit = i64::from(limit);
+    if count <= limit { AgentWake::Wakes } else { AgentWake::Held { first: count == limit + 1 } }
+}
+
+/// The pair a message between two threads counts for: its source (as `HOME/SESSION` from
+/// another home) and target, in a fixed order — a wake either way counts for both.
+pub fn agent_pair(source: &SourceRef, target: &str) -> Option<(String, String)> {
+    if source.thread_id.is_empty() {
+        return None; // an external client, not an agent
+    }
+    let from = if source.host_id.is_empty() {
+        source.thread_id.clone()
+    } else {
+        format!("{}/{}", source.host_id, source.thread_id)
+    };
+    let target = target.to_string();
+    Some(if from < target { (from, target) } else { (target, from) })
+}
+
 /// What a room post does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostPlan {
@@ -318,6 +350,22 @@ mod tests {
         assert!(given(false, &[]).is_empty(), "communication off: peers' messages wait");
     }
 
+    #[test]
+    fn two_agents_wake_each_other_up_to_the_cap_then_wait() {
+        assert_eq!(agent_wake(3, 3), AgentWake::Wakes);
+        assert_eq!(agent_wake(4, 3), AgentWake::Held { first: true });
+        assert_eq!(agent_wake(5, 3), AgentWake::Held { first: false });
+        let from = |host: &str, thread: &str| SourceRef {
+            host_id: host.into(),
+            thread_id: thread.into(),
+            workspace_id: String::new(),
+        };
+        assert_eq!(agent_pair(&from("", "th_b"), "th_a"), Some(("th_a".into(), "th_b".into())));
+        assert_eq!(agent_pair(&from("", "th_a"), "th_b"), Some(("th_a".into(), "th_b".into())), "either way");
+        assert_eq!(agent_pair(&from("HOME", "th_z"), "th_a"), Some(("HOME/th_z".into(), "th_a".into())));
+        assert_eq!(agent_pair(&from("HOME", ""), "th_a"), None, "an external client is no agent");
+    }
+
     fn send(bridged: bool) -> NewMessage {
         NewMessage {
             room: None,
@@ -336,6 +384,7 @@ mod tests {
             claim: None,
             receipt: None,
             deadline: bridged.then_some(10),
+            max_agent_wakes: None,
             now: 1,
         }
     }

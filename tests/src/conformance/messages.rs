@@ -25,6 +25,7 @@ pub(super) fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str
         claim: None,
         receipt: None,
         deadline: None,
+        max_agent_wakes: None,
         now: 10,
     }
 }

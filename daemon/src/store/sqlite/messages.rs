@@ -189,10 +189,14 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     if let (Some(room), Some(receipt)) = (&m.room, &m.receipt) {
         super::rooms::room_lives_at(conn, &room.room, &receipt.peer_home_id, m.now)?;
     }
+    if m.source.is_none() {
+        owner_spoke(conn, &m.target_thread)?;
+    }
+    let wake = m.wake && !agent_wakes_spent(conn, m)?;
     // A message that starts its turn is written delivered, its input taken: it never enters
     // the indexes of pending messages and queued input only to leave them in this commit.
     let turn = match &m.claim {
-        Some(claim) if m.wake => {
+        Some(claim) if wake => {
             let arriving = InputRecord { content: m.content.clone(), ..input.clone() };
             claim_turn(conn, &m.target_thread, claim, m.now, Some(arriving))?
         }
@@ -227,7 +231,7 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
         "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
         params![m.key_scope, m.key, m.request_hash, m.id, m.now],
     )?;
-    insert_input(conn, &m.target_thread, &input, m.wake, taken_by)?;
+    insert_input(conn, &m.target_thread, &input, wake, taken_by)?;
     if let Some(receipt) = &m.receipt {
         insert_receipt(
             conn,
@@ -240,6 +244,43 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
         )?;
     }
     Ok(SendOutcome::Accepted { message_id: m.id.clone(), delivered, turn: turn.map(Box::new) })
+}
+
+/// Counts a wake between two threads' agents (see [`rules::agent_wake`]): whether the
+/// message is past the pair's cap, telling its target's owner when it is the first.
+fn agent_wakes_spent(conn: &Connection, m: &NewMessage) -> StoreResult<bool> {
+    let (Some(limit), Some(source), None, true) = (m.max_agent_wakes, &m.source, &m.room, m.wake) else {
+        return Ok(false);
+    };
+    let Some((a, b)) = rules::agent_pair(source, &m.target_thread) else { return Ok(false) };
+    let count = first(
+        conn,
+        "INSERT INTO agent_wakes (thread_a, thread_b, count) VALUES (?, ?, 1)
+         ON CONFLICT (thread_a, thread_b) DO UPDATE SET count = count + 1 RETURNING count",
+        params![a, b],
+        |row| Ok(row.get::<_, i64>(0)?),
+    )?
+    .unwrap_or(1);
+    match rules::agent_wake(count, limit) {
+        rules::AgentWake::Wakes => Ok(false),
+        rules::AgentWake::Held { first } => {
+            if first {
+                let mut held = event(&m.target_thread, EventKind::Attention, m.now);
+                held.reason = format!(
+                    "{a} and {b} have woken each other {limit} times without you ([threads] \
+                     max_agent_wakes): their messages now wait for a turn you start; give either \
+                     thread input to let them go on"
+                );
+                insert_event(conn, &held)?;
+            }
+            Ok(true)
+        }
+    }
+}
+
+/// The owner gave the thread input: the loop guard starts over for its pairs.
+pub(super) fn owner_spoke(conn: &Connection, thread_id: &str) -> StoreResult<()> {
+    run(conn, "DELETE FROM agent_wakes WHERE thread_a = ?1 OR thread_b = ?1", [thread_id]).map(drop)
 }
 
 /// A bridged message that became undeliverable here gets a receipt saying so (`rejected`

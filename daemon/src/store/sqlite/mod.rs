@@ -75,6 +75,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (29, "rooms' last seq from the log", include_str!("migrations/0029_rooms_last_seq_from_the_log.sql")),
     (30, "agent sessions and usage", include_str!("migrations/0030_agent_sessions_and_usage.sql")),
     (31, "room members' join order", include_str!("migrations/0031_room_members_join_order.sql")),
+    (32, "agent wakes", include_str!("migrations/0032_agent_wakes.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

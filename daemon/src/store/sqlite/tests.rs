@@ -103,6 +103,7 @@ fn a_message_is_not_copied_into_its_input_and_its_turn_still_gets_its_content() 
         claim: None,
         receipt: None,
         deadline: None,
+        max_agent_wakes: None,
         now: 1,
     };
     accept_message(&conn, &message).expect("accept");
@@ -148,6 +149,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
         }),
         receipt: None,
         deadline: None,
+        max_agent_wakes: None,
         now: 1,
     };
     let state = |conn: &Connection, id: &str| -> (String, Option<String>, Option<String>) {

@@ -16,6 +16,9 @@ impl TurnStore for SqliteStore {
                 if running.is_none() {
                     return Ok(None);
                 }
+                if input.kind == InputKind::User {
+                    super::messages::owner_spoke(conn, &thread_id)?;
+                }
                 insert_input(conn, &thread_id, &input, true, None)?;
                 Ok(running)
             })
