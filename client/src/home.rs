@@ -75,6 +75,21 @@ pub enum HomeCommand {
         #[arg(long)]
         reason: String,
     },
+    /// Allow what an agent asked to do (a permission request an `attention` event names).
+    #[command(display_order = 101, after_help = "Examples:\n  kiki approve perm_01…")]
+    Approve {
+        /// The request's id (perm_…), as its attention event names it.
+        id: String,
+    },
+    /// Refuse what an agent asked to do; it is told the reason.
+    #[command(display_order = 102, after_help = "Examples:\n  kiki deny perm_01… --reason \"not on main\"")]
+    Deny {
+        /// The request's id (perm_…), as its attention event names it.
+        id: String,
+        /// What the agent is told, at most 2,000 characters (default: denied by the owner).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
 }
 
 pub async fn run(home: &Path, command: HomeCommand, json: bool) -> Result<()> {
@@ -85,6 +100,8 @@ pub async fn run(home: &Path, command: HomeCommand, json: bool) -> Result<()> {
         HomeCommand::Doctor => doctor(home, json).await,
         HomeCommand::Backup { dir } => backup(home, &dir, json).await,
         HomeCommand::Attention { reason } => attention(home, reason, json).await,
+        HomeCommand::Approve { id } => decide(home, id, true, String::new(), json).await,
+        HomeCommand::Deny { id, reason } => decide(home, id, false, reason, json).await,
     }
 }
 
@@ -289,6 +306,18 @@ async fn attention(home: &Path, reason: String, json: bool) -> Result<()> {
         print_json(&pb::AttentionResponse {});
     } else {
         outln!("attention asked");
+    }
+    Ok(())
+}
+
+/// `kiki approve` / `kiki deny`: the owner's answer to a permission request.
+async fn decide(home: &Path, request_id: String, allow: bool, reason: String, json: bool) -> Result<()> {
+    let request = pb::PermissionDecideRequest { request_id: request_id.clone(), allow, reason };
+    let stands = connect(home).await?.threads().permission_decide(request).await?.into_inner();
+    if json {
+        print_json(&stands);
+    } else {
+        outln!("{request_id} {}: {} for {}", stands.status, stands.tool, stands.thread_id);
     }
     Ok(())
 }

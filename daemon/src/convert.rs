@@ -124,6 +124,7 @@ pub fn event_to_pb(e: EventRecord) -> pb::Event {
         reason: e.reason,
         lifecycle: e.lifecycle,
         message_id: e.message_id.unwrap_or_default(),
+        request_id: e.request_id.unwrap_or_default(),
     }
 }
 
@@ -158,6 +159,7 @@ pub fn event_from_pb(e: pb::Event, thread_id: &str) -> Option<EventRecord> {
         reason: e.reason,
         lifecycle: e.lifecycle,
         message_id: some(e.message_id),
+        request_id: some(e.request_id),
         at,
     })
 }

@@ -221,3 +221,71 @@ target=$(printf '%s\n' "$input" | sed -n 's/^\[kiki message [^ ]* from \(th_[0-9
     assert!(turns[2].input.contains("go on") && turns[2].input.contains("thanks"), "{:?}", turns[2].input);
     home.wait_turns(&b, 3).await;
 }
+
+/// The permission request an attention event of the thread's latest turn names, once
+/// there is one other than those `seen`.
+async fn permission_request(home: &TestHome, thread: &str, seen: &[&str]) -> String {
+    kiki_tests::eventually("a permission request", || async {
+        let wait = pb::ThreadWaitRequest {
+            targets: vec![kiki_tests::local(thread)],
+            timeout_ms: Some(0),
+            cursors: Default::default(),
+        };
+        let waited = home.client().threads().thread_wait(wait).await.expect("wait").into_inner();
+        let ids: Vec<String> = waited.results[0]
+            .events
+            .iter()
+            .map(|e| e.request_id.clone())
+            .filter(|id| !id.is_empty())
+            .collect();
+        ids.into_iter().find(|id| !seen.contains(&id.as_str()))
+    })
+    .await
+}
+
+async fn decide(
+    home: &TestHome,
+    id: &str,
+    allow: bool,
+    reason: &str,
+) -> Result<pb::PermissionDecideResponse, tonic::Status> {
+    let request = pb::PermissionDecideRequest { request_id: id.into(), allow, reason: reason.into() };
+    home.client().threads().permission_decide(request).await.map(|r| r.into_inner())
+}
+
+/// Claude Code's permission prompts reach the owner as attention events naming a request;
+/// the owner's answer (or none in time) is what the agent is told.
+#[tokio::test]
+async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time() {
+    let state = tempfile::tempdir().expect("state");
+    let home = with_claude(state.path(), None)
+        .config(|c| c.threads.permission_timeout = Duration::from_secs(2))
+        .start()
+        .await;
+    let thread = create(&home, "use Bash", None).await.expect("create");
+    let bash = permission_request(&home, &thread, &[]).await;
+    let answered = decide(&home, &bash, true, "").await.expect("approve");
+    assert_eq!((answered.status.as_str(), answered.tool.as_str()), ("allowed", "Bash"));
+    let turns = home.wait_turns(&thread, 1).await;
+    assert!(turns[0].output.ends_with("Bash: allow"), "{:?}", turns[0].output);
+
+    home.say(&thread, "use Write").await.expect("say");
+    let write = permission_request(&home, &thread, &[&bash]).await;
+    decide(&home, &write, false, "not on this branch").await.expect("deny");
+    let turns = home.wait_turns(&thread, 2).await;
+    assert!(
+        turns[1].output.ends_with(&format!("Write: deny not on this branch ({write})")),
+        "{:?}",
+        turns[1].output
+    );
+
+    home.say(&thread, "use Edit").await.expect("say");
+    let edit = permission_request(&home, &thread, &[&bash, &write]).await;
+    let turns = home.wait_turns(&thread, 3).await;
+    assert!(turns[2].output.contains("Edit: deny nobody answered within 2s"), "{:?}", turns[2].output);
+    // A late answer changes nothing; an unknown request is not found.
+    let late = decide(&home, &edit, true, "").await.expect("late");
+    assert_eq!(late.status, "expired");
+    let unknown = decide(&home, "perm_nope", true, "").await.expect_err("unknown");
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+}

@@ -86,6 +86,10 @@ impl Caller {
             "ThreadWait" => self.thread_wait(Args::new(arguments, THREAD_WAIT)?, context).await,
             "RoomRead" => self.room_read(Args::new(arguments, ROOM_READ)?).await,
             "RoomAdd" => self.room_add(Args::new(arguments, ROOM_ADD)?).await,
+            // Its arguments are Claude Code's, which may grow: not checked against a list.
+            "PermissionPrompt" if self.token.is_some() => {
+                self.permission_prompt(Args(arguments.unwrap_or_default())).await
+            }
             other => Err(Refused(format!("not_found: no tool named {other:?}; tools/list names them"))),
         }
     }
@@ -266,6 +270,21 @@ impl Caller {
             ));
         }
         answer(&waited, summary)
+    }
+
+    /// Claude Code's permission prompt: the owner's answer, in the shape Claude Code reads.
+    async fn permission_prompt(&self, args: Args) -> Outcome {
+        let tool = args.string("tool_name")?.unwrap_or_default();
+        let input = args.0.get("input").cloned().unwrap_or_else(|| Value::Object(JsonObject::new()));
+        let request = pb::PermissionAskRequest { tool, input: input.to_string() };
+        let answer =
+            self.client().await?.threads().permission_ask(request).await.map_err(refused)?.into_inner();
+        let behavior = if answer.allowed {
+            serde_json::json!({"behavior": "allow", "updatedInput": input})
+        } else {
+            serde_json::json!({"behavior": "deny", "message": format!("{} ({})", answer.reason, answer.request_id)})
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(behavior.to_string())]))
     }
 
     async fn room_read(&self, args: Args) -> Outcome {

@@ -121,7 +121,11 @@ impl ServerHandler for KikiServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::all()))
+        let mut listed = tools::all();
+        if self.caller.token.is_some() {
+            listed.push(tools::permission_prompt());
+        }
+        Ok(ListToolsResult::with_all_items(listed))
     }
 
     async fn call_tool(

@@ -15,6 +15,25 @@ pub fn all() -> Vec<Tool> {
     vec![thread_create(), thread_list(), thread_read(), thread_send(), thread_wait(), room_read(), room_add()]
 }
 
+/// Inside a turn only: Claude Code's permission prompt tool (`--permission-prompt-tool
+/// mcp__kiki__PermissionPrompt`), which asks the home's owner.
+pub fn permission_prompt() -> Tool {
+    Tool::new(
+        "PermissionPrompt",
+        "Claude Code's permission prompts, answered by the home's owner: asks to use `tool_name` with \
+         `input`, files an attention event the owner answers with `kiki approve ID` or `kiki deny ID`, \
+         and returns Claude Code's {\"behavior\": \"allow\"|\"deny\", …} once answered (denied if \
+         nobody answers within the home's permission_timeout).",
+        object(json!({"type": "object", "required": ["tool_name"], "properties": {
+            "tool_name": {"type": "string", "description": "The tool the agent wants to use."},
+            "input": {"type": "object", "description": "Its input."},
+            "tool_use_id": {"type": "string"}
+        }})),
+    )
+    .with_title("Ask the owner for a permission")
+    .annotate(writing("Ask the owner for a permission", false))
+}
+
 fn object(value: Value) -> Arc<JsonObject> {
     match value {
         Value::Object(map) => Arc::new(map),

@@ -27,6 +27,7 @@
 //!
 //! [threads]
 //! max_agent_wakes = 20          # two threads' agents wake each other this often without the owner
+//! permission_timeout = "10m"    # an agent's permission request is denied unanswered after this
 //!
 //! [profiles.claude]
 //! executor = "claude"           # "echo" | "exec" | "claude"
@@ -176,11 +177,15 @@ pub struct ThreadsConfig {
     /// one another without the owner's input; past it their messages wait for a turn the
     /// owner starts, and the woken thread gets an `attention` event. Default 20.
     pub max_agent_wakes: u32,
+    /// How long an agent's permission request waits for `kiki approve` / `deny` before it
+    /// is denied. Default 10 minutes.
+    #[serde(with = "duration")]
+    pub permission_timeout: Duration,
 }
 
 impl Default for ThreadsConfig {
     fn default() -> Self {
-        Self { max_agent_wakes: 20 }
+        Self { max_agent_wakes: 20, permission_timeout: Duration::from_secs(600) }
     }
 }
 
@@ -413,6 +418,10 @@ impl Config {
         }
         if !(1..=10_000).contains(&self.threads.max_agent_wakes) {
             problems.push("threads.max_agent_wakes: must be between 1 and 10000".into());
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&self.threads.permission_timeout)
+        {
+            problems.push("threads.permission_timeout: must be between 1s and 24h".into());
         }
         if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
     }

@@ -13,6 +13,9 @@ use serde_json::Value;
 use super::process::{self, Exited};
 use super::{AgentReport, TurnFailure, TurnInput, Usage};
 
+/// `kiki mcp`'s tool that turns Claude Code's permission prompts into requests to the owner.
+const PERMISSION_TOOL: &str = "mcp__kiki__PermissionPrompt";
+
 /// What Claude Code says when `--resume` names a session it does not have.
 const NO_SESSION: &str = "No conversation found with session ID";
 
@@ -24,6 +27,8 @@ pub fn arguments(session: Option<&str>, mcp_config: &str, allowed_tools: &[Strin
         args.extend(["--resume".into(), session.into()]);
     }
     args.extend(["--mcp-config".into(), mcp_config.into()]);
+    // What the agent may not do unasked is asked of the owner (`kiki approve` / `deny`).
+    args.extend(["--permission-prompt-tool".into(), PERMISSION_TOOL.into()]);
     if !allowed_tools.is_empty() {
         args.extend(["--allowedTools".into(), allowed_tools.join(",")]);
     }
@@ -155,6 +160,8 @@ mod tests {
                 "s-1",
                 "--mcp-config",
                 "{}",
+                "--permission-prompt-tool",
+                "mcp__kiki__PermissionPrompt",
                 "--allowedTools",
                 "mcp__kiki__ThreadSend"
             ]

@@ -208,6 +208,41 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     }
 
     #[instrument(level = "debug", skip_all)]
+    async fn permission_ask(
+        &self,
+        request: Request<pb::PermissionAskRequest>,
+    ) -> Result<Response<pb::PermissionAskResponse>, Status> {
+        let caller = caller(&self.threads, &request)?;
+        let r = request.into_inner();
+        let decision =
+            self.mailbox.ask_permission(caller.as_ref(), &r.tool, &r.input).await.map_err(status)?;
+        Ok(Response::new(pb::PermissionAskResponse {
+            request_id: decision.request_id,
+            allowed: decision.allowed,
+            reason: decision.reason,
+        }))
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn permission_decide(
+        &self,
+        request: Request<pb::PermissionDecideRequest>,
+    ) -> Result<Response<pb::PermissionDecideResponse>, Status> {
+        let caller = caller(&self.threads, &request)?;
+        let r = request.into_inner();
+        let stands = self
+            .mailbox
+            .decide_permission(caller.as_ref(), &r.request_id, r.allow, &r.reason)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::PermissionDecideResponse {
+            status: stands.status.as_str().to_string(),
+            tool: stands.tool,
+            thread_id: stands.thread_id,
+        }))
+    }
+
+    #[instrument(level = "debug", skip_all)]
     async fn thread_inbox(
         &self,
         request: Request<pb::ThreadInboxRequest>,

@@ -8,6 +8,8 @@
 //! answers `pending` and delivery goes on. Waiters park on per-thread signals
 //! ([`crate::threads::signals`]).
 
+mod permissions;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -522,6 +524,7 @@ impl Mailbox {
             reason: reason.to_string(),
             lifecycle: String::new(),
             message_id: None,
+            request_id: None,
             at: now_ms(),
         };
         let (store, signals) = (self.store.clone(), self.signals.clone());

@@ -53,6 +53,8 @@ pub struct EventRecord {
     pub reason: String,
     pub lifecycle: String,
     pub message_id: Option<String>,
+    /// An `attention` event's permission request, answered by `kiki approve` / `deny`.
+    pub request_id: Option<String>,
     pub at: Millis,
 }
 

@@ -9,6 +9,7 @@ mod bridges;
 mod events;
 mod messages;
 mod outbox;
+mod permissions;
 mod receipts;
 mod rooms;
 pub mod rules;
@@ -23,6 +24,7 @@ pub use bridges::*;
 pub use events::*;
 pub use messages::*;
 pub use outbox::*;
+pub use permissions::*;
 pub use receipts::*;
 pub use rooms::*;
 pub use sqlite::SqliteStore;
@@ -91,6 +93,7 @@ pub trait Store:
     + EventStore
     + BridgeStore
     + OutboxStore
+    + PermissionStore
     + ReceiptStore
     + RoomStore
     + 'static

@@ -338,6 +338,7 @@ impl Inner {
             reason,
             lifecycle: String::new(),
             message_id: None,
+            request_id: None,
             at: now_ms(),
         };
         match self.store.add_event(&event).await {

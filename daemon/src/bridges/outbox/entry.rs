@@ -64,6 +64,7 @@ pub(super) fn finish(mut entry: OutboxRecord, status: OutboxStatus, reason: &str
         reason: reason.to_string(),
         lifecycle: String::new(),
         message_id: Some(entry.id.clone()),
+        request_id: None,
         at: now,
     });
     (entry, event)

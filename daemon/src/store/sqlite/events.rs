@@ -66,6 +66,7 @@ pub(super) fn event(thread_id: &str, kind: EventKind, now: Millis) -> EventRecor
         reason: String::new(),
         lifecycle: String::new(),
         message_id: None,
+        request_id: None,
         at: now,
     }
 }
@@ -73,8 +74,8 @@ pub(super) fn event(thread_id: &str, kind: EventKind, now: Millis) -> EventRecor
 pub(super) fn insert_event(conn: &Connection, e: &EventRecord) -> StoreResult<i64> {
     let seq = first(
         conn,
-        "INSERT INTO events (thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        "INSERT INTO events (thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, request_id, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
         params![
             e.thread_id,
             e.kind.as_str(),
@@ -83,6 +84,7 @@ pub(super) fn insert_event(conn: &Connection, e: &EventRecord) -> StoreResult<i6
             e.reason,
             e.lifecycle,
             e.message_id,
+            e.request_id,
             e.at
         ],
         |row| Ok(row.get::<_, i64>(0)?),

@@ -14,6 +14,7 @@ mod events;
 mod key_filter;
 mod messages;
 mod outbox;
+mod permissions;
 mod receipts;
 mod rooms;
 mod rows;
@@ -76,6 +77,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (30, "agent sessions and usage", include_str!("migrations/0030_agent_sessions_and_usage.sql")),
     (31, "room members' join order", include_str!("migrations/0031_room_members_join_order.sql")),
     (32, "agent wakes", include_str!("migrations/0032_agent_wakes.sql")),
+    (33, "permission requests", include_str!("migrations/0033_permission_requests.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

@@ -369,6 +369,7 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
                 reason: format!("room {} paused: {why}", e.room_id),
                 lifecycle: String::new(),
                 message_id: Some(e.id.clone()),
+                request_id: None,
                 at: e.now,
             },
         )?;

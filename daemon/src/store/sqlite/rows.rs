@@ -108,7 +108,7 @@ pub(super) const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_ses
 pub(super) const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, source_workspace, content, status, reason, created_at, delivered_at, turn_id, deadline";
 
 pub(super) const EVENT_COLUMNS: &str =
-    "seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, at";
+    "seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, request_id, at";
 
 pub(super) const BRIDGE_COLUMNS: &str = "id, direction, peer_home_id, alias, address, state, permissions, workspaces, \
      request_id, created_at, updated_at, last_success, last_error, last_error_at, revoked_by_peer, requested";
@@ -233,6 +233,7 @@ pub(super) fn event_from(row: &Row) -> StoreResult<EventRecord> {
         reason: row.get("reason")?,
         lifecycle: row.get("lifecycle")?,
         message_id: row.get("message_id")?,
+        request_id: row.get("request_id")?,
         at: row.get("at")?,
     })
 }

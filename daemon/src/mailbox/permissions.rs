@@ -1,0 +1,138 @@
+//! An agent's request to use a tool, and the owner's answer: the request is filed with an
+//! `attention` event naming it (what ThreadWait shows the owner), the agent's call parks
+//! until `kiki approve ID` / `kiki deny ID` answers it, and an unanswered request is denied
+//! after `[threads] permission_timeout`.
+
+use tokio::time::Instant;
+
+use super::Mailbox;
+use crate::error::{Error, Result};
+use crate::store::{PermissionRecord, PermissionStatus};
+use crate::sync::uncancelled;
+use crate::threads::limits;
+use crate::threads::new_id;
+use crate::threads::runner::TurnCaller;
+use crate::time::now_ms;
+
+pub const TOOL_MAX_CHARS: usize = 200;
+pub const INPUT_MAX_CHARS: usize = 100_000;
+pub const REASON_MAX_CHARS: usize = 2_000;
+/// How much of a tool's input the attention event quotes.
+const INPUT_PREVIEW_CHARS: usize = 300;
+
+/// The answer an agent gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub request_id: String,
+    pub allowed: bool,
+    pub reason: String,
+}
+
+/// What a permission request is signalled on when answered.
+fn answered(id: &str) -> String {
+    format!("{id}#answered")
+}
+
+impl Mailbox {
+    /// PermissionAsk: files the request and waits for the owner's answer.
+    pub async fn ask_permission(
+        &self,
+        caller: Option<&TurnCaller>,
+        tool: &str,
+        input: &str,
+    ) -> Result<Decision> {
+        let caller = caller.ok_or_else(|| {
+            Error::FailedPrecondition(
+                "a permission is asked from inside a turn (it needs the turn's KIKI_TOKEN)".into(),
+            )
+        })?;
+        limits::text("tool", tool, TOOL_MAX_CHARS)?;
+        limits::text("input", input, INPUT_MAX_CHARS)?;
+        let request = PermissionRecord {
+            id: new_id("perm"),
+            thread_id: caller.thread_id.clone(),
+            turn_id: caller.turn_id.clone(),
+            tool: tool.to_string(),
+            input: input.to_string(),
+            status: PermissionStatus::Pending,
+            reason: String::new(),
+            created_at: now_ms(),
+            decided_at: None,
+        };
+        let preview: String = input.chars().take(INPUT_PREVIEW_CHARS).collect();
+        let cut = if preview.len() < input.len() { "…" } else { "" };
+        let reason = format!(
+            "the agent asks to use {tool} with {preview}{cut}: `kiki approve {id}` or `kiki deny {id}`",
+            id = request.id
+        );
+        // Parked on before it is filed, so an answer in between is not missed.
+        let subscription = self.signals.subscribe(vec![answered(&request.id)]);
+        let (store, signals, filed) = (self.store.clone(), self.signals.clone(), request.clone());
+        uncancelled(async move {
+            store.ask_permission(&filed, &reason).await?;
+            signals.notify(&filed.thread_id);
+            Ok::<_, Error>(())
+        })
+        .await?;
+        let deadline = Instant::now() + self.config.threads.permission_timeout;
+        loop {
+            let stands = self.store.permission(&request.id).await?;
+            if let Some(decided) = stands.filter(|r| r.status != PermissionStatus::Pending) {
+                return Ok(decision(decided));
+            }
+            if !self.park(&subscription, deadline).await {
+                break;
+            }
+        }
+        // Unanswered (or kikid stopping): denied, for good — a late answer changes nothing.
+        let timeout = humantime::format_duration(self.config.threads.permission_timeout);
+        let expired = format!("nobody answered within {timeout} ([threads] permission_timeout)");
+        let (store, id) = (self.store.clone(), request.id.clone());
+        let stands = uncancelled(async move {
+            Ok::<_, Error>(store.decide_permission(&id, PermissionStatus::Expired, &expired, now_ms()).await?)
+        })
+        .await?;
+        let stands =
+            stands.ok_or_else(|| Error::NotFound(format!("permission request {} is gone", request.id)))?;
+        Ok(decision(stands))
+    }
+
+    /// PermissionDecide: the owner's answer (never a turn's agent: it would answer its own).
+    pub async fn decide_permission(
+        &self,
+        caller: Option<&TurnCaller>,
+        id: &str,
+        allow: bool,
+        reason: &str,
+    ) -> Result<PermissionRecord> {
+        if caller.is_some() {
+            return Err(Error::PermissionDenied(
+                "permission requests are answered by the home's owner, not from inside a turn".into(),
+            ));
+        }
+        let chars = reason.chars().count();
+        if chars > REASON_MAX_CHARS {
+            return Err(Error::invalid(
+                "reason",
+                format!("must be at most {REASON_MAX_CHARS} characters, got {chars}"),
+            ));
+        }
+        let status = if allow { PermissionStatus::Allowed } else { PermissionStatus::Denied };
+        let reason =
+            if allow || !reason.is_empty() { reason.to_string() } else { "denied by the owner".into() };
+        let (store, signals, id) = (self.store.clone(), self.signals.clone(), id.to_string());
+        uncancelled(async move {
+            let stands = store
+                .decide_permission(&id, status, &reason, now_ms())
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("no permission request {id}")))?;
+            signals.notify(&answered(&id));
+            Ok(stands)
+        })
+        .await
+    }
+}
+
+fn decision(r: PermissionRecord) -> Decision {
+    Decision { allowed: r.status == PermissionStatus::Allowed, request_id: r.id, reason: r.reason }
+}

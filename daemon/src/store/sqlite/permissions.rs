@@ -1,0 +1,83 @@
+//! Permission requests in SQLite.
+
+use async_trait::async_trait;
+
+use super::*;
+
+const COLUMNS: &str = "id, thread_id, turn_id, tool, input, status, reason, created_at, decided_at";
+
+#[async_trait]
+impl PermissionStore for SqliteStore {
+    async fn ask_permission(&self, request: &PermissionRecord, reason: &str) -> StoreResult<()> {
+        let (r, reason) = (request.clone(), reason.to_string());
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    &format!(
+                        "INSERT INTO permission_requests ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    params![
+                        r.id,
+                        r.thread_id,
+                        r.turn_id,
+                        r.tool,
+                        r.input,
+                        r.status.as_str(),
+                        r.reason,
+                        r.created_at,
+                        r.decided_at
+                    ],
+                )?;
+                let mut asked = event(&r.thread_id, EventKind::Attention, r.created_at);
+                asked.turn_id = Some(r.turn_id.clone());
+                asked.reason = reason.clone();
+                asked.request_id = Some(r.id.clone());
+                insert_event(conn, &asked).map(drop)
+            })
+            .await
+    }
+
+    async fn decide_permission(
+        &self,
+        id: &str,
+        status: PermissionStatus,
+        reason: &str,
+        now: Millis,
+    ) -> StoreResult<Option<PermissionRecord>> {
+        let (id, reason) = (id.to_string(), reason.to_string());
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    "UPDATE permission_requests SET status = ?, reason = ?, decided_at = ?
+                     WHERE id = ? AND status = 'pending'",
+                    params![status.as_str(), reason, now, id],
+                )?;
+                permission_in(conn, &id)
+            })
+            .await
+    }
+
+    async fn permission(&self, id: &str) -> StoreResult<Option<PermissionRecord>> {
+        let id = id.to_string();
+        self.db.read(move |conn| permission_in(conn, &id)).await
+    }
+}
+
+fn permission_in(conn: &Connection, id: &str) -> StoreResult<Option<PermissionRecord>> {
+    first(conn, &format!("SELECT {COLUMNS} FROM permission_requests WHERE id = ?"), [id], |row| {
+        let status: String = row.get("status")?;
+        Ok(PermissionRecord {
+            id: row.get("id")?,
+            thread_id: row.get("thread_id")?,
+            turn_id: row.get("turn_id")?,
+            tool: row.get("tool")?,
+            input: row.get("input")?,
+            status: PermissionStatus::parse(&status)?,
+            reason: row.get("reason")?,
+            created_at: row.get("created_at")?,
+            decided_at: row.get("decided_at")?,
+        })
+    })
+}
