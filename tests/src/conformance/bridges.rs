@@ -114,6 +114,7 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
         reason: "thread_not_found".into(),
         lifecycle: String::new(),
         message_id: Some("msg_1".into()),
+        request_id: None,
         at: 30,
     };
     let mut accepted = outbox("msg_3", "k3", 40);

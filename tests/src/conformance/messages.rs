@@ -174,6 +174,7 @@ pub async fn events_are_logged_per_thread_in_order(store: &dyn Store) {
         reason: "need a decision".into(),
         lifecycle: String::new(),
         message_id: None,
+        request_id: None,
         at: 2,
     };
     store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("input");
