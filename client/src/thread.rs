@@ -95,6 +95,11 @@ pub enum ThreadCommand {
         /// With --content-ref: read every segment and print the whole field once.
         #[arg(long, requires = "content_ref", conflicts_with = "cursor")]
         all: bool,
+        /// After the newest turns, follow the thread: each turn's progress (the agent's text,
+        /// tool calls and results) as it runs, until interrupted (with --json: one JSON line
+        /// per part).
+        #[arg(long, conflicts_with_all = ["limit", "cursor", "content_ref"])]
+        follow: bool,
     },
     /// Send a message to a thread: durable, idempotent by --key. From inside a turn the
     /// message is attributed to that turn's thread.
@@ -175,7 +180,17 @@ pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> 
         ThreadCommand::List { bridge, workspace, limit, cursor } => {
             list(&client, bridge, workspace, limit, cursor, json).await
         }
-        ThreadCommand::Read { reference: target, last, limit, cursor, content_ref, all } => {
+        ThreadCommand::Read { reference: target, last, follow: true, .. } => {
+            let target = reference(&target)?;
+            if !json {
+                let last = last.or(Some(READ_LAST_DEFAULT));
+                let request =
+                    pb::ThreadReadRequest { target: Some(target.clone()), last, ..Default::default() };
+                read(&client, request, json).await?;
+            }
+            follow(&client, target, json).await
+        }
+        ThreadCommand::Read { reference: target, last, limit, cursor, content_ref, all, follow: false } => {
             // A person reads a thread from its end; a script (--json) keeps the API's order.
             let paged = limit.is_some() || cursor.is_some() || content_ref.is_some();
             let last = last.or((!json && !paged).then_some(READ_LAST_DEFAULT));
@@ -352,6 +367,30 @@ async fn read(client: &Client, request: pb::ThreadReadRequest, json: bool) -> Re
 /// `next`, printed once whole. With --json, one document in the last segment's shape with
 /// the whole text from offset 0 and no `next`. Each segment must go on where the last one
 /// ended, within the length the first one gave, so a faulty answer cannot loop forever.
+/// Follows the thread's turns as they run, one after another, until interrupted.
+async fn follow(client: &Client, target: pb::ThreadRef, json: bool) -> Result<()> {
+    loop {
+        let request = pb::ThreadFollowRequest {
+            target: Some(target.clone()),
+            turn_id: String::new(),
+            wait_ms: Some(60_000),
+        };
+        let mut progress = client.threads().thread_follow(request).await?.into_inner();
+        while let Some(part) = progress.message().await? {
+            if json {
+                outln!("{}", serde_json::to_string(&part)?);
+                continue;
+            }
+            match part.kind.as_str() {
+                "end" => outln!("── turn {} {}", part.turn_id, part.text),
+                "tool" => outln!("⚙ {}", part.text),
+                "tool_result" => outln!("  ↳ {}", part.text.lines().next().unwrap_or_default()),
+                _ => outln!("{}", part.text),
+            }
+        }
+    }
+}
+
 async fn read_whole_field(client: &Client, mut request: pb::ThreadReadRequest, json: bool) -> Result<()> {
     let mut text = String::new();
     let (mut units, mut total) = (0u64, None);

@@ -5,7 +5,7 @@
 
 use kiki_proto as pb;
 
-use crate::mailbox::{Sent, WaitResult};
+use crate::mailbox::{Progress, Sent, WaitResult};
 use crate::rooms::{Posted, RoomPage, RoomView};
 use crate::store::{
     CommunicationSetting, EntryRecord, EventKind, EventRecord, InputKind, InputRecord, MemberKind,
@@ -94,6 +94,26 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
 
 fn source_to_pb(s: SourceRef) -> pb::ThreadRef {
     pb::ThreadRef { host_id: s.host_id, workspace_id: s.workspace_id, session_id: s.thread_id }
+}
+
+/// A piece of a running turn's progress (ThreadFollow).
+pub fn progress_to_pb(progress: Progress) -> pb::TurnProgress {
+    match progress {
+        Progress::Part { turn_id, part } => pb::TurnProgress {
+            turn_id,
+            seq: part.seq as u64,
+            kind: part.kind,
+            text: part.text,
+            at: rfc3339(part.at),
+        },
+        Progress::End { turn_id, status } => pb::TurnProgress {
+            turn_id,
+            seq: 0,
+            kind: "end".into(),
+            text: status.as_str().into(),
+            at: rfc3339(crate::time::now_ms()),
+        },
+    }
 }
 
 /// A message given to a running turn (ThreadInbox).

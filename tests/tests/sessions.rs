@@ -289,3 +289,43 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
     let unknown = decide(&home, "perm_nope", true, "").await.expect_err("unknown");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
+
+/// A running turn's progress is followed as it happens — the agent's text, its tool call
+/// and the result — then its end; the parts stay with the turn and can be followed again.
+#[tokio::test]
+async fn a_running_turn_is_followed_as_it_happens_and_kept_with_the_turn() {
+    let state = tempfile::tempdir().expect("state");
+    let home = with_claude(state.path(), None).start().await;
+    let thread = create(&home, "slow", None).await.expect("create");
+    let follow = |turn_id: &str| pb::ThreadFollowRequest {
+        target: Some(kiki_tests::local(&thread)),
+        turn_id: turn_id.into(),
+        wait_ms: Some(10_000),
+    };
+    let mut progress = home.client().threads().thread_follow(follow("")).await.expect("follow").into_inner();
+    let mut parts = Vec::new();
+    let mut running_at_first_part = None;
+    while let Some(part) = progress.message().await.expect("part") {
+        if running_at_first_part.is_none() {
+            running_at_first_part =
+                Some(home.thread_record(&thread).await.state == pb::ThreadState::Running as i32);
+        }
+        parts.push(part);
+    }
+    assert_eq!(running_at_first_part, Some(true), "seen while the turn ran");
+    let kinds: Vec<&str> = parts.iter().map(|p| p.kind.as_str()).collect();
+    assert_eq!(kinds, ["text", "tool", "tool_result", "text", "end"], "{parts:?}");
+    assert!(parts[1].text.starts_with("Bash") && parts[1].text.contains("make"), "{:?}", parts[1]);
+    assert_eq!((parts[2].text.as_str(), parts[3].text.as_str()), ("built", "done building"));
+    assert_eq!(parts[4].text, "completed");
+    // Kept with the turn: followed again after it ended, the same parts.
+    let turn_id = parts[0].turn_id.clone();
+    let mut again =
+        home.client().threads().thread_follow(follow(&turn_id)).await.expect("follow").into_inner();
+    let mut replayed = Vec::new();
+    while let Some(part) = again.message().await.expect("part") {
+        replayed.push((part.kind, part.text));
+    }
+    let first: Vec<(String, String)> = parts.iter().map(|p| (p.kind.clone(), p.text.clone())).collect();
+    assert_eq!(replayed, first);
+}

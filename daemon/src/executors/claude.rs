@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::process::{self, Exited};
-use super::{AgentReport, TurnFailure, TurnInput, Usage};
+use super::{AgentReport, Live, LiveSink, PartKind, TurnFailure, TurnInput, Usage};
 
 /// `kiki mcp`'s tool that turns Claude Code's permission prompts into requests to the owner.
 const PERMISSION_TOOL: &str = "mcp__kiki__PermissionPrompt";
@@ -44,8 +44,9 @@ pub async fn run(
     let resumed = input.agent_session.clone();
     let mut argv = command.to_vec();
     argv.extend(arguments(resumed.as_deref(), &input.mcp_config, allowed_tools));
-    let exited = process::run(&argv, input).await?;
-    let stream = Stream::read(&exited.stdout);
+    let live = input.live.clone();
+    let mut stream = Stream::default();
+    let exited = process::run(&argv, input, &mut |line| stream.feed(line, live.as_ref())).await?;
     report.session = stream.session.clone().or(resumed.clone());
     report.usage = stream.usage;
     outcome(exited, stream, resumed.as_deref(), report)
@@ -63,38 +64,64 @@ struct Stream {
 }
 
 impl Stream {
-    fn read(stdout: &[u8]) -> Self {
-        let mut stream = Stream::default();
-        for line in String::from_utf8_lossy(stdout).lines() {
-            let Ok(event) = serde_json::from_str::<Value>(line) else { continue };
-            if let Some(session) = event["session_id"].as_str() {
-                stream.session = Some(session.to_string());
+    /// Takes one line of the stream as it comes, telling `live` what a follower sees: the
+    /// session as soon as it is named, the agent's text and its tool calls and results.
+    fn feed(&mut self, line: &[u8], live: Option<&LiveSink>) {
+        let Ok(event) = serde_json::from_slice::<Value>(line) else { return };
+        let say = |live_event: Live| {
+            if let Some(live) = live {
+                let _ = live.send(live_event);
             }
-            match event["type"].as_str() {
-                Some("assistant") => {
-                    for part in event["message"]["content"].as_array().into_iter().flatten() {
-                        if let Some(text) = part["text"].as_str() {
-                            stream.text.push(text.to_string());
+        };
+        if let Some(session) = event["session_id"].as_str()
+            && self.session.as_deref() != Some(session)
+        {
+            self.session = Some(session.to_string());
+            say(Live::Session(session.to_string()));
+        }
+        match event["type"].as_str() {
+            Some("assistant") => {
+                for part in event["message"]["content"].as_array().into_iter().flatten() {
+                    match part["type"].as_str() {
+                        Some("text") => {
+                            let text = part["text"].as_str().unwrap_or_default().to_string();
+                            say(Live::Part(PartKind::Text, text.clone()));
+                            self.text.push(text);
                         }
+                        Some("tool_use") => {
+                            let call = format!("{} {}", part["name"].as_str().unwrap_or("?"), part["input"]);
+                            say(Live::Part(PartKind::Tool, call));
+                        }
+                        _ => {}
                     }
                 }
-                Some("result") => {
-                    let text = event["result"].as_str().unwrap_or_default().to_string();
-                    let error = event["is_error"]
-                        .as_bool()
-                        .unwrap_or(false)
-                        .then(|| event["subtype"].as_str().unwrap_or("error").to_string());
-                    stream.result = Some((text, error));
-                    stream.usage = Some(Usage {
-                        input_tokens: tokens(&event["usage"], "input_tokens"),
-                        output_tokens: tokens(&event["usage"], "output_tokens"),
-                        cost_usd: event["total_cost_usd"].as_f64().unwrap_or(0.0),
-                    });
-                }
-                _ => {}
             }
+            Some("user") => {
+                for part in event["message"]["content"].as_array().into_iter().flatten() {
+                    if part["type"].as_str() == Some("tool_result") {
+                        let content = match &part["content"] {
+                            Value::String(text) => text.clone(),
+                            other => other.to_string(),
+                        };
+                        say(Live::Part(PartKind::ToolResult, content));
+                    }
+                }
+            }
+            Some("result") => {
+                let text = event["result"].as_str().unwrap_or_default().to_string();
+                let error = event["is_error"]
+                    .as_bool()
+                    .unwrap_or(false)
+                    .then(|| event["subtype"].as_str().unwrap_or("error").to_string());
+                self.result = Some((text, error));
+                self.usage = Some(Usage {
+                    input_tokens: tokens(&event["usage"], "input_tokens"),
+                    output_tokens: tokens(&event["usage"], "output_tokens"),
+                    cost_usd: event["total_cost_usd"].as_f64().unwrap_or(0.0),
+                });
+            }
+            _ => {}
         }
-        stream
     }
 }
 
@@ -176,9 +203,25 @@ not json
 {"type":"assistant","session_id":"s-9","message":{"content":[{"type":"text","text":"hi"},{"type":"tool_use","name":"Bash"}]}}
 {"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"s-9","total_cost_usd":0.25,"usage":{"input_tokens":3,"cache_read_input_tokens":7,"output_tokens":5}}
 "#;
-        let stream = Stream::read(out);
+        let (live, mut followed) = tokio::sync::mpsc::unbounded_channel();
+        let mut stream = Stream::default();
+        for line in out.split(|b| *b == b'\n') {
+            stream.feed(line, Some(&live));
+        }
         assert_eq!(stream.session.as_deref(), Some("s-9"));
         assert_eq!(stream.text, ["hi"]);
+        let mut seen = Vec::new();
+        while let Ok(event) = followed.try_recv() {
+            seen.push(event);
+        }
+        assert_eq!(
+            seen,
+            [
+                Live::Session("s-9".into()),
+                Live::Part(PartKind::Text, "hi".into()),
+                Live::Part(PartKind::Tool, "Bash null".into())
+            ]
+        );
         assert_eq!(stream.result, Some(("done".into(), None)));
         assert_eq!(stream.usage, Some(Usage { input_tokens: 10, output_tokens: 5, cost_usd: 0.25 }));
     }

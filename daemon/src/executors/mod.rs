@@ -42,6 +42,36 @@ pub struct TurnInput<'a> {
     pub agent_session: Option<String>,
     /// The MCP configuration that gives the agent kiki's tools (`claude`'s `--mcp-config`).
     pub mcp_config: String,
+    /// Where a running turn's progress goes as it happens (`claude`).
+    pub live: Option<LiveSink>,
+}
+
+/// What a running turn shows as it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Live {
+    /// The agent named its session (kept at once: a kikid killed mid-turn does not lose it).
+    Session(String),
+    Part(PartKind, String),
+}
+
+pub type LiveSink = tokio::sync::mpsc::UnboundedSender<Live>;
+
+/// A piece of a running turn: the agent's text, a tool call, or a tool's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    Text,
+    Tool,
+    ToolResult,
+}
+
+impl PartKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Tool => "tool",
+            Self::ToolResult => "tool_result",
+        }
+    }
 }
 
 /// What an agent said about its turn besides its output, whether the turn completed or not.

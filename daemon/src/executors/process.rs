@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use super::agent::Agent;
@@ -63,8 +63,13 @@ impl Exited {
 }
 
 /// Runs `command` (program and arguments) for one turn, its input on stdin, and collects
-/// what it writes. `Err` when it could not start, or its output overflowed (it is stopped).
-pub async fn run(command: &[String], mut input: TurnInput<'_>) -> Result<Exited, TurnFailure> {
+/// what it writes, handing each line of stdout to `on_line` as it comes. `Err` when it could
+/// not start, or its output overflowed (it is stopped).
+pub async fn run(
+    command: &[String],
+    mut input: TurnInput<'_>,
+    on_line: &mut (dyn FnMut(&[u8]) + Send),
+) -> Result<Exited, TurnFailure> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| TurnFailure::before_agent("the profile has no command".into()))?;
@@ -113,9 +118,19 @@ pub async fn run(command: &[String], mut input: TurnInput<'_>) -> Result<Exited,
     });
     let limit = input.max_output_bytes;
     let mut out = Vec::new();
-    let mut reader = stdout.take(limit as u64 + 1);
+    let mut reader = tokio::io::BufReader::new(stdout.take(limit as u64 + 1));
     let exited = {
-        let read = reader.read_to_end(&mut out);
+        let read = async {
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                if reader.read_until(b'\n', &mut line).await? == 0 {
+                    return Ok::<_, std::io::Error>(());
+                }
+                out.extend_from_slice(&line);
+                on_line(&line);
+            }
+        };
         tokio::pin!(read);
         tokio::select! {
             read_result = &mut read => match read_result {

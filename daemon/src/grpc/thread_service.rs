@@ -4,7 +4,7 @@ use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{caller, status, target};
+use super::{caller, owner_only, status, target};
 use crate::bridges::{Bridges, ReadQuery};
 use crate::convert::{
     posted_to_pb, read_to_pb, room_page_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb,
@@ -205,6 +205,34 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let caller = caller(&self.threads, &request)?;
         self.mailbox.attention(caller.as_ref(), &request.into_inner().reason).await.map_err(status)?;
         Ok(Response::new(pb::AttentionResponse {}))
+    }
+
+    type ThreadFollowStream = tokio_stream::wrappers::ReceiverStream<Result<pb::TurnProgress, Status>>;
+
+    #[instrument(level = "debug", skip_all)]
+    async fn thread_follow(
+        &self,
+        request: Request<pb::ThreadFollowRequest>,
+    ) -> Result<Response<Self::ThreadFollowStream>, Status> {
+        owner_only(&self.threads, &request, "ThreadFollow")?;
+        let r = request.into_inner();
+        let t = target(r.target)?;
+        if self.threads.resolve_host(&t.host_id).is_err() {
+            return Err(status(Error::invalid("target", "ThreadFollow follows threads of this home")));
+        }
+        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
+        let turn_id = (!r.turn_id.is_empty()).then_some(r.turn_id);
+        let mut progress = self.mailbox.follow(thread.id, turn_id, r.wait_ms).await.map_err(status)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Some(next) = progress.recv().await {
+                let next = next.map(crate::convert::progress_to_pb).map_err(status);
+                if tx.send(next).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 
     #[instrument(level = "debug", skip_all)]

@@ -8,6 +8,9 @@
 //! answers `pending` and delivery goes on. Waiters park on per-thread signals
 //! ([`crate::threads::signals`]).
 
+mod follow;
+
+pub use follow::Progress;
 mod permissions;
 
 use std::collections::HashMap;

@@ -140,6 +140,15 @@ pub struct TurnRecord {
     pub usage: Option<TurnUsage>,
 }
 
+/// A piece of a turn's progress, as it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnPart {
+    pub seq: i64,
+    pub kind: String,
+    pub text: String,
+    pub at: Millis,
+}
+
 /// What a turn's agent reported it used.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TurnUsage {
@@ -213,6 +222,15 @@ pub trait TurnStore: Send + Sync {
         render: RenderInput,
         now: Millis,
     ) -> StoreResult<Vec<String>>;
+
+    /// Appends a piece of a running turn's progress (`kind`: text, tool, tool_result).
+    async fn add_turn_part(&self, turn_id: &str, kind: &str, text: &str, now: Millis) -> StoreResult<()>;
+
+    /// A turn's parts with `seq > after`, oldest first, at most `limit`.
+    async fn turn_parts(&self, turn_id: &str, after: i64, limit: u32) -> StoreResult<Vec<TurnPart>>;
+
+    /// The thread's newest turn: its id and whether it still runs.
+    async fn latest_turn(&self, thread_id: &str) -> StoreResult<Option<(String, TurnStatus)>>;
 
     /// The agent session the thread's next turn resumes, if it has one.
     async fn agent_session(&self, thread_id: &str) -> StoreResult<Option<String>>;

@@ -24,7 +24,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::{Config, ExecutorKind};
 use crate::executors::agent::Agent;
-use crate::executors::{self, AgentReport, OnAgentStart, TurnFailure, TurnInput};
+use crate::executors::{self, AgentReport, Live, OnAgentStart, TurnFailure, TurnInput};
 use crate::store::{
     ClaimedTurn, EventKind, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus, TurnUsage,
 };
@@ -252,6 +252,16 @@ impl Inner {
             }),
             _ => None,
         };
+        // The turn's progress is kept as it happens, by a task of its own so that a slow
+        // write never holds up reading the agent.
+        let (live, followed) = tokio::sync::mpsc::unbounded_channel();
+        let recorder = tokio::spawn(record_live(
+            self.store.clone(),
+            self.signals.clone(),
+            turn.thread_id.clone(),
+            turn.id.clone(),
+            followed,
+        ));
         let env = vec![
             ("KIKI_HOME", self.home.display().to_string()),
             ("KIKI_THREAD_ID", turn.thread_id.clone()),
@@ -266,6 +276,7 @@ impl Inner {
             max_output_bytes: self.config.turns.max_output_bytes,
             on_agent_start: Some(self.agent_recorder(&turn.id, given.clone())),
             agent_session,
+            live: Some(live),
         };
         let mut report = AgentReport::default();
         let (result, stopped) = tokio::select! {
@@ -279,6 +290,8 @@ impl Inner {
             }
         };
         lock(&self.tokens).remove(&token);
+        // Every part is kept before the turn is seen to end (the executor dropped its sink).
+        let _ = recorder.await;
         if let Err(failure) = &result
             && !failure.agent_started
         {
@@ -412,6 +425,34 @@ impl Inner {
         }
     }
 }
+
+/// Keeps what a running turn shows as it happens: its agent's session at once, its parts
+/// for followers (woken on [`signals::parts`]). A part that cannot be written is logged and
+/// dropped: the turn's outcome does not depend on it.
+async fn record_live(
+    store: Arc<dyn Store>,
+    signals: Signals,
+    thread_id: String,
+    turn_id: String,
+    mut followed: tokio::sync::mpsc::UnboundedReceiver<Live>,
+) {
+    while let Some(live) = followed.recv().await {
+        let written = match &live {
+            Live::Session(session) => store.set_agent_session(&thread_id, session, now_ms()).await,
+            Live::Part(kind, text) => {
+                let text: String = text.chars().take(PART_MAX_CHARS).collect();
+                store.add_turn_part(&turn_id, kind.as_str(), &text, now_ms()).await
+            }
+        };
+        match written {
+            Ok(()) => signals.notify(&crate::threads::signals::parts(&thread_id)),
+            Err(e) => warn!(error = %e, "cannot keep a part of the running turn"),
+        }
+    }
+}
+
+/// How much of one part (a text, a tool call or result) a turn keeps.
+const PART_MAX_CHARS: usize = 16_384;
 
 /// A new turn for `thread`: peer messages wait while its communication is off.
 fn turn_claim(config: &Config, thread: &ThreadRecord) -> TurnClaim {

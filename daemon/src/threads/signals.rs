@@ -17,6 +17,11 @@ pub fn inbox(thread_id: &str) -> String {
     format!("{thread_id}#inbox")
 }
 
+/// What followers of a thread's running turn park on: signalled as its parts are kept.
+pub fn parts(thread_id: &str) -> String {
+    format!("{thread_id}#parts")
+}
+
 #[derive(Clone, Default)]
 pub struct Signals {
     inner: Arc<Inner>,

@@ -78,6 +78,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (31, "room members' join order", include_str!("migrations/0031_room_members_join_order.sql")),
     (32, "agent wakes", include_str!("migrations/0032_agent_wakes.sql")),
     (33, "permission requests", include_str!("migrations/0033_permission_requests.sql")),
+    (34, "turn parts", include_str!("migrations/0034_turn_parts.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

@@ -57,6 +57,49 @@ impl TurnStore for SqliteStore {
         self.db.write(move |conn| take_into_turn(conn, &thread_id, &turn_id, &ids, render, now)).await
     }
 
+    async fn add_turn_part(&self, turn_id: &str, kind: &str, text: &str, now: Millis) -> StoreResult<()> {
+        let (turn_id, kind, text) = (turn_id.to_string(), kind.to_string(), text.to_string());
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    "INSERT INTO turn_parts (turn_id, seq, kind, text, at)
+                     VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM turn_parts WHERE turn_id = ?1), ?2, ?3, ?4)",
+                    params![turn_id, kind, text, now],
+                )
+                .map(drop)
+            })
+            .await
+    }
+
+    async fn turn_parts(&self, turn_id: &str, after: i64, limit: u32) -> StoreResult<Vec<TurnPart>> {
+        let turn_id = turn_id.to_string();
+        self.db
+            .read(move |conn| {
+                all(
+                    conn,
+                    "SELECT seq, kind, text, at FROM turn_parts WHERE turn_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    params![turn_id, after, limit],
+                    |row| Ok(TurnPart { seq: row.get(0)?, kind: row.get(1)?, text: row.get(2)?, at: row.get(3)? }),
+                )
+            })
+            .await
+    }
+
+    async fn latest_turn(&self, thread_id: &str) -> StoreResult<Option<(String, TurnStatus)>> {
+        let thread_id = thread_id.to_string();
+        self.db
+            .read(move |conn| {
+                first(
+                    conn,
+                    "SELECT id, status FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 1",
+                    [&thread_id],
+                    |row| Ok((row.get::<_, String>(0)?, TurnStatus::parse(&row.get::<_, String>(1)?)?)),
+                )
+            })
+            .await
+    }
+
     async fn agent_session(&self, thread_id: &str) -> StoreResult<Option<String>> {
         let thread_id = thread_id.to_string();
         self.db
