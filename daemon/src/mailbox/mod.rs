@@ -312,6 +312,10 @@ impl Mailbox {
             SendOutcome::Accepted { message_id, delivered: true, .. } => {
                 return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
+            // Held by the loop guard: nothing will wake the target for it.
+            SendOutcome::Accepted { message_id, held: true, .. } => {
+                return Ok(Sent::new(message_id, MessageStatus::Pending));
+            }
             SendOutcome::Accepted { message_id, .. } => message_id,
             SendOutcome::Replayed { message_id } => return self.replay(&message_id, true).await,
             SendOutcome::KeyConflict { message_id } => return self.replay(&message_id, false).await,

@@ -91,7 +91,8 @@ pub enum SendOutcome {
     /// the thread was idle, taken by the turn started with it (`delivered`). A claim may
     /// start a turn for other queued input without taking the message (a peer message
     /// while the thread's communication is off): `turn` without `delivered`.
-    Accepted { message_id: String, delivered: bool, turn: Option<Box<ClaimedTurn>> },
+    /// `held`: past the loop guard between its source and target, it waits without waking.
+    Accepted { message_id: String, delivered: bool, turn: Option<Box<ClaimedTurn>>, held: bool },
     /// The key was used before for this same request: the original message.
     Replayed { message_id: String },
     /// The key was used before for another request.

@@ -4,11 +4,14 @@
 //! - `send TARGET`: ThreadSend "hello from the agent" to TARGET (key `agent-send`);
 //! - `listen N`: declare `claude/channel`, then print each of the first N messages pushed
 //!   (up to 20 s);
+//! - `listen-timed N`: the same, but print for each pushed message only `MESSAGE_ID NANOS`,
+//!   NANOS the moment it was received (ns since the UNIX epoch, the machine's clock), for the
+//!   sessions bench; it closes at once after the N-th;
 //! - `deaf MS`: do not declare it; print how many were pushed anyway in MS milliseconds.
 
 use std::io::Read;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiki_tests::mcp::{self, Pushed};
 use serde_json::json;
@@ -56,6 +59,20 @@ async fn main() -> anyhow::Result<()> {
                 }
                 // Goes on with its turn a little, as an agent does, before it closes.
                 tokio::time::sleep(Duration::from_millis(200)).await;
+                session.cancel().await?;
+            }
+            (Some("listen-timed"), Some(n)) => {
+                let (session, mut pushed) = mcp::start(&kiki, None, &[], &env, true).await?;
+                for _ in 0..n.parse::<usize>()? {
+                    match tokio::time::timeout(Duration::from_secs(20), pushed.recv()).await {
+                        Ok(Some(Pushed::Channel(event))) => {
+                            let received = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
+                            let id = event["meta"]["message_id"].as_str().unwrap_or_default();
+                            println!("{id} {received}");
+                        }
+                        _ => println!("nothing pushed"),
+                    }
+                }
                 session.cancel().await?;
             }
             (Some("deaf"), Some(ms)) => {

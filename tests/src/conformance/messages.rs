@@ -45,7 +45,7 @@ pub async fn a_send_can_start_an_idle_threads_turn_at_once(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_u", "first"))).await.expect("create");
     let mut m1 = message("msg_1", "th_a", "", "k1", "h1");
     m1.claim = claim("tu_1");
-    let SendOutcome::Accepted { message_id, delivered: true, turn: Some(claimed) } =
+    let SendOutcome::Accepted { message_id, delivered: true, turn: Some(claimed), held: false } =
         store.accept_message(&m1).await.expect("send")
     else {
         panic!("an idle thread's turn starts with the message");
@@ -63,7 +63,7 @@ pub async fn a_send_can_start_an_idle_threads_turn_at_once(store: &dyn Store) {
     let busy = store.accept_message(&m2).await.expect("send");
     assert_eq!(
         busy,
-        SendOutcome::Accepted { message_id: "msg_2".into(), delivered: false, turn: None },
+        SendOutcome::Accepted { message_id: "msg_2".into(), delivered: false, turn: None, held: false },
         "busy: queued"
     );
     finish(store, "tu_1", "done").await;
@@ -73,7 +73,7 @@ pub async fn a_send_can_start_an_idle_threads_turn_at_once(store: &dyn Store) {
     let quiet = store.accept_message(&m3).await.expect("send");
     assert_eq!(
         quiet,
-        SendOutcome::Accepted { message_id: "msg_3".into(), delivered: false, turn: None },
+        SendOutcome::Accepted { message_id: "msg_3".into(), delivered: false, turn: None, held: false },
         "no wake: no claim"
     );
     assert_eq!(store.message("msg_2").await.expect("msg").expect("stored").status, MessageStatus::Pending);
@@ -101,8 +101,8 @@ pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
     assert_eq!(
         outcomes,
         vec![
-            SendOutcome::Accepted { message_id: "msg_1".into(), delivered: false, turn: None },
-            SendOutcome::Accepted { message_id: "msg_2".into(), delivered: false, turn: None },
+            SendOutcome::Accepted { message_id: "msg_1".into(), delivered: false, turn: None, held: false },
+            SendOutcome::Accepted { message_id: "msg_2".into(), delivered: false, turn: None, held: false },
             SendOutcome::Replayed { message_id: "msg_1".into() },
             SendOutcome::KeyConflict { message_id: "msg_1".into() },
             SendOutcome::TargetGone,

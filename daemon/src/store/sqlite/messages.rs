@@ -243,7 +243,12 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
             },
         )?;
     }
-    Ok(SendOutcome::Accepted { message_id: m.id.clone(), delivered, turn: turn.map(Box::new) })
+    Ok(SendOutcome::Accepted {
+        message_id: m.id.clone(),
+        delivered,
+        turn: turn.map(Box::new),
+        held: m.wake && !wake,
+    })
 }
 
 /// Counts a wake between two threads' agents (see [`rules::agent_wake`]): whether the
