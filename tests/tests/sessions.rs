@@ -115,12 +115,28 @@ async fn a_lost_session_fails_the_turn_with_attention_never_a_fresh_start() {
     })
     .await;
     assert!(reasons.iter().any(|r| r.contains("is gone")), "{reasons:?}");
-    // The next turn does not quietly start afresh either.
-    home.say(&thread, "again").await.expect("say");
+    // The next turn does not quietly start afresh either, and the message it took is
+    // undeliverable (no agent saw it), not counted delivered.
+    let send = pb::ThreadSendRequest {
+        target: Some(kiki_tests::local(&thread)),
+        content: "again".into(),
+        idempotency_key: "lost-1".into(),
+        ..Default::default()
+    };
+    home.client().threads().thread_send(send.clone()).await.expect("send");
     let turns = home.wait_turns(&thread, 2).await;
     assert_eq!(turns[1].status, pb::TurnStatus::Failed as i32, "{:?}", turns[1]);
+    let stands = kiki_tests::eventually("the message to be undeliverable", || async {
+        let replay = home.client().threads().thread_send(send.clone()).await.expect("replay").into_inner();
+        (replay.status == pb::SendStatus::Undeliverable as i32).then_some(replay)
+    })
+    .await;
+    assert_eq!(stands.reason, "agent_session_lost");
     assert_eq!(std::fs::read_dir(state.path()).expect("state").count(), 0, "no session was made");
 
+    // A session id goes on the agent's command line: never one that reads as an option.
+    let option = create(&home, "x", Some("--dangerously-skip-permissions")).await.expect_err("an option");
+    assert!(option.message().contains("resume_agent_session"), "{}", option.message());
     // Only a profile that keeps sessions takes one.
     let refused = home
         .create(pb::ThreadCreateRequest {
@@ -174,6 +190,15 @@ async fn a_spent_budget_pauses_the_thread_with_attention() {
     .await;
     assert!(reasons[0].contains("spent $0.0200 of its $0.015 budget"), "{reasons:?}");
     home.say(&thread, "three").await.expect("say");
+    // Neither does a message (whose send would start a turn of an idle thread at once).
+    let send = pb::ThreadSendRequest {
+        target: Some(kiki_tests::local(&thread)),
+        content: "four".into(),
+        idempotency_key: "budget-1".into(),
+        ..Default::default()
+    };
+    let sent = home.client().threads().thread_send(send).await.expect("send").into_inner();
+    assert_eq!(sent.status, pb::SendStatus::Pending as i32);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(home.all_turns(&thread).await.len(), 2, "no turn starts on a spent budget");
     let record = home.thread_record(&thread).await;

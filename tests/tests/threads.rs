@@ -702,6 +702,7 @@ async fn claim_then_restart(home: &mut TestHome, thread_id: &str, exec: bool) ->
                 take_messages: true,
                 render: kiki_daemon::executors::render,
                 exec,
+                budget: None,
             }),
             receipt: None,
             deadline: None,

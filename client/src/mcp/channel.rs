@@ -24,15 +24,20 @@ const POLL_MS: u32 = 30_000;
 /// Pause after a failed call that may pass (kikid restarting); the turn ends with it anyway.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// Whether the client takes channel notifications: it says so in its capabilities.
+/// Whether the client takes channel notifications: it says so in its capabilities, or it
+/// is Claude Code (which reads them from servers that declare the capability; it loads a
+/// channel off its allowlist only when started with
+/// `--dangerously-load-development-channels server:kiki`).
 pub fn supported_by(client: &InitializeRequestParams) -> bool {
     client.capabilities.experimental.as_ref().is_some_and(|e| e.contains_key(CAPABILITY))
+        || client.client_info.name == "claude-code"
 }
 
 /// Pushes the thread's messages to the client until the turn ends (its token stops
-/// working), the client goes away, or `stop` (the client closed the session): then what
-/// was pushed and not yet handed back is handed back, so it counts as delivered in this
-/// turn rather than entering the next one too.
+/// working), the client goes away, or `stop` (the client closed the session). What was
+/// pushed is handed back as taken by the next call, made right after the push; pushed just
+/// as the session closes, it is not handed back and also enters the next turn — at least
+/// once, never lost (a client closing may not have read it).
 pub async fn push(caller: Arc<Caller>, peer: Peer<RoleServer>, stop: CancellationToken) {
     let Ok(client) = caller.client().await else { return };
     let mut threads = client.threads();
@@ -45,14 +50,7 @@ pub async fn push(caller: Arc<Caller>, peer: Peer<RoleServer>, stop: Cancellatio
             pb::ThreadInboxRequest { taken: std::mem::take(&mut pushed), timeout_ms: Some(POLL_MS) };
         let answer = tokio::select! {
             answer = threads.thread_inbox(request.clone()) => answer,
-            () = stop.cancelled() => {
-                if !request.taken.is_empty() {
-                    // Taking is idempotent: whether or not the cut-off call took them.
-                    let last = pb::ThreadInboxRequest { taken: request.taken, timeout_ms: Some(0) };
-                    let _ = threads.thread_inbox(last).await;
-                }
-                return;
-            }
+            () = stop.cancelled() => return,
         };
         let inbox = match answer {
             Ok(inbox) => inbox.into_inner(),

@@ -63,12 +63,8 @@ async fn serve(home: &Path, tool_timeout: Duration) -> Result<()> {
     let pusher = Pusher::default();
     let running = KikiServer { caller, pusher: pusher.clone() }.serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
-    // The client closed the session: messages already pushed are handed back first.
+    // The client closed the session: nothing more is pushed.
     pusher.stop.cancel();
-    let task = pusher.task.lock().map(|mut task| task.take()).unwrap_or_default();
-    if let Some(task) = task {
-        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
-    }
     Ok(())
 }
 
@@ -77,11 +73,10 @@ struct KikiServer {
     pusher: Pusher,
 }
 
-/// The task pushing messages into the session (see [`channel`]), when there is one.
+/// Stops the task pushing messages into the session (see [`channel`]), if there is one.
 #[derive(Clone, Default)]
 struct Pusher {
     stop: CancellationToken,
-    task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl ServerHandler for KikiServer {
@@ -105,14 +100,7 @@ impl ServerHandler for KikiServer {
         let pushes = self.caller.token.is_some()
             && context.peer.peer_info().is_some_and(|client| channel::supported_by(&client));
         if pushes {
-            let task = tokio::spawn(channel::push(
-                self.caller.clone(),
-                context.peer.clone(),
-                self.pusher.stop.clone(),
-            ));
-            if let Ok(mut slot) = self.pusher.task.lock() {
-                *slot = Some(task);
-            }
+            tokio::spawn(channel::push(self.caller.clone(), context.peer.clone(), self.pusher.stop.clone()));
         }
     }
 

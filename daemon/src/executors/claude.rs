@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::process::{self, Exited};
-use super::{AgentReport, Live, LiveSink, PartKind, TurnFailure, TurnInput, Usage};
+use super::{AgentReport, Live, LiveSink, PART_MAX_CHARS, PartKind, TurnFailure, TurnInput, Usage};
 
 /// `kiki mcp`'s tool that turns Claude Code's permission prompts into requests to the owner.
 const PERMISSION_TOOL: &str = "mcp__kiki__PermissionPrompt";
@@ -70,7 +70,10 @@ impl Stream {
         let Ok(event) = serde_json::from_slice::<Value>(line) else { return };
         let say = |live_event: Live| {
             if let Some(live) = live {
-                let _ = live.send(live_event);
+                let _ = live.send(match live_event {
+                    Live::Part(kind, text) => Live::Part(kind, text.chars().take(PART_MAX_CHARS).collect()),
+                    session => session,
+                });
             }
         };
         if let Some(session) = event["session_id"].as_str()

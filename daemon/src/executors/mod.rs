@@ -54,7 +54,12 @@ pub enum Live {
     Part(PartKind, String),
 }
 
+/// Unbounded, but its backlog is bounded by what the agent may write (`[turns]
+/// max_output_bytes`): each part is cut to [`PART_MAX_CHARS`] before it is sent.
 pub type LiveSink = tokio::sync::mpsc::UnboundedSender<Live>;
+
+/// How much of one part (a text, a tool call or result) a turn keeps.
+pub const PART_MAX_CHARS: usize = 16_384;
 
 /// A piece of a running turn: the agent's text, a tool call, or a tool's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +124,7 @@ pub async fn run(
     match profile.executor {
         ExecutorKind::Echo => Ok(echo(input.items)),
         ExecutorKind::Exec => exec::run(&profile.command, input).await,
-        ExecutorKind::Claude => claude::run(&profile.command, &profile.allowed_tools, input, report).await,
+        ExecutorKind::Claude => claude::run(&profile.program(), &profile.allowed_tools, input, report).await,
     }
 }
 

@@ -225,9 +225,14 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let mut progress = self.mailbox.follow(thread.id, turn_id, r.wait_ms).await.map_err(status)?;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
-            while let Some(next) = progress.recv().await {
-                let next = next.map(crate::convert::progress_to_pb).map_err(status);
-                if tx.send(next).await.is_err() {
+            loop {
+                // A follower that goes away ends this relay, and with it the reader.
+                let next = tokio::select! {
+                    next = progress.recv() => next,
+                    () = tx.closed() => return,
+                };
+                let Some(next) = next else { return };
+                if tx.send(next.map(crate::convert::progress_to_pb).map_err(status)).await.is_err() {
                     return;
                 }
             }

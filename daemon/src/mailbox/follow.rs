@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Mailbox, wait_timeout};
+use super::Mailbox;
 use crate::error::{Error, Result};
 use crate::store::{TurnPart, TurnStatus};
 use crate::threads::signals;
@@ -33,7 +33,14 @@ impl Mailbox {
         turn_id: Option<String>,
         wait_ms: Option<u32>,
     ) -> Result<mpsc::Receiver<Result<Progress>>> {
-        let wait = Duration::from_millis(wait_timeout(wait_ms)?.into());
+        let wait_ms = wait_ms.unwrap_or(super::WAIT_TIMEOUT_DEFAULT_MS);
+        if wait_ms > super::WAIT_TIMEOUT_MAX_MS {
+            return Err(Error::invalid(
+                "wait_ms",
+                format!("must be between 0 and {}, got {wait_ms}", super::WAIT_TIMEOUT_MAX_MS),
+            ));
+        }
+        let wait = Duration::from_millis(wait_ms.into());
         if let Some(turn) = &turn_id
             && self.store.turn(&thread_id, turn).await?.is_none()
         {
@@ -63,7 +70,7 @@ impl Mailbox {
             None => loop {
                 match self.store.latest_turn(thread_id).await? {
                     Some((turn_id, TurnStatus::Running)) => break turn_id,
-                    _ if !self.park(&subscription, started_by).await => return Ok(()),
+                    _ if !self.park_while_followed(&subscription, started_by, tx).await => return Ok(()),
                     _ => {}
                 }
             },
@@ -93,11 +100,24 @@ impl Mailbox {
                 return Ok(());
             }
             // Until a part is kept or the turn ends (or kikid stops: the follower calls again).
-            if !self.park(&subscription, Instant::now() + Duration::from_secs(3600)).await
-                && self.stopping.is_cancelled()
+            if !self.park_while_followed(&subscription, Instant::now() + Duration::from_secs(3600), tx).await
+                && (self.stopping.is_cancelled() || tx.is_closed())
             {
                 return Ok(());
             }
+        }
+    }
+
+    /// [`Mailbox::park`], ended early when the follower goes away.
+    async fn park_while_followed(
+        &self,
+        subscription: &signals::Subscription,
+        deadline: Instant,
+        tx: &mpsc::Sender<Result<Progress>>,
+    ) -> bool {
+        tokio::select! {
+            parked = self.park(subscription, deadline) => parked,
+            () = tx.closed() => false,
         }
     }
 }

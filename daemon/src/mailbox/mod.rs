@@ -570,6 +570,14 @@ impl Mailbox {
         // Subscribed before the first look, so an arrival in between is not missed; the
         // thread's own signal says its turn ended.
         let subscription = self.signals.subscribe(vec![thread_id.clone(), signals::inbox(&thread_id)]);
+        // Only a running turn takes (a turn that ended leaves them for the next one).
+        if !self.runner.is_running(caller) {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let take_messages = match self.store.thread(&thread_id).await? {
+            Some(thread) => switches::communication(&self.config, &thread).is_ok(),
+            None => return Ok((Vec::new(), Vec::new())),
+        };
         let delivered = if taken.is_empty() {
             Vec::new()
         } else {
@@ -578,7 +586,14 @@ impl Mailbox {
             let thread = thread_id.clone();
             uncancelled(async move {
                 let delivered = store
-                    .take_into_turn(&thread, &turn_id, taken, crate::executors::render, now_ms())
+                    .take_into_turn(
+                        &thread,
+                        &turn_id,
+                        take_messages,
+                        taken,
+                        crate::executors::render,
+                        now_ms(),
+                    )
                     .await?;
                 // Senders waiting for `delivered` are parked on this thread.
                 signals.notify(&thread);

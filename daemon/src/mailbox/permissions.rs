@@ -65,8 +65,9 @@ impl Mailbox {
             "the agent asks to use {tool} with {preview}{cut}: `kiki approve {id}` or `kiki deny {id}`",
             id = request.id
         );
-        // Parked on before it is filed, so an answer in between is not missed.
-        let subscription = self.signals.subscribe(vec![answered(&request.id)]);
+        // Parked on before it is filed, so an answer in between is not missed; the thread's
+        // own signal says its turn ended (which expires the request).
+        let subscription = self.signals.subscribe(vec![answered(&request.id), caller.thread_id.clone()]);
         let (store, signals, filed) = (self.store.clone(), self.signals.clone(), request.clone());
         uncancelled(async move {
             store.ask_permission(&filed, &reason).await?;
@@ -80,13 +81,19 @@ impl Mailbox {
             if let Some(decided) = stands.filter(|r| r.status != PermissionStatus::Pending) {
                 return Ok(decision(decided));
             }
-            if !self.park(&subscription, deadline).await {
+            if !self.runner.is_running(caller) || !self.park(&subscription, deadline).await {
                 break;
             }
         }
-        // Unanswered (or kikid stopping): denied, for good — a late answer changes nothing.
-        let timeout = humantime::format_duration(self.config.threads.permission_timeout);
-        let expired = format!("nobody answered within {timeout} ([threads] permission_timeout)");
+        // Unanswered: denied, for good — a late answer changes nothing.
+        let expired = if self.stopping.is_cancelled() {
+            "kikid stopped before an answer".to_string()
+        } else if !self.runner.is_running(caller) {
+            "the turn ended before an answer".to_string()
+        } else {
+            let timeout = humantime::format_duration(self.config.threads.permission_timeout);
+            format!("nobody answered within {timeout} ([threads] permission_timeout)")
+        };
         let (store, id) = (self.store.clone(), request.id.clone());
         let stands = uncancelled(async move {
             Ok::<_, Error>(store.decide_permission(&id, PermissionStatus::Expired, &expired, now_ms()).await?)

@@ -168,6 +168,9 @@ pub struct TurnClaim {
     /// described, so a restart knows, without the config, that an empty record means the
     /// agent never got its input.
     pub exec: bool,
+    /// The profile's `max_cost_usd`: a thread whose turns have cost this much starts none
+    /// (its input waits).
+    pub budget: Option<f64>,
 }
 
 /// How a turn ended.
@@ -210,14 +213,16 @@ pub trait TurnStore: Send + Sync {
     /// is given.
     async fn inbox(&self, thread_id: &str, take_messages: bool) -> StoreResult<Vec<InputRecord>>;
 
-    /// Puts those of the queued messages `ids` (see [`inbox_id`]) that are still queued
-    /// into the thread's turn `turn_id` while it runs: they are delivered now (with their
+    /// Puts those of the queued messages `ids` (see [`inbox_id`]) that are still queued and
+    /// that the inbox may give (see [`rules::plan_inbox`]; overdue bridged messages expire
+    /// first) into the thread's turn `turn_id` while it runs: they are delivered now (with their
     /// receipts), their text (by `render`) is appended to the turn's input, and no later turn
     /// takes them. Returns the ids taken (none if the turn has ended).
     async fn take_into_turn(
         &self,
         thread_id: &str,
         turn_id: &str,
+        take_messages: bool,
         ids: Vec<String>,
         render: RenderInput,
         now: Millis,

@@ -179,6 +179,14 @@ impl Threads {
         };
         if let Some(session) = &req.resume_agent_session {
             limits::text("resume_agent_session", session, limits::AGENT_SESSION_MAX_CHARS)?;
+            // It goes on the agent's command line: an id, never something read as an option.
+            let id_like = session.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            if !id_like || session.starts_with('-') {
+                return Err(Error::invalid(
+                    "resume_agent_session",
+                    "a session id: letters, digits, '-', '_' and '.', not starting with '-'",
+                ));
+            }
             let executor = self.config.profile(&profile).map(|p| p.executor.clone());
             if executor != Some(ExecutorKind::Claude) {
                 return Err(Error::invalid(

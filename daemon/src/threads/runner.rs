@@ -207,12 +207,6 @@ impl Inner {
         let Some(thread) = self.store.thread(thread_id).await? else {
             return Ok(None);
         };
-        // A thread whose budget is spent keeps its input queued.
-        if let Some(budget) = self.config.profile(&thread.profile).and_then(|p| p.max_cost_usd)
-            && self.store.cost(Some(thread_id)).await? >= budget
-        {
-            return Ok(None);
-        }
         let claimed = self.store.claim_turn(thread_id, turn_claim(&self.config, &thread), now_ms()).await?;
         Ok(claimed.map(|turn| (thread, turn)))
     }
@@ -308,6 +302,11 @@ impl Inner {
             Err(failure) => (TurnStatus::Failed, failure.output, failure.error),
         };
         let lost_session = report.lost_session.then(|| error.clone());
+        if lost_session.is_some() {
+            // No agent saw the turn's messages: they are undeliverable, with a reason, not
+            // counted delivered to a session that is gone.
+            self.undeliver(&turn.id, "agent_session_lost").await;
+        }
         let outcome = TurnOutcome {
             turn_id: turn.id.clone(),
             status,
@@ -384,9 +383,16 @@ impl Inner {
     /// `kikid_stopped`), with an event to target and sources.
     async fn fail_before_agent(&self, turn: &crate::store::TurnRecord, reason: String, code: &str) {
         warn!(turn_id = %turn.id, %reason, "the agent could not be started");
+        self.undeliver(&turn.id, code).await;
+        self.finish(turn_failed(&turn.id, &reason)).await;
+    }
+
+    /// The turn's messages never reached an agent: they become undeliverable with `code`,
+    /// with events to target and sources (retried until it sticks, or kikid stops).
+    async fn undeliver(&self, turn_id: &str, code: &str) {
         let mut retry = RETRY_FIRST;
         loop {
-            match self.store.undeliver_turn_messages(&turn.id, code, now_ms()).await {
+            match self.store.undeliver_turn_messages(turn_id, code, now_ms()).await {
                 Ok(notified) => {
                     for thread in notified {
                         self.signals.notify(&thread);
@@ -402,7 +408,6 @@ impl Inner {
                 }
             }
         }
-        self.finish(turn_failed(&turn.id, &reason)).await;
     }
 
     /// Records the outcome, retrying until it sticks: a thread must not stay "running"
@@ -439,10 +444,7 @@ async fn record_live(
     while let Some(live) = followed.recv().await {
         let written = match &live {
             Live::Session(session) => store.set_agent_session(&thread_id, session, now_ms()).await,
-            Live::Part(kind, text) => {
-                let text: String = text.chars().take(PART_MAX_CHARS).collect();
-                store.add_turn_part(&turn_id, kind.as_str(), &text, now_ms()).await
-            }
+            Live::Part(kind, text) => store.add_turn_part(&turn_id, kind.as_str(), text, now_ms()).await,
         };
         match written {
             Ok(()) => signals.notify(&crate::threads::signals::parts(&thread_id)),
@@ -451,9 +453,6 @@ async fn record_live(
     }
 }
 
-/// How much of one part (a text, a tool call or result) a turn keeps.
-const PART_MAX_CHARS: usize = 16_384;
-
 /// A new turn for `thread`: peer messages wait while its communication is off.
 fn turn_claim(config: &Config, thread: &ThreadRecord) -> TurnClaim {
     TurnClaim {
@@ -461,6 +460,7 @@ fn turn_claim(config: &Config, thread: &ThreadRecord) -> TurnClaim {
         take_messages: switches::communication(config, thread).is_ok(),
         render: executors::render,
         exec: config.profile(&thread.profile).is_some_and(|p| p.executor != ExecutorKind::Echo),
+        budget: config.profile(&thread.profile).and_then(|p| p.max_cost_usd),
     }
 }
 

@@ -32,7 +32,7 @@ pub(super) fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str
 
 /// How a test starts a turn: `take_messages` as the thread's communication switch says.
 pub(super) fn turn(turn_id: &str, take_messages: bool) -> TurnClaim {
-    TurnClaim { turn_id: turn_id.into(), take_messages, render, exec: false }
+    TurnClaim { turn_id: turn_id.into(), take_messages, render, exec: false, budget: None }
 }
 
 pub(super) fn claim(turn_id: &str) -> Option<TurnClaim> {

@@ -111,8 +111,13 @@ fn a_message_is_not_copied_into_its_input_and_its_turn_still_gets_its_content() 
         .query_row("SELECT COUNT(*) FROM inputs WHERE content <> ''", [], |row| row.get(0))
         .expect("inputs");
     assert_eq!(copies, 0, "the queued input refers to the message");
-    let claim =
-        TurnClaim { turn_id: "tu_1".into(), take_messages: true, render: |_| String::new(), exec: false };
+    let claim = TurnClaim {
+        turn_id: "tu_1".into(),
+        take_messages: true,
+        render: |_| String::new(),
+        exec: false,
+        budget: None,
+    };
     let claimed = claim_turn(&conn, "th_a", &claim, 2, None).expect("claim").expect("a turn");
     assert_eq!(claimed.inputs.len(), 1);
     assert_eq!(claimed.inputs[0].content, content, "the turn gets the message's content");
@@ -146,6 +151,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
             take_messages,
             render: |items| items.iter().map(|i| i.content.as_str()).collect::<Vec<_>>().join("|"),
             exec: false,
+            budget: None,
         }),
         receipt: None,
         deadline: None,

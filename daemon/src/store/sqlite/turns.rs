@@ -49,12 +49,15 @@ impl TurnStore for SqliteStore {
         &self,
         thread_id: &str,
         turn_id: &str,
+        take_messages: bool,
         ids: Vec<String>,
         render: RenderInput,
         now: Millis,
     ) -> StoreResult<Vec<String>> {
         let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
-        self.db.write(move |conn| take_into_turn(conn, &thread_id, &turn_id, &ids, render, now)).await
+        self.db
+            .write(move |conn| take_into_turn(conn, &thread_id, &turn_id, take_messages, &ids, render, now))
+            .await
     }
 
     async fn add_turn_part(&self, turn_id: &str, kind: &str, text: &str, now: Millis) -> StoreResult<()> {
@@ -161,6 +164,14 @@ impl TurnStore for SqliteStore {
                     |row| Ok(row.get::<_, String>(0)?),
                 )?;
                 if let Some(thread_id) = thread_id {
+                    // A request its turn can no longer act on is answered: expired.
+                    run(
+                        conn,
+                        "UPDATE permission_requests SET status = 'expired', decided_at = ?,
+                                reason = 'the turn ended before an answer'
+                         WHERE turn_id = ? AND status = 'pending'",
+                        params![outcome.now, outcome.turn_id],
+                    )?;
                     if let Some(session) = &outcome.agent_session {
                         save_agent_session(conn, &thread_id, session, outcome.now)?;
                     }
@@ -208,6 +219,13 @@ impl TurnStore for SqliteStore {
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )?;
                 run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE running = 1", [now])?;
+                run(
+                    conn,
+                    "UPDATE permission_requests SET status = 'expired', decided_at = ?,
+                            reason = 'kikid stopped before an answer'
+                     WHERE status = 'pending'",
+                    [now],
+                )?;
                 touched(None);
                 for (turn_id, thread_id) in &failed {
                     let mut terminal = event(thread_id, EventKind::Terminal, now);
@@ -363,7 +381,7 @@ pub(super) fn claim_turn(
     now: Millis,
     arriving: Option<InputRecord>,
 ) -> StoreResult<Option<ClaimedTurn>> {
-    let TurnClaim { turn_id, take_messages, render, exec } = claim;
+    let TurnClaim { turn_id, take_messages, render, exec, budget } = claim;
     let thread = first(
         conn,
         "SELECT running, turn_count FROM threads WHERE id = ? AND archived = 0",
@@ -373,6 +391,16 @@ pub(super) fn claim_turn(
     let Some((false, turn_count)) = thread else {
         return Ok(None);
     };
+    // A thread whose budget is spent starts no turn: its input waits.
+    if let Some(budget) = budget {
+        let spent =
+            first(conn, "SELECT TOTAL(cost_usd) FROM turns WHERE thread_id = ?", [thread_id], |row| {
+                Ok(row.get::<_, f64>(0)?)
+            })?;
+        if spent.unwrap_or(0.0) >= *budget {
+            return Ok(None);
+        }
+    }
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
     let clock = now.max(crate::time::now_ms());
@@ -497,6 +525,7 @@ fn take_into_turn(
     conn: &Connection,
     thread_id: &str,
     turn_id: &str,
+    take_messages: bool,
     ids: &[String],
     render: RenderInput,
     now: Millis,
@@ -510,10 +539,13 @@ fn take_into_turn(
     if running.is_none() {
         return Ok(Vec::new());
     }
+    // As a claim does: what its source gave up on never enters a prompt, and only what
+    // the inbox may give is taken.
+    let clock = now.max(crate::time::now_ms());
+    expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
     let queued = queued_inputs(conn, thread_id)?;
-    let taken: Vec<InputRecord> = queued
+    let taken: Vec<InputRecord> = rules::plan_inbox(queued, take_messages, &disabled_peers(conn)?)
         .into_iter()
-        .map(|q| q.input)
         .filter(|i| inbox_id(i).is_some_and(|id| ids.iter().any(|given| given == id)))
         .collect();
     for input in &taken {
