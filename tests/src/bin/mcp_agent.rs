@@ -6,7 +6,7 @@
 //!   (up to 20 s);
 //! - `listen-timed N`: the same, but print for each pushed message only `MESSAGE_ID NANOS`,
 //!   NANOS the moment it was received (ns since the UNIX epoch, the machine's clock), for the
-//!   sessions bench; it closes at once after the N-th;
+//!   sessions bench;
 //! - `deaf MS`: do not declare it; print how many were pushed anyway in MS milliseconds.
 
 use std::io::Read;
@@ -73,6 +73,8 @@ async fn main() -> anyhow::Result<()> {
                         _ => println!("nothing pushed"),
                     }
                 }
+                // Long enough for `kiki mcp` to hand the last one back as taken.
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 session.cancel().await?;
             }
             (Some("deaf"), Some(ms)) => {
