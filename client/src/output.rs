@@ -61,7 +61,7 @@ pub fn usage_error_line(e: &clap::Error) -> String {
 }
 
 /// `InvalidArgument` → `"invalid_argument"`.
-fn code_word(code: Code) -> String {
+pub fn code_word(code: Code) -> String {
     let mut word = String::new();
     for (i, c) in format!("{code:?}").chars().enumerate() {
         if c.is_ascii_uppercase() && i > 0 {

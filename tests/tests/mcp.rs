@@ -16,6 +16,20 @@ async fn start(home: &TestHome) -> Session {
     mcp::start(&binary("kiki"), Some(home.dir()), &[], &[], false).await.expect("kiki mcp starts").0
 }
 
+/// A room of `home` hosted by `host` (the owner's RoomCreate).
+async fn create_room(home: &TestHome, host: impl Into<String>, name: &str) -> String {
+    let request = pb::RoomCreateRequest { host: host.into(), name: name.into() };
+    home.client().rooms().room_create(request).await.expect("room").into_inner().room.expect("room").id
+}
+
+/// Waits until the thread's turn runs.
+async fn running(home: &TestHome, thread: &str) {
+    eventually("the turn to run", || async {
+        (home.thread_record(thread).await.state == pb::ThreadState::Running as i32).then_some(())
+    })
+    .await;
+}
+
 async fn ok(session: &Session, tool: &str, arguments: Value) -> Value {
     let result = mcp::call(session, tool, arguments).await.expect("the call is answered");
     assert_ne!(result.is_error, Some(true), "{tool} failed: {}", mcp::text(&result));
@@ -123,16 +137,7 @@ async fn every_tool_answers_with_structured_content_and_text() {
 
     // Rooms: the owner makes one; the tools read it, add to it and post to it.
     let other = home.thread("echo", None).await.id;
-    let room = home
-        .client()
-        .rooms()
-        .room_create(pb::RoomCreateRequest { host: thread.clone(), name: "mcp".into() })
-        .await
-        .expect("room")
-        .into_inner()
-        .room
-        .expect("room")
-        .id;
+    let room = create_room(&home, thread.clone(), "mcp").await;
     let added = ok(&session, "RoomAdd", json!({"room": room, "session_id": other})).await;
     assert_eq!(added["added"], json!(true));
     let unchanged = ok(&session, "RoomAdd", json!({"room": room, "session_id": other})).await;
@@ -309,10 +314,7 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
     let home = TestHome::builder().shell_profile("agent", &agent).start().await;
     let session = start(&home).await;
     let listening = home.thread("agent", Some("listen 2")).await.id;
-    eventually("the turn to run", || async {
-        (home.thread_record(&listening).await.state == pb::ThreadState::Running as i32).then_some(())
-    })
-    .await;
+    running(&home, &listening).await;
     let sent = ok(
         &session,
         "ThreadSend",
@@ -321,16 +323,7 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
     .await;
     assert_eq!(sent["status"], json!("delivered"), "delivered into the running turn: {sent}");
     // A room post that wakes it (the owner's, to the room's host) is pushed too.
-    let room = home
-        .client()
-        .rooms()
-        .room_create(pb::RoomCreateRequest { host: listening.clone(), name: "pushed".into() })
-        .await
-        .expect("room")
-        .into_inner()
-        .room
-        .expect("room")
-        .id;
+    let room = create_room(&home, listening.clone(), "pushed").await;
     let posted = ok(&session, "ThreadSend", json!({"room": room, "content": "room news"})).await;
     let turns = home.wait_turns(&listening, 1).await;
     let id = sent["message_id"].as_str().expect("id");
@@ -348,10 +341,7 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
 
     // Longer than the send's wait for delivery (3 s): the send answers `pending`.
     let deaf = home.thread("agent", Some("deaf 4000")).await.id;
-    eventually("the turn to run", || async {
-        (home.thread_record(&deaf).await.state == pb::ThreadState::Running as i32).then_some(())
-    })
-    .await;
+    running(&home, &deaf).await;
     let waiting = ok(
         &session,
         "ThreadSend",
@@ -411,16 +401,7 @@ async fn the_python_sdk_negotiates_and_every_result_matches_its_output_schema() 
     let home = TestHome::builder().start().await;
     let host = home.thread("echo", None).await.id;
     let other = home.thread("echo", None).await.id;
-    let room = home
-        .client()
-        .rooms()
-        .room_create(pb::RoomCreateRequest { host, name: "py".into() })
-        .await
-        .expect("room")
-        .into_inner()
-        .room
-        .expect("room")
-        .id;
+    let room = create_room(&home, host, "py").await;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/mcp_client.py");
     let output = tokio::process::Command::new("python3")
         .arg(script)

@@ -375,19 +375,7 @@ fn refused(status: tonic::Status) -> Refused {
         Code::ResourceExhausted => " The home is out of space or busy: retry later.",
         _ => "",
     };
-    Refused(format!("{}: {}{next}", code_word(status.code()), status.message()))
-}
-
-/// `InvalidArgument` → `invalid_argument`.
-fn code_word(code: Code) -> String {
-    let mut word = String::new();
-    for (i, c) in format!("{code:?}").chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            word.push('_');
-        }
-        word.push(c.to_ascii_lowercase());
-    }
-    word
+    Refused(format!("{}: {}{next}", crate::output::code_word(status.code()), status.message()))
 }
 
 const ADDRESS: &[&str] = &["session_id", "host_id", "workspace_id", "bridge_id", "connection_id"];

@@ -85,6 +85,11 @@ fn addressing() -> serde_json::Map<String, Value> {
     properties
 }
 
+/// Properties made into a tool's parameters: an object with these, no others.
+fn params(required: &[&str], properties: Value) -> Value {
+    json!({"type": "object", "additionalProperties": false, "required": required, "properties": properties})
+}
+
 fn with(mut properties: serde_json::Map<String, Value>, more: Value) -> Value {
     if let Value::Object(more) = more {
         properties.extend(more);
@@ -151,15 +156,14 @@ fn thread_read() -> Tool {
         "ThreadRead",
         "Read a thread's turns",
         "Read a thread's completed turns (input and output) in chronological order, without waking or resuming it. `limit` 1–100, default 20; pass next_cursor back as `cursor` for the next page. A turn's input or output over 16,384 UTF-16 units keeps a preview and lists a `content_refs` entry: read it whole by passing that content_ref (with the same thread), then follow `segment.next` as `cursor` until it is absent. If a cursor is refused as no longer valid (the history was rewritten), restart from the first page without a cursor. Across a bridge it needs `read` and returns the same page shape with coverage.",
-        with(
+        params(&["session_id"], with(
             addressing(),
             json!({
                 "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
                 "cursor": {"type": "string", "description": "next_cursor of the previous page, or segment.next of a content_ref read."},
                 "content_ref": {"type": "string", "description": "A content_refs entry of a turn: read that whole field in segments."}
             }),
-        )
-        .into_params(&["session_id"]),
+        )),
         json!({"type": "object", "properties": {
             "turns": {"type": "array", "items": {"type": "object", "properties": {
                 "id": {"type": "string"}, "seq": {"type": "integer"}, "status": {"type": "string"},
@@ -180,7 +184,7 @@ fn thread_send() -> Tool {
         "ThreadSend",
         "Send a message to a thread or a room",
         "Two forms. Thread form {session_id (+ host_id/bridge_id for another home), content, idempotency_key}: durably saves an explicit message to that thread, with this thread as its verified source (there is no source parameter). content: non-empty, at most 100,000 characters; idempotency_key: at most 256 characters — reuse a key only to retry the same message (the same key and content return the original message_id; the same key with other content is refused). Answers `delivered` once the message is in the target agent's prompt (not a reply), or `pending` when delivery is slow: it goes on in the background, and a cross-home send retries with its key for up to 15 minutes. A bridge needs `send`, plus `wake` to wake the target. Room form {room, content, mentions?}: posts to a room this thread belongs to (content at most 20,000 characters); mentions are roster ids (thread or persona ids, see RoomRead) and wake only those members; the key defaults to this tool call's id. Room `delivered` means the room's log has the post. Text you write in your own answer stays in your thread; ThreadSend is how you speak to others.",
-        with(
+        params(&["content"], with(
             addressing(),
             json!({
                 "room": {"type": "string", "description": "Room form: the room's id (room_…) instead of a session_id."},
@@ -188,8 +192,7 @@ fn thread_send() -> Tool {
                 "idempotency_key": {"type": "string", "maxLength": 256, "description": "Thread form: required; the same key for a retry of the same message only. Room form: optional."},
                 "mentions": {"type": "array", "items": {"type": "string"}, "description": "Room form: roster ids to wake."}
             }),
-        )
-        .into_params(&["content"]),
+        )),
         json!({"type": "object", "required": ["message_id", "status"], "properties": {
             "message_id": {"type": "string"},
             "status": {"type": "string", "enum": ["delivered", "pending", "undeliverable"]},
@@ -273,15 +276,4 @@ fn room_add() -> Tool {
         }}),
     )
     .annotate(writing("Add a thread to a room", true))
-}
-
-/// Properties made into a tool's parameters: an object with these, no others.
-trait Params {
-    fn into_params(self, required: &[&str]) -> Value;
-}
-
-impl Params for Value {
-    fn into_params(self, required: &[&str]) -> Value {
-        json!({"type": "object", "additionalProperties": false, "required": required, "properties": self})
-    }
 }

@@ -26,8 +26,8 @@ use tracing::instrument;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
-    Archived, CommunicationSetting, EXPIRED, EventKind, EventRecord, InputRecord, MessageRecord,
-    MessageStatus, Millis, NewMessage, ReceiptRecord, RoomTag, SendOutcome, SourceRef, Store, ThreadRecord,
+    Archived, CommunicationSetting, EXPIRED, EventRecord, InputRecord, MessageRecord, MessageStatus, Millis,
+    NewMessage, ReceiptRecord, RoomTag, SendOutcome, SourceRef, Store, ThreadRecord,
 };
 use crate::sync::{KeyGuard, KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
@@ -522,18 +522,7 @@ impl Mailbox {
             )
         })?;
         limits::text("reason", reason, ATTENTION_REASON_MAX_CHARS)?;
-        let event = EventRecord {
-            seq: 0,
-            thread_id: caller.thread_id.clone(),
-            kind: EventKind::Attention,
-            turn_id: Some(caller.turn_id.clone()),
-            turn_status: None,
-            reason: reason.to_string(),
-            lifecycle: String::new(),
-            message_id: None,
-            request_id: None,
-            at: now_ms(),
-        };
+        let event = EventRecord::attention(&caller.thread_id, &caller.turn_id, reason.to_string(), now_ms());
         let (store, signals) = (self.store.clone(), self.signals.clone());
         uncancelled(async move {
             store.add_event(&event).await?;

@@ -58,6 +58,24 @@ pub struct EventRecord {
     pub at: Millis,
 }
 
+impl EventRecord {
+    /// An `attention` event of a turn (its seq is assigned when it is logged).
+    pub fn attention(thread_id: &str, turn_id: &str, reason: String, at: Millis) -> Self {
+        Self {
+            seq: 0,
+            thread_id: thread_id.to_string(),
+            kind: EventKind::Attention,
+            turn_id: Some(turn_id.to_string()),
+            turn_status: None,
+            reason,
+            lifecycle: String::new(),
+            message_id: None,
+            request_id: None,
+            at,
+        }
+    }
+}
+
 #[async_trait]
 pub trait EventStore: Send + Sync {
     /// Appends an event to a thread's log; returns its seq.

@@ -26,7 +26,7 @@ use crate::config::{Config, ExecutorKind};
 use crate::executors::agent::Agent;
 use crate::executors::{self, AgentReport, Live, OnAgentStart, TurnFailure, TurnInput};
 use crate::store::{
-    ClaimedTurn, EventKind, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus, TurnUsage,
+    ClaimedTurn, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus, TurnUsage,
 };
 use crate::sync::lock;
 use crate::threads::new_id;
@@ -341,18 +341,7 @@ impl Inner {
 
     /// An `attention` event on the thread: something its owner must see to.
     async fn attention(&self, thread_id: &str, turn_id: &str, reason: String) {
-        let event = EventRecord {
-            seq: 0,
-            thread_id: thread_id.to_string(),
-            kind: EventKind::Attention,
-            turn_id: Some(turn_id.to_string()),
-            turn_status: None,
-            reason,
-            lifecycle: String::new(),
-            message_id: None,
-            request_id: None,
-            at: now_ms(),
-        };
+        let event = EventRecord::attention(thread_id, turn_id, reason, now_ms());
         match self.store.add_event(&event).await {
             Ok(_) => self.signals.notify(thread_id),
             Err(e) => warn!(error = %e, "cannot record an attention event"),

@@ -125,18 +125,12 @@ impl TurnStore for SqliteStore {
     async fn cost(&self, thread_id: Option<&str>) -> StoreResult<f64> {
         let thread_id = thread_id.map(str::to_string);
         self.db
-            .read(move |conn| {
-                let total = |row: &rusqlite::Row| Ok(row.get::<_, f64>(0)?);
-                let cost = match &thread_id {
-                    Some(thread_id) => first(
-                        conn,
-                        "SELECT TOTAL(cost_usd) FROM turns WHERE thread_id = ?",
-                        [thread_id],
-                        total,
-                    )?,
-                    None => first(conn, "SELECT TOTAL(cost_usd) FROM turns", [], total)?,
-                };
-                Ok(cost.unwrap_or(0.0))
+            .read(move |conn| match &thread_id {
+                Some(thread_id) => thread_cost(conn, thread_id),
+                None => {
+                    Ok(first(conn, "SELECT TOTAL(cost_usd) FROM turns", [], |row| Ok(row.get::<_, f64>(0)?))?
+                        .unwrap_or(0.0))
+                }
             })
             .await
     }
@@ -392,14 +386,10 @@ pub(super) fn claim_turn(
         return Ok(None);
     };
     // A thread whose budget is spent starts no turn: its input waits.
-    if let Some(budget) = budget {
-        let spent =
-            first(conn, "SELECT TOTAL(cost_usd) FROM turns WHERE thread_id = ?", [thread_id], |row| {
-                Ok(row.get::<_, f64>(0)?)
-            })?;
-        if spent.unwrap_or(0.0) >= *budget {
-            return Ok(None);
-        }
+    if let Some(budget) = budget
+        && thread_cost(conn, thread_id)? >= *budget
+    {
+        return Ok(None);
     }
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
@@ -478,6 +468,14 @@ pub(super) fn claim_turn(
         },
         inputs,
     }))
+}
+
+/// What the thread's turns have cost, in dollars.
+fn thread_cost(conn: &Connection, thread_id: &str) -> StoreResult<f64> {
+    let total = first(conn, "SELECT TOTAL(cost_usd) FROM turns WHERE thread_id = ?", [thread_id], |row| {
+        Ok(row.get::<_, f64>(0)?)
+    })?;
+    Ok(total.unwrap_or(0.0))
 }
 
 pub(super) fn save_agent_session(
