@@ -226,6 +226,9 @@ impl DaemonBuilder {
             send_keys.clone(),
             shutdown.clone(),
         );
+        // Kept by the serving task below while turns may run; the runner holds it weakly.
+        let desk: Arc<dyn executors::desk::Desk> = Arc::new(mailbox.clone());
+        runner.set_desk(Arc::downgrade(&desk));
         for thread_id in store.threads_with_queued_input().await? {
             runner.kick(&thread_id);
         }
@@ -306,6 +309,7 @@ impl DaemonBuilder {
                 drop(endpoint);
                 info!("stopped accepting calls; stopping turns");
                 runner.shutdown().await;
+                drop(desk);
                 // Between chunks it sees the shutdown; its last write lands before the close.
                 let _ = pruning.await;
                 info!("closing the store");

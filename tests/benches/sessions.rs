@@ -191,7 +191,7 @@ impl Direct {
             ("KIKI_TOKEN", "tok_bench".to_string()),
         ];
         // `kiki` is found beside this bench's `deps/` directory, as kikid finds it beside itself.
-        let mcp_config = kiki_daemon::executors::mcp_config(&env);
+        let mcp_config = kiki_daemon::executors::McpServer::kiki(&env).claude_config();
         let mut argv = vec![
             "env".to_string(),
             format!("FAKE_CLAUDE_STATE={}", state.display()),

@@ -228,6 +228,18 @@ pub enum ExecutorKind {
     Exec,
     /// Claude Code's headless mode, the thread's session resumed at every turn.
     Claude,
+    /// The Codex app-server (JSON-RPC over stdio), the thread's Codex thread resumed at every
+    /// turn, messages steered into a running turn.
+    Codex,
+    /// Any Agent Client Protocol agent, the thread's ACP session loaded at every turn.
+    Acp,
+}
+
+impl ExecutorKind {
+    /// Whether the executor keeps the agent's own session and resumes it turn after turn.
+    pub fn keeps_session(&self) -> bool {
+        matches!(self, Self::Claude | Self::Codex | Self::Acp)
+    }
 }
 
 /// A `[profiles.NAME]` table. Its `executor` is required: [`Config::parse`] refuses a profile
@@ -245,7 +257,9 @@ pub struct ProfileConfig {
     /// Opens (or closes) peer communication for this profile's threads when the home's
     /// `[thread_communication] enabled` is not `false` and the thread has no switch of its own.
     pub thread_communication: Option<bool>,
-    /// `claude`: tools the agent may use without asking (its `--allowedTools`).
+    /// `claude`, `codex`, `acp`: tools the agent may use without asking the owner (Claude
+    /// Code's `--allowedTools`; Codex's `command` and `file_change`; an ACP tool call's kind
+    /// or title).
     pub allowed_tools: Vec<String>,
     /// What one thread's agent may spend in all (as the agent reports its cost); once
     /// spent, the thread starts no more turns and its owner gets an `attention` event.
@@ -253,10 +267,12 @@ pub struct ProfileConfig {
 }
 
 impl ProfileConfig {
-    /// The program and arguments it runs: `claude` runs `claude` unless told otherwise.
+    /// The program and arguments it runs: `claude` runs `claude` and `codex` runs `codex`
+    /// unless told otherwise.
     pub fn program(&self) -> Vec<String> {
         match self.executor {
             ExecutorKind::Claude if self.command.is_empty() => vec!["claude".into()],
+            ExecutorKind::Codex if self.command.is_empty() => vec!["codex".into()],
             _ => self.command.clone(),
         }
     }
@@ -358,18 +374,21 @@ impl Config {
         for (name, profile) in &self.profiles {
             problems.extend(profile_name_problem(name));
             match profile.executor {
-                ExecutorKind::Exec
+                ExecutorKind::Exec | ExecutorKind::Acp
                     if profile.command.first().is_none_or(|program| program.trim().is_empty()) =>
                 {
-                    problems.push(format!("profiles.{name}.command: an exec profile needs a command"))
+                    let kind = if profile.executor == ExecutorKind::Acp { "an acp" } else { "an exec" };
+                    problems.push(format!("profiles.{name}.command: {kind} profile needs a command"))
                 }
                 ExecutorKind::Echo if !profile.command.is_empty() => {
                     problems.push(format!("profiles.{name}.command: the echo executor takes no command"))
                 }
                 _ => {}
             }
-            if !profile.allowed_tools.is_empty() && profile.executor != ExecutorKind::Claude {
-                problems.push(format!("profiles.{name}.allowed_tools: only the claude executor takes it"));
+            if !profile.allowed_tools.is_empty() && !profile.executor.keeps_session() {
+                problems.push(format!(
+                    "profiles.{name}.allowed_tools: only the claude, codex and acp executors take it"
+                ));
             }
             if let Some(budget) = profile.max_cost_usd
                 && !(budget.is_finite() && budget > 0.0)

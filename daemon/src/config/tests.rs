@@ -98,7 +98,7 @@ fn wrong_types_in_several_sections_are_all_reported_with_their_lines() {
         [
             "bridge.retry_window: line 2, column 16 (`retry_window = 5`): invalid type: integer `5`, expected a string",
             "turns.max_output_bytes: line 4, column 20 (`max_output_bytes = \"big\"`): invalid type: string \"big\", expected usize",
-            "profiles.a.executor: line 8, column 12 (`executor = \"shell\"`): unknown variant `shell`, expected one of `echo`, `exec`, `claude`",
+            "profiles.a.executor: line 8, column 12 (`executor = \"shell\"`): unknown variant `shell`, expected one of `echo`, `exec`, `claude`, `codex`, `acp`",
             "profiles.b.command: an exec profile needs a command",
             "mailbox.delivery_wait: must be at most 60s",
         ]
@@ -181,19 +181,23 @@ fn contract_sections_and_keys_not_implemented_yet_are_refused_as_such() {
 }
 
 #[test]
-fn a_budget_is_positive_and_allowed_tools_are_claudes() {
+fn a_budget_is_positive_and_allowed_tools_are_for_session_agents() {
     assert_eq!(
         problems(
             "[profiles.a]\nexecutor = \"exec\"\ncommand = [\"x\"]\nmax_cost_usd = -1.0\nallowed_tools = [\"Bash\"]\n"
         ),
         [
-            "profiles.a.allowed_tools: only the claude executor takes it",
+            "profiles.a.allowed_tools: only the claude, codex and acp executors take it",
             "profiles.a.max_cost_usd: must be a positive number of dollars, got -1"
         ]
     );
     let config = Config::parse("[profiles.c]\nexecutor = \"claude\"\nmax_cost_usd = 2.5\n").expect("valid");
     let claude = config.profile("c").expect("c");
     assert_eq!((claude.program(), claude.max_cost_usd), (vec!["claude".to_string()], Some(2.5)));
+    let sessions = "[profiles.x]\nexecutor = \"codex\"\nallowed_tools = [\"command\"]\n[profiles.y]\nexecutor = \"acp\"\n";
+    assert_eq!(problems(sessions), ["profiles.y.command: an acp profile needs a command"]);
+    let codex = Config::parse("[profiles.x]\nexecutor = \"codex\"\n").expect("valid");
+    assert_eq!(codex.profile("x").expect("x").program(), ["codex"]);
     // Only in a profile: elsewhere it is just unknown.
     assert!(problems("[turns]\nmax_cost_usd = 5.0\n")[0].contains("unknown key"));
 }

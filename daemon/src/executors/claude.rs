@@ -11,7 +11,9 @@
 use serde_json::Value;
 
 use super::process::{self, Exited};
-use super::{AgentReport, Live, LiveSink, PART_MAX_CHARS, PartKind, TurnFailure, TurnInput, Usage};
+use super::{
+    AgentReport, Live, LiveSink, McpServer, PartKind, TurnFailure, TurnInput, Usage, lost_session, say,
+};
 
 /// `kiki mcp`'s tool that turns Claude Code's permission prompts into requests to the owner.
 const PERMISSION_TOOL: &str = "mcp__kiki__PermissionPrompt";
@@ -43,13 +45,23 @@ pub async fn run(
 ) -> Result<String, TurnFailure> {
     let resumed = input.agent_session.clone();
     let mut argv = command.to_vec();
-    argv.extend(arguments(resumed.as_deref(), &input.mcp_config, allowed_tools));
+    argv.extend(arguments(resumed.as_deref(), &input.mcp.claude_config(), allowed_tools));
     let live = input.live.clone();
     let mut stream = Stream::default();
     let exited = process::run(&argv, input, &mut |line| stream.feed(line, live.as_ref())).await?;
     report.session = stream.session.clone().or(resumed.clone());
     report.usage = stream.usage;
     outcome(exited, stream, resumed.as_deref(), report)
+}
+
+impl McpServer {
+    /// Claude Code's `--mcp-config` naming kiki's server.
+    pub fn claude_config(&self) -> String {
+        serde_json::json!({"mcpServers": {"kiki": {
+            "type": "stdio", "command": self.command, "args": McpServer::ARGS, "env": self.env_object()
+        }}})
+        .to_string()
+    }
 }
 
 /// What a turn's stream-json output said.
@@ -68,14 +80,7 @@ impl Stream {
     /// session as soon as it is named, the agent's text and its tool calls and results.
     fn feed(&mut self, line: &[u8], live: Option<&LiveSink>) {
         let Ok(event) = serde_json::from_slice::<Value>(line) else { return };
-        let say = |live_event: Live| {
-            if let Some(live) = live {
-                let _ = live.send(match live_event {
-                    Live::Part(kind, text) => Live::Part(kind, text.chars().take(PART_MAX_CHARS).collect()),
-                    session => session,
-                });
-            }
-        };
+        let say = |event: Live| say(live, event);
         if let Some(session) = event["session_id"].as_str()
             && self.session.as_deref() != Some(session)
         {
@@ -151,14 +156,7 @@ fn outcome(
         && exited.stderr_tail.contains(NO_SESSION)
     {
         report.lost_session = true;
-        return Err(fail(
-            String::new(),
-            format!(
-                "the agent's session {session} is gone (Claude Code: {}); the thread was not started \
-                 afresh — create a new thread, or one with --resume-agent-session",
-                exited.stderr_tail.trim()
-            ),
-        ));
+        return Err(fail(String::new(), lost_session(session, "Claude Code", &exited.stderr_tail)));
     }
     match stream.result {
         Some((text, None)) if exited.status.success() => Ok(text),

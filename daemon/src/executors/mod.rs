@@ -2,10 +2,15 @@
 //! (any agent CLI, one process per turn) or `claude` (Claude Code's headless mode, one
 //! session resumed turn after turn). See contract §6.
 
+mod acp;
 pub mod agent;
 mod claude;
+mod codex;
+pub mod desk;
 mod exec;
 mod process;
+mod rpc;
+mod session;
 
 use std::future::Future;
 use std::path::Path;
@@ -21,7 +26,10 @@ use crate::store::{InputKind, InputRecord};
 /// Told about an `exec` agent once its process runs, before it gets its input. An error
 /// stops the agent before it gets any: the turn fails and its messages are not delivered.
 pub type OnAgentStart<'a> = Box<
-    dyn FnOnce(Option<Agent>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> + Send + 'a,
+    dyn FnOnce(Option<Agent>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>
+        + Send
+        + Sync
+        + 'a,
 >;
 
 /// What an executor gets for one turn.
@@ -40,10 +48,12 @@ pub struct TurnInput<'a> {
     /// The agent's own session to continue (`claude`), from the thread's earlier turns or
     /// the session it was created from.
     pub agent_session: Option<String>,
-    /// The MCP configuration that gives the agent kiki's tools (`claude`'s `--mcp-config`).
-    pub mcp_config: String,
-    /// Where a running turn's progress goes as it happens (`claude`).
+    /// kiki's MCP server, which the session agents get in their MCP configuration.
+    pub mcp: McpServer,
+    /// Where a running turn's progress goes as it happens (`claude`, `codex`, `acp`).
     pub live: Option<LiveSink>,
+    /// Where the agent's permission requests and mid-turn input go (`codex`, `acp`).
+    pub desk: Option<desk::TurnDesk>,
 }
 
 /// What a running turn shows as it happens.
@@ -125,22 +135,56 @@ pub async fn run(
         ExecutorKind::Echo => Ok(echo(input.items)),
         ExecutorKind::Exec => exec::run(&profile.command, input).await,
         ExecutorKind::Claude => claude::run(&profile.program(), &profile.allowed_tools, input, report).await,
+        ExecutorKind::Codex => codex::run(&profile.program(), &profile.allowed_tools, input, report).await,
+        ExecutorKind::Acp => acp::run(&profile.program(), &profile.allowed_tools, input, report).await,
     }
 }
 
-/// The MCP configuration that starts kiki's MCP server as the turn's thread (its `env`
-/// given explicitly: agents may start MCP servers with a filtered environment). `kiki` is
-/// looked for beside `kikid` (or one directory up, where cargo puts test binaries), else on
-/// the PATH.
-pub fn mcp_config(env: &[(&str, String)]) -> String {
-    let beside = std::env::current_exe().ok().and_then(|exe| {
-        exe.ancestors().skip(1).take(2).map(|dir| dir.join("kiki")).find(|kiki| kiki.is_file())
-    });
-    let kiki = beside.map_or_else(|| "kiki".to_string(), |path| path.display().to_string());
-    let env: serde_json::Map<String, serde_json::Value> =
-        env.iter().map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone()))).collect();
-    serde_json::json!({"mcpServers": {"kiki": {"type": "stdio", "command": kiki, "args": ["mcp"], "env": env}}})
-        .to_string()
+/// kiki's MCP server (`kiki mcp`) as the turn's thread: what each agent's MCP configuration
+/// names, in its own shape. Its `env` is given explicitly: agents may start MCP servers with
+/// a filtered environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServer {
+    pub command: String,
+    pub env: Vec<(String, String)>,
+}
+
+impl McpServer {
+    /// `kiki` is looked for beside `kikid` (or one directory up, where cargo puts test
+    /// binaries), else on the PATH.
+    pub fn kiki(env: &[(&str, String)]) -> Self {
+        let beside = std::env::current_exe().ok().and_then(|exe| {
+            exe.ancestors().skip(1).take(2).map(|dir| dir.join("kiki")).find(|kiki| kiki.is_file())
+        });
+        let command = beside.map_or_else(|| "kiki".to_string(), |path| path.display().to_string());
+        Self { command, env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() }
+    }
+
+    pub const ARGS: [&'static str; 1] = ["mcp"];
+
+    /// `env` as a JSON object.
+    pub fn env_object(&self) -> serde_json::Value {
+        self.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect()
+    }
+}
+
+/// Sends `event` to a follower, a part cut to [`PART_MAX_CHARS`].
+fn say(live: Option<&LiveSink>, event: Live) {
+    if let Some(live) = live {
+        let _ = live.send(match event {
+            Live::Part(kind, text) => Live::Part(kind, text.chars().take(PART_MAX_CHARS).collect()),
+            session => session,
+        });
+    }
+}
+
+/// Why a turn failed whose agent no longer has the session it was to continue.
+fn lost_session(session: &str, agent: &str, detail: &str) -> String {
+    format!(
+        "the agent's session {session} is gone ({agent}: {}); the thread was not started afresh — \
+         create a new thread, or one with --resume-agent-session",
+        detail.trim()
+    )
 }
 
 /// The `echo` executor: one line `echo: CONTENT` per item (messages without their header).

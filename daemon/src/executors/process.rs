@@ -13,7 +13,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::process::{ChildStdin, ChildStdout, Command};
 
 use super::agent::Agent;
 use super::{TurnFailure, TurnInput};
@@ -62,6 +62,93 @@ impl Exited {
     }
 }
 
+/// An agent process started for a turn: in its own process group (killed when this is
+/// dropped, unless [`Spawned::finished`] says it ended by itself), recorded with its turn,
+/// the end of its stderr kept.
+pub struct Spawned {
+    child: tokio::process::Child,
+    stderr: tokio::task::JoinHandle<Vec<u8>>,
+    guard: GroupGuard,
+}
+
+impl Spawned {
+    /// Starts `command` (program and arguments) in the turn's cwd with its env, and tells
+    /// the runner (`on_agent_start`) before anything is written to it. `Err` when it could
+    /// not start or could not be recorded: the agent got nothing. Its stdin and stdout are
+    /// the caller's.
+    pub async fn start(
+        command: &[String],
+        input: &mut TurnInput<'_>,
+    ) -> Result<(Self, ChildStdin, ChildStdout), TurnFailure> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| TurnFailure::before_agent("the profile has no command".into()))?;
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(input.cwd)
+            .envs(input.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
+        let guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };
+        if let Some(recorded) = input.on_agent_start.take() {
+            // `None` if the process cannot be described (it exited already, or there is no
+            // /proc): recorded all the same, as an agent that cannot be stopped later.
+            // Dropping the guard on this error kills the agent before it got its input.
+            recorded(child.id().and_then(Agent::of)).await.map_err(TurnFailure::before_agent)?;
+        }
+        let (Some(stdin), Some(stdout), Some(mut stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(started_failure(String::new(), "child process has no stdio pipes".into()));
+        };
+        // Only the tail is kept (it goes into the turn's error): a chatty agent's stderr must
+        // not grow kikid's memory. Pumped by a task of its own, so it never blocks the agent.
+        let stderr = tokio::spawn(async move {
+            let (mut tail, mut chunk) = (Vec::new(), vec![0; 8192]);
+            while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
+                tail.extend_from_slice(&chunk[..n]);
+                if tail.len() > 2 * STDERR_TAIL_BYTES {
+                    tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+                }
+            }
+            tail
+        });
+        Ok((Self { child, stderr, guard }, stdin, stdout))
+    }
+
+    /// The end of what the agent wrote to stderr (not waiting for a background process it
+    /// left holding the pipe).
+    pub async fn stderr_tail(&mut self) -> String {
+        let err = match tokio::time::timeout(DRAIN_AFTER_EXIT, &mut self.stderr).await {
+            Ok(Ok(err)) => err,
+            _ => Vec::new(),
+        };
+        let tail = &err[err.len().saturating_sub(STDERR_TAIL_BYTES)..];
+        String::from_utf8_lossy(tail).into_owned()
+    }
+
+    /// Waits up to `grace` for the agent to exit by itself (its stdin is closed by now),
+    /// else kills its group; then why it ended, if that was a failure.
+    pub async fn end(mut self, grace: Duration) -> Option<String> {
+        let status = tokio::time::timeout(grace, self.child.wait()).await.ok().and_then(Result::ok)?;
+        self.guard.disarm();
+        if status.success() {
+            return None;
+        }
+        let stderr_tail = self.stderr_tail().await;
+        Some(Exited { stdout: Vec::new(), status, stderr_tail }.failure_reason())
+    }
+}
+
+/// A failure after the agent got its input.
+fn started_failure(output: String, error: String) -> TurnFailure {
+    TurnFailure { output, error, agent_started: true }
+}
+
 /// Runs `command` (program and arguments) for one turn, its input on stdin, and collects
 /// what it writes, handing each line of stdout to `on_line` as it comes. `Err` when it could
 /// not start, or its output overflowed (it is stopped).
@@ -70,51 +157,14 @@ pub async fn run(
     mut input: TurnInput<'_>,
     on_line: &mut (dyn FnMut(&[u8]) + Send),
 ) -> Result<Exited, TurnFailure> {
-    let (program, args) = command
-        .split_first()
-        .ok_or_else(|| TurnFailure::before_agent("the profile has no command".into()))?;
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(input.cwd)
-        .envs(input.env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
-    let mut guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };
-    if let Some(recorded) = input.on_agent_start.take() {
-        // `None` if the process cannot be described (it exited already, or there is no
-        // /proc): recorded all the same, as an agent that cannot be stopped later.
-        // Dropping the guard on this error kills the agent before it got its input.
-        recorded(child.id().and_then(Agent::of)).await.map_err(TurnFailure::before_agent)?;
-    }
-    let fail = |output: String, error: String| TurnFailure { output, error, agent_started: true };
-
-    let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return Err(fail(String::new(), "child process has no stdio pipes".into()));
-    };
+    let (mut agent, mut stdin, stdout) = Spawned::start(command, &mut input).await?;
+    let fail = started_failure;
     // Stdin and stderr are pumped by their own tasks while stdout is read here, so neither
     // a large input nor a chatty stderr can deadlock the turn. An agent that exits without
     // reading its input is not an error of the turn.
     let rendered = input.rendered.as_bytes().to_vec();
     let write = tokio::spawn(async move {
         let _ = stdin.write_all(&rendered).await;
-    });
-    // Only the tail is kept (it goes into the turn's error): a chatty agent's stderr must
-    // not grow kikid's memory.
-    let read_err = tokio::spawn(async move {
-        let (mut tail, mut chunk) = (Vec::new(), vec![0; 8192]);
-        while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
-            tail.extend_from_slice(&chunk[..n]);
-            if tail.len() > 2 * STDERR_TAIL_BYTES {
-                tail.drain(..tail.len() - STDERR_TAIL_BYTES);
-            }
-        }
-        tail
     });
     let limit = input.max_output_bytes;
     let mut out = Vec::new();
@@ -137,7 +187,7 @@ pub async fn run(
                 Ok(_) => None,
                 Err(e) => return Err(fail(String::new(), format!("reading the agent's output: {e}"))),
             },
-            status = child.wait() => {
+            status = agent.child.wait() => {
                 // Collect what is still in the pipe, without waiting on leftovers.
                 let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut read).await;
                 Some(status)
@@ -146,7 +196,7 @@ pub async fn run(
     };
     write.abort();
     if out.len() > limit {
-        drop(guard); // kills the group
+        drop(agent); // kills the group
         return Err(fail(
             String::from_utf8_lossy(&out[..limit]).into_owned(),
             format!("output exceeded turns.max_output_bytes ({limit} bytes); the agent was stopped"),
@@ -154,19 +204,14 @@ pub async fn run(
     }
     let status = match exited {
         Some(status) => status,
-        None => child.wait().await,
+        None => agent.child.wait().await,
     }
     .map_err(|e| fail(String::new(), format!("waiting for the agent: {e}")))?;
-    guard.disarm();
+    agent.guard.disarm();
     if status.success() {
-        read_err.abort();
+        agent.stderr.abort();
         return Ok(Exited { stdout: out, status, stderr_tail: String::new() });
     }
-    // A background process the agent left behind may hold stderr open; don't wait for it.
-    let err = match tokio::time::timeout(DRAIN_AFTER_EXIT, read_err).await {
-        Ok(Ok(err)) => err,
-        _ => Vec::new(),
-    };
-    let tail = &err[err.len().saturating_sub(STDERR_TAIL_BYTES)..];
-    Ok(Exited { stdout: out, status, stderr_tail: String::from_utf8_lossy(tail).into_owned() })
+    let stderr_tail = agent.stderr_tail().await;
+    Ok(Exited { stdout: out, status, stderr_tail })
 }

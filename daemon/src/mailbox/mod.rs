@@ -11,6 +11,7 @@
 mod follow;
 
 pub use follow::Progress;
+mod desk;
 mod permissions;
 
 use std::collections::HashMap;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tracing::instrument;
 
-use crate::config::{Config, ExecutorKind};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
     Archived, CommunicationSetting, InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord,
@@ -187,12 +187,12 @@ impl Threads {
                     "a session id: letters, digits, '-', '_' and '.', not starting with '-'",
                 ));
             }
-            let executor = self.config.profile(&profile).map(|p| p.executor.clone());
-            if executor != Some(ExecutorKind::Claude) {
+            let keeps = self.config.profile(&profile).is_some_and(|p| p.executor.keeps_session());
+            if !keeps {
                 return Err(Error::invalid(
                     "resume_agent_session",
                     format!(
-                        "profile {profile:?} does not keep an agent session (only a claude profile does)"
+                        "profile {profile:?} does not keep an agent session (a claude, codex or acp profile does)"
                     ),
                 ));
             }

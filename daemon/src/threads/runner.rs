@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use rand::RngCore;
@@ -24,6 +24,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::{Config, ExecutorKind};
 use crate::executors::agent::Agent;
+use crate::executors::desk::{Desk, TurnDesk};
 use crate::executors::{self, AgentReport, Live, OnAgentStart, TurnFailure, TurnInput};
 use crate::store::{
     ClaimedTurn, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus, TurnUsage,
@@ -73,6 +74,8 @@ struct Inner {
     tokens: Mutex<HashMap<String, TurnCaller>>,
     /// Wakes callers parked on a thread when its turn takes messages or ends.
     signals: Signals,
+    /// Answers what executors ask for mid-turn (the mailbox; set once it exists).
+    desk: OnceLock<Weak<dyn Desk>>,
     tasks: TaskTracker,
     stop: CancellationToken,
 }
@@ -87,10 +90,17 @@ impl TurnRunner {
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
                 signals,
+                desk: OnceLock::new(),
                 tasks: TaskTracker::new(),
                 stop: CancellationToken::new(),
             }),
         }
+    }
+
+    /// Gives executors the mailbox to ask for permissions and mid-turn input (see
+    /// [`executors::desk`]). Held weakly: the mailbox holds this runner.
+    pub fn set_desk(&self, desk: Weak<dyn Desk>) {
+        let _ = self.inner.desk.set(desk);
     }
 
     /// Makes sure the thread's queued input will be run.
@@ -239,12 +249,13 @@ impl Inner {
         let cwd = PathBuf::from(&thread.cwd);
         // Set once the agent is recorded: only then does it get its input.
         let given = Arc::new(AtomicBool::new(false));
-        let agent_session = match profile.executor {
-            ExecutorKind::Claude => self.store.agent_session(&turn.thread_id).await.unwrap_or_else(|e| {
+        let agent_session = if profile.executor.keeps_session() {
+            self.store.agent_session(&turn.thread_id).await.unwrap_or_else(|e| {
                 warn!(error = %e, "cannot read the thread's agent session");
                 None
-            }),
-            _ => None,
+            })
+        } else {
+            None
         };
         // The turn's progress is kept as it happens, by a task of its own so that a slow
         // write never holds up reading the agent.
@@ -265,12 +276,16 @@ impl Inner {
             items: &claimed.inputs,
             rendered: &turn.input,
             cwd: &cwd,
-            mcp_config: executors::mcp_config(&env),
+            mcp: executors::McpServer::kiki(&env),
             env,
             max_output_bytes: self.config.turns.max_output_bytes,
             on_agent_start: Some(self.agent_recorder(&turn.id, given.clone())),
             agent_session,
             live: Some(live),
+            desk: self
+                .desk
+                .get()
+                .map(|desk| TurnDesk::new(desk.clone(), turn.thread_id.clone(), turn.id.clone())),
         };
         let mut report = AgentReport::default();
         let (result, stopped) = tokio::select! {

@@ -1,0 +1,327 @@
+//! The `codex` executor: the Codex app-server (`COMMAND app-server`, JSON-RPC over stdio),
+//! one Codex thread continued turn after turn.
+//!
+//! Each kiki turn starts the app-server, `initialize`s, reopens the kiki thread's Codex
+//! thread (`thread/resume`; `thread/start` the first time) with kiki's MCP server in its
+//! config, and runs one `turn/start`. While the turn runs, input that would wake the kiki
+//! thread is steered into it (`turn/steer`) and counted delivered once Codex takes it, and
+//! Codex's approval requests go to the owner (`kiki approve` / `deny`). `turn/completed`
+//! ends it; the app-server is then closed. A Codex thread that can no longer be resumed fails
+//! the turn: it is never replaced by a fresh one silently.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::desk::TurnDesk;
+use super::process::Spawned;
+use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
+use super::session::{self, Transcript};
+use super::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, render, say};
+use crate::store::inbox_id;
+
+/// How long a steering poll waits for input before looking again.
+const STEER_WAIT: Duration = Duration::from_secs(30);
+
+pub async fn run(
+    command: &[String],
+    allowed_tools: &[String],
+    mut input: TurnInput<'_>,
+    report: &mut AgentReport,
+) -> Result<String, TurnFailure> {
+    let mut argv = command.to_vec();
+    argv.push("app-server".into());
+    let (agent, stdin, stdout) = Spawned::start(&argv, &mut input).await?;
+    let (peer, mut incoming) = Peer::start(stdin, stdout, false);
+    let mut transcript = Transcript::new(input.live.clone(), input.max_output_bytes);
+    let driven = drive(&peer, &mut incoming, &input, allowed_tools, &mut transcript, report).await;
+    session::finish(agent, peer, incoming, transcript, driven, "Codex").await
+}
+
+/// The conversation of one turn; `Err` is why it failed.
+async fn drive(
+    peer: &Peer,
+    incoming: &mut mpsc::UnboundedReceiver<Incoming>,
+    input: &TurnInput<'_>,
+    allowed_tools: &[String],
+    transcript: &mut Transcript,
+    report: &mut AgentReport,
+) -> Result<(), String> {
+    let client = json!({"name": "kiki", "title": "kiki", "version": env!("CARGO_PKG_VERSION")});
+    peer.request("initialize", json!({"clientInfo": client})).await.map_err(|e| handshake(&e))?;
+    peer.notify("initialized", Value::Null);
+    let cwd = input.cwd.display().to_string();
+    let config = mcp_config(&input.mcp);
+    let opened = match &input.agent_session {
+        Some(thread) => {
+            let params = json!({"threadId": thread, "cwd": cwd, "config": config});
+            peer.request("thread/resume", params).await.map_err(|e| match e {
+                RpcError::Failed { message, .. } => {
+                    report.lost_session = true;
+                    super::lost_session(thread, "Codex", &message)
+                }
+                closed => handshake(&closed),
+            })?
+        }
+        None => peer
+            .request("thread/start", json!({"cwd": cwd, "config": config}))
+            .await
+            .map_err(|e| handshake(&e))?,
+    };
+    let thread = opened["thread"]["id"].as_str().ok_or("Codex opened a thread without an id")?.to_string();
+    report.session = Some(thread.clone());
+    say(input.live.as_ref(), Live::Session(thread.clone()));
+
+    let turn_input = json!([{"type": "text", "text": input.rendered}]);
+    let started = peer
+        .request("turn/start", json!({"threadId": thread, "input": turn_input}))
+        .await
+        .map_err(|e| format!("Codex did not start the turn: {e}"))?;
+    let turn = started["turn"]["id"].as_str().ok_or("Codex started a turn without an id")?.to_string();
+
+    let steering_done = CancellationToken::new();
+    let steering = input.desk.clone().map(|desk| {
+        tokio::spawn(steer(peer.clone(), desk, thread.clone(), turn.clone(), steering_done.clone()))
+    });
+    let mut asks = tokio::task::JoinSet::new();
+    let mut usage = Usage::default();
+    let ended = loop {
+        let Some(message) = incoming.recv().await else {
+            break Err(String::new()); // the agent closed its output: see `session::finish`
+        };
+        match message {
+            Incoming::Notification { method, params } => {
+                if let Some(ended) = note(&method, &params, &turn, transcript, &mut usage) {
+                    break ended;
+                }
+            }
+            Incoming::Request { id, method, params } => {
+                let (peer, desk, allowed) = (peer.clone(), input.desk.clone(), allowed_tools.to_vec());
+                asks.spawn(async move { peer.respond(id, approve(&method, &params, desk, &allowed).await) });
+            }
+            Incoming::Garbled(what) => break Err(format!("Codex wrote {what}")),
+        }
+    };
+    // What is being steered lands (and is counted) before the turn is seen to end.
+    steering_done.cancel();
+    if let Some(steering) = steering {
+        let _ = steering.await;
+    }
+    asks.abort_all();
+    report.usage = Some(usage);
+    ended
+}
+
+/// Codex's answer to a handshake call, as the reason of a failed turn.
+fn handshake(e: &RpcError) -> String {
+    format!("the Codex app-server did not answer: {e}")
+}
+
+/// kiki's MCP server as a Codex config override (`mcp_servers.kiki`).
+fn mcp_config(kiki: &McpServer) -> Value {
+    json!({"mcp_servers.kiki": {"command": kiki.command, "args": McpServer::ARGS, "env": kiki.env_object()}})
+}
+
+/// Takes one notification of the turn; `Some` when it ended (`Ok`) or failed.
+fn note(
+    method: &str,
+    params: &Value,
+    turn: &str,
+    transcript: &mut Transcript,
+    usage: &mut Usage,
+) -> Option<Result<(), String>> {
+    let item = &params["item"];
+    match method {
+        "item/started" => match item["type"].as_str() {
+            Some("commandExecution") => {
+                transcript.part(PartKind::Tool, format!("command {}", text(&item["command"])))
+            }
+            Some("mcpToolCall") => transcript.part(
+                PartKind::Tool,
+                format!("{}.{} {}", text(&item["server"]), text(&item["tool"]), item["arguments"]),
+            ),
+            Some("fileChange") => {
+                let paths: Vec<&str> = item["changes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c["path"].as_str())
+                    .collect();
+                transcript.part(PartKind::Tool, format!("file_change {}", paths.join(" ")));
+            }
+            Some("webSearch") => {
+                transcript.part(PartKind::Tool, format!("web_search {}", text(&item["query"])))
+            }
+            _ => {}
+        },
+        "item/completed" => match item["type"].as_str() {
+            Some("agentMessage") => transcript.answer(text(&item["text"])),
+            Some("commandExecution") => {
+                let status = format!("{} (exit {})", text(&item["status"]), item["exitCode"]);
+                transcript
+                    .part(PartKind::ToolResult, format!("{status}\n{}", text(&item["aggregatedOutput"])));
+            }
+            Some("mcpToolCall") => {
+                let outcome = if item["error"].is_null() { &item["result"] } else { &item["error"] };
+                transcript.part(PartKind::ToolResult, format!("{} {outcome}", text(&item["status"])));
+            }
+            Some("fileChange") => transcript.part(PartKind::ToolResult, text(&item["status"])),
+            _ => {}
+        },
+        "thread/tokenUsage/updated" => {
+            // `last` is one model call's; a turn makes several.
+            let last = &params["tokenUsage"]["last"];
+            usage.input_tokens += last["inputTokens"].as_u64().unwrap_or(0);
+            usage.output_tokens += last["outputTokens"].as_u64().unwrap_or(0);
+        }
+        "error" => transcript.error(text(&params["error"]["message"])),
+        "turn/completed" if params["turn"]["id"].as_str() == Some(turn) => {
+            let done = &params["turn"];
+            return Some(match done["status"].as_str() {
+                Some("completed") => Ok(()),
+                Some("interrupted") => Err("the Codex turn was interrupted".into()),
+                status => {
+                    let why = done["error"]["message"]
+                        .as_str()
+                        .map(str::to_string)
+                        .or_else(|| transcript.last_error());
+                    Err(format!(
+                        "Codex ended the turn {}: {}",
+                        status.unwrap_or("without a status"),
+                        why.unwrap_or_else(|| "no reason given".into())
+                    ))
+                }
+            });
+        }
+        _ => {}
+    }
+    None
+}
+
+/// A JSON string's text, or the JSON itself.
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Answers one of Codex's requests: approvals go to the owner (unless the profile allows
+/// the tool), anything else is not kiki's to answer.
+async fn approve(
+    method: &str,
+    params: &Value,
+    desk: Option<TurnDesk>,
+    allowed: &[String],
+) -> Result<Value, (i64, String)> {
+    let (tool, details) = match method {
+        "item/commandExecution/requestApproval" => (
+            "command",
+            json!({
+                "command": params["command"], "cwd": params["cwd"], "reason": params["reason"]
+            }),
+        ),
+        "item/fileChange/requestApproval" => {
+            ("file_change", json!({"reason": params["reason"], "grantRoot": params["grantRoot"]}))
+        }
+        "item/permissions/requestApproval" => {
+            ("permissions", json!({"permissions": params["permissions"], "reason": params["reason"]}))
+        }
+        other => return Err((METHOD_NOT_FOUND, format!("kiki does not answer {other}"))),
+    };
+    let allowed = session::permitted(tool, None, &details.to_string(), desk.as_ref(), allowed).await;
+    Ok(match method {
+        // The granted subset: all of it, or nothing.
+        "item/permissions/requestApproval" if allowed => json!({"permissions": params["permissions"]}),
+        "item/permissions/requestApproval" => json!({"permissions": {}}),
+        _ => json!({"decision": if allowed { "accept" } else { "decline" }}),
+    })
+}
+
+/// Steers what would wake the thread into its running turn, each batch counted delivered
+/// once Codex has taken it. Ends when `done` is cancelled, after a steer under way lands,
+/// or when Codex refuses one (the input then waits for the next turn).
+async fn steer(peer: Peer, desk: TurnDesk, thread: String, turn: String, done: CancellationToken) {
+    loop {
+        let items = tokio::select! {
+            items = desk.take_input(Vec::new(), STEER_WAIT) => items,
+            () = done.cancelled() => return,
+        };
+        if items.is_empty() {
+            continue;
+        }
+        let ids: Vec<String> = items.iter().filter_map(|i| inbox_id(i).map(str::to_string)).collect();
+        let params = json!({
+            "threadId": thread,
+            "input": [{"type": "text", "text": render(&items)}],
+            "expectedTurnId": turn,
+        });
+        if let Err(e) = peer.request("turn/steer", params).await {
+            tracing::debug!(error = %e, "Codex took no more input into the turn");
+            return;
+        }
+        desk.take_input(ids, Duration::ZERO).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notifications_make_the_transcript_and_the_usage() {
+        let (live, mut followed) = tokio::sync::mpsc::unbounded_channel();
+        let mut transcript = Transcript::new(Some(live), 1 << 20);
+        let mut usage = Usage::default();
+        let notes = [
+            ("item/started", json!({"item": {"type": "commandExecution", "command": "ls"}})),
+            (
+                "item/completed",
+                json!({"item": {"type": "commandExecution", "status": "completed", "exitCode": 0, "aggregatedOutput": "a\n"}}),
+            ),
+            (
+                "thread/tokenUsage/updated",
+                json!({"tokenUsage": {"last": {"inputTokens": 10, "outputTokens": 5}}}),
+            ),
+            (
+                "thread/tokenUsage/updated",
+                json!({"tokenUsage": {"last": {"inputTokens": 1, "outputTokens": 2}}}),
+            ),
+            ("item/completed", json!({"item": {"type": "agentMessage", "text": "done"}})),
+            ("turn/completed", json!({"turn": {"id": "other", "status": "completed"}})),
+        ];
+        for (method, params) in &notes {
+            assert_eq!(note(method, params, "t1", &mut transcript, &mut usage), None);
+        }
+        let end = json!({"turn": {"id": "t1", "status": "failed", "error": {"message": "quota"}}});
+        assert_eq!(
+            note("turn/completed", &end, "t1", &mut transcript, &mut usage),
+            Some(Err("Codex ended the turn failed: quota".into()))
+        );
+        assert_eq!(usage, Usage { input_tokens: 11, output_tokens: 7, cost_usd: 0.0 });
+        let mut seen = Vec::new();
+        while let Ok(event) = followed.try_recv() {
+            seen.push(event);
+        }
+        assert_eq!(
+            seen,
+            [
+                Live::Part(PartKind::Tool, "command ls".into()),
+                Live::Part(PartKind::ToolResult, "completed (exit 0)\na\n".into()),
+                Live::Part(PartKind::Text, "done".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn kikis_server_is_a_config_override() {
+        let kiki = McpServer { command: "/bin/kiki".into(), env: vec![("KIKI_TOKEN".into(), "t".into())] };
+        assert_eq!(
+            mcp_config(&kiki),
+            json!({"mcp_servers.kiki": {"command": "/bin/kiki", "args": ["mcp"], "env": {"KIKI_TOKEN": "t"}}})
+        );
+    }
+}

@@ -1,0 +1,46 @@
+//! The mailbox as a running turn's desk (see [`crate::executors::desk`]): an executor's
+//! permission requests and mid-turn input take the same paths as `kiki mcp`'s
+//! PermissionAsk and ThreadInbox for that turn.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::Mailbox;
+use crate::executors::desk::{Desk, Permission};
+use crate::store::InputRecord;
+use crate::threads::runner::TurnCaller;
+
+#[async_trait]
+impl Desk for Mailbox {
+    async fn ask_permission(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+        tool: &str,
+        input: &str,
+    ) -> Result<Permission, String> {
+        let caller = TurnCaller { thread_id: thread_id.into(), turn_id: turn_id.into() };
+        // Agents' tool names and inputs may be longer than a request keeps.
+        let tool: String = tool.chars().take(super::permissions::TOOL_MAX_CHARS).collect();
+        let input: String = input.chars().take(super::permissions::INPUT_MAX_CHARS).collect();
+        let decision =
+            Mailbox::ask_permission(self, Some(&caller), &tool, &input).await.map_err(|e| e.to_string())?;
+        Ok(Permission { allowed: decision.allowed, reason: decision.reason })
+    }
+
+    async fn take_input(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+        taken: Vec<String>,
+        timeout: Duration,
+    ) -> Result<Vec<InputRecord>, String> {
+        let caller = TurnCaller { thread_id: thread_id.into(), turn_id: turn_id.into() };
+        let timeout_ms =
+            u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX).min(super::WAIT_TIMEOUT_MAX_MS);
+        let (items, _delivered) =
+            self.inbox(Some(&caller), taken, Some(timeout_ms)).await.map_err(|e| e.to_string())?;
+        Ok(items)
+    }
+}
