@@ -427,3 +427,33 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     all
 }
+
+/// `--profile NAME` also gives the home a profile that runs the agent as threads; kikid
+/// takes the config as written, and a name already used otherwise is refused untouched.
+#[test]
+fn a_profile_for_the_agent_is_added_to_the_homes_config() {
+    let setup = Setup::new();
+    std::fs::create_dir_all(&setup.kiki_home).expect("kiki home");
+    let config = setup.kiki_home.join("config.toml");
+    std::fs::write(&config, "# mine\n[mailbox]\ndelivery_wait = \"5s\"\n").expect("config");
+    for (agent, name) in [("claude", "cc"), ("codex", "cx"), ("gemini", "gem"), ("kimi", "km")] {
+        let said = setup.kiki_ok(&["mcp", "install", agent, "--profile", name], &[]);
+        assert!(said.contains(&format!("wrote [profiles.{name}] to {}", config.display())), "{said}");
+    }
+    let loaded = kiki_daemon::config::Config::load(&config, true).expect("kikid takes it");
+    let executor = |name: &str| format!("{:?}", loaded.profile(name).expect("profile").executor);
+    assert_eq!([executor("cc"), executor("cx"), executor("gem")], ["Claude", "Codex", "Acp"]);
+    assert_eq!(loaded.profile("km").expect("km").command, ["kimi", "acp"]);
+    assert_eq!(loaded.mailbox.delivery_wait, std::time::Duration::from_secs(5), "the rest is kept");
+    let before = std::fs::read_to_string(&config).expect("read");
+    assert!(before.starts_with("# mine\n"), "{before}");
+
+    let refused = setup.kiki(&["mcp", "install", "codex", "--scope", "project", "--profile", "gem"], &[]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("\"gem\" is there already") && said.contains("nothing was written"), "{said}");
+    assert_eq!(std::fs::read_to_string(&config).expect("read"), before, "left untouched");
+    assert!(!setup.project_path("codex").exists(), "nor the agent's config written");
+    let bad = setup.kiki(&["mcp", "install", "codex", "--profile", "No Good"], &[]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("a profile name is 1-64 characters"), "{bad:?}");
+}

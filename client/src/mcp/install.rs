@@ -51,6 +51,10 @@ pub struct InstallArgs {
     /// Print the configuration instead of writing it.
     #[arg(long)]
     pub print: bool,
+    /// Also add a profile NAME to the home's config.toml that runs this agent as kiki
+    /// threads (claude and codex by their own executors; gemini and kimi over ACP).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
 }
 
 /// An agent CLI whose configuration kiki knows how to write.
@@ -73,6 +77,17 @@ impl AgentCli {
             AgentCli::Codex => "codex",
             AgentCli::Gemini => "gemini",
             AgentCli::Kimi => "kimi",
+        }
+    }
+
+    /// The kiki profile that runs this agent as threads: its executor, and its command
+    /// when the executor has no default.
+    fn profile(self) -> (&'static str, Option<[&'static str; 2]>) {
+        match self {
+            AgentCli::Claude => ("claude", None),
+            AgentCli::Codex => ("codex", None),
+            AgentCli::Gemini => ("acp", Some(["gemini", "--acp"])),
+            AgentCli::Kimi => ("acp", Some(["kimi", "acp"])),
         }
     }
 
@@ -104,7 +119,11 @@ impl Scope {
 }
 
 pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
+    if let Some(name) = &args.profile {
+        check_profile_name(name)?;
+    }
     let command = kiki_command()?;
+    let home_dir = home;
     let home = home.to_str().ok_or_else(|| anyhow!("the home {} is not UTF-8", home.display()))?;
     let entry = entry(args.agent, &command, home)?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
@@ -115,25 +134,117 @@ pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
         std::env::var_os("CODEX_HOME").as_deref(),
         &cwd,
     )?;
+    let profile_file = home_dir.join("config.toml");
+    if let Some(name) = &args.profile {
+        // Refused before anything is written.
+        let (existing, _) = read_existing(&profile_file)?;
+        merge_profile(existing.as_deref(), name, args.agent).map_err(|e| {
+            anyhow!("cannot add the profile to {}: {e:#}; nothing was written", profile_file.display())
+        })?;
+    }
     if !args.print {
         install(args.agent, &path, &entry)?;
+        if let Some(name) = &args.profile {
+            add_profile(&profile_file, name, args.agent)?;
+        }
     }
     if json {
-        print_json(&object([
+        let mut report = object([
             ("agent", args.agent.name().into()),
             ("scope", args.scope.name().into()),
             ("path", path.to_string_lossy().as_ref().into()),
             ("written", Json::Bool(!args.print)),
             ("config", entry),
-        ]));
+        ]);
+        if let (Json::Object(members), Some(name)) = (&mut report, &args.profile) {
+            let profile = object([
+                ("name", name.as_str().into()),
+                ("path", profile_file.to_string_lossy().as_ref().into()),
+                ("config", Json::String(profile_text(name, args.agent)?)),
+            ]);
+            members.push(("profile".into(), profile));
+        }
+        print_json(&report);
     } else if args.print {
         out!("{}", merge(args.agent, None, &entry)?);
         let scope = if args.scope == Scope::Project { " --scope project" } else { "" };
         hint!("# for {} (kiki mcp install {}{scope} writes it there)", path.display(), args.agent.name());
+        if let Some(name) = &args.profile {
+            out!("{}", profile_text(name, args.agent)?);
+            hint!("# for {}", profile_file.display());
+        }
     } else {
         outln!("wrote {} to {}", args.agent.entry_key(), path.display());
+        if let Some(name) = &args.profile {
+            outln!("wrote [profiles.{name}] to {} (restart kikid to use it)", profile_file.display());
+        }
     }
     Ok(())
+}
+
+/// kikid's rule for profile names (`profiles.NAME`).
+fn check_profile_name(name: &str) -> Result<()> {
+    let valid = (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if !valid {
+        bail!("invalid --profile {name:?}: a profile name is 1-64 characters of a-z, 0-9, '-' and '_'");
+    }
+    Ok(())
+}
+
+/// `[profiles.NAME]` for the agent.
+fn profile_table(agent: AgentCli) -> toml_edit::Table {
+    let (executor, command) = agent.profile();
+    let mut table = toml_edit::Table::new();
+    table.insert("executor", toml_edit::value(executor));
+    if let Some(command) = command {
+        table.insert("command", toml_edit::value(toml_edit::Array::from_iter(command)));
+    }
+    table
+}
+
+/// The profile as it is written, alone.
+fn profile_text(name: &str, agent: AgentCli) -> Result<String> {
+    merge_profile(None, name, agent)
+}
+
+/// The home's config with `[profiles.NAME]` added. A profile of that name already there is
+/// kept if it is the same, else refused: the owner's settings are never replaced.
+fn merge_profile(existing: Option<&str>, name: &str, agent: AgentCli) -> Result<String> {
+    let text = existing.unwrap_or_default();
+    let mut doc: toml_edit::DocumentMut =
+        text.parse().map_err(|e| anyhow!("it is not valid TOML: {}", toml_problem(text, &e)))?;
+    let profiles = doc.entry("profiles").or_insert_with(|| {
+        let mut profiles = toml_edit::Table::new();
+        profiles.set_implicit(true);
+        toml_edit::Item::Table(profiles)
+    });
+    let toml_edit::Item::Table(profiles) = profiles else { bail!("its `profiles` is not a table") };
+    let wanted = profile_table(agent);
+    match profiles.get(name) {
+        Some(toml_edit::Item::Table(old)) => {
+            let same = |key: &str| {
+                old.get(key).and_then(|v| v.as_value()).map(|v| v.to_string().trim().to_string())
+                    == wanted.get(key).and_then(|v| v.as_value()).map(|v| v.to_string().trim().to_string())
+            };
+            if !(same("executor") && same("command")) {
+                bail!(
+                    "a profile {name:?} is there already, with other settings; \
+                     choose another --profile or edit it"
+                );
+            }
+        }
+        Some(_) => bail!("its `profiles.{name}` is not a table"),
+        None => {
+            profiles.insert(name, toml_edit::Item::Table(wanted));
+        }
+    }
+    Ok(doc.to_string())
+}
+
+/// Adds the profile to the home's config file (see [`merge_profile`]).
+fn add_profile(path: &Path, name: &str, agent: AgentCli) -> Result<()> {
+    write_merged(path, "the profile", |existing| merge_profile(existing, name, agent))
 }
 
 /// The running `kiki`, by absolute path with links resolved: what the entry starts.
@@ -235,14 +346,19 @@ fn merge(agent: AgentCli, existing: Option<&str>, entry: &Json) -> Result<String
     }
 }
 
-/// Merges `entry` into the file at `path` and replaces the file, atomically. A file
-/// changed by someone else meanwhile (an agent saving its state) is merged again.
+/// Merges `entry` into the file at `path` (see [`write_merged`]).
 fn install(agent: AgentCli, path: &Path, entry: &Json) -> Result<()> {
+    write_merged(path, "the kiki server", |existing| merge(agent, existing, entry))
+}
+
+/// Replaces the file at `path` with what `merge` makes of it, atomically. A file changed by
+/// someone else meanwhile (an agent saving its state) is merged again.
+fn write_merged(path: &Path, what: &str, merge: impl Fn(Option<&str>) -> Result<String>) -> Result<()> {
     let path = resolve_link(path)?;
     for _ in 0..ATTEMPTS {
         let (existing, stamp) = read_existing(&path)?;
-        let text = merge(agent, existing.as_deref(), entry).map_err(|e| {
-            anyhow!("cannot add the kiki server to {}: {e:#}; the file is left unchanged", path.display())
+        let text = merge(existing.as_deref()).map_err(|e| {
+            anyhow!("cannot add {what} to {}: {e:#}; the file is left unchanged", path.display())
         })?;
         if write_atomic(&path, &text, &stamp)? {
             return Ok(());
@@ -864,5 +980,22 @@ command = \"docs-mcp\"
         assert_eq!(names.len(), 4, "{names:?}");
 
         std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_profile_is_added_next_to_what_is_there_and_never_replaced() {
+        let existing = "# my home\n[mailbox]\ndelivery_wait = \"5s\"\n\n[profiles.mine]\nexecutor = \"exec\"\ncommand = [\"x\"]\n";
+        let merged = merge_profile(Some(existing), "gem", AgentCli::Gemini).expect("merged");
+        assert!(merged.starts_with(existing), "{merged}");
+        assert!(
+            merged.ends_with("[profiles.gem]\nexecutor = \"acp\"\ncommand = [\"gemini\", \"--acp\"]\n"),
+            "{merged}"
+        );
+        // The same again changes nothing; other settings under that name are refused.
+        assert_eq!(merge_profile(Some(&merged), "gem", AgentCli::Gemini).expect("same"), merged);
+        let taken = merge_profile(Some(&merged), "mine", AgentCli::Codex).expect_err("taken");
+        assert!(taken.to_string().contains("\"mine\" is there already"), "{taken}");
+        assert_eq!(profile_text("c", AgentCli::Codex).expect("text"), "[profiles.c]\nexecutor = \"codex\"\n");
+        assert!(check_profile_name("Bad Name").is_err() && check_profile_name("ok-1").is_ok());
     }
 }

@@ -25,10 +25,10 @@ const PROTOCOL_VERSION: u64 = 1;
 pub async fn run(
     command: &[String],
     allowed_tools: &[String],
-    mut input: TurnInput<'_>,
+    input: TurnInput<'_>,
     report: &mut AgentReport,
 ) -> Result<String, TurnFailure> {
-    let (agent, stdin, stdout) = Spawned::start(command, &mut input).await?;
+    let (agent, stdin, stdout) = Spawned::start(command, &input).await?;
     let (peer, mut incoming) = Peer::start(stdin, stdout, true);
     let mut transcript = Transcript::new(input.live.clone(), input.max_output_bytes);
     let driven = drive(&peer, &mut incoming, &input, allowed_tools, &mut transcript, report).await;
@@ -57,6 +57,7 @@ async fn drive(
             let lost = |detail: &str| super::lost_session(session, "the ACP agent", detail);
             if agent["agentCapabilities"]["loadSession"].as_bool() != Some(true) {
                 report.lost_session = true;
+                transcript.prompted = true; // a lost session fails the turn itself, with attention
                 return Err(lost("it cannot load sessions: no loadSession capability"));
             }
             let params = json!({"sessionId": session, "cwd": cwd, "mcpServers": servers});
@@ -64,6 +65,7 @@ async fn drive(
                 Ok(_) => {}
                 Err(RpcError::Failed { message, .. }) => {
                     report.lost_session = true;
+                    transcript.prompted = true; // a lost session fails the turn itself, with attention
                     return Err(lost(&message));
                 }
                 Err(closed) => return Err(handshake(&closed)),
@@ -87,6 +89,7 @@ async fn drive(
     report.session = Some(session.clone());
     say(input.live.as_ref(), Live::Session(session.clone()));
 
+    transcript.prompted = true;
     let prompt = json!({"sessionId": session, "prompt": [{"type": "text", "text": input.rendered}]});
     let answer = peer.request("session/prompt", prompt);
     tokio::pin!(answer);

@@ -48,7 +48,7 @@ pub async fn run(
     argv.extend(arguments(resumed.as_deref(), &input.mcp.claude_config(), allowed_tools));
     let live = input.live.clone();
     let mut stream = Stream::default();
-    let exited = process::run(&argv, input, &mut |line| stream.feed(line, live.as_ref())).await?;
+    let exited = process::run(&argv, &input, &mut |line| stream.feed(line, live.as_ref())).await?;
     report.session = stream.session.clone().or(resumed.clone());
     report.usage = stream.usage;
     outcome(exited, stream, resumed.as_deref(), report)

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::codex_exec;
 use super::desk::TurnDesk;
 use super::process::Spawned;
 use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
@@ -28,19 +29,35 @@ const STEER_WAIT: Duration = Duration::from_secs(30);
 pub async fn run(
     command: &[String],
     allowed_tools: &[String],
-    mut input: TurnInput<'_>,
+    input: TurnInput<'_>,
     report: &mut AgentReport,
 ) -> Result<String, TurnFailure> {
     let mut argv = command.to_vec();
     argv.push("app-server".into());
-    let (agent, stdin, stdout) = Spawned::start(&argv, &mut input).await?;
+    let (agent, stdin, stdout) = Spawned::start(&argv, &input).await?;
     let (peer, mut incoming) = Peer::start(stdin, stdout, false);
+    let client = json!({"name": "kiki", "title": "kiki", "version": env!("CARGO_PKG_VERSION")});
+    let hello = peer.request("initialize", json!({"clientInfo": client})).await;
+    if let Err(RpcError::Closed) = hello {
+        // Gone before the handshake: a Codex without the app-server runs `codex exec`.
+        drop((peer, incoming));
+        let exit = agent.end(Duration::from_secs(5)).await.unwrap_or_default();
+        if exit.contains("app-server") {
+            return codex_exec::run(command, &input, report).await;
+        }
+        return Err(TurnFailure::before_agent(format!(
+            "the Codex app-server ended before its handshake: {exit}"
+        )));
+    }
     let mut transcript = Transcript::new(input.live.clone(), input.max_output_bytes);
-    let driven = drive(&peer, &mut incoming, &input, allowed_tools, &mut transcript, report).await;
+    let driven = match hello {
+        Ok(_) => drive(&peer, &mut incoming, &input, allowed_tools, &mut transcript, report).await,
+        Err(e) => Err(handshake(&e)),
+    };
     session::finish(agent, peer, incoming, transcript, driven, "Codex").await
 }
 
-/// The conversation of one turn; `Err` is why it failed.
+/// The conversation of one turn after the handshake's `initialize`; `Err` is why it failed.
 async fn drive(
     peer: &Peer,
     incoming: &mut mpsc::UnboundedReceiver<Incoming>,
@@ -49,8 +66,6 @@ async fn drive(
     transcript: &mut Transcript,
     report: &mut AgentReport,
 ) -> Result<(), String> {
-    let client = json!({"name": "kiki", "title": "kiki", "version": env!("CARGO_PKG_VERSION")});
-    peer.request("initialize", json!({"clientInfo": client})).await.map_err(|e| handshake(&e))?;
     peer.notify("initialized", Value::Null);
     let cwd = input.cwd.display().to_string();
     let config = mcp_config(&input.mcp);
@@ -60,6 +75,7 @@ async fn drive(
             peer.request("thread/resume", params).await.map_err(|e| match e {
                 RpcError::Failed { message, .. } => {
                     report.lost_session = true;
+                    transcript.prompted = true; // a lost session fails the turn itself, with attention
                     super::lost_session(thread, "Codex", &message)
                 }
                 closed => handshake(&closed),
@@ -74,6 +90,7 @@ async fn drive(
     report.session = Some(thread.clone());
     say(input.live.as_ref(), Live::Session(thread.clone()));
 
+    transcript.prompted = true;
     let turn_input = json!([{"type": "text", "text": input.rendered}]);
     let started = peer
         .request("turn/start", json!({"threadId": thread, "input": turn_input}))
@@ -156,6 +173,8 @@ fn note(
             }
             _ => {}
         },
+        // Kept as it streams, so a turn cut short still shows what the agent said.
+        "item/agentMessage/delta" => transcript.chunk(params["delta"].as_str().unwrap_or_default()),
         "item/completed" => match item["type"].as_str() {
             Some("agentMessage") => transcript.answer(text(&item["text"])),
             Some("commandExecution") => {
@@ -290,6 +309,7 @@ mod tests {
                 "thread/tokenUsage/updated",
                 json!({"tokenUsage": {"last": {"inputTokens": 1, "outputTokens": 2}}}),
             ),
+            ("item/agentMessage/delta", json!({"delta": "do"})),
             ("item/completed", json!({"item": {"type": "agentMessage", "text": "done"}})),
             ("turn/completed", json!({"turn": {"id": "other", "status": "completed"}})),
         ];

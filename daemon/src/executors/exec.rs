@@ -5,7 +5,7 @@ use super::process;
 use super::{TurnFailure, TurnInput};
 
 pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, TurnFailure> {
-    let exited = process::run(command, input, &mut |_| {}).await?;
+    let exited = process::run(command, &input, &mut |_| {}).await?;
     let output = String::from_utf8_lossy(&exited.stdout).into_owned();
     if exited.status.success() {
         return Ok(output);

@@ -6,6 +6,7 @@ mod acp;
 pub mod agent;
 mod claude;
 mod codex;
+mod codex_exec;
 pub mod desk;
 mod exec;
 mod process;
@@ -23,13 +24,10 @@ use crate::config::{ExecutorKind, ProfileConfig};
 use crate::store::RoomTag;
 use crate::store::{InputKind, InputRecord};
 
-/// Told about an `exec` agent once its process runs, before it gets its input. An error
+/// Told about each agent process of a turn once it runs, before it gets any input. An error
 /// stops the agent before it gets any: the turn fails and its messages are not delivered.
 pub type OnAgentStart<'a> = Box<
-    dyn FnOnce(Option<Agent>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>
-        + Send
-        + Sync
-        + 'a,
+    dyn Fn(Option<Agent>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> + Send + Sync + 'a,
 >;
 
 /// What an executor gets for one turn.

@@ -78,7 +78,7 @@ impl Spawned {
     /// the caller's.
     pub async fn start(
         command: &[String],
-        input: &mut TurnInput<'_>,
+        input: &TurnInput<'_>,
     ) -> Result<(Self, ChildStdin, ChildStdout), TurnFailure> {
         let (program, args) = command
             .split_first()
@@ -94,7 +94,7 @@ impl Spawned {
             .spawn()
             .map_err(|e| TurnFailure::before_agent(format!("cannot start {program:?}: {e}")))?;
         let guard = GroupGuard { pgid: child.id().map(|pid| Pid::from_raw(pid as i32)) };
-        if let Some(recorded) = input.on_agent_start.take() {
+        if let Some(recorded) = &input.on_agent_start {
             // `None` if the process cannot be described (it exited already, or there is no
             // /proc): recorded all the same, as an agent that cannot be stopped later.
             // Dropping the guard on this error kills the agent before it got its input.
@@ -154,10 +154,10 @@ fn started_failure(output: String, error: String) -> TurnFailure {
 /// not start, or its output overflowed (it is stopped).
 pub async fn run(
     command: &[String],
-    mut input: TurnInput<'_>,
+    input: &TurnInput<'_>,
     on_line: &mut (dyn FnMut(&[u8]) + Send),
 ) -> Result<Exited, TurnFailure> {
-    let (mut agent, mut stdin, stdout) = Spawned::start(command, &mut input).await?;
+    let (mut agent, mut stdin, stdout) = Spawned::start(command, input).await?;
     let fail = started_failure;
     // Stdin and stderr are pumped by their own tasks while stdout is read here, so neither
     // a large input nor a chatty stderr can deadlock the turn. An agent that exits without

@@ -194,15 +194,27 @@ fn classify(line: &[u8]) -> Option<Message> {
         (None, Some(id)) => {
             let id = id.as_u64()?;
             let answer = match message.get_mut("error") {
-                Some(error) => Err(RpcError::Failed {
-                    code: error["code"].as_i64().unwrap_or(0),
-                    message: error["message"].as_str().unwrap_or("an error without a message").to_string(),
-                }),
+                Some(error) => {
+                    Err(RpcError::Failed { code: error["code"].as_i64().unwrap_or(0), message: said(error) })
+                }
                 None => Ok(message.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
             };
             Some(Message::Answer(id, answer))
         }
         (None, None) => None,
+    }
+}
+
+/// An error's message, with its `data` when it has some (ACP's `details` as text).
+fn said(error: &Value) -> String {
+    let message = error["message"].as_str().unwrap_or("an error without a message");
+    match &error["data"] {
+        Value::Null => message.to_string(),
+        Value::String(data) => format!("{message}: {data}"),
+        data => match data["details"].as_str() {
+            Some(details) => format!("{message}: {details}"),
+            None => format!("{message}: {data}"),
+        },
     }
 }
 
@@ -226,6 +238,9 @@ mod tests {
             panic!("an error")
         };
         assert_eq!(message, "no rollout");
+        let with_data =
+            json!({"code": -32603, "message": "Internal error", "data": {"details": "the model failed"}});
+        assert_eq!(said(&with_data), "Internal error: the model failed");
         let Some(Message::Incoming(note)) = classify(br#"{"method":"turn/started","params":{"a":1}}"#) else {
             panic!("a notification")
         };

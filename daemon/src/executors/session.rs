@@ -17,6 +17,9 @@ const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// What the agent said in the turn: its answers (the turn's output), parts for followers.
 pub struct Transcript {
+    /// The agent was given the turn's input (or told its session is gone): a failure from
+    /// here on is the turn's, and its messages count as delivered.
+    pub prompted: bool,
     live: Option<LiveSink>,
     answers: Vec<String>,
     /// Text streamed in chunks, not yet one answer.
@@ -28,7 +31,20 @@ pub struct Transcript {
 
 impl Transcript {
     pub fn new(live: Option<LiveSink>, limit: usize) -> Self {
-        Self { live, answers: Vec::new(), streaming: String::new(), bytes: 0, limit, errors: Vec::new() }
+        Self {
+            prompted: false,
+            live,
+            answers: Vec::new(),
+            streaming: String::new(),
+            bytes: 0,
+            limit,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Tells followers `event` as it is.
+    pub fn say(&self, event: Live) {
+        say(self.live.as_ref(), event);
     }
 
     /// A tool call or its result (any text streamed before it is one answer first).
@@ -37,9 +53,9 @@ impl Transcript {
         say(self.live.as_ref(), Live::Part(kind, text));
     }
 
-    /// One whole message of the agent.
+    /// One whole message of the agent, in place of what was streamed of it.
     pub fn answer(&mut self, text: String) {
-        self.flush();
+        self.streaming.clear();
         self.keep(text);
     }
 
@@ -77,7 +93,7 @@ impl Transcript {
     }
 
     /// The turn's output (its answers, a blank line apart) and whether it overflowed.
-    fn output(mut self) -> (String, bool) {
+    pub fn output(mut self) -> (String, bool) {
         self.flush();
         let mut output = self.answers.join("\n\n");
         let overflowed = self.bytes > self.limit || output.len() > self.limit;

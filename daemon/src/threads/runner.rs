@@ -369,6 +369,7 @@ impl Inner {
     fn agent_recorder<'a>(&self, turn_id: &str, recorded: Arc<AtomicBool>) -> OnAgentStart<'a> {
         let (store, turn_id) = (self.store.clone(), turn_id.to_string());
         Box::new(move |agent: Option<Agent>| {
+            let (store, turn_id, recorded) = (store.clone(), turn_id.clone(), recorded.clone());
             Box::pin(async move {
                 // An agent that cannot be described is recorded too: its input was given.
                 let record = agent.map_or_else(|| UNKNOWN_AGENT.to_string(), |a| a.record());
