@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::codex_exec;
 use super::desk::TurnDesk;
@@ -25,6 +26,8 @@ use crate::store::inbox_id;
 
 /// How long a steering poll waits for input before looking again.
 const STEER_WAIT: Duration = Duration::from_secs(30);
+/// At the turn's end, how long a steer under way may take to be answered.
+const STEER_GRACE: Duration = Duration::from_secs(5);
 
 pub async fn run(
     command: &[String],
@@ -99,8 +102,15 @@ async fn drive(
     let turn = started["turn"]["id"].as_str().ok_or("Codex started a turn without an id")?.to_string();
 
     let steering_done = CancellationToken::new();
+    // Aborted with the turn if it is dropped (kikid stopping).
     let steering = input.desk.clone().map(|desk| {
-        tokio::spawn(steer(peer.clone(), desk, thread.clone(), turn.clone(), steering_done.clone()))
+        AbortOnDropHandle::new(tokio::spawn(steer(
+            peer.clone(),
+            desk,
+            thread.clone(),
+            turn.clone(),
+            steering_done.clone(),
+        )))
     });
     let mut asks = tokio::task::JoinSet::new();
     let mut usage = Usage::default();
@@ -121,10 +131,12 @@ async fn drive(
             Incoming::Garbled(what) => break Err(format!("Codex wrote {what}")),
         }
     };
-    // What is being steered lands (and is counted) before the turn is seen to end.
+    // What is being steered lands (and is counted) before the turn is seen to end; a Codex
+    // that does not answer the steer is not waited for long (the input then waits for the
+    // next turn, which may give the agent a message twice, never lose it).
     steering_done.cancel();
     if let Some(steering) = steering {
-        let _ = steering.await;
+        let _ = tokio::time::timeout(STEER_GRACE, steering).await;
     }
     asks.abort_all();
     report.usage = Some(usage);
@@ -265,11 +277,16 @@ async fn approve(
 /// or when Codex refuses one (the input then waits for the next turn).
 async fn steer(peer: Peer, desk: TurnDesk, thread: String, turn: String, done: CancellationToken) {
     loop {
+        let asked = tokio::time::Instant::now();
         let items = tokio::select! {
             items = desk.take_input(Vec::new(), STEER_WAIT) => items,
             () = done.cancelled() => return,
         };
         if items.is_empty() {
+            // Nothing before the poll's end: the turn is over for the home (or it failed).
+            if asked.elapsed() < STEER_WAIT {
+                return;
+            }
             continue;
         }
         let ids: Vec<String> = items.iter().filter_map(|i| inbox_id(i).map(str::to_string)).collect();
