@@ -12,6 +12,17 @@ if ! python3 -c 'import mcp' 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check 'mcp==2.3.0'
 fi
 
+# The real Codex and Gemini CLIs, for the codex and acp executors' handshake tests
+# (tests/tests/agent_clis.rs): pinned versions from npm, into target/agent-clis.
+export KIKI_AGENT_CLIS="${KIKI_AGENT_CLIS:-$PWD/target/agent-clis}"
+if ! command -v npm >/dev/null; then
+    apt-get update && apt-get install -y nodejs npm
+fi
+if [ ! -x "$KIKI_AGENT_CLIS/node_modules/.bin/codex" ] || [ ! -x "$KIKI_AGENT_CLIS/node_modules/.bin/gemini" ]; then
+    npm install --prefix "$KIKI_AGENT_CLIS" --no-audit --no-fund --loglevel=error \
+        @openai/codex@0.171.0 @google/gemini-cli@0.61.0
+fi
+
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -351,6 +351,9 @@ async fn read(client: &Client, request: pb::ThreadReadRequest, json: bool) -> Re
         }
     } else {
         show_turns(&page);
+        if let Some(session) = page.thread.as_ref().map(|t| &t.agent_session).filter(|s| !s.is_empty()) {
+            hint!("agent session: {session}");
+        }
         // Only the newest turns are shown: the older ones are read from the oldest on (on
         // stderr, like every paging hint).
         let first = page.coverage.as_ref().map_or(0, |c| c.first_seq);

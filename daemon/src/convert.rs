@@ -36,6 +36,8 @@ pub fn thread_to_pb(t: &ThreadRecord, host_id: &str, communication: (bool, Strin
         host_id: host_id.to_string(),
         communication_open: communication.0,
         communication_why: communication.1,
+        // Only ThreadRead looks it up (see the thread service).
+        agent_session: String::new(),
     }
 }
 

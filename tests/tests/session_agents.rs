@@ -104,6 +104,7 @@ async fn a_thread_is_one_codex_or_acp_session_across_turns_and_restarts() {
         assert_eq!(first[0].status, pb::TurnStatus::Completed as i32, "{agent:?}: {:?}", first[0]);
         let (n, session) = turn_of(&first[0].output);
         assert_eq!(n, 1, "{agent:?}");
+        assert_eq!(home.thread_record(&thread).await.agent_session, session, "ThreadRead shows it");
         if agent == Agent::Codex {
             let usage = first[0].usage.expect("Codex reports tokens");
             assert_eq!((usage.input_tokens, usage.output_tokens), (10, 5), "{usage:?}");

@@ -22,6 +22,9 @@ use super::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usag
 /// The ACP version kiki speaks.
 const PROTOCOL_VERSION: u64 = 1;
 
+/// ACP's error for a session (or other resource) the agent does not have.
+const RESOURCE_NOT_FOUND: i64 = -32002;
+
 pub async fn run(
     command: &[String],
     allowed_tools: &[String],
@@ -63,12 +66,13 @@ async fn drive(
             let params = json!({"sessionId": session, "cwd": cwd, "mcpServers": servers});
             match peer.request("session/load", params).await {
                 Ok(_) => {}
-                Err(RpcError::Failed { message, .. }) => {
+                Err(RpcError::Failed { code: RESOURCE_NOT_FOUND, message }) => {
                     report.lost_session = true;
                     transcript.prompted = true; // a lost session fails the turn itself, with attention
                     return Err(lost(&message));
                 }
-                Err(closed) => return Err(handshake(&closed)),
+                // Say, not signed in: the session may well be there.
+                Err(failed) => return Err(format!("the ACP agent did not load session {session}: {failed}")),
             }
             // The agent replays the session's history before it answers: not this turn's.
             while let Ok(replayed) = incoming.try_recv() {

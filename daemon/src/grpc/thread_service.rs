@@ -123,7 +123,12 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         Ok(Response::new(match read {
             Routed::Here(read) => {
                 let communication = self.threads.communication(Threads::read_thread(&read));
-                read_to_pb(read, "", communication)
+                let mut answer = read_to_pb(read, "", communication);
+                if let Some(thread) = answer.thread.as_mut() {
+                    thread.agent_session =
+                        self.threads.agent_session(&thread.id).await.map_err(status)?.unwrap_or_default();
+                }
+                answer
             }
             Routed::There(page) => page.into_wire(),
         }))

@@ -353,6 +353,11 @@ impl Threads {
         Ok(TurnPage { thread, turns, next_cursor: None })
     }
 
+    /// The agent's own session the thread continues, if its agent named one.
+    pub async fn agent_session(&self, thread_id: &str) -> Result<Option<String>> {
+        Ok(self.store.agent_session(thread_id).await?)
+    }
+
     /// Whether `thread`'s peer communication is open now, and the switch that decides it.
     pub fn communication(&self, thread: &ThreadRecord) -> (bool, String) {
         switches::decide(&self.config, thread)

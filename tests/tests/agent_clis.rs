@@ -1,0 +1,131 @@
+//! The `codex` and `acp` executors against the real agent CLIs, installed from npm (pinned)
+//! by tests/run-all.sh into `KIKI_AGENT_CLIS` (default `target/agent-clis`). This machine has
+//! no model account and no network, so no turn gets an answer; everything before the answer
+//! runs for real: the handshake, the session opened with kiki's MCP server, the prompt, and
+//! (Codex) messages steered into the running turn and the session resumed after a restart.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kiki_daemon::config::{ExecutorKind, ProfileConfig};
+use kiki_proto as pb;
+use kiki_tests::TestHome;
+
+/// The installed CLI `name`; missing is a failure (run-all.sh installs it), never a skip.
+fn real_cli(name: &str) -> PathBuf {
+    let dir = std::env::var_os("KIKI_AGENT_CLIS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/agent-clis"));
+    let cli = dir.join("node_modules/.bin").join(name);
+    assert!(
+        cli.exists(),
+        "{} is missing: tests/run-all.sh installs the agent CLIs (npm install --prefix {} …)",
+        cli.display(),
+        dir.display()
+    );
+    cli
+}
+
+fn profile(executor: ExecutorKind, command: Vec<String>) -> ProfileConfig {
+    ProfileConfig { executor, command, ..ProfileConfig::default() }
+}
+
+async fn create(home: &TestHome, prompt: &str) -> String {
+    let request = pb::ThreadCreateRequest {
+        cwd: Some(home.workdir("agent").display().to_string()),
+        profile: Some("agent".into()),
+        prompt: Some(prompt.into()),
+        ..Default::default()
+    };
+    home.create(request).await.expect("create").id
+}
+
+/// Once the thread's turn runs with an agent session: the session. `ended` turns ended
+/// before; another that ends fails the test.
+async fn running_session(home: &TestHome, thread: &str, ended: usize) -> String {
+    kiki_tests::eventually_within("the turn running in an agent session", Duration::from_secs(60), || async {
+        let record = home.thread_record(thread).await;
+        let turns = home.all_turns(thread).await;
+        assert!(turns.len() <= ended, "the turn ended: {:?}", turns.last());
+        (record.state == pb::ThreadState::Running as i32 && !record.agent_session.is_empty())
+            .then_some(record.agent_session)
+    })
+    .await
+}
+
+/// A message to the thread, answered `delivered` only if the agent took it into its turn.
+async fn steer(home: &TestHome, thread: &str, key: &str) -> pb::ThreadSendResponse {
+    let send = pb::ThreadSendRequest {
+        target: Some(kiki_tests::local(thread)),
+        content: "also look at the logs".into(),
+        idempotency_key: key.into(),
+        ..Default::default()
+    };
+    home.send(send).await.expect("send")
+}
+
+fn uuid_like(id: &str) -> bool {
+    let groups: Vec<usize> = id.split('-').map(str::len).collect();
+    groups == [8, 4, 4, 4, 12] && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// `codex app-server`: the handshake, `thread/start` with kiki's MCP server in its config,
+/// `turn/start`, a message steered into the running turn (`turn/steer`, so the send is
+/// `delivered`), and after a kikid restart `thread/resume` of the same Codex thread.
+#[tokio::test]
+async fn the_real_codex_app_server_opens_resumes_and_takes_steering() {
+    let codex = real_cli("codex");
+    let codex_home = tempfile::tempdir().expect("codex home");
+    let command = vec![
+        "env".into(),
+        format!("CODEX_HOME={}", codex_home.path().display()),
+        codex.display().to_string(),
+    ];
+    let mut home = TestHome::builder()
+        .config(move |c| {
+            c.profiles.insert("agent".into(), profile(ExecutorKind::Codex, command));
+            c.thread_communication.enabled = Some(true);
+            c.mailbox.delivery_wait = Duration::from_secs(30);
+        })
+        .start()
+        .await;
+    let thread = create(&home, "say hello").await;
+    let session = running_session(&home, &thread, 0).await;
+    assert!(uuid_like(&session), "a Codex thread id: {session}");
+    let sent = steer(&home, &thread, "steer-1").await;
+    assert_eq!(sent.status, pb::SendStatus::Delivered as i32, "Codex took it into the running turn");
+
+    // Stopped mid-turn; the next turn resumes the same Codex thread and takes steering again.
+    home.restart().await;
+    home.say(&thread, "go on").await.expect("say");
+    assert_eq!(running_session(&home, &thread, 1).await, session, "the same Codex thread");
+    let sent = steer(&home, &thread, "steer-2").await;
+    assert_eq!(sent.status, pb::SendStatus::Delivered as i32, "steered into the resumed thread's turn");
+    let turns = home.all_turns(&thread).await;
+    assert_eq!(turns.len(), 1, "only the turn the restart interrupted ended: {turns:?}");
+}
+
+/// Gemini CLI over ACP (`gemini --acp`): the handshake (`initialize`), `session/new` with
+/// kiki's MCP server among its `mcpServers`, and the prompt under way. (Without a real key
+/// the prompt never ends: the session is what this shows.)
+#[tokio::test]
+async fn the_real_gemini_cli_opens_an_acp_session() {
+    let gemini = real_cli("gemini");
+    let user = tempfile::tempdir().expect("gemini's HOME");
+    let command = vec![
+        "env".into(),
+        format!("HOME={}", user.path().display()),
+        "GEMINI_API_KEY=not-a-real-key".into(),
+        gemini.display().to_string(),
+        "--acp".into(),
+    ];
+    let home = TestHome::builder()
+        .config(move |c| {
+            c.profiles.insert("agent".into(), profile(ExecutorKind::Acp, command));
+        })
+        .start()
+        .await;
+    let thread = create(&home, "say hello").await;
+    let session = running_session(&home, &thread, 0).await;
+    assert!(!session.is_empty() && session.len() <= 200, "an ACP session id: {session}");
+}
