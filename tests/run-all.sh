@@ -12,15 +12,16 @@ if ! python3 -c 'import mcp' 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check 'mcp==2.3.0'
 fi
 
-# The real Codex and Gemini CLIs, for the codex and acp executors' handshake tests
+# The real Claude Code, Codex and Gemini CLIs, for the executors' handshake tests
 # (tests/tests/agent_clis.rs): pinned versions from npm, into target/agent-clis.
 export KIKI_AGENT_CLIS="${KIKI_AGENT_CLIS:-$PWD/target/agent-clis}"
 if ! command -v npm >/dev/null; then
     apt-get update && apt-get install -y nodejs npm
 fi
-if [ ! -x "$KIKI_AGENT_CLIS/node_modules/.bin/codex" ] || [ ! -x "$KIKI_AGENT_CLIS/node_modules/.bin/gemini" ]; then
+if [ ! -x "$KIKI_AGENT_CLIS/node_modules/.bin/codex" ] || [ ! -x "$KIKI_AGENT_CLIS/node_modules/.bin/gemini" ] \
+    || [ ! -x "$KIKI_AGENT_CLIS/node_modules/.bin/claude" ]; then
     npm install --prefix "$KIKI_AGENT_CLIS" --no-audit --no-fund --loglevel=error \
-        @openai/codex@0.171.0 @google/gemini-cli@0.61.0
+        @openai/codex@0.171.0 @google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.197
 fi
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

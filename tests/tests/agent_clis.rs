@@ -129,3 +129,44 @@ async fn the_real_gemini_cli_opens_an_acp_session() {
     let session = running_session(&home, &thread, 0).await;
     assert!(!session.is_empty() && session.len() <= 200, "an ACP session id: {session}");
 }
+
+/// Claude Code's headless mode (`claude -p --output-format stream-json`): the real CLI takes
+/// the `claude` executor's arguments (kiki's MCP server in `--mcp-config`, the permission
+/// prompt tool), names its session, and is resumed with it; without a login each turn ends
+/// with its error. A session it does not have is a lost session.
+#[tokio::test]
+async fn the_real_claude_code_names_resumes_and_loses_sessions() {
+    let claude = real_cli("claude");
+    let user = tempfile::tempdir().expect("Claude Code's HOME");
+    let command = vec!["env".into(), format!("HOME={}", user.path().display()), claude.display().to_string()];
+    let home = TestHome::builder()
+        .config(move |c| {
+            c.profiles.insert("agent".into(), profile(ExecutorKind::Claude, command));
+        })
+        .start()
+        .await;
+    let thread = create(&home, "say hello").await;
+    let first = home.wait_turns(&thread, 1).await;
+    assert!(first[0].error.contains("Not logged in"), "{:?}", first[0]);
+    let session = home.thread_record(&thread).await.agent_session;
+    assert!(uuid_like(&session), "Claude Code's session id: {session:?}");
+    home.say(&thread, "again").await.expect("say");
+    let turns = home.wait_turns(&thread, 2).await;
+    assert!(turns[1].error.contains("Not logged in"), "resumed, not lost: {:?}", turns[1]);
+    assert_eq!(home.thread_record(&thread).await.agent_session, session);
+
+    let request = pb::ThreadCreateRequest {
+        cwd: Some(home.workdir("agent").display().to_string()),
+        profile: Some("agent".into()),
+        prompt: Some("hello".into()),
+        resume_agent_session: Some("00000000-0000-4000-8000-000000000000".into()),
+        ..Default::default()
+    };
+    let lost = home.create(request).await.expect("create").id;
+    let turns = home.wait_turns(&lost, 1).await;
+    assert!(
+        turns[0].error.contains("is gone") && turns[0].error.contains("No conversation found"),
+        "{:?}",
+        turns[0].error
+    );
+}

@@ -161,7 +161,11 @@ fn outcome(
     match stream.result {
         Some((text, None)) if exited.status.success() => Ok(text),
         Some((text, Some(subtype))) => {
-            Err(fail(text, format!("Claude Code ended the turn with an error ({subtype})")))
+            // Its result says why (`Not logged in · Please run /login`); the subtype may say
+            // only `success` (the run itself went fine).
+            let kind = if subtype == "success" { String::new() } else { format!(" ({subtype})") };
+            let why = text.lines().next().unwrap_or_default();
+            Err(fail(text.clone(), format!("Claude Code ended the turn with an error{kind}: {why}")))
         }
         _ => Err(fail(
             stream.text.join("\n"),
