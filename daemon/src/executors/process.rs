@@ -1,6 +1,7 @@
-//! An agent's process for one turn, as the `exec` and `claude` executors run it: the
-//! command in the thread's cwd with the turn input on stdin, stdout collected up to the
-//! output limit, the end of stderr kept for a failure.
+//! An agent's process for one turn: the command in the thread's cwd, recorded with its
+//! turn, the end of its stderr kept for a failure. [`run`] is how `exec` and `claude` use it
+//! (the turn's input on stdin, stdout collected up to the output limit); `codex` and `acp`
+//! hold a conversation on its stdio instead ([`Spawned`], see `rpc`).
 //!
 //! The agent runs in its own process group. When the turn is stopped (daemon shutdown) or
 //! its output overflows, the whole group is killed, so nothing it spawned outlives the turn
