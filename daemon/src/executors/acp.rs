@@ -17,7 +17,7 @@ use super::desk::TurnDesk;
 use super::process::Spawned;
 use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
 use super::session::{self, Transcript};
-use super::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, say};
+use super::turn::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, say};
 
 /// The ACP version kiki speaks.
 const PROTOCOL_VERSION: u64 = 1;
@@ -57,7 +57,7 @@ async fn drive(
     let servers = mcp_servers(&input.mcp);
     let session = match &input.agent_session {
         Some(session) => {
-            let lost = |detail: &str| super::lost_session(session, "the ACP agent", detail);
+            let lost = |detail: &str| super::turn::lost_session(session, "the ACP agent", detail);
             if agent["agentCapabilities"]["loadSession"].as_bool() != Some(true) {
                 report.lost_session = true;
                 transcript.prompted = true; // a lost session fails the turn itself, with attention

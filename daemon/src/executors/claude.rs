@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::process::{self, Exited};
-use super::{
+use super::turn::{
     AgentReport, Live, LiveSink, McpServer, PartKind, TurnFailure, TurnInput, Usage, lost_session, say,
 };
 

@@ -18,10 +18,11 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::codex_exec;
 use super::desk::TurnDesk;
+use super::input::render;
 use super::process::Spawned;
 use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
 use super::session::{self, Transcript};
-use super::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, render, say};
+use super::turn::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, say};
 use crate::store::inbox_id;
 
 /// How long a steering poll waits for input before looking again.
@@ -79,7 +80,7 @@ async fn drive(
                 RpcError::Failed { message, .. } => {
                     report.lost_session = true;
                     transcript.prompted = true; // a lost session fails the turn itself, with attention
-                    super::lost_session(thread, "Codex", &message)
+                    super::turn::lost_session(thread, "Codex", &message)
                 }
                 closed => handshake(&closed),
             })?

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::process;
 use super::session::Transcript;
-use super::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, lost_session};
+use super::turn::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, lost_session};
 
 pub async fn run(
     command: &[String],

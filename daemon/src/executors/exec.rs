@@ -2,7 +2,7 @@
 //! stdout is the output, a non-zero exit a failed turn.
 
 use super::process;
-use super::{TurnFailure, TurnInput};
+use super::turn::{TurnFailure, TurnInput};
 
 pub async fn run(command: &[String], input: TurnInput<'_>) -> Result<String, TurnFailure> {
     let exited = process::run(command, &input, &mut |_| {}).await?;

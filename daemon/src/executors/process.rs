@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 
 use super::agent::Agent;
-use super::{TurnFailure, TurnInput};
+use super::turn::{TurnFailure, TurnInput};
 
 /// How much of stderr a failed turn's error keeps (the end, where the reason usually is).
 const STDERR_TAIL_BYTES: usize = 4096;
