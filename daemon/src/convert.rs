@@ -323,7 +323,7 @@ pub fn entry_to_pb(e: EntryRecord) -> pb::RoomEntry {
                 None => pb::RoomDelivery {
                     member: member.clone(),
                     status: "undeliverable".into(),
-                    reason: "no active bridge to its home when the entry was posted".into(),
+                    reason: "this home had no bridge to its home when the entry was posted".into(),
                 },
             })
             .collect(),

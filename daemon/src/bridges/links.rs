@@ -3,7 +3,7 @@
 //! that peer; a call that finds it lost redials once; one no call used for
 //! [`IDLE_CONNECTION`] is let go by [`Links::run_idle`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::error::{Error, Result};
-use crate::store::BridgeRecord;
+use crate::store::{BridgeRecord, BridgeState};
 use crate::sync::lock;
 
 /// How long a remote call may take before it is reported as a link error: a ThreadWait
@@ -44,11 +44,23 @@ pub(super) struct Links {
     connections: std::sync::Mutex<HashMap<String, ConnectionSlot>>,
     /// How long a dial may take (`[bridge] connect_timeout`).
     connect_timeout: Duration,
+    /// Bridges whose target answered a call although this home does not know it approved
+    /// them (yet): their grant is asked for at once (see `Pairing::run_learning`), so the
+    /// first call after the target's owner approved makes the bridge active here.
+    answered_unconfirmed: std::sync::Mutex<HashSet<String>>,
+    /// Rung when `answered_unconfirmed` gets a bridge.
+    pub(super) unconfirmed_answered: tokio::sync::Notify,
 }
 
 impl Links {
     pub(super) fn new(endpoint: Arc<dyn Transport>, connect_timeout: Duration) -> Self {
-        Self { endpoint, connections: Default::default(), connect_timeout }
+        Self {
+            endpoint,
+            connections: Default::default(),
+            connect_timeout,
+            answered_unconfirmed: Default::default(),
+            unconfirmed_answered: Default::default(),
+        }
     }
 
     /// The transport the links go over; it also accepts the peers' connections.
@@ -106,7 +118,10 @@ impl Links {
         for attempt in 0..2 {
             let peer = self.connection(bridge, failed.as_ref()).await.map_err(|e| took(e, started))?;
             match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call, withdraw_after)).await {
-                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Ok(reply)) => {
+                    self.answered(bridge, &reply);
+                    return Ok(reply);
+                }
                 Ok(Err(e)) if attempt == 0 && e.lost => {
                     debug!(error = %e, "bridge call failed; reconnecting");
                     failed = Some(peer);
@@ -121,6 +136,30 @@ impl Links {
             }
         }
         unreachable!("the loop returns on its second attempt")
+    }
+
+    /// Notes a bridge whose target served a call only an approved bridge gets served while
+    /// this home does not know it approved.
+    fn answered(&self, bridge: &BridgeRecord, reply: &wire::BridgeReply) {
+        use wire::bridge_reply::Reply;
+        let served = match &reply.reply {
+            Some(Reply::ThreadList(_) | Reply::ThreadRead(_) | Reply::ThreadWait(_)) => true,
+            Some(Reply::RoomJoin(_) | Reply::RoomPost(_) | Reply::RoomRead(_)) => true,
+            Some(Reply::ThreadSend(sent)) => sent.status() != kiki_proto::SendStatus::Undeliverable,
+            // A ping, pairing call or follow-up is answered whatever the grant; a refusal is none.
+            _ => false,
+        };
+        if !served || matches!(bridge.state, BridgeState::Active | BridgeState::Revoked) {
+            return;
+        }
+        if lock(&self.answered_unconfirmed).insert(bridge.id.clone()) {
+            self.unconfirmed_answered.notify_one();
+        }
+    }
+
+    /// The bridges [`Links::answered`] noted since the last time.
+    pub(super) fn take_answered_unconfirmed(&self) -> Vec<String> {
+        lock(&self.answered_unconfirmed).drain().collect()
     }
 
     /// The connection to the bridge's peer, dialed if there is none, it closed, or it is

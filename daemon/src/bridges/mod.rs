@@ -186,6 +186,10 @@ impl Bridges {
             let (cx, stop) = (cx.clone(), stop.clone());
             async move { cx.links.run_idle(stop).await }
         });
+        tasks.spawn({
+            let (pairing, stop) = (pairing.clone(), stop.clone());
+            async move { pairing.run_learning(stop).await }
+        });
         let remote = Remote::new(cx.clone(), pairing.clone());
         Self { inner: Arc::new(Parts { cx, pairing, remote, outbox, stop, tasks }) }
     }

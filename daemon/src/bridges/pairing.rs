@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiki_proto::bridge::v1 as wire;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use wire::bridge_call::Call;
 use wire::bridge_reply::Reply;
@@ -641,6 +642,30 @@ impl Pairing {
             }
         }
         Ok(refreshed)
+    }
+
+    /// Asks the targets of bridges whose calls they answered, though this home did not know
+    /// they approved them (see `Links::answered`), what they granted, until `stop`.
+    pub(super) async fn run_learning(&self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = self.cx.links.unconfirmed_answered.notified() => {}
+            }
+            for id in self.cx.links.take_answered_unconfirmed() {
+                let bridge = match self.cx.table.find(|b| b.id == id).await {
+                    Ok(Some(b)) if !matches!(b.state, BridgeState::Active | BridgeState::Revoked) => b,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        warn!(error = %e, "cannot read a bridge to learn its grant");
+                        continue;
+                    }
+                };
+                if let Err(e) = self.refresh(bridge).await {
+                    warn!(error = %e, "cannot learn a bridge's grant");
+                }
+            }
+        }
     }
 
     /// Pings the target: records link health and learns what it granted.

@@ -78,6 +78,7 @@ pub mod tests {
                 workspace_id: String::new(),
             }),
             room: None,
+            via: None,
             now: 0,
         }
     }

@@ -135,10 +135,31 @@ impl Rooms {
     }
 
     /// Records that a thread of this home joined room `room_id` of home `home_id` (that
-    /// home told this one, over its bridge).
+    /// home told this one, over its bridge). The first home to say so holds the room here
+    /// for good: no other peer can join this home's threads to it, move their posts and
+    /// reads elsewhere, or bring its entries; nor can a peer claim a room of this home.
     pub async fn joined_elsewhere(&self, room_id: &str, home_id: &str) -> Result<()> {
         limits::text("room_id", room_id, ID_MAX_CHARS)?;
-        Ok(self.inner.store.set_room_home(room_id, home_id, now_ms()).await?)
+        if self.is_here(room_id).await? {
+            return Err(Error::PermissionDenied(format!("room {room_id} is a room of this home")));
+        }
+        let bound = self.inner.store.bind_room(room_id, home_id, now_ms()).await?;
+        if bound != home_id {
+            return Err(room_bound_elsewhere(room_id, &bound));
+        }
+        Ok(())
+    }
+
+    /// Checks that an entry of room `room_id` brought by `home_id` comes from the home the
+    /// room is bound to here (see [`Rooms::joined_elsewhere`]).
+    pub async fn check_carrier(&self, room_id: &str, home_id: &str) -> Result<()> {
+        match self.inner.store.room_home(room_id).await? {
+            Some(bound) if bound == home_id => Ok(()),
+            Some(bound) => Err(room_bound_elsewhere(room_id, &bound)),
+            None => Err(Error::PermissionDenied(format!(
+                "no thread of this home joined room {room_id} through your bridge"
+            ))),
+        }
     }
 
     /// A room hosted by a thread of this home, named `name` (default: the host's title).
@@ -562,8 +583,10 @@ impl Rooms {
         }
     }
 
-    /// The outbox entries that would carry a post to the members of other homes it
-    /// mentions, for those with an active bridge from this home to theirs.
+    /// The outbox entries that carry a post to the members of other homes it mentions, for
+    /// those this home has a bridge to (not revoked here). Each is a bridged send like any
+    /// other: whatever this home last heard of the bridge, the worker tries it, retries it
+    /// within the window and expires it with a receipt; the target decides by its grant.
     async fn outbound_entries(
         &self,
         view: &RoomView,
@@ -585,9 +608,14 @@ impl Rooms {
         let mut outbound = Vec::with_capacity(remote.len());
         for member in remote {
             let Some((home, session)) = member.member_id.split_once('/') else { continue };
-            let Some(bridge) = bridges.iter().find(|b| {
-                b.direction == Direction::Outbound && b.peer_home_id == home && b.state == BridgeState::Active
-            }) else {
+            let to_member =
+                |b: &&crate::store::BridgeRecord| b.direction == Direction::Outbound && b.peer_home_id == home;
+            let Some(bridge) = bridges
+                .iter()
+                .filter(to_member)
+                .filter(|b| b.state != BridgeState::Revoked)
+                .max_by_key(|b| (b.state == BridgeState::Active, b.updated_at))
+            else {
                 continue;
             };
             let record = OutboxRecord {
@@ -798,6 +826,12 @@ fn key_conflict(entry_id: &str, room_id: &str) -> Error {
     Error::Conflict(format!(
         "idempotency_key: already used for a different post ({entry_id}) in room {room_id}; reuse a key only for \
          the same content and mentions"
+    ))
+}
+
+fn room_bound_elsewhere(room_id: &str, home_id: &str) -> Error {
+    Error::PermissionDenied(format!(
+        "room {room_id} is bound to home {home_id}, whose bridge added this home's threads to it first"
     ))
 }
 

@@ -34,8 +34,8 @@ pub struct NewMessage {
     /// A bridged message's deadline, the end of its source's retry window: not delivered by
     /// then, nor confirmed by a follow-up (see [`MessageStore::follow_up`]), it expires instead.
     pub deadline: Option<Millis>,
-    /// A room entry brought over a bridge from the room's home (the receipt's peer), which
-    /// this home then knows as where that room lives.
+    /// A room entry brought over a bridge from the room's home (the receipt's peer, which
+    /// the room is bound to here: see `RoomStore::bind_room`).
     pub room: Option<RoomTag>,
     /// The loop guard between the source thread and the target (`[threads]
     /// max_agent_wakes`): past it, the message waits without waking (see

@@ -207,12 +207,13 @@ pub trait RoomStore: Send + Sync {
     /// Where the bridged deliveries of an entry (to members of other homes) stand.
     async fn entry_deliveries(&self, entry_id: &str) -> StoreResult<Vec<EntryDelivery>>;
 
-    /// The home a room of another home lives in, as this home learnt it (a thread of this
-    /// home joined it, or an entry of it came over a bridge).
+    /// The home a room of another home lives in: the home that first told this one a thread
+    /// of it joined the room.
     async fn room_home(&self, room_id: &str) -> StoreResult<Option<String>>;
 
-    /// Records that room `room_id` lives in home `home_id`.
-    async fn set_room_home(&self, room_id: &str, home_id: &str, now: Millis) -> StoreResult<()>;
+    /// Binds room `room_id` to home `home_id` unless it is bound already: a binding is never
+    /// moved. The home the room is bound to now (`home_id`, or the one bound before).
+    async fn bind_room(&self, room_id: &str, home_id: &str, now: Millis) -> StoreResult<String>;
 }
 
 /// How the delivery of a room entry to a member of another home stands: its outbox entry.

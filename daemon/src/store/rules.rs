@@ -42,10 +42,11 @@ pub struct KeptKey {
     pub message_id: String,
 }
 
-/// The peer a send came from over a bridge, if it did: its bridge and its id are facts to
-/// read.
+/// The peer whose bridge brought a send, if one did: its bridge and its id are facts to
+/// read. That is the carrier, not the author: an entry of a room of another home comes from
+/// the room's home, whoever wrote it.
 pub fn bridged_from(m: &NewMessage) -> Option<&str> {
-    m.source.as_ref().map(|s| s.host_id.as_str()).filter(|h| !h.is_empty())
+    m.receipt.as_ref().map(|r| r.peer_home_id.as_str()).filter(|h| !h.is_empty())
 }
 
 /// Whether the send's key may have been given up by its source: only a bridged send with
@@ -100,11 +101,12 @@ pub struct Queued {
 }
 
 /// Whether a turn may take `input` now: a peer's message only while the thread takes peer
-/// messages (`take_messages`: its communication is on), and a bridged one only while its
-/// bridge's inbound access is on (`disabled_peers` are the peers whose access is off).
+/// messages (`take_messages`: its communication is on), and a bridged one only while the
+/// inbound access of the bridge that brought it is on (`disabled_peers` are the peers whose
+/// access is off).
 pub fn takeable(input: &InputRecord, take_messages: bool, disabled_peers: &[String]) -> bool {
-    let peer = input.source.as_ref().map(|s| s.host_id.as_str()).filter(|h| !h.is_empty());
-    (take_messages || input.source.is_none()) && peer.is_none_or(|p| !disabled_peers.iter().any(|d| d == p))
+    (take_messages || input.source.is_none())
+        && input.via.as_deref().is_none_or(|p| !disabled_peers.iter().any(|d| d == p))
 }
 
 /// What an idle thread's next turn takes, in order — its queued input it may take now (see
@@ -297,6 +299,7 @@ mod tests {
                 workspace_id: String::new(),
             }),
             room: None,
+            via: source.map(|(host, _)| host.to_string()).filter(|h| !h.is_empty()),
             now: 1,
         }
     }
@@ -326,6 +329,13 @@ mod tests {
             ids(plan_claim(all, None, true, &["PEER".into()])),
             Some(vec!["user".into(), "peer".into()])
         );
+        // An entry of a room of another home, written by a thread of a third: the bridge
+        // that carried it decides, not its author's home.
+        let mut entry = input("entry", Some(("AUTHOR", "th_a")));
+        entry.via = Some("ROOMHOME".into());
+        let entry = vec![Queued { input: entry, wake: true }];
+        assert_eq!(ids(plan_claim(entry.clone(), None, true, &["AUTHOR".into()])), Some(vec!["entry".into()]));
+        assert_eq!(ids(plan_claim(entry, None, true, &["ROOMHOME".into()])), None);
         // Nothing that wakes: no turn, whatever waits.
         assert_eq!(ids(plan_claim(vec![held.clone()], None, true, &[])), None);
         assert_eq!(ids(plan_claim(vec![held.clone()], Some(arriving.clone()), false, &[])), None);

@@ -58,6 +58,9 @@ pub struct NewInput {
     pub source: Option<SourceRef>,
     /// Set for a room entry: its room and its id there.
     pub room: Option<RoomTag>,
+    /// The home whose bridge brought it (`None`: this home's own). For an entry of a room of
+    /// another home, the room's home: the carrying bridge decides, the source is attribution.
+    pub via: Option<String>,
     pub now: Millis,
 }
 

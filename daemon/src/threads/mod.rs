@@ -534,6 +534,7 @@ fn user_input(content: &str, now: i64) -> NewInput {
         message_id: None,
         source: None,
         room: None,
+        via: None,
         now,
     }
 }

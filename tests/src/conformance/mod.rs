@@ -66,6 +66,7 @@ fn user(id: &str, content: &str) -> NewInput {
         message_id: None,
         source: None,
         room: None,
+        via: None,
         now: 1,
     }
 }
@@ -159,6 +160,7 @@ pub async fn a_turn_takes_all_queued_input_in_order(store: &dyn Store) {
             workspace_id: "ws_0123456789abcdef".into(),
         }),
         room: None,
+        via: None,
         now: 2,
     };
     assert_eq!(

@@ -6,9 +6,12 @@
 use std::time::Duration;
 
 use kiki_proto as pb;
-use kiki_tests::bridges::{approve, open_home, request};
+use kiki_proto::bridge::v1 as wire;
+use kiki_tests::bridges::{approve, link_as, open_home, raw_call, raw_send, receipts, request};
 use kiki_tests::{TestHome, binaries::binary, eventually};
 use tonic::Code;
+use wire::bridge_call::Call;
+use wire::bridge_reply::Reply;
 
 /// A member's agent: takes the entry, then posts a reply to the room named in its header
 /// (or in a `room: ROOM` line the owner says) and reads the room, printing what each
@@ -26,11 +29,24 @@ fn member_script() -> String {
     )
 }
 
-/// A home open to peers, with the member agent as profile `member`.
+/// An agent that posts to the room named in a `room: ROOM` line of its input, mentioning
+/// the member named in a `mention: ID` line.
+fn mentioner_script() -> String {
+    let kiki = binary("kiki");
+    let kiki = kiki.display();
+    format!(
+        "input=$(cat);          room=$(printf '%s\n' \"$input\" | sed -n 's/^room: //p' | head -n 1);          who=$(printf '%s\n' \"$input\" | sed -n 's/^mention: //p' | head -n 1);          {kiki} room send \"$room\" --content \"over to you\" --mention \"$who\" --key \"mention-$$\" >/dev/null 2>post.err \
+           && echo 'post: ok' || echo \"post: $(cat post.err)\""
+    )
+}
+
+/// A home open to peers, with the member agent as profile `member` and the one that
+/// mentions as `mentioner`.
 async fn member_home() -> TestHome {
     TestHome::builder()
         .open_to_peers(Duration::from_secs(60))
         .shell_profile("member", &member_script())
+        .shell_profile("mentioner", &mentioner_script())
         .start()
         .await
 }
@@ -189,7 +205,7 @@ async fn each_bridge_grant_decides_room_traffic_at_its_target() {
     let log = read(&r, &room).await;
     let deliveries = &log.entries[2].deliveries;
     assert_eq!(deliveries[0].status, "undeliverable", "{log:?}");
-    assert!(deliveries[0].reason.contains("no active bridge"), "{log:?}");
+    assert!(deliveries[0].reason.contains("no bridge"), "{log:?}");
 
     // X revokes its bridge to R: its member's posts stop, saying why.
     x.client()
@@ -201,4 +217,115 @@ async fn each_bridge_grant_decides_room_traffic_at_its_target() {
     let cut = x.wait_turns(&tx, 2).await.remove(1).output;
     assert!(cut.contains("post: ") && cut.contains("revoked"), "{cut}");
     assert_eq!(read(&r, &room).await.entries.len(), 3, "nothing more reached R");
+}
+
+/// A room is bound at a member's home to the home that added its thread, and no other peer
+/// can move it. A (the room's home) adds B's thread to room R; P, a peer granted `send` into
+/// B, then tells B that B's thread joined "R" of P, and sends B's thread an "entry" of R: B
+/// refuses both, and its member's posts and reads of R still go to A. Nor can P claim a room
+/// of B's own.
+#[tokio::test]
+async fn a_peer_cannot_take_over_a_room_another_home_added_a_member_to() {
+    let (a, b, p) = (open_home().await, member_home().await, open_home().await);
+    let host = a.thread("echo", None).await.id;
+    let xb = b.thread("member", None).await.id;
+    bridge(&a, &b, "bb", "send,wake").await;
+    bridge(&b, &a, "aa", "send,read").await;
+    bridge(&p, &b, "bb", "send,wake").await;
+    let room = create_room(&a, &host).await;
+    assert!(add(&a, &room, &format!("bb/{xb}")).await.expect("B's thread joins A's room"));
+
+    let (_endpoint, link) = link_as(&p, &b).await;
+    let join = Call::RoomJoin(wire::RoomJoinCall { room_id: room.clone(), session: xb.clone() });
+    match raw_call(&link, join).await {
+        Reply::Error(e) => {
+            assert_eq!(e.code(), wire::Refusal::PermissionDenied, "{e:?}");
+            assert!(e.message.contains(a.handle().home_id()), "names the home it is bound to: {e:?}");
+        }
+        other => panic!("P joined B's thread to A's room: {other:?}"),
+    }
+    let mut entry = raw_send(&xb, "P speaking for room R".into(), "forged-entry");
+    entry.room = Some(wire::RoomTag {
+        room_id: room.clone(),
+        entry_id: "msg_01forged".into(),
+        author_host: String::new(),
+        author_thread: String::new(),
+    });
+    match raw_call(&link, Call::ThreadSend(entry)).await {
+        Reply::ThreadSend(sent) => {
+            assert_eq!(sent.status(), pb::SendStatus::Undeliverable, "{sent:?}");
+            assert_eq!(sent.reason, "permission_denied", "{sent:?}");
+        }
+        other => panic!("unexpected answer: {other:?}"),
+    }
+    let b_room = create_room(&b, &xb).await;
+    let claim = Call::RoomJoin(wire::RoomJoinCall { room_id: b_room.clone(), session: xb.clone() });
+    assert!(matches!(raw_call(&link, claim).await, Reply::Error(_)), "P claimed B's own room {b_room}");
+
+    // B's member still posts to and reads A's room, and nothing of P's reached it.
+    b.say(&xb, &format!("room: {room}")).await.expect("say");
+    let turn = b.wait_turns(&xb, 1).await.remove(0).output;
+    assert!(turn.contains("post: ok") && turn.contains("read: ok 1"), "{turn}");
+    assert!(!turn.contains("P speaking"), "{turn}");
+    let log = read(&a, &room).await;
+    assert_eq!(log.entries.len(), 1, "{log:?}");
+    assert_eq!(log.entries[0].author, format!("{}/{xb}", b.handle().home_id()));
+    let p_receipts = receipts(&b, p.handle().home_id()).await;
+    assert!(p_receipts.iter().any(|r| r.idempotency_key == "forged-entry" && r.reason == "permission_denied"), "{p_receipts:?}");
+}
+
+/// A member in one home wakes a member in a third: in A's room with members in B and C
+/// (and no bridge between B and C), B's member mentions C's; A carries the entry to C over
+/// its own bridge, and C checks that bridge, not one from the author's home. C's member
+/// is woken with the entry shown as B's member's.
+#[tokio::test]
+async fn a_member_wakes_a_member_of_a_third_home_through_the_rooms_home() {
+    let (a, b, c) = (open_home().await, member_home().await, member_home().await);
+    let host = a.thread("echo", None).await.id;
+    let xb = b.thread("mentioner", None).await.id;
+    let xc = c.thread("member", None).await.id;
+    for (member, alias) in [(&b, "bb"), (&c, "cc")] {
+        bridge(&a, member, alias, "send,wake").await;
+        bridge(member, &a, "aa", "send,read").await;
+    }
+    let room = create_room(&a, &host).await;
+    assert!(add(&a, &room, &format!("bb/{xb}")).await.expect("B's member joins"));
+    assert!(add(&a, &room, &format!("cc/{xc}")).await.expect("C's member joins"));
+    let (b_id, c_id) = (b.handle().home_id().to_string(), c.handle().home_id().to_string());
+
+    b.say(&xb, &format!("room: {room}\nmention: {c_id}/{xc}")).await.expect("say");
+    let said = b.wait_turns(&xb, 1).await.remove(0).output;
+    assert!(said.contains("post: ok"), "{said}");
+    let woken = c.wait_turns(&xc, 1).await.remove(0).output;
+    assert!(woken.contains("over to you"), "{woken}");
+    assert!(woken.contains(&b_id) && woken.contains(&xb), "the author is B's member: {woken}");
+    let log = eventually("C's delivery confirmed in A's log", || async {
+        let log = read(&a, &room).await;
+        log.entries
+            .iter()
+            .find(|e| e.content == "over to you")
+            .filter(|e| e.deliveries.first().is_some_and(|d| d.status == "delivered"))
+            .cloned()
+    })
+    .await;
+    assert_eq!(log.woke, vec![format!("{c_id}/{xc}")]);
+}
+
+/// A mention right after the bridges were approved (nothing listed them since, so the
+/// room's home has not yet heard of the approval) wakes the member: the room add over the
+/// bridge tells the home it is active, and the delivery goes through the outbox whatever
+/// the home last heard.
+#[tokio::test]
+async fn a_mention_right_after_approval_wakes_the_member() {
+    let (a, b) = (open_home().await, member_home().await);
+    let host = a.thread("echo", None).await.id;
+    let xb = b.thread("member", None).await.id;
+    bridge(&a, &b, "hb", "read,send,wake,wait").await;
+    let room = create_room(&a, &host).await;
+    assert!(add(&a, &room, &format!("hb/{xb}")).await.expect("joins"));
+    let member = format!("{}/{xb}", b.handle().home_id());
+    let posted = post(&a, &room, "wake up", &[&member]).await;
+    assert_eq!(posted.woke, std::slice::from_ref(&member));
+    let turn = b.wait_turns(&xb, 1).await.remove(0).output;
+    assert!(turn.contains("wake up"), "{turn}");
 }

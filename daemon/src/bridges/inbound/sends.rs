@@ -167,6 +167,15 @@ impl Inbound {
             Ok(admitted) => admitted,
             Err(refusal) => return self.replay_refused(peer, call, refusal).await,
         };
+        // A room's entries come only from the home the room is bound to here: no other peer
+        // can pass its posts off as that room's (a binding is never moved, so this check
+        // holds at the commit too).
+        if let Some(tag) = &call.room {
+            self.cx.rooms.check_carrier(&tag.room_id, peer).await.map_err(|e| match e {
+                Error::PermissionDenied(m) => (Refusal::PermissionDenied, m),
+                e => wire_refusal(e),
+            })?;
+        }
         let source_thread = (!call.source_thread.is_empty()).then(|| call.source_thread.clone());
         // A room entry is shown as its author's (a thread of the peer, of a third home, or
         // the peer's owner), in the peer's room.

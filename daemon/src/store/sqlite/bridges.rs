@@ -14,7 +14,7 @@ impl BridgeStore for SqliteStore {
                 let rejected = all(
                     conn,
                     "UPDATE messages SET status = 'undeliverable', reason = 'bridge_revoked'
-                     WHERE source_host = ? AND status = 'pending'
+                     WHERE via_home = ? AND status = 'pending'
                      RETURNING id, target_thread",
                     [&bridge.peer_home_id],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),

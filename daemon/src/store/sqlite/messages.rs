@@ -184,11 +184,9 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
         message_id: Some(m.id.clone()),
         source: m.source.clone(),
         room: m.room.clone(),
+        via: rules::bridged_from(m).map(str::to_string),
         now: m.now,
     };
-    if let (Some(room), Some(receipt)) = (&m.room, &m.receipt) {
-        super::rooms::room_lives_at(conn, &room.room, &receipt.peer_home_id, m.now)?;
-    }
     if m.source.is_none() {
         owner_spoke(conn, &m.target_thread)?;
     }
@@ -210,8 +208,8 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     run(
         conn,
         "INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
-                               status, created_at, delivered_at, turn_id, deadline)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               status, created_at, delivered_at, turn_id, deadline, via_home)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         params![
             m.id,
             m.target_thread,
@@ -223,7 +221,8 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
             m.now,
             taken_by.map(|_| m.now),
             taken_by,
-            m.deadline.filter(|_| !delivered)
+            m.deadline.filter(|_| !delivered),
+            input.via
         ],
     )?;
     run(
@@ -394,11 +393,11 @@ pub(super) const UNDELIVER_TURN_MESSAGES: &str = "UPDATE messages SET status = '
 /// Drops the queued inputs of a thread's messages (`?` = thread), once they are
 /// undeliverable: one pass over the thread's queue, not one per message. These three rely on
 /// what `accept_message` and `claim_turn` keep true: a message has one input (same thread,
-/// same `source_host`), queued exactly while the message is pending, and taken by the turn
+/// same `via_home`), queued exactly while the message is pending, and taken by the turn
 /// recorded as the message's `turn_id`.
 pub(super) const UNQUEUE_THREAD_MESSAGES: &str =
     "DELETE FROM inputs WHERE thread_id = ? AND turn_id IS NULL AND message_id IS NOT NULL";
 
 /// Drops the queued inputs a peer's bridge brought (`?` = peer home id), once their
 /// messages are undeliverable: one pass over the queued input, not one per message.
-pub(super) const UNQUEUE_PEER_MESSAGES: &str = "DELETE FROM inputs WHERE turn_id IS NULL AND source_host = ?";
+pub(super) const UNQUEUE_PEER_MESSAGES: &str = "DELETE FROM inputs WHERE turn_id IS NULL AND via_home = ?";

@@ -79,6 +79,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (32, "agent wakes", include_str!("migrations/0032_agent_wakes.sql")),
     (33, "permission requests", include_str!("migrations/0033_permission_requests.sql")),
     (34, "turn parts", include_str!("migrations/0034_turn_parts.sql")),
+    (35, "carrying bridge", include_str!("migrations/0035_carrying_bridge.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

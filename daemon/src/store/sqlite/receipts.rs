@@ -53,7 +53,7 @@ impl ReceiptStore for SqliteStore {
             .read(move |conn| {
                 count(
                     conn,
-                    "SELECT COUNT(*) FROM messages WHERE source_host = ? AND status = 'pending'",
+                    "SELECT COUNT(*) FROM messages WHERE via_home = ? AND status = 'pending'",
                     [&peer],
                 )
             })

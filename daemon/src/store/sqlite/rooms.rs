@@ -234,9 +234,22 @@ impl RoomStore for SqliteStore {
             .await
     }
 
-    async fn set_room_home(&self, room_id: &str, home_id: &str, now: Millis) -> StoreResult<()> {
+    async fn bind_room(&self, room_id: &str, home_id: &str, now: Millis) -> StoreResult<String> {
         let (room_id, home_id) = (room_id.to_string(), home_id.to_string());
-        self.db.write(move |conn| room_lives_at(conn, &room_id, &home_id, now)).await
+        self.db
+            .write(move |conn| {
+                run(
+                    conn,
+                    "INSERT INTO remote_rooms (room_id, home_id, updated_at) VALUES (?, ?, ?)
+                     ON CONFLICT (room_id) DO NOTHING",
+                    params![room_id, home_id, now],
+                )?;
+                let bound = first(conn, "SELECT home_id FROM remote_rooms WHERE room_id = ?", [&room_id], |row| {
+                    Ok(row.get::<_, String>(0)?)
+                })?;
+                Ok(bound.unwrap_or_else(|| home_id.clone()))
+            })
+            .await
     }
 
     async fn rooms_of_thread(&self, thread_id: &str) -> StoreResult<Vec<String>> {
@@ -305,6 +318,8 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
             message_id: Some(e.id.clone()),
             source: e.author.clone(),
             room: Some(RoomTag { room: e.room_id.clone(), entry: e.id.clone() }),
+            // An author of another home posted through its own bridge to this one.
+            via: e.author.as_ref().map(|a| a.host_id.clone()).filter(|h| !h.is_empty()),
             now: e.now,
         };
         let claim = e.claims.iter().find(|(t, _)| t == thread).map(|(_, claim)| claim);
@@ -467,17 +482,4 @@ fn entry_from(row: &Row) -> StoreResult<EntryRecord> {
         at: row.get("at")?,
         deliveries: Vec::new(),
     })
-}
-
-/// Records that room `room_id` lives in home `home_id` (a room entry came from there, or
-/// that home told this one a thread of it joined the room).
-pub(super) fn room_lives_at(conn: &Connection, room_id: &str, home_id: &str, now: Millis) -> StoreResult<()> {
-    run(
-        conn,
-        "INSERT INTO remote_rooms (room_id, home_id, updated_at) VALUES (?, ?, ?)
-         ON CONFLICT (room_id) DO UPDATE SET home_id = excluded.home_id, updated_at = excluded.updated_at
-         WHERE home_id <> excluded.home_id",
-        params![room_id, home_id, now],
-    )?;
-    Ok(())
 }

@@ -179,6 +179,7 @@ pub(super) fn input_from(row: &Row) -> StoreResult<InputRecord> {
             }
             (None, _) => None,
         },
+        via: row.get("via_home")?,
         now: row.get("created_at")?,
     })
 }

@@ -433,7 +433,7 @@ pub(super) fn claim_turn(
             "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
              SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
              WHERE status = 'accepted' AND message_id IN
-                   (SELECT message_id FROM inputs WHERE turn_id = ? AND source_host IS NOT NULL)",
+                   (SELECT message_id FROM inputs WHERE turn_id = ? AND via_home IS NOT NULL)",
             params![now, turn_id],
         )?;
     }
@@ -497,7 +497,8 @@ pub(super) fn save_agent_session(
 fn queued_inputs(conn: &Connection, thread_id: &str) -> StoreResult<Vec<rules::Queued>> {
     all(
         conn,
-        "SELECT id, kind, message_id, source_host, source_thread, source_workspace, room_id, room_entry, created_at, wake,
+        "SELECT id, kind, message_id, source_host, source_thread, source_workspace, room_id, room_entry, via_home,
+                created_at, wake,
                 COALESCE(NULLIF(content, ''),
                          (SELECT m.content FROM messages m WHERE m.id = inputs.message_id),
                          (SELECT e.content FROM room_entries e WHERE e.id = inputs.room_entry), '') AS content
@@ -553,7 +554,7 @@ fn take_into_turn(
             "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ? WHERE id = ? AND status = 'pending'",
             params![now, turn_id, input.message_id],
         )?;
-        if input.source.as_ref().is_some_and(|s| !s.host_id.is_empty()) {
+        if input.via.is_some() {
             run(
                 conn,
                 "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
@@ -581,7 +582,7 @@ pub(super) fn attach_items(conn: &Connection, turns: &mut [TurnRecord]) -> Store
         turn.items = all(
             conn,
             "SELECT id, kind, '' AS content, message_id, source_host, source_thread, source_workspace,
-                    room_id, room_entry, created_at
+                    room_id, room_entry, via_home, created_at
              FROM inputs WHERE turn_id = ? ORDER BY seq",
             [&turn.id],
             |row| {
@@ -609,8 +610,8 @@ pub(super) fn insert_input(
     run(
         conn,
         "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread,
-                             source_workspace, room_id, room_entry, created_at, wake, turn_id)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             source_workspace, room_id, room_entry, created_at, wake, turn_id, via_home)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         params![
             input.id,
             thread_id,
@@ -624,7 +625,8 @@ pub(super) fn insert_input(
             input.room.as_ref().map(|r| &r.entry),
             input.now,
             wake,
-            turn
+            turn,
+            input.via
         ],
     )?;
     Ok(())
