@@ -51,6 +51,10 @@ async fn run() -> ExitCode {
         .with_writer(std::io::stderr)
         // Colour only for a terminal: `kiki up` sends kikid's log to a file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log write that fails (its disk is full) loses that line and nothing else: the
+        // layer would otherwise report it with `eprintln!`, which panics when stderr — the
+        // same full file — fails too, in whichever task was logging (a call, a turn).
+        .log_internal_errors(false)
         .init();
     if !kiki_daemon::runtime::LIFO_SLOT_OFF {
         tracing::warn!(

@@ -476,6 +476,74 @@ fn a_full_disk_is_resource_exhausted_naming_it_and_loses_nothing() {
     }
 }
 
+/// A full disk under the home's log as well as its store (what `kiki up` sets up), with
+/// kikid logging every call: a failing log write never takes a call or a turn down with it.
+/// Room posts are answered or refused RESOURCE_EXHAUSTED (exit 8), never "connection lost";
+/// once space returns every member takes every answered post and goes idle.
+#[test]
+fn a_full_disk_under_the_log_never_takes_a_call_or_a_turn_down() {
+    let disk = SmallDisk::mount(16);
+    let home = disk.path.join("home");
+    let _down = Down(&home);
+    let out = kiki_with_env(&home, &["up"], &[("KIKI_LOG", "debug")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let host = new_thread(&home, "host");
+    let members = [new_thread(&home, "m1"), new_thread(&home, "m2")];
+    let room = kiki_json(&home, &["room", "create", "--host", &host])["room"]["id"]
+        .as_str()
+        .expect("room id")
+        .to_string();
+    for member in &members {
+        assert_eq!(kiki_json(&home, &["room", "add", &room, member])["added"], true);
+    }
+    let filler = disk.fill();
+    let mut answered = Vec::new();
+    let mut refused = false;
+    for n in 0..200 {
+        let content = format!("post{n}");
+        let mut args =
+            vec!["--json", "room", "send", room.as_str(), "--content", &content, "--key", &content];
+        for member in &members {
+            args.extend(["--mention", member.as_str()]);
+        }
+        let out = kiki(&home, &args);
+        match out.status.code() {
+            Some(0) => answered.push(content),
+            Some(8) => {
+                refused = true;
+                break;
+            }
+            code => panic!(
+                "a room post on a full disk: exit {code:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+    assert!(refused, "200 posts on a full disk were all answered");
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::remove_file(&filler).expect("free the disk");
+    // Another post once space is back: the members wake for it and take what waited.
+    let after = kiki_json(
+        &home,
+        &["room", "send", &room, "--content", "after", "--mention", &members[0], "--mention", &members[1]],
+    );
+    assert_eq!(after["status"], "delivered", "{after}");
+    answered.push("after".into());
+    let echoed: Vec<String> = answered.iter().map(|c| format!("echo: {c}")).collect();
+    for member in &members {
+        let outputs = wait_for_outputs(&home, member, &echoed.iter().map(String::as_str).collect::<Vec<_>>());
+        for line in &echoed {
+            assert_eq!(outputs.lines().filter(|l| l == line).count(), 1, "{line} taken once by {member}");
+        }
+    }
+    let started = Instant::now();
+    while members.iter().any(|m| kiki_json(&home, &["thread", "read", m])["thread"]["state"] == "running") {
+        assert!(started.elapsed() < Duration::from_secs(30), "a member stays running");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A full disk at a source home whose outbox holds messages for a target that is down:
 /// nothing is lost or doubled — once space returns and the target is back, each message the
 /// source answered is delivered exactly once.

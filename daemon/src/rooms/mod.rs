@@ -608,8 +608,9 @@ impl Rooms {
         let mut outbound = Vec::with_capacity(remote.len());
         for member in remote {
             let Some((home, session)) = member.member_id.split_once('/') else { continue };
-            let to_member =
-                |b: &&crate::store::BridgeRecord| b.direction == Direction::Outbound && b.peer_home_id == home;
+            let to_member = |b: &&crate::store::BridgeRecord| {
+                b.direction == Direction::Outbound && b.peer_home_id == home
+            };
             let Some(bridge) = bridges
                 .iter()
                 .filter(to_member)

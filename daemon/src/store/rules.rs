@@ -334,7 +334,10 @@ mod tests {
         let mut entry = input("entry", Some(("AUTHOR", "th_a")));
         entry.via = Some("ROOMHOME".into());
         let entry = vec![Queued { input: entry, wake: true }];
-        assert_eq!(ids(plan_claim(entry.clone(), None, true, &["AUTHOR".into()])), Some(vec!["entry".into()]));
+        assert_eq!(
+            ids(plan_claim(entry.clone(), None, true, &["AUTHOR".into()])),
+            Some(vec!["entry".into()])
+        );
         assert_eq!(ids(plan_claim(entry, None, true, &["ROOMHOME".into()])), None);
         // Nothing that wakes: no turn, whatever waits.
         assert_eq!(ids(plan_claim(vec![held.clone()], None, true, &[])), None);

@@ -271,7 +271,10 @@ async fn a_peer_cannot_take_over_a_room_another_home_added_a_member_to() {
     assert_eq!(log.entries.len(), 1, "{log:?}");
     assert_eq!(log.entries[0].author, format!("{}/{xb}", b.handle().home_id()));
     let p_receipts = receipts(&b, p.handle().home_id()).await;
-    assert!(p_receipts.iter().any(|r| r.idempotency_key == "forged-entry" && r.reason == "permission_denied"), "{p_receipts:?}");
+    assert!(
+        p_receipts.iter().any(|r| r.idempotency_key == "forged-entry" && r.reason == "permission_denied"),
+        "{p_receipts:?}"
+    );
 }
 
 /// A member in one home wakes a member in a third: in A's room with members in B and C

@@ -244,9 +244,10 @@ impl RoomStore for SqliteStore {
                      ON CONFLICT (room_id) DO NOTHING",
                     params![room_id, home_id, now],
                 )?;
-                let bound = first(conn, "SELECT home_id FROM remote_rooms WHERE room_id = ?", [&room_id], |row| {
-                    Ok(row.get::<_, String>(0)?)
-                })?;
+                let bound =
+                    first(conn, "SELECT home_id FROM remote_rooms WHERE room_id = ?", [&room_id], |row| {
+                        Ok(row.get::<_, String>(0)?)
+                    })?;
                 Ok(bound.unwrap_or_else(|| home_id.clone()))
             })
             .await
