@@ -181,10 +181,7 @@ async fn up(home: &Path, new_identity: bool, json: bool) -> Result<()> {
             }
             return Err(KikidFailed {
                 code: exit.code(),
-                message: format!(
-                    "kikid exited ({exit}) before answering:\n{}",
-                    log_tail(&log_path, log_start)
-                ),
+                message: format!("kikid exited ({exit}) before answering:\n{}", start_error(&log_path, log_start)),
             }
             .into());
         }
@@ -387,6 +384,18 @@ fn lock_held(home: &Path) -> bool {
 
 /// The last lines `path` got from byte `from` on: read from at most the last 64 KiB, so a
 /// log grown huge costs no more.
+/// Why kikid stopped before answering, from the lines this start wrote to its log: the
+/// error kikid printed as it exited (from its line that begins `kikid: ` on) alone, without
+/// the log lines before it; the log's last lines if it printed none (it was killed, say).
+fn start_error(path: &Path, from: u64) -> String {
+    let tail = log_tail(path, from);
+    let lines: Vec<&str> = tail.lines().collect();
+    match lines.iter().rposition(|l| l.starts_with("kikid: ")) {
+        Some(at) => lines[at..].join("\n"),
+        None => tail,
+    }
+}
+
 fn log_tail(path: &Path, from: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
     const TAIL_BYTES: u64 = 64 * 1024;
