@@ -25,6 +25,17 @@ const POLL: Duration = Duration::from_millis(5);
 /// How long one status or shutdown call may take.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `kiki attention list`.
+#[derive(Subcommand)]
+pub enum AttentionCommand {
+    /// Every open attention of the home's threads, oldest first, with what to do: a
+    /// permission request still waiting for `kiki approve` / `kiki deny`, and any other
+    /// attention raised since the owner last gave that thread input (a ThreadWait without a
+    /// cursor starts from now, so it does not show those raised before it).
+    #[command(after_help = "Examples:\n  kiki attention list\n  kiki --json attention list")]
+    List,
+}
+
 /// Flattened into `kiki`'s own commands: `kiki up`, not `kiki home up`.
 #[derive(Subcommand)]
 pub enum HomeCommand {
@@ -64,16 +75,22 @@ pub enum HomeCommand {
         /// Where the copy goes; made owner-only (it holds the home's private key).
         dir: PathBuf,
     },
-    /// Inside a turn: ask for the user (ThreadWait reports an `attention` event).
+    /// Inside a turn: ask for the user (ThreadWait reports an `attention` event). The owner's
+    /// `kiki attention list` shows every attention still waiting, with what to do.
     // Listed after `thread` and `bridge`, where it was before the commands were grouped.
     #[command(
         display_order = 100,
-        after_help = "Examples (an agent, inside its turn):\n  kiki attention --reason \"which database should I migrate?\""
+        args_conflicts_with_subcommands = true,
+        subcommand_negates_reqs = true,
+        after_help = "Examples (an agent, inside its turn):\n  kiki attention --reason \"which database should I migrate?\"\n\
+                      Examples (the owner):\n  kiki attention list"
     )]
     Attention {
         /// What the user is needed for, at most 2,000 characters.
-        #[arg(long)]
-        reason: String,
+        #[arg(long, required = true)]
+        reason: Option<String>,
+        #[command(subcommand)]
+        list: Option<AttentionCommand>,
     },
     /// Allow what an agent asked to do (a permission request an `attention` event names).
     #[command(display_order = 101, after_help = "Examples:\n  kiki approve perm_01…")]
@@ -99,7 +116,10 @@ pub async fn run(home: &Path, command: HomeCommand, json: bool) -> Result<()> {
         HomeCommand::Status => status(home, json).await,
         HomeCommand::Doctor => doctor(home, json).await,
         HomeCommand::Backup { dir } => backup(home, &dir, json).await,
-        HomeCommand::Attention { reason } => attention(home, reason, json).await,
+        HomeCommand::Attention { list: Some(AttentionCommand::List), .. } => attention_list(home, json).await,
+        HomeCommand::Attention { reason, list: None } => {
+            attention(home, reason.unwrap_or_default(), json).await
+        }
         HomeCommand::Approve { id } => decide(home, id, true, String::new(), json).await,
         HomeCommand::Deny { id, reason } => decide(home, id, false, reason, json).await,
     }
@@ -181,7 +201,10 @@ async fn up(home: &Path, new_identity: bool, json: bool) -> Result<()> {
             }
             return Err(KikidFailed {
                 code: exit.code(),
-                message: format!("kikid exited ({exit}) before answering:\n{}", start_error(&log_path, log_start)),
+                message: format!(
+                    "kikid exited ({exit}) before answering:\n{}",
+                    start_error(&log_path, log_start)
+                ),
             }
             .into());
         }
@@ -303,6 +326,27 @@ async fn attention(home: &Path, reason: String, json: bool) -> Result<()> {
         print_json(&pb::AttentionResponse {});
     } else {
         outln!("attention asked");
+    }
+    Ok(())
+}
+
+/// `kiki attention list`: what waits for the owner.
+async fn attention_list(home: &Path, json: bool) -> Result<()> {
+    let open = connect(home).await?.home().attention_list(pb::AttentionListRequest {}).await?.into_inner();
+    if json {
+        print_json(&open);
+        return Ok(());
+    }
+    if open.open.is_empty() {
+        outln!("nothing waits for you");
+    }
+    for attention in &open.open {
+        let event = attention.event.clone().unwrap_or_default();
+        outln!("{}  {}  {}: {}", event.at, attention.thread_id, attention.thread_title, event.reason);
+        outln!("    {}", attention.next);
+    }
+    if open.more {
+        hint!("more are open than shown: answer these first");
     }
     Ok(())
 }

@@ -116,7 +116,9 @@ pub enum ThreadCommand {
         #[arg(long)]
         content_file: Option<PathBuf>,
     },
-    /// Wait for events (terminal, attention, lifecycle, undeliverable) on 1-8 threads.
+    /// Wait for events (terminal, attention, lifecycle, undeliverable) on 1-8 threads. Without
+    /// a cursor a wait starts where the thread's latest turn started, or from now for a thread
+    /// that never ran one: `kiki attention list` shows attention raised before.
     Wait {
         /// The threads, 1-8 of them: SESSION or HOST/SESSION each.
         #[arg(required = true)]

@@ -374,6 +374,49 @@ async fn a_waiter_wakes_only_for_its_threads() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// `kiki attention list` shows an attention until the owner gives its thread input, also
+/// one raised before any wait started and on a thread whose turn has ended; an archived
+/// thread's is not listed.
+#[tokio::test]
+async fn open_attention_is_listed_until_the_owner_answers_its_thread() {
+    let kiki = binary("kiki");
+    let script = format!(
+        "input=$(cat); case \"$input\" in *ask*) {} attention --reason \"need a decision\";; esac",
+        kiki.display()
+    );
+    let home = TestHome::builder().shell_profile("asker", &script).start().await;
+    let open = || async {
+        home.client()
+            .home()
+            .attention_list(pb::AttentionListRequest {})
+            .await
+            .expect("list")
+            .into_inner()
+            .open
+    };
+    let t = home.thread("asker", Some("ask")).await;
+    home.wait_turns(&t.id, 1).await;
+    let listed = open().await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!((listed[0].thread_id.as_str(), listed[0].thread_title.as_str()), (t.id.as_str(), "ask"));
+    assert_eq!(listed[0].event.as_ref().expect("event").reason, "need a decision");
+    assert!(listed[0].next.contains(&format!("kiki thread say {}", t.id)), "{listed:?}");
+
+    home.say(&t.id, "go ahead").await.expect("say");
+    home.wait_turns(&t.id, 2).await;
+    assert!(open().await.is_empty(), "answered by the owner's input");
+
+    let other = home.thread("asker", Some("ask again")).await;
+    home.wait_turns(&other.id, 1).await;
+    assert_eq!(open().await.len(), 1);
+    home.client()
+        .home()
+        .thread_archive(pb::ThreadArchiveRequest { target: Some(local(&other.id)), archived: true })
+        .await
+        .expect("archive");
+    assert!(open().await.is_empty(), "an archived thread's attention is not listed");
+}
+
 #[tokio::test]
 async fn attention_and_undeliverable_events() {
     let kiki = binary("kiki");

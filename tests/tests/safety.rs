@@ -239,7 +239,10 @@ fn a_damaged_store_is_refused_at_start_and_the_doctor_says_what_to_do() {
     let message = error["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains(&format!("the store {} is damaged", db.display())), "{message}");
     assert!(message.contains("kiki doctor"), "{message}");
-    assert!(!message.contains("INFO") && !message.contains("WARN"), "the error alone, not the log: {message}");
+    assert!(
+        !message.contains("INFO") && !message.contains("WARN"),
+        "the error alone, not the log: {message}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10), "refused at once, not after waiting for answers");
     assert!(!lock_held(&home), "no daemon was left behind");
 

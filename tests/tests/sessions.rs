@@ -289,7 +289,14 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
         .await;
     let thread = create(&home, "use Bash", None).await.expect("create");
     let bash = permission_request(&home, &thread, &[]).await;
+    let waiting = home.client().home().attention_list(pb::AttentionListRequest {}).await.expect("list");
+    let waiting = waiting.into_inner().open;
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(waiting[0].event.as_ref().expect("event").request_id, bash);
+    assert!(waiting[0].next.contains(&format!("kiki approve {bash}")), "{waiting:?}");
     let answered = decide(&home, &bash, true, "").await.expect("approve");
+    let waiting = home.client().home().attention_list(pb::AttentionListRequest {}).await.expect("list");
+    assert!(waiting.into_inner().open.is_empty(), "answered");
     assert_eq!((answered.status.as_str(), answered.tool.as_str()), ("allowed", "Bash"));
     let turns = home.wait_turns(&thread, 1).await;
     assert!(turns[0].output.ends_with("Bash: allow"), "{:?}", turns[0].output);
@@ -297,6 +304,16 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
     home.say(&thread, "use Write").await.expect("say");
     let write = permission_request(&home, &thread, &[&bash]).await;
     decide(&home, &write, false, "not on this branch").await.expect("deny");
+    // The same answer again stands; another is refused, saying how it was answered.
+    let again = decide(&home, &write, false, "").await.expect("the same answer again");
+    assert_eq!(again.status, "denied");
+    let turned = decide(&home, &write, true, "").await.expect_err("an approval after a denial");
+    assert_eq!(turned.code(), tonic::Code::FailedPrecondition, "{turned:?}");
+    assert!(
+        turned.message().contains("already answered: denied (not on this branch)"),
+        "{}",
+        turned.message()
+    );
     let turns = home.wait_turns(&thread, 2).await;
     assert!(
         turns[1].output.ends_with(&format!("Write: deny not on this branch ({write})")),
@@ -308,9 +325,10 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
     let edit = permission_request(&home, &thread, &[&bash, &write]).await;
     let turns = home.wait_turns(&thread, 3).await;
     assert!(turns[2].output.contains("Edit: deny nobody answered within 2s"), "{:?}", turns[2].output);
-    // A late answer changes nothing; an unknown request is not found.
-    let late = decide(&home, &edit, true, "").await.expect("late");
-    assert_eq!(late.status, "expired");
+    // A late answer changes nothing, and says so; an unknown request is not found.
+    let late = decide(&home, &edit, true, "").await.expect_err("late");
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+    assert!(late.message().contains("already answered: expired (nobody answered within 2s"), "{late:?}");
     let unknown = decide(&home, "perm_nope", true, "").await.expect_err("unknown");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }

@@ -172,4 +172,31 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             store_bytes: backed.store_bytes,
         }))
     }
+
+    async fn attention_list(
+        &self,
+        request: Request<pb::AttentionListRequest>,
+    ) -> Result<Response<pb::AttentionListResponse>, Status> {
+        owner_only(&self.threads, &request, "listing attention events")?;
+        const MOST: u32 = 1_000;
+        let store = self.threads.store();
+        let mut events = store.open_attention(MOST + 1).await.map_err(|e| status(e.into()))?;
+        let more = events.len() > MOST as usize;
+        events.truncate(MOST as usize);
+        let mut open = Vec::with_capacity(events.len());
+        for event in events {
+            let thread = self.threads.get("", "", &event.thread_id).await.map_err(status)?;
+            let next = match &event.request_id {
+                Some(id) => format!("kiki approve {id}  or  kiki deny {id} --reason TEXT"),
+                None => format!("kiki thread read {0}, then answer with kiki thread say {0} TEXT", thread.id),
+            };
+            open.push(pb::OpenAttention {
+                thread_id: thread.id,
+                thread_title: thread.title,
+                event: Some(crate::convert::event_to_pb(event)),
+                next,
+            });
+        }
+        Ok(Response::new(pb::AttentionListResponse { open, more }))
+    }
 }

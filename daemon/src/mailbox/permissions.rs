@@ -128,15 +128,27 @@ impl Mailbox {
         let reason =
             if allow || !reason.is_empty() { reason.to_string() } else { "denied by the owner".into() };
         let (store, signals, id) = (self.store.clone(), self.signals.clone(), id.to_string());
-        uncancelled(async move {
+        let stands = uncancelled(async move {
             let stands = store
                 .decide_permission(&id, status, &reason, now_ms())
                 .await?
                 .ok_or_else(|| Error::NotFound(format!("no permission request {id}")))?;
             signals.notify(&answered(&id));
-            Ok(stands)
+            Ok::<_, Error>(stands)
         })
-        .await
+        .await?;
+        // An answer is final: the agent has it. The same answer again stands; another one
+        // is refused, saying how the request was answered.
+        if stands.status != status {
+            let why = if stands.reason.is_empty() { String::new() } else { format!(" ({})", stands.reason) };
+            return Err(Error::FailedPrecondition(format!(
+                "permission request {} was already answered: {}{why}; an answer is final, and the \
+                 agent has it (it may ask again)",
+                stands.id,
+                stands.status.as_str()
+            )));
+        }
+        Ok(stands)
     }
 }
 

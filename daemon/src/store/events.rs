@@ -86,4 +86,9 @@ pub trait EventStore: Send + Sync {
 
     /// Where the thread's event log stands (see [`EventPositions`]).
     async fn event_positions(&self, thread_id: &str) -> StoreResult<EventPositions>;
+
+    /// The open attention events of unarchived threads, oldest first, at most `limit`: a
+    /// permission request's while it waits for an answer, any other while its thread has had
+    /// no user input since.
+    async fn open_attention(&self, limit: u32) -> StoreResult<Vec<EventRecord>>;
 }

@@ -30,6 +30,32 @@ impl EventStore for SqliteStore {
             .await
     }
 
+    async fn open_attention(&self, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        self.db
+            .read(move |conn| {
+                page(
+                    conn,
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM events e
+                         WHERE e.kind = 'attention'
+                           AND EXISTS (SELECT 1 FROM threads t WHERE t.id = e.thread_id AND t.archived = 0)
+                           AND CASE WHEN e.request_id IS NOT NULL
+                                 THEN EXISTS (SELECT 1 FROM permission_requests p
+                                              WHERE p.id = e.request_id AND p.status = 'pending')
+                                 ELSE NOT EXISTS (SELECT 1 FROM inputs i
+                                                  WHERE i.thread_id = e.thread_id AND i.kind = 'user'
+                                                    AND i.created_at >= e.at)
+                               END
+                         ORDER BY e.seq"
+                    ),
+                    [],
+                    limit,
+                    event_from,
+                )
+            })
+            .await
+    }
+
     async fn event_positions(&self, thread_id: &str) -> StoreResult<EventPositions> {
         let thread_id = thread_id.to_string();
         self.db

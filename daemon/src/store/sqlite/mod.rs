@@ -80,6 +80,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (33, "permission requests", include_str!("migrations/0033_permission_requests.sql")),
     (34, "turn parts", include_str!("migrations/0034_turn_parts.sql")),
     (35, "carrying bridge", include_str!("migrations/0035_carrying_bridge.sql")),
+    (36, "open attention", include_str!("migrations/0036_open_attention.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
