@@ -395,7 +395,15 @@ mod tests {
             request_hash: "h".into(),
             wake: true,
             claim: None,
-            receipt: None,
+            receipt: bridged.then(|| crate::store::ReceiptRecord {
+                peer_home_id: "PEER".into(),
+                key: "k".into(),
+                message_id: String::new(),
+                target: "th_t".into(),
+                status: String::new(),
+                reason: String::new(),
+                at: 1,
+            }),
             deadline: bridged.then_some(10),
             max_agent_wakes: None,
             now: 1,
@@ -436,6 +444,10 @@ mod tests {
     fn a_bridged_send_also_needs_its_key_kept_its_bridge_open_and_a_free_id() {
         let bridged = send(true);
         assert_eq!(bridged_from(&bridged), Some("PEER"));
+        // The bridge that carried it, not its author's home (a room entry's).
+        let mut entry = send(true);
+        entry.source.as_mut().expect("source").host_id = "AUTHOR".into();
+        assert_eq!(bridged_from(&entry), Some("PEER"));
         assert_eq!(refuse_send(&bridged, &open()), None);
         let given_up = SendFacts { key_given_up: true, target_live: false, ..open() };
         assert_eq!(refuse_send(&bridged, &given_up), Some(SendOutcome::GivenUp), "before the target");

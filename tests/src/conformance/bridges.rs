@@ -3,7 +3,7 @@
 use super::*;
 use kiki_daemon::store::{
     BridgeRecord, BridgeState, Direction, EventKind, EventRecord, MessageStatus, NewMessage, OutboxRecord,
-    OutboxStatus, Permission, Permissions, ReceiptRecord, SendOutcome, SourceRef, Store, StoreError,
+    OutboxStatus, Permission, Permissions, ReceiptRecord, SendOutcome, Store, StoreError,
 };
 
 fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
@@ -219,10 +219,7 @@ async fn inbound_bridge(store: &dyn Store, peer: &str, state: BridgeState) {
 
 pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
-    let mut m = message("msg_1", "th_a", "th_far", "k1", "hello");
-    m.source =
-        Some(SourceRef { host_id: "HOME_P".into(), thread_id: "th_far".into(), workspace_id: String::new() });
-    m.key_scope = "HOME_P/th_far".into();
+    let m = bridged_message("msg_1", "th_a", "HOME_P", "k1");
     for state in [None, Some(BridgeState::Revoked), Some(BridgeState::Disabled)] {
         if let Some(state) = state {
             inbound_bridge(store, "HOME_P", state).await;
@@ -260,13 +257,7 @@ pub async fn pending_messages_are_counted_per_peer_home(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     inbound_bridge(store, "HOME_P", BridgeState::Active).await;
     inbound_bridge(store, "HOME_Q", BridgeState::Active).await;
-    let from = |id: &str, host: &str, key: &str| {
-        let mut m = message(id, "th_a", "th_far", key, key);
-        m.source =
-            Some(SourceRef { host_id: host.into(), thread_id: "th_far".into(), workspace_id: String::new() });
-        m.key_scope = format!("{host}/th_far");
-        m
-    };
+    let from = |id: &str, host: &str, key: &str| bridged_message(id, "th_a", host, key);
     for m in [from("msg_1", "HOME_P", "k1"), from("msg_2", "HOME_P", "k2"), from("msg_3", "HOME_Q", "k3")] {
         store.accept_message(&m).await.expect("commit");
     }
@@ -284,23 +275,9 @@ pub async fn overdue_bridged_messages_expire_in_a_sweep(store: &dyn Store) {
     inbound_bridge(store, "HOME_P", BridgeState::Active).await;
     let now = kiki_daemon::time::now_ms();
     let from = |id: &str, deadline: Option<i64>| {
-        let mut m = message(id, "th_a", "th_far", id, id);
-        m.source = Some(SourceRef {
-            host_id: "HOME_P".into(),
-            thread_id: "th_far".into(),
-            workspace_id: String::new(),
-        });
-        m.key_scope = "HOME_P/th_far".into();
+        let mut m = bridged_message(id, "th_a", "HOME_P", id);
         (m.wake, m.deadline) = (false, deadline);
-        m.receipt = Some(ReceiptRecord {
-            peer_home_id: "HOME_P".into(),
-            key: id.into(),
-            message_id: String::new(),
-            target: "th_a".into(),
-            status: String::new(),
-            reason: String::new(),
-            at: now,
-        });
+        m.receipt.as_mut().expect("receipt").at = now;
         m
     };
     for m in [
@@ -345,4 +322,42 @@ pub async fn overdue_bridged_messages_expire_in_a_sweep(store: &dyn Store) {
     let turn = store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("a turn");
     let taken: Vec<_> = turn.inputs.iter().map(|i| i.id.as_str()).collect();
     assert_eq!(taken, ["in_msg_3", "in_msg_4", "in_u"], "the expired messages' input is gone");
+}
+
+/// A room of another home is bound to the first home that says a thread here joined it;
+/// another home's word never moves it.
+pub async fn a_room_is_bound_to_the_first_home_for_good(store: &dyn Store) {
+    assert_eq!(store.room_home("room_r").await.expect("read"), None);
+    assert_eq!(store.bind_room("room_r", "HOME_A", 1).await.expect("bind"), "HOME_A");
+    assert_eq!(store.bind_room("room_r", "HOME_A", 2).await.expect("again"), "HOME_A");
+    assert_eq!(store.bind_room("room_r", "HOME_P", 3).await.expect("another"), "HOME_A", "kept");
+    assert_eq!(store.room_home("room_r").await.expect("read"), Some("HOME_A".into()));
+}
+
+/// A room entry written by a thread of home B and carried by home A's bridge: A's bridge
+/// decides it (its revocation ends it, its switch holds it), not B's.
+pub async fn the_bridge_that_carried_a_message_decides_it(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    inbound_bridge(store, "HOME_A", BridgeState::Active).await;
+    let mut entry = bridged_message("msg_1", "th_a", "HOME_A", "k1");
+    entry.source.as_mut().expect("source").host_id = "HOME_B".into();
+    entry.wake = false;
+    let outcome = store.accept_message(&entry).await.expect("accepted");
+    assert!(matches!(outcome, SendOutcome::Accepted { .. }), "no bridge from B is needed: {outcome:?}");
+    assert_eq!(store.pending_messages_from("HOME_A").await.expect("count"), 1);
+    assert_eq!(store.pending_messages_from("HOME_B").await.expect("count"), 0);
+    inbound_bridge(store, "HOME_B", BridgeState::Active).await;
+    let mut b =
+        store.bridges().await.expect("list").into_iter().find(|b| b.peer_home_id == "HOME_B").expect("B");
+    b.state = BridgeState::Revoked;
+    store.revoke_inbound(&b, 5).await.expect("revoke B");
+    assert_eq!(store.message("msg_1").await.expect("read").expect("kept").status, MessageStatus::Pending);
+    let mut a =
+        store.bridges().await.expect("list").into_iter().find(|b| b.peer_home_id == "HOME_A").expect("A");
+    a.state = BridgeState::Revoked;
+    store.revoke_inbound(&a, 6).await.expect("revoke A");
+    assert_eq!(
+        store.message("msg_1").await.expect("read").expect("kept").status,
+        MessageStatus::Undeliverable
+    );
 }

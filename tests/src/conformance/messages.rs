@@ -30,6 +30,25 @@ pub(super) fn message(id: &str, target: &str, scope: &str, key: &str, hash: &str
     }
 }
 
+/// [`message`] as it arrives over `peer`'s bridge from its thread `th_far`: its source,
+/// key scope and receipt are the peer's.
+pub(super) fn bridged_message(id: &str, target: &str, peer: &str, key: &str) -> NewMessage {
+    let mut m = message(id, target, "th_far", key, key);
+    m.source =
+        Some(SourceRef { host_id: peer.into(), thread_id: "th_far".into(), workspace_id: String::new() });
+    m.key_scope = format!("{peer}/th_far");
+    m.receipt = Some(kiki_daemon::store::ReceiptRecord {
+        peer_home_id: peer.into(),
+        key: key.into(),
+        message_id: String::new(),
+        target: target.into(),
+        status: String::new(),
+        reason: String::new(),
+        at: 10,
+    });
+    m
+}
+
 /// How a test starts a turn: `take_messages` as the thread's communication switch says.
 pub(super) fn turn(turn_id: &str, take_messages: bool) -> TurnClaim {
     TurnClaim { turn_id: turn_id.into(), take_messages, render, exec: false, budget: None }

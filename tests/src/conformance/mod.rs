@@ -12,8 +12,8 @@ mod bridges;
 mod messages;
 
 pub use bridges::*;
+use messages::turn;
 pub use messages::*;
-use messages::{message, turn};
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
 #[macro_export]
@@ -34,7 +34,8 @@ macro_rules! store_conformance {
             outbox_entries_are_unique_per_key_and_come_due, a_failed_write_leaves_no_trace_beside_others,
             a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home,
             a_bridged_message_needs_an_active_bridge_when_it_commits, receipts_page_back_from_the_newest,
-            a_bridge_record_round_trips, overdue_bridged_messages_expire_in_a_sweep);
+            a_bridge_record_round_trips, overdue_bridged_messages_expire_in_a_sweep,
+            a_room_is_bound_to_the_first_home_for_good, the_bridge_that_carried_a_message_decides_it);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
