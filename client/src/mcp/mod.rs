@@ -9,7 +9,9 @@
 mod calls;
 mod channel;
 pub mod install;
+mod skim;
 mod tools;
+mod transport;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -56,15 +58,21 @@ pub async fn run(home: &Path, args: McpArgs, json: bool) -> Result<()> {
     }
 }
 
+/// How long answers already queued may take to reach stdout once the client has closed
+/// stdin (a client that reads them gets them; one that does not is not waited for).
+const LAST_WRITES: Duration = Duration::from_secs(5);
+
 /// Serves MCP on stdin/stdout until the client closes it.
 async fn serve(home: &Path, tool_timeout: Duration) -> Result<()> {
     let token = kiki_client::env_var("KIKI_TOKEN");
-    let caller = Arc::new(Caller::new(crate::connect::socket(home), token, tool_timeout));
+    let (stdio, writing) = transport::Stdio::start();
+    let caller = Arc::new(Caller::new(crate::connect::socket(home), token, tool_timeout, stdio.answers()));
     let pusher = Pusher::default();
-    let running = KikiServer { caller, pusher: pusher.clone() }.serve(rmcp::transport::stdio()).await?;
+    let running = KikiServer { caller, pusher: pusher.clone() }.serve(stdio).await?;
     running.waiting().await?;
     // The client closed the session: nothing more is pushed.
     pusher.stop.cancel();
+    let _ = tokio::time::timeout(LAST_WRITES, writing).await;
     Ok(())
 }
 
