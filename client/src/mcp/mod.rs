@@ -37,6 +37,17 @@ pub struct McpArgs {
     /// How long the MCP client gives one tool call, in ms: ThreadWait answers 2 s before it.
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(5_000..))]
     tool_timeout_ms: u64,
+    /// The home when neither --home nor KIKI_HOME names one (a turn sets KIKI_HOME; `kiki mcp
+    /// install` records the home it was run with here, for the agent outside a turn).
+    #[arg(long, value_name = "DIR")]
+    default_home: Option<std::path::PathBuf>,
+}
+
+impl McpArgs {
+    /// The home `--default-home` names, if any.
+    pub fn default_home(&self) -> Option<std::path::PathBuf> {
+        self.default_home.clone()
+    }
 }
 
 #[derive(Subcommand)]
