@@ -7,7 +7,9 @@
 //!   would). A client that stops reading stdout therefore holds at most that many answers
 //!   in `kiki mcp`, never all of them. A call that parks for long (ThreadWait, a
 //!   permission prompt) trades its place for one of [`PARKED_AT_ONCE`], so waits do not
-//!   starve short calls. Writes go through a queue of [`QUEUED_WRITES`] messages.
+//!   starve short calls. Writes go through one task and a queue of [`QUEUED_WRITES`]
+//!   messages; a message the server sends counts as sent once its line is written, as over
+//!   a pipe (a pushed channel message is delivered only then).
 //! - **Every request line is answered.** A line that is not JSON gets `-32700` (id null);
 //!   one that is JSON but no valid message `-32600`, keeping its id where it has one; a
 //!   known method with params of the wrong shape (`tools/call` without an object of
@@ -27,7 +29,7 @@ use rmcp::service::TxJsonRpcMessage;
 use rmcp::transport::{StdioReader, StdioWriter, Transport};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::skim::Skim;
 
@@ -85,10 +87,12 @@ impl Answers {
     }
 }
 
-/// One line of output, with the place of the request it answers.
+/// One line of output, with the place of the request it answers and, for a message the
+/// server sends, who waits for it to be written.
 struct Outgoing {
     line: Vec<u8>,
     _place: Option<OwnedSemaphorePermit>,
+    written: Option<oneshot::Sender<()>>,
 }
 
 /// The server side of stdio; see the module docs.
@@ -123,12 +127,15 @@ impl Stdio {
     }
 }
 
-/// Writes each message as it comes, then gives its request's place back. Ends when stdout
-/// is closed or every sender is gone.
+/// Writes each message as it comes, then says so and gives its request's place back. Ends
+/// when stdout is closed or every sender is gone.
 async fn write_out(mut stdout: StdioWriter, mut queue: mpsc::Receiver<Outgoing>) {
     while let Some(message) = queue.recv().await {
         if stdout.write_all(&message.line).await.is_err() || stdout.flush().await.is_err() {
             return;
+        }
+        if let Some(written) = message.written {
+            let _ = written.send(());
         }
     }
 }
@@ -156,12 +163,15 @@ impl Transport<RoleServer> for Stdio {
             JsonRpcMessage::Error(error) => error.id.as_ref().and_then(|id| self.answers.release(id)),
             _ => None,
         };
-        let message = Outgoing { line: line_of(&item), _place: place };
+        // Sent once written, as over a pipe: a message pushed into the session (channel.rs)
+        // counts as delivered only once it is out of `kiki mcp`.
+        let (written, done) = oneshot::channel();
+        let message = Outgoing { line: line_of(&item), _place: place, written: Some(written) };
         let out = self.out.clone();
         async move {
-            out.send(message)
-                .await
-                .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed"))
+            let closed = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed");
+            out.send(message).await.map_err(|_| closed())?;
+            done.await.map_err(|_| closed())
         }
     }
 
@@ -177,7 +187,7 @@ impl Transport<RoleServer> for Stdio {
                 Some(Held::Answer(_)) => {
                     let room = self.out.reserve().await.ok()?;
                     if let Some(Held::Answer(line)) = self.held.take() {
-                        room.send(Outgoing { line, _place: None });
+                        room.send(Outgoing { line, _place: None, written: None });
                     }
                     continue;
                 }
