@@ -71,7 +71,10 @@ pub fn over_long(tool: &str, arguments: &[skim::Argument], bytes: usize) -> Stri
     let Some(names) = parameters(tool) else {
         return unknown_tool(tool).0;
     };
-    if let Some(unknown) = arguments.iter().find(|a| !names.contains(&a.name.as_str())) {
+    // As for a call read whole: Claude Code's permission prompt may grow arguments.
+    if tool != "PermissionPrompt"
+        && let Some(unknown) = arguments.iter().find(|a| !names.contains(&a.name.as_str()))
+    {
         return not_a_parameter(&unknown.name, names).0;
     }
     let room = arguments.iter().any(|a| a.name == "room");
@@ -703,4 +706,81 @@ fn target_in(object: &JsonObject, prefix: &str) -> Result<pb::ThreadRef, Refused
         return Ok(pb::ThreadRef { workspace_id, ..reference });
     }
     Ok(pb::ThreadRef { host_id, workspace_id, session_id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argument(name: &str, bytes: usize, chars: Option<usize>) -> skim::Argument {
+        skim::Argument { name: name.into(), bytes, chars }
+    }
+
+    #[test]
+    fn an_over_long_call_gets_the_error_it_would_get_whole() {
+        let key = argument("idempotency_key", 3, Some(1));
+        let content = argument("content", 5 << 20, Some(5 << 20));
+        assert_eq!(
+            over_long("ThreadSend", &[argument("session_id", 6, Some(4)), content.clone(), key], 5 << 20),
+            "invalid_argument: content: must be at most 100000 characters, got 5242880"
+        );
+        // A room post's content has the room's limit.
+        assert_eq!(
+            over_long("ThreadSend", &[argument("room", 10, Some(8)), content.clone()], 5 << 20),
+            "invalid_argument: content: must be at most 20000 characters, got 5242880"
+        );
+        assert!(
+            over_long("ThreadRead", std::slice::from_ref(&content), 5 << 20)
+                .starts_with("invalid_argument: content: not a parameter")
+        );
+        assert!(over_long("Nope", &[], 5 << 20).starts_with("not_found: no tool named \"Nope\""));
+        // Nothing over a length limit: the request's size, and its largest argument.
+        let said = over_long("ThreadSend", &[argument("mentions", 5 << 20, None)], (5 << 20) + 40);
+        assert!(said.contains("5242920 bytes") && said.contains("mentions alone is 5242880 bytes"), "{said}");
+        // Claude Code's permission prompt may carry arguments kiki does not read.
+        let said = over_long(
+            "PermissionPrompt",
+            &[argument("input", 5 << 20, None), argument("extra", 2, None)],
+            5 << 20,
+        );
+        assert!(said.contains("input alone"), "{said}");
+    }
+
+    #[test]
+    fn kikid_and_kiki_mcp_speak_in_sentences() {
+        assert_eq!(sentences("a: b", "Do c."), "a: b. Do c.");
+        assert_eq!(sentences("a: b.", "Do c."), "a: b. Do c.");
+        assert_eq!(sentences("a: b", ""), "a: b");
+        let said = refused(tonic::Status::already_exists(
+            "idempotency_key: already used (m); reuse a key only for the same target and content",
+        ))
+        .0;
+        assert_eq!(
+            said,
+            "already_exists: idempotency_key: already used (m); reuse a key only for the same target and content. \
+             Use a new idempotency_key for a new message."
+        );
+        let said = refused(tonic::Status::resource_exhausted(
+            "ThreadWait: this connection already has 1024 waits parked",
+        ))
+        .0;
+        assert_eq!(said, "resource_exhausted: ThreadWait: this connection already has 1024 waits parked");
+    }
+
+    #[test]
+    fn a_bad_wait_cursor_is_named_as_the_tools_parameter() {
+        let with_cursor = [(0, "th_a".to_string()), (2, "th_c".to_string())];
+        let bad = |message: &str| wait_refused(tonic::Status::invalid_argument(message), &with_cursor).0;
+        assert_eq!(
+            bad("cursors: the cursor for th_c is not one ThreadWait returned; restart without it"),
+            "invalid_argument: targets[2].cursor: the cursor for th_c is not one ThreadWait returned; restart without it"
+        );
+        assert!(
+            bad("cursors: has a key that is not one of the targets")
+                .starts_with("invalid_argument: targets[].cursor: ")
+        );
+        let one = wait_refused(tonic::Status::invalid_argument("cursors: junk"), &with_cursor[1..]).0;
+        assert_eq!(one, "invalid_argument: targets[2].cursor: junk");
+        assert_eq!(bad("targets: must be distinct"), "invalid_argument: targets: must be distinct");
+    }
 }
