@@ -86,7 +86,13 @@ pub enum Command {
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    let home = home_dir(args.home)?;
+    // `kiki mcp --default-home DIR`: what an agent's entry names, for when it runs outside a
+    // turn (no KIKI_HOME) — below --home and KIKI_HOME, above ~/.kiki.
+    let flag = args.home.or_else(|| match &args.command {
+        Command::Mcp(mcp) if kiki_client::env_var("KIKI_HOME").is_none() => mcp.default_home(),
+        _ => None,
+    });
+    let home = home_dir(flag)?;
     // Before any command touches the home or trusts a daemon on its socket.
     kiki_client::check_home(&home)?;
     match args.command {

@@ -83,3 +83,67 @@ pub async fn call(session: &Session, name: &str, arguments: Value) -> anyhow::Re
 pub fn text(result: &CallToolResult) -> String {
     result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
 }
+
+/// `kiki --home HOME mcp` driven line by line by a raw JSON-RPC client, for what an SDK
+/// client never sends (lines that are not JSON, over-long ones) or never does (stop reading
+/// its answers).
+pub struct Raw {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: tokio::io::BufReader<tokio::process::ChildStdout>,
+}
+
+impl Raw {
+    /// Starts the server and completes the handshake.
+    pub async fn start(kiki: &Path, home: &Path) -> anyhow::Result<Raw> {
+        let mut child = tokio::process::Command::new(kiki)
+            .arg("--home")
+            .arg(home)
+            .arg("mcp")
+            .env_remove("KIKI_TOKEN")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().map(tokio::io::BufReader::new);
+        let Some(stdout) = stdout else { anyhow::bail!("no stdout") };
+        let mut raw = Raw { child, stdin, stdout };
+        raw.send(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+        )
+        .await?;
+        let answer = raw.answer().await?;
+        anyhow::ensure!(answer["result"]["serverInfo"]["name"] == "kiki", "no handshake: {answer}");
+        raw.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await?;
+        Ok(raw)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Writes `line` and its newline.
+    pub async fn send(&mut self, line: &[u8]) -> anyhow::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let Some(stdin) = self.stdin.as_mut() else { anyhow::bail!("stdin was taken") };
+        stdin.write_all(line).await?;
+        stdin.write_all(b"\n").await?;
+        Ok(stdin.flush().await?)
+    }
+
+    /// stdin, to write from elsewhere (a task that may block while nobody reads).
+    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+        self.stdin.take()
+    }
+
+    /// The next line the server writes, as JSON; an error after 20 s without one.
+    pub async fn answer(&mut self) -> anyhow::Result<Value> {
+        use tokio::io::AsyncBufReadExt;
+        let mut line = String::new();
+        let read = tokio::time::timeout(std::time::Duration::from_secs(20), self.stdout.read_line(&mut line));
+        anyhow::ensure!(read.await?? > 0, "kiki mcp closed stdout");
+        Ok(serde_json::from_str(&line)?)
+    }
+}

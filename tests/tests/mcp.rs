@@ -201,13 +201,140 @@ async fn bad_input_is_a_tool_error_naming_the_field_and_limit_and_leaves_no_trac
         json!({"session_id": thread, "content": "two", "idempotency_key": "same"}),
     )
     .await;
-    assert!(text.contains("idempotency_key") && text.contains("Reuse an idempotency_key only"), "{text}");
+    // kikid's words and kiki mcp's advice, each a sentence.
+    assert!(text.contains("same target and content. Use a new idempotency_key"), "{text}");
+    // A send to a thread needs a key: said to be missing, not "empty".
+    let text = refused(&session, "ThreadSend", json!({"session_id": thread, "content": "no key"})).await;
+    assert!(text.starts_with("invalid_argument: idempotency_key: required"), "{text}");
     // Nothing refused was written: the thread got the one message, in one turn.
     let turns = home.wait_turns(&thread, 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(home.all_turns(&thread).await.len(), 1, "{turns:?}");
     let listed = ok(&session, "ThreadList", json!({})).await;
     assert_eq!(listed["threads"].as_array().expect("threads").len(), 1, "no thread was created");
+
+    // A bad cursor is named as the tool's parameter, not kikid's gRPC field.
+    let other = home.thread("echo", None).await.id;
+    let checked =
+        ok(&session, "ThreadWait", json!({"targets": [{"session_id": thread}], "timeout_ms": 0})).await;
+    let good = checked["results"][0]["cursor"].clone();
+    let targets = json!([{"session_id": thread, "cursor": good}, {"session_id": other, "cursor": "junk"}]);
+    let text = refused(&session, "ThreadWait", json!({"targets": targets, "timeout_ms": 0})).await;
+    assert!(text.starts_with("invalid_argument: targets[1].cursor: "), "{text}");
+    assert!(!text.contains("cursors") && text.contains(&format!("the cursor for {other} ")), "{text}");
+}
+
+/// A client that sends calls without reading the answers: `kiki mcp` stops reading calls
+/// while answers wait (the client's writes block, as over a pipe), so it holds a few
+/// answers, not all of them; once the client reads, every answer arrives.
+#[tokio::test]
+async fn a_client_that_stops_reading_holds_its_calls_back_and_kiki_mcp_stays_small() {
+    let home = TestHome::builder().start().await;
+    // ThreadList answers of ~100 KB: 50 threads with long titles.
+    let cwd = home.workdir("many").display().to_string();
+    for i in 0..50 {
+        let title = format!("thread {i} {}", "t".repeat(190));
+        let request =
+            pb::ThreadCreateRequest { cwd: Some(cwd.clone()), title: Some(title), ..Default::default() };
+        home.client().threads().thread_create(request).await.expect("thread");
+    }
+    let mut raw = mcp::Raw::start(&binary("kiki"), home.dir()).await.expect("kiki mcp");
+    let pid = raw.pid().expect("pid");
+    const CALLS: u64 = 1500;
+    let mut stdin = raw.take_stdin().expect("stdin");
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        for id in 1..=CALLS {
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "ThreadList", "arguments": {}}});
+            stdin.write_all(format!("{call}\n").as_bytes()).await.expect("write a call");
+        }
+        stdin
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!writer.is_finished(), "kiki mcp read every call although nobody read an answer");
+
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < CALLS as usize {
+        let answer = raw.answer().await.expect("an answer");
+        assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+        answered.insert(answer["id"].as_u64().expect("id"));
+    }
+    let _stdin = writer.await.expect("every call written once answers were read");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    // Unbounded, 1,500 such answers took ~300 MB; bounded, ~20 MB.
+    assert!(peak_kb < 100 * 1024, "kiki mcp peaked at {peak_kb} kB");
+}
+
+/// Every request line gets an answer, keeping its id where it has one: a line that is not
+/// JSON (-32700), a tools/call without params or with arguments that are not an object
+/// (-32602), and an over-long call of any size, which gets the same limit error as content
+/// just over its limit — never silence, never kikid's message limit.
+#[tokio::test]
+async fn every_request_line_is_answered_whatever_it_holds_and_however_long() {
+    let home = TestHome::builder().start().await;
+    let thread = home.thread("echo", None).await.id;
+    let mut raw = mcp::Raw::start(&binary("kiki"), home.dir()).await.expect("kiki mcp");
+    let mut ask = async |line: &[u8]| {
+        raw.send(line).await.expect("write");
+        raw.answer().await.expect("answered")
+    };
+    let error = |answer: &Value| (answer["id"].clone(), answer["error"]["code"].clone());
+
+    let answer = ask(b"this is not JSON").await;
+    assert_eq!(error(&answer), (Value::Null, json!(-32700)), "{answer}");
+    let answer = ask(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call"}"#).await;
+    assert_eq!(error(&answer), (json!(2), json!(-32602)), "{answer}");
+    let answer = ask(
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ThreadList","arguments":[1]}}"#,
+    )
+    .await;
+    assert_eq!(error(&answer), (json!(3), json!(-32602)), "{answer}");
+    let answer =
+        ask(br#"{"jsonrpc":"2.0","id":"four","method":"tools/call","params":{"name":"ThreadList","arguments":"x"}}"#)
+            .await;
+    assert_eq!(error(&answer), (json!("four"), json!(-32602)), "{answer}");
+    assert!(answer["error"]["message"].as_str().is_some_and(|m| m.contains("arguments")), "{answer}");
+    let answer = ask(br#"{"id":5,"method":"ping"}"#).await;
+    assert_eq!(error(&answer), (json!(5), json!(-32600)), "no jsonrpc: {answer}");
+
+    // Content of every size past the limit: the same error, under the call's id (given
+    // last here, as some clients write it).
+    for chars in [100_001, 3 << 20, 5 << 20, 20 << 20] {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"ThreadSend","arguments":{{"session_id":"{thread}","content":"{}","idempotency_key":"k"}}}},"id":"big-{chars}"}}"#,
+            "x".repeat(chars)
+        );
+        let answer = ask(line.as_bytes()).await;
+        assert_eq!(answer["id"], json!(format!("big-{chars}")), "{chars}");
+        assert_eq!(answer["result"]["isError"], json!(true), "{chars}: {answer}");
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            json!(format!("invalid_argument: content: must be at most 100000 characters, got {chars}")),
+            "{chars}"
+        );
+    }
+    // An over-long line that is no call: refused under its id, or id null without one.
+    let padding = "p".repeat(5 << 20);
+    let line =
+        format!(r#"{{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{{"cursor":"{padding}"}}}}"#);
+    let answer = ask(line.as_bytes()).await;
+    assert_eq!(error(&answer), (json!(8), json!(-32600)), "{}", answer["error"]);
+    let answer = ask(format!(r#"{{"junk":"{padding}"}}"#).as_bytes()).await;
+    assert_eq!(error(&answer), (Value::Null, json!(-32600)), "{}", answer["error"]);
+
+    // The session goes on, and nothing refused was written.
+    let answer = ask(
+        br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ThreadList","arguments":{}}}"#,
+    )
+    .await;
+    assert_eq!((answer["id"].clone(), answer["result"]["isError"].clone()), (json!(9), json!(false)));
+    assert!(home.all_turns(&thread).await.is_empty(), "no message was sent");
 }
 
 #[tokio::test]
@@ -255,7 +382,7 @@ async fn a_send_from_inside_a_turn_is_attributed_to_its_thread() {
         json!({"session_id": target, "content": "late", "idempotency_key": "l"}),
     )
     .await;
-    assert!(text.starts_with("unauthenticated") && text.contains("turn ends"), "{text}");
+    assert!(text.starts_with("unauthenticated") && text.contains("turn ends. This kiki mcp"), "{text}");
     assert!(text.contains("not made as anyone else"), "{text}");
 }
 
@@ -294,7 +421,9 @@ async fn a_wait_answers_before_the_clients_limit_sends_progress_and_ends_when_ca
         .await
         .expect("sent");
     let note = tokio::time::timeout(Duration::from_secs(5), pushed.recv()).await.expect("progress in time");
-    assert!(matches!(note, Some(Pushed::Progress(_))), "{note:?}");
+    // Its total is the most this call waits: 4 s (the client's 6 s less 2), not the 30 s asked.
+    let Some(Pushed::Progress(note)) = note else { panic!("not progress: {note:?}") };
+    assert_eq!(note.total, Some(4000.0), "{note:?}");
     assert!(home.handle().parked_threads() > 0, "the wait is parked");
     handle.cancel(Some("enough".into())).await.expect("cancelled");
     eventually("the cancelled wait to leave nothing parked", || async {

@@ -78,7 +78,7 @@ impl Setup {
     fn assert_fresh(&self, agent: &str, path: &Path) {
         let text = read(path);
         if agent == "codex" {
-            assert_eq!(text, expected_codex_table());
+            assert_eq!(text, expected_codex_table(self.kiki_home()));
         } else {
             let merged: Value = serde_json::from_str(&text).expect("json");
             assert_eq!(merged, json!({"mcpServers": {"kiki": expected_json_entry(agent, self.kiki_home())}}));
@@ -102,38 +102,38 @@ fn command() -> String {
     binary("kiki").canonicalize().expect("canonical kiki").to_str().expect("utf-8 path").to_string()
 }
 
-/// The JSON entry `agent` (not codex) should have, with `home` as Claude's default home.
+/// The JSON entry `agent` (not codex) should have, naming `home` as the home outside a turn.
 fn expected_json_entry(agent: &str, home: &str) -> Value {
     match agent {
         "claude" => json!({
             "type": "stdio",
             "command": command(),
-            "args": ["mcp"],
+            "args": ["mcp", "--default-home", home],
             "env": {
-                "KIKI_HOME": format!("${{KIKI_HOME:-{home}}}"),
+                "KIKI_HOME": "${KIKI_HOME:-}",
                 "KIKI_THREAD_ID": "${KIKI_THREAD_ID:-}",
                 "KIKI_TOKEN": "${KIKI_TOKEN:-}",
             },
         }),
         "gemini" => json!({
             "command": command(),
-            "args": ["mcp"],
+            "args": ["mcp", "--default-home", home],
             "env": {"KIKI_HOME": "$KIKI_HOME", "KIKI_THREAD_ID": "$KIKI_THREAD_ID", "KIKI_TOKEN": "$KIKI_TOKEN"},
             "timeout": 90000,
         }),
         "kimi" => json!({
             "command": command(),
-            "args": ["mcp"],
+            "args": ["mcp", "--default-home", home],
             "env": {"KIKI_HOME": "${KIKI_HOME}", "KIKI_THREAD_ID": "${KIKI_THREAD_ID}", "KIKI_TOKEN": "${KIKI_TOKEN}"},
         }),
         _ => panic!("no JSON agent {agent}"),
     }
 }
 
-/// The `[mcp_servers.kiki]` table codex should have, as kiki writes it.
-fn expected_codex_table() -> String {
+/// The `[mcp_servers.kiki]` table codex should have, as kiki writes it, naming `home`.
+fn expected_codex_table(home: &str) -> String {
     format!(
-        "[mcp_servers.kiki]\ncommand = \"{}\"\nargs = [\"mcp\"]\n\
+        "[mcp_servers.kiki]\ncommand = \"{}\"\nargs = [\"mcp\", \"--default-home\", \"{home}\"]\n\
          env_vars = [\"KIKI_HOME\", \"KIKI_THREAD_ID\", \"KIKI_TOKEN\"]\n\
          startup_timeout_sec = 10\ntool_timeout_sec = 90\n",
         command()
@@ -145,7 +145,7 @@ fn expected_config(agent: &str, home: &str) -> Value {
     match agent {
         "codex" => json!({
             "command": command(),
-            "args": ["mcp"],
+            "args": ["mcp", "--default-home", home],
             "env_vars": ["KIKI_HOME", "KIKI_THREAD_ID", "KIKI_TOKEN"],
             "startup_timeout_sec": 10,
             "tool_timeout_sec": 90,
@@ -206,7 +206,7 @@ fn assert_lines_kept(before: &str, after: &str) {
 fn assert_merged(setup: &Setup, agent: &str, before: &str, after: &str) {
     if agent == "codex" {
         assert_lines_kept(before, after);
-        assert!(after.contains(&expected_codex_table()), "no kiki table in:\n{after}");
+        assert!(after.contains(&expected_codex_table(setup.kiki_home())), "no kiki table in:\n{after}");
         assert_eq!(after.matches("[mcp_servers.kiki]").count(), 1, "{after}");
         assert_eq!(after.matches("command = ").count(), 2, "{after}");
         return;
@@ -270,7 +270,7 @@ fn an_existing_kiki_entry_is_replaced() {
     let path = setup.user_path("codex");
     write_with_mode(&path, "# mine\n[mcp_servers.kiki]\ncommand = \"/old/kiki\"\nenabled = false\n", 0o600);
     setup.kiki_ok(&["mcp", "install", "codex"], &[]);
-    assert_eq!(read(&path), format!("# mine\n{}", expected_codex_table()));
+    assert_eq!(read(&path), format!("# mine\n{}", expected_codex_table(setup.kiki_home())));
 }
 
 #[test]
@@ -321,7 +321,7 @@ fn print_writes_nothing_and_prints_the_entry() {
         for scope in ["user", "project"] {
             let out = setup.kiki_ok(&["mcp", "install", agent, "--scope", scope, "--print"], &[]);
             if agent == "codex" {
-                assert_eq!(out.trim_end(), expected_codex_table().trim_end(), "{agent}");
+                assert_eq!(out.trim_end(), expected_codex_table(setup.kiki_home()).trim_end(), "{agent}");
             } else {
                 let printed: Value = serde_json::from_str(&out).expect("the snippet is JSON");
                 assert_eq!(
@@ -375,28 +375,33 @@ fn json_reports_the_agent_scope_path_and_entry() {
     }
 }
 
+/// A file its agent could not read is bad input (exit 2, `invalid_argument`), named with
+/// what is wrong, and left as it was.
 #[test]
 fn a_file_that_cannot_be_parsed_is_refused_and_left_alone() {
     let setup = Setup::new();
-    for (agent, broken) in [
-        ("claude", "{\"numStartups\": 3,\n  \"mcpServers\": {"),
-        ("codex", "# mine\nmodel = \"o3\n[mcp_servers.docs]\n"),
-        ("gemini", "{\n  // comments are not JSON\n  \"theme\": \"dark\"\n}\n"),
-        ("kimi", "[\"not\", \"an object\"]"),
+    for (agent, broken, problem) in [
+        ("claude", "{\"numStartups\": 3,\n  \"mcpServers\": {", "not valid JSON"),
+        ("codex", "# mine\nmodel = \"o3\n[mcp_servers.docs]\n", "not valid TOML"),
+        // Gemini CLI takes comments, not trailing commas.
+        ("gemini", "{\n  // my settings\n  \"theme\": \"dark\",\n}\n", "not valid JSON"),
+        ("kimi", "[\"not\", \"an object\"]", "not a JSON object"),
     ] {
         let path = setup.user_path(agent);
         write_with_mode(&path, broken, 0o640);
         let out = setup.kiki(&["mcp", "install", agent], &[]);
-        assert!(!out.status.success(), "{agent}: accepted a broken file");
+        assert_eq!(out.status.code(), Some(2), "{agent}: bad input: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(&path.display().to_string()), "{agent}: the error names no file: {stderr}");
+        assert!(stderr.contains(problem), "{agent}: the error says not what is wrong: {stderr}");
         assert_eq!(std::fs::read(&path).expect("read"), broken.as_bytes(), "{agent}: the file changed");
         assert_eq!(mode(&path), 0o640);
 
         // With --json: an error document, the file still untouched.
         let out = setup.kiki(&["--json", "mcp", "install", agent], &[]);
-        assert!(!out.status.success());
+        assert_eq!(out.status.code(), Some(2), "{agent}");
         let doc: Value = serde_json::from_slice(&out.stdout).expect("an error document");
+        assert_eq!(doc["error"]["code"], "invalid_argument", "{agent}: {doc}");
         let message = doc["error"]["message"].as_str().expect("message");
         assert!(message.contains(&path.display().to_string()), "{agent}: {message}");
         assert!(!message.contains('\n'), "{agent}: one line: {message}");
@@ -404,6 +409,33 @@ fn a_file_that_cannot_be_parsed_is_refused_and_left_alone() {
     }
     let names: Vec<_> = walk(&setup.user).into_iter().filter(|p| p.is_file()).collect();
     assert_eq!(names.len(), 4, "no temporary file left: {names:?}");
+}
+
+/// Gemini CLI reads its settings with comments: kiki takes such a file and writes it back
+/// with every comment in its place.
+#[test]
+fn gemini_settings_with_comments_are_merged_keeping_the_comments() {
+    let setup = Setup::new();
+    let path = setup.user_path("gemini");
+    let before = "{\n  // Written by hand.\n  \"theme\": \"dark\", /* for the night */\n  \"mcpServers\": {\n    // Docs.\n    \"docs\": {\"command\": \"docs-mcp\"}\n  }\n}\n";
+    write_with_mode(&path, before, 0o600);
+    setup.kiki_ok(&["mcp", "install", "gemini"], &[]);
+    let after = read(&path);
+    for comment in ["// Written by hand.", "/* for the night */", "// Docs."] {
+        assert!(after.contains(comment), "{comment} lost:\n{after}");
+    }
+    assert!(
+        after.starts_with("{\n  // Written by hand.\n  \"theme\": \"dark\", /* for the night */\n"),
+        "{after}"
+    );
+    // Read as Gemini CLI reads it: JSON once the comments are gone.
+    let merged: Value =
+        jsonc_parser::parse_to_serde_value(&after, &jsonc_parser::ParseOptions::default()).expect("JSONC");
+    assert_eq!(merged["theme"], "dark");
+    assert_eq!(merged["mcpServers"]["docs"], json!({"command": "docs-mcp"}));
+    assert_eq!(merged["mcpServers"]["kiki"], expected_json_entry("gemini", setup.kiki_home()));
+    setup.kiki_ok(&["mcp", "install", "gemini"], &[]);
+    assert_eq!(read(&path), after, "a second install changes nothing");
 }
 
 #[test]
@@ -456,4 +488,57 @@ fn a_profile_for_the_agent_is_added_to_the_homes_config() {
     assert!(!setup.project_path("codex").exists(), "nor the agent's config written");
     let bad = setup.kiki(&["mcp", "install", "codex", "--profile", "No Good"], &[]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("a profile name is 1-64 characters"), "{bad:?}");
+}
+
+/// Outside a turn there is no KIKI_HOME: each agent's entry, run as written with the
+/// environment that agent gives it when the variables are unset, reaches the home it was
+/// installed for (`kiki --home X mcp install`), not ~/.kiki.
+#[tokio::test]
+async fn outside_a_turn_every_agents_entry_reaches_the_home_it_was_installed_for() {
+    let home = kiki_tests::TestHome::builder().start().await;
+    let thread = home.thread("echo", None).await.id;
+    // HOME without a ~/.kiki: a server that fell back on it would find no kikid.
+    let setup = Setup::new();
+    for agent in AGENTS {
+        let out = Command::new(binary("kiki"))
+            .arg("--home")
+            .arg(home.dir())
+            .args(["--json", "mcp", "install", agent, "--print"])
+            .env("HOME", &setup.user)
+            .env_remove("KIKI_HOME")
+            .output()
+            .expect("run kiki");
+        assert!(out.status.success(), "{agent}: {}", String::from_utf8_lossy(&out.stderr));
+        let config = serde_json::from_slice::<Value>(&out.stdout).expect("JSON")["config"].clone();
+        let command = std::path::PathBuf::from(config["command"].as_str().expect("command"));
+        let args: Vec<&str> =
+            config["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
+        assert_eq!(args.first(), Some(&"mcp"), "{agent}: {config}");
+        // What each agent passes for an unset variable: Claude Code's `${NAME:-DEFAULT}` is
+        // the default; Gemini's `$NAME` and Kimi's `${NAME}` may stay as written; codex
+        // forwards nothing.
+        let unset = |value: &str| match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
+            Some(inner) if inner.contains(":-") => inner.split_once(":-").map(|(_, d)| d.to_string()),
+            _ => None,
+        };
+        let mut env: Vec<(String, String)> = match config["env"].as_object() {
+            Some(env) => env
+                .iter()
+                .map(|(name, value)| {
+                    let value = value.as_str().unwrap_or_default();
+                    (name.clone(), unset(value).unwrap_or_else(|| value.to_string()))
+                })
+                .collect(),
+            None => vec![("KIKI_HOME".into(), String::new())],
+        };
+        env.push(("HOME".into(), setup.user.display().to_string()));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let (session, _) = kiki_tests::mcp::start(&command, None, &args[1..], &env, false)
+            .await
+            .unwrap_or_else(|e| panic!("{agent}: the entry's server starts: {e}"));
+        let result = kiki_tests::mcp::call(&session, "ThreadList", json!({})).await.expect("ThreadList");
+        let listed = kiki_tests::mcp::text(&result);
+        assert_ne!(result.is_error, Some(true), "{agent}: {listed}");
+        assert!(listed.contains(&thread), "{agent}: not the installed home's threads: {listed}");
+    }
 }

@@ -14,12 +14,106 @@ use serde::Serialize;
 use serde_json::Value;
 use tonic::Code;
 
+use super::skim;
 use super::tools::WAIT_TIMEOUT_MAX_MS;
+use super::transport::{Answers, LINE_MAX};
 
 /// How often a ThreadWait that was given a progress token says it is still waiting.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How long before the client's own limit a ThreadWait answers (`timed_out`, with cursors).
 const ANSWER_BEFORE_CLIENT_LIMIT: Duration = Duration::from_secs(2);
+
+/// A permission prompt's `input`, as JSON text (kikid's limit).
+const INPUT_MAX_CHARS: usize = 100_000;
+
+/// kikid's limit on one call's message: a call larger than this never reaches it.
+const KIKID_MESSAGE_MAX: usize = 4 * 1024 * 1024;
+
+/// The contract's length limits on arguments (kikid checks them too, with the same words),
+/// checked here as well so that an over-long argument of any size — even one kikid's
+/// message limit would refuse first, or a request line too long to keep — gets the same
+/// error: `content: must be at most 100000 characters, got N`.
+fn length_limit(tool: &str, name: &str, room: bool) -> Option<usize> {
+    Some(match (tool, name) {
+        ("ThreadCreate", "prompt") => 100_000,
+        ("ThreadCreate", "title") => 200,
+        ("ThreadSend", "content") if room => 20_000,
+        ("ThreadSend", "content") => 100_000,
+        ("ThreadSend", "idempotency_key") => 256,
+        ("PermissionPrompt", "tool_name") => 200,
+        _ => return None,
+    })
+}
+
+fn too_long(name: &str, max: usize, chars: usize) -> Refused {
+    Refused::parameter(name, format!("must be at most {max} characters, got {chars}"))
+}
+
+/// The parameters each tool takes; `None` for a tool kiki does not have.
+fn parameters(tool: &str) -> Option<&'static [&'static str]> {
+    Some(match tool {
+        "ThreadCreate" => THREAD_CREATE,
+        "ThreadList" => THREAD_LIST,
+        "ThreadRead" => THREAD_READ,
+        "ThreadSend" => THREAD_SEND,
+        "ThreadWait" => THREAD_WAIT,
+        "RoomRead" => ROOM_READ,
+        "RoomAdd" => ROOM_ADD,
+        "PermissionPrompt" => PERMISSION_PROMPT,
+        _ => return None,
+    })
+}
+
+/// The tool error for a call whose request line was too long to keep (see
+/// [`super::transport`]): the same as the call would get whole — an unknown parameter, or
+/// the first argument over its length limit — else the request's size.
+pub fn over_long(tool: &str, arguments: &[skim::Argument], bytes: usize) -> String {
+    let Some(names) = parameters(tool) else {
+        return unknown_tool(tool).0;
+    };
+    // As for a call read whole: Claude Code's permission prompt may grow arguments.
+    if tool != "PermissionPrompt"
+        && let Some(unknown) = arguments.iter().find(|a| !names.contains(&a.name.as_str()))
+    {
+        return not_a_parameter(&unknown.name, names).0;
+    }
+    let room = arguments.iter().any(|a| a.name == "room");
+    for argument in arguments {
+        if let (Some(max), Some(chars)) = (length_limit(tool, &argument.name, room), argument.chars)
+            && chars > max
+        {
+            return too_long(&argument.name, max, chars).0;
+        }
+    }
+    let largest = arguments
+        .iter()
+        .max_by_key(|a| a.bytes)
+        .map_or_else(String::new, |a| format!(" ({} alone is {} bytes)", a.name, a.bytes));
+    format!(
+        "invalid_argument: the request is {bytes} bytes{largest}; kiki mcp reads requests of at most \
+         {LINE_MAX} bytes. Shorten the arguments."
+    )
+}
+
+fn unknown_tool(tool: &str) -> Refused {
+    Refused(format!("not_found: no tool named {tool:?}; tools/list names them"))
+}
+
+fn not_a_parameter(name: &str, names: &[&str]) -> Refused {
+    Refused::parameter(name, format!("not a parameter of this tool (it takes {})", names.join(", ")))
+}
+
+/// Refuses a call kikid would not take whole (its message limit), naming its size.
+fn fits(request: &impl prost::Message) -> Result<(), Refused> {
+    let bytes = request.encoded_len();
+    if bytes > KIKID_MESSAGE_MAX {
+        return Err(Refused(format!(
+            "invalid_argument: the call is {bytes} bytes, more than the {KIKID_MESSAGE_MAX} bytes kikid \
+             takes in one call. Shorten the arguments."
+        )));
+    }
+    Ok(())
+}
 
 /// Who the tools act as, and the home they talk to.
 pub struct Caller {
@@ -28,6 +122,8 @@ pub struct Caller {
     pub token: Option<String>,
     /// How long the client gives one tool call (`--tool-timeout-ms`).
     pub tool_timeout: Duration,
+    /// The requests' places in `kiki mcp`: a call that waits for long gives its place up.
+    answers: Answers,
     /// Connected at the first call that needs kikid, so the server starts and lists its
     /// tools without a running home; kept for the calls after.
     client: tokio::sync::Mutex<Option<Client>>,
@@ -45,8 +141,8 @@ impl Refused {
 type Outcome = Result<CallToolResult, Refused>;
 
 impl Caller {
-    pub fn new(socket: PathBuf, token: Option<String>, tool_timeout: Duration) -> Self {
-        Self { socket, token, tool_timeout, client: tokio::sync::Mutex::new(None) }
+    pub fn new(socket: PathBuf, token: Option<String>, tool_timeout: Duration, answers: Answers) -> Self {
+        Self { socket, token, tool_timeout, answers, client: tokio::sync::Mutex::new(None) }
     }
 
     /// The connection to kikid, made now if there is none. A home that is not running is
@@ -71,6 +167,12 @@ impl Caller {
         Ok(client)
     }
 
+    /// kikid's thread service for `request`, once it is known to fit kikid's message limit.
+    async fn threads(&self, request: &impl prost::Message) -> Result<kiki_client::ThreadClient, Refused> {
+        fits(request)?;
+        Ok(self.client().await?.threads())
+    }
+
     /// Runs the tool `name`.
     pub async fn call(
         &self,
@@ -79,18 +181,19 @@ impl Caller {
         context: &RequestContext<RoleServer>,
     ) -> Outcome {
         match name {
-            "ThreadCreate" => self.thread_create(Args::new(arguments, THREAD_CREATE)?).await,
-            "ThreadList" => self.thread_list(Args::new(arguments, THREAD_LIST)?).await,
-            "ThreadRead" => self.thread_read(Args::new(arguments, THREAD_READ)?).await,
-            "ThreadSend" => self.thread_send(Args::new(arguments, THREAD_SEND)?, context).await,
-            "ThreadWait" => self.thread_wait(Args::new(arguments, THREAD_WAIT)?, context).await,
-            "RoomRead" => self.room_read(Args::new(arguments, ROOM_READ)?).await,
-            "RoomAdd" => self.room_add(Args::new(arguments, ROOM_ADD)?).await,
+            "ThreadCreate" => self.thread_create(Args::new(name, arguments, THREAD_CREATE)?).await,
+            "ThreadList" => self.thread_list(Args::new(name, arguments, THREAD_LIST)?).await,
+            "ThreadRead" => self.thread_read(Args::new(name, arguments, THREAD_READ)?).await,
+            "ThreadSend" => self.thread_send(Args::new(name, arguments, THREAD_SEND)?, context).await,
+            "ThreadWait" => self.thread_wait(Args::new(name, arguments, THREAD_WAIT)?, context).await,
+            "RoomRead" => self.room_read(Args::new(name, arguments, ROOM_READ)?).await,
+            "RoomAdd" => self.room_add(Args::new(name, arguments, ROOM_ADD)?).await,
             // Its arguments are Claude Code's, which may grow: not checked against a list.
             "PermissionPrompt" if self.token.is_some() => {
-                self.permission_prompt(Args(arguments.unwrap_or_default())).await
+                let args = Args::new("PermissionPrompt", arguments, PERMISSION_PROMPT)?;
+                self.permission_prompt(args, context).await
             }
-            other => Err(Refused(format!("not_found: no tool named {other:?}; tools/list names them"))),
+            other => Err(unknown_tool(other)),
         }
     }
 
@@ -108,7 +211,7 @@ impl Caller {
             resume_agent_session: None,
         };
         let created =
-            self.client().await?.threads().thread_create(request).await.map_err(refused)?.into_inner();
+            self.threads(&request).await?.thread_create(request).await.map_err(refused)?.into_inner();
         let summary = format!(
             "created thread {} ({:?}) in {}{}",
             created.id,
@@ -126,7 +229,7 @@ impl Caller {
             limit: args.number("limit")?,
             cursor: args.string("cursor")?.unwrap_or_default(),
         };
-        let page = self.client().await?.threads().thread_list(request).await.map_err(refused)?.into_inner();
+        let page = self.threads(&request).await?.thread_list(request).await.map_err(refused)?.into_inner();
         let mut summary = format!("{} thread(s)", page.threads.len());
         for thread in &page.threads {
             summary.push_str(&format!("\n{} {:?} ({})", thread.id, thread.title, state_word(thread.state)));
@@ -145,7 +248,7 @@ impl Caller {
             content_ref: args.string("content_ref")?.unwrap_or_default(),
             last: None,
         };
-        let page = self.client().await?.threads().thread_read(request).await.map_err(refused)?.into_inner();
+        let page = self.threads(&request).await?.thread_read(request).await.map_err(refused)?.into_inner();
         let summary = match &page.segment {
             Some(segment) => format!(
                 "{} from UTF-16 offset {}{}",
@@ -189,16 +292,24 @@ impl Caller {
                 if args.has_any(&["mentions"]) {
                     return Err(Refused::parameter("mentions", "mentions are for a room post (with room)"));
                 }
+                let target = Some(args.target()?);
+                let Some(idempotency_key) = args.string("idempotency_key")? else {
+                    return Err(Refused::parameter(
+                        "idempotency_key",
+                        "required to send to a thread: a key of at most 256 characters naming this message \
+                         (the same key again only to retry the same message)",
+                    ));
+                };
                 pb::ThreadSendRequest {
-                    target: Some(args.target()?),
+                    target,
                     room: String::new(),
                     content,
-                    idempotency_key: args.string("idempotency_key")?.unwrap_or_default(),
+                    idempotency_key,
                     mentions: Vec::new(),
                 }
             }
         };
-        let sent = self.client().await?.threads().thread_send(request).await.map_err(refused)?.into_inner();
+        let sent = self.threads(&request).await?.thread_send(request).await.map_err(refused)?.into_inner();
         let status = serde_json::to_value(&sent).ok().and_then(|v| v["status"].as_str().map(str::to_string));
         let mut summary = format!(
             "{} {}{}",
@@ -224,14 +335,19 @@ impl Caller {
         };
         let mut cursors = std::collections::HashMap::new();
         let mut refs = Vec::new();
-        for (target, cursor) in targets {
+        // Each target given a cursor, by its index: kikid names the bad one by its reference.
+        let mut with_cursor = Vec::new();
+        for (index, (target, cursor)) in targets.into_iter().enumerate() {
             if let Some(cursor) = cursor {
+                with_cursor.push((index, pb::format_ref(&target)));
                 cursors.insert(pb::format_ref(&target), cursor);
             }
             refs.push(target);
         }
         let request = pb::ThreadWaitRequest { targets: refs, timeout_ms, cursors };
-        let mut threads = self.client().await?.threads();
+        let mut threads = self.threads(&request).await?;
+        // A parked wait holds no answer: its place in `kiki mcp` goes to other calls.
+        self.answers.park(&context.id);
         let call = threads.thread_wait(request);
         tokio::pin!(call);
         let progress = context.meta.get_progress_token();
@@ -246,8 +362,10 @@ impl Caller {
                 _ = ticks.tick(), if progress.is_some() => {
                     if let Some(token) = &progress {
                         let elapsed = started.elapsed().as_millis() as f64;
+                        // The most this call will wait: the total a client can show.
+                        let total = f64::from(timeout_ms.unwrap_or_default());
                         let note = ProgressNotificationParam::new(token.clone(), elapsed)
-                            .with_total(asked.as_millis() as f64)
+                            .with_total(total)
                             .with_message("waiting for the threads' activity");
                         // A client gone away ends the call through its cancellation.
                         let _ = context.peer.notify_progress(note).await;
@@ -255,7 +373,7 @@ impl Caller {
                 }
             }
         };
-        let waited = waited.map_err(refused)?.into_inner();
+        let waited = waited.map_err(|status| wait_refused(status, &with_cursor))?.into_inner();
         let mut summary = if waited.timed_out {
             "timed out: no new events; call again with each result's cursor".to_string()
         } else {
@@ -273,12 +391,19 @@ impl Caller {
     }
 
     /// Claude Code's permission prompt: the owner's answer, in the shape Claude Code reads.
-    async fn permission_prompt(&self, args: Args) -> Outcome {
+    async fn permission_prompt(&self, args: Args, context: &RequestContext<RoleServer>) -> Outcome {
         let tool = args.string("tool_name")?.unwrap_or_default();
-        let input = args.0.get("input").cloned().unwrap_or_else(|| Value::Object(JsonObject::new()));
-        let request = pb::PermissionAskRequest { tool, input: input.to_string() };
+        let input = args.values.get("input").cloned().unwrap_or_else(|| Value::Object(JsonObject::new()));
+        let text = input.to_string();
+        let chars = text.chars().count();
+        if chars > INPUT_MAX_CHARS {
+            return Err(too_long("input", INPUT_MAX_CHARS, chars));
+        }
+        let request = pb::PermissionAskRequest { tool, input: text };
+        // The owner may take minutes: its place in `kiki mcp` goes to other calls.
+        self.answers.park(&context.id);
         let answer =
-            self.client().await?.threads().permission_ask(request).await.map_err(refused)?.into_inner();
+            self.threads(&request).await?.permission_ask(request).await.map_err(refused)?.into_inner();
         let behavior = if answer.allowed {
             serde_json::json!({"behavior": "allow", "updatedInput": input})
         } else {
@@ -293,7 +418,7 @@ impl Caller {
             limit: args.number("limit")?,
             after_id: args.string("after_id")?.unwrap_or_default(),
         };
-        let page = self.client().await?.threads().room_read(request).await.map_err(refused)?.into_inner();
+        let page = self.threads(&request).await?.room_read(request).await.map_err(refused)?.into_inner();
         let mut summary = format!(
             "room {} (host {}, {} member(s){}): {} entr{}",
             page.room,
@@ -314,7 +439,7 @@ impl Caller {
             room: args.string("room")?.unwrap_or_default(),
             session_id: args.string("session_id")?.unwrap_or_default(),
         };
-        let added = self.client().await?.threads().room_add(request).await.map_err(refused)?.into_inner();
+        let added = self.threads(&request).await?.room_add(request).await.map_err(refused)?.into_inner();
         let summary = if added.added { "added to the room" } else { "already in the room: nothing changed" };
         answer(&added, summary.to_string())
     }
@@ -353,29 +478,53 @@ fn tool_call_id(context: &RequestContext<RoleServer>) -> String {
 }
 
 /// kikid's refusal as the agent reads it: its code word, kikid's message (which names the
-/// field and limit, or the reason), and what to do next where that is not already said.
+/// field and limit, or the reason), and what to do next where kikid does not say it, each
+/// a sentence of its own.
 fn refused(status: tonic::Status) -> Refused {
     // A status the client made from a broken connection: the outcome is unknown.
     if std::error::Error::source(&status).is_some() && status.code() != Code::Unavailable {
         return Refused(format!(
             "unavailable: the connection to kikid was lost before it answered ({}); the outcome is \
-             unknown: retry the same call (a send with the same idempotency_key is safe to repeat)",
+             unknown. Retry the same call (a send with the same idempotency_key is safe to repeat).",
             status.message()
         ));
     }
     let next = match status.code() {
-        Code::AlreadyExists | Code::Aborted => {
-            " Reuse an idempotency_key only to retry the same message; use a new key for a new message."
-        }
+        Code::AlreadyExists | Code::Aborted => "Use a new idempotency_key for a new message.",
         Code::Unauthenticated => {
-            " This kiki mcp was started by a turn that has ended; the call was not made as anyone else. \
+            "This kiki mcp was started by a turn that has ended; the call was not made as anyone else. \
              Calls work again in the thread's next turn."
         }
-        Code::Unavailable => " Retry in a moment; a send with the same idempotency_key is safe to repeat.",
-        Code::ResourceExhausted => " The home is out of space or busy: retry later.",
+        Code::Unavailable => "Retry in a moment; a send with the same idempotency_key is safe to repeat.",
+        // kikid's words say what to do (free space, retry, park fewer waits).
         _ => "",
     };
-    Refused(format!("{}: {}{next}", crate::output::code_word(status.code()), status.message()))
+    Refused(sentences(&format!("{}: {}", crate::output::code_word(status.code()), status.message()), next))
+}
+
+/// `first`, ended as a sentence, then `then` (if any).
+fn sentences(first: &str, then: &str) -> String {
+    if then.is_empty() {
+        return first.to_string();
+    }
+    let stop = if first.ends_with(['.', '!', '?']) { "" } else { "." };
+    format!("{first}{stop} {then}")
+}
+
+/// A ThreadWait's refusal, with kikid's `cursors` (the gRPC field) named as the tool's
+/// `targets[i].cursor`: the target whose cursor kikid names, or the only one with a cursor.
+fn wait_refused(status: tonic::Status, with_cursor: &[(usize, String)]) -> Refused {
+    let Some(said) =
+        status.message().strip_prefix("cursors: ").filter(|_| status.code() == Code::InvalidArgument)
+    else {
+        return refused(status);
+    };
+    let named = with_cursor.iter().find(|(_, name)| said.contains(&format!("the cursor for {name} ")));
+    let field = match (named, with_cursor) {
+        (Some((index, _)), _) | (None, [(index, _)]) => format!("targets[{index}].cursor"),
+        _ => "targets[].cursor".to_string(),
+    };
+    Refused::parameter(&field, said)
 }
 
 const ADDRESS: &[&str] = &["session_id", "host_id", "workspace_id", "bridge_id", "connection_id"];
@@ -405,33 +554,48 @@ const THREAD_SEND: &[&str] = &[
 const THREAD_WAIT: &[&str] = &["targets", "timeout_ms"];
 const ROOM_READ: &[&str] = &["room", "limit", "after_id"];
 const ROOM_ADD: &[&str] = &["room", "session_id"];
+/// Claude Code's, which may grow: only what kiki reads is checked.
+const PERMISSION_PROMPT: &[&str] = &["tool_name", "input", "tool_use_id"];
 
-/// A call's arguments, checked against the names its tool takes.
-struct Args(JsonObject);
+/// A call's arguments, checked against the names its tool takes and their length limits.
+struct Args {
+    values: JsonObject,
+}
 
 impl Args {
-    fn new(arguments: Option<JsonObject>, names: &[&str]) -> Result<Self, Refused> {
-        let arguments = arguments.unwrap_or_default();
-        if let Some(unknown) = arguments.keys().find(|k| !names.contains(&k.as_str())) {
-            return Err(Refused::parameter(
-                unknown,
-                format!("not a parameter of this tool (it takes {})", names.join(", ")),
-            ));
+    fn new(tool: &str, arguments: Option<JsonObject>, names: &[&str]) -> Result<Self, Refused> {
+        let values = arguments.unwrap_or_default();
+        // Claude Code's permission prompt may grow arguments kiki does not read.
+        if tool != "PermissionPrompt"
+            && let Some(unknown) = values.keys().find(|k| !names.contains(&k.as_str()))
+        {
+            return Err(not_a_parameter(unknown, names));
         }
-        Ok(Self(arguments))
+        let room = values.get("room").is_some_and(Value::is_string);
+        for name in names {
+            if let (Some(max), Some(Value::String(text))) =
+                (length_limit(tool, name, room), values.get(*name))
+            {
+                let chars = text.chars().count();
+                if chars > max {
+                    return Err(too_long(name, max, chars));
+                }
+            }
+        }
+        Ok(Self { values })
     }
 
     fn has_any(&self, names: &[&str]) -> bool {
-        names.iter().any(|name| self.0.get(*name).is_some_and(|v| !v.is_null()))
+        names.iter().any(|name| self.values.get(*name).is_some_and(|v| !v.is_null()))
     }
 
     /// A string parameter; `null` is the same as absent.
     fn string(&self, name: &str) -> Result<Option<String>, Refused> {
-        string_in(&self.0, name)
+        string_in(&self.values, name)
     }
 
     fn number(&self, name: &str) -> Result<Option<u32>, Refused> {
-        match self.0.get(name) {
+        match self.values.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(value) => match value.as_u64().and_then(|n| u32::try_from(n).ok()) {
                 Some(n) => Ok(Some(n)),
@@ -441,7 +605,7 @@ impl Args {
     }
 
     fn strings(&self, name: &str) -> Result<Vec<String>, Refused> {
-        match self.0.get(name) {
+        match self.values.get(name) {
             None | Some(Value::Null) => Ok(Vec::new()),
             Some(Value::Array(items)) => items
                 .iter()
@@ -457,17 +621,17 @@ impl Args {
 
     /// A bridge selector for ThreadList: bridge_id, connection_id or host_id (one name).
     fn bridge(&self) -> Result<Option<String>, Refused> {
-        host_in(&self.0, "")
+        host_in(&self.values, "")
     }
 
     /// The thread the call addresses.
     fn target(&self) -> Result<pb::ThreadRef, Refused> {
-        target_in(&self.0, "")
+        target_in(&self.values, "")
     }
 
     /// ThreadWait's targets, each with its cursor.
     fn targets(&self) -> Result<Vec<(pb::ThreadRef, Option<String>)>, Refused> {
-        let Some(Value::Array(items)) = self.0.get("targets") else {
+        let Some(Value::Array(items)) = self.values.get("targets") else {
             return Err(Refused::parameter(
                 "targets",
                 "required: a list of 1 to 8 threads ({session_id, …})",
@@ -542,4 +706,81 @@ fn target_in(object: &JsonObject, prefix: &str) -> Result<pb::ThreadRef, Refused
         return Ok(pb::ThreadRef { workspace_id, ..reference });
     }
     Ok(pb::ThreadRef { host_id, workspace_id, session_id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argument(name: &str, bytes: usize, chars: Option<usize>) -> skim::Argument {
+        skim::Argument { name: name.into(), bytes, chars }
+    }
+
+    #[test]
+    fn an_over_long_call_gets_the_error_it_would_get_whole() {
+        let key = argument("idempotency_key", 3, Some(1));
+        let content = argument("content", 5 << 20, Some(5 << 20));
+        assert_eq!(
+            over_long("ThreadSend", &[argument("session_id", 6, Some(4)), content.clone(), key], 5 << 20),
+            "invalid_argument: content: must be at most 100000 characters, got 5242880"
+        );
+        // A room post's content has the room's limit.
+        assert_eq!(
+            over_long("ThreadSend", &[argument("room", 10, Some(8)), content.clone()], 5 << 20),
+            "invalid_argument: content: must be at most 20000 characters, got 5242880"
+        );
+        assert!(
+            over_long("ThreadRead", std::slice::from_ref(&content), 5 << 20)
+                .starts_with("invalid_argument: content: not a parameter")
+        );
+        assert!(over_long("Nope", &[], 5 << 20).starts_with("not_found: no tool named \"Nope\""));
+        // Nothing over a length limit: the request's size, and its largest argument.
+        let said = over_long("ThreadSend", &[argument("mentions", 5 << 20, None)], (5 << 20) + 40);
+        assert!(said.contains("5242920 bytes") && said.contains("mentions alone is 5242880 bytes"), "{said}");
+        // Claude Code's permission prompt may carry arguments kiki does not read.
+        let said = over_long(
+            "PermissionPrompt",
+            &[argument("input", 5 << 20, None), argument("extra", 2, None)],
+            5 << 20,
+        );
+        assert!(said.contains("input alone"), "{said}");
+    }
+
+    #[test]
+    fn kikid_and_kiki_mcp_speak_in_sentences() {
+        assert_eq!(sentences("a: b", "Do c."), "a: b. Do c.");
+        assert_eq!(sentences("a: b.", "Do c."), "a: b. Do c.");
+        assert_eq!(sentences("a: b", ""), "a: b");
+        let said = refused(tonic::Status::already_exists(
+            "idempotency_key: already used (m); reuse a key only for the same target and content",
+        ))
+        .0;
+        assert_eq!(
+            said,
+            "already_exists: idempotency_key: already used (m); reuse a key only for the same target and content. \
+             Use a new idempotency_key for a new message."
+        );
+        let said = refused(tonic::Status::resource_exhausted(
+            "ThreadWait: this connection already has 1024 waits parked",
+        ))
+        .0;
+        assert_eq!(said, "resource_exhausted: ThreadWait: this connection already has 1024 waits parked");
+    }
+
+    #[test]
+    fn a_bad_wait_cursor_is_named_as_the_tools_parameter() {
+        let with_cursor = [(0, "th_a".to_string()), (2, "th_c".to_string())];
+        let bad = |message: &str| wait_refused(tonic::Status::invalid_argument(message), &with_cursor).0;
+        assert_eq!(
+            bad("cursors: the cursor for th_c is not one ThreadWait returned; restart without it"),
+            "invalid_argument: targets[2].cursor: the cursor for th_c is not one ThreadWait returned; restart without it"
+        );
+        assert!(
+            bad("cursors: has a key that is not one of the targets")
+                .starts_with("invalid_argument: targets[].cursor: ")
+        );
+        let one = wait_refused(tonic::Status::invalid_argument("cursors: junk"), &with_cursor[1..]).0;
+        assert_eq!(one, "invalid_argument: targets[2].cursor: junk");
+        assert_eq!(bad("targets: must be distinct"), "invalid_argument: targets: must be distinct");
+    }
 }

@@ -2,27 +2,32 @@
 //! server (`kiki mcp`, server name `kiki`, its tools seen as `mcp__kiki__ThreadSend`).
 //!
 //! The configuration is merged, never clobbered: every other key and server stays, only the
-//! `kiki` entry is replaced. JSON files keep their keys' order (re-indented by two spaces,
-//! as the agents write them); TOML files (codex) keep their comments and layout (toml_edit).
-//! A file that exists but cannot be parsed is refused and left untouched. Writes are atomic
-//! (a temporary file in the same directory, renamed over the old one) and keep the old
-//! file's permissions; a new file is owner-only (0600).
+//! `kiki` entry is replaced. Both kinds of file are edited in place, keeping their comments,
+//! order and layout: JSON through jsonc-parser's syntax tree (Gemini CLI's settings may hold
+//! `//` and `/* */` comments, which it strips before parsing; the other agents read strict
+//! JSON, so their files must be JSON), TOML (codex) through toml_edit. A file that exists but
+//! cannot be parsed as its agent reads it is refused (bad input, naming the file and what is
+//! wrong) and left untouched. Writes are atomic (a temporary file in the same directory,
+//! renamed over the old one) and keep the old file's permissions; a new file is owner-only
+//! (0600).
 //!
 //! The identity `kiki mcp` acts as comes from its environment (`KIKI_HOME`,
 //! `KIKI_THREAD_ID`, `KIKI_TOKEN`, set by kikid for the agent CLI of a turn). Some agents
 //! start MCP servers with a filtered environment, so every entry forwards the three
-//! explicitly, in the form that agent expands.
+//! explicitly, in the form that agent expands. Outside a turn there is no `KIKI_HOME`: every
+//! entry also names the home it was installed for (`kiki mcp --default-home HOME`), which
+//! `kiki mcp` uses when neither `--home` nor `KIKI_HOME` names one.
 
-use std::fmt;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use jsonc_parser::ParseOptions;
+use jsonc_parser::cst::{CstInputValue, CstObject, CstObjectProp, CstRootNode};
+use serde_json::{Value, json};
 
-use crate::output::print_json;
+use crate::output::{UsageError, print_json};
 
 /// The MCP server's name in every agent's configuration.
 const SERVER: &str = "kiki";
@@ -125,7 +130,7 @@ pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
     let command = kiki_command()?;
     let home_dir = home;
     let home = home.to_str().ok_or_else(|| anyhow!("the home {} is not UTF-8", home.display()))?;
-    let entry = entry(args.agent, &command, home)?;
+    let entry = entry(args.agent, &command, home);
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let path = config_path(
         args.agent,
@@ -139,7 +144,11 @@ pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
         // Refused before anything is written.
         let (existing, _) = read_existing(&profile_file)?;
         merge_profile(existing.as_deref(), name, args.agent).map_err(|e| {
-            anyhow!("cannot add the profile to {}: {e:#}; nothing was written", profile_file.display())
+            same_kind(
+                e,
+                format!("cannot add the profile to {}", profile_file.display()),
+                "nothing was written",
+            )
         })?;
     }
     if !args.print {
@@ -149,20 +158,19 @@ pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
         }
     }
     if json {
-        let mut report = object([
-            ("agent", args.agent.name().into()),
-            ("scope", args.scope.name().into()),
-            ("path", path.to_string_lossy().as_ref().into()),
-            ("written", Json::Bool(!args.print)),
-            ("config", entry),
-        ]);
-        if let (Json::Object(members), Some(name)) = (&mut report, &args.profile) {
-            let profile = object([
-                ("name", name.as_str().into()),
-                ("path", profile_file.to_string_lossy().as_ref().into()),
-                ("config", Json::String(profile_text(name, args.agent)?)),
-            ]);
-            members.push(("profile".into(), profile));
+        let mut report = json!({
+            "agent": args.agent.name(),
+            "scope": args.scope.name(),
+            "path": path.to_string_lossy(),
+            "written": !args.print,
+            "config": entry,
+        });
+        if let Some(name) = &args.profile {
+            report["profile"] = json!({
+                "name": name,
+                "path": profile_file.to_string_lossy(),
+                "config": profile_text(name, args.agent)?,
+            });
         }
         print_json(&report);
     } else if args.print {
@@ -187,7 +195,10 @@ fn check_profile_name(name: &str) -> Result<()> {
     let valid = (1..=64).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
     if !valid {
-        bail!("invalid --profile {name:?}: a profile name is 1-64 characters of a-z, 0-9, '-' and '_'");
+        return Err(UsageError(format!(
+            "invalid --profile {name:?}: a profile name is 1-64 characters of a-z, 0-9, '-' and '_'"
+        ))
+        .into());
     }
     Ok(())
 }
@@ -213,13 +224,15 @@ fn profile_text(name: &str, agent: AgentCli) -> Result<String> {
 fn merge_profile(existing: Option<&str>, name: &str, agent: AgentCli) -> Result<String> {
     let text = existing.unwrap_or_default();
     let mut doc: toml_edit::DocumentMut =
-        text.parse().map_err(|e| anyhow!("it is not valid TOML: {}", toml_problem(text, &e)))?;
+        text.parse().map_err(|e| malformed(format!("it is not valid TOML: {}", toml_problem(text, &e))))?;
     let profiles = doc.entry("profiles").or_insert_with(|| {
         let mut profiles = toml_edit::Table::new();
         profiles.set_implicit(true);
         toml_edit::Item::Table(profiles)
     });
-    let toml_edit::Item::Table(profiles) = profiles else { bail!("its `profiles` is not a table") };
+    let toml_edit::Item::Table(profiles) = profiles else {
+        return Err(malformed("its `profiles` is not a table"));
+    };
     let wanted = profile_table(agent);
     match profiles.get(name) {
         Some(toml_edit::Item::Table(old)) => {
@@ -234,7 +247,7 @@ fn merge_profile(existing: Option<&str>, name: &str, agent: AgentCli) -> Result<
                 );
             }
         }
-        Some(_) => bail!("its `profiles.{name}` is not a table"),
+        Some(_) => return Err(malformed(format!("its `profiles.{name}` is not a table"))),
         None => {
             profiles.insert(name, toml_edit::Item::Table(wanted));
         }
@@ -256,52 +269,40 @@ fn kiki_command() -> Result<String> {
         .map_err(|exe| anyhow!("the kiki binary's path {} is not UTF-8", Path::new(&exe).display()))
 }
 
-/// The `kiki` entry for `agent`, starting `command mcp` with the identity forwarded; `home`
-/// is the home `kiki mcp` falls back on where the agent can say so (Claude Code's
-/// `${VAR:-default}`).
-fn entry(agent: AgentCli, command: &str, home: &str) -> Result<Json> {
-    let args = Json::Array(vec!["mcp".into()]);
+/// The `kiki` entry for `agent`, starting `command mcp --default-home HOME` with the
+/// identity forwarded: a turn's `KIKI_HOME` wins, and outside a turn `kiki mcp` reaches
+/// `home`, the home it was installed for.
+fn entry(agent: AgentCli, command: &str, home: &str) -> Value {
+    let args = json!(["mcp", "--default-home", home]);
     let env = |form: &dyn Fn(&str) -> String| {
-        Json::Object(IDENTITY.iter().map(|name| (name.to_string(), Json::String(form(name)))).collect())
+        Value::Object(IDENTITY.iter().map(|name| (name.to_string(), Value::String(form(name)))).collect())
     };
-    Ok(match agent {
-        AgentCli::Claude => {
-            // `${KIKI_HOME:-HOME}` ends at the first `}`.
-            if home.contains('}') {
-                bail!("the home {home} holds a `}}`, which Claude Code's ${{KIKI_HOME:-…}} cannot carry");
-            }
-            object([
-                ("type", "stdio".into()),
-                ("command", command.into()),
-                ("args", args),
-                (
-                    "env",
-                    env(&|name| match name {
-                        "KIKI_HOME" => format!("${{KIKI_HOME:-{home}}}"),
-                        _ => format!("${{{name}:-}}"),
-                    }),
-                ),
-            ])
-        }
-        AgentCli::Codex => object([
-            ("command", command.into()),
-            ("args", args),
-            ("env_vars", Json::Array(IDENTITY.iter().map(|&name| name.into()).collect())),
-            ("startup_timeout_sec", STARTUP_TIMEOUT_SECS.into()),
-            ("tool_timeout_sec", TOOL_TIMEOUT_SECS.into()),
-        ]),
-        AgentCli::Gemini => object([
-            ("command", command.into()),
-            ("args", args),
-            ("env", env(&|name| format!("${name}"))),
-            ("timeout", (TOOL_TIMEOUT_SECS * 1000).into()),
-        ]),
-        AgentCli::Kimi => object([
-            ("command", command.into()),
-            ("args", args),
-            ("env", env(&|name| format!("${{{name}}}"))),
-        ]),
-    })
+    match agent {
+        AgentCli::Claude => json!({
+            "type": "stdio",
+            "command": command,
+            "args": args,
+            "env": env(&|name| format!("${{{name}:-}}")),
+        }),
+        AgentCli::Codex => json!({
+            "command": command,
+            "args": args,
+            "env_vars": IDENTITY,
+            "startup_timeout_sec": STARTUP_TIMEOUT_SECS,
+            "tool_timeout_sec": TOOL_TIMEOUT_SECS,
+        }),
+        AgentCli::Gemini => json!({
+            "command": command,
+            "args": args,
+            "env": env(&|name| format!("${name}")),
+            "timeout": TOOL_TIMEOUT_SECS * 1000,
+        }),
+        AgentCli::Kimi => json!({
+            "command": command,
+            "args": args,
+            "env": env(&|name| format!("${{{name}}}")),
+        }),
+    }
 }
 
 /// The file `agent` reads its MCP servers from: under `home_var` ($HOME) for the user
@@ -339,15 +340,29 @@ fn config_path(
 }
 
 /// `existing` (a file's text, or `None` for no file) with `entry` as its `kiki` server.
-fn merge(agent: AgentCli, existing: Option<&str>, entry: &Json) -> Result<String> {
+fn merge(agent: AgentCli, existing: Option<&str>, entry: &Value) -> Result<String> {
     match agent {
         AgentCli::Codex => merge_toml(existing, entry),
-        _ => merge_json(existing, entry.clone()),
+        // Gemini CLI strips comments from its settings before parsing them.
+        AgentCli::Gemini => merge_json(existing, entry, true),
+        AgentCli::Claude | AgentCli::Kimi => merge_json(existing, entry, false),
     }
 }
 
+/// A file that cannot be read as its agent reads it: bad input (exit 2), not a failure.
+fn malformed(problem: impl Into<String>) -> anyhow::Error {
+    UsageError(problem.into()).into()
+}
+
+/// `error` said of a file (`about`, then what happened to it), of the same kind: bad input
+/// stays bad input.
+fn same_kind(error: anyhow::Error, about: String, outcome: &str) -> anyhow::Error {
+    let message = format!("{about}: {error:#}; {outcome}");
+    if error.downcast_ref::<UsageError>().is_some() { UsageError(message).into() } else { anyhow!(message) }
+}
+
 /// Merges `entry` into the file at `path` (see [`write_merged`]).
-fn install(agent: AgentCli, path: &Path, entry: &Json) -> Result<()> {
+fn install(agent: AgentCli, path: &Path, entry: &Value) -> Result<()> {
     write_merged(path, "the kiki server", |existing| merge(agent, existing, entry))
 }
 
@@ -358,7 +373,7 @@ fn write_merged(path: &Path, what: &str, merge: impl Fn(Option<&str>) -> Result<
     for _ in 0..ATTEMPTS {
         let (existing, stamp) = read_existing(&path)?;
         let text = merge(existing.as_deref()).map_err(|e| {
-            anyhow!("cannot add {what} to {}: {e:#}; the file is left unchanged", path.display())
+            same_kind(e, format!("cannot add {what} to {}", path.display()), "the file is left unchanged")
         })?;
         if write_atomic(&path, &text, &stamp)? {
             return Ok(());
@@ -399,7 +414,10 @@ fn read_existing(path: &Path) -> Result<(Option<String>, Stamp)> {
         Err(e) => bail!("cannot read {}: {e}", path.display()),
     };
     let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow!("cannot parse {}: it is not UTF-8 text ({e}); the file is left unchanged", path.display())
+        malformed(format!(
+            "cannot parse {}: it is not UTF-8 text ({e}); the file is left unchanged",
+            path.display()
+        ))
     })?;
     Ok((Some(text), stamp))
 }
@@ -458,54 +476,82 @@ fn write_atomic(path: &Path, text: &str, read: &Stamp) -> Result<bool> {
     Ok(written)
 }
 
-/// `existing` JSON (or none) with `mcpServers.kiki` set to `entry`, everything else kept in
-/// its order.
-fn merge_json(existing: Option<&str>, entry: Json) -> Result<String> {
-    let (mut root, newline) = match existing {
-        Some(text) if !text.trim().is_empty() => {
-            let root: Json = serde_json::from_str(text).map_err(|e| anyhow!("it is not valid JSON: {e}"))?;
-            (root, text.ends_with('\n'))
-        }
-        _ => (Json::Object(Vec::new()), true),
-    };
-    let Json::Object(members) = &mut root else {
-        bail!("its top level is not a JSON object");
-    };
-    let servers = member(members, "mcpServers");
-    if *servers == Json::Null {
-        *servers = Json::Object(Vec::new());
-    }
-    let Json::Object(servers) = servers else {
-        bail!("its `mcpServers` is not a JSON object");
-    };
-    *member(servers, SERVER) = entry;
-    let mut text = serde_json::to_string_pretty(&root)?;
-    if newline {
+/// `existing` JSON (or none) with `mcpServers.kiki` set to `entry`, edited in place:
+/// everything else — order, layout and, where the agent takes them (`comments`), comments —
+/// stays as it was. A `kiki` entry already there is replaced where it is.
+fn merge_json(existing: Option<&str>, entry: &Value, comments: bool) -> Result<String> {
+    let Some(text) = existing.filter(|text| !text.trim().is_empty()) else {
+        // A new file: the entry alone, indented by two spaces as the agents write theirs.
+        let mut text = serde_json::to_string_pretty(&json!({"mcpServers": {SERVER: entry}}))?;
         text.push('\n');
+        return Ok(text);
+    };
+    // Read as the agent reads it: strict JSON (serde_json's), or JSON with comments.
+    if !comments {
+        serde_json::from_str::<serde::de::IgnoredAny>(text)
+            .map_err(|e| malformed(format!("it is not valid JSON: {e}")))?;
     }
-    Ok(text)
+    let options = ParseOptions {
+        allow_comments: comments,
+        allow_loose_object_property_names: false,
+        allow_trailing_commas: false,
+        allow_missing_commas: false,
+        allow_single_quoted_strings: false,
+        allow_hexadecimal_numbers: false,
+        allow_unary_plus_numbers: false,
+        allow_bare_decimal_point_numbers: false,
+        allow_non_finite_numbers: false,
+        allow_extended_string_escapes: false,
+    };
+    let root = CstRootNode::parse(text, &options).map_err(|e| {
+        let kind = if comments { "JSON (with comments)" } else { "JSON" };
+        malformed(format!("it is not valid {kind}: {e}"))
+    })?;
+    let top = root.object_value().ok_or_else(|| malformed("its top level is not a JSON object"))?;
+    let servers = match last_member(&top, "mcpServers") {
+        None => top.append("mcpServers", CstInputValue::Object(Vec::new())).object_value(),
+        Some(servers) if servers.value().is_some_and(|v| v.as_null_keyword().is_some()) => {
+            servers.set_value(CstInputValue::Object(Vec::new()));
+            servers.object_value()
+        }
+        Some(servers) => servers.object_value(),
+    };
+    let servers = servers.ok_or_else(|| malformed("its `mcpServers` is not a JSON object"))?;
+    match last_member(&servers, SERVER) {
+        Some(old) => old.set_value(cst_value(entry)),
+        None => drop(servers.append(SERVER, cst_value(entry))),
+    }
+    Ok(root.to_string())
 }
 
-/// The value of `key` in `members`, added (as null) at the end if missing.
-fn member<'a>(members: &'a mut Vec<(String, Json)>, key: &str) -> &'a mut Json {
-    let at = match members.iter().position(|(k, _)| k == key) {
-        Some(at) => at,
-        None => {
-            members.push((key.to_string(), Json::Null));
-            members.len() - 1
-        }
-    };
-    &mut members[at].1
+/// The member `name` of `object`; of several, the last, which is the one agents read
+/// (`JSON.parse` keeps the last).
+fn last_member(object: &CstObject, name: &str) -> Option<CstObjectProp> {
+    object.properties().into_iter().rev().find(|member| member.decoded_name().as_deref() == Some(name))
+}
+
+/// `value` as jsonc-parser inserts it, its members in order.
+fn cst_value(value: &Value) -> CstInputValue {
+    match value {
+        Value::Null => CstInputValue::Null,
+        Value::Bool(b) => CstInputValue::Bool(*b),
+        Value::Number(n) => CstInputValue::Number(n.to_string()),
+        Value::String(s) => CstInputValue::String(s.clone()),
+        Value::Array(items) => CstInputValue::Array(items.iter().map(cst_value).collect()),
+        Value::Object(members) => CstInputValue::Object(
+            members.iter().map(|(key, value)| (key.clone(), cst_value(value))).collect(),
+        ),
+    }
 }
 
 /// `existing` TOML (or none) with `[mcp_servers.kiki]` set to `entry`, everything else
 /// (comments and layout too) kept. A `kiki` table already there is replaced where it is,
 /// with the comments above it.
-fn merge_toml(existing: Option<&str>, entry: &Json) -> Result<String> {
+fn merge_toml(existing: Option<&str>, entry: &Value) -> Result<String> {
     let text = existing.unwrap_or_default();
     let mut doc: toml_edit::DocumentMut =
-        text.parse().map_err(|e| anyhow!("it is not valid TOML: {}", toml_problem(text, &e)))?;
-    let Json::Object(fields) = entry else {
+        text.parse().map_err(|e| malformed(format!("it is not valid TOML: {}", toml_problem(text, &e))))?;
+    let Value::Object(fields) = entry else {
         bail!("the entry is not an object");
     };
     let mut table = toml_edit::Table::new();
@@ -531,7 +577,7 @@ fn merge_toml(existing: Option<&str>, entry: &Json) -> Result<String> {
         toml_edit::Item::Value(toml_edit::Value::InlineTable(servers)) => {
             servers.insert(SERVER, toml_edit::Value::InlineTable(table.into_inline_table()));
         }
-        _ => bail!("its `mcp_servers` is not a table"),
+        _ => return Err(malformed("its `mcp_servers` is not a table")),
     }
     Ok(doc.to_string())
 }
@@ -549,18 +595,18 @@ fn toml_problem(text: &str, error: &toml_edit::TomlError) -> String {
     format!("{message} at line {line}, column {column}")
 }
 
-fn toml_value(value: &Json) -> Result<toml_edit::Value> {
+fn toml_value(value: &Value) -> Result<toml_edit::Value> {
     Ok(match value {
-        Json::Null => bail!("TOML has no null"),
-        Json::Bool(b) => (*b).into(),
-        Json::Number(n) => match (n.as_i64(), n.as_f64()) {
+        Value::Null => bail!("TOML has no null"),
+        Value::Bool(b) => (*b).into(),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => i.into(),
             (None, Some(f)) => f.into(),
             (None, None) => bail!("{n} does not fit TOML"),
         },
-        Json::String(s) => s.as_str().into(),
-        Json::Array(items) => toml_edit::Value::Array(items.iter().map(toml_value).collect::<Result<_>>()?),
-        Json::Object(members) => {
+        Value::String(s) => s.as_str().into(),
+        Value::Array(items) => toml_edit::Value::Array(items.iter().map(toml_value).collect::<Result<_>>()?),
+        Value::Object(members) => {
             let mut table = toml_edit::InlineTable::new();
             for (key, value) in members {
                 table.insert(key, toml_value(value)?);
@@ -570,131 +616,19 @@ fn toml_value(value: &Json) -> Result<toml_edit::Value> {
     })
 }
 
-/// A JSON value whose objects keep their members' order (serde_json's `Value` sorts them
-/// without its `preserve_order` feature): an agent's file is rewritten in its own order.
-#[derive(Clone, Debug, PartialEq)]
-enum Json {
-    Null,
-    Bool(bool),
-    Number(serde_json::Number),
-    String(String),
-    Array(Vec<Json>),
-    Object(Vec<(String, Json)>),
-}
-
-fn object<const N: usize>(members: [(&str, Json); N]) -> Json {
-    Json::Object(members.into_iter().map(|(key, value)| (key.to_string(), value)).collect())
-}
-
-impl From<&str> for Json {
-    fn from(s: &str) -> Json {
-        Json::String(s.to_string())
-    }
-}
-
-impl From<u64> for Json {
-    fn from(n: u64) -> Json {
-        Json::Number(n.into())
-    }
-}
-
-impl Serialize for Json {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Json::Null => serializer.serialize_unit(),
-            Json::Bool(b) => serializer.serialize_bool(*b),
-            Json::Number(n) => n.serialize(serializer),
-            Json::String(s) => serializer.serialize_str(s),
-            Json::Array(items) => items.serialize(serializer),
-            Json::Object(members) => {
-                let mut map = serializer.serialize_map(Some(members.len()))?;
-                for (key, value) in members {
-                    map.serialize_entry(key, value)?;
-                }
-                map.end()
-            }
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Json, D::Error> {
-        deserializer.deserialize_any(JsonVisitor)
-    }
-}
-
-struct JsonVisitor;
-
-impl<'de> Visitor<'de> for JsonVisitor {
-    type Value = Json;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_unit<E>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_none<E>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-
-    fn visit_bool<E>(self, b: bool) -> Result<Json, E> {
-        Ok(Json::Bool(b))
-    }
-
-    fn visit_i64<E>(self, n: i64) -> Result<Json, E> {
-        Ok(Json::Number(n.into()))
-    }
-
-    fn visit_u64<E>(self, n: u64) -> Result<Json, E> {
-        Ok(Json::Number(n.into()))
-    }
-
-    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Json, E> {
-        serde_json::Number::from_f64(n)
-            .map(Json::Number)
-            .ok_or_else(|| E::custom("a number JSON cannot hold"))
-    }
-
-    fn visit_str<E>(self, s: &str) -> Result<Json, E> {
-        Ok(Json::String(s.to_string()))
-    }
-
-    fn visit_string<E>(self, s: String) -> Result<Json, E> {
-        Ok(Json::String(s))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Json::Array(items))
-    }
-
-    /// A key given twice keeps its first place and its last value, as `JSON.parse` does.
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
-        let mut members: Vec<(String, Json)> = Vec::new();
-        while let Some((key, value)) = map.next_entry::<String, Json>()? {
-            match members.iter_mut().find(|(k, _)| *k == key) {
-                Some(member) => member.1 = value,
-                None => members.push((key, value)),
-            }
-        }
-        Ok(Json::Object(members))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const KIKI: &str = "/opt/kiki/bin/kiki";
 
-    fn entry_for(agent: AgentCli) -> Json {
-        entry(agent, KIKI, "/home/u/.kiki").expect("entry")
+    fn entry_for(agent: AgentCli) -> Value {
+        entry(agent, KIKI, "/home/u/.kiki")
+    }
+
+    /// A strict agent's JSON merge (claude, kimi).
+    fn merged(existing: Option<&str>, agent: AgentCli) -> Result<String> {
+        merge(agent, existing, &entry_for(agent))
     }
 
     fn parse(text: &str) -> serde_json::Value {
@@ -703,23 +637,43 @@ mod tests {
 
     #[test]
     fn a_new_json_file_holds_the_entry_alone() {
-        let text = merge_json(None, entry_for(AgentCli::Claude)).expect("merge");
+        let text = merged(None, AgentCli::Claude).expect("merge");
         assert_eq!(
-            parse(&text),
-            serde_json::json!({"mcpServers": {"kiki": {
-                "type": "stdio",
-                "command": KIKI,
-                "args": ["mcp"],
-                "env": {
-                    "KIKI_HOME": "${KIKI_HOME:-/home/u/.kiki}",
-                    "KIKI_THREAD_ID": "${KIKI_THREAD_ID:-}",
-                    "KIKI_TOKEN": "${KIKI_TOKEN:-}",
-                },
-            }}})
+            text,
+            format!(
+                r#"{{
+  "mcpServers": {{
+    "kiki": {{
+      "type": "stdio",
+      "command": "{KIKI}",
+      "args": [
+        "mcp",
+        "--default-home",
+        "/home/u/.kiki"
+      ],
+      "env": {{
+        "KIKI_HOME": "${{KIKI_HOME:-}}",
+        "KIKI_THREAD_ID": "${{KIKI_THREAD_ID:-}}",
+        "KIKI_TOKEN": "${{KIKI_TOKEN:-}}"
+      }}
+    }}
+  }}
+}}
+"#
+            )
         );
-        assert!(text.ends_with("}\n"), "{text}");
         // An empty file is as good as none.
-        assert_eq!(merge_json(Some(" \n"), entry_for(AgentCli::Claude)).expect("merge"), text);
+        assert_eq!(merged(Some(" \n"), AgentCli::Claude).expect("merge"), text);
+    }
+
+    #[test]
+    fn every_entry_names_the_home_it_was_installed_for() {
+        for agent in [AgentCli::Claude, AgentCli::Codex, AgentCli::Gemini, AgentCli::Kimi] {
+            let entry = entry(agent, KIKI, "/srv/my home/.kiki");
+            assert_eq!(entry["args"], serde_json::json!(["mcp", "--default-home", "/srv/my home/.kiki"]));
+        }
+        // Any home: Claude Code's `${…}` no longer has to carry it.
+        assert_eq!(entry(AgentCli::Claude, KIKI, "/u/we}ird")["args"][2], "/u/we}ird");
     }
 
     #[test]
@@ -733,16 +687,18 @@ mod tests {
   "autoUpdates": false,
   "projects": {"/src/app": {"allowedTools": ["Bash"], "big": 12345678901234567890, "f": 1.5}}
 }"#;
-        let text = merge_json(Some(existing), entry_for(AgentCli::Gemini)).expect("merge");
-        let merged = parse(&text);
+        let text = merged(Some(existing), AgentCli::Gemini).expect("merge");
         let mut expected = parse(existing);
         expected["mcpServers"]["kiki"] = serde_json::json!({
             "command": KIKI,
-            "args": ["mcp"],
+            "args": ["mcp", "--default-home", "/home/u/.kiki"],
             "env": {"KIKI_HOME": "$KIKI_HOME", "KIKI_THREAD_ID": "$KIKI_THREAD_ID", "KIKI_TOKEN": "$KIKI_TOKEN"},
             "timeout": 90000,
         });
-        assert_eq!(merged, expected);
+        assert_eq!(parse(&text), expected);
+        // Everything before the new server is as it was, byte for byte.
+        let kept = existing.find("\n  },\n  \"autoUpdates\"").expect("end of the servers");
+        assert!(text.starts_with(&existing[..kept]), "{text}");
         // Members keep their order; the new server comes last.
         let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} in {text}"));
         assert!(at("numStartups") < at("mcpServers"));
@@ -756,47 +712,92 @@ mod tests {
     #[test]
     fn json_replaces_an_existing_kiki_entry_in_place() {
         let existing = r#"{"mcpServers": {"kiki": {"command": "/old/kiki", "args": ["mcp", "--old"], "extra": 1}, "other": {"command": "x"}}}"#;
-        let text = merge_json(Some(existing), entry_for(AgentCli::Kimi)).expect("merge");
-        let merged = parse(&text);
+        let text = merged(Some(existing), AgentCli::Kimi).expect("merge");
+        let result = parse(&text);
         assert_eq!(
-            merged["mcpServers"]["kiki"],
+            result["mcpServers"]["kiki"],
             serde_json::json!({
                 "command": KIKI,
-                "args": ["mcp"],
+                "args": ["mcp", "--default-home", "/home/u/.kiki"],
                 "env": {"KIKI_HOME": "${KIKI_HOME}", "KIKI_THREAD_ID": "${KIKI_THREAD_ID}", "KIKI_TOKEN": "${KIKI_TOKEN}"},
             })
         );
-        assert_eq!(merged["mcpServers"]["other"], serde_json::json!({"command": "x"}));
+        assert_eq!(result["mcpServers"]["other"], serde_json::json!({"command": "x"}));
         assert_eq!(text.matches("\"kiki\"").count(), 1);
         assert!(text.find("\"kiki\"") < text.find("\"other\""), "kept its place: {text}");
         // Merging again changes nothing.
-        assert_eq!(merge_json(Some(&text), entry_for(AgentCli::Kimi)).expect("again"), text);
+        assert_eq!(merged(Some(&text), AgentCli::Kimi).expect("again"), text);
     }
 
     #[test]
     fn json_with_null_servers_gets_an_object() {
-        let text = merge_json(Some(r#"{"mcpServers": null}"#), entry_for(AgentCli::Kimi)).expect("merge");
+        let text = merged(Some(r#"{"mcpServers": null}"#), AgentCli::Kimi).expect("merge");
         assert_eq!(parse(&text)["mcpServers"]["kiki"]["command"], KIKI);
     }
 
     #[test]
     fn json_that_is_not_an_object_of_servers_is_refused() {
-        for (text, problem) in [
-            ("{\"mcpServers\": {", "not valid JSON"),
-            ("{\"a\": 1,}", "not valid JSON"),
-            ("// a comment\n{}", "not valid JSON"),
-            ("[1, 2]", "top level is not a JSON object"),
-            ("{\"mcpServers\": [\"kiki\"]}", "`mcpServers` is not a JSON object"),
-        ] {
-            let error = merge_json(Some(text), entry_for(AgentCli::Claude)).expect_err(text).to_string();
-            assert!(error.contains(problem), "{text}: {error}");
-            assert!(!error.contains('\n'), "one line: {error}");
+        for agent in [AgentCli::Claude, AgentCli::Gemini] {
+            for (text, problem) in [
+                ("{\"mcpServers\": {", "not valid JSON"),
+                ("{\"a\": 1,}", "not valid JSON"),
+                ("{'a': 1}", "not valid JSON"),
+                ("[1, 2]", "top level is not a JSON object"),
+                ("{\"mcpServers\": [\"kiki\"]}", "`mcpServers` is not a JSON object"),
+            ] {
+                let error = merged(Some(text), agent).expect_err(text);
+                assert!(error.downcast_ref::<UsageError>().is_some(), "bad input: {error}");
+                let error = error.to_string();
+                assert!(error.contains(problem), "{agent:?} {text}: {error}");
+                assert!(!error.contains('\n'), "one line: {error}");
+            }
         }
+        // Comments: strict JSON for the agents that read it so, fine for Gemini CLI.
+        let error = merged(Some("// a comment\n{}"), AgentCli::Claude).expect_err("comment").to_string();
+        assert!(error.contains("not valid JSON"), "{error}");
+        assert!(merged(Some("// a comment\n{}"), AgentCli::Gemini).is_ok());
+    }
+
+    #[test]
+    fn gemini_settings_keep_their_comments() {
+        let existing = r#"{
+  // My Gemini settings.
+  "theme": "GitHub", /* the light one */
+  "mcpServers": {
+    // Docs lookup.
+    "docs": {"command": "docs-mcp"}
+  },
+  "general": {"vimMode": true} // trailing note
+}
+"#;
+        let text = merged(Some(existing), AgentCli::Gemini).expect("merge");
+        for comment in
+            ["// My Gemini settings.", "/* the light one */", "// Docs lookup.", "// trailing note"]
+        {
+            assert!(text.contains(comment), "{comment} kept in:\n{text}");
+        }
+        let read: Value =
+            jsonc_parser::parse_to_serde_value(&text, &jsonc_parser::ParseOptions::default()).expect("JSONC");
+        assert_eq!(read["mcpServers"]["kiki"], entry_for(AgentCli::Gemini));
+        assert_eq!(
+            (read["theme"].clone(), read["general"]["vimMode"].clone()),
+            (json!("GitHub"), json!(true))
+        );
+        assert!(text.find("\"docs\"") < text.find("\"kiki\""), "{text}");
+        // Again: the same file.
+        assert_eq!(merged(Some(&text), AgentCli::Gemini).expect("again"), text);
+        // A file without servers gets them, its comments kept.
+        let text =
+            merged(Some("{\n  // only a comment\n  \"theme\": \"x\"\n}\n"), AgentCli::Gemini).expect("merge");
+        assert!(text.contains("// only a comment"), "{text}");
+        let read: Value =
+            jsonc_parser::parse_to_serde_value(&text, &jsonc_parser::ParseOptions::default()).expect("JSONC");
+        assert_eq!(read["mcpServers"]["kiki"]["timeout"], 90000);
     }
 
     #[test]
     fn a_duplicate_key_keeps_its_first_place_and_last_value() {
-        let text = merge_json(Some(r#"{"a": 1, "b": 2, "a": 3}"#), entry_for(AgentCli::Kimi)).expect("merge");
+        let text = merged(Some(r#"{"a": 1, "b": 2, "a": 3}"#), AgentCli::Kimi).expect("merge");
         assert!(text.find("\"a\"") < text.find("\"b\""), "{text}");
         assert_eq!(parse(&text)["a"], 3);
     }
@@ -807,7 +808,7 @@ mod tests {
         assert_eq!(
             text,
             format!(
-                "[mcp_servers.kiki]\ncommand = \"{KIKI}\"\nargs = [\"mcp\"]\n\
+                "[mcp_servers.kiki]\ncommand = \"{KIKI}\"\nargs = [\"mcp\", \"--default-home\", \"/home/u/.kiki\"]\n\
                  env_vars = [\"KIKI_HOME\", \"KIKI_THREAD_ID\", \"KIKI_TOKEN\"]\n\
                  startup_timeout_sec = 10\ntool_timeout_sec = 90\n"
             )
@@ -831,7 +832,7 @@ model = \"o4-mini\"
     fn toml_keeps_comments_other_servers_and_layout() {
         let text = merge_toml(Some(CODEX), &entry_for(AgentCli::Codex)).expect("merge");
         let kiki = format!(
-            "[mcp_servers.kiki]\ncommand = \"{KIKI}\"\nargs = [\"mcp\"]\n\
+            "[mcp_servers.kiki]\ncommand = \"{KIKI}\"\nargs = [\"mcp\", \"--default-home\", \"/home/u/.kiki\"]\n\
              env_vars = [\"KIKI_HOME\", \"KIKI_THREAD_ID\", \"KIKI_TOKEN\"]\n\
              startup_timeout_sec = 10\ntool_timeout_sec = 90\n"
         );
@@ -905,13 +906,6 @@ command = \"docs-mcp\"
             assert!(error.contains(problem), "{text}: {error}");
             assert!(!error.contains('\n'), "one line: {error}");
         }
-    }
-
-    #[test]
-    fn a_home_claude_cannot_carry_is_refused() {
-        let error = entry(AgentCli::Claude, KIKI, "/home/u/we}ird").expect_err("brace").to_string();
-        assert!(error.contains("`}`"), "{error}");
-        assert!(entry(AgentCli::Gemini, KIKI, "/home/u/we}ird").is_ok());
     }
 
     #[test]

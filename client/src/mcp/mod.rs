@@ -9,7 +9,9 @@
 mod calls;
 mod channel;
 pub mod install;
+mod skim;
 mod tools;
+mod transport;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,6 +37,17 @@ pub struct McpArgs {
     /// How long the MCP client gives one tool call, in ms: ThreadWait answers 2 s before it.
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(5_000..))]
     tool_timeout_ms: u64,
+    /// The home when neither --home nor KIKI_HOME names one (a turn sets KIKI_HOME; `kiki mcp
+    /// install` records the home it was run with here, for the agent outside a turn).
+    #[arg(long, value_name = "DIR")]
+    default_home: Option<std::path::PathBuf>,
+}
+
+impl McpArgs {
+    /// The home `--default-home` names, if any.
+    pub fn default_home(&self) -> Option<std::path::PathBuf> {
+        self.default_home.clone()
+    }
 }
 
 #[derive(Subcommand)]
@@ -56,15 +69,21 @@ pub async fn run(home: &Path, args: McpArgs, json: bool) -> Result<()> {
     }
 }
 
+/// How long answers already queued may take to reach stdout once the client has closed
+/// stdin (a client that reads them gets them; one that does not is not waited for).
+const LAST_WRITES: Duration = Duration::from_secs(5);
+
 /// Serves MCP on stdin/stdout until the client closes it.
 async fn serve(home: &Path, tool_timeout: Duration) -> Result<()> {
     let token = kiki_client::env_var("KIKI_TOKEN");
-    let caller = Arc::new(Caller::new(crate::connect::socket(home), token, tool_timeout));
+    let (stdio, writing) = transport::Stdio::start();
+    let caller = Arc::new(Caller::new(crate::connect::socket(home), token, tool_timeout, stdio.answers()));
     let pusher = Pusher::default();
-    let running = KikiServer { caller, pusher: pusher.clone() }.serve(rmcp::transport::stdio()).await?;
+    let running = KikiServer { caller, pusher: pusher.clone() }.serve(stdio).await?;
     running.waiting().await?;
     // The client closed the session: nothing more is pushed.
     pusher.stop.cancel();
+    let _ = tokio::time::timeout(LAST_WRITES, writing).await;
     Ok(())
 }
 

@@ -467,14 +467,23 @@ impl Mailbox {
             let after = match given {
                 Some(c) => {
                     used_cursors += 1;
-                    let parts = cursor::decode("cursors", "wait", c, 2)?;
+                    // Named by its target: a wait may carry up to eight cursors.
+                    let not_ours = |_| {
+                        Error::invalid(
+                            "cursors",
+                            format!(
+                                "the cursor for {text} is not one ThreadWait returned; restart without it"
+                            ),
+                        )
+                    };
+                    let parts = cursor::decode("cursors", "wait", c, 2).map_err(not_ours)?;
                     if parts[0] != thread.id {
                         return Err(Error::invalid(
                             "cursors",
                             format!("the cursor for {text} belongs to another thread"),
                         ));
                     }
-                    let after = cursor::decode_number("cursors", "wait", &parts[1])?;
+                    let after = cursor::decode_number("cursors", "wait", &parts[1]).map_err(not_ours)?;
                     if after > last {
                         return Err(Error::invalid(
                             "cursors",
