@@ -506,8 +506,10 @@ async fn say(client: &Client, target: &str, text: String, json: bool) -> Result<
         print_json(&said);
     } else if said.turn_started {
         outln!("turn started");
-    } else {
+    } else if said.reason.is_empty() {
         outln!("queued: the next turn takes it");
+    } else {
+        outln!("queued: {}", said.reason);
     }
     Ok(())
 }

@@ -189,7 +189,13 @@ async fn a_spent_budget_pauses_the_thread_with_attention() {
     })
     .await;
     assert!(reasons[0].contains("spent $0.0200 of its $0.015 budget"), "{reasons:?}");
-    home.say(&thread, "three").await.expect("say");
+    // The owner's input is queued, and the answer says that no turn started, and why.
+    let said = home.say(&thread, "three").await.expect("say");
+    assert!(!said.turn_started, "no turn starts on a spent budget: {said:?}");
+    assert!(
+        said.reason.contains("no turn started") && said.reason.contains("spent $0.0200 of its $0.015 budget"),
+        "{said:?}"
+    );
     // Neither does a message (whose send would start a turn of an idle thread at once).
     let send = pb::ThreadSendRequest {
         target: Some(kiki_tests::local(&thread)),

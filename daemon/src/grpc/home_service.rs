@@ -95,8 +95,12 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let r = request.into_inner();
         let t = target(r.target)?;
         let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
-        let (turn_started, input_id) = self.threads.say(&thread, &r.content).await.map_err(status)?;
-        Ok(Response::new(pb::ThreadSayResponse { turn_started, input_id }))
+        let said = self.threads.say(&thread, &r.content).await.map_err(status)?;
+        Ok(Response::new(pb::ThreadSayResponse {
+            turn_started: said.turn_started,
+            input_id: said.input_id,
+            reason: said.reason,
+        }))
     }
 
     #[instrument(level = "debug", skip_all)]

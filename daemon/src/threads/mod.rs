@@ -58,6 +58,16 @@ pub struct Created {
     pub prompt_started: bool,
 }
 
+/// What became of user input (see [`Threads::say`]).
+#[derive(Debug)]
+pub struct Said {
+    pub input_id: String,
+    /// A turn started with it.
+    pub turn_started: bool,
+    /// Why none did; empty when one did.
+    pub reason: String,
+}
+
 #[derive(Debug)]
 pub struct ThreadPage {
     pub threads: Vec<ThreadRecord>,
@@ -445,10 +455,10 @@ impl Threads {
         })
     }
 
-    /// External user input: queued durably, then a turn starts (or it waits for the
-    /// running one). Returns whether the thread was idle and the input id.
+    /// External user input: queued durably, then a turn starts — or it waits, for the
+    /// running turn or because the thread's budget is spent, and the answer says which.
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
-    pub async fn say(&self, thread: &ThreadRecord, content: &str) -> Result<(bool, String)> {
+    pub async fn say(&self, thread: &ThreadRecord, content: &str) -> Result<Said> {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         if thread.archived {
             return Err(Error::FailedPrecondition(format!(
@@ -467,7 +477,16 @@ impl Threads {
             Ok((running, input.id))
         });
         let (running, input_id) = running.await?;
-        Ok((!running, input_id))
+        if running {
+            let reason = "a turn is running: the thread's next turn takes the input".to_string();
+            return Ok(Said { input_id, turn_started: false, reason });
+        }
+        // An idle thread whose budget is spent starts no turn (the claim refuses it; the
+        // input waits). Its cost changes only when a turn ends, so this is what the claim saw.
+        if let Some(reason) = self.runner.budget_spent(thread).await? {
+            return Ok(Said { input_id, turn_started: false, reason });
+        }
+        Ok(Said { input_id, turn_started: true, reason: String::new() })
     }
 
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread_id))]

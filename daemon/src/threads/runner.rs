@@ -157,6 +157,25 @@ impl TurnRunner {
         lock(&self.inner.tokens).values().any(|running| running == caller)
     }
 
+    /// Why `thread` starts no turn because its agents have spent its profile's budget
+    /// (`max_cost_usd`); `None` if it has none or has not spent it.
+    pub async fn budget_spent(
+        &self,
+        thread: &ThreadRecord,
+    ) -> Result<Option<String>, crate::store::StoreError> {
+        let Some(budget) = self.inner.config.profile(&thread.profile).and_then(|p| p.max_cost_usd) else {
+            return Ok(None);
+        };
+        let total = self.inner.store.cost(Some(&thread.id)).await?;
+        Ok((total >= budget).then(|| {
+            format!(
+                "no turn started: {}; the input waits until the profile's budget is raised and kikid \
+                 restarted",
+                spent(total, budget)
+            )
+        }))
+    }
+
     /// Stops every turn (recording it as failed) and waits for the tasks to finish.
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();
@@ -347,8 +366,8 @@ impl Inner {
         let Ok(total) = self.store.cost(Some(thread_id)).await else { return };
         if total >= budget && total - this_turn < budget {
             let reason = format!(
-                "the thread's agents have spent ${total:.4} of its ${budget} budget (max_cost_usd): it \
-                 starts no more turns until the profile's budget is raised and kikid restarted"
+                "{}: it starts no more turns until the profile's budget is raised and kikid restarted",
+                spent(total, budget)
             );
             self.attention(thread_id, turn_id, reason).await;
         }
@@ -456,6 +475,11 @@ async fn record_live(
             Err(e) => warn!(error = %e, "cannot keep a part of the running turn"),
         }
     }
+}
+
+/// How much of its budget a thread's agents have spent, in words.
+fn spent(total: f64, budget: f64) -> String {
+    format!("the thread's agents have spent ${total:.4} of its ${budget} budget (max_cost_usd)")
 }
 
 /// A new turn for `thread`: peer messages wait while its communication is off.
