@@ -236,6 +236,40 @@ async fn a_message_to_a_busy_thread_is_steered_into_codex_and_waits_for_acp() {
     }
 }
 
+/// An ACP agent's `usage_update`s give each turn its cost (the session's cost so far, less
+/// what it had cost before the prompt), and the profile's budget stops the thread once its
+/// turns have cost that much.
+#[tokio::test]
+async fn an_acp_agents_usage_updates_count_against_its_budget() {
+    let state = tempfile::tempdir().expect("state");
+    let home = Agent::Acp
+        .home(state.path())
+        .config(|c| c.profiles.get_mut("agent").expect("the agent's profile").max_cost_usd = Some(0.015))
+        .start()
+        .await;
+    let cost = |turn: &pb::Turn| turn.usage.expect("the turn's usage").cost_usd;
+    let thread = create(&home, "one\ncost 0.01", None).await.expect("create");
+    let first = home.wait_turns(&thread, 1).await;
+    assert!((cost(&first[0]) - 0.01).abs() < 1e-9, "{:?}", first[0].usage);
+    assert!(attention(&home, &thread).await.is_empty(), "$0.01 of $0.015");
+
+    let said = home.say(&thread, "two\ncost 0.01").await.expect("say");
+    assert!(said.turn_started, "{said:?}");
+    let turns = home.wait_turns(&thread, 2).await;
+    // The agent reports $0.01 when the session is loaded and $0.02 at the prompt's end.
+    assert!((cost(&turns[1]) - 0.01).abs() < 1e-9, "only this turn's: {:?}", turns[1].usage);
+    let reasons = kiki_tests::eventually("the budget's attention event", || async {
+        Some(attention(&home, &thread).await).filter(|r| !r.is_empty())
+    })
+    .await;
+    assert!(reasons[0].contains("spent $0.0200 of its $0.015 budget"), "{reasons:?}");
+
+    let said = home.say(&thread, "three").await.expect("say");
+    assert!(!said.turn_started && said.reason.contains("budget"), "{said:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(home.all_turns(&thread).await.len(), 2, "no turn starts on a spent budget");
+}
+
 /// The permission request an event of the thread names, once there is one other than
 /// those `seen`.
 async fn permission_request(home: &TestHome, thread: &str, seen: &[&str]) -> String {
