@@ -7,7 +7,8 @@
 //! thread is steered into it (`turn/steer`) and counted delivered once Codex takes it, and
 //! Codex's approval requests go to the owner (`kiki approve` / `deny`). `turn/completed`
 //! ends it; the app-server is then closed. A Codex thread that can no longer be resumed fails
-//! the turn: it is never replaced by a fresh one silently.
+//! the turn: it is never replaced by a fresh one silently. A Codex without the app-server
+//! (its help lists none, see `codex_release`) runs `codex exec` instead (`codex_exec`).
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::codex_exec;
+use super::codex_release::{self, Release};
 use super::desk::TurnDesk;
 use super::input::render;
 use super::process::Spawned;
@@ -36,6 +38,11 @@ pub async fn run(
     input: TurnInput<'_>,
     report: &mut AgentReport,
 ) -> Result<String, TurnFailure> {
+    // A release without the app-server (before 0.44) runs `codex exec` instead; its own
+    // help says which it is (see `codex_release`).
+    if let Some(Release::Exec(flags)) = codex_release::release(command, &input).await {
+        return codex_exec::run(command, flags, &input, report).await;
+    }
     let mut argv = command.to_vec();
     argv.push("app-server".into());
     let (agent, stdin, stdout) = Spawned::start(&argv, &input).await?;
@@ -43,11 +50,14 @@ pub async fn run(
     let client = json!({"name": "kiki", "title": "kiki", "version": env!("CARGO_PKG_VERSION")});
     let hello = peer.request("initialize", json!({"clientInfo": client})).await;
     if let Err(RpcError::Closed) = hello {
-        // Gone before the handshake: a Codex without the app-server runs `codex exec`.
+        // Gone before the handshake: whatever was decided of this Codex is asked again next
+        // turn, and one that says it has no app-server runs `codex exec` now.
+        codex_release::forget(command);
         drop((peer, incoming));
         let exit = agent.end(Duration::from_secs(5)).await.unwrap_or_default();
         if exit.contains("app-server") {
-            return codex_exec::run(command, &input, report).await;
+            let flags = codex_release::exec_flags(command, &input).await;
+            return codex_exec::run(command, flags, &input, report).await;
         }
         return Err(TurnFailure::before_agent(format!(
             "the Codex app-server ended before its handshake: {exit}"

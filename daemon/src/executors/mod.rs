@@ -9,6 +9,7 @@ pub mod agent;
 mod claude;
 mod codex;
 mod codex_exec;
+mod codex_release;
 pub mod desk;
 mod exec;
 mod input;
