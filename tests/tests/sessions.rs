@@ -360,3 +360,118 @@ async fn a_running_turn_is_followed_as_it_happens_and_kept_with_the_turn() {
     let first: Vec<(String, String)> = parts.iter().map(|p| (p.kind.clone(), p.text.clone())).collect();
     assert_eq!(replayed, first);
 }
+
+async fn stop(home: &TestHome, thread: &str) -> Result<pb::ThreadStopResponse, tonic::Status> {
+    let request = pb::ThreadStopRequest { target: Some(kiki_tests::local(thread)) };
+    home.client().home().thread_stop(request).await.map(|r| r.into_inner())
+}
+
+async fn running(home: &TestHome, thread: &str) {
+    kiki_tests::eventually("the turn running", || async {
+        (home.thread_record(thread).await.state == pb::ThreadState::Running as i32).then_some(())
+    })
+    .await;
+}
+
+/// The thread's events since its latest turn started, at once.
+async fn events(home: &TestHome, thread: &str) -> Vec<pb::Event> {
+    let wait = pb::ThreadWaitRequest {
+        targets: vec![kiki_tests::local(thread)],
+        timeout_ms: Some(0),
+        cursors: Default::default(),
+    };
+    let waited = home.client().threads().thread_wait(wait).await.expect("wait").into_inner();
+    waited.results.into_iter().next().expect("one result").events
+}
+
+/// `kiki thread stop`: an `exec` turn's process group gets SIGTERM and the turn ends
+/// `cancelled` (ThreadWait's `terminal` event says so); input queued behind it waits until
+/// new input starts the next turn, which takes all of it. An idle thread (an `echo` one
+/// whose turn is over) has nothing to stop.
+#[tokio::test]
+async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
+    let script = r#"input=$(cat); printf '%s\n' "$input"; case "$input" in *sleep*) exec sleep 300;; esac"#;
+    let home = TestHome::builder().shell_profile("sleepy", script).start().await;
+    let thread = home.thread("sleepy", Some("sleep")).await.id;
+    running(&home, &thread).await;
+    let said = home.say(&thread, "two").await.expect("say");
+    assert!(!said.turn_started, "queued behind the running turn");
+
+    let started = std::time::Instant::now();
+    let stopped = stop(&home, &thread).await.expect("stop");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "SIGTERM ends sleep at once: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");
+    let turns = home.all_turns(&thread).await;
+    assert_eq!(turns.len(), 1);
+    assert_eq!(
+        (turns[0].id.as_str(), turns[0].status),
+        (stopped.turn_id.as_str(), pb::TurnStatus::Cancelled as i32)
+    );
+    assert!(turns[0].error.starts_with("stopped by its owner (kiki thread stop): "), "{}", turns[0].error);
+    assert_eq!(turns[0].output, "sleep\n", "what it said before it was stopped");
+    let terminal: Vec<pb::Event> = events(&home, &thread)
+        .await
+        .into_iter()
+        .filter(|e| e.kind == pb::EventKind::Terminal as i32)
+        .collect();
+    assert_eq!(terminal.len(), 1, "{terminal:?}");
+    assert_eq!(terminal[0].turn_status, pb::TurnStatus::Cancelled as i32, "{terminal:?}");
+
+    // The queued input waits: no turn starts by itself.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(home.all_turns(&thread).await.len(), 1, "the queue waits after a stop");
+    assert_eq!(home.thread_record(&thread).await.state, pb::ThreadState::Idle as i32);
+    let idle = stop(&home, &thread).await.expect_err("nothing to stop");
+    assert_eq!(idle.code(), tonic::Code::FailedPrecondition, "{idle:?}");
+    assert!(idle.message().contains("no running turn"), "{idle:?}");
+
+    // New input starts the next turn, which takes what waited too.
+    assert!(home.say(&thread, "three").await.expect("say").turn_started);
+    let turns = home.wait_turns(&thread, 2).await;
+    assert_eq!(turns[1].status, pb::TurnStatus::Completed as i32, "{:?}", turns[1]);
+    assert_eq!(turns[1].output, "two\n\nthree\n");
+
+    let echo = home.thread("echo", Some("hi")).await.id;
+    home.wait_turns(&echo, 1).await;
+    let idle = stop(&home, &echo).await.expect_err("an ended echo turn");
+    assert_eq!(idle.code(), tonic::Code::FailedPrecondition, "{idle:?}");
+}
+
+/// An agent that ignores SIGTERM is killed (SIGKILL) 5 s later, and the turn still ends
+/// `cancelled`.
+#[tokio::test]
+async fn an_agent_that_ignores_sigterm_is_killed() {
+    let home = TestHome::builder()
+        .shell_profile("stubborn", "trap '' TERM; cat >/dev/null; sleep 300")
+        .start()
+        .await;
+    let thread = home.thread("stubborn", Some("work")).await.id;
+    running(&home, &thread).await;
+    let started = std::time::Instant::now();
+    let stopped = stop(&home, &thread).await.expect("stop");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(4500) && took < Duration::from_secs(15), "{took:?}");
+    assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");
+    let turns = home.all_turns(&thread).await;
+    assert!(turns[0].error.contains("killed"), "{}", turns[0].error);
+}
+
+/// Stopping a turn is the owner's: a turn's token is refused (`kiki thread stop` run by the
+/// agent itself), and the turn goes on.
+#[tokio::test]
+async fn an_agent_cannot_stop_a_turn() {
+    let kiki = kiki_tests::binaries::binary("kiki");
+    let script = format!(r#"cat >/dev/null; {} --json thread stop "$KIKI_THREAD_ID"; true"#, kiki.display());
+    let home = TestHome::builder().shell_profile("self-stopper", &script).start().await;
+    let thread = home.thread("self-stopper", Some("stop yourself")).await.id;
+    let turns = home.wait_turns(&thread, 1).await;
+    assert_eq!(turns[0].status, pb::TurnStatus::Completed as i32, "{:?}", turns[0]);
+    let answer: serde_json::Value = serde_json::from_str(&turns[0].output).expect("kiki's JSON");
+    assert_eq!(answer["error"]["code"], "permission_denied", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("thread stop is an owner action"), "{answer}");
+}

@@ -7,7 +7,8 @@
 //! turn's input as one `session/prompt`. Its `session/update`s are the turn's progress (and
 //! its `usage_update`s the turn's cost, see [`Spend`]); its
 //! `session/request_permission` requests go to the owner (`kiki approve` / `deny`). The
-//! prompt's answer (its `stopReason`) ends the turn. ACP has no way to add input to a
+//! prompt's answer (its `stopReason`) ends the turn; the owner's `kiki thread stop` sends
+//! `session/cancel`. ACP has no way to add input to a
 //! running prompt, so messages that arrive meanwhile wait for the next turn. A session that
 //! cannot be loaded fails the turn: it is never replaced by a fresh one silently.
 
@@ -18,7 +19,7 @@ use super::desk::TurnDesk;
 use super::process::Spawned;
 use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
 use super::session::{self, Transcript};
-use super::turn::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, say};
+use super::turn::{AgentReport, Live, McpServer, PartKind, STOP_GRACE, TurnFailure, TurnInput, Usage, say};
 
 /// The ACP version kiki speaks.
 const PROTOCOL_VERSION: u64 = 1;
@@ -108,16 +109,38 @@ async fn drive(
     let answer = peer.request("session/prompt", prompt);
     tokio::pin!(answer);
     let mut asks = tokio::task::JoinSet::new();
+    // Once the owner stops the turn: how long the agent has to end the prompt.
+    let mut cancelled: Option<tokio::time::Instant> = None;
     let answered = loop {
         tokio::select! {
+            // The prompt is sent when its call is first polled: before a cancel can be.
+            biased;
             answered = &mut answer => break answered,
+            () = input.stop.cancelled(), if cancelled.is_none() => {
+                // The agent answers the prompt `cancelled`; what it still asks is answered
+                // `cancelled` too (see `request`), as ACP wants of a client that cancels.
+                cancelled = Some(tokio::time::Instant::now() + STOP_GRACE);
+                peer.notify("session/cancel", json!({"sessionId": session}));
+            }
+            () = tokio::time::sleep_until(cancelled.unwrap_or_else(tokio::time::Instant::now)),
+                if cancelled.is_some() =>
+            {
+                return Err(format!("the ACP agent did not end the prompt within {STOP_GRACE:?} of session/cancel"));
+            }
             message = incoming.recv() => match message {
                 Some(Incoming::Notification { method, params }) => {
                     update(&method, &params, &session, transcript, &mut spend)
                 }
                 Some(Incoming::Request { id, method, params }) => {
                     let (peer, desk, allowed) = (peer.clone(), input.desk.clone(), allowed_tools.to_vec());
-                    asks.spawn(async move { peer.respond(id, request(&method, &params, desk, &allowed).await) });
+                    let stop = input.stop.clone();
+                    asks.spawn(async move {
+                        let answer = tokio::select! {
+                            answer = request(&method, &params, desk, &allowed) => answer,
+                            () = stop.cancelled() => cancelled_request(&method),
+                        };
+                        peer.respond(id, answer)
+                    });
                 }
                 Some(Incoming::Garbled(what)) => return Err(format!("the ACP agent wrote {what}")),
                 // Closed: the answer fails at once.
@@ -275,6 +298,14 @@ async fn request(
     let allowed =
         session::permitted(kind, call["title"].as_str(), &call.to_string(), desk.as_ref(), allowed).await;
     Ok(json!({"outcome": choose(&params["options"], allowed)}))
+}
+
+/// The answer to a request of a prompt the owner stopped: a permission is `cancelled`.
+fn cancelled_request(method: &str) -> Result<Value, (i64, String)> {
+    if method == "session/request_permission" {
+        return Ok(json!({"outcome": {"outcome": "cancelled"}}));
+    }
+    Err((METHOD_NOT_FOUND, format!("kiki does not answer {method}")))
 }
 
 /// The option that says yes (or no) once, else always; cancelled if the agent offers none.

@@ -5,10 +5,11 @@
 //! thread (`thread/resume`; `thread/start` the first time) with kiki's MCP server in its
 //! config, and runs one `turn/start`. While the turn runs, input that would wake the kiki
 //! thread is steered into it (`turn/steer`) and counted delivered once Codex takes it, and
-//! Codex's approval requests go to the owner (`kiki approve` / `deny`). `turn/completed`
-//! ends it; the app-server is then closed. A Codex thread that can no longer be resumed fails
-//! the turn: it is never replaced by a fresh one silently. A Codex without the app-server
-//! (its help lists none, see `codex_release`) runs `codex exec` instead (`codex_exec`).
+//! Codex's approval requests go to the owner (`kiki approve` / `deny`); the owner's `kiki
+//! thread stop` sends `turn/interrupt`. `turn/completed` ends it; the app-server is then
+//! closed. A Codex thread that can no longer be resumed fails the turn: it is never replaced
+//! by a fresh one silently. A Codex without the app-server (its help lists none, see
+//! `codex_release`) runs `codex exec` instead (`codex_exec`).
 
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use super::input::render;
 use super::process::Spawned;
 use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
 use super::session::{self, Transcript};
-use super::turn::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, say};
+use super::turn::{AgentReport, Live, McpServer, PartKind, STOP_GRACE, TurnFailure, TurnInput, Usage, say};
 use crate::store::inbox_id;
 
 /// How long a steering poll waits for input before looking again.
@@ -125,8 +126,31 @@ async fn drive(
     });
     let mut asks = tokio::task::JoinSet::new();
     let mut usage = Usage::default();
+    // Once the owner stops the turn: how long Codex has to end it.
+    let mut interrupted: Option<tokio::time::Instant> = None;
     let ended = loop {
-        let Some(message) = incoming.recv().await else {
+        let message = tokio::select! {
+            message = incoming.recv() => message,
+            () = input.stop.cancelled(), if interrupted.is_none() => {
+                interrupted = Some(tokio::time::Instant::now() + STOP_GRACE);
+                // Nothing more goes into a turn that is being stopped: it waits for the next.
+                steering_done.cancel();
+                let (peer, thread, turn) = (peer.clone(), thread.clone(), turn.clone());
+                asks.spawn(async move {
+                    let params = json!({"threadId": thread, "turnId": turn});
+                    if let Err(e) = peer.request("turn/interrupt", params).await {
+                        tracing::debug!(error = %e, "Codex refused turn/interrupt");
+                    }
+                });
+                continue;
+            }
+            () = tokio::time::sleep_until(interrupted.unwrap_or_else(tokio::time::Instant::now)),
+                if interrupted.is_some() =>
+            {
+                break Err(format!("Codex did not end the turn within {STOP_GRACE:?} of turn/interrupt"));
+            }
+        };
+        let Some(message) = message else {
             break Err(String::new()); // the agent closed its output: see `session::finish`
         };
         match message {

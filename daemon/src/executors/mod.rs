@@ -20,8 +20,8 @@ mod turn;
 
 pub use input::render;
 pub use turn::{
-    AgentReport, Live, LiveSink, McpServer, OnAgentStart, PART_MAX_CHARS, PartKind, TurnFailure, TurnInput,
-    Usage,
+    AgentReport, Live, LiveSink, McpServer, OnAgentStart, PART_MAX_CHARS, PartKind, STOP_GRACE, TurnFailure,
+    TurnInput, Usage,
 };
 
 use crate::config::{ExecutorKind, ProfileConfig};
