@@ -6,7 +6,7 @@
 //!
 //! Releases print three shapes of events, all read here: `thread.started`, `item.*` and
 //! `turn.*` (`--json` from 0.44); `session.created` and the same `item.*` and `turn.*`
-//! (`--experimental-json`, 0.41–0.43, used where the release lists it); and the protocol's
+//! (`--experimental-json`, 0.42–0.43, used where the release lists it); and the protocol's
 //! own events, `{"id", "msg": {"type": …}}` (`--json` before 0.44), which name no session:
 //! a thread on such a release starts a new Codex session every turn.
 
@@ -198,7 +198,7 @@ impl Events {
     }
 }
 
-/// An item's kind: `type` (0.44 on), or `item_type` (0.41–0.43).
+/// An item's kind: its `type`, or `item_type` where an early `--experimental-json` names it so.
 fn kind(item: &Value) -> Option<&str> {
     item["type"].as_str().or(item["item_type"].as_str())
 }
@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(events.transcript.output(), ("hi".to_string(), false));
     }
 
-    /// As 0.42.0 prints them with `--experimental-json`.
+    /// `session.created` as 0.42.0 prints it with `--experimental-json`.
     #[test]
     fn experimental_events_name_the_session() {
         let mut events = Events::new(Transcript::new(None, 1 << 20));

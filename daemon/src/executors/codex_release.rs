@@ -38,7 +38,7 @@ pub struct ExecFlags {
     /// `--skip-git-repo-check`: needed outside a git repository (every release from 0.8 has
     /// it).
     pub skip_git_repo_check: bool,
-    /// `--experimental-json` (0.41–0.43, whose `--json` is an older format that names no
+    /// `--experimental-json` (0.42–0.43, whose `--json` is an older format that names no
     /// session): the events of later releases' `--json`.
     pub experimental_json: bool,
     /// `exec resume SESSION` (0.39 and later).
