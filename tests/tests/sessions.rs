@@ -366,11 +366,9 @@ async fn stop(home: &TestHome, thread: &str) -> Result<pb::ThreadStopResponse, t
     home.client().home().thread_stop(request).await.map(|r| r.into_inner())
 }
 
-async fn running(home: &TestHome, thread: &str) {
-    kiki_tests::eventually("the turn running", || async {
-        (home.thread_record(thread).await.state == pb::ThreadState::Running as i32).then_some(())
-    })
-    .await;
+/// Once the agent has made `marker` (it works on its turn).
+async fn started(marker: &Path) {
+    kiki_tests::eventually("the agent at work", || async { marker.exists().then_some(()) }).await;
 }
 
 /// The thread's events since its latest turn started, at once.
@@ -390,10 +388,10 @@ async fn events(home: &TestHome, thread: &str) -> Vec<pb::Event> {
 /// whose turn is over) has nothing to stop.
 #[tokio::test]
 async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
-    let script = r#"input=$(cat); printf '%s\n' "$input"; case "$input" in *sleep*) exec sleep 300;; esac"#;
+    let script = r#"input=$(cat); printf '%s\n' "$input"; case "$input" in *sleep*) : > sleeping; exec sleep 300;; esac"#;
     let home = TestHome::builder().shell_profile("sleepy", script).start().await;
     let thread = home.thread("sleepy", Some("sleep")).await.id;
-    running(&home, &thread).await;
+    started(&home.workdir("default").join("sleeping")).await;
     let said = home.say(&thread, "two").await.expect("say");
     assert!(!said.turn_started, "queued behind the running turn");
 
@@ -441,19 +439,42 @@ async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
     assert_eq!(idle.code(), tonic::Code::FailedPrecondition, "{idle:?}");
 }
 
+/// A `claude` turn stopped mid-way (its process group gets SIGTERM) ends `cancelled` with
+/// what Claude Code said so far, and its session goes on at the next turn.
+#[tokio::test]
+async fn a_stopped_claude_turn_keeps_its_session() {
+    let state = tempfile::tempdir().expect("state");
+    let home = with_claude(state.path(), None).start().await;
+    let thread = create(&home, "one", None).await.expect("create");
+    let (_, session) = turn_of(&home.wait_turns(&thread, 1).await[0].output);
+    home.say(&thread, "hold").await.expect("say");
+    // Stopped once it works on the prompt (it keeps each prompt with its session).
+    let history = state.path().join(&session);
+    kiki_tests::eventually("Claude Code working on the prompt", || async {
+        std::fs::read_to_string(&history).unwrap_or_default().contains("hold").then_some(())
+    })
+    .await;
+    let stopped = stop(&home, &thread).await.expect("stop");
+    assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");
+    let turns = home.all_turns(&thread).await;
+    assert!(turns[1].error.starts_with("stopped by its owner (kiki thread stop): "), "{}", turns[1].error);
+    assert_eq!(home.thread_record(&thread).await.agent_session, session);
+    home.say(&thread, "three").await.expect("say");
+    let turns = home.wait_turns(&thread, 3).await;
+    assert_eq!(turn_of(&turns[2].output), (3, session), "the same session, resumed");
+}
+
 /// An agent that ignores SIGTERM is killed (SIGKILL) 5 s later, and the turn still ends
 /// `cancelled`.
 #[tokio::test]
 async fn an_agent_that_ignores_sigterm_is_killed() {
-    let home = TestHome::builder()
-        .shell_profile("stubborn", "trap '' TERM; cat >/dev/null; sleep 300")
-        .start()
-        .await;
+    let script = "trap '' TERM; : > stubborn; cat >/dev/null; sleep 300";
+    let home = TestHome::builder().shell_profile("stubborn", script).start().await;
     let thread = home.thread("stubborn", Some("work")).await.id;
-    running(&home, &thread).await;
-    let started = std::time::Instant::now();
+    started(&home.workdir("default").join("stubborn")).await;
+    let asked = std::time::Instant::now();
     let stopped = stop(&home, &thread).await.expect("stop");
-    let took = started.elapsed();
+    let took = asked.elapsed();
     assert!(took >= Duration::from_millis(4500) && took < Duration::from_secs(15), "{took:?}");
     assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");
     let turns = home.all_turns(&thread).await;
