@@ -27,6 +27,7 @@ const ENUM_FIELDS: &[(&str, &str)] = &[
     ("kiki.v1.ThreadSendResponse.status", "send_status"),
     ("kiki.v1.Event.kind", "event_kind"),
     ("kiki.v1.Event.turn_status", "turn_status"),
+    ("kiki.v1.ThreadStopResponse.turn_status", "turn_status"),
     ("kiki.v1.ThreadSetRequest.communication", "communication"),
     ("kiki.v1.RoomSetStateRequest.action", "room_action"),
 ];

@@ -23,6 +23,12 @@ if [ ! -x "$KIKI_AGENT_CLIS/node_modules/.bin/codex" ] || [ ! -x "$KIKI_AGENT_CL
     npm install --prefix "$KIKI_AGENT_CLIS" --no-audit --no-fund --loglevel=error \
         @openai/codex@0.171.0 @google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.197
 fi
+# And an old Codex without the app-server (it came in 0.44), for the `codex exec` fallback,
+# in a prefix of its own beside the current one.
+export KIKI_AGENT_CLIS_OLD="${KIKI_AGENT_CLIS_OLD:-$PWD/target/agent-clis-old}"
+if [ ! -x "$KIKI_AGENT_CLIS_OLD/node_modules/.bin/codex" ]; then
+    npm install --prefix "$KIKI_AGENT_CLIS_OLD" --no-audit --no-fund --loglevel=error @openai/codex@0.39.0
+fi
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all --check

@@ -29,7 +29,8 @@ Examples:
   kiki thread read th_01… --last 5                     # the newest 5 turns
   kiki thread read th_01… --content-ref tu_01….output --all
   kiki thread send th_01… --key k1 --content \"ping\"
-  kiki thread wait th_01… --timeout-ms 10000";
+  kiki thread wait th_01… --timeout-ms 10000
+  kiki thread stop th_01…                              # interrupts the running turn";
 
 /// Examples under `kiki room --help`.
 const ROOM_EXAMPLES: &str = "\

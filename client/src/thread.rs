@@ -1,4 +1,4 @@
-//! `kiki thread …`: create, list, read, send to, wait on, set, say to and archive threads.
+//! `kiki thread …`: create, list, read, send to, wait on, set, say to, stop and archive threads.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -146,6 +146,12 @@ pub enum ThreadCommand {
         /// The input, as if the user typed it (at most 100,000 characters).
         text: String,
     },
+    /// Stop a thread's running turn: its agent is interrupted, the turn ends `cancelled`,
+    /// its agent session stays resumable and the input it had not taken stays queued.
+    Stop {
+        /// One of this home's threads: SESSION.
+        reference: String,
+    },
     /// Archive a thread: it leaves ThreadList, keeps its history.
     Archive {
         /// One of this home's threads: SESSION.
@@ -219,6 +225,7 @@ pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> 
             set(&client, &reference, &communication, json).await
         }
         ThreadCommand::Say { reference, text } => say(&client, &reference, text, json).await,
+        ThreadCommand::Stop { reference } => stop(&client, &reference, json).await,
         ThreadCommand::Archive { reference } => archive(&client, &reference, true, json).await,
         ThreadCommand::Unarchive { reference } => archive(&client, &reference, false, json).await,
     }
@@ -508,8 +515,29 @@ async fn say(client: &Client, target: &str, text: String, json: bool) -> Result<
         print_json(&said);
     } else if said.turn_started {
         outln!("turn started");
-    } else {
+    } else if said.reason.is_empty() {
         outln!("queued: the next turn takes it");
+    } else {
+        outln!("queued: {}", said.reason);
+    }
+    Ok(())
+}
+
+/// `kiki thread stop REFERENCE`: answered once the turn has ended (or is still stopping).
+async fn stop(client: &Client, target: &str, json: bool) -> Result<()> {
+    let request = pb::ThreadStopRequest { target: Some(reference(target)?) };
+    let stopped = client.home().thread_stop(request).await?.into_inner();
+    if json {
+        print_json(&stopped);
+        return Ok(());
+    }
+    match pb::TurnStatus::try_from(stopped.turn_status) {
+        Ok(pb::TurnStatus::Cancelled) => outln!("stopped turn {}", stopped.turn_id),
+        Ok(pb::TurnStatus::Running) => {
+            outln!("stopping turn {}: it has not ended yet (kiki thread wait shows its end)", stopped.turn_id)
+        }
+        // It ended by itself before the stop reached it.
+        _ => outln!("turn {} had ended already", stopped.turn_id),
     }
     Ok(())
 }

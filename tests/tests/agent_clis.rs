@@ -1,5 +1,6 @@
 //! The `codex` and `acp` executors against the real agent CLIs, installed from npm (pinned)
-//! by tests/run-all.sh into `KIKI_AGENT_CLIS` (default `target/agent-clis`). This machine has
+//! by tests/run-all.sh into `KIKI_AGENT_CLIS` (default `target/agent-clis`), and an old Codex
+//! without the app-server into `KIKI_AGENT_CLIS_OLD` (default `target/agent-clis-old`). This machine has
 //! no model account and no network, so no turn gets an answer; everything before the answer
 //! runs for real: the handshake, the session opened with kiki's MCP server, the prompt, and
 //! (Codex) messages steered into the running turn and the session resumed after a restart.
@@ -13,9 +14,14 @@ use kiki_tests::TestHome;
 
 /// The installed CLI `name`; missing is a failure (run-all.sh installs it), never a skip.
 fn real_cli(name: &str) -> PathBuf {
-    let dir = std::env::var_os("KIKI_AGENT_CLIS")
+    installed("KIKI_AGENT_CLIS", "agent-clis", name)
+}
+
+/// The CLI `name` installed into `$VAR`, by default `target/DEFAULT`.
+fn installed(var: &str, default: &str, name: &str) -> PathBuf {
+    let dir = std::env::var_os(var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/agent-clis"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target").join(default));
     let cli = dir.join("node_modules/.bin").join(name);
     assert!(
         cli.exists(),
@@ -103,6 +109,48 @@ async fn the_real_codex_app_server_opens_resumes_and_takes_steering() {
     assert_eq!(sent.status, pb::SendStatus::Delivered as i32, "steered into the resumed thread's turn");
     let turns = home.all_turns(&thread).await;
     assert_eq!(turns.len(), 1, "only the turn the restart interrupted ended: {turns:?}");
+}
+
+/// A Codex without the app-server (0.39.0, from before 0.44) runs as `codex exec`: kiki
+/// goes by its help, which lists no `app-server` (given the word, it would take it for a
+/// prompt of its interactive mode and fail without a terminal: `os error 6`), and runs
+/// `codex exec --json --skip-git-repo-check …` outside a git repository (without the flag
+/// it refuses to run). Without a network the turn then fails with what `codex exec` said.
+#[tokio::test]
+async fn a_real_codex_without_the_app_server_runs_codex_exec() {
+    let codex = installed("KIKI_AGENT_CLIS_OLD", "agent-clis-old", "codex");
+    let codex_home = tempfile::tempdir().expect("codex home");
+    let command = vec![
+        "env".into(),
+        format!("CODEX_HOME={}", codex_home.path().display()),
+        codex.display().to_string(),
+    ];
+    let home = TestHome::builder()
+        .config(move |c| {
+            c.profiles.insert("agent".into(), profile(ExecutorKind::Codex, command));
+        })
+        .start()
+        .await;
+    let thread = create(&home, "say hello").await;
+    // Codex retries the model a few times before it gives up.
+    let turns = kiki_tests::eventually_within("the turn's end", Duration::from_secs(120), || async {
+        Some(home.all_turns(&thread).await).filter(|turns| !turns.is_empty())
+    })
+    .await;
+    let error = &turns[0].error;
+    assert_eq!(turns[0].status, pb::TurnStatus::Failed as i32, "{:?}", turns[0]);
+    assert!(error.starts_with("Codex ended without finishing the turn: "), "{error}");
+    assert!(
+        !error.contains("os error 6") && !error.contains("app-server") && !error.contains("git-repo-check"),
+        "the error is codex exec's, past its git check: {error}"
+    );
+    assert!(
+        error.contains("api.openai.com") || error.contains("401") || error.contains("auth"),
+        "it tried the model: {error}"
+    );
+    // `codex exec` ran the prompt: its session's rollout is in CODEX_HOME.
+    let rollouts = std::fs::read_dir(codex_home.path().join("sessions")).expect("Codex's sessions").count();
+    assert!(rollouts > 0, "no session recorded");
 }
 
 /// Gemini CLI over ACP (`gemini --acp`): the handshake (`initialize`), `session/new` with

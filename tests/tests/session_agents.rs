@@ -236,6 +236,91 @@ async fn a_message_to_a_busy_thread_is_steered_into_codex_and_waits_for_acp() {
     }
 }
 
+/// An ACP agent's `usage_update`s give each turn its cost (the session's cost so far, less
+/// what it had cost before the prompt), and the profile's budget stops the thread once its
+/// turns have cost that much.
+#[tokio::test]
+async fn an_acp_agents_usage_updates_count_against_its_budget() {
+    let state = tempfile::tempdir().expect("state");
+    let home = Agent::Acp
+        .home(state.path())
+        .config(|c| c.profiles.get_mut("agent").expect("the agent's profile").max_cost_usd = Some(0.015))
+        .start()
+        .await;
+    let cost = |turn: &pb::Turn| turn.usage.expect("the turn's usage").cost_usd;
+    let thread = create(&home, "one\ncost 0.01", None).await.expect("create");
+    let first = home.wait_turns(&thread, 1).await;
+    assert!((cost(&first[0]) - 0.01).abs() < 1e-9, "{:?}", first[0].usage);
+    assert!(attention(&home, &thread).await.is_empty(), "$0.01 of $0.015");
+
+    let said = home.say(&thread, "two\ncost 0.01").await.expect("say");
+    assert!(said.turn_started, "{said:?}");
+    let turns = home.wait_turns(&thread, 2).await;
+    // The agent reports $0.01 when the session is loaded and $0.02 at the prompt's end.
+    assert!((cost(&turns[1]) - 0.01).abs() < 1e-9, "only this turn's: {:?}", turns[1].usage);
+    let reasons = kiki_tests::eventually("the budget's attention event", || async {
+        Some(attention(&home, &thread).await).filter(|r| !r.is_empty())
+    })
+    .await;
+    assert!(reasons[0].contains("spent $0.0200 of its $0.015 budget"), "{reasons:?}");
+
+    let said = home.say(&thread, "three").await.expect("say");
+    assert!(!said.turn_started && said.reason.contains("budget"), "{said:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(home.all_turns(&thread).await.len(), 2, "no turn starts on a spent budget");
+}
+
+async fn stop(home: &TestHome, thread: &str) -> pb::ThreadStopResponse {
+    let request = pb::ThreadStopRequest { target: Some(kiki_tests::local(thread)) };
+    home.client().home().thread_stop(request).await.expect("stop").into_inner()
+}
+
+async fn running(home: &TestHome, thread: &str) {
+    kiki_tests::eventually("the turn running", || async {
+        (home.thread_record(thread).await.state == pb::ThreadState::Running as i32).then_some(())
+    })
+    .await;
+}
+
+/// `kiki thread stop` interrupts a Codex turn (`turn/interrupt`: Codex ends it
+/// `interrupted`) and cancels an ACP prompt (`session/cancel`: the agent answers
+/// `cancelled`, also while it waits for a permission, which kiki answers `cancelled`). The
+/// turn ends `cancelled`, and the next turn resumes the same session.
+#[tokio::test]
+async fn the_owner_stops_a_codex_or_acp_turn_and_its_session_goes_on() {
+    let cases = [
+        (Agent::Codex, "hold 5", "the Codex turn was interrupted"),
+        (Agent::Acp, "hold", "the ACP agent cancelled the prompt"),
+        (Agent::Acp, "use rm", "the ACP agent cancelled the prompt"),
+    ];
+    for (agent, prompt, said) in cases {
+        let state = tempfile::tempdir().expect("state");
+        let home = agent.home(state.path()).start().await;
+        let thread = create(&home, "one", None).await.expect("create");
+        let (_, session) = turn_of(&home.wait_turns(&thread, 1).await[0].output);
+        home.say(&thread, prompt).await.expect("say");
+        running(&home, &thread).await;
+        if prompt.starts_with("use") {
+            permission_request(&home, &thread, &[]).await;
+        }
+        let stopped = stop(&home, &thread).await;
+        assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{agent:?} {prompt}: {stopped:?}");
+        let turns = home.all_turns(&thread).await;
+        assert_eq!(turns[1].status, pb::TurnStatus::Cancelled as i32, "{agent:?} {prompt}");
+        let error = &turns[1].error;
+        assert!(
+            error.starts_with("stopped by its owner (kiki thread stop): "),
+            "{agent:?} {prompt}: {error}"
+        );
+        assert!(error.contains(said), "{agent:?} {prompt}: {error}");
+        assert_eq!(home.thread_record(&thread).await.agent_session, session, "{agent:?}: kept");
+
+        home.say(&thread, "on").await.expect("say");
+        let turns = home.wait_turns(&thread, 3).await;
+        assert_eq!(turn_of(&turns[2].output), (3, session), "{agent:?} {prompt}: the same session, resumed");
+    }
+}
+
 /// The permission request an event of the thread names, once there is one other than
 /// those `seen`.
 async fn permission_request(home: &TestHome, thread: &str, seen: &[&str]) -> String {

@@ -189,7 +189,13 @@ async fn a_spent_budget_pauses_the_thread_with_attention() {
     })
     .await;
     assert!(reasons[0].contains("spent $0.0200 of its $0.015 budget"), "{reasons:?}");
-    home.say(&thread, "three").await.expect("say");
+    // The owner's input is queued, and the answer says that no turn started, and why.
+    let said = home.say(&thread, "three").await.expect("say");
+    assert!(!said.turn_started, "no turn starts on a spent budget: {said:?}");
+    assert!(
+        said.reason.contains("no turn started") && said.reason.contains("spent $0.0200 of its $0.015 budget"),
+        "{said:?}"
+    );
     // Neither does a message (whose send would start a turn of an idle thread at once).
     let send = pb::ThreadSendRequest {
         target: Some(kiki_tests::local(&thread)),
@@ -371,4 +377,140 @@ async fn a_running_turn_is_followed_as_it_happens_and_kept_with_the_turn() {
     }
     let first: Vec<(String, String)> = parts.iter().map(|p| (p.kind.clone(), p.text.clone())).collect();
     assert_eq!(replayed, first);
+}
+
+async fn stop(home: &TestHome, thread: &str) -> Result<pb::ThreadStopResponse, tonic::Status> {
+    let request = pb::ThreadStopRequest { target: Some(kiki_tests::local(thread)) };
+    home.client().home().thread_stop(request).await.map(|r| r.into_inner())
+}
+
+/// Once the agent has made `marker` (it works on its turn).
+async fn started(marker: &Path) {
+    kiki_tests::eventually("the agent at work", || async { marker.exists().then_some(()) }).await;
+}
+
+/// The thread's events since its latest turn started, at once.
+async fn events(home: &TestHome, thread: &str) -> Vec<pb::Event> {
+    let wait = pb::ThreadWaitRequest {
+        targets: vec![kiki_tests::local(thread)],
+        timeout_ms: Some(0),
+        cursors: Default::default(),
+    };
+    let waited = home.client().threads().thread_wait(wait).await.expect("wait").into_inner();
+    waited.results.into_iter().next().expect("one result").events
+}
+
+/// `kiki thread stop`: an `exec` turn's process group gets SIGTERM and the turn ends
+/// `cancelled` (ThreadWait's `terminal` event says so); input queued behind it waits until
+/// new input starts the next turn, which takes all of it. An idle thread (an `echo` one
+/// whose turn is over) has nothing to stop.
+#[tokio::test]
+async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
+    let script = r#"input=$(cat); printf '%s\n' "$input"; case "$input" in *sleep*) : > sleeping; exec sleep 300;; esac"#;
+    let home = TestHome::builder().shell_profile("sleepy", script).start().await;
+    let thread = home.thread("sleepy", Some("sleep")).await.id;
+    started(&home.workdir("default").join("sleeping")).await;
+    let said = home.say(&thread, "two").await.expect("say");
+    assert!(!said.turn_started, "queued behind the running turn");
+
+    let started = std::time::Instant::now();
+    let stopped = stop(&home, &thread).await.expect("stop");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "SIGTERM ends sleep at once: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");
+    let turns = home.all_turns(&thread).await;
+    assert_eq!(turns.len(), 1);
+    assert_eq!(
+        (turns[0].id.as_str(), turns[0].status),
+        (stopped.turn_id.as_str(), pb::TurnStatus::Cancelled as i32)
+    );
+    assert!(turns[0].error.starts_with("stopped by its owner (kiki thread stop): "), "{}", turns[0].error);
+    assert_eq!(turns[0].output, "sleep\n", "what it said before it was stopped");
+    let terminal: Vec<pb::Event> = events(&home, &thread)
+        .await
+        .into_iter()
+        .filter(|e| e.kind == pb::EventKind::Terminal as i32)
+        .collect();
+    assert_eq!(terminal.len(), 1, "{terminal:?}");
+    assert_eq!(terminal[0].turn_status, pb::TurnStatus::Cancelled as i32, "{terminal:?}");
+
+    // The queued input waits: no turn starts by itself.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(home.all_turns(&thread).await.len(), 1, "the queue waits after a stop");
+    assert_eq!(home.thread_record(&thread).await.state, pb::ThreadState::Idle as i32);
+    let idle = stop(&home, &thread).await.expect_err("nothing to stop");
+    assert_eq!(idle.code(), tonic::Code::FailedPrecondition, "{idle:?}");
+    assert!(idle.message().contains("no running turn"), "{idle:?}");
+
+    // New input starts the next turn, which takes what waited too.
+    assert!(home.say(&thread, "three").await.expect("say").turn_started);
+    let turns = home.wait_turns(&thread, 2).await;
+    assert_eq!(turns[1].status, pb::TurnStatus::Completed as i32, "{:?}", turns[1]);
+    assert_eq!(turns[1].output, "two\n\nthree\n");
+
+    let echo = home.thread("echo", Some("hi")).await.id;
+    home.wait_turns(&echo, 1).await;
+    let idle = stop(&home, &echo).await.expect_err("an ended echo turn");
+    assert_eq!(idle.code(), tonic::Code::FailedPrecondition, "{idle:?}");
+}
+
+/// A `claude` turn stopped mid-way (its process group gets SIGTERM) ends `cancelled` with
+/// what Claude Code said so far, and its session goes on at the next turn.
+#[tokio::test]
+async fn a_stopped_claude_turn_keeps_its_session() {
+    let state = tempfile::tempdir().expect("state");
+    let home = with_claude(state.path(), None).start().await;
+    let thread = create(&home, "one", None).await.expect("create");
+    let (_, session) = turn_of(&home.wait_turns(&thread, 1).await[0].output);
+    home.say(&thread, "hold").await.expect("say");
+    // Stopped once it works on the prompt (it keeps each prompt with its session).
+    let history = state.path().join(&session);
+    kiki_tests::eventually("Claude Code working on the prompt", || async {
+        std::fs::read_to_string(&history).unwrap_or_default().contains("hold").then_some(())
+    })
+    .await;
+    let stopped = stop(&home, &thread).await.expect("stop");
+    assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");
+    let turns = home.all_turns(&thread).await;
+    assert!(turns[1].error.starts_with("stopped by its owner (kiki thread stop): "), "{}", turns[1].error);
+    assert_eq!(home.thread_record(&thread).await.agent_session, session);
+    home.say(&thread, "three").await.expect("say");
+    let turns = home.wait_turns(&thread, 3).await;
+    assert_eq!(turn_of(&turns[2].output), (3, session), "the same session, resumed");
+}
+
+/// An agent that ignores SIGTERM is killed (SIGKILL) 5 s later, and the turn still ends
+/// `cancelled`.
+#[tokio::test]
+async fn an_agent_that_ignores_sigterm_is_killed() {
+    let script = "trap '' TERM; : > stubborn; cat >/dev/null; sleep 300";
+    let home = TestHome::builder().shell_profile("stubborn", script).start().await;
+    let thread = home.thread("stubborn", Some("work")).await.id;
+    started(&home.workdir("default").join("stubborn")).await;
+    let asked = std::time::Instant::now();
+    let stopped = stop(&home, &thread).await.expect("stop");
+    let took = asked.elapsed();
+    assert!(took >= Duration::from_millis(4500) && took < Duration::from_secs(15), "{took:?}");
+    assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");
+    let turns = home.all_turns(&thread).await;
+    assert!(turns[0].error.contains("killed"), "{}", turns[0].error);
+}
+
+/// Stopping a turn is the owner's: a turn's token is refused (`kiki thread stop` run by the
+/// agent itself), and the turn goes on.
+#[tokio::test]
+async fn an_agent_cannot_stop_a_turn() {
+    let kiki = kiki_tests::binaries::binary("kiki");
+    let script = format!(r#"cat >/dev/null; {} --json thread stop "$KIKI_THREAD_ID"; true"#, kiki.display());
+    let home = TestHome::builder().shell_profile("self-stopper", &script).start().await;
+    let thread = home.thread("self-stopper", Some("stop yourself")).await.id;
+    let turns = home.wait_turns(&thread, 1).await;
+    assert_eq!(turns[0].status, pb::TurnStatus::Completed as i32, "{:?}", turns[0]);
+    let answer: serde_json::Value = serde_json::from_str(&turns[0].output).expect("kiki's JSON");
+    assert_eq!(answer["error"]["code"], "permission_denied", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("thread stop is an owner action"), "{answer}");
 }

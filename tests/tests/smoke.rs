@@ -588,6 +588,38 @@ fn kill_9_keeps_answered_writes_and_fails_the_interrupted_turn() {
     assert_eq!(page["turns"][1]["output"], "fast\n");
 }
 
+/// `kiki thread stop`: the running turn's agent (and what it started in its group) is
+/// stopped, the turn ends `cancelled`; `--json` prints the answer, and a thread with no
+/// running turn is an error (exit 6, `failed_precondition`).
+#[test]
+fn thread_stop_ends_the_running_turn() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(
+        home.join("config.toml"),
+        "[profiles.slow]\nexecutor = \"exec\"\ncommand = [\"sh\", \"-c\", \"echo $$ > \\\"$KIKI_HOME/agent.pid\\\"; sleep 300\"]\n",
+    )
+    .expect("config");
+    kiki_json(&home, &["up"]);
+    let slow = kiki_json(&home, &["thread", "create", "--profile", "slow", "--prompt", "slow"]);
+    let slow_id = slow["id"].as_str().expect("id").to_string();
+    let agent = agent_pid(&home);
+    let stopped = kiki_json(&home, &["thread", "stop", &slow_id]);
+    assert_eq!(stopped["turn_status"], "cancelled", "{stopped}");
+    assert!(!alive(&agent), "the agent's process group is gone");
+    let page = wait_for_turns(&home, &slow_id, 1);
+    assert_eq!(page["turns"][0]["id"], stopped["turn_id"]);
+    assert_eq!(page["turns"][0]["status"], "cancelled");
+
+    let idle = kiki(&home, &["--json", "thread", "stop", &slow_id]);
+    assert_eq!(idle.status.code(), Some(6), "{idle:?}");
+    let error: serde_json::Value = serde_json::from_slice(&idle.stdout).expect("one JSON document");
+    assert_eq!(error["error"]["code"], "failed_precondition", "{error}");
+    let text = kiki(&home, &["thread", "stop", &slow_id]);
+    assert!(String::from_utf8_lossy(&text.stderr).contains("no running turn"), "{text:?}");
+}
+
 #[test]
 fn sigterm_stops_cleanly() {
     let (_dir, home) = new_home();

@@ -5,9 +5,11 @@
 //! thread (`thread/resume`; `thread/start` the first time) with kiki's MCP server in its
 //! config, and runs one `turn/start`. While the turn runs, input that would wake the kiki
 //! thread is steered into it (`turn/steer`) and counted delivered once Codex takes it, and
-//! Codex's approval requests go to the owner (`kiki approve` / `deny`). `turn/completed`
-//! ends it; the app-server is then closed. A Codex thread that can no longer be resumed fails
-//! the turn: it is never replaced by a fresh one silently.
+//! Codex's approval requests go to the owner (`kiki approve` / `deny`); the owner's `kiki
+//! thread stop` sends `turn/interrupt`. `turn/completed` ends it; the app-server is then
+//! closed. A Codex thread that can no longer be resumed fails the turn: it is never replaced
+//! by a fresh one silently. A Codex without the app-server (its help lists none, see
+//! `codex_release`) runs `codex exec` instead (`codex_exec`).
 
 use std::time::Duration;
 
@@ -17,12 +19,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::codex_exec;
+use super::codex_release::{self, Release};
 use super::desk::TurnDesk;
 use super::input::render;
 use super::process::Spawned;
 use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
 use super::session::{self, Transcript};
-use super::turn::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, say};
+use super::turn::{AgentReport, Live, McpServer, PartKind, STOP_GRACE, TurnFailure, TurnInput, Usage, say};
 use crate::store::inbox_id;
 
 /// How long a steering poll waits for input before looking again.
@@ -36,6 +39,11 @@ pub async fn run(
     input: TurnInput<'_>,
     report: &mut AgentReport,
 ) -> Result<String, TurnFailure> {
+    // A release without the app-server (before 0.44) runs `codex exec` instead; its own
+    // help says which it is (see `codex_release`).
+    if let Some(Release::Exec(flags)) = codex_release::release(command, &input).await {
+        return codex_exec::run(command, flags, &input, report).await;
+    }
     let mut argv = command.to_vec();
     argv.push("app-server".into());
     let (agent, stdin, stdout) = Spawned::start(&argv, &input).await?;
@@ -43,11 +51,14 @@ pub async fn run(
     let client = json!({"name": "kiki", "title": "kiki", "version": env!("CARGO_PKG_VERSION")});
     let hello = peer.request("initialize", json!({"clientInfo": client})).await;
     if let Err(RpcError::Closed) = hello {
-        // Gone before the handshake: a Codex without the app-server runs `codex exec`.
+        // Gone before the handshake: whatever was decided of this Codex is asked again next
+        // turn, and one that says it has no app-server runs `codex exec` now.
+        codex_release::forget(command);
         drop((peer, incoming));
         let exit = agent.end(Duration::from_secs(5)).await.unwrap_or_default();
         if exit.contains("app-server") {
-            return codex_exec::run(command, &input, report).await;
+            let flags = codex_release::exec_flags(command, &input).await;
+            return codex_exec::run(command, flags, &input, report).await;
         }
         return Err(TurnFailure::before_agent(format!(
             "the Codex app-server ended before its handshake: {exit}"
@@ -115,8 +126,31 @@ async fn drive(
     });
     let mut asks = tokio::task::JoinSet::new();
     let mut usage = Usage::default();
+    // Once the owner stops the turn: how long Codex has to end it.
+    let mut interrupted: Option<tokio::time::Instant> = None;
     let ended = loop {
-        let Some(message) = incoming.recv().await else {
+        let message = tokio::select! {
+            message = incoming.recv() => message,
+            () = input.stop.cancelled(), if interrupted.is_none() => {
+                interrupted = Some(tokio::time::Instant::now() + STOP_GRACE);
+                // Nothing more goes into a turn that is being stopped: it waits for the next.
+                steering_done.cancel();
+                let (peer, thread, turn) = (peer.clone(), thread.clone(), turn.clone());
+                asks.spawn(async move {
+                    let params = json!({"threadId": thread, "turnId": turn});
+                    if let Err(e) = peer.request("turn/interrupt", params).await {
+                        tracing::debug!(error = %e, "Codex refused turn/interrupt");
+                    }
+                });
+                continue;
+            }
+            () = tokio::time::sleep_until(interrupted.unwrap_or_else(tokio::time::Instant::now)),
+                if interrupted.is_some() =>
+            {
+                break Err(format!("Codex did not end the turn within {STOP_GRACE:?} of turn/interrupt"));
+            }
+        };
+        let Some(message) = message else {
             break Err(String::new()); // the agent closed its output: see `session::finish`
         };
         match message {

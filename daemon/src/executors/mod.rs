@@ -9,6 +9,7 @@ pub mod agent;
 mod claude;
 mod codex;
 mod codex_exec;
+mod codex_release;
 pub mod desk;
 mod exec;
 mod input;
@@ -19,8 +20,8 @@ mod turn;
 
 pub use input::render;
 pub use turn::{
-    AgentReport, Live, LiveSink, McpServer, OnAgentStart, PART_MAX_CHARS, PartKind, TurnFailure, TurnInput,
-    Usage,
+    AgentReport, Live, LiveSink, McpServer, OnAgentStart, PART_MAX_CHARS, PartKind, STOP_GRACE, TurnFailure,
+    TurnInput, Usage,
 };
 
 use crate::config::{ExecutorKind, ProfileConfig};

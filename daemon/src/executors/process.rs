@@ -5,7 +5,8 @@
 //!
 //! The agent runs in its own process group. When the turn is stopped (daemon shutdown) or
 //! its output overflows, the whole group is killed, so nothing it spawned outlives the turn
-//! by accident. A turn ends when the agent exits: a background process it left holding
+//! by accident. When its owner stops the turn (`kiki thread stop`) the group gets SIGTERM,
+//! and SIGKILL if it has not exited [`STOP_GRACE`] later. A turn ends when the agent exits: a background process it left holding
 //! stdout does not keep the turn open.
 
 use std::process::Stdio;
@@ -17,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 
 use super::agent::Agent;
-use super::turn::{TurnFailure, TurnInput};
+use super::turn::{STOP_GRACE, TurnFailure, TurnInput};
 
 /// How much of stderr a failed turn's error keeps (the end, where the reason usually is).
 const STDERR_TAIL_BYTES: usize = 4096;
@@ -32,6 +33,13 @@ struct GroupGuard {
 impl GroupGuard {
     fn disarm(&mut self) {
         self.pgid = None;
+    }
+
+    /// Sends `signal` to the whole group.
+    fn signal(&self, signal: Signal) {
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, signal);
+        }
     }
 }
 
@@ -171,41 +179,61 @@ pub async fn run(
     let mut out = Vec::new();
     let mut reader = tokio::io::BufReader::new(stdout.take(limit as u64 + 1));
     let exited = {
+        // Ok(true) when the output went past the limit.
         let read = async {
             let mut line = Vec::new();
             loop {
                 line.clear();
                 if reader.read_until(b'\n', &mut line).await? == 0 {
-                    return Ok::<_, std::io::Error>(());
+                    return Ok::<_, std::io::Error>(out.len() > limit);
                 }
                 out.extend_from_slice(&line);
                 on_line(&line);
             }
         };
         tokio::pin!(read);
-        tokio::select! {
-            read_result = &mut read => match read_result {
-                Ok(_) => None,
-                Err(e) => return Err(fail(String::new(), format!("reading the agent's output: {e}"))),
-            },
-            status = agent.child.wait() => {
-                // Collect what is still in the pipe, without waiting on leftovers.
-                let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut read).await;
-                Some(status)
+        let mut read_all = false;
+        // Once the owner stops the turn: when the group, sent SIGTERM, gets SIGKILL.
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        let mut killed = false;
+        loop {
+            tokio::select! {
+                read_result = &mut read, if !read_all => match read_result {
+                    Ok(true) => break None,
+                    // All of stdout: the turn ends when the agent exits.
+                    Ok(false) => read_all = true,
+                    Err(e) => return Err(fail(String::new(), format!("reading the agent's output: {e}"))),
+                },
+                status = agent.child.wait() => {
+                    // Collect what is still in the pipe, without waiting on leftovers.
+                    if !read_all {
+                        let _ = tokio::time::timeout(DRAIN_AFTER_EXIT, &mut read).await;
+                    }
+                    break Some(status);
+                }
+                () = input.stop.cancelled(), if kill_at.is_none() => {
+                    agent.guard.signal(Signal::SIGTERM);
+                    kill_at = Some(tokio::time::Instant::now() + STOP_GRACE);
+                }
+                () = tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)),
+                    if kill_at.is_some() && !killed =>
+                {
+                    agent.guard.signal(Signal::SIGKILL);
+                    killed = true;
+                }
             }
         }
     };
     write.abort();
-    if out.len() > limit {
-        drop(agent); // kills the group
-        return Err(fail(
-            String::from_utf8_lossy(&out[..limit]).into_owned(),
-            format!("output exceeded turns.max_output_bytes ({limit} bytes); the agent was stopped"),
-        ));
-    }
     let status = match exited {
-        Some(status) => status,
-        None => agent.child.wait().await,
+        Some(status) if out.len() <= limit => status,
+        _ => {
+            drop(agent); // kills the group
+            return Err(fail(
+                String::from_utf8_lossy(&out[..limit.min(out.len())]).into_owned(),
+                format!("output exceeded turns.max_output_bytes ({limit} bytes); the agent was stopped"),
+            ));
+        }
     }
     .map_err(|e| fail(String::new(), format!("waiting for the agent: {e}")))?;
     agent.guard.disarm();

@@ -75,6 +75,11 @@ impl Transcript {
         self.errors.last().cloned()
     }
 
+    /// The agent has said nothing yet.
+    pub fn is_empty(&self) -> bool {
+        self.answers.is_empty() && self.streaming.is_empty()
+    }
+
     fn flush(&mut self) {
         if !self.streaming.is_empty() {
             let text = std::mem::take(&mut self.streaming);

@@ -5,6 +5,9 @@
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 use super::agent::Agent;
 use super::desk;
@@ -38,7 +41,15 @@ pub struct TurnInput<'a> {
     pub live: Option<LiveSink>,
     /// Where the agent's permission requests and mid-turn input go (`codex`, `acp`).
     pub desk: Option<desk::TurnDesk>,
+    /// Cancelled when the owner stops the turn (`kiki thread stop`): the executor interrupts
+    /// its agent as the agent's protocol allows (Codex `turn/interrupt`, ACP
+    /// `session/cancel`, else its process group: SIGTERM, then SIGKILL after
+    /// [`STOP_GRACE`]) and returns once the agent has ended the turn.
+    pub stop: CancellationToken,
 }
+
+/// How long an agent asked to stop has to end its turn before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// What a running turn shows as it happens.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,6 +34,10 @@ pub struct HomeInfo {
     pub store_path: PathBuf,
 }
 
+/// How long ThreadStop waits for the stopped turn's end: the agent's grace to stop
+/// (`executors::STOP_GRACE`), then up to as long again to close it, and some.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 pub struct HomeServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
@@ -95,8 +99,28 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let r = request.into_inner();
         let t = target(r.target)?;
         let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
-        let (turn_started, input_id) = self.threads.say(&thread, &r.content).await.map_err(status)?;
-        Ok(Response::new(pb::ThreadSayResponse { turn_started, input_id }))
+        let said = self.threads.say(&thread, &r.content).await.map_err(status)?;
+        Ok(Response::new(pb::ThreadSayResponse {
+            turn_started: said.turn_started,
+            input_id: said.input_id,
+            reason: said.reason,
+        }))
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn thread_stop(
+        &self,
+        request: Request<pb::ThreadStopRequest>,
+    ) -> Result<Response<pb::ThreadStopResponse>, Status> {
+        owner_only(&self.threads, &request, "thread stop")?;
+        let t = target(request.into_inner().target)?;
+        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
+        let stopped = self.threads.stop(&thread, STOP_WAIT).await.map_err(status)?;
+        info!(thread_id = %thread.id, turn_id = %stopped.turn_id, "turn stopped by its owner");
+        Ok(Response::new(pb::ThreadStopResponse {
+            turn_id: stopped.turn_id,
+            turn_status: crate::convert::turn_status_to_pb(stopped.status) as i32,
+        }))
     }
 
     #[instrument(level = "debug", skip_all)]

@@ -11,6 +11,7 @@ pub mod workspace;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::instrument;
 
@@ -18,7 +19,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
     Archived, CommunicationSetting, InputKind, NewInput, NewThread, Store, ThreadQuery, ThreadRecord,
-    TurnRecord,
+    TurnRecord, TurnStatus,
 };
 use crate::sync::uncancelled;
 use crate::time::now_ms;
@@ -56,6 +57,28 @@ pub struct CreateRequest {
 pub struct Created {
     pub thread: ThreadRecord,
     pub prompt_started: bool,
+}
+
+/// How long a turn just claimed may take to reach the runner before a stop gives up on it.
+const STARTING: Duration = Duration::from_secs(2);
+
+/// A stopped turn (see [`Threads::stop`]).
+#[derive(Debug)]
+pub struct Stopped {
+    pub turn_id: String,
+    /// How it ended (`Cancelled`, or how it ended by itself first); `Running` if its end
+    /// was not recorded within the wait (it is still being stopped).
+    pub status: TurnStatus,
+}
+
+/// What became of user input (see [`Threads::say`]).
+#[derive(Debug)]
+pub struct Said {
+    pub input_id: String,
+    /// A turn started with it.
+    pub turn_started: bool,
+    /// Why none did; empty when one did.
+    pub reason: String,
 }
 
 #[derive(Debug)]
@@ -445,10 +468,10 @@ impl Threads {
         })
     }
 
-    /// External user input: queued durably, then a turn starts (or it waits for the
-    /// running one). Returns whether the thread was idle and the input id.
+    /// External user input: queued durably, then a turn starts — or it waits, for the
+    /// running turn or because the thread's budget is spent, and the answer says which.
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
-    pub async fn say(&self, thread: &ThreadRecord, content: &str) -> Result<(bool, String)> {
+    pub async fn say(&self, thread: &ThreadRecord, content: &str) -> Result<Said> {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         if thread.archived {
             return Err(Error::FailedPrecondition(format!(
@@ -467,7 +490,44 @@ impl Threads {
             Ok((running, input.id))
         });
         let (running, input_id) = running.await?;
-        Ok((!running, input_id))
+        if running {
+            let reason = "a turn is running: the thread's next turn takes the input".to_string();
+            return Ok(Said { input_id, turn_started: false, reason });
+        }
+        // An idle thread whose budget is spent starts no turn (the claim refuses it; the
+        // input waits). Its cost changes only when a turn ends, so this is what the claim saw.
+        if let Some(reason) = self.runner.budget_spent(thread).await? {
+            return Ok(Said { input_id, turn_started: false, reason });
+        }
+        Ok(Said { input_id, turn_started: true, reason: String::new() })
+    }
+
+    /// The owner stops the thread's running turn (`kiki thread stop`): its agent is
+    /// interrupted and the turn ends `cancelled`, its agent session kept to resume; input it
+    /// had not taken stays queued. Waits up to `wait` for the turn's end to be recorded.
+    #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
+    pub async fn stop(&self, thread: &ThreadRecord, wait: Duration) -> Result<Stopped> {
+        let no_turn = || {
+            Error::FailedPrecondition(format!("thread {} has no running turn: nothing to stop", thread.id))
+        };
+        // A turn claimed an instant ago is the runner's once its agent is being started.
+        let started = tokio::time::Instant::now();
+        let stopping = loop {
+            if let Some(stopping) = self.runner.stop(&thread.id) {
+                break stopping;
+            }
+            let running = matches!(self.store.latest_turn(&thread.id).await?, Some((_, TurnStatus::Running)));
+            if !running || started.elapsed() > STARTING {
+                return Err(no_turn());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let ended = tokio::time::timeout(wait, stopping.ended.cancelled()).await.is_ok();
+        let status = match self.store.turn(&thread.id, &stopping.turn_id).await? {
+            Some(turn) if ended => turn.status,
+            _ => TurnStatus::Running,
+        };
+        Ok(Stopped { turn_id: stopping.turn_id, status })
     }
 
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread_id))]

@@ -42,11 +42,44 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// Recorded as the error of a turn that was running when its daemon stopped.
 pub const INTERRUPTED: &str = "kikid stopped while the turn was running; the turn was not re-run";
 
+/// How the error of a turn its owner stopped starts (then what the agent said as it ended).
+pub const STOPPED: &str = "stopped by its owner (kiki thread stop)";
+
 /// The thread and turn a `KIKI_TOKEN` belongs to, while that turn runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnCaller {
     pub thread_id: String,
     pub turn_id: String,
+}
+
+/// A turn being run: how its owner stops it, and how the stop learns it ended.
+struct RunningTurn {
+    turn_id: String,
+    stop: CancellationToken,
+    /// Cancelled once the turn's end is recorded.
+    ended: CancellationToken,
+}
+
+/// The owner's stop of a running turn, under way (see [`TurnRunner::stop`]).
+#[derive(Debug, Clone)]
+pub struct Stopping {
+    pub turn_id: String,
+    /// Cancelled once the turn's end is recorded.
+    pub ended: CancellationToken,
+}
+
+/// Unregisters a thread's running turn when its run is over, however it ends.
+struct RunGuard<'a> {
+    running: &'a Mutex<HashMap<String, RunningTurn>>,
+    thread_id: String,
+    ended: CancellationToken,
+}
+
+impl Drop for RunGuard<'_> {
+    fn drop(&mut self) {
+        lock(self.running).remove(&self.thread_id);
+        self.ended.cancel();
+    }
 }
 
 /// What a thread's runner task has yet to look at.
@@ -72,6 +105,8 @@ struct Inner {
     active: Mutex<HashMap<String, Activity>>,
     /// Live turn tokens → their turn. In memory only: a restart ends every turn.
     tokens: Mutex<HashMap<String, TurnCaller>>,
+    /// The turn each thread is running, for its owner to stop.
+    running: Mutex<HashMap<String, RunningTurn>>,
     /// Wakes callers parked on a thread when its turn takes messages or ends.
     signals: Signals,
     /// Answers what executors ask for mid-turn (the mailbox; set once it exists).
@@ -89,6 +124,7 @@ impl TurnRunner {
                 home,
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
+                running: Mutex::new(HashMap::new()),
                 signals,
                 desk: OnceLock::new(),
                 tasks: TaskTracker::new(),
@@ -157,6 +193,35 @@ impl TurnRunner {
         lock(&self.inner.tokens).values().any(|running| running == caller)
     }
 
+    /// Stops the thread's running turn (see [`TurnInput::stop`]): its agent is interrupted
+    /// and the turn ends `cancelled`. `None` if the runner runs no turn of the thread (none
+    /// is running, or one just claimed has not started yet).
+    pub fn stop(&self, thread_id: &str) -> Option<Stopping> {
+        let running = lock(&self.inner.running);
+        let turn = running.get(thread_id)?;
+        turn.stop.cancel();
+        Some(Stopping { turn_id: turn.turn_id.clone(), ended: turn.ended.clone() })
+    }
+
+    /// Why `thread` starts no turn because its agents have spent its profile's budget
+    /// (`max_cost_usd`); `None` if it has none or has not spent it.
+    pub async fn budget_spent(
+        &self,
+        thread: &ThreadRecord,
+    ) -> Result<Option<String>, crate::store::StoreError> {
+        let Some(budget) = self.inner.config.profile(&thread.profile).and_then(|p| p.max_cost_usd) else {
+            return Ok(None);
+        };
+        let total = self.inner.store.cost(Some(&thread.id)).await?;
+        Ok((total >= budget).then(|| {
+            format!(
+                "no turn started: {}; the input waits until the profile's budget is raised and kikid \
+                 restarted",
+                spent(total, budget)
+            )
+        }))
+    }
+
     /// Stops every turn (recording it as failed) and waits for the tasks to finish.
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();
@@ -182,16 +247,24 @@ impl Inner {
             if let Some(handoff) = handoff {
                 let (thread, turn) = *handoff;
                 self.signals.notify(&thread_id);
-                self.run(&thread, turn).await;
+                let stopped = self.run(&thread, turn).await;
                 self.signals.notify(&thread_id);
+                if stopped {
+                    self.hold(&thread_id);
+                    continue;
+                }
             }
             while !self.stop.is_cancelled() {
                 match self.claim(&thread_id).await {
                     Ok(Some((thread, turn))) => {
                         retry = RETRY_FIRST;
                         self.signals.notify(&thread_id);
-                        self.run(&thread, turn).await;
+                        let stopped = self.run(&thread, turn).await;
                         self.signals.notify(&thread_id);
+                        if stopped {
+                            self.hold(&thread_id);
+                            break;
+                        }
                     }
                     Ok(None) => break,
                     Err(e) => {
@@ -205,6 +278,15 @@ impl Inner {
                     }
                 }
             }
+        }
+    }
+
+    /// After a turn its owner stopped, the input already queued waits: the owner stopped the
+    /// agent, not only that turn. New input (or kikid's next start) starts the next turn,
+    /// which takes all of it.
+    fn hold(&self, thread_id: &str) {
+        if let Some(activity) = lock(&self.active).get_mut(thread_id) {
+            activity.dirty = false;
         }
     }
 
@@ -229,7 +311,20 @@ impl Inner {
         }
     }
 
-    async fn run(&self, thread: &ThreadRecord, claimed: ClaimedTurn) {
+    /// Runs a claimed turn to its recorded end; `true` if its owner stopped it.
+    async fn run(&self, thread: &ThreadRecord, claimed: ClaimedTurn) -> bool {
+        let stop = CancellationToken::new();
+        let ended = CancellationToken::new();
+        lock(&self.running).insert(
+            thread.id.clone(),
+            RunningTurn { turn_id: claimed.turn.id.clone(), stop: stop.clone(), ended: ended.clone() },
+        );
+        let _running = RunGuard { running: &self.running, thread_id: thread.id.clone(), ended };
+        self.run_turn(thread, claimed, stop.clone()).await;
+        stop.is_cancelled()
+    }
+
+    async fn run_turn(&self, thread: &ThreadRecord, claimed: ClaimedTurn, stop: CancellationToken) {
         let turn = &claimed.turn;
         if self.stop.is_cancelled() {
             // A turn handed over as the daemon stops: its agent never gets the input.
@@ -286,6 +381,7 @@ impl Inner {
                 .desk
                 .get()
                 .map(|desk| TurnDesk::new(desk.clone(), turn.thread_id.clone(), turn.id.clone())),
+            stop: stop.clone(),
         };
         let mut report = AgentReport::default();
         let (result, stopped) = tokio::select! {
@@ -313,7 +409,11 @@ impl Inner {
             cost_usd: u.cost_usd,
         });
         let (status, output, error) = match result {
+            // Done before the stop reached it: the turn is what it is.
             Ok(output) => (TurnStatus::Completed, output, String::new()),
+            Err(failure) if stop.is_cancelled() && !stopped => {
+                (TurnStatus::Cancelled, failure.output, format!("{STOPPED}: {}", failure.error))
+            }
             Err(failure) => (TurnStatus::Failed, failure.output, failure.error),
         };
         let lost_session = report.lost_session.then(|| error.clone());
@@ -347,8 +447,8 @@ impl Inner {
         let Ok(total) = self.store.cost(Some(thread_id)).await else { return };
         if total >= budget && total - this_turn < budget {
             let reason = format!(
-                "the thread's agents have spent ${total:.4} of its ${budget} budget (max_cost_usd): it \
-                 starts no more turns until the profile's budget is raised and kikid restarted"
+                "{}: it starts no more turns until the profile's budget is raised and kikid restarted",
+                spent(total, budget)
             );
             self.attention(thread_id, turn_id, reason).await;
         }
@@ -456,6 +556,11 @@ async fn record_live(
             Err(e) => warn!(error = %e, "cannot keep a part of the running turn"),
         }
     }
+}
+
+/// How much of its budget a thread's agents have spent, in words.
+fn spent(total: f64, budget: f64) -> String {
+    format!("the thread's agents have spent ${total:.4} of its ${budget} budget (max_cost_usd)")
 }
 
 /// A new turn for `thread`: peer messages wait while its communication is off.
