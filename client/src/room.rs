@@ -9,6 +9,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use kiki_client::Client;
 use kiki_proto as pb;
+use kiki_proto::limits;
 
 use crate::args::read_text;
 use crate::connect::connect;
@@ -18,7 +19,6 @@ use crate::output::print_json;
 /// is refused before more of it is read.
 const POST_MAX_CHARS: usize = 20_000;
 /// The longest persona instructions (0-20,000 characters), bounded the same way.
-const INSTRUCTIONS_MAX_CHARS: usize = 20_000;
 
 #[derive(Subcommand)]
 pub enum RoomCommand {
@@ -146,7 +146,7 @@ pub async fn run(home: &Path, command: RoomCommand, json: bool) -> Result<()> {
         RoomCommand::Archive { room } => set_state(&client, room, pb::RoomAction::Archive, json).await,
         RoomCommand::Persona { room, persona, profile, instructions, instructions_file } => {
             let instructions = match instructions_file {
-                Some(file) => read_text(&file, "--instructions-file", INSTRUCTIONS_MAX_CHARS)?,
+                Some(file) => read_text(&file, "--instructions-file", limits::INSTRUCTIONS_MAX_CHARS)?,
                 None => instructions.unwrap_or_default(),
             };
             add_persona(&client, room, persona, profile, instructions, json).await

@@ -7,20 +7,15 @@ use anyhow::{Context, Result, bail};
 use clap::{ArgGroup, Subcommand};
 use kiki_client::Client;
 use kiki_proto as pb;
+use kiki_proto::limits;
 
 use crate::args::{absolute_if_dir, cursors_by_reference, read_text, reference};
 use crate::connect::connect;
 use crate::output::print_json;
 use crate::render::{shell_word, show_turn, show_turns, show_wait};
 
-/// The longest prompt and message content (contract §2): a file holding more is refused
-/// before more of it is read.
-const PROMPT_MAX_CHARS: usize = 100_000;
-const CONTENT_MAX_CHARS: usize = 100_000;
 /// How many turns `kiki thread read` shows a person by default: the newest, like a chat.
 const READ_LAST_DEFAULT: u32 = 20;
-/// The longest ThreadWait allowed (contract §2); `create --wait` waits again after each.
-const WAIT_MAX_MS: u32 = 60_000;
 
 #[derive(Subcommand)]
 pub enum ThreadCommand {
@@ -169,7 +164,7 @@ pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> 
     match command {
         ThreadCommand::Create { cwd, profile, title, prompt, prompt_file, wait, resume_agent_session } => {
             let prompt = match prompt_file {
-                Some(file) => Some(read_text(&file, "--prompt-file", PROMPT_MAX_CHARS)?),
+                Some(file) => Some(read_text(&file, "--prompt-file", limits::PROMPT_MAX_CHARS)?),
                 None => prompt,
             };
             let cwd = match cwd {
@@ -283,7 +278,7 @@ async fn first_turn(client: &Client, thread_id: &str) -> Result<pb::Turn> {
     let ended = loop {
         let request = pb::ThreadWaitRequest {
             targets: vec![target.clone()],
-            timeout_ms: Some(WAIT_MAX_MS),
+            timeout_ms: Some(limits::WAIT_TIMEOUT_MAX_MS),
             cursors: cursors.clone(),
         };
         let waited = client.threads().thread_wait(request).await?.into_inner();
@@ -445,7 +440,7 @@ async fn send(
     json: bool,
 ) -> Result<()> {
     let content = match content_file {
-        Some(file) => read_text(&file, "--content-file", CONTENT_MAX_CHARS)?,
+        Some(file) => read_text(&file, "--content-file", limits::CONTENT_MAX_CHARS)?,
         // clap requires one of the two.
         None => content.unwrap_or_default(),
     };

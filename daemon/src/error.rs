@@ -29,6 +29,13 @@ pub enum Error {
     Store(#[from] StoreError),
 }
 
+/// A broken API limit (see `kiki_proto::limits`) is bad input naming its field.
+impl From<kiki_proto::limits::Violation> for Error {
+    fn from(v: kiki_proto::limits::Violation) -> Self {
+        Error::InvalidArgument { field: v.field, message: v.message }
+    }
+}
+
 impl Error {
     pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
         Error::InvalidArgument { field, message: message.into() }

@@ -5,7 +5,7 @@
 //! Besides the generated types this crate holds only what every side needs to agree on:
 //! the codec (a body that does not decode is the sender's fault), the descriptor set served
 //! for reflection, the JSON spelling of enums, the metadata key that carries a turn's token,
-//! and the text form of thread references.
+//! the text form of thread references, and the API's limits.
 
 #![allow(clippy::doc_lazy_continuation)]
 
@@ -23,6 +23,7 @@ pub mod bridge {
 pub use v1::*;
 
 pub mod codec;
+pub mod limits;
 mod reference;
 pub use reference::{ParseRefError, format_ref, parse_ref};
 

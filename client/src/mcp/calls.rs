@@ -15,7 +15,6 @@ use serde_json::Value;
 use tonic::Code;
 
 use super::skim;
-use super::tools::WAIT_TIMEOUT_MAX_MS;
 use super::transport::{Answers, LINE_MAX};
 
 /// How often a ThreadWait that was given a progress token says it is still waiting.
@@ -23,11 +22,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How long before the client's own limit a ThreadWait answers (`timed_out`, with cursors).
 const ANSWER_BEFORE_CLIENT_LIMIT: Duration = Duration::from_secs(2);
 
-/// A permission prompt's `input`, as JSON text (kikid's limit).
-const INPUT_MAX_CHARS: usize = 100_000;
-
-/// kikid's limit on one call's message: a call larger than this never reaches it.
-const KIKID_MESSAGE_MAX: usize = 4 * 1024 * 1024;
+use kiki_proto::limits;
 
 /// The contract's length limits on arguments (kikid checks them too, with the same words),
 /// checked here as well so that an over-long argument of any size — even one kikid's
@@ -35,12 +30,12 @@ const KIKID_MESSAGE_MAX: usize = 4 * 1024 * 1024;
 /// error: `content: must be at most 100000 characters, got N`.
 fn length_limit(tool: &str, name: &str, room: bool) -> Option<usize> {
     Some(match (tool, name) {
-        ("ThreadCreate", "prompt") => 100_000,
-        ("ThreadCreate", "title") => 200,
-        ("ThreadSend", "content") if room => 20_000,
-        ("ThreadSend", "content") => 100_000,
-        ("ThreadSend", "idempotency_key") => 256,
-        ("PermissionPrompt", "tool_name") => 200,
+        ("ThreadCreate", "prompt") => limits::PROMPT_MAX_CHARS,
+        ("ThreadCreate", "title") => limits::TITLE_MAX_CHARS,
+        ("ThreadSend", "content") if room => limits::ROOM_CONTENT_MAX_CHARS,
+        ("ThreadSend", "content") => limits::CONTENT_MAX_CHARS,
+        ("ThreadSend", "idempotency_key") => limits::KEY_MAX_CHARS,
+        ("PermissionPrompt", "tool_name") => limits::TOOL_MAX_CHARS,
         _ => return None,
     })
 }
@@ -106,10 +101,11 @@ fn not_a_parameter(name: &str, names: &[&str]) -> Refused {
 /// Refuses a call kikid would not take whole (its message limit), naming its size.
 fn fits(request: &impl prost::Message) -> Result<(), Refused> {
     let bytes = request.encoded_len();
-    if bytes > KIKID_MESSAGE_MAX {
+    if bytes > limits::MESSAGE_MAX_BYTES {
         return Err(Refused(format!(
-            "invalid_argument: the call is {bytes} bytes, more than the {KIKID_MESSAGE_MAX} bytes kikid \
-             takes in one call. Shorten the arguments."
+            "invalid_argument: the call is {bytes} bytes, more than the {} bytes kikid \
+             takes in one call. Shorten the arguments.",
+            limits::MESSAGE_MAX_BYTES
         )));
     }
     Ok(())
@@ -330,7 +326,7 @@ impl Caller {
         // Answer before the client gives up on the call; kikid checks the limit itself.
         let budget = self.tool_timeout.saturating_sub(ANSWER_BEFORE_CLIENT_LIMIT);
         let timeout_ms = match requested {
-            Some(ms) if u64::from(ms) > WAIT_TIMEOUT_MAX_MS => Some(ms),
+            Some(ms) if ms > limits::WAIT_TIMEOUT_MAX_MS => Some(ms),
             _ => Some(asked.min(budget).as_millis() as u32),
         };
         let mut cursors = std::collections::HashMap::new();
@@ -396,8 +392,8 @@ impl Caller {
         let input = args.values.get("input").cloned().unwrap_or_else(|| Value::Object(JsonObject::new()));
         let text = input.to_string();
         let chars = text.chars().count();
-        if chars > INPUT_MAX_CHARS {
-            return Err(too_long("input", INPUT_MAX_CHARS, chars));
+        if chars > limits::TOOL_INPUT_MAX_CHARS {
+            return Err(too_long("input", limits::TOOL_INPUT_MAX_CHARS, chars));
         }
         let request = pb::PermissionAskRequest { tool, input: text };
         // The owner may take minutes: its place in `kiki mcp` goes to other calls.

@@ -4,11 +4,9 @@
 
 use std::sync::Arc;
 
+use kiki_proto::limits;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
-
-/// The longest a ThreadWait may ask to wait (kikid's limit).
-pub const WAIT_TIMEOUT_MAX_MS: u64 = 60_000;
 
 /// Every tool `kiki mcp` serves, in the order `tools/list` shows them.
 pub fn all() -> Vec<Tool> {
@@ -218,7 +216,7 @@ fn thread_wait() -> Tool {
                     "cursor": {"type": "string", "description": "This target's cursor from the previous ThreadWait."}
                 }))
             }},
-            "timeout_ms": {"type": "integer", "minimum": 0, "maximum": WAIT_TIMEOUT_MAX_MS, "default": 30000}
+            "timeout_ms": {"type": "integer", "minimum": 0, "maximum": limits::WAIT_TIMEOUT_MAX_MS, "default": limits::WAIT_TIMEOUT_DEFAULT_MS}
         }}),
         json!({"type": "object", "required": ["results", "timed_out"], "properties": {
             "results": {"type": "array", "items": {"type": "object", "properties": {

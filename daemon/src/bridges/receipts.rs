@@ -17,7 +17,8 @@ use super::outbox::Outbox;
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, Millis, OutboxRecord};
 use crate::store::{Direction, OutboxStatus};
-use crate::threads::{cursor, limits};
+use crate::threads::cursor;
+use kiki_proto::limits;
 
 /// A page of receipts and the cursor for the older ones.
 pub struct ReceiptPage {

@@ -35,7 +35,7 @@ use tonic::body::Body;
 
 use super::ThreadServiceImpl;
 use super::connection::{ConnectionLimits, WAITS_PER_CONNECTION};
-use crate::mailbox::WAIT_TARGETS_MAX;
+use kiki_proto::limits::WAIT_TARGETS_MAX;
 
 const PATH: &str = "/kiki.v1.ThreadService/ThreadWait";
 /// A ThreadWait request is a few hundred bytes (≤ 8 targets and their cursors).

@@ -22,8 +22,8 @@ impl Desk for Mailbox {
     ) -> Result<Permission, String> {
         let caller = TurnCaller { thread_id: thread_id.into(), turn_id: turn_id.into() };
         // Agents' tool names and inputs may be longer than a request keeps.
-        let tool: String = tool.chars().take(super::permissions::TOOL_MAX_CHARS).collect();
-        let input: String = input.chars().take(super::permissions::INPUT_MAX_CHARS).collect();
+        let tool: String = tool.chars().take(kiki_proto::limits::TOOL_MAX_CHARS).collect();
+        let input: String = input.chars().take(kiki_proto::limits::TOOL_INPUT_MAX_CHARS).collect();
         let decision =
             Mailbox::ask_permission(self, Some(&caller), &tool, &input).await.map_err(|e| e.to_string())?;
         Ok(Permission { allowed: decision.allowed, reason: decision.reason })
@@ -37,8 +37,9 @@ impl Desk for Mailbox {
         timeout: Duration,
     ) -> Result<Vec<InputRecord>, String> {
         let caller = TurnCaller { thread_id: thread_id.into(), turn_id: turn_id.into() };
-        let timeout_ms =
-            u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX).min(super::WAIT_TIMEOUT_MAX_MS);
+        let timeout_ms = u32::try_from(timeout.as_millis())
+            .unwrap_or(u32::MAX)
+            .min(kiki_proto::limits::WAIT_TIMEOUT_MAX_MS);
         let (items, _delivered) =
             self.inbox(Some(&caller), taken, Some(timeout_ms)).await.map_err(|e| e.to_string())?;
         Ok(items)

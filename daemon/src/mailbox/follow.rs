@@ -33,11 +33,11 @@ impl Mailbox {
         turn_id: Option<String>,
         wait_ms: Option<u32>,
     ) -> Result<mpsc::Receiver<Result<Progress>>> {
-        let wait_ms = wait_ms.unwrap_or(super::WAIT_TIMEOUT_DEFAULT_MS);
-        if wait_ms > super::WAIT_TIMEOUT_MAX_MS {
+        let wait_ms = wait_ms.unwrap_or(kiki_proto::limits::WAIT_TIMEOUT_DEFAULT_MS);
+        if wait_ms > kiki_proto::limits::WAIT_TIMEOUT_MAX_MS {
             return Err(Error::invalid(
                 "wait_ms",
-                format!("must be between 0 and {}, got {wait_ms}", super::WAIT_TIMEOUT_MAX_MS),
+                format!("must be between 0 and {}, got {wait_ms}", kiki_proto::limits::WAIT_TIMEOUT_MAX_MS),
             ));
         }
         let wait = Duration::from_millis(wait_ms.into());

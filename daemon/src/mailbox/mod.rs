@@ -34,13 +34,11 @@ use crate::sync::{KeyGuard, KeyLocks, uncancelled};
 use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::signals::{self, Signals};
 use crate::threads::switches;
-use crate::threads::{Threads, cursor, limits, new_id};
+use crate::threads::{Threads, cursor, new_id};
 use crate::time::now_ms;
+use kiki_proto::limits;
 
-pub const WAIT_TARGETS_MAX: usize = 8;
-pub const WAIT_TIMEOUT_MAX_MS: u32 = 60_000;
-pub const WAIT_TIMEOUT_DEFAULT_MS: u32 = 30_000;
-pub const ATTENTION_REASON_MAX_CHARS: usize = 2_000;
+use limits::{WAIT_TARGETS_MAX, WAIT_TIMEOUT_DEFAULT_MS, WAIT_TIMEOUT_MAX_MS};
 /// Message ids one ThreadInbox call may name as taken.
 const INBOX_TAKEN_MAX: usize = 1_000;
 /// Events returned per target per ThreadWait call; the cursor carries on from there.
@@ -531,7 +529,7 @@ impl Mailbox {
                 "attention is asked from inside a turn (it needs the turn's KIKI_TOKEN)".into(),
             )
         })?;
-        limits::text("reason", reason, ATTENTION_REASON_MAX_CHARS)?;
+        limits::text("reason", reason, limits::REASON_MAX_CHARS)?;
         let event = EventRecord::attention(&caller.thread_id, &caller.turn_id, reason.to_string(), now_ms());
         let (store, signals) = (self.store.clone(), self.signals.clone());
         uncancelled(async move {

@@ -9,14 +9,11 @@ use super::Mailbox;
 use crate::error::{Error, Result};
 use crate::store::{PermissionRecord, PermissionStatus};
 use crate::sync::uncancelled;
-use crate::threads::limits;
 use crate::threads::new_id;
 use crate::threads::runner::TurnCaller;
 use crate::time::now_ms;
+use kiki_proto::limits;
 
-pub const TOOL_MAX_CHARS: usize = 200;
-pub const INPUT_MAX_CHARS: usize = 100_000;
-pub const REASON_MAX_CHARS: usize = 2_000;
 /// How much of a tool's input the attention event quotes.
 const INPUT_PREVIEW_CHARS: usize = 300;
 
@@ -46,8 +43,8 @@ impl Mailbox {
                 "a permission is asked from inside a turn (it needs the turn's KIKI_TOKEN)".into(),
             )
         })?;
-        limits::text("tool", tool, TOOL_MAX_CHARS)?;
-        limits::text("input", input, INPUT_MAX_CHARS)?;
+        limits::text("tool", tool, limits::TOOL_MAX_CHARS)?;
+        limits::text("input", input, limits::TOOL_INPUT_MAX_CHARS)?;
         let request = PermissionRecord {
             id: new_id("perm"),
             thread_id: caller.thread_id.clone(),
@@ -117,13 +114,7 @@ impl Mailbox {
                 "permission requests are answered by the home's owner, not from inside a turn".into(),
             ));
         }
-        let chars = reason.chars().count();
-        if chars > REASON_MAX_CHARS {
-            return Err(Error::invalid(
-                "reason",
-                format!("must be at most {REASON_MAX_CHARS} characters, got {chars}"),
-            ));
-        }
+        limits::at_most("reason", reason, limits::REASON_MAX_CHARS)?;
         let status = if allow { PermissionStatus::Allowed } else { PermissionStatus::Denied };
         let reason =
             if allow || !reason.is_empty() { reason.to_string() } else { "denied by the owner".into() };

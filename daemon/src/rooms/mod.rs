@@ -22,17 +22,11 @@ use crate::store::{
 use crate::sync::{lock, uncancelled};
 use crate::threads::runner::TurnCaller;
 use crate::threads::signals::Signals;
-use crate::threads::{CreateRequest, Threads, cursor, limits, new_id};
+use crate::threads::{CreateRequest, Threads, cursor, new_id};
 use crate::time::now_ms;
+use kiki_proto::limits;
 
-/// A room post's content (contract §2).
-pub const ROOM_CONTENT_MAX_CHARS: usize = 20_000;
-/// A persona's instructions.
-pub const INSTRUCTIONS_MAX_CHARS: usize = 20_000;
-/// A persona id's length.
-const PERSONA_ID_MAX_CHARS: usize = 64;
-/// Room and member ids named by a caller are at most this long.
-const ID_MAX_CHARS: usize = 256;
+use limits::{ID_MAX_CHARS, INSTRUCTIONS_MAX_CHARS, PERSONA_ID_MAX_CHARS, ROOM_CONTENT_MAX_CHARS};
 
 #[derive(Clone)]
 pub struct Rooms {
@@ -340,13 +334,7 @@ impl Rooms {
                 ));
             }
         }
-        let chars = instructions.chars().count();
-        if chars > INSTRUCTIONS_MAX_CHARS {
-            return Err(Error::invalid(
-                "instructions",
-                format!("must be at most {INSTRUCTIONS_MAX_CHARS} characters, got {chars}"),
-            ));
-        }
+        limits::at_most("instructions", instructions, INSTRUCTIONS_MAX_CHARS)?;
         let view = self.view(room_id).await?;
         let member = MemberRecord {
             member_id: persona.to_string(),

@@ -3,7 +3,6 @@
 
 pub mod content;
 pub mod cursor;
-pub mod limits;
 pub mod runner;
 pub mod signals;
 pub mod switches;
@@ -13,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kiki_proto::limits;
 use tracing::instrument;
 
 use crate::config::Config;

@@ -19,8 +19,8 @@ use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
 use crate::store::{BridgeRecord, ReceiptRecord, RoomTag, SourceRef, ThreadRecord};
 use crate::store::{BridgeState, Direction, Permission, Refusal};
-use crate::threads::limits;
 use crate::time::now_ms;
+use kiki_proto::limits;
 
 /// Keys are the sender's: scoped by its home and thread, they never collide.
 fn key_scope(peer: &str, source_thread: &str) -> String {
@@ -59,7 +59,7 @@ impl Inbound {
         // its refused sends are not written down either, nor is a send whose key or target
         // breaks the limits (a source checks them before sending: only a rogue peer does).
         let bounded = (1..=limits::KEY_MAX_CHARS).contains(&call.idempotency_key.chars().count())
-            && call.target_session.chars().count() <= limits::REMOTE_ID_MAX_CHARS;
+            && call.target_session.chars().count() <= limits::ID_MAX_CHARS;
         if !code.is_final()
             || !bounded
             || !matches!(
@@ -153,10 +153,10 @@ impl Inbound {
         receipt: ReceiptRecord,
     ) -> std::result::Result<Sent, (Refusal, String)> {
         if let Some(tag) = &call.room {
-            let fits = |id: &str| id.chars().count() <= limits::REMOTE_ID_MAX_CHARS;
+            let fits = |id: &str| id.chars().count() <= limits::ID_MAX_CHARS;
             let ids = [&tag.room_id, &tag.entry_id, &tag.author_host, &tag.author_thread];
             if tag.room_id.is_empty() || tag.entry_id.is_empty() || !ids.iter().all(|id| fits(id)) {
-                let most = limits::REMOTE_ID_MAX_CHARS;
+                let most = limits::ID_MAX_CHARS;
                 return Err((
                     Refusal::InvalidArgument,
                     format!("room: a room and entry id of 1-{most} characters"),

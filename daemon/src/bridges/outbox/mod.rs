@@ -45,8 +45,9 @@ use crate::mailbox::{Sent, key_conflict};
 use crate::store::{BridgeRecord, EXPIRED, OutboxOutcome as Outcome, OutboxRecord, Refusal, StoreError};
 use crate::store::{BridgeState, OutboxStatus, SourceRef};
 use crate::sync::{KeyLocks, SendKey, lock};
-use crate::threads::{limits, new_id};
+use crate::threads::new_id;
 use crate::time::now_ms;
+use kiki_proto::limits;
 
 /// The first and the longest pause between follow-ups of an accepted entry.
 const FOLLOW_UP_FIRST: Duration = Duration::from_secs(1);
@@ -178,7 +179,7 @@ impl Outbox {
     ) -> Result<Sent> {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
-        limits::text("target.session_id", target_session, limits::REMOTE_ID_MAX_CHARS)?;
+        limits::text("target.session_id", target_session, limits::ID_MAX_CHARS)?;
         let bridge = self.inner.cx.table.outbound(host).await?;
         let now = now_ms();
         let wait = self.inner.cx.config.mailbox.delivery_wait;
