@@ -104,7 +104,7 @@ pub fn progress_to_pb(progress: Progress) -> pb::TurnProgress {
         Progress::Part { turn_id, part } => pb::TurnProgress {
             turn_id,
             seq: part.seq as u64,
-            kind: part.kind,
+            kind: part.kind.as_str().to_string(),
             text: part.text,
             at: rfc3339(part.at),
         },

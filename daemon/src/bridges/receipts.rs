@@ -175,7 +175,7 @@ impl Receipts<'_> {
                     direction: Direction::Inbound.to_string(),
                     target: r.target,
                     idempotency_key: r.key,
-                    status: r.status,
+                    status: r.status.to_string(),
                     reason: r.reason,
                     attempts: 1,
                     at: crate::time::rfc3339(r.at),

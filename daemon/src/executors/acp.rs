@@ -19,7 +19,8 @@ use super::desk::TurnDesk;
 use super::process::Spawned;
 use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
 use super::session::{self, Transcript};
-use super::turn::{AgentReport, Live, McpServer, PartKind, STOP_GRACE, TurnFailure, TurnInput, Usage, say};
+use super::turn::{AgentReport, Live, McpServer, STOP_GRACE, TurnFailure, TurnInput, say};
+use crate::store::{PartKind, TurnUsage};
 
 /// The ACP version kiki speaks.
 const PROTOCOL_VERSION: u64 = 1;
@@ -184,10 +185,10 @@ fn mcp_servers(kiki: &McpServer) -> Value {
 }
 
 /// Tokens, when the agent reports them with its answer.
-fn usage(reported: &Value) -> Option<Usage> {
+fn usage(reported: &Value) -> Option<TurnUsage> {
     let tokens = |field: &str| reported[field].as_u64();
     let (input, output) = (tokens("inputTokens"), tokens("outputTokens"));
-    (input.is_some() || output.is_some()).then(|| Usage {
+    (input.is_some() || output.is_some()).then(|| TurnUsage {
         input_tokens: input.unwrap_or(0),
         output_tokens: output.unwrap_or(0),
         cost_usd: 0.0,
@@ -230,7 +231,7 @@ impl Spend {
 
     /// The turn's usage: its tokens (from the prompt's answer) and its cost, if the agent
     /// reported either.
-    fn usage(self, tokens: Option<Usage>) -> Option<Usage> {
+    fn usage(self, tokens: Option<TurnUsage>) -> Option<TurnUsage> {
         let cost = self.latest.map(|latest| match self.before {
             Some(before) if latest >= before => latest - before,
             // A count that went down started again (a new process): all of it is this turn's.
@@ -238,7 +239,7 @@ impl Spend {
         });
         match (tokens, cost) {
             (None, None) => None,
-            (tokens, cost) => Some(Usage { cost_usd: cost.unwrap_or(0.0), ..tokens.unwrap_or_default() }),
+            (tokens, cost) => Some(TurnUsage { cost_usd: cost.unwrap_or(0.0), ..tokens.unwrap_or_default() }),
         }
     }
 }
@@ -364,7 +365,7 @@ mod tests {
         );
         assert_eq!(
             usage(&json!({"inputTokens": 3, "outputTokens": 4})),
-            Some(Usage { input_tokens: 3, output_tokens: 4, cost_usd: 0.0 })
+            Some(TurnUsage { input_tokens: 3, output_tokens: 4, cost_usd: 0.0 })
         );
         assert_eq!(usage(&Value::Null), None);
         assert_eq!(spend.usage(None), None, "no usage_update, no tokens: nothing reported");
@@ -381,13 +382,13 @@ mod tests {
         spend.take(&cost(0.75, "USD"));
         spend.take(&json!({"sessionUpdate": "usage_update", "used": 1000, "size": 200_000}));
         spend.take(&cost(9.0, "EUR"));
-        let tokens = Usage { input_tokens: 3, output_tokens: 4, cost_usd: 0.0 };
-        assert_eq!(spend.usage(Some(tokens)), Some(Usage { cost_usd: 0.25, ..tokens }));
+        let tokens = TurnUsage { input_tokens: 3, output_tokens: 4, cost_usd: 0.0 };
+        assert_eq!(spend.usage(Some(tokens)), Some(TurnUsage { cost_usd: 0.25, ..tokens }));
         // Nothing before the prompt: all of it; a count that started again: all of it.
         let mut fresh = Spend::default();
         fresh.prompted();
         fresh.take(&cost(0.2, "usd"));
-        assert_eq!(fresh.usage(None), Some(Usage { input_tokens: 0, output_tokens: 0, cost_usd: 0.2 }));
+        assert_eq!(fresh.usage(None), Some(TurnUsage { input_tokens: 0, output_tokens: 0, cost_usd: 0.2 }));
         let mut restarted = Spend { before: Some(0.5), latest: None };
         restarted.take(&cost(0.1, "USD"));
         assert_eq!(restarted.usage(None).map(|u| u.cost_usd), Some(0.1));

@@ -11,9 +11,8 @@
 use serde_json::Value;
 
 use super::process::{self, Exited};
-use super::turn::{
-    AgentReport, Live, LiveSink, McpServer, PartKind, TurnFailure, TurnInput, Usage, lost_session, say,
-};
+use super::turn::{AgentReport, Live, LiveSink, McpServer, TurnFailure, TurnInput, lost_session, say};
+use crate::store::{PartKind, TurnUsage};
 
 /// `kiki mcp`'s tool that turns Claude Code's permission prompts into requests to the owner.
 const PERMISSION_TOOL: &str = "mcp__kiki__PermissionPrompt";
@@ -72,7 +71,7 @@ struct Stream {
     text: Vec<String>,
     /// The `result` event: its text, and whether it is an error (with its subtype).
     result: Option<(String, Option<String>)>,
-    usage: Option<Usage>,
+    usage: Option<TurnUsage>,
 }
 
 impl Stream {
@@ -122,7 +121,7 @@ impl Stream {
                     .unwrap_or(false)
                     .then(|| event["subtype"].as_str().unwrap_or("error").to_string());
                 self.result = Some((text, error));
-                self.usage = Some(Usage {
+                self.usage = Some(TurnUsage {
                     input_tokens: tokens(&event["usage"], "input_tokens"),
                     output_tokens: tokens(&event["usage"], "output_tokens"),
                     cost_usd: event["total_cost_usd"].as_f64().unwrap_or(0.0),
@@ -228,6 +227,6 @@ not json
             ]
         );
         assert_eq!(stream.result, Some(("done".into(), None)));
-        assert_eq!(stream.usage, Some(Usage { input_tokens: 10, output_tokens: 5, cost_usd: 0.25 }));
+        assert_eq!(stream.usage, Some(TurnUsage { input_tokens: 10, output_tokens: 5, cost_usd: 0.25 }));
     }
 }

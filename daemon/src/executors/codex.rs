@@ -25,8 +25,9 @@ use super::input::render;
 use super::process::Spawned;
 use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
 use super::session::{self, Transcript};
-use super::turn::{AgentReport, Live, McpServer, PartKind, STOP_GRACE, TurnFailure, TurnInput, Usage, say};
+use super::turn::{AgentReport, Live, McpServer, STOP_GRACE, TurnFailure, TurnInput, say};
 use crate::store::inbox_id;
+use crate::store::{PartKind, TurnUsage};
 
 /// How long a steering poll waits for input before looking again.
 const STEER_WAIT: Duration = Duration::from_secs(30);
@@ -125,7 +126,7 @@ async fn drive(
         )))
     });
     let mut asks = tokio::task::JoinSet::new();
-    let mut usage = Usage::default();
+    let mut usage = TurnUsage::default();
     // Once the owner stops the turn: how long Codex has to end it.
     let mut interrupted: Option<tokio::time::Instant> = None;
     let ended = loop {
@@ -194,7 +195,7 @@ fn note(
     params: &Value,
     turn: &str,
     transcript: &mut Transcript,
-    usage: &mut Usage,
+    usage: &mut TurnUsage,
 ) -> Option<Result<(), String>> {
     let item = &params["item"];
     match method {
@@ -346,7 +347,7 @@ mod tests {
     fn notifications_make_the_transcript_and_the_usage() {
         let (live, mut followed) = tokio::sync::mpsc::unbounded_channel();
         let mut transcript = Transcript::new(Some(live), 1 << 20);
-        let mut usage = Usage::default();
+        let mut usage = TurnUsage::default();
         let notes = [
             ("item/started", json!({"item": {"type": "commandExecution", "command": "ls"}})),
             (
@@ -373,7 +374,7 @@ mod tests {
             note("turn/completed", &end, "t1", &mut transcript, &mut usage),
             Some(Err("Codex ended the turn failed: quota".into()))
         );
-        assert_eq!(usage, Usage { input_tokens: 11, output_tokens: 7, cost_usd: 0.0 });
+        assert_eq!(usage, TurnUsage { input_tokens: 11, output_tokens: 7, cost_usd: 0.0 });
         let mut seen = Vec::new();
         while let Ok(event) = followed.try_recv() {
             seen.push(event);

@@ -17,7 +17,8 @@ use serde_json::Value;
 use super::codex_release::ExecFlags;
 use super::process;
 use super::session::Transcript;
-use super::turn::{AgentReport, Live, McpServer, PartKind, TurnFailure, TurnInput, Usage, lost_session};
+use super::turn::{AgentReport, Live, McpServer, TurnFailure, TurnInput, lost_session};
+use crate::store::{PartKind, TurnUsage};
 
 pub async fn run(
     command: &[String],
@@ -114,7 +115,7 @@ fn overrides(kiki: &McpServer) -> Vec<String> {
 struct Events {
     session: Option<String>,
     transcript: Transcript,
-    usage: Option<Usage>,
+    usage: Option<TurnUsage>,
     completed: bool,
     failed: Option<String>,
 }
@@ -203,8 +204,8 @@ fn kind(item: &Value) -> Option<&str> {
     item["type"].as_str().or(item["item_type"].as_str())
 }
 
-fn tokens(usage: &Value) -> Usage {
-    Usage {
+fn tokens(usage: &Value) -> TurnUsage {
+    TurnUsage {
         input_tokens: usage["input_tokens"].as_u64().unwrap_or(0),
         output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
         cost_usd: 0.0,
@@ -265,7 +266,7 @@ mod tests {
         }
         assert_eq!(events.session.as_deref(), Some("t-1"));
         assert!(events.completed);
-        assert_eq!(events.usage, Some(Usage { input_tokens: 10, output_tokens: 5, cost_usd: 0.0 }));
+        assert_eq!(events.usage, Some(TurnUsage { input_tokens: 10, output_tokens: 5, cost_usd: 0.0 }));
         assert_eq!(events.transcript.output(), ("hi".to_string(), false));
     }
 
@@ -303,7 +304,7 @@ mod tests {
         }
         assert_eq!(events.session, None, "these releases name no session");
         assert!(events.completed);
-        assert_eq!(events.usage, Some(Usage { input_tokens: 9, output_tokens: 3, cost_usd: 0.0 }));
+        assert_eq!(events.usage, Some(TurnUsage { input_tokens: 9, output_tokens: 3, cost_usd: 0.0 }));
         assert_eq!(events.transcript.output(), ("hi".to_string(), false));
 
         let mut failed = Events::new(Transcript::new(None, 1 << 20));

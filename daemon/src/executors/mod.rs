@@ -20,8 +20,7 @@ mod turn;
 
 pub use input::render;
 pub use turn::{
-    AgentReport, Live, LiveSink, McpServer, OnAgentStart, PART_MAX_CHARS, PartKind, STOP_GRACE, TurnFailure,
-    TurnInput, Usage,
+    AgentReport, Live, LiveSink, McpServer, OnAgentStart, PART_MAX_CHARS, STOP_GRACE, TurnFailure, TurnInput,
 };
 
 use crate::config::{ExecutorKind, ProfileConfig};

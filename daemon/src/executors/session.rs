@@ -9,7 +9,8 @@ use tokio::sync::mpsc;
 use super::desk::TurnDesk;
 use super::process::Spawned;
 use super::rpc::{Incoming, Peer};
-use super::turn::{Live, LiveSink, PartKind, TurnFailure, say};
+use super::turn::{Live, LiveSink, TurnFailure, say};
+use crate::store::PartKind;
 
 /// After the turn, how long the agent has to exit by itself once its stdin is closed (it
 /// may be saving its session) before its process group is killed.

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::agent::Agent;
 use super::desk;
-use crate::store::InputRecord;
+use crate::store::{InputRecord, PartKind, TurnUsage};
 
 /// Told about each agent process of a turn once it runs, before it gets any input. An error
 /// stops the agent before it gets any: the turn fails and its messages are not delivered.
@@ -66,40 +66,14 @@ pub type LiveSink = tokio::sync::mpsc::UnboundedSender<Live>;
 /// How much of one part (a text, a tool call or result) a turn keeps.
 pub const PART_MAX_CHARS: usize = 16_384;
 
-/// A piece of a running turn: the agent's text, a tool call, or a tool's result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PartKind {
-    Text,
-    Tool,
-    ToolResult,
-}
-
-impl PartKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Text => "text",
-            Self::Tool => "tool",
-            Self::ToolResult => "tool_result",
-        }
-    }
-}
-
 /// What an agent said about its turn besides its output, whether the turn completed or not.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AgentReport {
     /// The agent's own session id, to resume at the next turn.
     pub session: Option<String>,
-    pub usage: Option<Usage>,
+    pub usage: Option<TurnUsage>,
     /// The session the turn was to resume is gone at the agent.
     pub lost_session: bool,
-}
-
-/// Tokens and cost of one turn, as the agent reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cost_usd: f64,
 }
 
 /// A turn that did not complete: what it printed before failing, and why.

@@ -4,31 +4,12 @@ use async_trait::async_trait;
 
 use super::*;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    Terminal,
-    Attention,
-    Lifecycle,
-    Undeliverable,
-}
-
-impl EventKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Terminal => "terminal",
-            Self::Attention => "attention",
-            Self::Lifecycle => "lifecycle",
-            Self::Undeliverable => "undeliverable",
-        }
-    }
-    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
-        Ok(match s {
-            "terminal" => Self::Terminal,
-            "attention" => Self::Attention,
-            "lifecycle" => Self::Lifecycle,
-            "undeliverable" => Self::Undeliverable,
-            other => return Err(StoreError::Backend(format!("unknown event kind {other:?}"))),
-        })
+words! {
+    EventKind {
+        Terminal => "terminal",
+        Attention => "attention",
+        Lifecycle => "lifecycle",
+        Undeliverable => "undeliverable",
     }
 }
 

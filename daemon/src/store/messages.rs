@@ -44,28 +44,11 @@ pub struct NewMessage {
     pub now: Millis,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MessageStatus {
-    Pending,
-    Delivered,
-    Undeliverable,
-}
-
-impl MessageStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Delivered => "delivered",
-            Self::Undeliverable => "undeliverable",
-        }
-    }
-    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
-        Ok(match s {
-            "pending" => Self::Pending,
-            "delivered" => Self::Delivered,
-            "undeliverable" => Self::Undeliverable,
-            other => return Err(StoreError::Backend(format!("unknown message status {other:?}"))),
-        })
+words! {
+    MessageStatus {
+        Pending => "pending",
+        Delivered => "delivered",
+        Undeliverable => "undeliverable",
     }
 }
 

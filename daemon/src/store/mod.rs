@@ -30,6 +30,7 @@ pub use rooms::*;
 pub use sqlite::SqliteStore;
 pub use threads::*;
 pub use turns::*;
+pub(crate) use words::words;
 pub use words::{BridgeState, Direction, OutboxStatus, Permission, Permissions, Refusal, RequestStatus};
 
 pub use crate::time::Millis;

@@ -4,32 +4,13 @@ use async_trait::async_trait;
 
 use super::*;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PermissionStatus {
-    Pending,
-    Allowed,
-    Denied,
-    /// Nobody answered in time: denied.
-    Expired,
-}
-
-impl PermissionStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Allowed => "allowed",
-            Self::Denied => "denied",
-            Self::Expired => "expired",
-        }
-    }
-    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
-        Ok(match s {
-            "pending" => Self::Pending,
-            "allowed" => Self::Allowed,
-            "denied" => Self::Denied,
-            "expired" => Self::Expired,
-            other => return Err(StoreError::Backend(format!("unknown permission status {other:?}"))),
-        })
+words! {
+    PermissionStatus {
+        Pending => "pending",
+        Allowed => "allowed",
+        Denied => "denied",
+        /// Nobody answered in time: denied.
+        Expired => "expired",
     }
 }
 

@@ -11,7 +11,8 @@ pub struct ReceiptRecord {
     pub key: String,
     pub message_id: String,
     pub target: String,
-    pub status: String,
+    /// The word the source uses too (`accepted`, `delivered`, `rejected`, `expired`).
+    pub status: OutboxStatus,
     pub reason: String,
     pub at: Millis,
 }

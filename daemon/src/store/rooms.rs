@@ -27,31 +27,14 @@ pub struct RoomRecord {
     pub updated_at: Millis,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemberKind {
-    /// A thread of this home.
-    Thread,
-    /// A named profile and instructions, made a thread of this home when first mentioned.
-    Persona,
-    /// A thread of another home, reached over a bridge (`HOME_ID/SESSION`).
-    Remote,
-}
-
-impl MemberKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Thread => "thread",
-            Self::Persona => "persona",
-            Self::Remote => "remote",
-        }
-    }
-    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
-        Ok(match s {
-            "thread" => Self::Thread,
-            "persona" => Self::Persona,
-            "remote" => Self::Remote,
-            other => return Err(StoreError::Backend(format!("unknown room member kind {other:?}"))),
-        })
+words! {
+    MemberKind {
+        /// A thread of this home.
+        Thread => "thread",
+        /// A named profile and instructions, made a thread of this home when first mentioned.
+        Persona => "persona",
+        /// A thread of another home, reached over a bridge (`HOME_ID/SESSION`).
+        Remote => "remote",
     }
 }
 

@@ -400,7 +400,7 @@ mod tests {
                 key: "k".into(),
                 message_id: String::new(),
                 target: "th_t".into(),
-                status: String::new(),
+                status: crate::store::OutboxStatus::Accepted,
                 reason: String::new(),
                 at: 1,
             }),

@@ -4,29 +4,12 @@ use async_trait::async_trait;
 
 use super::*;
 
-/// The per-thread communication switch as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommunicationSetting {
-    Default,
-    On,
-    Off,
-}
-
-impl CommunicationSetting {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Default => "default",
-            Self::On => "on",
-            Self::Off => "off",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "default" => Self::Default,
-            "on" => Self::On,
-            "off" => Self::Off,
-            _ => return None,
-        })
+words! {
+    /// The per-thread communication switch as stored.
+    CommunicationSetting {
+        Default => "default",
+        On => "on",
+        Off => "off",
     }
 }
 

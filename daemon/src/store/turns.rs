@@ -14,27 +14,12 @@ pub struct InterruptedTurn {
     pub agent: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InputKind {
-    /// The user or another external client.
-    User,
-    /// A ThreadSend message.
-    Message,
-}
-
-impl InputKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Message => "message",
-        }
-    }
-    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
-        match s {
-            "user" => Ok(Self::User),
-            "message" => Ok(Self::Message),
-            other => Err(StoreError::Backend(format!("unknown input kind {other:?}"))),
-        }
+words! {
+    InputKind {
+        /// The user or another external client.
+        User => "user",
+        /// A ThreadSend message.
+        Message => "message",
     }
 }
 
@@ -96,31 +81,12 @@ pub struct ClaimedTurn {
     pub inputs: Vec<InputRecord>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TurnStatus {
-    Running,
-    Completed,
-    Failed,
-    Cancelled,
-}
-
-impl TurnStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-    pub(crate) fn parse(s: &str) -> StoreResult<Self> {
-        Ok(match s {
-            "running" => Self::Running,
-            "completed" => Self::Completed,
-            "failed" => Self::Failed,
-            "cancelled" => Self::Cancelled,
-            other => return Err(StoreError::Backend(format!("unknown turn status {other:?}"))),
-        })
+words! {
+    TurnStatus {
+        Running => "running",
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
     }
 }
 
@@ -147,12 +113,21 @@ pub struct TurnRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnPart {
     pub seq: i64,
-    pub kind: String,
+    pub kind: PartKind,
     pub text: String,
     pub at: Millis,
 }
 
-/// What a turn's agent reported it used.
+words! {
+    /// A piece of a running turn: the agent's text, a tool call, or a tool's result.
+    PartKind {
+        Text => "text",
+        Tool => "tool",
+        ToolResult => "tool_result",
+    }
+}
+
+/// Tokens and cost of one turn, as its agent reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TurnUsage {
     pub input_tokens: u64,
@@ -232,7 +207,7 @@ pub trait TurnStore: Send + Sync {
     ) -> StoreResult<Vec<String>>;
 
     /// Appends a piece of a running turn's progress (`kind`: text, tool, tool_result).
-    async fn add_turn_part(&self, turn_id: &str, kind: &str, text: &str, now: Millis) -> StoreResult<()>;
+    async fn add_turn_part(&self, turn_id: &str, kind: PartKind, text: &str, now: Millis) -> StoreResult<()>;
 
     /// A turn's parts with `seq > after`, oldest first, at most `limit`.
     async fn turn_parts(&self, turn_id: &str, after: i64, limit: u32) -> StoreResult<Vec<TurnPart>>;

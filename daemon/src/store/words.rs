@@ -1,9 +1,9 @@
-//! The bridges' words as types: a bridge's direction and state, a pairing request's status,
-//! permissions, an outbox entry's status. Each has one spelling, [`as_str`](Direction::as_str)
-//! for rows, the wire and JSON, and one parser; inside the daemon they are compared as
-//! values, never as strings.
-
-use std::fmt;
+//! Words as types: every state, kind and status the daemon keeps is an enum declared with
+//! [`words!`], which gives each value its one spelling ([`as_str`](Direction::as_str), for
+//! rows, the wire and JSON) and one parser; inside the daemon they are compared as values,
+//! never as strings. The bridges' words live here (a bridge's direction and state, a pairing
+//! request's status, permissions, an outbox entry's status, refusals); the others beside
+//! the records that hold them.
 
 /// Declares a unit enum with its one spelling per value.
 macro_rules! words {
@@ -32,13 +32,14 @@ macro_rules! words {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
     };
 }
+pub(crate) use words;
 
 words! {
     /// Which way a bridge goes, seen from this home.

@@ -26,9 +26,7 @@ use crate::config::{Config, ExecutorKind};
 use crate::executors::agent::Agent;
 use crate::executors::desk::{Desk, TurnDesk};
 use crate::executors::{self, AgentReport, Live, OnAgentStart, TurnFailure, TurnInput};
-use crate::store::{
-    ClaimedTurn, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus, TurnUsage,
-};
+use crate::store::{ClaimedTurn, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus};
 use crate::sync::lock;
 use crate::threads::new_id;
 use crate::threads::signals::Signals;
@@ -403,11 +401,7 @@ impl Inner {
             let code = if stopped { "kikid_stopped" } else { "executor_failed" };
             return self.fail_before_agent(turn, failure.error.clone(), code).await;
         }
-        let usage = report.usage.map(|u| TurnUsage {
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-            cost_usd: u.cost_usd,
-        });
+        let usage = report.usage;
         let (status, output, error) = match result {
             // Done before the stop reached it: the turn is what it is.
             Ok(output) => (TurnStatus::Completed, output, String::new()),
@@ -549,7 +543,7 @@ async fn record_live(
     while let Some(live) = followed.recv().await {
         let written = match &live {
             Live::Session(session) => store.set_agent_session(&thread_id, session, now_ms()).await,
-            Live::Part(kind, text) => store.add_turn_part(&turn_id, kind.as_str(), text, now_ms()).await,
+            Live::Part(kind, text) => store.add_turn_part(&turn_id, *kind, text, now_ms()).await,
         };
         match written {
             Ok(()) => signals.notify(&crate::threads::signals::parts(&thread_id)),

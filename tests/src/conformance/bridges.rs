@@ -153,7 +153,7 @@ pub async fn receipts_page_back_from_the_newest(store: &dyn Store) {
         key: key.into(),
         message_id: String::new(),
         target: "th_a".into(),
-        status: "rejected".into(),
+        status: OutboxStatus::Rejected,
         reason: reason.into(),
         at: 5,
     };

@@ -42,7 +42,7 @@ pub(super) fn bridged_message(id: &str, target: &str, peer: &str, key: &str) -> 
         key: key.into(),
         message_id: String::new(),
         target: target.into(),
-        status: String::new(),
+        status: kiki_daemon::store::OutboxStatus::Accepted,
         reason: String::new(),
         at: 10,
     });

@@ -18,7 +18,7 @@ use crate::bridges::outbox::MAX_FOLLOW_UP_KEYS;
 use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
 use crate::store::{BridgeRecord, ReceiptRecord, RoomTag, SourceRef, ThreadRecord};
-use crate::store::{BridgeState, Direction, Permission, Refusal};
+use crate::store::{BridgeState, Direction, OutboxStatus, Permission, Refusal};
 use crate::time::now_ms;
 use kiki_proto::limits;
 
@@ -38,7 +38,7 @@ impl Inbound {
             key: call.idempotency_key.clone(),
             message_id: String::new(),
             target: call.target_session.clone(),
-            status: String::new(),
+            status: OutboxStatus::Accepted,
             reason: String::new(),
             at: now_ms(),
         };
@@ -47,7 +47,7 @@ impl Inbound {
             Err(refusal) => refusal,
         };
         debug!(peer, %code, %message, "bridged send refused");
-        (receipt.status, receipt.reason) = ("rejected".into(), code.to_string());
+        (receipt.status, receipt.reason) = (OutboxStatus::Rejected, code.to_string());
         // No message of this home's: the receipt shows the id its source named it by.
         if crate::threads::is_message_id(&call.message_id) {
             receipt.message_id = call.message_id.clone();

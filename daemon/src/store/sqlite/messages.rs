@@ -237,7 +237,7 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
             // Held here, not yet in a turn: `accepted`, the word its source uses too.
             &ReceiptRecord {
                 message_id: m.id.clone(),
-                status: if delivered { "delivered" } else { "accepted" }.into(),
+                status: if delivered { OutboxStatus::Delivered } else { OutboxStatus::Accepted },
                 ..receipt.clone()
             },
         )?;
@@ -296,7 +296,7 @@ pub(super) fn receipt_follows(
     reason: &str,
     now: Millis,
 ) -> StoreResult<()> {
-    let status = if reason == EXPIRED { EXPIRED } else { "rejected" };
+    let status = if reason == EXPIRED { OutboxStatus::Expired } else { OutboxStatus::Rejected };
     run(
         conn,
         "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)

@@ -67,14 +67,13 @@ impl PermissionStore for SqliteStore {
 
 fn permission_in(conn: &Connection, id: &str) -> StoreResult<Option<PermissionRecord>> {
     first(conn, &format!("SELECT {COLUMNS} FROM permission_requests WHERE id = ?"), [id], |row| {
-        let status: String = row.get("status")?;
         Ok(PermissionRecord {
             id: row.get("id")?,
             thread_id: row.get("thread_id")?,
             turn_id: row.get("turn_id")?,
             tool: row.get("tool")?,
             input: row.get("input")?,
-            status: PermissionStatus::parse(&status)?,
+            status: row.get("status")?,
             reason: row.get("reason")?,
             created_at: row.get("created_at")?,
             decided_at: row.get("decided_at")?,

@@ -453,10 +453,9 @@ fn room_from(row: &Row) -> StoreResult<RoomRecord> {
 }
 
 fn member_from(row: &Row) -> StoreResult<MemberRecord> {
-    let kind: String = row.get("kind")?;
     Ok(MemberRecord {
         member_id: row.get("member_id")?,
-        kind: MemberKind::parse(&kind)?,
+        kind: row.get("kind")?,
         thread_id: row.get("thread_id")?,
         profile: row.get("profile")?,
         instructions: row.get("instructions")?,

@@ -24,7 +24,20 @@ macro_rules! word_columns {
     )*};
 }
 
-word_columns!(Direction, BridgeState, RequestStatus, OutboxStatus);
+word_columns!(
+    Direction,
+    BridgeState,
+    RequestStatus,
+    OutboxStatus,
+    InputKind,
+    TurnStatus,
+    MessageStatus,
+    MemberKind,
+    CommunicationSetting,
+    PermissionStatus,
+    EventKind,
+    PartKind
+);
 
 /// A permission set as its comma-separated words (`read,send`).
 impl rusqlite::ToSql for Permissions {
@@ -114,7 +127,6 @@ pub(super) const BRIDGE_COLUMNS: &str = "id, direction, peer_home_id, alias, add
      request_id, created_at, updated_at, last_success, last_error, last_error_at, revoked_by_peer, requested";
 
 pub(super) fn thread_from(row: &Row) -> StoreResult<ThreadRecord> {
-    let communication: String = row.get("communication")?;
     Ok(ThreadRecord {
         seq: row.get("seq")?,
         id: row.get("id")?,
@@ -128,18 +140,16 @@ pub(super) fn thread_from(row: &Row) -> StoreResult<ThreadRecord> {
         enabled: row.get("enabled")?,
         running: row.get("running")?,
         turn_count: row.get("turn_count")?,
-        communication: CommunicationSetting::parse(&communication)
-            .ok_or_else(|| StoreError::Backend(format!("unknown communication setting {communication:?}")))?,
+        communication: row.get("communication")?,
     })
 }
 
 pub(super) fn turn_from(row: &Row) -> StoreResult<TurnRecord> {
-    let status: String = row.get("status")?;
     Ok(TurnRecord {
         id: row.get("id")?,
         thread_id: row.get("thread_id")?,
         seq: row.get("seq")?,
-        status: TurnStatus::parse(&status)?,
+        status: row.get("status")?,
         input: row.get("input")?,
         output: row.get("output")?,
         error: row.get("error")?,
@@ -165,10 +175,9 @@ pub(super) fn source_from(row: &Row) -> StoreResult<Option<SourceRef>> {
 }
 
 pub(super) fn input_from(row: &Row) -> StoreResult<InputRecord> {
-    let kind: String = row.get("kind")?;
     Ok(InputRecord {
         id: row.get("id")?,
-        kind: InputKind::parse(&kind)?,
+        kind: row.get("kind")?,
         content: row.get("content")?,
         message_id: row.get("message_id")?,
         source: source_from(row)?,
@@ -223,14 +232,12 @@ pub(super) fn outbox_from(row: &Row) -> StoreResult<OutboxRecord> {
 }
 
 pub(super) fn event_from(row: &Row) -> StoreResult<EventRecord> {
-    let kind: String = row.get("kind")?;
-    let turn_status: Option<String> = row.get("turn_status")?;
     Ok(EventRecord {
         seq: row.get("seq")?,
         thread_id: row.get("thread_id")?,
-        kind: EventKind::parse(&kind)?,
+        kind: row.get("kind")?,
         turn_id: row.get("turn_id")?,
-        turn_status: turn_status.as_deref().map(TurnStatus::parse).transpose()?,
+        turn_status: row.get("turn_status")?,
         reason: row.get("reason")?,
         lifecycle: row.get("lifecycle")?,
         message_id: row.get("message_id")?,
@@ -240,13 +247,12 @@ pub(super) fn event_from(row: &Row) -> StoreResult<EventRecord> {
 }
 
 pub(super) fn message_from(row: &Row) -> StoreResult<MessageRecord> {
-    let status: String = row.get("status")?;
     Ok(MessageRecord {
         id: row.get("id")?,
         target_thread: row.get("target_thread")?,
         source: source_from(row)?,
         content: row.get("content")?,
-        status: MessageStatus::parse(&status)?,
+        status: row.get("status")?,
         reason: row.get("reason")?,
         created_at: row.get("created_at")?,
         delivered_at: row.get("delivered_at")?,

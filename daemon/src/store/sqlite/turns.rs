@@ -60,8 +60,8 @@ impl TurnStore for SqliteStore {
             .await
     }
 
-    async fn add_turn_part(&self, turn_id: &str, kind: &str, text: &str, now: Millis) -> StoreResult<()> {
-        let (turn_id, kind, text) = (turn_id.to_string(), kind.to_string(), text.to_string());
+    async fn add_turn_part(&self, turn_id: &str, kind: PartKind, text: &str, now: Millis) -> StoreResult<()> {
+        let (turn_id, text) = (turn_id.to_string(), text.to_string());
         self.db
             .write(move |conn| {
                 run(
@@ -97,7 +97,7 @@ impl TurnStore for SqliteStore {
                     conn,
                     "SELECT id, status FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 1",
                     [&thread_id],
-                    |row| Ok((row.get::<_, String>(0)?, TurnStatus::parse(&row.get::<_, String>(1)?)?)),
+                    |row| Ok((row.get::<_, String>(0)?, row.get::<_, TurnStatus>(1)?)),
                 )
             })
             .await
