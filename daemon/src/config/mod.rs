@@ -459,6 +459,19 @@ impl Config {
         }
     }
 
+    /// The enabled profile a caller names, or the default one when it names none: its name
+    /// and settings, or why it cannot be used (for the caller's `profile` field).
+    pub fn usable_profile(&self, name: Option<&str>) -> Result<(String, ProfileConfig), String> {
+        let named = name.is_some();
+        let name = name.unwrap_or_else(|| self.default_profile());
+        match self.profile(name) {
+            Some(p) if p.enabled => Ok((name.to_string(), p)),
+            Some(_) if named => Err(format!("profile {name:?} is disabled")),
+            Some(_) => Err(format!("the default profile {name:?} is disabled; name an enabled one")),
+            None => Err(format!("no profile {name:?}; this home has: {}", self.profile_names().join(", "))),
+        }
+    }
+
     /// Names of all profiles, the built-in one included.
     pub fn profile_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.profiles.keys().cloned().collect();

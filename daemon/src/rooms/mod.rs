@@ -323,17 +323,7 @@ impl Rooms {
         instructions: &str,
     ) -> Result<bool> {
         persona_id(persona)?;
-        match self.inner.config.profile(profile) {
-            Some(p) if p.enabled => {}
-            Some(_) => return Err(Error::invalid("profile", format!("profile {profile:?} is disabled"))),
-            None => {
-                let known = self.inner.config.profile_names().join(", ");
-                return Err(Error::invalid(
-                    "profile",
-                    format!("no profile {profile:?}; this home has: {known}"),
-                ));
-            }
-        }
+        self.inner.config.usable_profile(Some(profile)).map_err(|e| Error::invalid("profile", e))?;
         limits::at_most("instructions", instructions, INSTRUCTIONS_MAX_CHARS)?;
         let view = self.view(room_id).await?;
         let member = MemberRecord {

@@ -176,30 +176,8 @@ impl Threads {
                 return Err(Error::invalid("title", "one line of printable characters, not blank"));
             }
         }
-        let profile = match &req.profile {
-            Some(name) => match self.config.profile(name) {
-                Some(p) if p.enabled => name.clone(),
-                Some(_) => return Err(Error::invalid("profile", format!("profile {name:?} is disabled"))),
-                None => {
-                    return Err(Error::invalid(
-                        "profile",
-                        format!(
-                            "no profile {name:?}; this home has: {}",
-                            self.config.profile_names().join(", ")
-                        ),
-                    ));
-                }
-            },
-            None => match self.config.default_profile() {
-                name if self.config.profile(name).is_some_and(|p| p.enabled) => name.to_string(),
-                name => {
-                    return Err(Error::invalid(
-                        "profile",
-                        format!("the default profile {name:?} is disabled; name an enabled one"),
-                    ));
-                }
-            },
-        };
+        let (profile, settings) =
+            self.config.usable_profile(req.profile.as_deref()).map_err(|e| Error::invalid("profile", e))?;
         if let Some(session) = &req.resume_agent_session {
             limits::text("resume_agent_session", session, limits::AGENT_SESSION_MAX_CHARS)?;
             // It goes on the agent's command line: an id, never something read as an option.
@@ -210,8 +188,7 @@ impl Threads {
                     "a session id: letters, digits, '-', '_' and '.', not starting with '-'",
                 ));
             }
-            let keeps = self.config.profile(&profile).is_some_and(|p| p.executor.keeps_session());
-            if !keeps {
+            if !settings.executor.keeps_session() {
                 return Err(Error::invalid(
                     "resume_agent_session",
                     format!(
