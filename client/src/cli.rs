@@ -93,9 +93,8 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Mcp(mcp) if kiki_client::env_var("KIKI_HOME").is_none() => mcp.default_home(),
         _ => None,
     });
+    // Checked before any command touches the home or trusts a daemon on its socket.
     let home = home_dir(flag)?;
-    // Before any command touches the home or trusts a daemon on its socket.
-    kiki_client::check_home(&home)?;
     match args.command {
         Command::Home(command) => home::run(&home, command, args.json).await,
         Command::Thread(command) => thread::run(&home, command, args.json).await,

@@ -7,7 +7,7 @@ use kiki_client::Client;
 
 /// The Unix socket the home's kikid answers on.
 pub fn socket(home: &Path) -> PathBuf {
-    home.join("kikid.sock")
+    kiki_proto::home::HomeDir::new(home).socket()
 }
 
 /// Connects to the home, acting as the calling turn when `KIKI_TOKEN` is set.

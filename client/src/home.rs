@@ -2,7 +2,7 @@
 //! ask it to stop and wait until it is gone (`down`), describe it (`status`), check it
 //! (`doctor`), copy it (`backup`); and `attention`, a turn's call for its user.
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use kiki_client::Client;
 use kiki_proto as pb;
+use kiki_proto::home::HomeDir;
 
 use crate::connect::{as_caller, connect, socket};
 use crate::output::{KikidFailed, ProblemsFound, print_json};
@@ -137,12 +138,9 @@ async fn up(home: &Path, new_identity: bool, json: bool) -> Result<()> {
         return Ok(());
     }
     // Owner-only, like everything the daemon keeps in the home.
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(home)
-        .with_context(|| format!("creating {}", home.display()))?;
-    let log_path = home.join("kikid.log");
+    let dir = HomeDir::new(home);
+    dir.create()?;
+    let log_path = dir.log_file();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -420,14 +418,9 @@ async fn stop(child: &mut std::process::Child) {
 
 /// Whether a kikid holds the home's lock: it runs, whether or not it answers.
 fn lock_held(home: &Path) -> bool {
-    match std::fs::File::open(home.join("kikid.lock")) {
-        Ok(file) => matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
-        Err(_) => false,
-    }
+    HomeDir::new(home).lock_held()
 }
 
-/// The last lines `path` got from byte `from` on: read from at most the last 64 KiB, so a
-/// log grown huge costs no more.
 /// Why kikid stopped before answering, from the lines this start wrote to its log: the
 /// error kikid printed as it exited (from its line that begins `kikid: ` on) alone, without
 /// the log lines before it; the log's last lines if it printed none (it was killed, say).
@@ -440,6 +433,8 @@ fn start_error(path: &Path, from: u64) -> String {
     }
 }
 
+/// The last lines `path` got from byte `from` on: read from at most the last 64 KiB, so a
+/// log grown huge costs no more.
 fn log_tail(path: &Path, from: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
     const TAIL_BYTES: u64 = 64 * 1024;

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use hyper_util::rt::TokioIo;
 use kiki_proto as pb;
+use kiki_proto::home::HomeDir;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -40,58 +41,15 @@ pub enum ClientError {
     Status(#[from] tonic::Status),
 }
 
-/// An environment variable kiki takes (`KIKI_HOME`, `KIKI_TOKEN`), or `None` when it is
-/// unset, empty, or still an unexpanded `$NAME` / `${NAME}`: some agent CLIs hand an MCP
-/// server a placeholder they did not expand (the variable unset outside a turn).
-pub fn env_var(name: &str) -> Option<String> {
-    let value = std::env::var(name).ok()?;
-    let placeholder = value.strip_prefix('$').is_some_and(|rest| {
-        let rest = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')).unwrap_or(rest);
-        rest.split(":-").next().is_some_and(|n| n == name)
-    });
-    (!value.is_empty() && !placeholder).then_some(value)
-}
+pub use kiki_proto::home::env_var;
 
-/// `--home DIR`, else `KIKI_HOME`, else `~/.kiki` (the same rule as `kikid`).
+/// `--home DIR`, else `KIKI_HOME`, else `~/.kiki` (the same rule as `kikid`), checked: a
+/// home that exists must be a directory of the running user's that nobody else may write,
+/// since a daemon answering on its socket could otherwise be anyone's.
 pub fn home_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
-    if let Some(dir) = flag.or_else(|| env_var("KIKI_HOME").map(PathBuf::from)) {
-        return std::path::absolute(&dir).map_err(|e| ClientError::Home(format!("{}: {e}", dir.display())));
-    }
-    let home = std::env::var_os("HOME")
-        .ok_or_else(|| ClientError::Home("neither --home, KIKI_HOME nor HOME is set".into()))?;
-    Ok(PathBuf::from(home).join(".kiki"))
-}
-
-/// Refuses a home directory that is not the running user's, or that others may write: a
-/// daemon answering on its socket could be anyone's, and would be handed what kiki sends.
-/// A home that does not exist yet is fine (`kiki up` creates it).
-pub fn check_home(home: &Path) -> Result<(), ClientError> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let meta = match std::fs::metadata(home) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(ClientError::Home(format!("{}: {e}", home.display()))),
-    };
-    let me = nix::unistd::geteuid().as_raw();
-    let shown = home.display();
-    if !meta.is_dir() {
-        return Err(ClientError::UntrustedHome(format!("home {shown} is not a directory")));
-    }
-    if meta.uid() != me {
-        return Err(ClientError::UntrustedHome(format!(
-            "home directory {shown} belongs to uid {}, not to you (uid {me}): kiki uses only a home of \
-             its own user's; use another --home, or if it really is yours, `chown -R {me} {shown}`",
-            meta.uid()
-        )));
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o022 != 0 {
-        return Err(ClientError::UntrustedHome(format!(
-            "home directory {shown} is writable by group or others (mode {mode:03o}): someone else may \
-             have changed it; check it, then run `chmod 700 {shown}`"
-        )));
-    }
-    Ok(())
+    let home = HomeDir::resolve(flag).map_err(|e| ClientError::Home(e.to_string()))?;
+    home.check().map_err(|e| ClientError::UntrustedHome(e.to_string()))?;
+    Ok(home.root().to_path_buf())
 }
 
 /// Adds the turn token, when there is one, to every call.

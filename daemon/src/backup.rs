@@ -8,8 +8,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::home::HomeDir;
 use crate::store::Store;
+use kiki_proto::home::HomeDir;
 
 /// What a backup wrote.
 #[derive(Debug, Clone)]

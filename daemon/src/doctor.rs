@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
-use crate::home::{self, HomeDir, LockError};
 use crate::identity::{Creation, Identity};
 use crate::store::{SqliteStore, Store};
+use kiki_proto::home::{self, HomeDir, LockError};
 
 /// One thing looked at, and what was found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,7 +27,7 @@ pub enum IdentityError {
     #[error("identity key {path} is readable by others (mode {mode:o}); run `chmod 600 {path}`")]
     Exposed { path: String, mode: u32 },
     #[error(transparent)]
-    Untrusted(#[from] crate::home::Untrusted),
+    Untrusted(#[from] kiki_proto::home::Untrusted),
     /// The home has data but lost its key: a new key would be another home to every peer.
     #[error(
         "identity key {path} is missing, but this home already has a store ({store}): its bridges' \
@@ -56,7 +56,7 @@ impl Identity {
         let io = |source| IdentityError::Io { path: shown.clone(), source };
         match std::fs::read_to_string(path) {
             Ok(pem) => {
-                crate::home::trusted(path, "identity key")?;
+                kiki_proto::home::trusted(path, "identity key")?;
                 let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
                 if mode & 0o077 != 0 {
                     return Err(IdentityError::Exposed { path: shown, mode });

@@ -37,7 +37,6 @@ pub mod error;
 pub mod executors;
 pub mod grpc;
 pub mod hex;
-pub mod home;
 pub mod identity;
 pub mod mailbox;
 pub mod messaging;
@@ -57,8 +56,8 @@ use tracing::{info, warn};
 
 use config::{Config, ConfigError};
 use executors::agent::Agent;
-use home::{HomeDir, LockError, Untrusted};
 use identity::{Creation, Identity, IdentityError};
+use kiki_proto::home::{HomeDir, LockError, Untrusted};
 use store::{SqliteStore, Store, StoreError};
 use threads::Threads;
 use threads::runner::{INTERRUPTED, TurnRunner};
@@ -182,7 +181,7 @@ impl DaemonBuilder {
             None => {
                 let (file, must_exist) = (config_file.clone(), self.config_file.is_some());
                 // A config names the programs kikid runs: only its user's own is read.
-                home::trusted_if_present(&file, "config file")?;
+                kiki_proto::home::trusted_if_present(&file, "config file")?;
                 Config::load(&file, must_exist)?
             }
         };
@@ -193,7 +192,7 @@ impl DaemonBuilder {
             None => home.sqlite_file(),
         };
         for file in SqliteStore::files(&store_path) {
-            home::trusted_if_present(&file, "store file")?;
+            kiki_proto::home::trusted_if_present(&file, "store file")?;
         }
         // A key is made for a new home only: one with a store lost its key, and a new key
         // would make it another home to every peer it has a bridge with.

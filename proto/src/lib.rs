@@ -5,7 +5,8 @@
 //! Besides the generated types this crate holds only what every side needs to agree on:
 //! the codec (a body that does not decode is the sender's fault), the descriptor set served
 //! for reflection, the JSON spelling of enums, the metadata key that carries a turn's token,
-//! the text form of thread references, and the API's limits.
+//! the text form of thread references, the API's limits, and the home directory's layout and
+//! who may use it.
 
 #![allow(clippy::doc_lazy_continuation)]
 
@@ -23,6 +24,7 @@ pub mod bridge {
 pub use v1::*;
 
 pub mod codec;
+pub mod home;
 pub mod limits;
 mod reference;
 pub use reference::{ParseRefError, format_ref, parse_ref};

@@ -11,9 +11,9 @@ use tracing::{info, instrument};
 use super::{communication_from_pb, owner_only, status, target};
 use crate::convert::thread_to_pb;
 use crate::doctor::{self, StoreAt};
-use crate::home::HomeDir;
 use crate::mailbox::Mailbox;
 use crate::threads::Threads;
+use kiki_proto::home::HomeDir;
 
 /// What `Status` reports that does not change while the daemon runs.
 #[derive(Debug, Clone)]

@@ -1,5 +1,6 @@
-//! The home directory: where a home keeps its identity, config, store and socket, and the
-//! lock that lets only one `kikid` serve it.
+//! The home directory, as kikid and its clients both use it: where a home keeps its
+//! identity, config, store and socket, who may use it (the running user, and nobody else
+//! may write it), and the lock that lets only one `kikid` serve it.
 //!
 //! ```text
 //! HOME/
@@ -23,9 +24,9 @@ pub struct HomeDir {
 }
 
 impl HomeDir {
-    /// `--home DIR`, else `KIKI_HOME`, else `~/.kiki`.
+    /// `--home DIR`, else `KIKI_HOME` (see [`env_var`]), else `~/.kiki`.
     pub fn resolve(flag: Option<PathBuf>) -> std::io::Result<Self> {
-        let root = match flag.or_else(|| std::env::var_os("KIKI_HOME").map(PathBuf::from)) {
+        let root = match flag.or_else(|| env_var("KIKI_HOME").map(PathBuf::from)) {
             Some(dir) => dir,
             None => {
                 let home = std::env::var_os("HOME")
@@ -77,6 +78,29 @@ impl HomeDir {
         Ok(())
     }
 
+    /// Checks a home a client is about to use: it may not exist yet (`kiki up` creates it);
+    /// if it does, it is a directory of the running user's that nobody else may write (see
+    /// [`trusted`]) — a daemon answering on its socket could otherwise be anyone's.
+    pub fn check(&self) -> Result<(), Untrusted> {
+        match std::fs::metadata(&self.root) {
+            Ok(meta) if !meta.is_dir() => Err(Untrusted::Io {
+                path: self.root.clone(),
+                source: std::io::Error::other("not a directory"),
+            }),
+            Ok(_) => trusted(&self.root, "home directory"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Untrusted::Io { path: self.root.clone(), source }),
+        }
+    }
+
+    /// Whether a kikid holds the home's lock: it runs, whether or not it answers.
+    pub fn lock_held(&self) -> bool {
+        match File::open(self.lock_file()) {
+            Ok(file) => matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+            Err(_) => false,
+        }
+    }
+
     /// Takes the home's lock, or says which daemon holds it.
     pub fn lock(&self) -> Result<HomeLock, LockError> {
         let mut file = OpenOptions::new()
@@ -101,6 +125,18 @@ impl HomeDir {
         write!(file, "{}", std::process::id()).map_err(LockError::Io)?;
         Ok(HomeLock { _file: file })
     }
+}
+
+/// An environment variable kiki takes (`KIKI_HOME`, `KIKI_TOKEN`), or `None` when it is
+/// unset, empty, or still an unexpanded `$NAME` / `${NAME}`: some agent CLIs hand an MCP
+/// server a placeholder they did not expand (the variable unset outside a turn).
+pub fn env_var(name: &str) -> Option<String> {
+    let value = std::env::var(name).ok()?;
+    let placeholder = value.strip_prefix('$').is_some_and(|rest| {
+        let rest = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')).unwrap_or(rest);
+        rest.split(":-").next().is_some_and(|n| n == name)
+    });
+    (!value.is_empty() && !placeholder).then_some(value)
 }
 
 /// Held for the daemon's lifetime; the OS releases it if the process dies.
