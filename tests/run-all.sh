@@ -6,8 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The default store is embedded SQLite. The MCP tests drive `kiki mcp` with a second,
-# independent client too: the Python MCP SDK from PyPI. (Postgres and sshd join here with
-# the issues that bring them.)
+# independent client too: the Python MCP SDK from PyPI.
 if ! python3 -c 'import mcp' 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check 'mcp==2.3.0'
 fi

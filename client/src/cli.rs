@@ -1,4 +1,4 @@
-//! The `kiki` command line (contract §4): its global flags, its commands, and which group
+//! The `kiki` command line: its global flags, its commands, and which group
 //! runs each.
 
 use std::path::PathBuf;

@@ -15,11 +15,6 @@ use crate::args::read_text;
 use crate::connect::connect;
 use crate::output::print_json;
 
-/// The longest room post (contract §2: rooms take 1-20,000 characters): a file holding more
-/// is refused before more of it is read.
-const POST_MAX_CHARS: usize = 20_000;
-/// The longest persona instructions (0-20,000 characters), bounded the same way.
-
 #[derive(Subcommand)]
 pub enum RoomCommand {
     /// Create a room hosted by one of this home's threads.
@@ -135,7 +130,7 @@ pub async fn run(home: &Path, command: RoomCommand, json: bool) -> Result<()> {
         RoomCommand::Remove { room, member } => remove(&client, room, member, json).await,
         RoomCommand::Send { room, content, content_file, mentions, key } => {
             let content = match content_file {
-                Some(file) => read_text(&file, "--content-file", POST_MAX_CHARS)?,
+                Some(file) => read_text(&file, "--content-file", limits::ROOM_CONTENT_MAX_CHARS)?,
                 // clap requires one of the two.
                 None => content.unwrap_or_default(),
             };

@@ -42,8 +42,8 @@ pub enum ThreadCommand {
         /// prompt; with --json: {"thread": CREATED, "turn": TURN}).
         #[arg(long, requires = "first_prompt")]
         wait: bool,
-        /// Continue this existing agent session (a `claude` profile's Claude Code session id)
-        /// instead of starting a new one.
+        /// Continue this existing agent session (the session id of a `claude`, `codex` or `acp`
+        /// profile's agent) instead of starting a new one.
         #[arg(long)]
         resume_agent_session: Option<String>,
     },

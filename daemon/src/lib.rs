@@ -4,11 +4,10 @@
 //! # Layout
 //!
 //! - [`config`]: typed `config.toml`, layered defaults → file → env → code.
-//! - [`home`]: the home directory's files, their owner checks, and the single-daemon lock.
 //! - [`identity`]: the home's key and the home id derived from it.
 //! - [`store`]: the [`store::Store`] trait and its SQLite backend, with migrations.
 //! - [`threads`]: thread rules (limits, cursors, content refs) and the turn runner.
-//! - [`executors`]: `echo` and `exec`, which run one turn.
+//! - [`executors`]: `echo`, `exec`, `claude`, `codex` and `acp`, which run one turn.
 //! - [`mailbox`]: sends to this home's threads (group commit, idempotency), ThreadWait,
 //!   switches, attention.
 //! - [`bridges`]: pairing and calls between homes over `kiki-bridge`'s QUIC endpoint.

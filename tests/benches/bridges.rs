@@ -1,4 +1,4 @@
-//! Issue #4's numbers, printed next to the fsync and UDP round-trip floors measured in the
+//! The bridges' numbers, printed next to the fsync and UDP round-trip floors measured in the
 //! same run (never asserted). Homes run in this process, talking real QUIC on loopback:
 //!
 //! ```sh

@@ -1,5 +1,5 @@
-//! Issue #2's numbers, measured and printed (never asserted: a noisy machine must not fail
-//! a build). Run with a release build of the binaries:
+//! A home's numbers (memory, start, ThreadList), measured and printed (never asserted: a
+//! noisy machine must not fail a build). Run with a release build of the binaries:
 //!
 //! ```sh
 //! cargo build --release --workspace --bins && cargo bench -p kiki-tests --bench home

@@ -1,4 +1,4 @@
-//! Issue #3's numbers, printed next to this machine's fsync floor measured in the same run
+//! The mailbox's numbers, printed next to this machine's fsync floor measured in the same run
 //! (never asserted). Run with a release build of the binaries:
 //!
 //! ```sh

@@ -1,4 +1,4 @@
-//! The MCP issue's two numbers for `kiki mcp`, each printed next to its floor measured in the
+//! The two numbers for `kiki mcp`, each printed next to its floor measured in the
 //! same run (never asserted). Run with a release build of the binaries:
 //!
 //! ```sh

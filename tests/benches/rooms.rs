@@ -1,4 +1,4 @@
-//! Issue #30's numbers, each printed next to a floor or a peer measured in the same run
+//! The rooms' numbers, each printed next to a floor or a peer measured in the same run
 //! (never asserted). Run with a release build of the binaries:
 //!
 //! ```sh

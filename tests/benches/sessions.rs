@@ -1,4 +1,4 @@
-//! The agent sessions issue's two numbers, each printed next to its floor measured in the
+//! The agent sessions' two numbers, each printed next to its floor measured in the
 //! same run (never asserted). Run with a release build of the binaries:
 //!
 //! ```sh

@@ -1,4 +1,4 @@
-//! Bridges: owner-approved, one-way links between homes (contract §3). One small type per
+//! Bridges: owner-approved, one-way links between homes. One small type per
 //! job, and [`Bridges`], the facade the gRPC layer calls, which owns them and their tasks:
 //!
 //! - `table`: the bridge records, kept in memory (every peer call checks them).

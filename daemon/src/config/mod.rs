@@ -10,7 +10,7 @@
 //! enabled = true                # unset: off by default, threads opt in
 //!
 //! [turns]
-//! max_output_bytes = 10485760   # exec output beyond this fails the turn
+//! max_output_bytes = 10485760   # a turn's output beyond this fails the turn
 //!
 //! [bridge]
 //! listen = "127.0.0.1:0"        # the QUIC endpoint for bridges (port 0: any free port)
@@ -30,20 +30,20 @@
 //! permission_timeout = "10m"    # an agent's permission request is denied unanswered after this
 //!
 //! [profiles.claude]
-//! executor = "claude"           # "echo" | "exec" | "claude"
-//! command = ["claude"]          # claude: the CLI (default "claude"); exec: the whole command
+//! executor = "claude"           # "echo" | "exec" | "claude" | "codex" | "acp"
+//! command = ["claude"]          # claude, codex: the CLI and its arguments; exec, acp: the whole command
 //! default = true                # at most one profile; otherwise `echo` is the default
 //! enabled = true
 //! thread_communication = true   # this profile's threads opt in to peer communication
-//! allowed_tools = ["mcp__kiki__ThreadSend"]   # claude: tools allowed without asking
+//! allowed_tools = ["mcp__kiki__ThreadSend"]   # claude, codex, acp: tools allowed without asking
 //! max_cost_usd = 5.0            # a thread's agent may spend this much, then the thread pauses
 //! ```
 //!
 //! Every mistake is an error, and all of them are reported at once, one line each with its
 //! key path, line and column: a wrongly typed value (each key is checked on its own, so two
 //! bad keys of one section are two problems), an unknown section or key (with the known name
-//! it most likely misspells), a section or key the config contract names but this kikid does
-//! not implement yet (refused, so a config never seems to do what it does not), and a value
+//! it most likely misspells), a section or key of kiki's config that this kikid does not
+//! implement yet (refused, so a config never seems to do what it does not), and a value
 //! breaking a rule (see [`Config::validate`]). The known keys are learned from the structs'
 //! serde derives, so adding a field is all it takes to accept a key.
 
@@ -76,7 +76,7 @@ const MAX_KEY_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
 /// `--config` (say `/dev/zero`) can make kikid read into memory.
 const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 
-/// Sections the config contract names that this kikid does not implement yet. They are
+/// Sections of kiki's config that this kikid does not implement yet. They are
 /// refused rather than ignored (a config relying on them would seem to work), but not
 /// called typos.
 const NOT_YET_SECTIONS: &[&str] = &["otel", "metrics", "web", "log"];
@@ -113,7 +113,7 @@ pub struct ThreadCommunicationConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct TurnsConfig {
-    /// An `exec` turn whose stdout grows past this many bytes is stopped and marked failed,
+    /// A turn whose agent's output grows past this many bytes is stopped and marked failed,
     /// so a runaway agent cannot exhaust the daemon's memory. Default 10 MiB.
     pub max_output_bytes: usize,
 }
@@ -248,7 +248,8 @@ impl ExecutorKind {
 #[serde(default)]
 pub struct ProfileConfig {
     pub executor: ExecutorKind,
-    /// Program and arguments for `exec` (no shell is involved).
+    /// Program and arguments (no shell is involved): the whole command for `exec` and `acp`;
+    /// the CLI and arguments after it for `claude` and `codex` (default `claude` / `codex`).
     pub command: Vec<String>,
     /// Makes this the profile used when ThreadCreate names none.
     pub default: bool,
@@ -258,7 +259,7 @@ pub struct ProfileConfig {
     /// `[thread_communication] enabled` is not `false` and the thread has no switch of its own.
     pub thread_communication: Option<bool>,
     /// `claude`, `codex`, `acp`: tools the agent may use without asking the owner (Claude
-    /// Code's `--allowedTools`; Codex's `command` and `file_change`; an ACP tool call's kind
+    /// Code's `--allowedTools`; Codex's `command`, `file_change` and `permissions`; an ACP tool call's kind
     /// or title).
     pub allowed_tools: Vec<String>,
     /// What one thread's agent may spend in all (as the agent reports its cost); once

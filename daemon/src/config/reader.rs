@@ -112,8 +112,8 @@ impl<'t> Reader<'t> {
         }
     }
 
-    /// Notes the unknown section or key `name` at `path`: not supported yet when the config
-    /// contract names it, else with the known name it most likely misspells, or all of them.
+    /// Notes the unknown section or key `name` at `path`: not supported yet when it is one of
+    /// kiki's config, else with the known name it most likely misspells, or all of them.
     pub(super) fn unknown(
         &mut self,
         path: &str,
@@ -125,7 +125,7 @@ impl<'t> Reader<'t> {
     ) {
         let said = if not_yet.contains(&name) {
             format!(
-                "not supported by this version of kikid yet (a {what} of the config contract, not a typo); remove it"
+                "not supported by this version of kikid yet (a {what} of kiki's config, not a typo); remove it"
             )
         } else if let Some(meant) = closest(name, known) {
             format!("unknown {what}; did you mean `{meant}`?")

@@ -140,7 +140,7 @@ fn bad_keys_across_sections_and_profiles_are_all_reported_with_their_lines() {
             "profiles.a.default: line 9, column 11 (`default = \"yes\"`): invalid type: string \"yes\", expected a boolean",
             "profiles.B.executor: line 10, column 11 (`[profiles.B]`): required",
             "profiles.B: a profile name is 1-64 characters of a-z, 0-9, '-' and '_'",
-            "otel: line 12, column 2 (`[otel]`): not supported by this version of kikid yet (a section of the config contract, not a typo); remove it",
+            "otel: line 12, column 2 (`[otel]`): not supported by this version of kikid yet (a section of kiki's config, not a typo); remove it",
         ]
     );
 }
@@ -167,14 +167,14 @@ fn unknown_keys_without_a_close_name_list_the_known_ones() {
 }
 
 #[test]
-fn contract_sections_and_keys_not_implemented_yet_are_refused_as_such() {
+fn config_sections_and_keys_not_implemented_yet_are_refused_as_such() {
     for section in ["otel", "metrics", "web", "log"] {
         let said = problems(&format!("[{section}]\nx = 1\n"));
         assert_eq!(
             said,
             [format!(
                 "{section}: line 1, column 2 (`[{section}]`): not supported by this version of kikid yet \
-                 (a section of the config contract, not a typo); remove it"
+                 (a section of kiki's config, not a typo); remove it"
             )]
         );
     }

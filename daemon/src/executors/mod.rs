@@ -1,7 +1,7 @@
 //! Executors run one turn of a thread's agent: `echo` (built-in, deterministic), `exec`
 //! (any agent CLI, one process per turn), or one of the session executors, which continue
 //! the agent's own session turn after turn: `claude` (Claude Code's headless mode), `codex`
-//! (the Codex app-server) and `acp` (any Agent Client Protocol agent). See contract §6 and
+//! (the Codex app-server) and `acp` (any Agent Client Protocol agent). See
 //! docs/design/sessions.md.
 
 mod acp;

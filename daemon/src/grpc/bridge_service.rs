@@ -1,4 +1,5 @@
-//! `kiki.v1.BridgeService`: the owner's bridge actions (contract §3).
+//! `kiki.v1.BridgeService`: the owner's bridge actions (pairing, revocation, the
+//! inbound switch, listing, receipts).
 
 use kiki_proto as pb;
 use tonic::{Request, Response, Status};

@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tonic::transport::server::Connected;
 
 /// ThreadWaits one connection may have parked; one more is refused (RESOURCE_EXHAUSTED).
-/// A parked wait costs ~4 KB in the daemon (issue 3: 10,000 at < 50 MB), so a full
+/// A parked wait costs ~4 KB in the daemon (10,000 are budgeted at < 50 MB), so a full
 /// connection pins ~4 MB — bounded, yet far above one client's need: a CLI or an agent
 /// parks a handful, and one call waits for up to 8 threads. Refused rather than queued: a
 /// queued wait would be waiting for a wait, and its caller is better told to spread out.

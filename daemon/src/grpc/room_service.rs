@@ -1,5 +1,5 @@
-//! `kiki.v1.RoomService`: the owner's room actions (contract §2: creating a room, its
-//! roster and its state are owner actions, not agent tools). Reading, adding a thread and
+//! `kiki.v1.RoomService`: the owner's room actions (creating a room, its roster and
+//! its state are owner actions, not agent tools). Reading, adding a thread and
 //! posting are ThreadService's, for the owner and agents alike.
 
 use kiki_proto as pb;

@@ -1,4 +1,5 @@
-//! `kiki.v1.ThreadService`: the agent-facing operations of contract §2.
+//! `kiki.v1.ThreadService`: the thread and room operations agents and owners share
+//! (ThreadCreate, ThreadList, ThreadRead, ThreadSend, ThreadWait, RoomRead, RoomAdd, …).
 
 use kiki_proto as pb;
 use tonic::{Request, Response, Status};

@@ -1,8 +1,8 @@
 //! ThreadWait served beside tonic's router rather than through it, and each connection's
 //! limits applied to every call.
 //!
-//! A ThreadWait call mostly parks, and a home may hold thousands at once (issue 3 budgets
-//! 10,000 parked calls at < 50 MB). Through the generated service each parked call carries
+//! A ThreadWait call mostly parks, and a home may hold thousands at once (the benchmarks
+//! budget 10,000 parked calls at < 50 MB). Through the generated service each parked call carries
 //! tonic's per-call state: the generated handler's boxed future (~1.8 KB), the router's
 //! boxed future (~0.5 KB) and the handler's own boxed future — more than the call's
 //! actual state. This layer answers `/kiki.v1.ThreadService/ThreadWait` itself with the

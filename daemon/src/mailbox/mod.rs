@@ -409,8 +409,8 @@ impl Mailbox {
     /// ThreadWait on threads of this home.
     ///
     /// A parked wait holds only what it needs to answer (each target, its thread id and
-    /// cursor position), no tracing span and no request: 10,000 parked calls are counted
-    /// in issue 3's memory budget.
+    /// cursor position), no tracing span and no request: 10,000 parked calls are budgeted
+    /// at < 50 MB.
     pub async fn wait(
         &self,
         targets: Vec<pb::ThreadRef>,

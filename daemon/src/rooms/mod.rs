@@ -1,5 +1,5 @@
-//! Rooms: a host thread and up to six members sharing a log, woken by mention (contract §2,
-//! "ThreadSend to a room", RoomRead, RoomAdd). The owner creates rooms and manages their
+//! Rooms: a host thread and up to six members sharing a log, woken by mention
+//! (ThreadSend to a room, RoomRead, RoomAdd). The owner creates rooms and manages their
 //! rosters and state; an agent posts, reads and adds from inside a turn of a thread that
 //! belongs to the room. A post is one store transaction ([`crate::store::RoomStore::post_to_room`]):
 //! `delivered` means the log has the entry, and the members it wakes have it queued (an idle

@@ -1,5 +1,5 @@
 //! Durable state behind one [`Store`] trait. Each backend has its own SQL and migrations
-//! (`migrations/<backend>/`); the conformance suite in `kiki-tests` runs against every one.
+//! (`sqlite/migrations/` for SQLite); the conformance suite in `kiki-tests` runs against every one.
 //!
 //! Every method is atomic: when it returns `Ok`, its effect has been committed (SQLite:
 //! `synchronous = FULL`, so it also survives power loss, not only `kill -9`); when it fails,

@@ -1,4 +1,4 @@
-//! Turn text measured and cut in UTF-16 code units (the unit of the contract's limits),
+//! Turn text measured and cut in UTF-16 code units (the unit of ThreadRead's limits),
 //! never splitting a character.
 
 /// Length in UTF-16 code units.

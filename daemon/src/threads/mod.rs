@@ -1,5 +1,5 @@
-//! Threads: create, list, read, user input and archive — the rules of contract §2 on top of
-//! the store. The gRPC layer only translates; every check lives here.
+//! Threads: create, list, read, user input and archive — the API's rules on top of the
+//! store. The gRPC layer only translates; every check lives here.
 
 pub mod content;
 pub mod cursor;

@@ -1,4 +1,4 @@
-//! The peer-communication switches of contract §2, evaluated for one thread:
+//! The peer-communication switches, evaluated for one thread:
 //!
 //! 1. `[thread_communication] enabled = false` in the home config: off, whatever else says.
 //! 2. The thread's own switch (`kiki thread set REF --communication on|off`), if set.
