@@ -29,6 +29,7 @@
 
 pub mod backup;
 pub mod bridges;
+pub mod caller;
 pub mod config;
 pub mod convert;
 pub mod doctor;

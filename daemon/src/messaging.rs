@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use kiki_proto::ThreadRef;
 
 use crate::bridges::{Bridges, FromPeer, ListQuery, PeerRead, PeerThreads, ReadQuery};
+use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
 use crate::rooms::{Posted, RoomPage, Rooms};
 use crate::store::SourceRef;
-use crate::threads::runner::TurnCaller;
 use crate::threads::{Read, ThreadPage, Threads, new_id};
 
 /// An answer from this home (`Here`) or from the peer behind a bridge (`There`).
@@ -44,18 +44,18 @@ impl Messaging {
     /// room of another home it joined, forwarded through this home's bridge to that home.
     pub async fn room_post(
         &self,
-        caller: Option<&TurnCaller>,
+        caller: &Caller,
         room: &str,
         content: &str,
         mentions: &[String],
         key: &str,
     ) -> Result<Routed<Posted, FromPeer<kiki_proto::ThreadSendResponse>>> {
-        let caller = match caller {
-            Some(caller) if !self.rooms.is_here(room).await? => caller,
+        let turn = match caller.turn() {
+            Some(turn) if !self.rooms.is_here(room).await? => turn,
             _ => return Ok(Routed::Here(self.rooms.post(caller, room, content, mentions, key).await?)),
         };
         let home = self.rooms.home_of(room).await?;
-        let thread = self.mailbox.peer_tool(caller, "ThreadSend").await?;
+        let thread = self.mailbox.peer_tool(turn, "ThreadSend").await?;
         // Made here, so a retry of the forwarded post can repeat it.
         let key = if key.is_empty() { new_id("key") } else { key.to_string() };
         let source =
@@ -68,23 +68,23 @@ impl Messaging {
     /// another home it joined, through this home's bridge to it.
     pub async fn room_read(
         &self,
-        caller: Option<&TurnCaller>,
+        caller: &Caller,
         room: &str,
         limit: Option<u32>,
         after: &str,
     ) -> Result<Routed<RoomPage, FromPeer<kiki_proto::RoomReadResponse>>> {
-        let caller = match caller {
-            Some(caller) if !self.rooms.is_here(room).await? => caller,
+        let turn = match caller.turn() {
+            Some(turn) if !self.rooms.is_here(room).await? => turn,
             _ => return Ok(Routed::Here(self.rooms.read(caller, room, limit, after).await?)),
         };
         let home = self.rooms.home_of(room).await?;
-        let thread = self.mailbox.peer_tool(caller, "RoomRead").await?;
+        let thread = self.mailbox.peer_tool(turn, "RoomRead").await?;
         Ok(Routed::There(self.bridges.read_remote_room(&home, &thread.id, room, limit, after).await?))
     }
 
     /// RoomAdd: a thread of this home (`SESSION`), or of the home behind a bridge
     /// (`HOST/SESSION`: that home must let the room in, see `Bridges::join_remote_room`).
-    pub async fn room_add(&self, caller: Option<&TurnCaller>, room: &str, session: &str) -> Result<bool> {
+    pub async fn room_add(&self, caller: &Caller, room: &str, session: &str) -> Result<bool> {
         match session.split_once('/') {
             Some((host, remote)) if self.threads.resolve_host(host).is_err() => {
                 self.rooms.may_add(caller, room).await?;
@@ -130,13 +130,7 @@ impl Messaging {
     }
 
     /// ThreadSend from `caller` (a turn's thread, or an external client) to `target`.
-    pub async fn send(
-        &self,
-        caller: Option<&TurnCaller>,
-        target: &ThreadRef,
-        content: &str,
-        key: &str,
-    ) -> Result<Sent> {
+    pub async fn send(&self, caller: &Caller, target: &ThreadRef, content: &str, key: &str) -> Result<Sent> {
         if self.threads.resolve_host(&target.host_id).is_ok() {
             return self.mailbox.send(caller, target, content, key).await;
         }
@@ -144,7 +138,7 @@ impl Messaging {
             Ok(source) => source,
             // A switch turned off since the first send does not turn its retry away.
             Err(refusal) => {
-                let scope = caller.map(|c| c.thread_id.as_str()).unwrap_or_default();
+                let scope = caller.turn().map(|c| c.thread_id.as_str()).unwrap_or_default();
                 let (host, session) = (&target.host_id, &target.session_id);
                 let replay = self.bridges.replay_remote(scope, host, session, content, key).await?;
                 return replay.ok_or(refusal);

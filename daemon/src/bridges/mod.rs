@@ -43,6 +43,7 @@ pub use links::quic_transport;
 pub use pairing::parse_permissions;
 pub use receipts::ReceiptPage;
 
+use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::Result;
 use crate::mailbox::{Mailbox, Sent, WaitResult};
@@ -220,52 +221,62 @@ impl Bridges {
     /// bridge and the id of the request filed at the target.
     pub async fn request(
         &self,
+        caller: &Caller,
         address: &str,
         want: &[String],
         expect: &str,
         name: &str,
     ) -> Result<(BridgeRecord, String)> {
+        caller.owner_only("managing bridges")?;
         self.inner.pairing.request(address, want, expect, name).await
     }
 
     /// `kiki bridge pending`: the requests waiting for the owner's decision.
-    pub async fn pending(&self) -> Result<Vec<BridgeRequestRecord>> {
+    pub async fn pending(&self, caller: &Caller) -> Result<Vec<BridgeRequestRecord>> {
+        caller.owner_only("managing bridges")?;
         self.inner.pairing.pending().await
     }
 
     /// `kiki bridge approve REQUEST --allow … [--workspace W]… [--name ALIAS]`.
     pub async fn approve(
         &self,
+        caller: &Caller,
         request_id: &str,
         allow: &[String],
         workspaces: &[String],
         name: &str,
     ) -> Result<BridgeRecord> {
+        caller.owner_only("managing bridges")?;
         self.inner.pairing.approve(request_id, allow, workspaces, name).await
     }
 
     /// `kiki bridge rename BRIDGE NAME`: another local name for a bridge.
-    pub async fn rename(&self, bridge: &str, name: &str) -> Result<BridgeRecord> {
+    pub async fn rename(&self, caller: &Caller, bridge: &str, name: &str) -> Result<BridgeRecord> {
+        caller.owner_only("managing bridges")?;
         self.inner.pairing.rename(bridge, name).await
     }
 
     /// `kiki bridge reject REQUEST`.
-    pub async fn reject(&self, request_id: &str) -> Result<BridgeRequestRecord> {
+    pub async fn reject(&self, caller: &Caller, request_id: &str) -> Result<BridgeRequestRecord> {
+        caller.owner_only("managing bridges")?;
         self.inner.pairing.reject(request_id).await
     }
 
     /// `kiki bridge revoke BRIDGE` (id, alias or peer home id): takes effect at once.
-    pub async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
+    pub async fn revoke(&self, caller: &Caller, name: &str) -> Result<BridgeRecord> {
+        caller.owner_only("managing bridges")?;
         self.inner.pairing.revoke(name).await
     }
 
     /// `kiki bridge disable|enable BRIDGE`: an inbound bridge's access off or back on.
-    pub async fn set_inbound(&self, name: &str, enabled: bool) -> Result<BridgeRecord> {
+    pub async fn set_inbound(&self, caller: &Caller, name: &str, enabled: bool) -> Result<BridgeRecord> {
+        caller.owner_only("managing bridges")?;
         self.inner.pairing.set_inbound(name, enabled).await
     }
 
     /// `kiki bridge list`: every bridge, outbound ones refreshed by a real round trip.
-    pub async fn list(&self) -> Result<Vec<BridgeRecord>> {
+    pub async fn list(&self, caller: &Caller) -> Result<Vec<BridgeRecord>> {
+        caller.owner_only("managing bridges")?;
         self.inner.pairing.list().await
     }
 
@@ -276,7 +287,14 @@ impl Bridges {
     }
 
     /// `kiki bridge receipts BRIDGE`: a page of what went over it.
-    pub async fn receipts(&self, name: &str, limit: Option<u32>, cursor: &str) -> Result<ReceiptPage> {
+    pub async fn receipts(
+        &self,
+        caller: &Caller,
+        name: &str,
+        limit: Option<u32>,
+        cursor: &str,
+    ) -> Result<ReceiptPage> {
+        caller.owner_only("managing bridges")?;
         self.receipts_view().page(name, limit, cursor).await
     }
 

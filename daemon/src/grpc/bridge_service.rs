@@ -4,7 +4,7 @@
 use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 
-use super::{owner_only, status};
+use super::{caller, status};
 use crate::bridges::Bridges;
 use crate::store::{BridgeRecord, BridgeRequestRecord};
 use crate::threads::Threads;
@@ -69,10 +69,10 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRequestRequest>,
     ) -> Result<Response<pb::BridgeRequestResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
         let (bridge, request_id) =
-            self.bridges.request(&r.address, &r.want, &r.expect, &r.name).await.map_err(status)?;
+            self.bridges.request(&caller, &r.address, &r.want, &r.expect, &r.name).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRequestResponse { bridge: Some(self.listed(bridge).await), request_id }))
     }
 
@@ -80,8 +80,8 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgePendingRequest>,
     ) -> Result<Response<pb::BridgePendingResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
-        let requests = self.bridges.pending().await.map_err(status)?;
+        let caller = caller(&self.threads, &request)?;
+        let requests = self.bridges.pending(&caller).await.map_err(status)?;
         Ok(Response::new(pb::BridgePendingResponse {
             requests: requests.into_iter().map(request_to_pb).collect(),
         }))
@@ -91,10 +91,13 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeApproveRequest>,
     ) -> Result<Response<pb::BridgeApproveResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let bridge =
-            self.bridges.approve(&r.request_id, &r.allow, &r.workspaces, &r.name).await.map_err(status)?;
+        let bridge = self
+            .bridges
+            .approve(&caller, &r.request_id, &r.allow, &r.workspaces, &r.name)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::BridgeApproveResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
@@ -102,8 +105,9 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRejectRequest>,
     ) -> Result<Response<pb::BridgeRejectResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
-        let rejected = self.bridges.reject(&request.into_inner().request_id).await.map_err(status)?;
+        let caller = caller(&self.threads, &request)?;
+        let rejected =
+            self.bridges.reject(&caller, &request.into_inner().request_id).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRejectResponse { request: Some(request_to_pb(rejected)) }))
     }
 
@@ -111,9 +115,9 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRenameRequest>,
     ) -> Result<Response<pb::BridgeRenameResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let bridge = self.bridges.rename(&r.bridge, &r.name).await.map_err(status)?;
+        let bridge = self.bridges.rename(&caller, &r.bridge, &r.name).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRenameResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
@@ -121,9 +125,9 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeSetInboundRequest>,
     ) -> Result<Response<pb::BridgeSetInboundResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let bridge = self.bridges.set_inbound(&r.bridge, r.enabled).await.map_err(status)?;
+        let bridge = self.bridges.set_inbound(&caller, &r.bridge, r.enabled).await.map_err(status)?;
         Ok(Response::new(pb::BridgeSetInboundResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
@@ -131,8 +135,8 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRevokeRequest>,
     ) -> Result<Response<pb::BridgeRevokeResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
-        let bridge = self.bridges.revoke(&request.into_inner().bridge).await.map_err(status)?;
+        let caller = caller(&self.threads, &request)?;
+        let bridge = self.bridges.revoke(&caller, &request.into_inner().bridge).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRevokeResponse { bridge: Some(self.listed(bridge).await) }))
     }
 
@@ -140,8 +144,8 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeListRequest>,
     ) -> Result<Response<pb::BridgeListResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
-        let bridges = self.bridges.list().await.map_err(status)?;
+        let caller = caller(&self.threads, &request)?;
+        let bridges = self.bridges.list(&caller).await.map_err(status)?;
         let mut listed = Vec::with_capacity(bridges.len());
         for b in bridges {
             let pending = self.bridges.pending_count(&b).await.map_err(status)?;
@@ -154,10 +158,13 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeReceiptsRequest>,
     ) -> Result<Response<pb::BridgeReceiptsResponse>, Status> {
-        owner_only(&self.threads, &request, "managing bridges")?;
+        let caller = caller(&self.threads, &request)?;
         let request = request.into_inner();
-        let page =
-            self.bridges.receipts(&request.bridge, request.limit, &request.cursor).await.map_err(status)?;
+        let page = self
+            .bridges
+            .receipts(&caller, &request.bridge, request.limit, &request.cursor)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::BridgeReceiptsResponse {
             receipts: page.receipts,
             next_cursor: page.next_cursor,

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
-use super::{communication_from_pb, owner_only, status, target};
+use super::{caller, communication_from_pb, status, target};
 use crate::convert::thread_to_pb;
 use crate::doctor::{self, StoreAt};
 use crate::mailbox::Mailbox;
@@ -84,7 +84,8 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ShutdownRequest>,
     ) -> Result<Response<pb::ShutdownResponse>, Status> {
-        owner_only(&self.threads, &request, "shutdown")?;
+        let caller = caller(&self.threads, &request)?;
+        caller.owner_only("shutdown").map_err(status)?;
         info!("shutdown requested over the API");
         self.shutdown.cancel();
         Ok(Response::new(pb::ShutdownResponse { stopped: false }))
@@ -95,11 +96,9 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadSayRequest>,
     ) -> Result<Response<pb::ThreadSayResponse>, Status> {
-        owner_only(&self.threads, &request, "thread say")?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let t = target(r.target)?;
-        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
-        let said = self.threads.say(&thread, &r.content).await.map_err(status)?;
+        let said = self.threads.say(&caller, &target(r.target)?, &r.content).await.map_err(status)?;
         Ok(Response::new(pb::ThreadSayResponse {
             turn_started: said.turn_started,
             input_id: said.input_id,
@@ -112,11 +111,10 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadStopRequest>,
     ) -> Result<Response<pb::ThreadStopResponse>, Status> {
-        owner_only(&self.threads, &request, "thread stop")?;
+        let caller = caller(&self.threads, &request)?;
         let t = target(request.into_inner().target)?;
-        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
-        let stopped = self.threads.stop(&thread, STOP_WAIT).await.map_err(status)?;
-        info!(thread_id = %thread.id, turn_id = %stopped.turn_id, "turn stopped by its owner");
+        let stopped = self.threads.stop(&caller, &t, STOP_WAIT).await.map_err(status)?;
+        info!(thread_id = %t.session_id, turn_id = %stopped.turn_id, "turn stopped by its owner");
         Ok(Response::new(pb::ThreadStopResponse {
             turn_id: stopped.turn_id,
             turn_status: crate::convert::turn_status_to_pb(stopped.status) as i32,
@@ -128,11 +126,10 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadArchiveRequest>,
     ) -> Result<Response<pb::ThreadArchiveResponse>, Status> {
-        owner_only(&self.threads, &request, "thread archive")?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let t = target(r.target)?;
-        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
-        let done = self.mailbox.set_archived(&thread.id, r.archived).await.map_err(status)?;
+        let done =
+            self.mailbox.set_archived(&caller, &target(r.target)?, r.archived).await.map_err(status)?;
         Ok(Response::new(pb::ThreadArchiveResponse {
             thread: Some(thread_to_pb(&done.thread, "", self.threads.communication(&done.thread))),
             changed: done.changed,
@@ -144,12 +141,11 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadSetRequest>,
     ) -> Result<Response<pb::ThreadSetResponse>, Status> {
-        owner_only(&self.threads, &request, "thread set")?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
         let setting = communication_from_pb(r.communication)?;
-        let t = target(r.target)?;
-        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
-        let thread = self.mailbox.set_communication(&thread, setting).await.map_err(status)?;
+        let thread =
+            self.mailbox.set_communication(&caller, &target(r.target)?, setting).await.map_err(status)?;
         let communication = self.threads.communication(&thread);
         Ok(Response::new(pb::ThreadSetResponse { thread: Some(thread_to_pb(&thread, "", communication)) }))
     }
@@ -158,7 +154,8 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::DoctorRequest>,
     ) -> Result<Response<pb::DoctorResponse>, Status> {
-        owner_only(&self.threads, &request, "doctor")?;
+        let caller = caller(&self.threads, &request)?;
+        caller.owner_only("doctor").map_err(status)?;
         let i = &self.info;
         let store = self.threads.store();
         let mut findings = doctor::examine(
@@ -182,7 +179,8 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::BackupRequest>,
     ) -> Result<Response<pb::BackupResponse>, Status> {
-        owner_only(&self.threads, &request, "backup")?;
+        let caller = caller(&self.threads, &request)?;
+        caller.owner_only("backup").map_err(status)?;
         let dest = PathBuf::from(request.into_inner().dest);
         let i = &self.info;
         let store = self.threads.store();
@@ -201,7 +199,8 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::AttentionListRequest>,
     ) -> Result<Response<pb::AttentionListResponse>, Status> {
-        owner_only(&self.threads, &request, "listing attention events")?;
+        let caller = caller(&self.threads, &request)?;
+        caller.owner_only("listing attention events").map_err(status)?;
         const MOST: u32 = 1_000;
         let store = self.threads.store();
         let mut events = store.open_attention(MOST + 1).await.map_err(|e| status(e.into()))?;

@@ -22,6 +22,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Status};
 
 use crate::bridges::Bridges;
+use crate::caller::Caller;
 use crate::error::Error;
 use crate::mailbox::Mailbox;
 use crate::rooms::Rooms;
@@ -125,10 +126,10 @@ pub fn status(e: Error) -> Status {
     }
 }
 
-/// The turn a call acts for, from its `kiki-token` metadata. A token that is not (or no
-/// longer) valid is refused rather than silently treated as external input.
-pub fn caller<T>(threads: &Threads, request: &Request<T>) -> Result<Option<TurnCaller>, Status> {
-    caller_of(threads, token_of(request))
+/// Who makes a call: the turn its `kiki-token` metadata names, else the owner. A token
+/// that is not (or no longer) valid is refused rather than silently taken for the owner.
+pub fn caller<T>(threads: &Threads, request: &Request<T>) -> Result<Caller, Status> {
+    caller_of(threads, token_of(request)).map(Caller::from)
 }
 
 /// The call's `kiki-token` header, if any (`Err` if it is not ASCII).
@@ -148,16 +149,6 @@ pub fn caller_of(threads: &Threads, token: Option<Result<&str, ()>>) -> Result<O
 /// The `target` every thread call needs.
 pub fn target(r: Option<pb::ThreadRef>) -> Result<pb::ThreadRef, Status> {
     r.ok_or_else(|| status(Error::invalid("target", "required")))
-}
-
-/// Owner actions are not agent tools: a call made with a turn's token is refused.
-pub fn owner_only<T>(threads: &Threads, request: &Request<T>, what: &str) -> Result<(), Status> {
-    match caller(threads, request)? {
-        None => Ok(()),
-        Some(_) => {
-            Err(status(Error::PermissionDenied(format!("{what} is an owner action, not an agent tool"))))
-        }
-    }
 }
 
 pub fn communication_from_pb(value: i32) -> Result<CommunicationSetting, Status> {

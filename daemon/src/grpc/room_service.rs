@@ -5,7 +5,7 @@
 use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 
-use super::{owner_only, status};
+use super::{caller, status};
 use crate::convert::room_to_pb;
 use crate::error::Error;
 use crate::rooms::Rooms;
@@ -23,17 +23,15 @@ impl RoomServiceImpl {
     }
 }
 
-const WHAT: &str = "managing rooms";
-
 #[tonic::async_trait]
 impl pb::room_service_server::RoomService for RoomServiceImpl {
     async fn room_create(
         &self,
         request: Request<pb::RoomCreateRequest>,
     ) -> Result<Response<pb::RoomCreateResponse>, Status> {
-        owner_only(&self.threads, &request, WHAT)?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let view = self.rooms.create(&r.host, &r.name).await.map_err(status)?;
+        let view = self.rooms.create(&caller, &r.host, &r.name).await.map_err(status)?;
         Ok(Response::new(pb::RoomCreateResponse { room: Some(room_to_pb(&view)) }))
     }
 
@@ -41,9 +39,9 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomListRequest>,
     ) -> Result<Response<pb::RoomListResponse>, Status> {
-        owner_only(&self.threads, &request, WHAT)?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let (views, next_cursor) = self.rooms.list(r.limit, &r.cursor).await.map_err(status)?;
+        let (views, next_cursor) = self.rooms.list(&caller, r.limit, &r.cursor).await.map_err(status)?;
         Ok(Response::new(pb::RoomListResponse { rooms: views.iter().map(room_to_pb).collect(), next_cursor }))
     }
 
@@ -51,9 +49,9 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomRemoveRequest>,
     ) -> Result<Response<pb::RoomRemoveResponse>, Status> {
-        owner_only(&self.threads, &request, WHAT)?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let removed = self.rooms.remove(&r.room, &r.member).await.map_err(status)?;
+        let removed = self.rooms.remove(&caller, &r.room, &r.member).await.map_err(status)?;
         Ok(Response::new(pb::RoomRemoveResponse { removed }))
     }
 
@@ -61,10 +59,13 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomAddPersonaRequest>,
     ) -> Result<Response<pb::RoomAddPersonaResponse>, Status> {
-        owner_only(&self.threads, &request, WHAT)?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let added =
-            self.rooms.add_persona(&r.room, &r.persona, &r.profile, &r.instructions).await.map_err(status)?;
+        let added = self
+            .rooms
+            .add_persona(&caller, &r.room, &r.persona, &r.profile, &r.instructions)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::RoomAddPersonaResponse { added }))
     }
 
@@ -72,7 +73,7 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomSetStateRequest>,
     ) -> Result<Response<pb::RoomSetStateResponse>, Status> {
-        owner_only(&self.threads, &request, WHAT)?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
         let change = match pb::RoomAction::try_from(r.action) {
             Ok(pb::RoomAction::Pause) => RoomChange::Pause,
@@ -80,7 +81,7 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
             Ok(pb::RoomAction::Archive) => RoomChange::Archive,
             _ => return Err(status(Error::invalid("action", "pause, resume or archive"))),
         };
-        let (view, changed) = self.rooms.change(&r.room, change).await.map_err(status)?;
+        let (view, changed) = self.rooms.change(&caller, &r.room, change).await.map_err(status)?;
         Ok(Response::new(pb::RoomSetStateResponse { room: Some(room_to_pb(&view)), changed }))
     }
 }

@@ -5,7 +5,7 @@ use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{caller, owner_only, status, target};
+use super::{caller, status, target};
 use crate::bridges::{Bridges, ReadQuery};
 use crate::convert::{
     posted_to_pb, read_to_pb, room_page_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb,
@@ -65,7 +65,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let created = self
             .threads
             .create(
-                caller.as_ref(),
+                &caller,
                 CreateRequest {
                     cwd: r.cwd,
                     profile: r.profile,
@@ -148,7 +148,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             }
             let posted = self
                 .messaging
-                .room_post(caller.as_ref(), &r.room, &r.content, &r.mentions, &r.idempotency_key)
+                .room_post(&caller, &r.room, &r.content, &r.mentions, &r.idempotency_key)
                 .await
                 .map_err(status)?;
             return Ok(Response::new(match posted {
@@ -160,11 +160,8 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             return Err(status(Error::invalid("mentions", "only for room sends")));
         }
         let target = target(r.target)?;
-        let sent = self
-            .messaging
-            .send(caller.as_ref(), &target, &r.content, &r.idempotency_key)
-            .await
-            .map_err(status)?;
+        let sent =
+            self.messaging.send(&caller, &target, &r.content, &r.idempotency_key).await.map_err(status)?;
         Ok(Response::new(pb::ThreadSendResponse { idempotency_key: r.idempotency_key, ..sent_to_pb(sent) }))
     }
 
@@ -185,8 +182,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::RoomReadResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let page =
-            self.messaging.room_read(caller.as_ref(), &r.room, r.limit, &r.after_id).await.map_err(status)?;
+        let page = self.messaging.room_read(&caller, &r.room, r.limit, &r.after_id).await.map_err(status)?;
         Ok(Response::new(match page {
             Routed::Here(page) => room_page_to_pb(page),
             Routed::There(page) => page.into_wire(),
@@ -200,7 +196,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::RoomAddResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let added = self.messaging.room_add(caller.as_ref(), &r.room, &r.session_id).await.map_err(status)?;
+        let added = self.messaging.room_add(&caller, &r.room, &r.session_id).await.map_err(status)?;
         Ok(Response::new(pb::RoomAddResponse { added }))
     }
 
@@ -209,7 +205,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         request: Request<pb::AttentionRequest>,
     ) -> Result<Response<pb::AttentionResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
-        self.mailbox.attention(caller.as_ref(), &request.into_inner().reason).await.map_err(status)?;
+        self.mailbox.attention(&caller, &request.into_inner().reason).await.map_err(status)?;
         Ok(Response::new(pb::AttentionResponse {}))
     }
 
@@ -220,15 +216,11 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::ThreadFollowRequest>,
     ) -> Result<Response<Self::ThreadFollowStream>, Status> {
-        owner_only(&self.threads, &request, "ThreadFollow")?;
+        let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let t = target(r.target)?;
-        if self.threads.resolve_host(&t.host_id).is_err() {
-            return Err(status(Error::invalid("target", "ThreadFollow follows threads of this home")));
-        }
-        let thread = self.threads.get(&t.host_id, &t.workspace_id, &t.session_id).await.map_err(status)?;
         let turn_id = (!r.turn_id.is_empty()).then_some(r.turn_id);
-        let mut progress = self.mailbox.follow(thread.id, turn_id, r.wait_ms).await.map_err(status)?;
+        let mut progress =
+            self.mailbox.follow(&caller, &target(r.target)?, turn_id, r.wait_ms).await.map_err(status)?;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             loop {
@@ -253,8 +245,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::PermissionAskResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let decision =
-            self.mailbox.ask_permission(caller.as_ref(), &r.tool, &r.input).await.map_err(status)?;
+        let decision = self.mailbox.ask_permission(&caller, &r.tool, &r.input).await.map_err(status)?;
         Ok(Response::new(pb::PermissionAskResponse {
             request_id: decision.request_id,
             allowed: decision.allowed,
@@ -271,7 +262,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let r = request.into_inner();
         let stands = self
             .mailbox
-            .decide_permission(caller.as_ref(), &r.request_id, r.allow, &r.reason)
+            .decide_permission(&caller, &r.request_id, r.allow, &r.reason)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::PermissionDecideResponse {
@@ -288,8 +279,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::ThreadInboxResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let (items, delivered) =
-            self.mailbox.inbox(caller.as_ref(), r.taken, r.timeout_ms).await.map_err(status)?;
+        let (items, delivered) = self.mailbox.inbox(&caller, r.taken, r.timeout_ms).await.map_err(status)?;
         Ok(Response::new(pb::ThreadInboxResponse {
             items: items.into_iter().map(crate::convert::inbox_item_to_pb).collect(),
             delivered,

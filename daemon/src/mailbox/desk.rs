@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::Mailbox;
+use crate::caller::Caller;
 use crate::executors::desk::{Desk, Permission};
 use crate::store::InputRecord;
 use crate::threads::runner::TurnCaller;
@@ -20,12 +21,12 @@ impl Desk for Mailbox {
         tool: &str,
         input: &str,
     ) -> Result<Permission, String> {
-        let caller = TurnCaller { thread_id: thread_id.into(), turn_id: turn_id.into() };
+        let caller = Caller::Turn(TurnCaller { thread_id: thread_id.into(), turn_id: turn_id.into() });
         // Agents' tool names and inputs may be longer than a request keeps.
         let tool: String = tool.chars().take(kiki_proto::limits::TOOL_MAX_CHARS).collect();
         let input: String = input.chars().take(kiki_proto::limits::TOOL_INPUT_MAX_CHARS).collect();
         let decision =
-            Mailbox::ask_permission(self, Some(&caller), &tool, &input).await.map_err(|e| e.to_string())?;
+            Mailbox::ask_permission(self, &caller, &tool, &input).await.map_err(|e| e.to_string())?;
         Ok(Permission { allowed: decision.allowed, reason: decision.reason })
     }
 
@@ -36,12 +37,12 @@ impl Desk for Mailbox {
         taken: Vec<String>,
         timeout: Duration,
     ) -> Result<Vec<InputRecord>, String> {
-        let caller = TurnCaller { thread_id: thread_id.into(), turn_id: turn_id.into() };
+        let caller = Caller::Turn(TurnCaller { thread_id: thread_id.into(), turn_id: turn_id.into() });
         let timeout_ms = u32::try_from(timeout.as_millis())
             .unwrap_or(u32::MAX)
             .min(kiki_proto::limits::WAIT_TIMEOUT_MAX_MS);
         let (items, _delivered) =
-            self.inbox(Some(&caller), taken, Some(timeout_ms)).await.map_err(|e| e.to_string())?;
+            self.inbox(&caller, taken, Some(timeout_ms)).await.map_err(|e| e.to_string())?;
         Ok(items)
     }
 }

@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Mailbox;
+use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::store::{TurnPart, TurnStatus};
 use crate::threads::signals;
@@ -29,10 +30,16 @@ impl Mailbox {
     /// or when kikid stops.
     pub async fn follow(
         &self,
-        thread_id: String,
+        caller: &Caller,
+        target: &kiki_proto::ThreadRef,
         turn_id: Option<String>,
         wait_ms: Option<u32>,
     ) -> Result<mpsc::Receiver<Result<Progress>>> {
+        caller.owner_only("ThreadFollow")?;
+        if self.threads.resolve_host(&target.host_id).is_err() {
+            return Err(Error::invalid("target", "ThreadFollow follows threads of this home"));
+        }
+        let thread_id = self.threads.named(target).await?.id;
         let wait_ms = wait_ms.unwrap_or(kiki_proto::limits::WAIT_TIMEOUT_DEFAULT_MS);
         if wait_ms > kiki_proto::limits::WAIT_TIMEOUT_MAX_MS {
             return Err(Error::invalid(

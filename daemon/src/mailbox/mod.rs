@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
+use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
@@ -187,7 +188,7 @@ impl Mailbox {
     #[instrument(level = "debug", skip_all, fields(thread_id = %target.session_id))]
     pub async fn send(
         &self,
-        caller: Option<&TurnCaller>,
+        caller: &Caller,
         target: &pb::ThreadRef,
         content: &str,
         key: &str,
@@ -195,7 +196,7 @@ impl Mailbox {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;
-        let scope = caller.map(|c| c.thread_id.clone()).unwrap_or_default();
+        let scope = caller.turn().map(|c| c.thread_id.clone()).unwrap_or_default();
         let source = match self.allowed_source(caller, &thread).await {
             Ok(source) => source,
             // A switch turned off since the first send does not turn its retry away.
@@ -221,11 +222,7 @@ impl Mailbox {
     }
 
     /// The verified source of a send to `thread`, if both switches let it through.
-    async fn allowed_source(
-        &self,
-        caller: Option<&TurnCaller>,
-        thread: &ThreadRecord,
-    ) -> Result<Option<SourceRef>> {
+    async fn allowed_source(&self, caller: &Caller, thread: &ThreadRecord) -> Result<Option<SourceRef>> {
         let source = self.sender(caller).await?;
         if source.is_some() {
             switches::communication(&self.config, thread).map_err(|why| {
@@ -255,9 +252,9 @@ impl Mailbox {
 
     /// The verified source of a send: the caller's thread, whose communication switch must
     /// be on; `None` for external clients.
-    pub async fn sender(&self, caller: Option<&TurnCaller>) -> Result<Option<SourceRef>> {
-        let Some(caller) = caller else { return Ok(None) };
-        let thread = self.peer_tool(caller, "ThreadSend").await?;
+    pub async fn sender(&self, caller: &Caller) -> Result<Option<SourceRef>> {
+        let Some(turn) = caller.turn() else { return Ok(None) };
+        let thread = self.peer_tool(turn, "ThreadSend").await?;
         Ok(Some(SourceRef {
             host_id: String::new(),
             thread_id: thread.id,
@@ -523,12 +520,8 @@ impl Mailbox {
     }
 
     /// `kiki attention --reason`: the calling turn's agent asks for its user.
-    pub async fn attention(&self, caller: Option<&TurnCaller>, reason: &str) -> Result<()> {
-        let caller = caller.ok_or_else(|| {
-            Error::FailedPrecondition(
-                "attention is asked from inside a turn (it needs the turn's KIKI_TOKEN)".into(),
-            )
-        })?;
+    pub async fn attention(&self, caller: &Caller, reason: &str) -> Result<()> {
+        let caller = caller.turn_only("attention")?;
         limits::text("reason", reason, limits::REASON_MAX_CHARS)?;
         let event = EventRecord::attention(&caller.thread_id, &caller.turn_id, reason.to_string(), now_ms());
         let (store, signals) = (self.store.clone(), self.signals.clone());
@@ -547,15 +540,11 @@ impl Mailbox {
     #[instrument(level = "debug", skip_all)]
     pub async fn inbox(
         &self,
-        caller: Option<&TurnCaller>,
+        caller: &Caller,
         taken: Vec<String>,
         timeout_ms: Option<u32>,
     ) -> Result<(Vec<InputRecord>, Vec<String>)> {
-        let caller = caller.ok_or_else(|| {
-            Error::FailedPrecondition(
-                "the inbox is read from inside a turn (it needs the turn's KIKI_TOKEN)".into(),
-            )
-        })?;
+        let caller = caller.turn_only("ThreadInbox")?;
         if taken.len() > INBOX_TAKEN_MAX {
             return Err(Error::invalid(
                 "taken",
@@ -617,9 +606,12 @@ impl Mailbox {
     /// `kiki thread set REF --communication on|off|default`.
     pub async fn set_communication(
         &self,
-        thread: &ThreadRecord,
+        caller: &Caller,
+        target: &pb::ThreadRef,
         setting: CommunicationSetting,
     ) -> Result<ThreadRecord> {
+        caller.owner_only("thread set")?;
+        let thread = self.threads.named(target).await?;
         let (store, runner, thread_id) = (self.store.clone(), self.runner.clone(), thread.id.clone());
         uncancelled(async move {
             let updated = store
@@ -639,9 +631,15 @@ impl Mailbox {
     }
 
     /// Archive/unarchive with the events and wake-ups they cause.
-    pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<Archived> {
-        let (threads, signals, runner, thread_id) =
-            (self.threads.clone(), self.signals.clone(), self.runner.clone(), thread_id.to_string());
+    pub async fn set_archived(
+        &self,
+        caller: &Caller,
+        target: &pb::ThreadRef,
+        archived: bool,
+    ) -> Result<Archived> {
+        caller.owner_only("thread archive")?;
+        let thread_id = self.threads.named(target).await?.id;
+        let (threads, signals, runner) = (self.threads.clone(), self.signals.clone(), self.runner.clone());
         uncancelled(async move {
             let done = threads.set_archived(&thread_id, archived).await?;
             for thread in &done.notified {

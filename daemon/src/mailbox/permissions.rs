@@ -6,11 +6,11 @@
 use tokio::time::Instant;
 
 use super::Mailbox;
+use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::store::{PermissionRecord, PermissionStatus};
 use crate::sync::uncancelled;
 use crate::threads::new_id;
-use crate::threads::runner::TurnCaller;
 use crate::time::now_ms;
 use kiki_proto::limits;
 
@@ -32,17 +32,8 @@ fn answered(id: &str) -> String {
 
 impl Mailbox {
     /// PermissionAsk: files the request and waits for the owner's answer.
-    pub async fn ask_permission(
-        &self,
-        caller: Option<&TurnCaller>,
-        tool: &str,
-        input: &str,
-    ) -> Result<Decision> {
-        let caller = caller.ok_or_else(|| {
-            Error::FailedPrecondition(
-                "a permission is asked from inside a turn (it needs the turn's KIKI_TOKEN)".into(),
-            )
-        })?;
+    pub async fn ask_permission(&self, caller: &Caller, tool: &str, input: &str) -> Result<Decision> {
+        let caller = caller.turn_only("a permission request")?;
         limits::text("tool", tool, limits::TOOL_MAX_CHARS)?;
         limits::text("input", input, limits::TOOL_INPUT_MAX_CHARS)?;
         let request = PermissionRecord {
@@ -104,16 +95,13 @@ impl Mailbox {
     /// PermissionDecide: the owner's answer (never a turn's agent: it would answer its own).
     pub async fn decide_permission(
         &self,
-        caller: Option<&TurnCaller>,
+        caller: &Caller,
         id: &str,
         allow: bool,
         reason: &str,
     ) -> Result<PermissionRecord> {
-        if caller.is_some() {
-            return Err(Error::PermissionDenied(
-                "permission requests are answered by the home's owner, not from inside a turn".into(),
-            ));
-        }
+        // Never a turn's agent: it would answer its own request.
+        caller.owner_only("answering a permission request")?;
         limits::at_most("reason", reason, limits::REASON_MAX_CHARS)?;
         let status = if allow { PermissionStatus::Allowed } else { PermissionStatus::Denied };
         let reason =

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
+use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mailbox::Mailbox;
@@ -157,7 +158,8 @@ impl Rooms {
     }
 
     /// A room hosted by a thread of this home, named `name` (default: the host's title).
-    pub async fn create(&self, host: &str, name: &str) -> Result<RoomView> {
+    pub async fn create(&self, caller: &Caller, host: &str, name: &str) -> Result<RoomView> {
+        caller.owner_only("managing rooms")?;
         let host = self.live_thread("host", host).await?;
         let name = if name.is_empty() { host.title.clone() } else { name.to_string() };
         one_line("name", &name, limits::TITLE_MAX_CHARS)?;
@@ -180,7 +182,13 @@ impl Rooms {
     }
 
     /// Rooms newest first, with their rosters.
-    pub async fn list(&self, limit: Option<u32>, cursor: &str) -> Result<(Vec<RoomView>, Option<String>)> {
+    pub async fn list(
+        &self,
+        caller: &Caller,
+        limit: Option<u32>,
+        cursor: &str,
+    ) -> Result<(Vec<RoomView>, Option<String>)> {
+        caller.owner_only("managing rooms")?;
         let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
         let before = match cursor {
             "" => None,
@@ -205,14 +213,14 @@ impl Rooms {
     /// `next_cursor`; empty: from the first). Changes nothing and wakes nobody.
     pub async fn read(
         &self,
-        caller: Option<&TurnCaller>,
+        caller: &Caller,
         room_id: &str,
         limit: Option<u32>,
         after: &str,
     ) -> Result<RoomPage> {
         let view = self.view(room_id).await?;
-        if let Some(caller) = caller {
-            self.admit(caller, &view, "RoomRead").await?;
+        if let Some(turn) = caller.turn() {
+            self.admit(turn, &view, "RoomRead").await?;
         }
         self.page(view, limit, after).await
     }
@@ -260,10 +268,10 @@ impl Rooms {
 
     /// RoomAdd (the owner's, or an agent's of a room its thread is in): an existing,
     /// unarchived thread of this home joins; `false` if it had.
-    pub async fn add(&self, caller: Option<&TurnCaller>, room_id: &str, session: &str) -> Result<bool> {
+    pub async fn add(&self, caller: &Caller, room_id: &str, session: &str) -> Result<bool> {
         let view = self.view(room_id).await?;
-        if let Some(caller) = caller {
-            self.admit(caller, &view, "RoomAdd").await?;
+        if let Some(turn) = caller.turn() {
+            self.admit(turn, &view, "RoomAdd").await?;
         }
         let thread = self.live_thread("session_id", session).await?;
         let member = MemberRecord {
@@ -281,14 +289,14 @@ impl Rooms {
     /// the room, see `Messaging::room_add`) as the member `HOME_ID/SESSION`.
     pub async fn add_remote(
         &self,
-        caller: Option<&TurnCaller>,
+        caller: &Caller,
         room_id: &str,
         home_id: &str,
         session: &str,
     ) -> Result<bool> {
         let view = self.view(room_id).await?;
-        if let Some(caller) = caller {
-            self.admit(caller, &view, "RoomAdd").await?;
+        if let Some(turn) = caller.turn() {
+            self.admit(turn, &view, "RoomAdd").await?;
         }
         let member = MemberRecord {
             member_id: rules::remote_member_id(home_id, session),
@@ -302,13 +310,13 @@ impl Rooms {
     }
 
     /// Checks that an agent may add to the room (before its home asks another one).
-    pub async fn may_add(&self, caller: Option<&TurnCaller>, room_id: &str) -> Result<()> {
+    pub async fn may_add(&self, caller: &Caller, room_id: &str) -> Result<()> {
         let view = self.view(room_id).await?;
         if view.room.archived {
             return Err(archived(&view.room));
         }
-        if let Some(caller) = caller {
-            self.admit(caller, &view, "RoomAdd").await?;
+        if let Some(turn) = caller.turn() {
+            self.admit(turn, &view, "RoomAdd").await?;
         }
         Ok(())
     }
@@ -317,11 +325,13 @@ impl Rooms {
     /// mentioned, told `instructions` first.
     pub async fn add_persona(
         &self,
+        caller: &Caller,
         room_id: &str,
         persona: &str,
         profile: &str,
         instructions: &str,
     ) -> Result<bool> {
+        caller.owner_only("managing rooms")?;
         persona_id(persona)?;
         self.inner.config.usable_profile(Some(profile)).map_err(|e| Error::invalid("profile", e))?;
         limits::at_most("instructions", instructions, INSTRUCTIONS_MAX_CHARS)?;
@@ -338,7 +348,8 @@ impl Rooms {
     }
 
     /// Removes a member (by its roster id, or a persona's thread); `false` if it was none.
-    pub async fn remove(&self, room_id: &str, member: &str) -> Result<bool> {
+    pub async fn remove(&self, caller: &Caller, room_id: &str, member: &str) -> Result<bool> {
+        caller.owner_only("managing rooms")?;
         let view = self.view(room_id).await?;
         if member == view.room.host_thread {
             return Err(Error::invalid("member", "the host stays: a room is its host's"));
@@ -352,7 +363,13 @@ impl Rooms {
     }
 
     /// Pauses, resumes or archives a room; whether that changed it.
-    pub async fn change(&self, room_id: &str, change: RoomChange) -> Result<(RoomView, bool)> {
+    pub async fn change(
+        &self,
+        caller: &Caller,
+        room_id: &str,
+        change: RoomChange,
+    ) -> Result<(RoomView, bool)> {
+        caller.owner_only("managing rooms")?;
         limits::text("room", room_id, ID_MAX_CHARS)?;
         let (room, changed) = self
             .inner
@@ -373,7 +390,7 @@ impl Rooms {
     /// one's turn started.
     pub async fn post(
         &self,
-        caller: Option<&TurnCaller>,
+        caller: &Caller,
         room_id: &str,
         content: &str,
         mentions: &[String],
@@ -383,9 +400,9 @@ impl Rooms {
         let view = self.posting_view(room_id).await?;
         let room = view.room.clone();
         let posted = async {
-            let author = match caller {
-                Some(caller) => {
-                    let thread = self.admit(caller, &view, "ThreadSend").await?;
+            let author = match caller.turn() {
+                Some(turn) => {
+                    let thread = self.admit(turn, &view, "ThreadSend").await?;
                     Some(SourceRef {
                         host_id: String::new(),
                         thread_id: thread.id,
@@ -397,7 +414,7 @@ impl Rooms {
             self.post_as(author, view, content, mentions, key).await
         }
         .await;
-        let scope = caller.map(|c| c.thread_id.as_str()).unwrap_or_default();
+        let scope = caller.turn().map(|c| c.thread_id.as_str()).unwrap_or_default();
         self.or_replay(posted, &room, scope, content, mentions, key).await
     }
 
@@ -718,7 +735,8 @@ impl Rooms {
             .inner
             .threads
             .create(
-                None,
+                // The room's home makes its personas' threads, as its owner would.
+                &Caller::Owner,
                 CreateRequest {
                     cwd: Some(host.cwd),
                     profile: Some(persona.profile.clone()),

@@ -15,6 +15,7 @@ use std::time::Duration;
 use kiki_proto::limits;
 use tracing::instrument;
 
+use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
@@ -23,7 +24,7 @@ use crate::store::{
 };
 use crate::sync::uncancelled;
 use crate::time::now_ms;
-use runner::{TurnCaller, TurnRunner};
+use runner::TurnRunner;
 
 /// Title of a thread created with neither a title nor a prompt.
 pub const DEFAULT_TITLE: &str = "New thread";
@@ -149,6 +150,11 @@ impl Threads {
         }
     }
 
+    /// The thread of this home a reference names, checking its optional workspace.
+    pub async fn named(&self, target: &kiki_proto::ThreadRef) -> Result<ThreadRecord> {
+        self.get(&target.host_id, &target.workspace_id, &target.session_id).await
+    }
+
     /// The thread a reference names, checking the optional workspace.
     pub async fn get(&self, host_id: &str, workspace_id: &str, session_id: &str) -> Result<ThreadRecord> {
         self.resolve_host(host_id)?;
@@ -165,7 +171,7 @@ impl Threads {
     }
 
     #[instrument(level = "debug", skip_all)]
-    pub async fn create(&self, caller: Option<&TurnCaller>, req: CreateRequest) -> Result<Created> {
+    pub async fn create(&self, caller: &Caller, req: CreateRequest) -> Result<Created> {
         if let Some(prompt) = &req.prompt {
             limits::text("prompt", prompt, limits::PROMPT_MAX_CHARS)?;
         }
@@ -197,8 +203,8 @@ impl Threads {
                 ));
             }
         }
-        let parent = match caller {
-            Some(caller) => Some(self.get("", "", &caller.thread_id).await?),
+        let parent = match caller.turn() {
+            Some(turn) => Some(self.get("", "", &turn.thread_id).await?),
             None => None,
         };
         // A thread whose owner closed its peer tools must not reopen them through a thread
@@ -447,8 +453,10 @@ impl Threads {
 
     /// External user input: queued durably, then a turn starts — or it waits, for the
     /// running turn or because the thread's budget is spent, and the answer says which.
-    #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
-    pub async fn say(&self, thread: &ThreadRecord, content: &str) -> Result<Said> {
+    #[instrument(level = "debug", skip_all, fields(thread_id = %target.session_id))]
+    pub async fn say(&self, caller: &Caller, target: &kiki_proto::ThreadRef, content: &str) -> Result<Said> {
+        caller.owner_only("thread say")?;
+        let thread = &self.named(target).await?;
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         if thread.archived {
             return Err(Error::FailedPrecondition(format!(
@@ -482,8 +490,15 @@ impl Threads {
     /// The owner stops the thread's running turn (`kiki thread stop`): its agent is
     /// interrupted and the turn ends `cancelled`, its agent session kept to resume; input it
     /// had not taken stays queued. Waits up to `wait` for the turn's end to be recorded.
-    #[instrument(level = "debug", skip_all, fields(thread_id = %thread.id))]
-    pub async fn stop(&self, thread: &ThreadRecord, wait: Duration) -> Result<Stopped> {
+    #[instrument(level = "debug", skip_all, fields(thread_id = %target.session_id))]
+    pub async fn stop(
+        &self,
+        caller: &Caller,
+        target: &kiki_proto::ThreadRef,
+        wait: Duration,
+    ) -> Result<Stopped> {
+        caller.owner_only("thread stop")?;
+        let thread = &self.named(target).await?;
         let no_turn = || {
             Error::FailedPrecondition(format!("thread {} has no running turn: nothing to stop", thread.id))
         };
