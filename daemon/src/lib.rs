@@ -221,12 +221,20 @@ impl DaemonBuilder {
         let mailbox = mailbox::Mailbox::new(
             threads.clone(),
             config.clone(),
-            signals,
+            signals.clone(),
             send_keys.clone(),
             shutdown.clone(),
         );
+        let waits = mailbox::Waits::new(threads.clone(), config.clone(), signals.clone(), shutdown.clone());
+        let permissions = mailbox::PermissionRequests::new(
+            &threads,
+            config.threads.permission_timeout,
+            signals.clone(),
+            shutdown.clone(),
+        );
         // Kept by the serving task below while turns may run; the runner holds it weakly.
-        let desk: Arc<dyn executors::desk::Desk> = Arc::new(mailbox.clone());
+        let desk: Arc<dyn executors::desk::Desk> =
+            Arc::new(mailbox::TurnDesk { waits: waits.clone(), permissions: permissions.clone() });
         runner.set_desk(Arc::downgrade(&desk));
         for thread_id in store.threads_with_queued_input().await? {
             runner.kick(&thread_id);
@@ -251,6 +259,7 @@ impl DaemonBuilder {
             threads: threads.clone(),
             config: config.clone(),
             mailbox: mailbox.clone(),
+            waits: waits.clone(),
             rooms: rooms.clone(),
             send_keys,
             outbox_work,
@@ -289,7 +298,7 @@ impl DaemonBuilder {
                 let endpoint = bridges.clone();
                 let serving = grpc::serve(
                     listener,
-                    grpc::Services { threads, mailbox, bridges, rooms, info },
+                    grpc::Services { threads, mailbox, waits, permissions, bridges, rooms, info },
                     shutdown.clone().cancelled_owned(),
                     shutdown.clone(),
                 );

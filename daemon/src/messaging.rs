@@ -14,7 +14,7 @@ use kiki_proto::ThreadRef;
 use crate::bridges::{Bridges, FromPeer, ListQuery, PeerRead, PeerThreads, ReadQuery};
 use crate::caller::Caller;
 use crate::error::{Error, Result};
-use crate::mailbox::{Mailbox, Sent, WaitResult, wait_target_count, wait_timeout};
+use crate::mailbox::{Mailbox, Sent, WaitResult, Waits, wait_target_count, wait_timeout};
 use crate::rooms::{Posted, RoomPage, Rooms};
 use crate::store::SourceRef;
 use crate::threads::{Read, ThreadPage, Threads, new_id};
@@ -31,13 +31,14 @@ pub enum Routed<Here, There> {
 pub struct Messaging {
     threads: Threads,
     mailbox: Mailbox,
+    waits: Waits,
     bridges: Bridges,
     rooms: Rooms,
 }
 
 impl Messaging {
-    pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges, rooms: Rooms) -> Self {
-        Self { threads, mailbox, bridges, rooms }
+    pub fn new(threads: Threads, mailbox: Mailbox, waits: Waits, bridges: Bridges, rooms: Rooms) -> Self {
+        Self { threads, mailbox, waits, bridges, rooms }
     }
 
     /// ThreadSend to a room: one of this home's, or (from a turn of a member thread) the
@@ -167,7 +168,7 @@ impl Messaging {
             groups.pop().expect("targets are grouped by home");
         drop(groups);
         match host {
-            None => self.mailbox.wait(targets, timeout_ms, cursors).await,
+            None => self.waits.wait(targets, timeout_ms, cursors).await,
             Some(host) => Box::pin(self.bridges.wait_remote(&host, &targets, timeout_ms, &cursors)).await,
         }
     }
@@ -268,7 +269,7 @@ impl Messaging {
             Some(host) => {
                 self.bridges.wait_remote(&host, &group.targets, group.timeout_ms, &group.cursors).await
             }
-            None => self.mailbox.wait(group.targets, group.timeout_ms, group.cursors).await,
+            None => self.waits.wait(group.targets, group.timeout_ms, group.cursors).await,
         }
     }
 }

@@ -46,7 +46,7 @@ pub use receipts::ReceiptPage;
 use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::Result;
-use crate::mailbox::{Mailbox, Sent, WaitResult};
+use crate::mailbox::{Mailbox, Sent, WaitResult, Waits};
 use crate::rooms::Rooms;
 use crate::store::{BridgeRecord, BridgeRequestRecord, SourceRef, Store};
 use crate::sync::KeyLocks;
@@ -105,6 +105,7 @@ struct Context {
     threads: Threads,
     config: Arc<Config>,
     mailbox: Mailbox,
+    waits: Waits,
     table: BridgeTable,
     links: Links,
     /// Peers' parked calls, ended when their bridge is revoked or turned off.
@@ -126,6 +127,7 @@ pub struct HomeParts {
     pub threads: Threads,
     pub config: Arc<Config>,
     pub mailbox: Mailbox,
+    pub waits: Waits,
     pub rooms: Rooms,
     /// One send at a time per sender's key, shared with the mailbox.
     pub send_keys: Arc<KeyLocks>,
@@ -153,7 +155,7 @@ impl Bridges {
     /// Starts answering peers on `endpoint` and shipping the outbox, until the home shuts
     /// down (`shutdown`) and [`Bridges::close`] joins what was started.
     pub fn start(home: HomeParts, endpoint: Arc<dyn Transport>, shutdown: &CancellationToken) -> Self {
-        let HomeParts { store, threads, config, mailbox, rooms, send_keys, outbox_work } = home;
+        let HomeParts { store, threads, config, mailbox, waits, rooms, send_keys, outbox_work } = home;
         let cx = Arc::new(Context {
             table: BridgeTable::new(store.clone()),
             links: Links::new(endpoint, config.bridge.connect_timeout),
@@ -161,6 +163,7 @@ impl Bridges {
             threads,
             config,
             mailbox,
+            waits,
             parked: ParkedCalls::default(),
             decisions: Default::default(),
             outbox_work,

@@ -11,7 +11,7 @@ use tracing::{info, instrument};
 use super::{caller, communication_from_pb, status, target};
 use crate::convert::thread_to_pb;
 use crate::doctor::{self, StoreAt};
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, Waits};
 use crate::threads::Threads;
 use kiki_proto::home::HomeDir;
 
@@ -41,13 +41,20 @@ const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 pub struct HomeServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
+    waits: Waits,
     info: Arc<HomeInfo>,
     shutdown: CancellationToken,
 }
 
 impl HomeServiceImpl {
-    pub fn new(threads: Threads, mailbox: Mailbox, info: Arc<HomeInfo>, shutdown: CancellationToken) -> Self {
-        Self { threads, mailbox, info, shutdown }
+    pub fn new(
+        threads: Threads,
+        mailbox: Mailbox,
+        waits: Waits,
+        info: Arc<HomeInfo>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self { threads, mailbox, waits, info, shutdown }
     }
 }
 
@@ -200,26 +207,16 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         request: Request<pb::AttentionListRequest>,
     ) -> Result<Response<pb::AttentionListResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
-        caller.owner_only("listing attention events").map_err(status)?;
-        const MOST: u32 = 1_000;
-        let store = self.threads.store();
-        let mut events = store.open_attention(MOST + 1).await.map_err(|e| status(e.into()))?;
-        let more = events.len() > MOST as usize;
-        events.truncate(MOST as usize);
-        let mut open = Vec::with_capacity(events.len());
-        for event in events {
-            let thread = self.threads.get("", "", &event.thread_id).await.map_err(status)?;
-            let next = match &event.request_id {
-                Some(id) => format!("kiki approve {id}  or  kiki deny {id} --reason TEXT"),
-                None => format!("kiki thread read {0}, then answer with kiki thread say {0} TEXT", thread.id),
-            };
-            open.push(pb::OpenAttention {
-                thread_id: thread.id,
-                thread_title: thread.title,
-                event: Some(crate::convert::event_to_pb(event)),
-                next,
-            });
-        }
+        let (open, more) = self.waits.open_attention(&caller).await.map_err(status)?;
+        let open = open
+            .into_iter()
+            .map(|a| pb::OpenAttention {
+                thread_id: a.thread.id,
+                thread_title: a.thread.title,
+                event: Some(crate::convert::event_to_pb(a.event)),
+                next: a.next,
+            })
+            .collect();
         Ok(Response::new(pb::AttentionListResponse { open, more }))
     }
 }

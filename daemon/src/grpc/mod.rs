@@ -24,7 +24,7 @@ use tonic::{Request, Status};
 use crate::bridges::Bridges;
 use crate::caller::Caller;
 use crate::error::Error;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, PermissionRequests, Waits};
 use crate::rooms::Rooms;
 use crate::store::{CommunicationSetting, StoreError};
 use crate::threads::Threads;
@@ -38,6 +38,8 @@ pub use thread_service::ThreadServiceImpl;
 pub struct Services {
     pub threads: Threads,
     pub mailbox: Mailbox,
+    pub waits: Waits,
+    pub permissions: PermissionRequests,
     pub bridges: Bridges,
     pub rooms: Rooms,
     pub info: Arc<HomeInfo>,
@@ -50,15 +52,21 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
     request_shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), ServeError> {
-    let Services { threads, mailbox, bridges, rooms, info } = services;
+    let Services { threads, mailbox, waits, permissions, bridges, rooms, info } = services;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let thread_service =
-        ThreadServiceImpl::new(threads.clone(), mailbox.clone(), bridges.clone(), rooms.clone());
+    let thread_service = ThreadServiceImpl::new(
+        threads.clone(),
+        mailbox.clone(),
+        waits.clone(),
+        permissions,
+        bridges.clone(),
+        rooms.clone(),
+    );
     // No tonic concurrency limit: it would count parked waits with the other calls.
     // `wait_route` applies each connection's own limits instead.
     tonic::transport::Server::builder()
@@ -75,6 +83,7 @@ pub async fn serve(
         .add_service(pb::home_service_server::HomeServiceServer::new(HomeServiceImpl::new(
             threads,
             mailbox,
+            waits,
             info,
             request_shutdown,
         )))

@@ -11,7 +11,7 @@ use crate::convert::{
     posted_to_pb, read_to_pb, room_page_to_pb, sent_to_pb, thread_to_pb, wait_result_to_pb,
 };
 use crate::error::Error;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, PermissionRequests, Waits};
 use crate::messaging::{Messaging, Routed};
 use crate::rooms::Rooms;
 use crate::threads::{CreateRequest, Threads};
@@ -20,13 +20,22 @@ use crate::threads::{CreateRequest, Threads};
 pub struct ThreadServiceImpl {
     threads: Threads,
     mailbox: Mailbox,
+    waits: Waits,
+    permissions: PermissionRequests,
     messaging: Messaging,
 }
 
 impl ThreadServiceImpl {
-    pub fn new(threads: Threads, mailbox: Mailbox, bridges: Bridges, rooms: Rooms) -> Self {
-        let messaging = Messaging::new(threads.clone(), mailbox.clone(), bridges, rooms);
-        Self { threads, mailbox, messaging }
+    pub fn new(
+        threads: Threads,
+        mailbox: Mailbox,
+        waits: Waits,
+        permissions: PermissionRequests,
+        bridges: Bridges,
+        rooms: Rooms,
+    ) -> Self {
+        let messaging = Messaging::new(threads.clone(), mailbox.clone(), waits.clone(), bridges, rooms);
+        Self { threads, mailbox, waits, permissions, messaging }
     }
 
     /// A peer tool called with `token` (the `kiki-token` header, if any): an agent's call
@@ -205,7 +214,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         request: Request<pb::AttentionRequest>,
     ) -> Result<Response<pb::AttentionResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
-        self.mailbox.attention(&caller, &request.into_inner().reason).await.map_err(status)?;
+        self.waits.attention(&caller, &request.into_inner().reason).await.map_err(status)?;
         Ok(Response::new(pb::AttentionResponse {}))
     }
 
@@ -220,7 +229,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let r = request.into_inner();
         let turn_id = (!r.turn_id.is_empty()).then_some(r.turn_id);
         let mut progress =
-            self.mailbox.follow(&caller, &target(r.target)?, turn_id, r.wait_ms).await.map_err(status)?;
+            self.waits.follow(&caller, &target(r.target)?, turn_id, r.wait_ms).await.map_err(status)?;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             loop {
@@ -245,7 +254,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::PermissionAskResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let decision = self.mailbox.ask_permission(&caller, &r.tool, &r.input).await.map_err(status)?;
+        let decision = self.permissions.ask_permission(&caller, &r.tool, &r.input).await.map_err(status)?;
         Ok(Response::new(pb::PermissionAskResponse {
             request_id: decision.request_id,
             allowed: decision.allowed,
@@ -261,7 +270,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
         let stands = self
-            .mailbox
+            .permissions
             .decide_permission(&caller, &r.request_id, r.allow, &r.reason)
             .await
             .map_err(status)?;
@@ -279,7 +288,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
     ) -> Result<Response<pb::ThreadInboxResponse>, Status> {
         let caller = caller(&self.threads, &request)?;
         let r = request.into_inner();
-        let (items, delivered) = self.mailbox.inbox(&caller, r.taken, r.timeout_ms).await.map_err(status)?;
+        let (items, delivered) = self.waits.inbox(&caller, r.taken, r.timeout_ms).await.map_err(status)?;
         Ok(Response::new(pb::ThreadInboxResponse {
             items: items.into_iter().map(crate::convert::inbox_item_to_pb).collect(),
             delivered,

@@ -1,19 +1,25 @@
-//! The mailbox as a running turn's desk (see [`crate::executors::desk`]): an executor's
-//! permission requests and mid-turn input take the same paths as `kiki mcp`'s
-//! PermissionAsk and ThreadInbox for that turn.
+//! A running turn's desk (see [`crate::executors::desk`]): an executor's permission
+//! requests and mid-turn input take the same paths as `kiki mcp`'s PermissionAsk and
+//! ThreadInbox for that turn.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::Mailbox;
+use super::{PermissionRequests, Waits};
 use crate::caller::Caller;
 use crate::executors::desk::{Desk, Permission};
 use crate::store::InputRecord;
 use crate::threads::runner::TurnCaller;
 
+/// What an executor asks of the home during a turn.
+pub struct TurnDesk {
+    pub waits: Waits,
+    pub permissions: PermissionRequests,
+}
+
 #[async_trait]
-impl Desk for Mailbox {
+impl Desk for TurnDesk {
     async fn ask_permission(
         &self,
         thread_id: &str,
@@ -26,7 +32,7 @@ impl Desk for Mailbox {
         let tool: String = tool.chars().take(kiki_proto::limits::TOOL_MAX_CHARS).collect();
         let input: String = input.chars().take(kiki_proto::limits::TOOL_INPUT_MAX_CHARS).collect();
         let decision =
-            Mailbox::ask_permission(self, &caller, &tool, &input).await.map_err(|e| e.to_string())?;
+            self.permissions.ask_permission(&caller, &tool, &input).await.map_err(|e| e.to_string())?;
         Ok(Permission { allowed: decision.allowed, reason: decision.reason })
     }
 
@@ -42,7 +48,7 @@ impl Desk for Mailbox {
             .unwrap_or(u32::MAX)
             .min(kiki_proto::limits::WAIT_TIMEOUT_MAX_MS);
         let (items, _delivered) =
-            self.inbox(&caller, taken, Some(timeout_ms)).await.map_err(|e| e.to_string())?;
+            self.waits.inbox(&caller, taken, Some(timeout_ms)).await.map_err(|e| e.to_string())?;
         Ok(items)
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::Mailbox;
+use super::{Waits, park};
 use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::store::{TurnPart, TurnStatus};
@@ -24,7 +24,7 @@ pub enum Progress {
     End { turn_id: String, status: TurnStatus },
 }
 
-impl Mailbox {
+impl Waits {
     /// Follows `thread_id`'s turn `turn_id`, or the one running (waiting up to `wait_ms` for
     /// one to start). The receiver ends after the turn's end, when nothing started in time,
     /// or when kikid stops.
@@ -54,9 +54,9 @@ impl Mailbox {
             return Err(Error::NotFound(format!("thread {thread_id} has no turn {turn}")));
         }
         let (tx, rx) = mpsc::channel(FOLLOW_BUFFER);
-        let mailbox = self.clone();
+        let waits = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = mailbox.follow_into(&thread_id, turn_id, wait, &tx).await {
+            if let Err(e) = waits.follow_into(&thread_id, turn_id, wait, &tx).await {
                 let _ = tx.send(Err(e)).await;
             }
         });
@@ -115,7 +115,7 @@ impl Mailbox {
         }
     }
 
-    /// [`Mailbox::park`], ended early when the follower goes away.
+    /// [`park`], ended early when the follower goes away.
     async fn park_while_followed(
         &self,
         subscription: &signals::Subscription,
@@ -123,7 +123,7 @@ impl Mailbox {
         tx: &mpsc::Sender<Result<Progress>>,
     ) -> bool {
         tokio::select! {
-            parked = self.park(subscription, deadline) => parked,
+            parked = park(subscription, deadline, &self.stopping) => parked,
             () = tx.closed() => false,
         }
     }

@@ -3,16 +3,22 @@
 //! until `kiki approve ID` / `kiki deny ID` answers it, and an unanswered request is denied
 //! after `[threads] permission_timeout`.
 
-use tokio::time::Instant;
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::Mailbox;
+use kiki_proto::limits;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::park;
 use crate::caller::Caller;
 use crate::error::{Error, Result};
-use crate::store::{PermissionRecord, PermissionStatus};
+use crate::store::{PermissionRecord, PermissionStatus, Store};
 use crate::sync::uncancelled;
-use crate::threads::new_id;
+use crate::threads::runner::TurnRunner;
+use crate::threads::signals::Signals;
+use crate::threads::{Threads, new_id};
 use crate::time::now_ms;
-use kiki_proto::limits;
 
 /// How much of a tool's input the attention event quotes.
 const INPUT_PREVIEW_CHARS: usize = 300;
@@ -30,7 +36,24 @@ fn answered(id: &str) -> String {
     format!("{id}#answered")
 }
 
-impl Mailbox {
+/// Agents' permission requests and the owner's answers.
+#[derive(Clone)]
+pub struct PermissionRequests {
+    store: Arc<dyn Store>,
+    runner: TurnRunner,
+    signals: Signals,
+    /// `[threads] permission_timeout`: a request unanswered this long is denied.
+    timeout: Duration,
+    /// Cancelled when the daemon stops: a waiting request is denied at once.
+    stopping: CancellationToken,
+}
+
+impl PermissionRequests {
+    pub fn new(threads: &Threads, timeout: Duration, signals: Signals, stopping: CancellationToken) -> Self {
+        let (store, runner) = (threads.store().clone(), threads.runner().clone());
+        Self { store, runner, signals, timeout, stopping }
+    }
+
     /// PermissionAsk: files the request and waits for the owner's answer.
     pub async fn ask_permission(&self, caller: &Caller, tool: &str, input: &str) -> Result<Decision> {
         let caller = caller.turn_only("a permission request")?;
@@ -63,13 +86,13 @@ impl Mailbox {
             Ok::<_, Error>(())
         })
         .await?;
-        let deadline = Instant::now() + self.config.threads.permission_timeout;
+        let deadline = Instant::now() + self.timeout;
         loop {
             let stands = self.store.permission(&request.id).await?;
             if let Some(decided) = stands.filter(|r| r.status != PermissionStatus::Pending) {
                 return Ok(decision(decided));
             }
-            if !self.runner.is_running(caller) || !self.park(&subscription, deadline).await {
+            if !self.runner.is_running(caller) || !park(&subscription, deadline, &self.stopping).await {
                 break;
             }
         }
@@ -79,7 +102,7 @@ impl Mailbox {
         } else if !self.runner.is_running(caller) {
             "the turn ended before an answer".to_string()
         } else {
-            let timeout = humantime::format_duration(self.config.threads.permission_timeout);
+            let timeout = humantime::format_duration(self.timeout);
             format!("nobody answered within {timeout} ([threads] permission_timeout)")
         };
         let (store, id) = (self.store.clone(), request.id.clone());

@@ -425,11 +425,12 @@ impl Inner {
             usage,
             agent_session: report.session,
         };
-        info!(turn_id = %turn.id, status = outcome.status.as_str(), "turn ended");
-        self.finish(outcome).await;
+        // Told before the turn's end is: a caller that waits for the end sees why too.
         if let Some(reason) = lost_session {
             self.attention(&turn.thread_id, &turn.id, reason).await;
         }
+        info!(turn_id = %turn.id, status = outcome.status.as_str(), "turn ended");
+        self.finish(outcome).await;
         if let (Some(budget), Some(spent)) = (profile.max_cost_usd, usage.map(|u| u.cost_usd)) {
             self.check_budget(&turn.thread_id, &turn.id, budget, spent).await;
         }

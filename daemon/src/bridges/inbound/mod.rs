@@ -264,9 +264,9 @@ impl Inbound {
                 self.scoped_thread(&bridge, target).await?;
             }
         }
-        let mailbox = &self.cx.mailbox;
+        let waits = &self.cx.waits;
         let (results, timed_out) = tokio::select! {
-            waited = mailbox.wait(request.targets, request.timeout_ms, request.cursors) => waited?,
+            waited = waits.wait(request.targets, request.timeout_ms, request.cursors) => waited?,
             // Whatever the bridge's state now refuses (bridge_revoked, bridge_disabled).
             () = cut_off.cancelled() => return Err(self.granted(peer, Permission::Wait).await.err().unwrap_or_else(|| {
                 Rejection::Wire(Refusal::BridgeRevoked, "the target's owner changed this bridge".into())
