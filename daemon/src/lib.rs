@@ -3,13 +3,16 @@
 //!
 //! # Layout
 //!
+//! - `boot`: the steps and components of a start, stopped in reverse.
+//! - [`caller`]: who makes a call (the owner, or a turn by its token).
 //! - [`config`]: typed `config.toml`, layered defaults → file → env → code.
 //! - [`identity`]: the home's key and the home id derived from it.
 //! - [`store`]: the [`store::Store`] trait and its SQLite backend, with migrations.
 //! - [`threads`]: thread rules (limits, cursors, content refs) and the turn runner.
 //! - [`executors`]: `echo`, `exec`, `claude`, `codex` and `acp`, which run one turn.
-//! - [`mailbox`]: sends to this home's threads (group commit, idempotency), ThreadWait,
-//!   switches, attention.
+//! - [`mailbox`]: sends to this home's threads (group commit, idempotency) and switches;
+//!   ThreadWait, attention and a turn's inbox; permission requests.
+//! - [`rooms`]: rooms of this home, and its threads' places in rooms of other homes.
 //! - [`bridges`]: pairing and calls between homes over `kiki-bridge`'s QUIC endpoint.
 //! - [`messaging`]: the one entry point for ThreadSend, routing local or across a bridge.
 //! - [`doctor`], [`backup`]: `kiki doctor` and `kiki backup`.
@@ -21,13 +24,16 @@
 //!
 //! # Boot and shutdown
 //!
-//! [`DaemonBuilder::start`] reads like a startup script: create and lock the home, load the
-//! config, load the identity, open the store, fail turns a crash interrupted, start the
-//! runner and queued turns, bind the socket (0600), serve. [`DaemonHandle::shutdown`] stops
-//! in reverse: stop accepting calls and let in-flight ones finish, stop running turns
-//! (recorded as failed), close the store, remove the socket, release the lock.
+//! [`DaemonBuilder::start`] reads like a startup script: open and lock the home (config,
+//! identity), open the store (failing turns a crash interrupted), assemble the threads and
+//! their services, start turns (the queued ones at once), the bridges and key pruning,
+//! bind the socket (0600) and serve. Each part started is a component that says what it
+//! stops; [`DaemonHandle::shutdown`] stops them in reverse: the calls (in-flight ones
+//! finish within a grace period), key pruning, the bridge endpoint, running turns (recorded
+//! as failed), the store, then the socket and the lock.
 
 pub mod backup;
+mod boot;
 pub mod bridges;
 pub mod caller;
 pub mod config;
@@ -47,7 +53,6 @@ pub mod sync;
 pub mod threads;
 pub mod time;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -55,12 +60,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use config::{Config, ConfigError};
-use executors::agent::Agent;
-use identity::{Creation, Identity, IdentityError};
-use kiki_proto::home::{HomeDir, LockError, Untrusted};
-use store::{SqliteStore, Store, StoreError};
-use threads::Threads;
-use threads::runner::{INTERRUPTED, TurnRunner};
+use identity::{Identity, IdentityError};
+use kiki_proto::home::{LockError, Untrusted};
+use store::StoreError;
 
 /// Why a daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -166,223 +168,91 @@ impl DaemonBuilder {
         self
     }
 
+    /// Starts the home: open it, open its store, assemble its threads and services, start
+    /// turns, bridges and key pruning, then serve its API. Each part started is a
+    /// [`boot::Component`], stopped in reverse order when the home stops.
     pub async fn start(self) -> Result<DaemonHandle, StartError> {
-        let home = HomeDir::resolve(self.home)
-            .map_err(|source| StartError::Home { path: "(unset)".into(), source })?;
-        home.create()?;
-        let lock = home.lock()?;
-
-        let config_file = self.config_file.clone().unwrap_or_else(|| home.config_file());
-        let config = match self.config {
-            Some(config) => {
-                config.validate()?;
-                config
-            }
-            None => {
-                let (file, must_exist) = (config_file.clone(), self.config_file.is_some());
-                // A config names the programs kikid runs: only its user's own is read.
-                kiki_proto::home::trusted_if_present(&file, "config file")?;
-                Config::load(&file, must_exist)?
-            }
-        };
-        let config = Arc::new(config);
-
-        let store_path = match &config.store.url {
-            Some(url) => SqliteStore::path_of(url, home.root())?,
-            None => home.sqlite_file(),
-        };
-        for file in SqliteStore::files(&store_path) {
-            kiki_proto::home::trusted_if_present(&file, "store file")?;
-        }
-        // A key is made for a new home only: one with a store lost its key, and a new key
-        // would make it another home to every peer it has a bridge with.
-        let creation =
-            if store_path.exists() && !self.new_identity { Creation::Refused } else { Creation::Allowed };
-        let identity =
-            Identity::load_or_create(&home.identity_file(), creation, &store_path.display().to_string())?;
-        info!(home_id = identity.home_id(), home = %home.root().display(), "home identity loaded");
-
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open_path(&store_path).await?);
-        recover_interrupted_turns(store.as_ref()).await?;
-        let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
-        if !interrupted.is_empty() {
-            warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
-        }
-
-        let signals = threads::signals::Signals::default();
-        let room_signals = signals.clone();
-        let handle_signals = signals.clone();
-        let runner =
-            TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), signals.clone());
-        let threads =
-            Threads::new(store.clone(), config.clone(), runner.clone(), identity.home_id().to_string());
+        let home = boot::open_home(self.home, self.config, self.config_file, self.new_identity)?;
+        let (config, home_id) = (home.config.clone(), home.identity.home_id().to_string());
         let shutdown = CancellationToken::new();
-        let send_keys = Arc::new(sync::KeyLocks::default());
-        let mailbox = mailbox::Mailbox::new(
-            threads.clone(),
-            config.clone(),
-            signals.clone(),
-            send_keys.clone(),
-            shutdown.clone(),
-        );
-        let waits = mailbox::Waits::new(threads.clone(), config.clone(), signals.clone(), shutdown.clone());
-        let permissions = mailbox::PermissionRequests::new(
-            &threads,
-            config.threads.permission_timeout,
-            signals.clone(),
-            shutdown.clone(),
-        );
-        // Kept by the serving task below while turns may run; the runner holds it weakly.
-        let desk: Arc<dyn executors::desk::Desk> =
-            Arc::new(mailbox::TurnDesk { waits: waits.clone(), permissions: permissions.clone() });
-        runner.set_desk(Arc::downgrade(&desk));
-        for thread_id in store.threads_with_queued_input().await? {
-            runner.kick(&thread_id);
-        }
+        let mut started: Vec<Box<dyn boot::Component>> = Vec::new();
 
+        let socket = home.dir.socket();
+        started.push(Box::new(boot::HomeHeld { lock: home.lock, socket: socket.clone() }));
+        let store = boot::open_store(&home.store_path).await?;
+        started.push(Box::new(boot::StoreComponent(store.clone())));
+        let domain = boot::Domain::assemble(store.clone(), config.clone(), &home.dir, &home_id, &shutdown);
+        started.push(Box::new(domain.start_turns().await?));
         let transport = match &self.transport {
-            Some(factory) => factory(identity.home_id()),
-            None => bridges::quic_transport(&identity.key().serialize_pem(), config.bridge.listen).await?,
+            Some(factory) => factory(&home_id),
+            None => {
+                bridges::quic_transport(&home.identity.key().serialize_pem(), config.bridge.listen).await?
+            }
         };
-        // Rung by whatever writes outbox entries: cross-home sends, and room posts waking
-        // members of other homes.
-        let outbox_work = Arc::new(tokio::sync::Notify::new());
-        let rooms = rooms::Rooms::new(
-            threads.clone(),
-            mailbox.clone(),
-            room_signals,
-            config.clone(),
-            outbox_work.clone(),
-        );
-        let parts = bridges::HomeParts {
-            store: store.clone(),
-            threads: threads.clone(),
-            config: config.clone(),
-            mailbox: mailbox.clone(),
-            waits: waits.clone(),
-            rooms: rooms.clone(),
-            send_keys,
-            outbox_work,
-        };
-        let bridges = bridges::Bridges::start(parts, transport, &shutdown);
+        let bridges = bridges::Bridges::start(domain.bridge_parts(&store, &config), transport, &shutdown);
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
+        started.push(Box::new(bridges.clone()));
+        started.push(Box::new(boot::prune_keys(
+            store.clone(),
+            config.mailbox.key_retention,
+            shutdown.clone(),
+        )));
 
-        let socket = home.socket();
-        let listener = bind_owner_only(&socket)?;
+        let listener = boot::bind_owner_only(&socket)?;
         let info = Arc::new(grpc::HomeInfo {
-            home_id: identity.home_id().to_string(),
-            home: home.root().display().to_string(),
+            home_id: home_id.clone(),
+            home: home.dir.root().display().to_string(),
             socket: socket.display().to_string(),
             store: store.describe(),
             started_at: time::rfc3339(time::now_ms()),
             default_profile: config.default_profile().to_string(),
             profiles: config.profile_names(),
             bridge_listen: bridges.listen_addr(),
-            thread_communication: match config.thread_communication.enabled {
-                Some(false) => "off for every thread ([thread_communication] enabled = false)",
-                Some(true) => "on by default ([thread_communication] enabled = true)",
-                None => "off by default: threads opt in (kiki thread set REF --communication on)",
-            }
-            .to_string(),
-            config_file: config_file.clone(),
-            store_path: store_path.clone(),
+            thread_communication: config.thread_communication.describe().to_string(),
+            config_file: home.config_file,
+            store_path: home.store_path,
         });
+        let signals = domain.signals.clone();
+        let services = domain.services(bridges, info.clone());
+        started.push(Box::new(serve_api(listener, services, shutdown.clone())));
+        info!(socket = %info.socket, "kikid is serving");
 
         let stopped = CancellationToken::new();
-        let pruning = tokio::spawn(prune_keys(store.clone(), config.mailbox.key_retention, shutdown.clone()));
-        let serving = {
-            let shutdown = shutdown.clone();
-            let stopped = stopped.clone();
-            let info = info.clone();
-            tokio::spawn(async move {
-                let endpoint = bridges.clone();
-                let serving = grpc::serve(
-                    listener,
-                    grpc::Services { threads, mailbox, waits, permissions, bridges, rooms, info },
-                    shutdown.clone().cancelled_owned(),
-                    shutdown.clone(),
-                );
-                let grace = async {
-                    shutdown.cancelled().await;
-                    tokio::time::sleep(SHUTDOWN_GRACE).await;
-                };
-                tokio::select! {
-                    result = serving => if let Err(e) = result {
-                        tracing::error!(error = %e, "gRPC server failed");
-                    },
-                    () = grace => warn!(grace = ?SHUTDOWN_GRACE, "calls still in flight after the grace period; closing them"),
-                }
-                info!("closing the bridge endpoint");
-                endpoint.close().await;
-                drop(endpoint);
-                info!("stopped accepting calls; stopping turns");
-                runner.shutdown().await;
-                drop(desk);
-                // Between chunks it sees the shutdown; its last write lands before the close.
-                let _ = pruning.await;
-                info!("closing the store");
-                store.close().await;
-                let _ = std::fs::remove_file(&socket);
-                drop(lock);
+        tokio::spawn({
+            let (shutdown, stopped) = (shutdown.clone(), stopped.clone());
+            async move {
+                shutdown.cancelled().await;
+                boot::stop_all(started).await;
                 info!("home stopped");
                 stopped.cancel();
-            })
-        };
-        drop(serving);
-        info!(socket = %info.socket, "kikid is serving");
-        Ok(DaemonHandle {
-            inner: Arc::new(HandleInner { shutdown, stopped, info, identity, signals: handle_signals }),
-        })
-    }
-}
-
-/// Forgets idempotency keys older than the retention, hourly, until shutdown: a chunk at a
-/// time, each its own short write, so a busy home's hour of keys holds up no send.
-async fn prune_keys(store: Arc<dyn Store>, retention: std::time::Duration, shutdown: CancellationToken) {
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
-    const CHUNK: u32 = 1000;
-    loop {
-        let before = time::now_ms() - retention.as_millis() as i64;
-        let mut pruned = 0;
-        loop {
-            match store.prune_keys(before, CHUNK).await {
-                Ok(n) => {
-                    pruned += n;
-                    // Until a window of the oldest keys holds none to forget (keys written
-                    // while the clock ran ahead wait for it at the head of the order).
-                    if n == 0 || shutdown.is_cancelled() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    warn!(error = %e, "cannot prune idempotency keys");
-                    break;
-                }
             }
-        }
-        if pruned > 0 {
-            info!(keys = pruned, "pruned expired idempotency keys");
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(EVERY) => {}
-        }
+        });
+        let handle = HandleInner { shutdown, stopped, info, identity: home.identity, signals };
+        Ok(DaemonHandle { inner: Arc::new(handle) })
     }
 }
 
-/// Binds the socket so that only the owner can connect: the home directory is 0700 and the
-/// socket is made 0600 before the first call can be accepted. A stale socket left by a
-/// crashed daemon is removed (we hold the home's lock, so nobody else serves it).
-fn bind_owner_only(path: &std::path::Path) -> Result<tokio::net::UnixListener, StartError> {
-    let err = |source| StartError::Listen { path: path.display().to_string(), source };
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
-    }
-    let listener = tokio::net::UnixListener::bind(path).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-    Ok(listener)
+/// Serves the API until the home's shutdown, then lets in-flight calls finish for up to
+/// [`SHUTDOWN_GRACE`] before closing them.
+fn serve_api(
+    listener: tokio::net::UnixListener,
+    services: grpc::Services,
+    shutdown: CancellationToken,
+) -> boot::Task {
+    let handle = tokio::spawn(async move {
+        let serving = grpc::serve(listener, services, shutdown.clone().cancelled_owned(), shutdown.clone());
+        let grace = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        tokio::select! {
+            result = serving => if let Err(e) = result {
+                tracing::error!(error = %e, "gRPC server failed");
+            },
+            () = grace => warn!(grace = ?SHUTDOWN_GRACE, "calls still in flight after the grace period; closing them"),
+        }
+    });
+    boot::Task { name: "calls (the API)", handle }
 }
 
 /// A running home. Cheap to clone.
@@ -433,26 +303,4 @@ impl DaemonHandle {
     pub async fn stopped(&self) {
         self.inner.stopped.cancelled().await;
     }
-}
-
-/// Before the turns the last kikid left `running` are failed: an `exec` agent it left
-/// running (killed with -9) would go on beside the turns that follow, so it is stopped; an
-/// `exec` turn with no agent recorded never gave its agent the input (the agent is recorded
-/// before it gets it), so its messages were not delivered after all.
-async fn recover_interrupted_turns(store: &dyn Store) -> Result<(), StoreError> {
-    let mut stopped = 0;
-    for turn in store.interrupted_turns().await? {
-        match turn.agent.as_deref() {
-            // An exec agent never described never got its input: nothing was delivered.
-            Some("") => {
-                store.undeliver_turn_messages(&turn.turn_id, "kikid_stopped", time::now_ms()).await?;
-            }
-            Some(record) => stopped += usize::from(Agent::from_record(record).is_some_and(|a| a.stop())),
-            None => {}
-        }
-    }
-    if stopped > 0 {
-        warn!(agents = stopped, "stopped agent processes left running by the last stop");
-    }
-    Ok(())
 }

@@ -110,6 +110,17 @@ pub struct ThreadCommunicationConfig {
     pub enabled: Option<bool>,
 }
 
+impl ThreadCommunicationConfig {
+    /// The switch in words, as `kiki status` shows it.
+    pub fn describe(&self) -> &'static str {
+        match self.enabled {
+            Some(false) => "off for every thread ([thread_communication] enabled = false)",
+            Some(true) => "on by default ([thread_communication] enabled = true)",
+            None => "off by default: threads opt in (kiki thread set REF --communication on)",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct TurnsConfig {

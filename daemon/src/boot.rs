@@ -1,0 +1,335 @@
+//! The steps [`crate::DaemonBuilder::start`] is written in, and the components it starts:
+//! each component says what it stops, and a home stops them in the reverse of the order it
+//! started them (the calls it serves first, the home's lock last), logging each step.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kiki_proto::home::{HomeDir, HomeLock};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::StartError;
+use crate::config::Config;
+use crate::executors::agent::Agent;
+use crate::executors::desk::Desk;
+use crate::identity::{Creation, Identity};
+use crate::mailbox::{Mailbox, PermissionRequests, TurnDesk, Waits};
+use crate::rooms::Rooms;
+use crate::store::{SqliteStore, Store};
+use crate::sync::KeyLocks;
+use crate::threads::Threads;
+use crate::threads::runner::{INTERRUPTED, TurnRunner};
+use crate::threads::signals::Signals;
+use crate::time;
+
+/// Something a running home started, which it stops when it stops.
+#[async_trait]
+pub(crate) trait Component: Send + Sync {
+    /// What it is, for the log of a stop.
+    fn name(&self) -> &'static str;
+    /// Stops it; the home's shutdown has been asked for already.
+    async fn stop(self: Box<Self>);
+}
+
+/// The home directory, locked for this daemon, with its config and identity.
+pub(crate) struct OpenedHome {
+    pub dir: HomeDir,
+    pub lock: HomeLock,
+    pub config: Arc<Config>,
+    /// The config file kikid read (or would have: it may not exist).
+    pub config_file: PathBuf,
+    pub store_path: PathBuf,
+    pub identity: Identity,
+}
+
+/// Creates (or checks) and locks the home, reads its config and its identity. A config
+/// or store file another user could have written is refused: a config names the programs
+/// kikid runs, a store its identity's history.
+pub(crate) fn open_home(
+    home: Option<PathBuf>,
+    config: Option<Config>,
+    config_file: Option<PathBuf>,
+    new_identity: bool,
+) -> Result<OpenedHome, StartError> {
+    let dir = HomeDir::resolve(home).map_err(|source| StartError::Home { path: "(unset)".into(), source })?;
+    dir.create()?;
+    let lock = dir.lock()?;
+    let must_exist = config_file.is_some();
+    let config_file = config_file.unwrap_or_else(|| dir.config_file());
+    let config = match config {
+        Some(config) => {
+            config.validate()?;
+            config
+        }
+        None => {
+            kiki_proto::home::trusted_if_present(&config_file, "config file")?;
+            Config::load(&config_file, must_exist)?
+        }
+    };
+    let store_path = match &config.store.url {
+        Some(url) => SqliteStore::path_of(url, dir.root())?,
+        None => dir.sqlite_file(),
+    };
+    for file in SqliteStore::files(&store_path) {
+        kiki_proto::home::trusted_if_present(&file, "store file")?;
+    }
+    // A key is made for a new home only: one with a store lost its key, and a new key
+    // would make it another home to every peer it has a bridge with.
+    let creation = if store_path.exists() && !new_identity { Creation::Refused } else { Creation::Allowed };
+    let identity =
+        Identity::load_or_create(&dir.identity_file(), creation, &store_path.display().to_string())?;
+    info!(home_id = identity.home_id(), home = %dir.root().display(), "home identity loaded");
+    Ok(OpenedHome { dir, lock, config: Arc::new(config), config_file, store_path, identity })
+}
+
+/// Opens the store and puts right what the last kikid left running: its turns are
+/// failed (never re-run), an `exec` agent it left running is stopped, and an `exec` turn
+/// whose agent never got its input gives its messages back as undeliverable.
+pub(crate) async fn open_store(path: &Path) -> Result<Arc<dyn Store>, StartError> {
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_path(path).await?);
+    let mut stopped = 0;
+    for turn in store.interrupted_turns().await? {
+        match turn.agent.as_deref() {
+            // An exec agent never described never got its input: nothing was delivered.
+            Some("") => {
+                store.undeliver_turn_messages(&turn.turn_id, "kikid_stopped", time::now_ms()).await?;
+            }
+            Some(record) => stopped += usize::from(Agent::from_record(record).is_some_and(|a| a.stop())),
+            None => {}
+        }
+    }
+    if stopped > 0 {
+        warn!(agents = stopped, "stopped agent processes left running by the last stop");
+    }
+    let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
+    if !interrupted.is_empty() {
+        warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
+    }
+    Ok(store)
+}
+
+/// The home's threads and what acts on them, wired together: the turn runner, the
+/// mailbox's parts, rooms.
+pub(crate) struct Domain {
+    pub signals: Signals,
+    pub runner: TurnRunner,
+    pub threads: Threads,
+    pub mailbox: Mailbox,
+    pub waits: Waits,
+    pub permissions: PermissionRequests,
+    pub rooms: Rooms,
+    /// One send at a time per sender's key, shared by local and cross-home sends.
+    pub send_keys: Arc<KeyLocks>,
+    /// Rung by whatever writes outbox entries (cross-home sends, room posts waking members
+    /// of other homes): the outbox worker looks again.
+    pub outbox_work: Arc<tokio::sync::Notify>,
+}
+
+impl Domain {
+    pub(crate) fn assemble(
+        store: Arc<dyn Store>,
+        config: Arc<Config>,
+        home: &HomeDir,
+        home_id: &str,
+        shutdown: &CancellationToken,
+    ) -> Self {
+        let signals = Signals::default();
+        let runner =
+            TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), signals.clone());
+        let threads = Threads::new(store, config.clone(), runner.clone(), home_id.to_string());
+        let send_keys = Arc::new(KeyLocks::default());
+        let mailbox = Mailbox::new(
+            threads.clone(),
+            config.clone(),
+            signals.clone(),
+            send_keys.clone(),
+            shutdown.clone(),
+        );
+        let waits = Waits::new(threads.clone(), config.clone(), signals.clone(), shutdown.clone());
+        let timeout = config.threads.permission_timeout;
+        let permissions = PermissionRequests::new(&threads, timeout, signals.clone(), shutdown.clone());
+        let outbox_work = Arc::new(tokio::sync::Notify::new());
+        let rooms =
+            Rooms::new(threads.clone(), mailbox.clone(), signals.clone(), config, outbox_work.clone());
+        Self { signals, runner, threads, mailbox, waits, permissions, rooms, send_keys, outbox_work }
+    }
+
+    /// What the bridges work with.
+    pub(crate) fn bridge_parts(
+        &self,
+        store: &Arc<dyn Store>,
+        config: &Arc<Config>,
+    ) -> crate::bridges::HomeParts {
+        crate::bridges::HomeParts {
+            store: store.clone(),
+            threads: self.threads.clone(),
+            config: config.clone(),
+            mailbox: self.mailbox.clone(),
+            waits: self.waits.clone(),
+            rooms: self.rooms.clone(),
+            send_keys: self.send_keys.clone(),
+            outbox_work: self.outbox_work.clone(),
+        }
+    }
+
+    /// What the API serves.
+    pub(crate) fn services(
+        self,
+        bridges: crate::bridges::Bridges,
+        info: Arc<crate::grpc::HomeInfo>,
+    ) -> crate::grpc::Services {
+        let Domain { threads, mailbox, waits, permissions, rooms, .. } = self;
+        crate::grpc::Services { threads, mailbox, waits, permissions, bridges, rooms, info }
+    }
+
+    /// Starts running turns — the queued ones at once — with the turns' desk (what their
+    /// executors ask of the home); stopping it stops the running turns.
+    pub(crate) async fn start_turns(&self) -> Result<Turns, StartError> {
+        let desk: Arc<dyn Desk> =
+            Arc::new(TurnDesk { waits: self.waits.clone(), permissions: self.permissions.clone() });
+        // The runner holds it weakly: kept here while turns may run.
+        self.runner.set_desk(Arc::downgrade(&desk));
+        for thread_id in self.threads.store().threads_with_queued_input().await? {
+            self.runner.kick(&thread_id);
+        }
+        Ok(Turns { runner: self.runner.clone(), _desk: desk })
+    }
+}
+
+/// Running turns: stopped (and recorded as failed) when the home stops.
+pub(crate) struct Turns {
+    runner: TurnRunner,
+    _desk: Arc<dyn Desk>,
+}
+
+#[async_trait]
+impl Component for Turns {
+    fn name(&self) -> &'static str {
+        "running turns"
+    }
+    async fn stop(self: Box<Self>) {
+        self.runner.shutdown().await;
+    }
+}
+
+/// The store: closed last but the lock, once nothing writes any more.
+pub(crate) struct StoreComponent(pub Arc<dyn Store>);
+
+#[async_trait]
+impl Component for StoreComponent {
+    fn name(&self) -> &'static str {
+        "the store"
+    }
+    async fn stop(self: Box<Self>) {
+        self.0.close().await;
+    }
+}
+
+/// The home's lock and socket file: the socket removed, then the lock released.
+pub(crate) struct HomeHeld {
+    pub lock: HomeLock,
+    pub socket: PathBuf,
+}
+
+#[async_trait]
+impl Component for HomeHeld {
+    fn name(&self) -> &'static str {
+        "the home's socket and lock"
+    }
+    async fn stop(self: Box<Self>) {
+        let _ = std::fs::remove_file(&self.socket);
+        drop(self.lock);
+    }
+}
+
+/// The bridges: their endpoint closed (calls under way fail at once), their tasks joined.
+#[async_trait]
+impl Component for crate::bridges::Bridges {
+    fn name(&self) -> &'static str {
+        "the bridge endpoint"
+    }
+    async fn stop(self: Box<Self>) {
+        self.close().await;
+    }
+}
+
+/// A background task that ends on the home's shutdown: its last write lands before the
+/// store closes.
+pub(crate) struct Task {
+    pub name: &'static str,
+    pub handle: tokio::task::JoinHandle<()>,
+}
+
+#[async_trait]
+impl Component for Task {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    async fn stop(self: Box<Self>) {
+        let _ = self.handle.await;
+    }
+}
+
+/// Forgets idempotency keys older than the retention, hourly, until shutdown: a chunk at a
+/// time, each its own short write, so a busy home's hour of keys holds up no send.
+pub(crate) fn prune_keys(store: Arc<dyn Store>, retention: Duration, shutdown: CancellationToken) -> Task {
+    const EVERY: Duration = Duration::from_secs(3600);
+    const CHUNK: u32 = 1000;
+    let handle = tokio::spawn(async move {
+        loop {
+            let before = time::now_ms() - retention.as_millis() as i64;
+            let mut pruned = 0;
+            loop {
+                match store.prune_keys(before, CHUNK).await {
+                    Ok(n) => {
+                        pruned += n;
+                        // Until a window of the oldest keys holds none to forget (keys written
+                        // while the clock ran ahead wait for it at the head of the order).
+                        if n == 0 || shutdown.is_cancelled() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot prune idempotency keys");
+                        break;
+                    }
+                }
+            }
+            if pruned > 0 {
+                info!(keys = pruned, "pruned expired idempotency keys");
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(EVERY) => {}
+            }
+        }
+    });
+    Task { name: "key pruning", handle }
+}
+
+/// Binds the socket so that only the owner can connect: the home directory is 0700 and the
+/// socket is made 0600 before the first call can be accepted. A stale socket left by a
+/// crashed daemon is removed (we hold the home's lock, so nobody else serves it).
+pub(crate) fn bind_owner_only(path: &Path) -> Result<tokio::net::UnixListener, StartError> {
+    let err = |source| StartError::Listen { path: path.display().to_string(), source };
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(listener)
+}
+
+/// Stops `components` in the reverse of the order they started, logging each step.
+pub(crate) async fn stop_all(mut components: Vec<Box<dyn Component>>) {
+    while let Some(component) = components.pop() {
+        info!("stopping {}", component.name());
+        component.stop().await;
+    }
+}
