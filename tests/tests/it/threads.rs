@@ -4,19 +4,11 @@
 use std::time::Duration;
 
 use kiki_proto as pb;
-use kiki_tests::{TestHome, eventually, local};
+use kiki_tests::{TestHome, assert_invalid, eventually, local};
 use tonic::Code;
 
 fn create_in(cwd: &std::path::Path) -> pb::ThreadCreateRequest {
     pb::ThreadCreateRequest { cwd: Some(cwd.display().to_string()), ..Default::default() }
-}
-
-fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str, limit: &str) {
-    let status = result.expect_err("must be refused");
-    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    let message = status.message();
-    assert!(message.starts_with(&format!("{field}:")), "names the field {field}: {message}");
-    assert!(message.contains(limit), "names the limit {limit}: {message}");
 }
 
 async fn count_threads(home: &TestHome) -> u64 {
