@@ -247,12 +247,7 @@ async fn a_client_that_stops_reading_holds_its_calls_back_and_kiki_mcp_stays_sma
         answered.insert(answer["id"].as_u64().expect("id"));
     }
     let _stdin = writer.await.expect("every call written once answers were read");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let peak_kb: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
+    let peak_kb = kiki_tests::measure::peak_rss_kb_of(pid);
     // Unbounded, 1,500 such answers took ~300 MB; bounded, ~20 MB.
     assert!(peak_kb < 100 * 1024, "kiki mcp peaked at {peak_kb} kB");
 }
