@@ -7,10 +7,11 @@
 //! process: none changes its environment, current directory or signal handlers, and each
 //! works in temporary directories of its own and on ports the system picks.
 //!
-//! In-process tests run homes in this process (`kiki_tests::TestHome`); the smoke tier
-//! (`smoke`, `safety`, `rooms_cli`, `mcp_install`) runs the real `kikid` and `kiki` binaries
-//! (`cargo build --workspace --bins` first); `safety` needs root (it changes file owners and
-//! mounts small file systems); `agent_clis` needs the agent CLIs tests/run-all.sh installs.
+//! Most tests run homes in this process (`kiki_tests::TestHome`); the smoke tier (`smoke`,
+//! `safety`, `rooms_cli`, `mcp_install`, and a few tests elsewhere) runs the real `kikid`
+//! and `kiki` binaries, as do agents that call `kiki` from their turns: build them first with
+//! `cargo build --workspace --bins`. `safety` needs root (it changes file owners and mounts
+//! small file systems); `agent_clis` needs the agent CLIs tests/run-all.sh installs.
 
 mod agent_clis;
 mod bridges;
