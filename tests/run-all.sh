@@ -12,7 +12,7 @@ if ! python3 -c 'import mcp' 2>/dev/null; then
 fi
 
 # The real Claude Code, Codex and Gemini CLIs, for the executors' handshake tests
-# (tests/tests/agent_clis.rs): pinned versions from npm, into target/agent-clis.
+# (tests/tests/it/agent_clis.rs): pinned versions from npm, into target/agent-clis.
 export KIKI_AGENT_CLIS="${KIKI_AGENT_CLIS:-$PWD/target/agent-clis}"
 if ! command -v npm >/dev/null; then
     apt-get update && apt-get install -y nodejs npm

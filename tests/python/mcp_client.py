@@ -1,6 +1,6 @@
 """A second, independent MCP client for `kiki mcp`: the Python SDK from PyPI (`mcp`).
 
-Run by tests/tests/mcp.rs as `python3 mcp_client.py KIKI HOME WORKDIR ROOM OTHER`. It
+Run by tests/tests/it/mcp.rs as `python3 mcp_client.py KIKI HOME WORKDIR ROOM OTHER`. It
 starts `kiki --home HOME mcp` over stdio, lists the tools, and calls each tool's success
 path. The SDK checks every tool's structuredContent against the outputSchema kiki listed,
 so a result that does not match its own schema fails here. Prints one JSON line: the

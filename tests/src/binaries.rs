@@ -68,6 +68,40 @@ pub fn kiki_json(home: &Path, args: &[&str]) -> serde_json::Value {
     })
 }
 
+/// Runs `kiki --json ARGS…`, which must fail: its exit code and its one JSON document (the
+/// error).
+pub fn kiki_fails(home: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = kiki(home, &all);
+    assert!(!out.status.success(), "kiki {args:?} succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    let error = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "kiki {args:?} printed no single JSON document ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), error)
+}
+
+/// `kiki thread read THREAD` (its first 100 turns) once the thread has at least `n` ended
+/// turns.
+pub fn wait_for_turns(home: &Path, thread: &str, n: usize) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let page = kiki_json(home, &["thread", "read", thread, "--limit", "100"]);
+        if page["turns"].as_array().map(Vec::len).unwrap_or(0) >= n {
+            return page;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "thread {thread} never reached {n} turns: {page}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A fresh home directory path (not created: `kiki up` creates it).
 pub fn new_home() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::Builder::new().prefix("kiki-smoke-").tempdir().expect("temp dir");

@@ -1,7 +1,8 @@
 //! kiki's test support: the in-process [`TestHome`] harness, the store conformance suite
-//! ([`conformance`]), helpers for bridges between homes ([`bridges`]) and for the smoke tier
-//! that runs the real binaries ([`binaries`]). The suites themselves are in `tests/tests/`,
-//! the benchmarks in `tests/benches/`.
+//! ([`conformance`]), helpers for bridges between homes ([`bridges`]), for threads as agent
+//! sessions ([`sessions`]) and for the smoke tier that runs the real binaries
+//! ([`binaries`]). The suites themselves are one test binary, `tests/tests/it/` (a module per
+//! topic); the benchmarks are in `tests/benches/`.
 
 pub mod binaries;
 pub mod bridges;
@@ -9,6 +10,7 @@ pub mod conformance;
 pub mod flood;
 pub mod mcp;
 pub mod measure;
+pub mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,6 +20,7 @@ use kiki_daemon::config::{Config, ExecutorKind, ProfileConfig};
 use kiki_daemon::{Daemon, DaemonHandle};
 use kiki_proto as pb;
 use tempfile::TempDir;
+use tonic::Code;
 
 /// How long helpers wait for something that should happen in milliseconds.
 pub const PATIENCE: Duration = Duration::from_secs(20);
@@ -183,6 +186,13 @@ impl TestHome {
         wait_turns(&self.client, thread_id, n).await
     }
 
+    /// A room hosted by `host` and named `name` (the owner's RoomCreate).
+    pub async fn create_room(&self, host: impl Into<String>, name: &str) -> pb::Room {
+        let request = pb::RoomCreateRequest { host: host.into(), name: name.into() };
+        let created = self.client.rooms().room_create(request).await.expect("room created").into_inner();
+        created.room.expect("room")
+    }
+
     pub async fn thread_record(&self, thread_id: &str) -> pb::Thread {
         let page = self
             .read(pb::ThreadReadRequest {
@@ -199,6 +209,16 @@ impl TestHome {
 /// A reference to a thread of the executing home.
 pub fn local(thread_id: &str) -> pb::ThreadRef {
     pb::ThreadRef { host_id: String::new(), workspace_id: String::new(), session_id: thread_id.into() }
+}
+
+/// Asserts that a call was refused as an invalid argument, with a message that names the
+/// `field` first and then the `limit` it broke.
+pub fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str, limit: &str) {
+    let status = result.expect_err("must be refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let message = status.message();
+    assert!(message.starts_with(&format!("{field}:")), "names the field {field}: {message}");
+    assert!(message.contains(limit), "names the limit {limit}: {message}");
 }
 
 pub async fn read_all_turns(client: &Client, thread_id: &str) -> Vec<pb::Turn> {

@@ -89,6 +89,11 @@ pub fn peak_rss_kb() -> u64 {
     proc_field("/proc/self/status", "VmHWM")
 }
 
+/// The most resident memory process `pid` has had so far (`VmHWM`), in kB.
+pub fn peak_rss_kb_of(pid: u32) -> u64 {
+    proc_field(&format!("/proc/{pid}/status"), "VmHWM")
+}
+
 /// CPU time (user + system) this process has used so far, all threads.
 pub fn cpu_time() -> Duration {
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).expect("getrusage");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kiki_proto as pb;
 use kiki_proto::bridge::v1 as wire;
-use kiki_tests::bridges::{approve, link_as, open_home, raw_call, raw_send, receipts, request};
+use kiki_tests::bridges::{link_as, open_home, raw_call, raw_send, receipts};
 use kiki_tests::{TestHome, binaries::binary, eventually};
 use tonic::Code;
 use wire::bridge_call::Call;
@@ -51,12 +51,6 @@ async fn member_home() -> TestHome {
         .await
 }
 
-async fn create_room(home: &TestHome, host: &str) -> String {
-    let request = pb::RoomCreateRequest { host: host.into(), name: "team".into() };
-    let created = home.client().rooms().room_create(request).await.expect("room created").into_inner();
-    created.room.expect("room").id
-}
-
 async fn add(home: &TestHome, room: &str, member: &str) -> Result<bool, tonic::Status> {
     let request = pb::RoomAddRequest { room: room.into(), session_id: member.into() };
     home.client().threads().room_add(request).await.map(|r| r.into_inner().added)
@@ -77,12 +71,6 @@ async fn read(home: &TestHome, room: &str) -> pb::RoomReadResponse {
     home.client().threads().room_read(request).await.expect("read").into_inner()
 }
 
-/// `source` → `target` under `alias`, granting `permissions`.
-async fn bridge(source: &TestHome, target: &TestHome, alias: &str, permissions: &str) {
-    let request_id = request(source, target, permissions, alias).await;
-    approve(target, &request_id, permissions, vec![]).await;
-}
-
 /// The room lives in R; its host is R's, one member is in X and one in Y. R's owner posts
 /// mentioning X's member while the link to X is cut: the post is `delivered` (the log has
 /// it) and the member's delivery pending; once the link heals the member is woken exactly
@@ -96,12 +84,12 @@ async fn a_mention_wakes_a_member_in_another_home_once_across_a_cut_link() {
     let tx = x.thread("member", None).await.id;
     let ty = y.thread("member", None).await.id;
     let relay = r.bridge_through_relay(&x, "xx", "send,wake").await;
-    bridge(&r, &y, "yy", "send,wake").await;
-    bridge(&x, &r, "rr", "send,read").await;
-    bridge(&y, &r, "rr", "send,read").await;
+    r.bridge_named(&y, "yy", "send,wake").await;
+    x.bridge_named(&r, "rr", "send,read").await;
+    y.bridge_named(&r, "rr", "send,read").await;
     let (r_id, x_id, y_id) = (r.handle().home_id(), x.handle().home_id(), y.handle().home_id());
 
-    let room = create_room(&r, &host).await;
+    let room = r.create_room(&host, "team").await.id;
     assert!(add(&r, &room, &format!("xx/{tx}")).await.expect("X's member joins"));
     assert!(add(&r, &room, &format!("yy/{ty}")).await.expect("Y's member joins"));
     assert!(!add(&r, &room, &format!("xx/{tx}")).await.expect("again"), "already a member");
@@ -172,11 +160,11 @@ async fn each_bridge_grant_decides_room_traffic_at_its_target() {
     let tx = x.thread("member", None).await.id;
     let stranger = x.thread("member", None).await.id;
 
-    let room = create_room(&r, &host).await;
+    let room = r.create_room(&host, "team").await.id;
     let refused = add(&r, &room, &format!("xx/{tx}")).await.expect_err("no bridge to X yet");
     assert!(refused.message().contains("xx"), "{refused:?}");
-    bridge(&r, &x, "xx", "send,wake").await;
-    bridge(&x, &r, "rr", "send").await;
+    r.bridge_named(&x, "xx", "send,wake").await;
+    x.bridge_named(&r, "rr", "send").await;
     let missing = add(&r, &room, "xx/th_nobody").await.expect_err("no such thread at X");
     assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
     assert!(read(&r, &room).await.members.len() == 1, "nothing was added");
@@ -229,10 +217,10 @@ async fn a_peer_cannot_take_over_a_room_another_home_added_a_member_to() {
     let (a, b, p) = (open_home().await, member_home().await, open_home().await);
     let host = a.thread("echo", None).await.id;
     let xb = b.thread("member", None).await.id;
-    bridge(&a, &b, "bb", "send,wake").await;
-    bridge(&b, &a, "aa", "send,read").await;
-    bridge(&p, &b, "bb", "send,wake").await;
-    let room = create_room(&a, &host).await;
+    a.bridge_named(&b, "bb", "send,wake").await;
+    b.bridge_named(&a, "aa", "send,read").await;
+    p.bridge_named(&b, "bb", "send,wake").await;
+    let room = a.create_room(&host, "team").await.id;
     assert!(add(&a, &room, &format!("bb/{xb}")).await.expect("B's thread joins A's room"));
 
     let (_endpoint, link) = link_as(&p, &b).await;
@@ -258,7 +246,7 @@ async fn a_peer_cannot_take_over_a_room_another_home_added_a_member_to() {
         }
         other => panic!("unexpected answer: {other:?}"),
     }
-    let b_room = create_room(&b, &xb).await;
+    let b_room = b.create_room(&xb, "team").await.id;
     let claim = Call::RoomJoin(wire::RoomJoinCall { room_id: b_room.clone(), session: xb.clone() });
     assert!(matches!(raw_call(&link, claim).await, Reply::Error(_)), "P claimed B's own room {b_room}");
 
@@ -288,10 +276,10 @@ async fn a_member_wakes_a_member_of_a_third_home_through_the_rooms_home() {
     let xb = b.thread("mentioner", None).await.id;
     let xc = c.thread("member", None).await.id;
     for (member, alias) in [(&b, "bb"), (&c, "cc")] {
-        bridge(&a, member, alias, "send,wake").await;
-        bridge(member, &a, "aa", "send,read").await;
+        a.bridge_named(member, alias, "send,wake").await;
+        member.bridge_named(&a, "aa", "send,read").await;
     }
-    let room = create_room(&a, &host).await;
+    let room = a.create_room(&host, "team").await.id;
     assert!(add(&a, &room, &format!("bb/{xb}")).await.expect("B's member joins"));
     assert!(add(&a, &room, &format!("cc/{xc}")).await.expect("C's member joins"));
     let (b_id, c_id) = (b.handle().home_id().to_string(), c.handle().home_id().to_string());
@@ -323,8 +311,8 @@ async fn a_mention_right_after_approval_wakes_the_member() {
     let (a, b) = (open_home().await, member_home().await);
     let host = a.thread("echo", None).await.id;
     let xb = b.thread("member", None).await.id;
-    bridge(&a, &b, "hb", "read,send,wake,wait").await;
-    let room = create_room(&a, &host).await;
+    a.bridge_named(&b, "hb", "read,send,wake,wait").await;
+    let room = a.create_room(&host, "team").await.id;
     assert!(add(&a, &room, &format!("hb/{xb}")).await.expect("joins"));
     let member = format!("{}/{xb}", b.handle().home_id());
     let posted = post(&a, &room, "wake up", &[&member]).await;

@@ -93,10 +93,9 @@ async fn team() -> Team {
     Team { home, host, e1, room, a }
 }
 
+/// A room named "team" hosted by `host`: its id.
 async fn create_room(home: &TestHome, host: &str) -> String {
-    let request = pb::RoomCreateRequest { host: host.into(), name: "team".into() };
-    let created = home.client().rooms().room_create(request).await.expect("room created").into_inner();
-    let room = created.room.expect("room");
+    let room = home.create_room(host, "team").await;
     assert_eq!(room.host, host);
     room.id
 }

@@ -36,16 +36,6 @@ fn profile(executor: ExecutorKind, command: Vec<String>) -> ProfileConfig {
     ProfileConfig { executor, command, ..ProfileConfig::default() }
 }
 
-async fn create(home: &TestHome, prompt: &str) -> String {
-    let request = pb::ThreadCreateRequest {
-        cwd: Some(home.workdir("agent").display().to_string()),
-        profile: Some("agent".into()),
-        prompt: Some(prompt.into()),
-        ..Default::default()
-    };
-    home.create(request).await.expect("create").id
-}
-
 /// Once the thread's turn runs with an agent session: the session. `ended` turns ended
 /// before; another that ends fails the test.
 async fn running_session(home: &TestHome, thread: &str, ended: usize) -> String {
@@ -95,7 +85,7 @@ async fn the_real_codex_app_server_opens_resumes_and_takes_steering() {
         })
         .start()
         .await;
-    let thread = create(&home, "say hello").await;
+    let thread = home.session_thread("agent", "say hello", None).await.expect("create");
     let session = running_session(&home, &thread, 0).await;
     assert!(uuid_like(&session), "a Codex thread id: {session}");
     let sent = steer(&home, &thread, "steer-1").await;
@@ -131,7 +121,7 @@ async fn a_real_codex_without_the_app_server_runs_codex_exec() {
         })
         .start()
         .await;
-    let thread = create(&home, "say hello").await;
+    let thread = home.session_thread("agent", "say hello", None).await.expect("create");
     // Codex retries the model a few times before it gives up.
     let turns = kiki_tests::eventually_within("the turn's end", Duration::from_secs(120), || async {
         Some(home.all_turns(&thread).await).filter(|turns| !turns.is_empty())
@@ -173,7 +163,7 @@ async fn the_real_gemini_cli_opens_an_acp_session() {
         })
         .start()
         .await;
-    let thread = create(&home, "say hello").await;
+    let thread = home.session_thread("agent", "say hello", None).await.expect("create");
     let session = running_session(&home, &thread, 0).await;
     assert!(!session.is_empty() && session.len() <= 200, "an ACP session id: {session}");
 }
@@ -193,7 +183,7 @@ async fn the_real_claude_code_names_resumes_and_loses_sessions() {
         })
         .start()
         .await;
-    let thread = create(&home, "say hello").await;
+    let thread = home.session_thread("agent", "say hello", None).await.expect("create");
     let first = home.wait_turns(&thread, 1).await;
     assert!(first[0].error.contains("Not logged in"), "{:?}", first[0]);
     let session = home.thread_record(&thread).await.agent_session;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kiki_daemon::config::{ExecutorKind, ProfileConfig};
 use kiki_proto as pb;
+use kiki_tests::sessions::turn_of;
 use kiki_tests::{TestHome, TestHomeBuilder};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -59,47 +60,12 @@ impl Agent {
     }
 }
 
-async fn create(home: &TestHome, prompt: &str, resume: Option<&str>) -> Result<String, tonic::Status> {
-    home.create(pb::ThreadCreateRequest {
-        cwd: Some(home.workdir("agent").display().to_string()),
-        profile: Some("agent".into()),
-        prompt: Some(prompt.into()),
-        title: None,
-        resume_agent_session: resume.map(str::to_string),
-    })
-    .await
-    .map(|created| created.id)
-}
-
-/// `turn N of SESSION: PROMPT…` → (N, SESSION).
-fn turn_of(output: &str) -> (u32, String) {
-    let rest = output.strip_prefix("turn ").unwrap_or_else(|| panic!("the scripted answer: {output:?}"));
-    let (n, rest) = rest.split_once(" of ").expect("of");
-    let (session, _) = rest.split_once(": ").expect(": ");
-    (n.parse().expect("n"), session.to_string())
-}
-
-async fn events(home: &TestHome, thread: &str) -> Vec<pb::Event> {
-    let wait = pb::ThreadWaitRequest {
-        targets: vec![kiki_tests::local(thread)],
-        timeout_ms: Some(0),
-        cursors: Default::default(),
-    };
-    let waited = home.client().threads().thread_wait(wait).await.expect("wait").into_inner();
-    waited.results.into_iter().next().expect("one result").events
-}
-
-async fn attention(home: &TestHome, thread: &str) -> Vec<String> {
-    let events = events(home, thread).await;
-    events.into_iter().filter(|e| e.kind == pb::EventKind::Attention as i32).map(|e| e.reason).collect()
-}
-
 #[tokio::test]
 async fn a_thread_is_one_codex_or_acp_session_across_turns_and_restarts() {
     for agent in BOTH {
         let state = tempfile::tempdir().expect("state");
         let mut home = agent.home(state.path()).start().await;
-        let thread = create(&home, "one", None).await.expect("create");
+        let thread = home.session_thread("agent", "one", None).await.expect("create");
         let first = home.wait_turns(&thread, 1).await;
         assert_eq!(first[0].status, pb::TurnStatus::Completed as i32, "{agent:?}: {:?}", first[0]);
         let (n, session) = turn_of(&first[0].output);
@@ -119,7 +85,7 @@ async fn a_thread_is_one_codex_or_acp_session_across_turns_and_restarts() {
         let turns = home.wait_turns(&thread, 3).await;
         assert_eq!(turn_of(&turns[2].output), (3, session.clone()), "{agent:?}: resumed after a restart");
 
-        let other = create(&home, "four", Some(&session)).await.expect("create");
+        let other = home.session_thread("agent", "four", Some(&session)).await.expect("create");
         let turns = home.wait_turns(&other, 1).await;
         assert_eq!(turn_of(&turns[0].output), (4, session), "{agent:?}: another thread continues it");
     }
@@ -135,13 +101,17 @@ async fn a_session_the_agent_cannot_resume_fails_the_turn_with_attention() {
     for (agent, env, detail) in cases {
         let state = tempfile::tempdir().expect("state");
         let home = agent.home_with(state.path(), env, &[]).start().await;
-        let thread = create(&home, "hello", Some("gone-session")).await.expect("create");
+        let thread = home.session_thread("agent", "hello", Some("gone-session")).await.expect("create");
         let turns = home.wait_turns(&thread, 1).await;
         assert_eq!(turns[0].status, pb::TurnStatus::Failed as i32, "{agent:?}");
         let error = &turns[0].error;
         assert!(error.contains("gone-session is gone") && error.contains(detail), "{agent:?}: {error}");
         assert!(turns[0].output.is_empty(), "no fresh session answered: {:?}", turns[0].output);
-        let reasons = attention(&home, &thread).await;
+        // The attention event is recorded just after the turn is seen to end.
+        let reasons = kiki_tests::eventually("the lost session's attention event", || async {
+            Some(home.attention(&thread).await).filter(|r| !r.is_empty())
+        })
+        .await;
         assert!(reasons.iter().any(|r| r.contains("gone-session is gone")), "{agent:?}: {reasons:?}");
     }
 }
@@ -151,7 +121,7 @@ async fn errors_and_crashes_fail_the_turn_and_keep_the_session() {
     for agent in BOTH {
         let state = tempfile::tempdir().expect("state");
         let home = agent.home(state.path()).start().await;
-        let thread = create(&home, "start", None).await.expect("create");
+        let thread = home.session_thread("agent", "start", None).await.expect("create");
         let (_, session) = turn_of(&home.wait_turns(&thread, 1).await[0].output);
         home.say(&thread, "fail").await.expect("say");
         let turns = home.wait_turns(&thread, 2).await;
@@ -179,7 +149,7 @@ async fn errors_and_crashes_fail_the_turn_and_keep_the_session() {
     // An ACP agent's refusal is a failed turn too.
     let state = tempfile::tempdir().expect("state");
     let home = Agent::Acp.home(state.path()).start().await;
-    let thread = create(&home, "refuse", None).await.expect("create");
+    let thread = home.session_thread("agent", "refuse", None).await.expect("create");
     let turns = home.wait_turns(&thread, 1).await;
     assert_eq!(turns[0].error, "the ACP agent refused the prompt");
 }
@@ -202,7 +172,7 @@ async fn a_message_to_a_busy_thread_is_steered_into_codex_and_waits_for_acp() {
         // Codex holds its turn open until something is steered in; the ACP agent works a
         // second.
         let prompt = if agent == Agent::Codex { "hold" } else { "slow" };
-        let thread = create(&home, prompt, None).await.expect("create");
+        let thread = home.session_thread("agent", prompt, None).await.expect("create");
         kiki_tests::eventually("the turn running", || async {
             (home.thread_record(&thread).await.state == pb::ThreadState::Running as i32).then_some(())
         })
@@ -248,10 +218,10 @@ async fn an_acp_agents_usage_updates_count_against_its_budget() {
         .start()
         .await;
     let cost = |turn: &pb::Turn| turn.usage.expect("the turn's usage").cost_usd;
-    let thread = create(&home, "one\ncost 0.01", None).await.expect("create");
+    let thread = home.session_thread("agent", "one\ncost 0.01", None).await.expect("create");
     let first = home.wait_turns(&thread, 1).await;
     assert!((cost(&first[0]) - 0.01).abs() < 1e-9, "{:?}", first[0].usage);
-    assert!(attention(&home, &thread).await.is_empty(), "$0.01 of $0.015");
+    assert!(home.attention(&thread).await.is_empty(), "$0.01 of $0.015");
 
     let said = home.say(&thread, "two\ncost 0.01").await.expect("say");
     assert!(said.turn_started, "{said:?}");
@@ -259,7 +229,7 @@ async fn an_acp_agents_usage_updates_count_against_its_budget() {
     // The agent reports $0.01 when the session is loaded and $0.02 at the prompt's end.
     assert!((cost(&turns[1]) - 0.01).abs() < 1e-9, "only this turn's: {:?}", turns[1].usage);
     let reasons = kiki_tests::eventually("the budget's attention event", || async {
-        Some(attention(&home, &thread).await).filter(|r| !r.is_empty())
+        Some(home.attention(&thread).await).filter(|r| !r.is_empty())
     })
     .await;
     assert!(reasons[0].contains("spent $0.0200 of its $0.015 budget"), "{reasons:?}");
@@ -268,18 +238,6 @@ async fn an_acp_agents_usage_updates_count_against_its_budget() {
     assert!(!said.turn_started && said.reason.contains("budget"), "{said:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(home.all_turns(&thread).await.len(), 2, "no turn starts on a spent budget");
-}
-
-async fn stop(home: &TestHome, thread: &str) -> pb::ThreadStopResponse {
-    let request = pb::ThreadStopRequest { target: Some(kiki_tests::local(thread)) };
-    home.client().home().thread_stop(request).await.expect("stop").into_inner()
-}
-
-async fn running(home: &TestHome, thread: &str) {
-    kiki_tests::eventually("the turn running", || async {
-        (home.thread_record(thread).await.state == pb::ThreadState::Running as i32).then_some(())
-    })
-    .await;
 }
 
 /// `kiki thread stop` interrupts a Codex turn (`turn/interrupt`: Codex ends it
@@ -296,14 +254,14 @@ async fn the_owner_stops_a_codex_or_acp_turn_and_its_session_goes_on() {
     for (agent, prompt, said) in cases {
         let state = tempfile::tempdir().expect("state");
         let home = agent.home(state.path()).start().await;
-        let thread = create(&home, "one", None).await.expect("create");
+        let thread = home.session_thread("agent", "one", None).await.expect("create");
         let (_, session) = turn_of(&home.wait_turns(&thread, 1).await[0].output);
         home.say(&thread, prompt).await.expect("say");
-        running(&home, &thread).await;
+        home.wait_running(&thread).await;
         if prompt.starts_with("use") {
-            permission_request(&home, &thread, &[]).await;
+            home.permission_request(&thread, &[]).await;
         }
-        let stopped = stop(&home, &thread).await;
+        let stopped = home.stop(&thread).await.expect("stop");
         assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{agent:?} {prompt}: {stopped:?}");
         let turns = home.all_turns(&thread).await;
         assert_eq!(turns[1].status, pb::TurnStatus::Cancelled as i32, "{agent:?} {prompt}");
@@ -321,26 +279,6 @@ async fn the_owner_stops_a_codex_or_acp_turn_and_its_session_goes_on() {
     }
 }
 
-/// The permission request an event of the thread names, once there is one other than
-/// those `seen`.
-async fn permission_request(home: &TestHome, thread: &str, seen: &[&str]) -> String {
-    kiki_tests::eventually("a permission request", || async {
-        let ids: Vec<String> = events(home, thread)
-            .await
-            .into_iter()
-            .map(|e| e.request_id)
-            .filter(|id| !id.is_empty())
-            .collect();
-        ids.into_iter().find(|id| !seen.contains(&id.as_str()))
-    })
-    .await
-}
-
-async fn decide(home: &TestHome, id: &str, allow: bool) -> pb::PermissionDecideResponse {
-    let request = pb::PermissionDecideRequest { request_id: id.into(), allow, reason: String::new() };
-    home.client().threads().permission_decide(request).await.expect("decide").into_inner()
-}
-
 /// Codex's approval requests and an ACP agent's `session/request_permission` reach the
 /// owner as requests to approve or deny; a profile's `allowed_tools` answers up front.
 #[tokio::test]
@@ -352,16 +290,16 @@ async fn an_agents_permission_requests_are_the_owners_to_answer() {
         };
         let state = tempfile::tempdir().expect("state");
         let home = agent.home(state.path()).start().await;
-        let thread = create(&home, "use rm", None).await.expect("create");
-        let first = permission_request(&home, &thread, &[]).await;
-        let answered = decide(&home, &first, true).await;
+        let thread = home.session_thread("agent", "use rm", None).await.expect("create");
+        let first = home.permission_request(&thread, &[]).await;
+        let answered = home.decide(&first, true, "").await.expect("decide");
         assert_eq!(answered.status, "allowed");
         assert!(answered.tool == "command" || answered.tool == "rm", "{agent:?}: {answered:?}");
         assert_eq!(home.wait_turns(&thread, 1).await[0].output, yes, "{agent:?}");
 
         home.say(&thread, "use rm").await.expect("say");
-        let second = permission_request(&home, &thread, &[&first]).await;
-        decide(&home, &second, false).await;
+        let second = home.permission_request(&thread, &[&first]).await;
+        home.decide(&second, false, "").await.expect("decide");
         assert_eq!(home.wait_turns(&thread, 2).await[1].output, no, "{agent:?}");
     }
     // Allowed up front: nobody is asked.
@@ -370,10 +308,10 @@ async fn an_agents_permission_requests_are_the_owners_to_answer() {
     {
         let state = tempfile::tempdir().expect("state");
         let home = agent.home_with(state.path(), &[], &[tool]).start().await;
-        let thread = create(&home, "use rm", None).await.expect("create");
+        let thread = home.session_thread("agent", "use rm", None).await.expect("create");
         assert_eq!(home.wait_turns(&thread, 1).await[0].output, yes, "{agent:?}");
         assert!(
-            events(&home, &thread).await.iter().all(|e| e.request_id.is_empty()),
+            home.events(&thread).await.iter().all(|e| e.request_id.is_empty()),
             "{agent:?}: nobody asked"
         );
     }
@@ -386,7 +324,7 @@ async fn a_running_turn_is_followed_as_it_happens() {
     for agent in BOTH {
         let state = tempfile::tempdir().expect("state");
         let home = agent.home(state.path()).start().await;
-        let thread = create(&home, "slow", None).await.expect("create");
+        let thread = home.session_thread("agent", "slow", None).await.expect("create");
         let follow = pb::ThreadFollowRequest {
             target: Some(kiki_tests::local(&thread)),
             turn_id: String::new(),
@@ -412,7 +350,7 @@ async fn the_agent_has_kikis_tools() {
     for agent in BOTH {
         let state = tempfile::tempdir().expect("state");
         let home = agent.home(state.path()).start().await;
-        let thread = create(&home, "mcp", None).await.expect("create");
+        let thread = home.session_thread("agent", "mcp", None).await.expect("create");
         let output = home.wait_turns(&thread, 1).await[0].output.clone();
         let tools: Vec<&str> = output.strip_prefix("tools: ").expect("tools").split(',').collect();
         for tool in ["ThreadList", "ThreadRead", "ThreadSend", "ThreadWait"] {
@@ -427,7 +365,7 @@ async fn the_agent_has_kikis_tools() {
 async fn a_codex_without_the_app_server_runs_codex_exec() {
     let state = tempfile::tempdir().expect("state");
     let home = Agent::Codex.home_with(state.path(), &["FAKE_CODEX_NO_APP_SERVER=1"], &[]).start().await;
-    let thread = create(&home, "one", None).await.expect("create");
+    let thread = home.session_thread("agent", "one", None).await.expect("create");
     let first = home.wait_turns(&thread, 1).await;
     assert_eq!(first[0].status, pb::TurnStatus::Completed as i32, "{:?}", first[0]);
     let (_, session) = turn_of(&first[0].output);
@@ -436,7 +374,7 @@ async fn a_codex_without_the_app_server_runs_codex_exec() {
     home.say(&thread, "two").await.expect("say");
     assert_eq!(turn_of(&home.wait_turns(&thread, 2).await[1].output), (2, session));
 
-    let lost = create(&home, "three", Some("gone-session")).await.expect("create");
+    let lost = home.session_thread("agent", "three", Some("gone-session")).await.expect("create");
     let turns = home.wait_turns(&lost, 1).await;
     assert!(turns[0].error.contains("gone-session is gone"), "{}", turns[0].error);
 }

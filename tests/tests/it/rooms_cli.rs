@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kiki_tests::binaries::{Down, kiki, kiki_json, kill_9, new_home, pid_of};
+use kiki_tests::binaries::{Down, kiki, kiki_fails, kiki_json, kill_9, new_home, pid_of, wait_for_turns};
 
 /// A new, empty thread of the home on the `echo` profile: its id.
 fn echo_thread(home: &Path, title: &str) -> String {
@@ -27,38 +27,6 @@ fn woke(value: &serde_json::Value) -> Vec<String> {
         .as_array()
         .map(|ids| ids.iter().filter_map(|id| id.as_str().map(String::from)).collect())
         .unwrap_or_default()
-}
-
-/// The thread's ended turns once there are at least `n`.
-fn turns(home: &Path, thread: &str, n: usize) -> Vec<serde_json::Value> {
-    let started = Instant::now();
-    loop {
-        let page = kiki_json(home, &["thread", "read", thread, "--limit", "100"]);
-        let turns = page["turns"].as_array().cloned().unwrap_or_default();
-        if turns.len() >= n {
-            return turns;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "thread {thread} never reached {n} turns: {page}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs `kiki --json ARGS…`, which must fail: its exit code and its JSON error.
-fn kiki_fails(home: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value) {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = kiki(home, &all);
-    assert!(!out.status.success(), "kiki {args:?} succeeded: {}", String::from_utf8_lossy(&out.stdout));
-    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "kiki {args:?} printed no single JSON document ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    (out.status.code(), error)
 }
 
 /// The owner's post wakes the host unless it mentions someone, a member joins once, and the
@@ -135,9 +103,9 @@ fn owner_posts_wake_the_host_or_whom_they_mention_in_one_order() {
     assert_eq!(rest["entries"][0]["seq"], 2, "{rest}");
 
     // Each woken echo thread ran a turn that took the post.
-    let host_turn = &turns(&home, &host, 1)[0];
+    let host_turn = &wait_for_turns(&home, &host, 1)["turns"][0];
     assert!(host_turn["output"].as_str().unwrap_or_default().contains("hello room"), "{host_turn}");
-    let member_turn = &turns(&home, &member, 1)[0];
+    let member_turn = &wait_for_turns(&home, &member, 1)["turns"][0];
     assert!(member_turn["output"].as_str().unwrap_or_default().contains("over to you"), "{member_turn}");
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use kiki_daemon::config::{ExecutorKind, ProfileConfig};
 use kiki_proto as pb;
+use kiki_tests::sessions::turn_of;
 use kiki_tests::{TestHome, TestHomeBuilder};
 
 /// A `claude` profile running the scripted Claude Code, its sessions in `state`.
@@ -34,46 +35,11 @@ fn with_claude(state: &Path, budget: Option<f64>) -> TestHomeBuilder {
     })
 }
 
-async fn create(home: &TestHome, prompt: &str, resume: Option<&str>) -> Result<String, tonic::Status> {
-    home.create(pb::ThreadCreateRequest {
-        cwd: Some(home.workdir("claude").display().to_string()),
-        profile: Some("claude".into()),
-        prompt: Some(prompt.into()),
-        title: None,
-        resume_agent_session: resume.map(str::to_string),
-    })
-    .await
-    .map(|created| created.id)
-}
-
-/// `turn N of SESSION: PROMPT` → (N, SESSION).
-fn turn_of(output: &str) -> (u32, String) {
-    let rest = output.strip_prefix("turn ").expect("the scripted answer");
-    let (n, rest) = rest.split_once(" of ").expect("of");
-    let (session, _) = rest.split_once(": ").expect(": ");
-    (n.parse().expect("n"), session.to_string())
-}
-
-async fn attention(home: &TestHome, thread: &str) -> Vec<String> {
-    let wait = pb::ThreadWaitRequest {
-        targets: vec![kiki_tests::local(thread)],
-        timeout_ms: Some(0),
-        cursors: Default::default(),
-    };
-    let waited = home.client().threads().thread_wait(wait).await.expect("wait").into_inner();
-    waited.results[0]
-        .events
-        .iter()
-        .filter(|e| e.kind == pb::EventKind::Attention as i32)
-        .map(|e| e.reason.clone())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_thread_is_one_agent_session_across_turns_and_restarts() {
     let state = tempfile::tempdir().expect("state");
     let mut home = with_claude(state.path(), None).start().await;
-    let thread = create(&home, "one", None).await.expect("create");
+    let thread = home.session_thread("claude", "one", None).await.expect("create");
     let first = home.wait_turns(&thread, 1).await;
     assert_eq!(first[0].status, pb::TurnStatus::Completed as i32, "{:?}", first[0]);
     let (n, session) = turn_of(&first[0].output);
@@ -92,7 +58,7 @@ async fn a_thread_is_one_agent_session_across_turns_and_restarts() {
     assert_eq!(turn_of(&turns[2].output), (3, session.clone()), "resumed after kikid restarted");
 
     // Another thread continues that session where it stands.
-    let other = create(&home, "four", Some(&session)).await.expect("create");
+    let other = home.session_thread("claude", "four", Some(&session)).await.expect("create");
     let turns = home.wait_turns(&other, 1).await;
     assert_eq!(turn_of(&turns[0].output), (4, session));
 }
@@ -101,7 +67,7 @@ async fn a_thread_is_one_agent_session_across_turns_and_restarts() {
 async fn a_lost_session_fails_the_turn_with_attention_never_a_fresh_start() {
     let state = tempfile::tempdir().expect("state");
     let home = with_claude(state.path(), None).start().await;
-    let thread = create(&home, "hello", Some("no-such-session")).await.expect("create");
+    let thread = home.session_thread("claude", "hello", Some("no-such-session")).await.expect("create");
     let turns = home.wait_turns(&thread, 1).await;
     assert_eq!(turns[0].status, pb::TurnStatus::Failed as i32);
     assert!(
@@ -111,7 +77,7 @@ async fn a_lost_session_fails_the_turn_with_attention_never_a_fresh_start() {
         turns[0].error
     );
     let reasons = kiki_tests::eventually("the lost session's attention event", || async {
-        Some(attention(&home, &thread).await).filter(|r| !r.is_empty())
+        Some(home.attention(&thread).await).filter(|r| !r.is_empty())
     })
     .await;
     assert!(reasons.iter().any(|r| r.contains("is gone")), "{reasons:?}");
@@ -135,7 +101,10 @@ async fn a_lost_session_fails_the_turn_with_attention_never_a_fresh_start() {
     assert_eq!(std::fs::read_dir(state.path()).expect("state").count(), 0, "no session was made");
 
     // A session id goes on the agent's command line: never one that reads as an option.
-    let option = create(&home, "x", Some("--dangerously-skip-permissions")).await.expect_err("an option");
+    let option = home
+        .session_thread("claude", "x", Some("--dangerously-skip-permissions"))
+        .await
+        .expect_err("an option");
     assert!(option.message().contains("resume_agent_session"), "{}", option.message());
     // Only a profile that keeps sessions takes one.
     let refused = home
@@ -155,7 +124,7 @@ async fn a_lost_session_fails_the_turn_with_attention_never_a_fresh_start() {
 async fn errors_and_crashes_fail_the_turn_and_keep_the_session() {
     let state = tempfile::tempdir().expect("state");
     let home = with_claude(state.path(), None).start().await;
-    let thread = create(&home, "start", None).await.expect("create");
+    let thread = home.session_thread("claude", "start", None).await.expect("create");
     let (_, session) = turn_of(&home.wait_turns(&thread, 1).await[0].output);
     home.say(&thread, "fail").await.expect("say");
     let turns = home.wait_turns(&thread, 2).await;
@@ -179,13 +148,13 @@ async fn errors_and_crashes_fail_the_turn_and_keep_the_session() {
 async fn a_spent_budget_pauses_the_thread_with_attention() {
     let state = tempfile::tempdir().expect("state");
     let home = with_claude(state.path(), Some(0.015)).start().await;
-    let thread = create(&home, "one", None).await.expect("create");
+    let thread = home.session_thread("claude", "one", None).await.expect("create");
     home.wait_turns(&thread, 1).await;
-    assert!(attention(&home, &thread).await.is_empty(), "$0.01 of $0.015");
+    assert!(home.attention(&thread).await.is_empty(), "$0.01 of $0.015");
     home.say(&thread, "two").await.expect("say");
     home.wait_turns(&thread, 2).await;
     let reasons = kiki_tests::eventually("the budget's attention event", || async {
-        Some(attention(&home, &thread).await).filter(|r| !r.is_empty())
+        Some(home.attention(&thread).await).filter(|r| !r.is_empty())
     })
     .await;
     assert!(reasons[0].contains("spent $0.0200 of its $0.015 budget"), "{reasons:?}");
@@ -237,7 +206,7 @@ target=$(printf '%s\n' "$input" | sed -n 's/^\[kiki message [^ ]* from \(th_[0-9
     let a = home.thread("polite", Some(&format!("say thanks to {b}"))).await.id;
     // a→b (1), b→a (2), a→b (3), b→a: the fourth is held; a is told.
     let reasons = kiki_tests::eventually("the loop guard's attention event", || async {
-        Some(attention(&home, &a).await).filter(|r| !r.is_empty())
+        Some(home.attention(&a).await).filter(|r| !r.is_empty())
     })
     .await;
     assert!(reasons[0].contains("woken each other 3 times") && reasons[0].contains(&b), "{reasons:?}");
@@ -253,37 +222,6 @@ target=$(printf '%s\n' "$input" | sed -n 's/^\[kiki message [^ ]* from \(th_[0-9
     home.wait_turns(&b, 3).await;
 }
 
-/// The permission request an attention event of the thread's latest turn names, once
-/// there is one other than those `seen`.
-async fn permission_request(home: &TestHome, thread: &str, seen: &[&str]) -> String {
-    kiki_tests::eventually("a permission request", || async {
-        let wait = pb::ThreadWaitRequest {
-            targets: vec![kiki_tests::local(thread)],
-            timeout_ms: Some(0),
-            cursors: Default::default(),
-        };
-        let waited = home.client().threads().thread_wait(wait).await.expect("wait").into_inner();
-        let ids: Vec<String> = waited.results[0]
-            .events
-            .iter()
-            .map(|e| e.request_id.clone())
-            .filter(|id| !id.is_empty())
-            .collect();
-        ids.into_iter().find(|id| !seen.contains(&id.as_str()))
-    })
-    .await
-}
-
-async fn decide(
-    home: &TestHome,
-    id: &str,
-    allow: bool,
-    reason: &str,
-) -> Result<pb::PermissionDecideResponse, tonic::Status> {
-    let request = pb::PermissionDecideRequest { request_id: id.into(), allow, reason: reason.into() };
-    home.client().threads().permission_decide(request).await.map(|r| r.into_inner())
-}
-
 /// Claude Code's permission prompts reach the owner as attention events naming a request;
 /// the owner's answer (or none in time) is what the agent is told.
 #[tokio::test]
@@ -293,14 +231,14 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
         .config(|c| c.threads.permission_timeout = Duration::from_secs(2))
         .start()
         .await;
-    let thread = create(&home, "use Bash", None).await.expect("create");
-    let bash = permission_request(&home, &thread, &[]).await;
+    let thread = home.session_thread("claude", "use Bash", None).await.expect("create");
+    let bash = home.permission_request(&thread, &[]).await;
     let waiting = home.client().home().attention_list(pb::AttentionListRequest {}).await.expect("list");
     let waiting = waiting.into_inner().open;
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     assert_eq!(waiting[0].event.as_ref().expect("event").request_id, bash);
     assert!(waiting[0].next.contains(&format!("kiki approve {bash}")), "{waiting:?}");
-    let answered = decide(&home, &bash, true, "").await.expect("approve");
+    let answered = home.decide(&bash, true, "").await.expect("approve");
     let waiting = home.client().home().attention_list(pb::AttentionListRequest {}).await.expect("list");
     assert!(waiting.into_inner().open.is_empty(), "answered");
     assert_eq!((answered.status.as_str(), answered.tool.as_str()), ("allowed", "Bash"));
@@ -308,12 +246,12 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
     assert!(turns[0].output.ends_with("Bash: allow"), "{:?}", turns[0].output);
 
     home.say(&thread, "use Write").await.expect("say");
-    let write = permission_request(&home, &thread, &[&bash]).await;
-    decide(&home, &write, false, "not on this branch").await.expect("deny");
+    let write = home.permission_request(&thread, &[&bash]).await;
+    home.decide(&write, false, "not on this branch").await.expect("deny");
     // The same answer again stands; another is refused, saying how it was answered.
-    let again = decide(&home, &write, false, "").await.expect("the same answer again");
+    let again = home.decide(&write, false, "").await.expect("the same answer again");
     assert_eq!(again.status, "denied");
-    let turned = decide(&home, &write, true, "").await.expect_err("an approval after a denial");
+    let turned = home.decide(&write, true, "").await.expect_err("an approval after a denial");
     assert_eq!(turned.code(), tonic::Code::FailedPrecondition, "{turned:?}");
     assert!(
         turned.message().contains("already answered: denied (not on this branch)"),
@@ -328,14 +266,14 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
     );
 
     home.say(&thread, "use Edit").await.expect("say");
-    let edit = permission_request(&home, &thread, &[&bash, &write]).await;
+    let edit = home.permission_request(&thread, &[&bash, &write]).await;
     let turns = home.wait_turns(&thread, 3).await;
     assert!(turns[2].output.contains("Edit: deny nobody answered within 2s"), "{:?}", turns[2].output);
     // A late answer changes nothing, and says so; an unknown request is not found.
-    let late = decide(&home, &edit, true, "").await.expect_err("late");
+    let late = home.decide(&edit, true, "").await.expect_err("late");
     assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
     assert!(late.message().contains("already answered: expired (nobody answered within 2s"), "{late:?}");
-    let unknown = decide(&home, "perm_nope", true, "").await.expect_err("unknown");
+    let unknown = home.decide("perm_nope", true, "").await.expect_err("unknown");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
 
@@ -345,7 +283,7 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
 async fn a_running_turn_is_followed_as_it_happens_and_kept_with_the_turn() {
     let state = tempfile::tempdir().expect("state");
     let home = with_claude(state.path(), None).start().await;
-    let thread = create(&home, "slow", None).await.expect("create");
+    let thread = home.session_thread("claude", "slow", None).await.expect("create");
     let follow = |turn_id: &str| pb::ThreadFollowRequest {
         target: Some(kiki_tests::local(&thread)),
         turn_id: turn_id.into(),
@@ -379,25 +317,9 @@ async fn a_running_turn_is_followed_as_it_happens_and_kept_with_the_turn() {
     assert_eq!(replayed, first);
 }
 
-async fn stop(home: &TestHome, thread: &str) -> Result<pb::ThreadStopResponse, tonic::Status> {
-    let request = pb::ThreadStopRequest { target: Some(kiki_tests::local(thread)) };
-    home.client().home().thread_stop(request).await.map(|r| r.into_inner())
-}
-
 /// Once the agent has made `marker` (it works on its turn).
 async fn started(marker: &Path) {
     kiki_tests::eventually("the agent at work", || async { marker.exists().then_some(()) }).await;
-}
-
-/// The thread's events since its latest turn started, at once.
-async fn events(home: &TestHome, thread: &str) -> Vec<pb::Event> {
-    let wait = pb::ThreadWaitRequest {
-        targets: vec![kiki_tests::local(thread)],
-        timeout_ms: Some(0),
-        cursors: Default::default(),
-    };
-    let waited = home.client().threads().thread_wait(wait).await.expect("wait").into_inner();
-    waited.results.into_iter().next().expect("one result").events
 }
 
 /// `kiki thread stop`: an `exec` turn's process group gets SIGTERM and the turn ends
@@ -414,7 +336,7 @@ async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
     assert!(!said.turn_started, "queued behind the running turn");
 
     let started = std::time::Instant::now();
-    let stopped = stop(&home, &thread).await.expect("stop");
+    let stopped = home.stop(&thread).await.expect("stop");
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "SIGTERM ends sleep at once: {:?}",
@@ -429,11 +351,8 @@ async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
     );
     assert!(turns[0].error.starts_with("stopped by its owner (kiki thread stop): "), "{}", turns[0].error);
     assert_eq!(turns[0].output, "sleep\n", "what it said before it was stopped");
-    let terminal: Vec<pb::Event> = events(&home, &thread)
-        .await
-        .into_iter()
-        .filter(|e| e.kind == pb::EventKind::Terminal as i32)
-        .collect();
+    let terminal: Vec<pb::Event> =
+        home.events(&thread).await.into_iter().filter(|e| e.kind == pb::EventKind::Terminal as i32).collect();
     assert_eq!(terminal.len(), 1, "{terminal:?}");
     assert_eq!(terminal[0].turn_status, pb::TurnStatus::Cancelled as i32, "{terminal:?}");
 
@@ -441,7 +360,7 @@ async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(home.all_turns(&thread).await.len(), 1, "the queue waits after a stop");
     assert_eq!(home.thread_record(&thread).await.state, pb::ThreadState::Idle as i32);
-    let idle = stop(&home, &thread).await.expect_err("nothing to stop");
+    let idle = home.stop(&thread).await.expect_err("nothing to stop");
     assert_eq!(idle.code(), tonic::Code::FailedPrecondition, "{idle:?}");
     assert!(idle.message().contains("no running turn"), "{idle:?}");
 
@@ -453,7 +372,7 @@ async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
 
     let echo = home.thread("echo", Some("hi")).await.id;
     home.wait_turns(&echo, 1).await;
-    let idle = stop(&home, &echo).await.expect_err("an ended echo turn");
+    let idle = home.stop(&echo).await.expect_err("an ended echo turn");
     assert_eq!(idle.code(), tonic::Code::FailedPrecondition, "{idle:?}");
 }
 
@@ -463,7 +382,7 @@ async fn the_owner_stops_a_running_exec_turn_and_the_queue_waits() {
 async fn a_stopped_claude_turn_keeps_its_session() {
     let state = tempfile::tempdir().expect("state");
     let home = with_claude(state.path(), None).start().await;
-    let thread = create(&home, "one", None).await.expect("create");
+    let thread = home.session_thread("claude", "one", None).await.expect("create");
     let (_, session) = turn_of(&home.wait_turns(&thread, 1).await[0].output);
     home.say(&thread, "hold").await.expect("say");
     // Stopped once it works on the prompt (it keeps each prompt with its session).
@@ -472,7 +391,7 @@ async fn a_stopped_claude_turn_keeps_its_session() {
         std::fs::read_to_string(&history).unwrap_or_default().contains("hold").then_some(())
     })
     .await;
-    let stopped = stop(&home, &thread).await.expect("stop");
+    let stopped = home.stop(&thread).await.expect("stop");
     assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");
     let turns = home.all_turns(&thread).await;
     assert!(turns[1].error.starts_with("stopped by its owner (kiki thread stop): "), "{}", turns[1].error);
@@ -491,7 +410,7 @@ async fn an_agent_that_ignores_sigterm_is_killed() {
     let thread = home.thread("stubborn", Some("work")).await.id;
     started(&home.workdir("default").join("stubborn")).await;
     let asked = std::time::Instant::now();
-    let stopped = stop(&home, &thread).await.expect("stop");
+    let stopped = home.stop(&thread).await.expect("stop");
     let took = asked.elapsed();
     assert!(took >= Duration::from_millis(4500) && took < Duration::from_secs(15), "{took:?}");
     assert_eq!(stopped.turn_status, pb::TurnStatus::Cancelled as i32, "{stopped:?}");

@@ -16,20 +16,6 @@ async fn start(home: &TestHome) -> Session {
     mcp::start(&binary("kiki"), Some(home.dir()), &[], &[], false).await.expect("kiki mcp starts").0
 }
 
-/// A room of `home` hosted by `host` (the owner's RoomCreate).
-async fn create_room(home: &TestHome, host: impl Into<String>, name: &str) -> String {
-    let request = pb::RoomCreateRequest { host: host.into(), name: name.into() };
-    home.client().rooms().room_create(request).await.expect("room").into_inner().room.expect("room").id
-}
-
-/// Waits until the thread's turn runs.
-async fn running(home: &TestHome, thread: &str) {
-    eventually("the turn to run", || async {
-        (home.thread_record(thread).await.state == pb::ThreadState::Running as i32).then_some(())
-    })
-    .await;
-}
-
 async fn ok(session: &Session, tool: &str, arguments: Value) -> Value {
     let result = mcp::call(session, tool, arguments).await.expect("the call is answered");
     assert_ne!(result.is_error, Some(true), "{tool} failed: {}", mcp::text(&result));
@@ -137,7 +123,7 @@ async fn every_tool_answers_with_structured_content_and_text() {
 
     // Rooms: the owner makes one; the tools read it, add to it and post to it.
     let other = home.thread("echo", None).await.id;
-    let room = create_room(&home, thread.clone(), "mcp").await;
+    let room = home.create_room(thread.clone(), "mcp").await.id;
     let added = ok(&session, "RoomAdd", json!({"room": room, "session_id": other})).await;
     assert_eq!(added["added"], json!(true));
     let unchanged = ok(&session, "RoomAdd", json!({"room": room, "session_id": other})).await;
@@ -261,12 +247,7 @@ async fn a_client_that_stops_reading_holds_its_calls_back_and_kiki_mcp_stays_sma
         answered.insert(answer["id"].as_u64().expect("id"));
     }
     let _stdin = writer.await.expect("every call written once answers were read");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let peak_kb: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
+    let peak_kb = kiki_tests::measure::peak_rss_kb_of(pid);
     // Unbounded, 1,500 such answers took ~300 MB; bounded, ~20 MB.
     assert!(peak_kb < 100 * 1024, "kiki mcp peaked at {peak_kb} kB");
 }
@@ -443,7 +424,7 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
     let home = TestHome::builder().shell_profile("agent", &agent).start().await;
     let session = start(&home).await;
     let listening = home.thread("agent", Some("listen 2")).await.id;
-    running(&home, &listening).await;
+    home.wait_running(&listening).await;
     let sent = ok(
         &session,
         "ThreadSend",
@@ -452,7 +433,7 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
     .await;
     assert_eq!(sent["status"], json!("delivered"), "delivered into the running turn: {sent}");
     // A room post that wakes it (the owner's, to the room's host) is pushed too.
-    let room = create_room(&home, listening.clone(), "pushed").await;
+    let room = home.create_room(listening.clone(), "pushed").await.id;
     let posted = ok(&session, "ThreadSend", json!({"room": room, "content": "room news"})).await;
     let turns = home.wait_turns(&listening, 1).await;
     let id = sent["message_id"].as_str().expect("id");
@@ -470,7 +451,7 @@ async fn messages_are_pushed_into_a_running_turn_only_to_a_client_that_takes_the
 
     // Longer than the send's wait for delivery (3 s): the send answers `pending`.
     let deaf = home.thread("agent", Some("deaf 4000")).await.id;
-    running(&home, &deaf).await;
+    home.wait_running(&deaf).await;
     let waiting = ok(
         &session,
         "ThreadSend",
@@ -530,7 +511,7 @@ async fn the_python_sdk_negotiates_and_every_result_matches_its_output_schema() 
     let home = TestHome::builder().start().await;
     let host = home.thread("echo", None).await.id;
     let other = home.thread("echo", None).await.id;
-    let room = create_room(&home, host, "py").await;
+    let room = home.create_room(host, "py").await.id;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/mcp_client.py");
     let output = tokio::process::Command::new("python3")
         .arg(script)

@@ -1,7 +1,7 @@
 //! Bridges between homes in one process, over real QUIC on loopback: pairing, permissions
 //! checked at the target, workspace scope, revocation, pinned identities, cross-home sends and
-//! what becomes of them, and the faults they must survive. One test binary (one link), a
-//! module per topic; what the topics share is in `kiki_tests::bridges`.
+//! what becomes of them, and the faults they must survive. A module per topic; what the
+//! topics share is in `kiki_tests::bridges`.
 
 mod faults;
 mod follow_ups;

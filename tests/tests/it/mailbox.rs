@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kiki_proto as pb;
-use kiki_tests::{TestHome, binaries::binary, eventually, local};
+use kiki_tests::{TestHome, assert_invalid, binaries::binary, eventually, local};
 use tonic::Code;
 
 fn send(target: &str, content: &str, key: &str) -> pb::ThreadSendRequest {
@@ -26,13 +26,6 @@ async fn wait_req(
     let request =
         pb::ThreadWaitRequest { targets: targets.iter().map(|t| local(t)).collect(), timeout_ms, cursors };
     home.client().threads().thread_wait(request).await.map(|r| r.into_inner())
-}
-
-fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str, limit: &str) {
-    let status = result.expect_err("must be refused");
-    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    assert!(status.message().starts_with(&format!("{field}:")), "names {field}: {}", status.message());
-    assert!(status.message().contains(limit), "names the limit {limit}: {}", status.message());
 }
 
 /// A home whose threads may talk (the home switch on) plus an exec profile `agent` that

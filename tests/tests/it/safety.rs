@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiki_tests::binaries::{
-    Down, binary, kiki, kiki_json, kiki_with_env, kill_9, new_home, paired_homes_from, pid_of,
+    Down, binary, kiki, kiki_fails, kiki_json, kiki_with_env, kill_9, new_home, paired_homes_from, pid_of,
 };
 
 /// The uid of `nobody`: another user than the one running the tests.
@@ -24,21 +24,6 @@ fn assert_root(why: &str) {
         nix::unistd::geteuid().is_root(),
         "this test needs root ({why}); the README's test command runs as root"
     );
-}
-
-/// `kiki --json ARGS`: its exit code and its one JSON document.
-fn kiki_fails(home: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value) {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = kiki(home, &all);
-    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "kiki {args:?}: no JSON ({e}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code(), json)
 }
 
 /// `kikid --home HOME`, run until it exits (it should fail at start): exit code, stderr.

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use kiki_tests::binaries::{
     Down, binary, kiki, kiki_json, kiki_with_env, kill_9, mode, new_home, paired_homes, pid_of,
+    wait_for_turns,
 };
 use tokio_stream_shim::next_message;
 
@@ -30,21 +31,6 @@ fn alive(pgid: &str) -> bool {
         (fields.get(2).map(String::as_str) == Some(pgid)).then(|| fields[0].clone())
     });
     members.collect::<Vec<_>>().iter().any(|state| state != "Z")
-}
-
-fn wait_for_turns(home: &Path, thread: &str, n: usize) -> serde_json::Value {
-    let started = Instant::now();
-    loop {
-        let page = kiki_json(home, &["thread", "read", thread, "--limit", "100"]);
-        if page["turns"].as_array().map(Vec::len).unwrap_or(0) >= n {
-            return page;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "thread {thread} never reached {n} turns: {page}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
