@@ -5,10 +5,12 @@
 //! `delivered` means the log has the entry, and the members it wakes have it queued (an idle
 //! one's turn started in that commit). Who is woken is [`crate::store::rules::plan_post`].
 
+mod across;
+mod posts;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use crate::caller::Caller;
@@ -16,18 +18,17 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mailbox::Mailbox;
 use crate::store::{
-    AddOutcome, BridgeState, CommunicationSetting, Direction, EntryRecord, MemberKind, MemberRecord,
-    NewEntry, OutboundEntry, OutboxRecord, OutboxStatus, PostOutcome, ROOM_MEMBERS_MAX, RoomChange,
-    RoomRecord, RoomTag, SourceRef, Store, ThreadRecord, rules,
+    AddOutcome, CommunicationSetting, EntryRecord, MemberKind, MemberRecord, ROOM_MEMBERS_MAX, RoomChange,
+    RoomRecord, Store, ThreadRecord, rules,
 };
-use crate::sync::{lock, uncancelled};
+use crate::sync::lock;
 use crate::threads::runner::TurnCaller;
 use crate::threads::signals::Signals;
 use crate::threads::{CreateRequest, Threads, cursor, new_id};
 use crate::time::now_ms;
 use kiki_proto::limits;
 
-use limits::{ID_MAX_CHARS, INSTRUCTIONS_MAX_CHARS, PERSONA_ID_MAX_CHARS, ROOM_CONTENT_MAX_CHARS};
+use limits::{ID_MAX_CHARS, INSTRUCTIONS_MAX_CHARS, PERSONA_ID_MAX_CHARS};
 
 #[derive(Clone)]
 pub struct Rooms {
@@ -112,51 +113,6 @@ impl Rooms {
         }
     }
 
-    /// Whether the room lives in this home.
-    pub async fn is_here(&self, room_id: &str) -> Result<bool> {
-        // From what posts keep: the post that follows finds the room there too.
-        match self.posting_view(room_id).await {
-            Ok(_) => Ok(true),
-            Err(Error::NotFound(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The home a room of another home lives in, as this home learnt it; `NOT_FOUND` if it
-    /// knows none.
-    pub async fn home_of(&self, room_id: &str) -> Result<String> {
-        limits::text("room", room_id, ID_MAX_CHARS)?;
-        self.inner.store.room_home(room_id).await?.ok_or_else(|| no_room(room_id))
-    }
-
-    /// Records that a thread of this home joined room `room_id` of home `home_id` (that
-    /// home told this one, over its bridge). The first home to say so holds the room here
-    /// for good: no other peer can join this home's threads to it, move their posts and
-    /// reads elsewhere, or bring its entries; nor can a peer claim a room of this home.
-    pub async fn joined_elsewhere(&self, room_id: &str, home_id: &str) -> Result<()> {
-        limits::text("room_id", room_id, ID_MAX_CHARS)?;
-        if self.is_here(room_id).await? {
-            return Err(Error::PermissionDenied(format!("room {room_id} is a room of this home")));
-        }
-        let bound = self.inner.store.bind_room(room_id, home_id, now_ms()).await?;
-        if bound != home_id {
-            return Err(room_bound_elsewhere(room_id, &bound));
-        }
-        Ok(())
-    }
-
-    /// Checks that an entry of room `room_id` brought by `home_id` comes from the home the
-    /// room is bound to here (see [`Rooms::joined_elsewhere`]).
-    pub async fn check_carrier(&self, room_id: &str, home_id: &str) -> Result<()> {
-        match self.inner.store.room_home(room_id).await? {
-            Some(bound) if bound == home_id => Ok(()),
-            Some(bound) => Err(room_bound_elsewhere(room_id, &bound)),
-            None => Err(Error::PermissionDenied(format!(
-                "no thread of this home joined room {room_id} through your bridge"
-            ))),
-        }
-    }
-
     /// A room hosted by a thread of this home, named `name` (default: the host's title).
     pub async fn create(&self, caller: &Caller, host: &str, name: &str) -> Result<RoomView> {
         caller.owner_only("managing rooms")?;
@@ -225,24 +181,6 @@ impl Rooms {
         self.page(view, limit, after).await
     }
 
-    /// RoomRead by a thread of the home `peer` (its bridge grants `read`): a member of the
-    /// room.
-    pub async fn read_for_peer(
-        &self,
-        peer: &str,
-        source_thread: &str,
-        room_id: &str,
-        limit: Option<u32>,
-        after: &str,
-    ) -> Result<RoomPage> {
-        let view = self.view(room_id).await?;
-        let member = rules::remote_member_id(peer, source_thread);
-        if !view.members.iter().any(|m| m.member_id == member) {
-            return Err(not_member(&view.room, "RoomRead"));
-        }
-        self.page(view, limit, after).await
-    }
-
     async fn page(&self, view: RoomView, limit: Option<u32>, after: &str) -> Result<RoomPage> {
         let limit = limits::page_limit("limit", limit, 50)?;
         let after_seq = match after {
@@ -283,42 +221,6 @@ impl Rooms {
             added_at: now_ms(),
         };
         self.join(&view.room.id, &member).await
-    }
-
-    /// Adds a thread of another home (`home_id`, whose owner's bridge to this one admitted
-    /// the room, see `Messaging::room_add`) as the member `HOME_ID/SESSION`.
-    pub async fn add_remote(
-        &self,
-        caller: &Caller,
-        room_id: &str,
-        home_id: &str,
-        session: &str,
-    ) -> Result<bool> {
-        let view = self.view(room_id).await?;
-        if let Some(turn) = caller.turn() {
-            self.admit(turn, &view, "RoomAdd").await?;
-        }
-        let member = MemberRecord {
-            member_id: rules::remote_member_id(home_id, session),
-            kind: MemberKind::Remote,
-            thread_id: None,
-            profile: String::new(),
-            instructions: String::new(),
-            added_at: now_ms(),
-        };
-        self.join(&view.room.id, &member).await
-    }
-
-    /// Checks that an agent may add to the room (before its home asks another one).
-    pub async fn may_add(&self, caller: &Caller, room_id: &str) -> Result<()> {
-        let view = self.view(room_id).await?;
-        if view.room.archived {
-            return Err(archived(&view.room));
-        }
-        if let Some(turn) = caller.turn() {
-            self.admit(turn, &view, "RoomAdd").await?;
-        }
-        Ok(())
     }
 
     /// Adds a persona: a roster id that becomes a thread of this home on `profile` when first
@@ -383,264 +285,6 @@ impl Rooms {
         }
         let members = self.inner.store.room_members(&room.id).await?;
         Ok((RoomView { room, members }, changed))
-    }
-
-    /// ThreadSend to a room: by the caller's thread (a member, its communication on), or by
-    /// the owner. Durable before it answers; the members it wakes have it queued, an idle
-    /// one's turn started.
-    pub async fn post(
-        &self,
-        caller: &Caller,
-        room_id: &str,
-        content: &str,
-        mentions: &[String],
-        key: &str,
-    ) -> Result<Posted> {
-        check_post(content, mentions, key)?;
-        let view = self.posting_view(room_id).await?;
-        let room = view.room.clone();
-        let posted = async {
-            let author = match caller.turn() {
-                Some(turn) => {
-                    let thread = self.admit(turn, &view, "ThreadSend").await?;
-                    Some(SourceRef {
-                        host_id: String::new(),
-                        thread_id: thread.id,
-                        workspace_id: thread.workspace_id,
-                    })
-                }
-                None => None,
-            };
-            self.post_as(author, view, content, mentions, key).await
-        }
-        .await;
-        let scope = caller.turn().map(|c| c.thread_id.as_str()).unwrap_or_default();
-        self.or_replay(posted, &room, scope, content, mentions, key).await
-    }
-
-    /// A post by a thread of the home `peer` (its bridge grants `send`), attributed to that
-    /// home and thread; refused unless the thread is a member.
-    pub async fn post_from_peer(
-        &self,
-        peer: &str,
-        source: SourceRef,
-        room_id: &str,
-        content: &str,
-        mentions: &[String],
-        key: &str,
-    ) -> Result<Posted> {
-        check_post(content, mentions, key)?;
-        let view = self.posting_view(room_id).await?;
-        let room = view.room.clone();
-        let author = SourceRef { host_id: peer.to_string(), ..source };
-        let scope = rules::remote_member_id(peer, &author.thread_id);
-        let posted = self.post_as(Some(author), view, content, mentions, key).await;
-        self.or_replay(posted, &room, &scope, content, mentions, key).await
-    }
-
-    /// A refused post whose key made an entry before gets that entry instead, whatever
-    /// changed since (the author's switch or membership, the roster, the room archived); a
-    /// post accepted (or replayed) by the write is answered as it is.
-    async fn or_replay(
-        &self,
-        posted: Result<Posted>,
-        room: &RoomRecord,
-        scope: &str,
-        content: &str,
-        mentions: &[String],
-        key: &str,
-    ) -> Result<Posted> {
-        match posted {
-            Err(refused) => self.replay(room, scope, content, mentions, key).await?.ok_or(refused),
-            posted => posted,
-        }
-    }
-
-    /// The entry `key` made for this author's same post (`None` if the key is new or none
-    /// was given); a conflict if it made another post.
-    async fn replay(
-        &self,
-        room: &RoomRecord,
-        scope: &str,
-        content: &str,
-        mentions: &[String],
-        key: &str,
-    ) -> Result<Option<Posted>> {
-        if key.is_empty() {
-            return Ok(None);
-        }
-        match self.inner.store.room_entry_by_key(&room.id, scope, key).await? {
-            Some((hash, entry)) if hash == post_hash(content, mentions) => {
-                Ok(Some(Posted { entry, key: key.to_string(), replayed: true }))
-            }
-            Some((_, entry)) => Err(key_conflict(&entry.id, &room.id)),
-            None => Ok(None),
-        }
-    }
-
-    async fn post_as(
-        &self,
-        author: Option<SourceRef>,
-        view: RoomView,
-        content: &str,
-        mentions: &[String],
-        key: &str,
-    ) -> Result<Posted> {
-        let room_id = view.room.id.as_str();
-        if view.room.archived {
-            return Err(archived(&view.room));
-        }
-        let mut members = view.members.clone();
-        for mention in mentions {
-            let Some((_, thread)) = rules::roster_entry(&view.room, &members, mention) else {
-                let roster: Vec<&str> = std::iter::once(view.room.host_thread.as_str())
-                    .chain(members.iter().map(|m| m.member_id.as_str()))
-                    .collect();
-                return Err(Error::invalid(
-                    "mentions",
-                    format!("{mention:?} is not in room {}'s roster ({})", view.room.id, roster.join(", ")),
-                ));
-            };
-            if thread.is_none()
-                && let Some(persona) = members.iter_mut().find(|m| m.member_id == *mention)
-                && persona.kind == MemberKind::Persona
-            {
-                persona.thread_id = Some(self.persona_thread(&view.room, persona).await?);
-            }
-        }
-        // Every thread the post may wake gets a claim, so an idle one starts its turn in the
-        // post's own commit.
-        let may_wake: Vec<String> = match (&author, mentions.is_empty()) {
-            (None, true) => vec![view.room.host_thread.clone()],
-            _ => mentions.iter().filter_map(|m| rules::roster_entry(&view.room, &members, m)?.1).collect(),
-        };
-        let mut woken = Vec::with_capacity(may_wake.len());
-        for thread in may_wake {
-            if let Ok(thread) = self.inner.threads.get("", "", &thread).await {
-                woken.push(thread);
-            }
-        }
-        let runner = self.inner.threads.runner();
-        let key = if key.is_empty() { new_id("key") } else { key.to_string() };
-        let entry_id = new_id("msg");
-        let remote =
-            self.outbound_entries(&view, &members, mentions, &entry_id, author.as_ref(), content).await?;
-        let entry = NewEntry {
-            room_id: view.room.id.clone(),
-            id: entry_id,
-            author: author.clone(),
-            content: content.to_string(),
-            mentions: mentions.to_vec(),
-            // Keys are their author's: a thread of another home has its own.
-            key_scope: match &author {
-                Some(a) if a.host_id.is_empty() => a.thread_id.clone(),
-                Some(a) => rules::remote_member_id(&a.host_id, &a.thread_id),
-                None => String::new(),
-            },
-            key: key.clone(),
-            request_hash: post_hash(content, mentions),
-            claims: woken.iter().map(|t| (t.id.clone(), runner.claim_for(t))).collect(),
-            remote,
-            max_agent_wakes: i64::from(self.inner.config.rooms.max_agent_wakes),
-            now: now_ms(),
-        };
-        let (store, runner, signals) = (self.inner.store.clone(), runner.clone(), self.inner.signals.clone());
-        let outbox_work = self.inner.outbox_work.clone();
-        let host = view.room.host_thread.clone();
-        let outcome = uncancelled(async move {
-            let outcome = store.post_to_room(&entry).await?;
-            if let PostOutcome::Posted { entry: posted, turns, queued, paused } = &outcome {
-                for turn in turns {
-                    if let Some(thread) = woken.iter().find(|t| t.id == turn.turn.thread_id) {
-                        runner.start_claimed(thread.clone(), turn.clone());
-                    }
-                }
-                for thread in queued {
-                    runner.kick(thread);
-                }
-                if paused.is_some() {
-                    signals.notify(&host);
-                }
-                if posted.woke.iter().any(|m| rules::is_remote_member(m)) {
-                    outbox_work.notify_one();
-                }
-            }
-            Ok(outcome)
-        })
-        .await?;
-        match outcome {
-            PostOutcome::Posted { entry, .. } => Ok(Posted { entry, key, replayed: false }),
-            PostOutcome::Replayed(entry) => Ok(Posted { entry, key, replayed: true }),
-            PostOutcome::KeyConflict { entry_id } => Err(key_conflict(&entry_id, &view.room.id)),
-            PostOutcome::RoomGone => Err(no_room(room_id)),
-            PostOutcome::Archived => Err(archived(&view.room)),
-            PostOutcome::NotMember => Err(not_member(&view.room, "ThreadSend")),
-        }
-    }
-
-    /// The outbox entries that carry a post to the members of other homes it mentions, for
-    /// those this home has a bridge to (not revoked here). Each is a bridged send like any
-    /// other: whatever this home last heard of the bridge, the worker tries it, retries it
-    /// within the window and expires it with a receipt; the target decides by its grant.
-    async fn outbound_entries(
-        &self,
-        view: &RoomView,
-        members: &[MemberRecord],
-        mentions: &[String],
-        entry_id: &str,
-        author: Option<&SourceRef>,
-        content: &str,
-    ) -> Result<Vec<(String, OutboxRecord)>> {
-        let remote: Vec<&MemberRecord> = members
-            .iter()
-            .filter(|m| m.kind == MemberKind::Remote && mentions.contains(&m.member_id))
-            .collect();
-        if remote.is_empty() {
-            return Ok(Vec::new());
-        }
-        let bridges = self.inner.store.bridges().await?;
-        let now = now_ms();
-        let mut outbound = Vec::with_capacity(remote.len());
-        for member in remote {
-            let Some((home, session)) = member.member_id.split_once('/') else { continue };
-            let to_member = |b: &&crate::store::BridgeRecord| {
-                b.direction == Direction::Outbound && b.peer_home_id == home
-            };
-            let Some(bridge) = bridges
-                .iter()
-                .filter(to_member)
-                .filter(|b| b.state != BridgeState::Revoked)
-                .max_by_key(|b| (b.state == BridgeState::Active, b.updated_at))
-            else {
-                continue;
-            };
-            let record = OutboxRecord {
-                id: new_id("msg"),
-                bridge_id: bridge.id.clone(),
-                peer_home_id: home.to_string(),
-                target_session: session.to_string(),
-                source_thread: None,
-                source_workspace: String::new(),
-                content: content.to_string(),
-                key_scope: String::new(),
-                // One per entry and member: the target's dedup delivers it once.
-                key: format!("room:{entry_id}:{session}"),
-                request_hash: post_hash(content, std::slice::from_ref(&member.member_id)),
-                status: OutboxStatus::Pending,
-                reason: String::new(),
-                remote_message_id: String::new(),
-                attempts: 0,
-                next_attempt_at: now,
-                created_at: now,
-                updated_at: now,
-                room: Some(OutboundEntry {
-                    tag: RoomTag { room: view.room.id.clone(), entry: entry_id.to_string() },
-                    author: author.cloned(),
-                }),
-            };
-            outbound.push((member.member_id.clone(), record));
-        }
-        Ok(outbound)
     }
 
     /// [`Rooms::view`] as a post checks it, from [`Inner::posting`] when it holds the room.
@@ -753,38 +397,6 @@ impl Rooms {
         self.forget(&room.id);
         Ok(thread?)
     }
-}
-
-/// A post's own limits, checked before anything is looked up.
-fn check_post(content: &str, mentions: &[String], key: &str) -> Result<()> {
-    limits::text("content", content, ROOM_CONTENT_MAX_CHARS)?;
-    if !key.is_empty() {
-        limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
-    }
-    if mentions.len() > ROOM_MEMBERS_MAX + 1 {
-        return Err(Error::invalid(
-            "mentions",
-            format!("at most {} (a room's host and members), got {}", ROOM_MEMBERS_MAX + 1, mentions.len()),
-        ));
-    }
-    for (i, mention) in mentions.iter().enumerate() {
-        if mentions[..i].contains(mention) {
-            return Err(Error::invalid("mentions", format!("{mention:?} is named twice")));
-        }
-    }
-    Ok(())
-}
-
-/// Identifies a post for its key: the same key must come with the same content and mentions.
-fn post_hash(content: &str, mentions: &[String]) -> String {
-    let mut hash = Sha256::new();
-    for mention in mentions {
-        hash.update(mention.as_bytes());
-        hash.update([0]);
-    }
-    hash.update([1]);
-    hash.update(content.as_bytes());
-    crate::hex::hex(&hash.finalize())
 }
 
 /// A persona id: 1–64 of `a-z`, `0-9`, `-`, `_`, starting with a letter, not a thread id.

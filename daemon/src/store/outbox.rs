@@ -1,6 +1,7 @@
 //! The source's side of cross-home sends: the transactional outbox.
 
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
 
 use super::*;
 
@@ -37,6 +38,53 @@ pub struct OutboundEntry {
     pub tag: RoomTag,
     /// Its author: a thread of this home (`host_id` empty) or of another; `None`: the owner.
     pub author: Option<SourceRef>,
+}
+
+/// A room entry's delivery to a member in another home, as an ordinary outbox entry (the
+/// rooms sit below the bridges, so they ask for it here): over the newest bridge to the
+/// member's home that is not revoked here — whatever this home last heard of it, the worker
+/// tries it, retries it within the window and expires it with a receipt, and the target
+/// decides by its grant — under the key `room:ENTRY:SESSION`, one per entry and member, so
+/// the target's dedup delivers it once however often it is retried. `None`: this home has
+/// no bridge to the member's home.
+pub fn room_delivery(
+    bridges: &[BridgeRecord],
+    member: (&str, &str),
+    entry: OutboundEntry,
+    content: &str,
+    now: Millis,
+) -> Option<OutboxRecord> {
+    let (home, session) = member;
+    let bridge = bridges
+        .iter()
+        .filter(|b| b.direction == Direction::Outbound && b.peer_home_id == home)
+        .filter(|b| b.state != BridgeState::Revoked)
+        .max_by_key(|b| (b.state == BridgeState::Active, b.updated_at))?;
+    let mut hash = Sha256::new();
+    for part in [home, session, content] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    Some(OutboxRecord {
+        id: crate::threads::new_id("msg"),
+        bridge_id: bridge.id.clone(),
+        peer_home_id: home.to_string(),
+        target_session: session.to_string(),
+        source_thread: None,
+        source_workspace: String::new(),
+        content: content.to_string(),
+        key_scope: String::new(),
+        key: format!("room:{}:{session}", entry.tag.entry),
+        request_hash: crate::hex::hex(&hash.finalize()),
+        status: OutboxStatus::Pending,
+        reason: String::new(),
+        remote_message_id: String::new(),
+        attempts: 0,
+        next_attempt_at: now,
+        created_at: now,
+        updated_at: now,
+        room: Some(entry),
+    })
 }
 
 /// An outbox entry's new state after an attempt, and the event it gives its sending thread
