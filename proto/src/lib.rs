@@ -5,8 +5,9 @@
 //! Besides the generated types this crate holds only what every side needs to agree on:
 //! the codec (a body that does not decode is the sender's fault), the descriptor set served
 //! for reflection, the JSON spelling of enums, the metadata key that carries a turn's token,
-//! the text form of thread references, the API's limits, and the home directory's layout and
-//! who may use it.
+//! the text form of thread references, the API's limits, the home directory's layout and
+//! who may use it, and how agent CLIs take kiki's MCP server ([`agents`]: kikid's executors
+//! and `kiki mcp install` both write it).
 
 #![allow(clippy::doc_lazy_continuation)]
 
@@ -23,6 +24,7 @@ pub mod bridge {
 
 pub use v1::*;
 
+pub mod agents;
 pub mod codec;
 pub mod home;
 pub mod limits;

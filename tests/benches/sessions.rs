@@ -39,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiki_client::Client;
 use kiki_daemon::executors::McpServer;
-use kiki_proto as pb;
+use kiki_proto::{self as pb, agents};
 use kiki_tests::binaries::{Down, binary, kiki_json};
 use kiki_tests::local;
 use kiki_tests::measure::{fsync_floor, ms, percentile, process_cpu_time, setting};
@@ -286,7 +286,6 @@ impl Direct {
         let mut stdin = child.stdin.take().expect("stdin");
         let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
         let cwd = self.cwd.display().to_string();
-        let env = self.mcp.env_object();
         let mut next = 0;
         let mut call = async |method: &str, params: Value| {
             let mut message = json!({"id": next, "method": method, "params": params});
@@ -308,7 +307,7 @@ impl Direct {
         if codex {
             call("initialize", json!({"clientInfo": {"name": "kiki", "title": "kiki", "version": "bench"}}))
                 .await;
-            let config = json!({"mcp_servers.kiki": {"command": self.mcp.command, "args": McpServer::ARGS, "env": env}});
+            let config = json!({"mcp_servers.kiki": self.mcp.entry(agents::Agent::Codex)});
             call("thread/resume", json!({"threadId": self.session, "cwd": cwd, "config": config})).await;
             call("turn/start", json!({"threadId": self.session, "input": input})).await;
             loop {
@@ -320,9 +319,7 @@ impl Direct {
         } else {
             let hello = json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false}});
             call("initialize", hello).await;
-            let env: Vec<Value> = self.mcp.env.iter().map(|(k, v)| json!({"name": k, "value": v})).collect();
-            let servers =
-                json!([{"name": "kiki", "command": self.mcp.command, "args": McpServer::ARGS, "env": env}]);
+            let servers = json!([agents::acp_server(&self.mcp.command, &agents::MCP_ARGS, &self.mcp.env)]);
             call("session/load", json!({"sessionId": self.session, "cwd": cwd, "mcpServers": servers})).await;
             let answer = call("session/prompt", json!({"sessionId": self.session, "prompt": input})).await;
             assert_eq!(answer["stopReason"], "end_turn");

@@ -6,9 +6,11 @@
 //! call the CLI makes. Started inside a turn (the agent CLI passes on `KIKI_TOKEN`), every
 //! call acts as that turn's thread; outside one, as the owner's external client.
 
+mod arguments;
 mod calls;
 mod channel;
 pub mod install;
+mod params;
 mod skim;
 mod tools;
 mod transport;
@@ -19,6 +21,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorData, Implementation, InitializeResult, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig,
@@ -27,7 +31,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
 use tokio_util::sync::CancellationToken;
 
-use self::calls::{Caller, tool_error};
+use self::calls::Caller;
 
 #[derive(Args)]
 #[command(after_help = MCP_EXAMPLES)]
@@ -76,10 +80,12 @@ const LAST_WRITES: Duration = Duration::from_secs(5);
 /// Serves MCP on stdin/stdout until the client closes it.
 async fn serve(home: &Path, tool_timeout: Duration) -> Result<()> {
     let token = kiki_client::env_var("KIKI_TOKEN");
-    let (stdio, writing) = transport::Stdio::start();
+    let (stdio, writing) = transport::Stdio::start(tools::all());
+    // Only inside a turn is there a turn to ask the owner's permission for.
+    let tools = tools::router(token.is_some());
     let caller = Arc::new(Caller::new(crate::connect::socket(home), token, tool_timeout, stdio.answers()));
     let pusher = Pusher::default();
-    let running = KikiServer { caller, pusher: pusher.clone() }.serve(stdio).await?;
+    let running = KikiServer { caller, tools, pusher: pusher.clone() }.serve(stdio).await?;
     running.waiting().await?;
     // The client closed the session: nothing more is pushed.
     pusher.stop.cancel();
@@ -89,6 +95,8 @@ async fn serve(home: &Path, tool_timeout: Duration) -> Result<()> {
 
 struct KikiServer {
     caller: Arc<Caller>,
+    /// The tools this session serves (see `tools.rs`).
+    tools: ToolRouter<Caller>,
     pusher: Pusher,
 }
 
@@ -128,11 +136,7 @@ impl ServerHandler for KikiServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut listed = tools::all();
-        if self.caller.token.is_some() {
-            listed.push(tools::permission_prompt());
-        }
-        Ok(ListToolsResult::with_all_items(listed))
+        Ok(ListToolsResult::with_all_items(tools::listed(&self.tools)))
     }
 
     async fn call_tool(
@@ -140,10 +144,9 @@ impl ServerHandler for KikiServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let result = match self.caller.call(&request.name, request.arguments, &context).await {
-            Ok(result) => result,
-            Err(refused) => tool_error(refused),
-        };
-        Ok(result.into())
+        if !self.tools.has_route(&request.name) {
+            return arguments::unknown_tool(&request.name).into_call_tool_result();
+        }
+        self.tools.call(ToolCallContext::new(self.caller.as_ref(), request, context)).await
     }
 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, JsonRpcMessage, RequestId,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, JsonRpcMessage, RequestId, Tool,
 };
 use rmcp::service::TxJsonRpcMessage;
 use rmcp::transport::{StdioReader, StdioWriter, Transport};
@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
+use super::arguments;
 use super::skim::Skim;
 
 /// Requests read and not yet answered (their answers written), at most.
@@ -104,6 +105,8 @@ pub struct Stdio {
     /// of our own waiting for room in the queue. Kept here so that a `receive` dropped
     /// while it waits (rmcp polls it in a `select!`) loses nothing.
     held: Option<Held>,
+    /// Every tool kiki has: what an over-long call is checked against.
+    tools: Vec<Tool>,
 }
 
 enum Held {
@@ -113,12 +116,13 @@ enum Held {
 
 impl Stdio {
     /// stdin and stdout (non-blocking pipes where they are pipes), and the task writing
-    /// stdout. The places are shared with the server through [`Stdio::answers`].
-    pub fn start() -> (Self, tokio::task::JoinHandle<()>) {
+    /// stdout. The places are shared with the server through [`Stdio::answers`]; `tools`
+    /// are the server's, for the answer to a call too long to read.
+    pub fn start(tools: Vec<Tool>) -> (Self, tokio::task::JoinHandle<()>) {
         let (reader, writer) = rmcp::transport::stdio_pipes();
         let (out, queue) = mpsc::channel(QUEUED_WRITES);
         let writing = tokio::spawn(write_out(writer, queue));
-        let stdio = Self { lines: Lines::new(reader), out, answers: Answers::new(), held: None };
+        let stdio = Self { lines: Lines::new(reader), out, answers: Answers::new(), held: None, tools };
         (stdio, writing)
     }
 
@@ -195,7 +199,7 @@ impl Transport<RoleServer> for Stdio {
             }
             let incoming = match self.lines.next().await? {
                 Line::Whole(line) => read(&line),
-                Line::TooLong(skim) => too_long(&skim),
+                Line::TooLong(skim) => too_long(&skim, &self.tools),
             };
             match incoming {
                 Incoming::Message(message) => {
@@ -363,14 +367,15 @@ fn kind(value: &Value) -> &'static str {
 }
 
 /// The answer to a line longer than [`LINE_MAX`]: a call's tool error naming the argument
-/// and its limit, else `-32600`; none for a notification.
-fn too_long(skim: &Skim) -> Incoming {
+/// and its limit (or the request's size), else `-32600`; none for a notification.
+fn too_long(skim: &Skim, tools: &[Tool]) -> Incoming {
     let (id, method) = (skim.id.as_ref(), skim.method.as_deref());
     if id.is_none() && method.is_some() {
         return Incoming::Nothing;
     }
     if let (Some(id), Some("tools/call"), Some(tool)) = (id, method, skim.tool.as_deref()) {
-        let text = super::calls::over_long(tool, &skim.arguments, skim.bytes);
+        let schema = tools.iter().find(|t| t.name == tool).map(|t| &*t.input_schema);
+        let text = arguments::over_long(tool, schema, &skim.arguments).unwrap_or_else(|| too_big(skim));
         return Incoming::Answer(json!({"jsonrpc": "2.0", "id": id, "result": {
             "content": [{"type": "text", "text": text}], "isError": true
         }}));
@@ -382,6 +387,21 @@ fn too_long(skim: &Skim) -> Incoming {
             "Invalid Request: the line is {} bytes; kiki mcp reads requests of at most {LINE_MAX} bytes",
             skim.bytes
         ),
+    )
+}
+
+/// An over-long call with no argument over its limit: the request's size, and its largest
+/// argument.
+fn too_big(skim: &Skim) -> String {
+    let largest = skim
+        .arguments
+        .iter()
+        .max_by_key(|a| a.bytes)
+        .map_or_else(String::new, |a| format!(" ({} alone is {} bytes)", a.name, a.bytes));
+    format!(
+        "invalid_argument: the request is {} bytes{largest}; kiki mcp reads requests of at most \
+         {LINE_MAX} bytes. Shorten the arguments.",
+        skim.bytes
     )
 }
 
@@ -509,20 +529,30 @@ mod tests {
         }
     }
 
+    /// A tool taking `content` of at most 100000 characters, and `mentions`.
+    fn tools() -> Vec<Tool> {
+        let schema = json!({"type": "object", "additionalProperties": false, "properties": {
+            "session_id": {"type": "string"}, "idempotency_key": {"type": "string"},
+            "content": {"type": "string", "maxLength": 100_000}, "mentions": {"type": "array"}
+        }});
+        let Value::Object(schema) = schema else { unreachable!() };
+        vec![Tool::new("ThreadSend", "", Arc::new(schema))]
+    }
+
     #[test]
     fn an_over_long_line_is_answered_under_its_id() {
         let mut skim = Skim::default();
         skim.feed(br#"{"jsonrpc":"2.0","id":41,"method":"tools/list","params":{"cursor":"#);
         skim.feed(&[b'x'; 100]);
         skim.feed(b"\"}}");
-        let Incoming::Answer(answer) = too_long(&skim) else { panic!("no answer") };
+        let Incoming::Answer(answer) = too_long(&skim, &tools()) else { panic!("no answer") };
         assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (json!(41), json!(-32600)));
 
         let mut skim = Skim::default();
         skim.feed(br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"ThreadSend","arguments":{"session_id":"th_1","content":""#);
         skim.feed(&vec![b'x'; 200_000]);
         skim.feed(br#"","idempotency_key":"k"}},"id":"last"}"#);
-        let Incoming::Answer(answer) = too_long(&skim) else { panic!("no answer") };
+        let Incoming::Answer(answer) = too_long(&skim, &tools()) else { panic!("no answer") };
         assert_eq!(answer["id"], json!("last"));
         assert_eq!(answer["result"]["isError"], json!(true));
         let text = answer["result"]["content"][0]["text"].as_str().expect("text");
@@ -530,10 +560,19 @@ mod tests {
 
         let mut notification = Skim::default();
         notification.feed(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#);
-        assert!(matches!(too_long(&notification), Incoming::Nothing));
+        assert!(matches!(too_long(&notification, &tools()), Incoming::Nothing));
         let mut garbage = Skim::default();
         garbage.feed(b"xyz");
-        let Incoming::Answer(answer) = too_long(&garbage) else { panic!("no answer") };
+        let Incoming::Answer(answer) = too_long(&garbage, &tools()) else { panic!("no answer") };
         assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (Value::Null, json!(-32600)));
+
+        // Nothing over a length limit: the request's size, and its largest argument.
+        let mut mentions = Skim::default();
+        mentions.feed(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ThreadSend","arguments":{"mentions":[""#);
+        mentions.feed(&[b'x'; 100]);
+        mentions.feed(br#""]}}}"#);
+        let said = too_big(&mentions);
+        let alone = format!("mentions alone is {} bytes", mentions.arguments[0].bytes);
+        assert!(said.contains(&format!("is {} bytes", mentions.bytes)) && said.contains(&alone), "{said}");
     }
 }

@@ -12,6 +12,7 @@
 //! running prompt, so messages that arrive meanwhile wait for the next turn. A session that
 //! cannot be loaded fails the turn: it is never replaced by a fresh one silently.
 
+use kiki_proto::agents;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -179,9 +180,7 @@ fn handshake(e: &RpcError) -> String {
 
 /// kiki's MCP server as an ACP stdio server.
 fn mcp_servers(kiki: &McpServer) -> Value {
-    let env: Vec<Value> =
-        kiki.env.iter().map(|(name, value)| json!({"name": name, "value": value})).collect();
-    json!([{"name": "kiki", "command": kiki.command, "args": McpServer::ARGS, "env": env}])
+    json!([agents::acp_server(&kiki.command, &agents::MCP_ARGS, &kiki.env)])
 }
 
 /// Tokens, when the agent reports them with its answer.

@@ -8,6 +8,7 @@
 //! `result` event is the turn's outcome, with tokens and cost. A session Claude Code no
 //! longer has fails the turn with that reason: it is never replaced by a fresh one silently.
 
+use kiki_proto::agents;
 use serde_json::Value;
 
 use super::process::{self, Exited};
@@ -56,10 +57,8 @@ pub async fn run(
 impl McpServer {
     /// Claude Code's `--mcp-config` naming kiki's server.
     pub fn claude_config(&self) -> String {
-        serde_json::json!({"mcpServers": {"kiki": {
-            "type": "stdio", "command": self.command, "args": McpServer::ARGS, "env": self.env_object()
-        }}})
-        .to_string()
+        let claude = agents::Agent::Claude;
+        serde_json::json!({agents::servers(claude): {agents::SERVER: self.entry(claude)}}).to_string()
     }
 }
 

@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use kiki_proto::agents;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -186,7 +187,8 @@ fn handshake(e: &RpcError) -> String {
 
 /// kiki's MCP server as a Codex config override (`mcp_servers.kiki`).
 fn mcp_config(kiki: &McpServer) -> Value {
-    json!({"mcp_servers.kiki": {"command": kiki.command, "args": McpServer::ARGS, "env": kiki.env_object()}})
+    let codex = agents::Agent::Codex;
+    json!({format!("{}.{}", agents::servers(codex), agents::SERVER): kiki.entry(codex)})
 }
 
 /// Takes one notification of the turn; `Some` when it ended (`Ok`) or failed.

@@ -12,6 +12,7 @@
 
 use std::path::Path;
 
+use kiki_proto::agents;
 use serde_json::Value;
 
 use super::codex_release::ExecFlags;
@@ -102,13 +103,12 @@ fn arguments(
 
 /// `-c` values giving Codex kiki's MCP server (TOML values, quoted as TOML strings).
 fn overrides(kiki: &McpServer) -> Vec<String> {
-    let quote = |s: &str| toml::Value::String(s.to_string()).to_string();
-    let env: Vec<String> = kiki.env.iter().map(|(k, v)| format!("{} = {}", quote(k), quote(v))).collect();
-    vec![
-        format!("mcp_servers.kiki.command={}", quote(&kiki.command)),
-        format!("mcp_servers.kiki.args=[{}]", McpServer::ARGS.map(quote).join(", ")),
-        format!("mcp_servers.kiki.env={{ {} }}", env.join(", ")),
-    ]
+    let codex = agents::Agent::Codex;
+    let table = format!("{}.{}", agents::servers(codex), agents::SERVER);
+    let Value::Object(entry) = kiki.entry(codex) else { return Vec::new() };
+    // Every member is a string, a list or a table of strings: each is a TOML value.
+    let toml = |value: &Value| toml::Value::try_from(value).map(|v| v.to_string()).unwrap_or_default();
+    entry.iter().map(|(key, value)| format!("{table}.{key}={}", toml(value))).collect()
 }
 
 /// What the turn's events said.

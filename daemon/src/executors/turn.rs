@@ -7,6 +7,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::time::Duration;
 
+use kiki_proto::agents;
 use tokio_util::sync::CancellationToken;
 
 use super::agent::Agent;
@@ -113,11 +114,9 @@ impl McpServer {
         Self { command, env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() }
     }
 
-    pub const ARGS: [&'static str; 1] = ["mcp"];
-
-    /// `env` as a JSON object.
-    pub fn env_object(&self) -> serde_json::Value {
-        self.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect()
+    /// Its entry as `agent` takes it (`kiki_proto::agents`), with the turn's values.
+    pub fn entry(&self, agent: agents::Agent) -> serde_json::Value {
+        agents::entry(agent, &self.command, &agents::MCP_ARGS, agents::Env::Given(&self.env))
     }
 }
 
