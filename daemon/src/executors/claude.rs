@@ -15,7 +15,8 @@ use super::process::{self, Exited};
 use super::turn::{AgentReport, Live, LiveSink, McpServer, TurnFailure, TurnInput, lost_session, say};
 use crate::store::{PartKind, TurnUsage};
 
-/// `kiki mcp`'s tool that turns Claude Code's permission prompts into requests to the owner.
+/// `kiki mcp`'s tool that turns Claude Code's permission prompts into requests to the owner
+/// (Claude Code names a server's tool `mcp__SERVER__TOOL`).
 const PERMISSION_TOOL: &str = "mcp__kiki__PermissionPrompt";
 
 /// What Claude Code says when `--resume` names a session it does not have.
@@ -174,6 +175,11 @@ fn outcome(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_permission_tool_is_kiki_mcps_by_the_name_claude_code_gives_it() {
+        assert_eq!(PERMISSION_TOOL, format!("mcp__{}__PermissionPrompt", kiki_proto::agents::SERVER));
+    }
+
     use super::*;
 
     #[test]

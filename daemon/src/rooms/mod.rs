@@ -182,7 +182,7 @@ impl Rooms {
     }
 
     async fn page(&self, view: RoomView, limit: Option<u32>, after: &str) -> Result<RoomPage> {
-        let limit = limits::page_limit("limit", limit, 50)?;
+        let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
         let after_seq = match after {
             "" => 0,
             c => {

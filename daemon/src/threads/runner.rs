@@ -360,10 +360,11 @@ impl Inner {
             turn.id.clone(),
             followed,
         ));
+        let [home, thread, token_name] = kiki_proto::agents::IDENTITY;
         let env = vec![
-            ("KIKI_HOME", self.home.display().to_string()),
-            ("KIKI_THREAD_ID", turn.thread_id.clone()),
-            ("KIKI_TOKEN", token.clone()),
+            (home, self.home.display().to_string()),
+            (thread, turn.thread_id.clone()),
+            (token_name, token.clone()),
         ];
         let input = TurnInput {
             items: &claimed.inputs,
