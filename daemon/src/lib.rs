@@ -19,7 +19,7 @@
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
 //! - [`convert`]: records ↔ `kiki.v1` messages, for the two protobuf edges (gRPC, the bridge
 //!   wire codec).
-//! - [`hex`], [`sync`], [`time`]: small helpers.
+//! - [`sync`], [`time`]: small helpers.
 //! - [`runtime`]: the tokio runtime kikid runs on (no LIFO slot, so answers are flushed in batches).
 //!
 //! # Boot and shutdown
@@ -42,7 +42,6 @@ pub mod doctor;
 pub mod error;
 pub mod executors;
 pub mod grpc;
-pub mod hex;
 pub mod identity;
 pub mod mailbox;
 pub mod messaging;

@@ -428,5 +428,5 @@ fn request_hash(target: &str, content: &str) -> String {
     hash.update(target.as_bytes());
     hash.update([0]);
     hash.update(content.as_bytes());
-    crate::hex::hex(&hash.finalize())
+    data_encoding::HEXLOWER.encode(&hash.finalize())
 }

@@ -274,5 +274,5 @@ fn post_hash(content: &str, mentions: &[String]) -> String {
     }
     hash.update([1]);
     hash.update(content.as_bytes());
-    crate::hex::hex(&hash.finalize())
+    data_encoding::HEXLOWER.encode(&hash.finalize())
 }

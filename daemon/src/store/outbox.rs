@@ -75,7 +75,7 @@ pub fn room_delivery(
         content: content.to_string(),
         key_scope: String::new(),
         key: format!("room:{}:{session}", entry.tag.entry),
-        request_hash: crate::hex::hex(&hash.finalize()),
+        request_hash: data_encoding::HEXLOWER.encode(&hash.finalize()),
         status: OutboxStatus::Pending,
         reason: String::new(),
         remote_message_id: String::new(),

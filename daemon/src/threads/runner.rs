@@ -589,5 +589,5 @@ const UNKNOWN_AGENT: &str = "unknown";
 fn new_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    crate::hex::hex(&bytes)
+    data_encoding::HEXLOWER.encode(&bytes)
 }

@@ -16,7 +16,7 @@ pub fn root_of(dir: &Path) -> PathBuf {
 /// `ws_` + 16 hex digits of SHA-256 of the root path.
 pub fn id_of(root: &Path) -> String {
     let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
-    format!("ws_{}", crate::hex::hex(&digest[..8]))
+    format!("ws_{}", data_encoding::HEXLOWER.encode(&digest[..8]))
 }
 
 /// `value` as an absolute path to an existing directory, canonical; else an error naming

@@ -42,7 +42,7 @@ pub(super) fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
         hash.update(part.as_bytes());
         hash.update([0]);
     }
-    crate::hex::hex(&hash.finalize())
+    data_encoding::HEXLOWER.encode(&hash.finalize())
 }
 
 /// An entry's final state, due never (unless the caller makes it due: an `accepted` entry's
