@@ -286,12 +286,11 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         Err(rules::PostRefusal::Archived) => return Ok(PostOutcome::Archived),
         Err(rules::PostRefusal::NotMember) => return Ok(PostOutcome::NotMember),
     };
-    let seq = room.last_seq + 1;
     let (mut turns, mut queued, mut woke): (_, Vec<String>, _) = (Vec::new(), Vec::new(), Vec::new());
     for (roster_id, thread) in &plan.wake {
-        // A member of another home gets the entry through its bridge's outbox, if it had an
-        // active one (else the log shows it undeliverable). A persona has its thread by now
-        // (the rooms service made it).
+        // A member of another home gets the entry through its bridge's outbox, if this home
+        // has a bridge to it (else the log shows it undeliverable). A persona has its thread
+        // by now (the rooms service made it).
         let Some(thread) = thread else {
             if rules::is_remote_member(roster_id) {
                 if let Some((_, outbound)) = e.remote.iter().find(|(member, _)| member == roster_id) {
@@ -301,69 +300,112 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
             }
             continue;
         };
-        // A thread archived meanwhile is skipped: the entry stays in the log. A busy one
-        // queues it without a claim.
-        let running =
-            first(conn, "SELECT running FROM threads WHERE id = ? AND archived = 0", [thread], |row| {
-                Ok(row.get::<_, bool>(0)?)
-            })?;
-        let Some(running) = running else { continue };
-        // The input refers to the entry for its content (see `claim_turn`): a post of up to
-        // 20,000 characters is written once, not again for each member it wakes.
-        let input = NewInput {
-            // After the entry's id, which grows with time: inputs' id index is appended to,
-            // not written all over as the logs grow.
-            id: format!("in_{}_{}", e.id, woke.len()),
-            kind: InputKind::Message,
-            content: String::new(),
-            message_id: Some(e.id.clone()),
-            source: e.author.clone(),
-            room: Some(RoomTag { room: e.room_id.clone(), entry: e.id.clone() }),
-            // An author of another home posted through its own bridge to this one.
-            via: e.author.as_ref().map(|a| a.host_id.clone()).filter(|h| !h.is_empty()),
-            now: e.now,
-        };
-        let claim = e.claims.iter().find(|(t, _)| t == thread).map(|(_, claim)| claim);
-        let turn = match claim.filter(|_| !running) {
-            Some(claim) => {
-                let arriving = NewInput { content: e.content.clone(), ..input.clone() };
-                claim_turn(conn, thread, claim, e.now, Some(arriving))?
-            }
-            None => None,
-        };
-        let taken_by =
-            turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.clone());
-        insert_input(conn, thread, &input, true, taken_by.as_deref())?;
-        if taken_by.is_none() {
+        // A thread archived meanwhile is skipped: the entry stays in the log.
+        let Some(woken) = wake_member(conn, e, thread, woke.len())? else { continue };
+        if !woken.taken {
             queued.push(thread.clone());
         }
-        turns.extend(turn);
+        turns.extend(woken.turn);
         // As the roster shows it: a persona that has its thread by its thread's id.
         woke.push(thread.clone());
     }
+    let entry = EntryRecord {
+        room_id: e.room_id.clone(),
+        seq: room.last_seq + 1,
+        id: e.id.clone(),
+        author: e.author.clone(),
+        content: e.content.clone(),
+        mentions: e.mentions.clone(),
+        woke,
+        at: e.now,
+        deliveries: Vec::new(),
+    };
+    insert_entry(conn, &entry, e)?;
+    record_loop_guard(conn, &room, e, &plan)?;
+    Ok(PostOutcome::Posted { entry, turns, queued, paused: plan.pause })
+}
+
+/// A member thread of this home woken by a post: its input, taken by the turn the post's
+/// claim starts if the thread is idle, else queued.
+struct Woken {
+    turn: Option<ClaimedTurn>,
+    taken: bool,
+}
+
+/// Wakes `thread` with entry `e` (its `nth` woken member); `None` if the thread is gone or
+/// archived.
+fn wake_member(conn: &Connection, e: &NewEntry, thread: &str, nth: usize) -> StoreResult<Option<Woken>> {
+    let running =
+        first(conn, "SELECT running FROM threads WHERE id = ? AND archived = 0", [thread], |row| {
+            Ok(row.get::<_, bool>(0)?)
+        })?;
+    let Some(running) = running else { return Ok(None) };
+    // The input refers to the entry for its content (see `claim_turn`): a post of up to
+    // 20,000 characters is written once, not again for each member it wakes.
+    let input = NewInput {
+        // After the entry's id, which grows with time: inputs' id index is appended to,
+        // not written all over as the logs grow.
+        id: format!("in_{}_{nth}", e.id),
+        kind: InputKind::Message,
+        content: String::new(),
+        message_id: Some(e.id.clone()),
+        source: e.author.clone(),
+        room: Some(RoomTag { room: e.room_id.clone(), entry: e.id.clone() }),
+        // An author of another home posted through its own bridge to this one.
+        via: e.author.as_ref().map(|a| a.host_id.clone()).filter(|h| !h.is_empty()),
+        now: e.now,
+    };
+    // A busy thread queues it without a claim.
+    let claim = e.claims.iter().find(|(t, _)| t == thread).map(|(_, claim)| claim);
+    let turn = match claim.filter(|_| !running) {
+        Some(claim) => {
+            let arriving = NewInput { content: e.content.clone(), ..input.clone() };
+            claim_turn(conn, thread, claim, e.now, Some(arriving))?
+        }
+        None => None,
+    };
+    let taken_by =
+        turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.clone());
+    insert_input(conn, thread, &input, true, taken_by.as_deref())?;
+    Ok(Some(Woken { turn, taken: taken_by.is_some() }))
+}
+
+/// Writes the entry to its room's log, with its key.
+fn insert_entry(conn: &Connection, entry: &EntryRecord, e: &NewEntry) -> StoreResult<()> {
     let (author_host, author) =
-        e.author.as_ref().map_or(("", ""), |a| (a.host_id.as_str(), a.thread_id.as_str()));
+        entry.author.as_ref().map_or(("", ""), |a| (a.host_id.as_str(), a.thread_id.as_str()));
     run(
         conn,
         "INSERT INTO room_entries (room_id, seq, id, author_host, author, content, mentions, woke,
                                    key_scope, key, request_hash, at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         params![
-            e.room_id,
-            seq,
-            e.id,
+            entry.room_id,
+            entry.seq,
+            entry.id,
             author_host,
             author,
-            e.content,
-            e.mentions.join(" "),
-            woke.join(" "),
+            entry.content,
+            entry.mentions.join(" "),
+            entry.woke.join(" "),
             e.key_scope,
             e.key,
             e.request_hash,
-            e.now
+            entry.at
         ],
-    )?;
-    // The room's row changes only with the loop guard's count or its pause.
+    )
+    .map(drop)
+}
+
+/// The loop guard's count after the post, and the room paused (with an `attention` event
+/// on its host) if the post tripped it. The room's row changes only with the count or a
+/// pause.
+fn record_loop_guard(
+    conn: &Connection,
+    room: &RoomRecord,
+    e: &NewEntry,
+    plan: &rules::PostPlan,
+) -> StoreResult<()> {
     if plan.agent_wakes != room.agent_wakes || plan.pause.is_some() {
         run(
             conn,
@@ -374,34 +416,12 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         )?;
     }
     if let Some(why) = &plan.pause {
-        insert_event(
-            conn,
-            &EventRecord {
-                seq: 0,
-                thread_id: room.host_thread.clone(),
-                kind: EventKind::Attention,
-                turn_id: None,
-                turn_status: None,
-                reason: format!("room {} paused: {why}", e.room_id),
-                lifecycle: String::new(),
-                message_id: Some(e.id.clone()),
-                request_id: None,
-                at: e.now,
-            },
-        )?;
+        let reason = format!("room {} paused: {why}", e.room_id);
+        let mut event = EventRecord::attention(&room.host_thread, "", reason, e.now);
+        (event.turn_id, event.message_id) = (None, Some(e.id.clone()));
+        insert_event(conn, &event)?;
     }
-    let entry = EntryRecord {
-        room_id: e.room_id.clone(),
-        seq,
-        id: e.id.clone(),
-        author: e.author.clone(),
-        content: e.content.clone(),
-        mentions: e.mentions.clone(),
-        woke,
-        at: e.now,
-        deliveries: Vec::new(),
-    };
-    Ok(PostOutcome::Posted { entry, turns, queued, paused: plan.pause })
+    Ok(())
 }
 
 /// The entry a key made in a room, with its post's hash.
