@@ -22,11 +22,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::config::{Config, ExecutorKind};
+use crate::config::{Config, ExecutorKind, ProfileConfig};
 use crate::executors::agent::Agent;
 use crate::executors::desk::{Desk, TurnDesk};
 use crate::executors::{self, AgentReport, Live, OnAgentStart, TurnFailure, TurnInput};
-use crate::store::{ClaimedTurn, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnStatus};
+use crate::store::{
+    ClaimedTurn, EventRecord, Store, ThreadRecord, TurnClaim, TurnOutcome, TurnRecord, TurnStatus,
+};
 use crate::sync::lock;
 use crate::threads::new_id;
 use crate::threads::signals::Signals;
@@ -48,6 +50,16 @@ pub const STOPPED: &str = "stopped by its owner (kiki thread stop)";
 pub struct TurnCaller {
     pub thread_id: String,
     pub turn_id: String,
+}
+
+/// What running a turn's agent came to.
+struct Ran {
+    result: Result<String, TurnFailure>,
+    /// kikid stopped during the turn.
+    stopped: bool,
+    /// The owner stopped the turn (`kiki thread stop`).
+    owner_stopped: bool,
+    report: AgentReport,
 }
 
 /// A turn being run: how its owner stops it, and how the stop learns it ended.
@@ -342,14 +354,7 @@ impl Inner {
         let cwd = PathBuf::from(&thread.cwd);
         // Set once the agent is recorded: only then does it get its input.
         let given = Arc::new(AtomicBool::new(false));
-        let agent_session = if profile.executor.keeps_session() {
-            self.store.agent_session(&turn.thread_id).await.unwrap_or_else(|e| {
-                warn!(error = %e, "cannot read the thread's agent session");
-                None
-            })
-        } else {
-            None
-        };
+        let agent_session = self.agent_session_of(&profile, &turn.thread_id).await;
         // The turn's progress is kept as it happens, by a task of its own so that a slow
         // write never holds up reading the agent.
         let (live, followed) = tokio::sync::mpsc::unbounded_channel();
@@ -396,6 +401,27 @@ impl Inner {
         lock(&self.tokens).remove(&token);
         // Every part is kept before the turn is seen to end (the executor dropped its sink).
         let _ = recorder.await;
+        self.conclude(turn, &profile, Ran { result, stopped, owner_stopped: stop.is_cancelled(), report })
+            .await;
+    }
+
+    /// The thread's agent session, for an executor that keeps one.
+    async fn agent_session_of(&self, profile: &ProfileConfig, thread_id: &str) -> Option<String> {
+        if !profile.executor.keeps_session() {
+            return None;
+        }
+        self.store.agent_session(thread_id).await.unwrap_or_else(|e| {
+            warn!(error = %e, "cannot read the thread's agent session");
+            None
+        })
+    }
+
+    /// Records how a turn that ran ended: failed before its agent got the input, or its
+    /// status, output and usage; a lost agent session makes its messages undeliverable and
+    /// tells the owner (before the end, so a caller waiting for the end sees why too); a
+    /// turn that spent the thread's budget says so.
+    async fn conclude(&self, turn: &TurnRecord, profile: &ProfileConfig, ran: Ran) {
+        let Ran { result, stopped, owner_stopped, report } = ran;
         if let Err(failure) = &result
             && !failure.agent_started
         {
@@ -406,16 +432,16 @@ impl Inner {
         let (status, output, error) = match result {
             // Done before the stop reached it: the turn is what it is.
             Ok(output) => (TurnStatus::Completed, output, String::new()),
-            Err(failure) if stop.is_cancelled() && !stopped => {
+            Err(failure) if owner_stopped && !stopped => {
                 (TurnStatus::Cancelled, failure.output, format!("{STOPPED}: {}", failure.error))
             }
             Err(failure) => (TurnStatus::Failed, failure.output, failure.error),
         };
-        let lost_session = report.lost_session.then(|| error.clone());
-        if lost_session.is_some() {
+        if report.lost_session {
             // No agent saw the turn's messages: they are undeliverable, with a reason, not
             // counted delivered to a session that is gone.
             self.undeliver(&turn.id, "agent_session_lost").await;
+            self.attention(&turn.thread_id, &turn.id, error.clone()).await;
         }
         let outcome = TurnOutcome {
             turn_id: turn.id.clone(),
@@ -426,10 +452,6 @@ impl Inner {
             usage,
             agent_session: report.session,
         };
-        // Told before the turn's end is: a caller that waits for the end sees why too.
-        if let Some(reason) = lost_session {
-            self.attention(&turn.thread_id, &turn.id, reason).await;
-        }
         info!(turn_id = %turn.id, status = outcome.status.as_str(), "turn ended");
         self.finish(outcome).await;
         if let (Some(budget), Some(spent)) = (profile.max_cost_usd, usage.map(|u| u.cost_usd)) {
