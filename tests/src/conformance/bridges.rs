@@ -30,6 +30,13 @@ fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
 }
 
 pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
+    entries_are_unique_and_scheduled(store).await;
+    entries_page_and_settle(store).await;
+}
+
+/// Three entries, two of them under one key: the first stays, and the entries come due,
+/// are put off behind a silent peer's probe and made due again with the link.
+async fn entries_are_unique_and_scheduled(store: &dyn Store) {
     let entries = [outbox("msg_1", "k1", 10), outbox("msg_2", "k1", 10), outbox("msg_3", "k3", 50)];
     let (first, second, third) = tokio::join!(
         store.outbox_insert(&entries[0]),
@@ -74,6 +81,11 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
     assert_eq!(store.outbox_due("PEER", 31, 10).await.expect("due").len(), 2, "due as the window ends");
     let other = store.outbox_due("OTHER", 20, 10).await.expect("due");
     assert!(other.is_empty(), "another peer's due entries only: {other:?}");
+}
+
+/// The entries of [`entries_are_unique_and_scheduled`] paged, counted and settled: an
+/// outcome is final, an accepted entry comes due for its follow-up.
+async fn entries_page_and_settle(store: &dyn Store) {
     let mut done = outbox("msg_1", "k1", 10);
     done.status = OutboxStatus::Delivered;
     store.outbox_update(&[(done, None)]).await.expect("update");
