@@ -2,7 +2,7 @@
 //! tool's input schema alone. Each tool's parameters are declared once, as a type (see
 //! `params.rs`); its schema, made from that type, is what `tools/list` shows and what is
 //! checked here: the parameter names (an unknown one is refused, naming those the tool
-//! takes), each parameter's type (`content: must be a string, got 5`), and the contract's
+//! takes), each parameter's type (`content: must be a string, got 5`), and the API's
 //! length limits, its `maxLength`s (kikid checks them too, with the same words). The
 //! length check runs here as well so that an over-long argument of any size — even one
 //! kikid's message limit would refuse first, or a request line too long to keep (see

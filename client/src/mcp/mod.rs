@@ -1,4 +1,4 @@
-//! `kiki mcp`: the collaboration tools (contract §7) as an MCP server on stdio, named
+//! `kiki mcp`: the collaboration tools as an MCP server on stdio, named
 //! `kiki` (an agent sees `mcp__kiki__ThreadSend`), and `kiki mcp install`, which sets agent
 //! CLIs up to start it.
 //!

@@ -1,6 +1,6 @@
 //! Each tool's parameters, declared once as a type: its fields are the parameter names,
 //! their doc comments the descriptions an agent reads, their `schemars` attributes the
-//! contract's limits and defaults (from `kiki_proto::limits`). The input schema `tools/list`
+//! API's limits and defaults (from `kiki_proto::limits`). The input schema `tools/list`
 //! shows is made from the type, the arguments are checked against that schema
 //! (`arguments.rs`) and then read into the type.
 

@@ -191,7 +191,7 @@ impl Caller {
                         "give either room (to post to a room) or session_id (to send to a thread), not both",
                     ));
                 }
-                // The seed's default: the tool call's id, so a retried call posts once.
+                // By default the tool call's id, so a retried call posts once.
                 let key = args.idempotency_key.unwrap_or_else(|| tool_call_id(&context));
                 let mentions = args.mentions.unwrap_or_default();
                 pb::ThreadSendRequest { target: None, room, content, idempotency_key: key, mentions }
