@@ -11,23 +11,33 @@
 //! `session/cancel`. ACP has no way to add input to a
 //! running prompt, so messages that arrive meanwhile wait for the next turn. A session that
 //! cannot be loaded fails the turn: it is never replaced by a fresh one silently.
+//!
+//! The messages are ACP's own types (`agent_client_protocol_schema::v1`); [`rpc::Peer`]
+//! carries them as JSON. What kiki reads is as tolerant as the schema: an update of a kind
+//! it does not know (a newer agent's) is not the turn's, and optional fields may be missing.
+//!
+//! [`rpc::Peer`]: super::rpc::Peer
 
+use std::path::PathBuf;
+
+use agent_client_protocol_schema::ProtocolVersion;
+use agent_client_protocol_schema::v1::{
+    self as acp, AGENT_METHOD_NAMES as AGENT, CLIENT_METHOD_NAMES as CLIENT,
+};
 use kiki_proto::agents;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::desk::TurnDesk;
 use super::process::Spawned;
-use super::rpc::{Incoming, METHOD_NOT_FOUND, Peer, RpcError};
+use super::rpc::{Incoming, Peer, RpcError};
 use super::session::{self, Transcript};
 use super::turn::{AgentReport, Live, McpServer, STOP_GRACE, TurnFailure, TurnInput, say};
 use crate::store::{PartKind, TurnUsage};
 
 /// The ACP version kiki speaks.
-const PROTOCOL_VERSION: u64 = 1;
-
-/// ACP's error for a session (or other resource) the agent does not have.
-const RESOURCE_NOT_FOUND: i64 = -32002;
+const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V1;
 
 pub async fn run(
     command: &[String],
@@ -42,6 +52,8 @@ pub async fn run(
     session::finish(agent, peer, incoming, transcript, driven, "The ACP agent").await
 }
 
+/// The turn's conversation, step by step; `Err` is why it failed (`""`: the agent closed its
+/// output, see `session::finish`).
 async fn drive(
     peer: &Peer,
     incoming: &mut mpsc::UnboundedReceiver<Incoming>,
@@ -50,79 +62,109 @@ async fn drive(
     transcript: &mut Transcript,
     report: &mut AgentReport,
 ) -> Result<(), String> {
-    let hello = json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        // kiki serves no files or terminals: the agent uses its own.
-        "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
-        "clientInfo": {"name": "kiki", "title": "kiki", "version": env!("CARGO_PKG_VERSION")},
-    });
-    let agent = peer.request("initialize", hello).await.map_err(|e| handshake(&e))?;
-    let cwd = input.cwd.display().to_string();
-    let servers = mcp_servers(&input.mcp);
-    let session = match &input.agent_session {
-        Some(session) => {
-            let lost = |detail: &str| super::turn::lost_session(session, "the ACP agent", detail);
-            if agent["agentCapabilities"]["loadSession"].as_bool() != Some(true) {
-                report.lost_session = true;
-                transcript.prompted = true; // a lost session fails the turn itself, with attention
-                return Err(lost("it cannot load sessions: no loadSession capability"));
-            }
-            let params = json!({"sessionId": session, "cwd": cwd, "mcpServers": servers});
-            match peer.request("session/load", params).await {
-                Ok(_) => {}
-                Err(RpcError::Failed { code: RESOURCE_NOT_FOUND, message }) => {
-                    report.lost_session = true;
-                    transcript.prompted = true; // a lost session fails the turn itself, with attention
-                    return Err(lost(&message));
-                }
-                // Say, not signed in: the session may well be there.
-                Err(failed) => return Err(format!("the ACP agent did not load session {session}: {failed}")),
-            }
-            session.clone()
-        }
-        None => {
-            let created = peer
-                .request("session/new", json!({"cwd": cwd, "mcpServers": servers}))
-                .await
-                .map_err(|e| handshake(&e))?;
-            created["sessionId"].as_str().ok_or("the ACP agent made a session without an id")?.to_string()
-        }
-    };
-    report.session = Some(session.clone());
-    say(input.live.as_ref(), Live::Session(session.clone()));
-    // What the agent sent before the prompt (a loaded session's history, replayed) is not
-    // this turn's, but the session's cost so far is what this turn's cost counts from.
-    let mut spend = Spend::default();
-    while let Ok(before) = incoming.try_recv() {
-        match before {
-            Incoming::Request { id, method, .. } => {
-                peer.respond(id, Err((METHOD_NOT_FOUND, format!("kiki does not answer {method}"))));
-            }
-            Incoming::Notification { method, params } if is_ours(&method, &params, &session) => {
-                spend.take(&params["update"]);
-            }
-            _ => {}
+    let agent = initialize(peer).await?;
+    let session = open_session(peer, input, &agent.agent_capabilities, transcript, report).await?;
+    report.session = Some(session.to_string());
+    say(input.live.as_ref(), Live::Session(session.to_string()));
+    let mut progress = Progress { session, transcript, spend: Spend::default() };
+    progress.before_prompt(peer, incoming);
+
+    progress.transcript.prompted = true;
+    let answered = prompt(peer, incoming, input, allowed_tools, &mut progress).await?;
+    // Updates sent before the answer are all queued by now.
+    while let Ok(message) = incoming.try_recv() {
+        if let Incoming::Notification { method, params } = message {
+            progress.take(&method, params);
         }
     }
-    spend.prompted();
+    // Counted whether the prompt ended well or not: what the turn cost, it cost.
+    let tokens = answered.as_ref().ok().and_then(|answer| usage(answer.get("usage").unwrap_or(&Value::Null)));
+    report.usage = progress.spend.usage(tokens);
+    match answered {
+        Ok(answer) => stopped(&answer),
+        Err(RpcError::Closed) => Err(String::new()),
+        Err(failed) => Err(format!("the ACP agent failed the prompt: {failed}")),
+    }
+}
 
-    transcript.prompted = true;
-    let prompt = json!({"sessionId": session, "prompt": [{"type": "text", "text": input.rendered}]});
-    let answer = peer.request("session/prompt", prompt);
+/// The handshake: kiki's version and capabilities, the agent's in answer.
+async fn initialize(peer: &Peer) -> Result<acp::InitializeResponse, String> {
+    let hello = acp::InitializeRequest::new(PROTOCOL_VERSION)
+        // kiki serves no files or terminals: the agent uses its own.
+        .client_capabilities(acp::ClientCapabilities::default())
+        .client_info(acp::Implementation::new("kiki", env!("CARGO_PKG_VERSION")).title("kiki".to_string()));
+    let answer = peer.request(AGENT.initialize, message(&hello)).await.map_err(|e| handshake(&e))?;
+    acp::InitializeResponse::deserialize(&answer)
+        .map_err(|e| format!("the ACP agent answered initialize with what ACP does not: {e}"))
+}
+
+/// The turn's session, with kiki's MCP server: the thread's own, loaded (a session the agent
+/// cannot load is lost: the turn fails with attention), or a new one the first time.
+async fn open_session(
+    peer: &Peer,
+    input: &TurnInput<'_>,
+    agent: &acp::AgentCapabilities,
+    transcript: &mut Transcript,
+    report: &mut AgentReport,
+) -> Result<acp::SessionId, String> {
+    let cwd = PathBuf::from(input.cwd.display().to_string());
+    let servers = mcp_servers(&input.mcp);
+    let Some(session) = &input.agent_session else {
+        let new = acp::NewSessionRequest::new(cwd).mcp_servers(servers);
+        let created = peer.request(AGENT.session_new, message(&new)).await.map_err(|e| handshake(&e))?;
+        let created = acp::NewSessionResponse::deserialize(&created)
+            .map_err(|_| "the ACP agent made a session without an id")?;
+        return Ok(created.session_id);
+    };
+    let mut lost = |detail: &str| {
+        report.lost_session = true;
+        transcript.prompted = true; // a lost session fails the turn itself, with attention
+        super::turn::lost_session(session, "the ACP agent", detail)
+    };
+    if !agent.load_session {
+        return Err(lost("it cannot load sessions: no loadSession capability"));
+    }
+    let load = acp::LoadSessionRequest::new(session.clone(), cwd).mcp_servers(servers);
+    match peer.request(AGENT.session_load, message(&load)).await {
+        // Its answer says nothing kiki uses.
+        Ok(_) => Ok(acp::SessionId::new(session.clone())),
+        Err(RpcError::Failed { code, message }) if code == error_code(acp::ErrorCode::ResourceNotFound) => {
+            Err(lost(&message))
+        }
+        // Say, not signed in: the session may well be there.
+        Err(failed) => Err(format!("the ACP agent did not load session {session}: {failed}")),
+    }
+}
+
+/// Sends the turn's input as one `session/prompt` and takes what comes until its answer:
+/// the agent's updates, its requests (each answered by a task of its own: a permission waits
+/// for the owner), the owner's stop. `Err` is a conversation that broke off before the
+/// answer; the requests still open are dropped with their tasks.
+async fn prompt(
+    peer: &Peer,
+    incoming: &mut mpsc::UnboundedReceiver<Incoming>,
+    input: &TurnInput<'_>,
+    allowed_tools: &[String],
+    progress: &mut Progress<'_>,
+) -> Result<Result<Value, RpcError>, String> {
+    let text = acp::ContentBlock::Text(acp::TextContent::new(input.rendered));
+    let prompt = acp::PromptRequest::new(progress.session.clone(), vec![text]);
+    let answer = peer.request(AGENT.session_prompt, message(&prompt));
     tokio::pin!(answer);
     let mut asks = tokio::task::JoinSet::new();
     // Once the owner stops the turn: how long the agent has to end the prompt.
     let mut cancelled: Option<tokio::time::Instant> = None;
-    let answered = loop {
+    loop {
         tokio::select! {
             // The prompt is sent when its call is first polled: before a cancel can be.
             biased;
-            answered = &mut answer => break answered,
+            answered = &mut answer => return Ok(answered),
             () = input.stop.cancelled(), if cancelled.is_none() => {
                 // The agent answers the prompt `cancelled`; what it still asks is answered
                 // `cancelled` too (see `request`), as ACP wants of a client that cancels.
                 cancelled = Some(tokio::time::Instant::now() + STOP_GRACE);
-                peer.notify("session/cancel", json!({"sessionId": session}));
+                let cancel = acp::CancelNotification::new(progress.session.clone());
+                peer.notify(AGENT.session_cancel, message(&cancel));
             }
             () = tokio::time::sleep_until(cancelled.unwrap_or_else(tokio::time::Instant::now)),
                 if cancelled.is_some() =>
@@ -130,15 +172,13 @@ async fn drive(
                 return Err(format!("the ACP agent did not end the prompt within {STOP_GRACE:?} of session/cancel"));
             }
             message = incoming.recv() => match message {
-                Some(Incoming::Notification { method, params }) => {
-                    update(&method, &params, &session, transcript, &mut spend)
-                }
+                Some(Incoming::Notification { method, params }) => progress.take(&method, params),
                 Some(Incoming::Request { id, method, params }) => {
                     let (peer, desk, allowed) = (peer.clone(), input.desk.clone(), allowed_tools.to_vec());
                     let stop = input.stop.clone();
                     asks.spawn(async move {
                         let answer = tokio::select! {
-                            answer = request(&method, &params, desk, &allowed) => answer,
+                            answer = request(&method, params, desk, &allowed) => answer,
                             () = stop.cancelled() => cancelled_request(&method),
                         };
                         peer.respond(id, answer)
@@ -146,31 +186,25 @@ async fn drive(
                 }
                 Some(Incoming::Garbled(what)) => return Err(format!("the ACP agent wrote {what}")),
                 // Closed: the answer fails at once.
-                None => break (&mut answer).await,
+                None => return Ok((&mut answer).await),
             },
         }
-    };
-    asks.abort_all();
-    // Updates sent before the answer are all queued by now.
-    while let Ok(message) = incoming.try_recv() {
-        if let Incoming::Notification { method, params } = message {
-            update(&method, &params, &session, transcript, &mut spend);
-        }
     }
-    // Counted whether the prompt ended well or not: what the turn cost, it cost.
-    let tokens = answered.as_ref().ok().and_then(|answered| usage(&answered["usage"]));
-    report.usage = spend.usage(tokens);
-    let answered = match answered {
-        Ok(answered) => answered,
-        Err(RpcError::Closed) => return Err(String::new()),
-        Err(failed) => return Err(format!("the ACP agent failed the prompt: {failed}")),
-    };
-    match answered["stopReason"].as_str() {
+}
+
+/// How the prompt ended, from its answer's `stopReason`.
+fn stopped(answer: &Value) -> Result<(), String> {
+    match acp::PromptResponse::deserialize(answer).map(|answer| answer.stop_reason) {
         // It stopped at a limit of its own: what it did is the turn's.
-        Some("end_turn" | "max_tokens" | "max_turn_requests") => Ok(()),
-        Some("refusal") => Err("the ACP agent refused the prompt".into()),
-        Some("cancelled") => Err("the ACP agent cancelled the prompt".into()),
-        other => Err(format!("the ACP agent ended the prompt with stop reason {other:?}")),
+        Ok(acp::StopReason::EndTurn | acp::StopReason::MaxTokens | acp::StopReason::MaxTurnRequests) => {
+            Ok(())
+        }
+        Ok(acp::StopReason::Refusal) => Err("the ACP agent refused the prompt".into()),
+        Ok(acp::StopReason::Cancelled) => Err("the ACP agent cancelled the prompt".into()),
+        _ => {
+            let said = answer.get("stopReason").and_then(Value::as_str);
+            Err(format!("the ACP agent ended the prompt with stop reason {said:?}"))
+        }
     }
 }
 
@@ -178,18 +212,47 @@ fn handshake(e: &RpcError) -> String {
     format!("the ACP agent did not answer: {e}")
 }
 
-/// kiki's MCP server as an ACP stdio server.
-fn mcp_servers(kiki: &McpServer) -> Value {
-    json!([agents::acp_server(&kiki.command, &agents::MCP_ARGS, &kiki.env)])
+/// An ACP message as the JSON the peer sends. ACP's types serialize to JSON objects whatever
+/// their values (the paths in them are text already), so nothing is lost to the default.
+fn message(value: &impl Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+/// One of ACP's error codes as JSON-RPC carries it.
+fn error_code(code: acp::ErrorCode) -> i64 {
+    i32::from(code).into()
+}
+
+/// How ACP spells one of its words (a tool's kind, a status): as it is written on the wire.
+fn spelling(word: &impl Serialize) -> String {
+    match serde_json::to_value(word) {
+        Ok(Value::String(word)) => word,
+        _ => String::new(),
+    }
+}
+
+/// kiki's MCP server as an ACP stdio server: the entry `agents::acp_server` describes.
+fn mcp_servers(kiki: &McpServer) -> Vec<acp::McpServer> {
+    let env = kiki.env.iter().map(|(name, value)| acp::EnvVariable::new(name, value)).collect();
+    let args = agents::MCP_ARGS.iter().map(|arg| arg.to_string()).collect();
+    vec![acp::McpServer::Stdio(acp::McpServerStdio::new(agents::SERVER, &kiki.command).args(args).env(env))]
+}
+
+/// Tokens an agent reports with its prompt's answer (`usage`), either count alone. The
+/// schema has this end-of-turn usage only as an unstable feature, and wants a total too.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReportedTokens {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
 }
 
 /// Tokens, when the agent reports them with its answer.
 fn usage(reported: &Value) -> Option<TurnUsage> {
-    let tokens = |field: &str| reported[field].as_u64();
-    let (input, output) = (tokens("inputTokens"), tokens("outputTokens"));
-    (input.is_some() || output.is_some()).then(|| TurnUsage {
-        input_tokens: input.unwrap_or(0),
-        output_tokens: output.unwrap_or(0),
+    let ReportedTokens { input_tokens, output_tokens } = ReportedTokens::deserialize(reported).ok()?;
+    (input_tokens.is_some() || output_tokens.is_some()).then(|| TurnUsage {
+        input_tokens: input_tokens.unwrap_or(0),
+        output_tokens: output_tokens.unwrap_or(0),
         cost_usd: 0.0,
     })
 }
@@ -209,17 +272,12 @@ struct Spend {
 
 impl Spend {
     /// Takes a `session/update`'s `update`, if it is a `usage_update` with a cost in dollars.
-    fn take(&mut self, update: &Value) {
-        if update["sessionUpdate"].as_str() != Some("usage_update") {
+    fn take(&mut self, update: &acp::SessionUpdate) {
+        let acp::SessionUpdate::UsageUpdate(acp::UsageUpdate { cost: Some(cost), .. }) = update else {
             return;
-        }
-        let cost = &update["cost"];
-        let dollars = cost["currency"].as_str().is_some_and(|c| c.eq_ignore_ascii_case("USD"));
-        if let (true, Some(amount)) = (dollars, cost["amount"].as_f64())
-            && amount.is_finite()
-            && amount >= 0.0
-        {
-            self.latest = Some(amount);
+        };
+        if cost.currency.eq_ignore_ascii_case("USD") && cost.amount.is_finite() && cost.amount >= 0.0 {
+            self.latest = Some(cost.amount);
         }
     }
 
@@ -243,42 +301,75 @@ impl Spend {
     }
 }
 
-/// A `session/update` of the turn's session.
-fn is_ours(method: &str, params: &Value, session: &str) -> bool {
-    method == "session/update" && params["sessionId"].as_str() == Some(session)
+/// What the turn's session's updates make: the transcript, and what the turn cost.
+struct Progress<'t> {
+    session: acp::SessionId,
+    transcript: &'t mut Transcript,
+    spend: Spend,
 }
 
-/// Takes one `session/update` of the prompt.
-fn update(method: &str, params: &Value, session: &str, transcript: &mut Transcript, spend: &mut Spend) {
-    if !is_ours(method, params, session) {
-        return;
+impl Progress<'_> {
+    /// What the agent sent before the prompt (a loaded session's history, replayed) is not
+    /// this turn's, but the session's cost so far is what this turn's cost counts from.
+    fn before_prompt(&mut self, peer: &Peer, incoming: &mut mpsc::UnboundedReceiver<Incoming>) {
+        while let Ok(before) = incoming.try_recv() {
+            match before {
+                Incoming::Request { id, method, .. } => peer.respond(id, Err(not_answered(&method))),
+                Incoming::Notification { method, params } => {
+                    if let Some(update) = session_update(&method, params, &self.session) {
+                        self.spend.take(&update);
+                    }
+                }
+                Incoming::Garbled(_) => {}
+            }
+        }
+        self.spend.prompted();
     }
-    let update = &params["update"];
-    spend.take(update);
-    match update["sessionUpdate"].as_str() {
-        Some("agent_message_chunk") => {
-            if let Some(text) = update["content"]["text"].as_str() {
-                transcript.chunk(text);
+
+    /// Takes one of the agent's notifications during the prompt.
+    fn take(&mut self, method: &str, params: Value) {
+        let Some(update) = session_update(method, params, &self.session) else { return };
+        self.spend.take(&update);
+        match update {
+            acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk {
+                content: acp::ContentBlock::Text(text),
+                ..
+            }) => self.transcript.chunk(&text.text),
+            acp::SessionUpdate::ToolCall(call) => {
+                self.transcript.part(PartKind::Tool, format!("{} {}", spelling(&call.kind), call.title));
             }
-        }
-        Some("tool_call") => {
-            let title = update["title"].as_str().unwrap_or("a tool");
-            let kind = update["kind"].as_str().unwrap_or("other");
-            transcript.part(PartKind::Tool, format!("{kind} {title}"));
-        }
-        Some("tool_call_update") => {
-            let status = update["status"].as_str().unwrap_or_default();
-            if matches!(status, "completed" | "failed") {
-                let content: Vec<&str> = update["content"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|c| c["content"]["text"].as_str())
-                    .collect();
-                transcript.part(PartKind::ToolResult, format!("{status}\n{}", content.join("\n")));
+            acp::SessionUpdate::ToolCallUpdate(acp::ToolCallUpdate { fields, .. }) => {
+                let Some(status @ (acp::ToolCallStatus::Completed | acp::ToolCallStatus::Failed)) =
+                    fields.status
+                else {
+                    return;
+                };
+                let content: Vec<&str> = fields.content.iter().flatten().filter_map(text_of).collect();
+                self.transcript
+                    .part(PartKind::ToolResult, format!("{}\n{}", spelling(&status), content.join("\n")));
             }
+            _ => {}
         }
-        _ => {}
+    }
+}
+
+/// The update a notification carries if it is a `session/update` of `session` that the
+/// schema reads; an update of a kind it does not know is not the turn's.
+fn session_update(method: &str, params: Value, session: &acp::SessionId) -> Option<acp::SessionUpdate> {
+    if method != CLIENT.session_update {
+        return None;
+    }
+    let notification: acp::SessionNotification = serde_json::from_value(params).ok()?;
+    (notification.session_id == *session).then_some(notification.update)
+}
+
+/// A tool's output, where it is text.
+fn text_of(content: &acp::ToolCallContent) -> Option<&str> {
+    match content {
+        acp::ToolCallContent::Content(acp::Content { content: acp::ContentBlock::Text(text), .. }) => {
+            Some(&text.text)
+        }
+        _ => None,
     }
 }
 
@@ -286,54 +377,66 @@ fn update(method: &str, params: &Value, session: &str, transcript: &mut Transcri
 /// profile allows the tool's kind or title); kiki offers no files or terminals.
 async fn request(
     method: &str,
-    params: &Value,
+    params: Value,
     desk: Option<TurnDesk>,
     allowed: &[String],
 ) -> Result<Value, (i64, String)> {
-    if method != "session/request_permission" {
-        return Err((METHOD_NOT_FOUND, format!("kiki does not answer {method}")));
+    if method != CLIENT.session_request_permission {
+        return Err(not_answered(method));
     }
-    let call = &params["toolCall"];
-    let kind = call["kind"].as_str().unwrap_or("other");
-    let allowed =
-        session::permitted(kind, call["title"].as_str(), &call.to_string(), desk.as_ref(), allowed).await;
-    Ok(json!({"outcome": choose(&params["options"], allowed)}))
+    let asked = acp::RequestPermissionRequest::deserialize(&params)
+        .map_err(|e| (error_code(acp::ErrorCode::InvalidParams), format!("not a permission request: {e}")))?;
+    let call = &asked.tool_call.fields;
+    let kind = spelling(&call.kind.unwrap_or_default());
+    let details = serde_json::to_string(&asked.tool_call).unwrap_or_default();
+    let allowed = session::permitted(&kind, call.title.as_deref(), &details, desk.as_ref(), allowed).await;
+    Ok(message(&acp::RequestPermissionResponse::new(choose(&asked.options, allowed))))
 }
 
 /// The answer to a request of a prompt the owner stopped: a permission is `cancelled`.
 fn cancelled_request(method: &str) -> Result<Value, (i64, String)> {
-    if method == "session/request_permission" {
-        return Ok(json!({"outcome": {"outcome": "cancelled"}}));
+    if method == CLIENT.session_request_permission {
+        return Ok(message(&acp::RequestPermissionResponse::new(acp::RequestPermissionOutcome::Cancelled)));
     }
-    Err((METHOD_NOT_FOUND, format!("kiki does not answer {method}")))
+    Err(not_answered(method))
+}
+
+/// The answer to a request kiki does not serve.
+fn not_answered(method: &str) -> (i64, String) {
+    (error_code(acp::ErrorCode::MethodNotFound), format!("kiki does not answer {method}"))
 }
 
 /// The option that says yes (or no) once, else always; cancelled if the agent offers none.
-fn choose(options: &Value, allowed: bool) -> Value {
-    let kinds: [&str; 2] =
-        if allowed { ["allow_once", "allow_always"] } else { ["reject_once", "reject_always"] };
-    let options = options.as_array().map(Vec::as_slice).unwrap_or_default();
-    let chosen = kinds.iter().find_map(|kind| options.iter().find(|o| o["kind"].as_str() == Some(kind)));
-    match chosen.and_then(|o| o["optionId"].as_str()) {
-        Some(id) => json!({"outcome": "selected", "optionId": id}),
-        None => json!({"outcome": "cancelled"}),
+fn choose(options: &[acp::PermissionOption], allowed: bool) -> acp::RequestPermissionOutcome {
+    use acp::PermissionOptionKind::{AllowAlways, AllowOnce, RejectAlways, RejectOnce};
+    let kinds = if allowed { [AllowOnce, AllowAlways] } else { [RejectOnce, RejectAlways] };
+    let chosen = kinds.iter().find_map(|kind| options.iter().find(|o| o.kind == *kind));
+    match chosen {
+        Some(option) => acp::RequestPermissionOutcome::Selected(acp::SelectedPermissionOutcome::new(
+            option.option_id.clone(),
+        )),
+        None => acp::RequestPermissionOutcome::Cancelled,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
     fn the_owners_answer_picks_the_agents_option() {
-        let options = json!([
-            {"optionId": "always", "kind": "allow_always"},
-            {"optionId": "once", "kind": "allow_once"},
-            {"optionId": "no", "kind": "reject_once"},
-        ]);
+        let option = |id: &str, kind| acp::PermissionOption::new(id.to_string(), id, kind);
+        let options = [
+            option("always", acp::PermissionOptionKind::AllowAlways),
+            option("once", acp::PermissionOptionKind::AllowOnce),
+            option("no", acp::PermissionOptionKind::RejectOnce),
+        ];
+        let choose = |options: &[acp::PermissionOption], allowed| message(&choose(options, allowed));
         assert_eq!(choose(&options, true), json!({"outcome": "selected", "optionId": "once"}));
         assert_eq!(choose(&options, false), json!({"outcome": "selected", "optionId": "no"}));
-        let only_yes = json!([{"optionId": "y", "kind": "allow_always"}]);
+        let only_yes = [option("y", acp::PermissionOptionKind::AllowAlways)];
         assert_eq!(choose(&only_yes, false), json!({"outcome": "cancelled"}));
     }
 
@@ -342,14 +445,22 @@ mod tests {
         let (live, mut followed) = mpsc::unbounded_channel();
         let mut transcript = Transcript::new(Some(live), 1 << 20);
         let chunk = |text: &str| json!({"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}});
-        let mut spend = Spend::default();
-        update("session/update", &chunk("hel"), "s", &mut transcript, &mut spend);
-        update("session/update", &chunk("lo"), "s", &mut transcript, &mut spend);
-        update("session/update", &chunk("not ours"), "other", &mut transcript, &mut spend);
+        let mut progress =
+            Progress { session: "s".into(), transcript: &mut transcript, spend: Spend::default() };
+        let mut update = |params: Value, session: &str| {
+            let params = json!({"sessionId": session, "update": params["update"]});
+            progress.take("session/update", params);
+        };
+        update(chunk("hel"), "s");
+        update(chunk("lo"), "s");
+        update(chunk("not ours"), "other");
+        // A kind the schema does not know (a newer agent's) is not the turn's.
+        update(json!({"update": {"sessionUpdate": "a_later_kind", "text": "?"}}), "s");
         let call = json!({"sessionId": "s", "update": {"sessionUpdate": "tool_call", "toolCallId": "c", "title": "ls", "kind": "execute"}});
-        update("session/update", &call, "s", &mut transcript, &mut spend);
+        update(call, "s");
         let done = json!({"sessionId": "s", "update": {"sessionUpdate": "tool_call_update", "toolCallId": "c", "status": "completed", "content": [{"type": "content", "content": {"type": "text", "text": "a b"}}]}});
-        update("session/update", &done, "s", &mut transcript, &mut spend);
+        update(done, "s");
+        let spend = progress.spend;
         let mut seen = Vec::new();
         while let Ok(event) = followed.try_recv() {
             seen.push(event);
@@ -373,30 +484,98 @@ mod tests {
     #[test]
     fn usage_updates_give_the_turns_cost_from_the_sessions() {
         let cost = |amount: f64, currency: &str| json!({"sessionUpdate": "usage_update", "used": 900, "size": 200_000, "cost": {"amount": amount, "currency": currency}});
+        // What the schema reads of an update: one it does not read counts nothing.
+        let take = |spend: &mut Spend, update: Value| {
+            if let Ok(update) = acp::SessionUpdate::deserialize(&update) {
+                spend.take(&update);
+            }
+        };
         // The session had cost $0.50 before the prompt; $0.75 at its end.
         let mut spend = Spend::default();
-        spend.take(&cost(0.5, "USD"));
+        take(&mut spend, cost(0.5, "USD"));
         spend.prompted();
-        spend.take(&cost(0.6, "USD"));
-        spend.take(&cost(0.75, "USD"));
-        spend.take(&json!({"sessionUpdate": "usage_update", "used": 1000, "size": 200_000}));
-        spend.take(&cost(9.0, "EUR"));
+        take(&mut spend, cost(0.6, "USD"));
+        take(&mut spend, cost(0.75, "USD"));
+        take(&mut spend, json!({"sessionUpdate": "usage_update", "used": 1000, "size": 200_000}));
+        take(&mut spend, cost(9.0, "EUR"));
         let tokens = TurnUsage { input_tokens: 3, output_tokens: 4, cost_usd: 0.0 };
         assert_eq!(spend.usage(Some(tokens)), Some(TurnUsage { cost_usd: 0.25, ..tokens }));
         // Nothing before the prompt: all of it; a count that started again: all of it.
         let mut fresh = Spend::default();
         fresh.prompted();
-        fresh.take(&cost(0.2, "usd"));
+        take(&mut fresh, cost(0.2, "usd"));
         assert_eq!(fresh.usage(None), Some(TurnUsage { input_tokens: 0, output_tokens: 0, cost_usd: 0.2 }));
         let mut restarted = Spend { before: Some(0.5), latest: None };
-        restarted.take(&cost(0.1, "USD"));
+        take(&mut restarted, cost(0.1, "USD"));
         assert_eq!(restarted.usage(None).map(|u| u.cost_usd), Some(0.1));
         // Only a usage_update counts; only dollars.
         let mut none = Spend::default();
-        none.take(&cost(1.0, "EUR"));
-        none.take(
-            &json!({"sessionUpdate": "agent_message_chunk", "cost": {"amount": 1.0, "currency": "USD"}}),
+        take(&mut none, cost(1.0, "EUR"));
+        take(
+            &mut none,
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}, "cost": {"amount": 1.0, "currency": "USD"}}),
         );
         assert_eq!(none.usage(None), None);
+    }
+
+    /// What kiki sends is what it sent when it wrote ACP's JSON by hand (the schema's
+    /// capabilities also say `auth.terminal: false`: no terminals for signing in either).
+    #[test]
+    fn kikis_messages_are_acps() {
+        let hello = acp::InitializeRequest::new(PROTOCOL_VERSION)
+            .client_capabilities(acp::ClientCapabilities::default())
+            .client_info(acp::Implementation::new("kiki", "1.0").title("kiki".to_string()));
+        assert_eq!(
+            message(&hello),
+            json!({
+                "protocolVersion": 1,
+                "clientCapabilities": {
+                    "fs": {"readTextFile": false, "writeTextFile": false},
+                    "terminal": false,
+                    "auth": {"terminal": false},
+                },
+                "clientInfo": {"name": "kiki", "title": "kiki", "version": "1.0"},
+            })
+        );
+        let kiki = McpServer { command: "/bin/kiki".into(), env: vec![("KIKI_TOKEN".into(), "t".into())] };
+        let servers = json!([agents::acp_server(&kiki.command, &agents::MCP_ARGS, &kiki.env)]);
+        assert_eq!(message(&mcp_servers(&kiki)), servers);
+        let new = acp::NewSessionRequest::new("/w").mcp_servers(mcp_servers(&kiki));
+        assert_eq!(message(&new), json!({"cwd": "/w", "mcpServers": servers}));
+        let load = acp::LoadSessionRequest::new("s", "/w").mcp_servers(mcp_servers(&kiki));
+        assert_eq!(message(&load), json!({"sessionId": "s", "cwd": "/w", "mcpServers": servers}));
+        let text = acp::ContentBlock::Text(acp::TextContent::new("hi"));
+        assert_eq!(
+            message(&acp::PromptRequest::new("s", vec![text])),
+            json!({"sessionId": "s", "prompt": [{"type": "text", "text": "hi"}]})
+        );
+        assert_eq!(message(&acp::CancelNotification::new("s")), json!({"sessionId": "s"}));
+        assert_eq!(
+            cancelled_request("session/request_permission"),
+            Ok(json!({"outcome": {"outcome": "cancelled"}}))
+        );
+        assert_eq!(
+            cancelled_request("fs/read_text_file"),
+            Err((-32601, "kiki does not answer fs/read_text_file".into()))
+        );
+    }
+
+    #[test]
+    fn a_prompt_ends_by_its_stop_reason() {
+        assert_eq!(stopped(&json!({"stopReason": "end_turn"})), Ok(()));
+        assert_eq!(stopped(&json!({"stopReason": "max_tokens"})), Ok(()));
+        assert_eq!(
+            stopped(&json!({"stopReason": "refusal"})),
+            Err("the ACP agent refused the prompt".into())
+        );
+        assert_eq!(
+            stopped(&json!({"stopReason": "cancelled"})),
+            Err("the ACP agent cancelled the prompt".into())
+        );
+        assert_eq!(
+            stopped(&json!({"stopReason": "bored"})),
+            Err("the ACP agent ended the prompt with stop reason Some(\"bored\")".into())
+        );
+        assert_eq!(stopped(&json!({})), Err("the ACP agent ended the prompt with stop reason None".into()));
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use kiki_proto::agents;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -74,7 +75,8 @@ pub async fn run(
     session::finish(agent, peer, incoming, transcript, driven, "Codex").await
 }
 
-/// The conversation of one turn after the handshake's `initialize`; `Err` is why it failed.
+/// The conversation of one turn after the handshake's `initialize`, step by step; `Err` is
+/// why it failed (`""`: Codex closed its output, see `session::finish`).
 async fn drive(
     peer: &Peer,
     incoming: &mut mpsc::UnboundedReceiver<Incoming>,
@@ -84,6 +86,40 @@ async fn drive(
     report: &mut AgentReport,
 ) -> Result<(), String> {
     peer.notify("initialized", Value::Null);
+    let thread = open_thread(peer, input, transcript, report).await?;
+    report.session = Some(thread.clone());
+    say(input.live.as_ref(), Live::Session(thread.clone()));
+
+    transcript.prompted = true;
+    let id = start_turn(peer, &thread, input.rendered).await?;
+    let mut turn = Turn { peer, thread, id, steering_done: CancellationToken::new(), asks: JoinSet::new() };
+    // Aborted with the turn if it is dropped (kikid stopping).
+    let steering = input.desk.clone().map(|desk| {
+        let (peer, thread, id) = (peer.clone(), turn.thread.clone(), turn.id.clone());
+        AbortOnDropHandle::new(tokio::spawn(steer(peer, desk, thread, id, turn.steering_done.clone())))
+    });
+    let mut usage = TurnUsage::default();
+    let ended = turn.follow(incoming, input, allowed_tools, transcript, &mut usage).await;
+    // What is being steered lands (and is counted) before the turn is seen to end; a Codex
+    // that does not answer the steer is not waited for long (the input then waits for the
+    // next turn, which may give the agent a message twice, never lose it).
+    turn.steering_done.cancel();
+    if let Some(steering) = steering {
+        let _ = tokio::time::timeout(STEER_GRACE, steering).await;
+    }
+    turn.asks.abort_all();
+    report.usage = Some(usage);
+    ended
+}
+
+/// The turn's Codex thread, with kiki's MCP server: the kiki thread's own, resumed (one
+/// Codex cannot resume is lost: the turn fails with attention), or a new one the first time.
+async fn open_thread(
+    peer: &Peer,
+    input: &TurnInput<'_>,
+    transcript: &mut Transcript,
+    report: &mut AgentReport,
+) -> Result<String, String> {
     let cwd = input.cwd.display().to_string();
     let config = mcp_config(&input.mcp);
     let opened = match &input.agent_session {
@@ -103,81 +139,93 @@ async fn drive(
             .await
             .map_err(|e| handshake(&e))?,
     };
-    let thread = opened["thread"]["id"].as_str().ok_or("Codex opened a thread without an id")?.to_string();
-    report.session = Some(thread.clone());
-    say(input.live.as_ref(), Live::Session(thread.clone()));
+    let thread = opened["thread"]["id"].as_str().ok_or("Codex opened a thread without an id")?;
+    Ok(thread.to_string())
+}
 
-    transcript.prompted = true;
-    let turn_input = json!([{"type": "text", "text": input.rendered}]);
+/// Starts the turn with the turn's input; its id.
+async fn start_turn(peer: &Peer, thread: &str, rendered: &str) -> Result<String, String> {
+    let input = json!([{"type": "text", "text": rendered}]);
     let started = peer
-        .request("turn/start", json!({"threadId": thread, "input": turn_input}))
+        .request("turn/start", json!({"threadId": thread, "input": input}))
         .await
         .map_err(|e| format!("Codex did not start the turn: {e}"))?;
-    let turn = started["turn"]["id"].as_str().ok_or("Codex started a turn without an id")?.to_string();
+    let turn = started["turn"]["id"].as_str().ok_or("Codex started a turn without an id")?;
+    Ok(turn.to_string())
+}
 
-    let steering_done = CancellationToken::new();
-    // Aborted with the turn if it is dropped (kikid stopping).
-    let steering = input.desk.clone().map(|desk| {
-        AbortOnDropHandle::new(tokio::spawn(steer(
-            peer.clone(),
-            desk,
-            thread.clone(),
-            turn.clone(),
-            steering_done.clone(),
-        )))
-    });
-    let mut asks = tokio::task::JoinSet::new();
-    let mut usage = TurnUsage::default();
-    // Once the owner stops the turn: how long Codex has to end it.
-    let mut interrupted: Option<tokio::time::Instant> = None;
-    let ended = loop {
-        let message = tokio::select! {
-            message = incoming.recv() => message,
-            () = input.stop.cancelled(), if interrupted.is_none() => {
-                interrupted = Some(tokio::time::Instant::now() + STOP_GRACE);
-                // Nothing more goes into a turn that is being stopped: it waits for the next.
-                steering_done.cancel();
-                let (peer, thread, turn) = (peer.clone(), thread.clone(), turn.clone());
-                asks.spawn(async move {
-                    let params = json!({"threadId": thread, "turnId": turn});
-                    if let Err(e) = peer.request("turn/interrupt", params).await {
-                        tracing::debug!(error = %e, "Codex refused turn/interrupt");
-                    }
-                });
-                continue;
-            }
-            () = tokio::time::sleep_until(interrupted.unwrap_or_else(tokio::time::Instant::now)),
-                if interrupted.is_some() =>
-            {
-                break Err(format!("Codex did not end the turn within {STOP_GRACE:?} of turn/interrupt"));
-            }
-        };
-        let Some(message) = message else {
-            break Err(String::new()); // the agent closed its output: see `session::finish`
-        };
-        match message {
-            Incoming::Notification { method, params } => {
-                if let Some(ended) = note(&method, &params, &turn, transcript, &mut usage) {
-                    break ended;
+/// A running Codex turn, as kiki follows it.
+struct Turn<'a> {
+    peer: &'a Peer,
+    thread: String,
+    id: String,
+    /// Cancelled when nothing more goes into the turn: it is ending, or being stopped.
+    steering_done: CancellationToken,
+    /// kiki's answers to Codex's requests under way, and its `turn/interrupt`.
+    asks: JoinSet<()>,
+}
+
+impl Turn<'_> {
+    /// Takes what Codex says until the turn ends (`turn/completed`): its notifications, its
+    /// requests (each answered by a task of its own: an approval waits for the owner), the
+    /// owner's stop.
+    async fn follow(
+        &mut self,
+        incoming: &mut mpsc::UnboundedReceiver<Incoming>,
+        input: &TurnInput<'_>,
+        allowed_tools: &[String],
+        transcript: &mut Transcript,
+        usage: &mut TurnUsage,
+    ) -> Result<(), String> {
+        // Once the owner stops the turn: how long Codex has to end it.
+        let mut interrupted: Option<tokio::time::Instant> = None;
+        loop {
+            let message = tokio::select! {
+                message = incoming.recv() => message,
+                () = input.stop.cancelled(), if interrupted.is_none() => {
+                    interrupted = Some(tokio::time::Instant::now() + STOP_GRACE);
+                    self.interrupt();
+                    continue;
                 }
+                () = tokio::time::sleep_until(interrupted.unwrap_or_else(tokio::time::Instant::now)),
+                    if interrupted.is_some() =>
+                {
+                    return Err(format!("Codex did not end the turn within {STOP_GRACE:?} of turn/interrupt"));
+                }
+            };
+            let Some(message) = message else {
+                return Err(String::new()); // the agent closed its output: see `session::finish`
+            };
+            match message {
+                Incoming::Notification { method, params } => {
+                    if let Some(ended) = note(&method, &params, &self.id, transcript, usage) {
+                        return ended;
+                    }
+                }
+                Incoming::Request { id, method, params } => {
+                    let (peer, desk, allowed) =
+                        (self.peer.clone(), input.desk.clone(), allowed_tools.to_vec());
+                    self.asks.spawn(async move {
+                        peer.respond(id, approve(&method, &params, desk, &allowed).await)
+                    });
+                }
+                Incoming::Garbled(what) => return Err(format!("Codex wrote {what}")),
             }
-            Incoming::Request { id, method, params } => {
-                let (peer, desk, allowed) = (peer.clone(), input.desk.clone(), allowed_tools.to_vec());
-                asks.spawn(async move { peer.respond(id, approve(&method, &params, desk, &allowed).await) });
-            }
-            Incoming::Garbled(what) => break Err(format!("Codex wrote {what}")),
         }
-    };
-    // What is being steered lands (and is counted) before the turn is seen to end; a Codex
-    // that does not answer the steer is not waited for long (the input then waits for the
-    // next turn, which may give the agent a message twice, never lose it).
-    steering_done.cancel();
-    if let Some(steering) = steering {
-        let _ = tokio::time::timeout(STEER_GRACE, steering).await;
     }
-    asks.abort_all();
-    report.usage = Some(usage);
-    ended
+
+    /// The owner stops the turn: nothing more goes into it (what would have waits for the
+    /// next), and Codex is asked to interrupt it.
+    fn interrupt(&mut self) {
+        self.steering_done.cancel();
+        let (peer, thread, turn) = (self.peer.clone(), self.thread.clone(), self.id.clone());
+        self.asks.spawn(async move {
+            let params = json!({"threadId": thread, "turnId": turn});
+            if let Err(e) = peer.request("turn/interrupt", params).await {
+                tracing::debug!(error = %e, "Codex refused turn/interrupt");
+            }
+        });
+    }
 }
 
 /// Codex's answer to a handshake call, as the reason of a failed turn.
