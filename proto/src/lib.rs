@@ -7,6 +7,20 @@
 //! for reflection, the JSON spelling of enums, the metadata key that carries a turn's token,
 //! the text form of thread references, the API's limits, and the home directory's layout and
 //! who may use it.
+//!
+//! # Compatibility
+//!
+//! `baseline/descriptors.txt` records both packages as older peers and clients rely on them
+//! (every field by number, name, label and type; every enum value; every method), and a test
+//! (`src/compat.rs`, run by `cargo test -p kiki-proto`) fails, naming each, on a change that
+//! would break them: a package, message, enum, service or method gone, a field or enum value
+//! gone, renamed or renumbered, a field's type, label or oneof changed. Additions pass. To
+//! record a change made on purpose (or additions, once they ship), rewrite the baseline and
+//! review its diff:
+//!
+//! ```text
+//! KIKI_UPDATE_PROTO_BASELINE=1 cargo test -p kiki-proto --lib compat
+//! ```
 
 #![allow(clippy::doc_lazy_continuation)]
 
@@ -24,6 +38,8 @@ pub mod bridge {
 pub use v1::*;
 
 pub mod codec;
+#[cfg(test)]
+mod compat;
 pub mod home;
 pub mod limits;
 mod reference;
