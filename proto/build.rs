@@ -13,6 +13,7 @@ const PROTOS: &[&str] = &[
     "kiki/v1/home.proto",
     "kiki/v1/bridges.proto",
     "kiki/v1/rooms.proto",
+    "kiki/bridge/v1/threads.proto",
     "kiki/bridge/v1/wire.proto",
 ];
 const INCLUDES: &[&str] = &["."];

@@ -51,15 +51,15 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
     else {
         panic!("not a follow-up reply")
     };
-    let answers: Vec<(pb::SendStatus, &str, bool)> =
+    let answers: Vec<(wire::SendStatus, &str, bool)> =
         reply.answers.iter().map(|r| (r.status(), r.reason.as_str(), r.message_id.is_empty())).collect();
     assert_eq!(
         answers,
         [
-            (pb::SendStatus::Pending, "", false),
-            (pb::SendStatus::Undeliverable, "unknown_key", true),
-            (pb::SendStatus::Undeliverable, "unknown_key", true),
-            (pb::SendStatus::Pending, "", false),
+            (wire::SendStatus::Pending, "", false),
+            (wire::SendStatus::Undeliverable, "unknown_key", true),
+            (wire::SendStatus::Undeliverable, "unknown_key", true),
+            (wire::SendStatus::Pending, "", false),
         ],
         "each key answered in order; another thread's key is another key"
     );
@@ -116,9 +116,12 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
     let Reply::FollowUp(reply) = follow_up(&as_a, &[("", "k1"), ("", "never")]).await else {
         panic!("a revoked bridge answered no follow-up")
     };
-    let answers: Vec<(pb::SendStatus, &str)> =
+    let answers: Vec<(wire::SendStatus, &str)> =
         reply.answers.iter().map(|r| (r.status(), r.reason.as_str())).collect();
-    assert_eq!(answers, [(pb::SendStatus::Delivered, ""), (pb::SendStatus::Undeliverable, "bridge_revoked")]);
+    assert_eq!(
+        answers,
+        [(wire::SendStatus::Delivered, ""), (wire::SendStatus::Undeliverable, "bridge_revoked")]
+    );
 }
 
 /// A source's question at the end of a retry window (`window_over`) about a key the target
@@ -137,7 +140,7 @@ async fn a_call_arriving_after_its_source_gave_up_is_refused() {
     assert_eq!(reply.answers[0].reason, "unknown_key");
     let late = wire::bridge_call::Call::ThreadSend(raw_send(&t.id, "given up on".into(), "late"));
     let Reply::ThreadSend(answer) = raw_call(&as_a, late).await else { panic!("not a send") };
-    assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
+    assert_eq!((answer.status(), answer.reason.as_str()), (wire::SendStatus::Undeliverable, "expired"));
     b.say(&t.id, "the user speaks").await.expect("say");
     let turn = b.wait_turns(&t.id, 1).await.remove(0);
     assert_eq!(turn.output, "echo: the user speaks", "the late call delivered nothing");

@@ -241,7 +241,7 @@ async fn a_peer_cannot_take_over_a_room_another_home_added_a_member_to() {
     });
     match raw_call(&link, Call::ThreadSend(entry)).await {
         Reply::ThreadSend(sent) => {
-            assert_eq!(sent.status(), pb::SendStatus::Undeliverable, "{sent:?}");
+            assert_eq!(sent.status(), wire::SendStatus::Undeliverable, "{sent:?}");
             assert_eq!(sent.reason, "permission_denied", "{sent:?}");
         }
         other => panic!("unexpected answer: {other:?}"),

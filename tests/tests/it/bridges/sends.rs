@@ -253,7 +253,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     let Reply::ThreadSend(answer) = raw_call(&as_a, send("x".repeat(100_001))).await else {
         panic!("not a send")
     };
-    assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "too_large"));
+    assert_eq!((answer.status(), answer.reason.as_str()), (wire::SendStatus::Undeliverable, "too_large"));
     // The refusal's receipt was written before the answer.
     let a_id = a.handle().home_id();
     let inbound = receipts(&b, a_id).await;
@@ -269,7 +269,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     let Reply::ThreadSend(answer) = raw_call(&as_a, send("x".repeat(100_000))).await else {
         panic!("not a send")
     };
-    assert_eq!(answer.status(), pb::SendStatus::Delivered);
+    assert_eq!(answer.status(), wire::SendStatus::Delivered);
     assert_eq!(b.wait_turns(&t.id, 1).await.len(), 1, "only the one within the limit arrived");
     // The message id a source names its message by must look like one, and cannot take an
     // id this home already gave a message.
@@ -281,7 +281,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
         let Reply::ThreadSend(refused) = raw_call(&as_a, named).await else { panic!("not a send") };
         assert_eq!(
             (refused.status(), refused.reason.as_str()),
-            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            (wire::SendStatus::Undeliverable, "invalid_argument"),
             "{message_id}"
         );
     }
@@ -294,7 +294,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     let Reply::ThreadSend(answer) = raw_call(&as_a, forged).await else { panic!("not a send") };
     assert_eq!(
         (answer.status(), answer.reason.as_str()),
-        (pb::SendStatus::Undeliverable, "invalid_argument")
+        (wire::SendStatus::Undeliverable, "invalid_argument")
     );
     // Nor a path through other homes: an approved peer names its own threads only, never
     // one of a third home it could pass its message off as coming from.
@@ -307,7 +307,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
         let Reply::ThreadSend(answer) = raw_call(&as_a, relayed).await else { panic!("not a send") };
         assert_eq!(
             (answer.status(), answer.reason.as_str()),
-            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            (wire::SendStatus::Undeliverable, "invalid_argument"),
             "{source_thread}"
         );
     }
@@ -321,7 +321,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
         let Reply::ThreadSend(answer) = raw_call(&as_a, badly).await else { panic!("not a send") };
         assert_eq!(
             (answer.status(), answer.reason.as_str()),
-            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            (wire::SendStatus::Undeliverable, "invalid_argument"),
             "{workspace}"
         );
     }
