@@ -275,7 +275,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::PermissionDecideResponse {
-            status: stands.status.as_str().to_string(),
+            status: crate::convert::permission_status_to_pb(stands.status) as i32,
             tool: stands.tool,
             thread_id: stands.thread_id,
         }))

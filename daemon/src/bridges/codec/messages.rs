@@ -7,6 +7,7 @@
 //! way across — or a translation of its own, where the two have come apart.
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_proto::bridge::v1 as wire;
 
 /// A message or enum of the local API and its counterpart on the wire.
@@ -35,9 +36,23 @@ where
     E::Wire::try_from(value).map_or(value, |w| E::from_wire(w).into())
 }
 
+/// An enum field of the local API on its way to the wire, where it is a word.
+fn word_to_wire<E: Word + TryFrom<i32>>(value: i32) -> String {
+    E::try_from(value).map(|e| e.word()).unwrap_or_default()
+}
+
+/// A word from the wire as the local API's enum: unspecified for a word this home does not
+/// know (a newer peer's) or an empty one.
+fn word_from_wire<E: Word + Into<i32>>(word: &str) -> i32 {
+    E::from_word(word).map_or(0, Into::into)
+}
+
 /// `pb::Name = wire::Name { field: how, … }`, where `how` is `same` (the value as it is),
-/// `one` (an optional message), `many` (a repeated message) or an enum's name.
+/// `one` (an optional message), `many` (a repeated message), an enum's name (an enum on both
+/// sides), or `(word Enum)` (an enum of the local API that is a word on the wire).
 macro_rules! mirror {
+    (@to (word $enum:ident) $f:ident) => { word_to_wire::<pb::$enum>($f) };
+    (@from (word $enum:ident) $f:ident) => { word_from_wire::<pb::$enum>(&$f) };
     (@to same $f:ident) => { $f };
     (@from same $f:ident) => { $f };
     (@to one $f:ident) => { $f.map(Mirror::to_wire) };
@@ -46,7 +61,7 @@ macro_rules! mirror {
     (@from many $f:ident) => { $f.into_iter().map(Mirror::from_wire).collect() };
     (@to $enum:ident $f:ident) => { enum_to_wire::<pb::$enum>($f) };
     (@from $enum:ident $f:ident) => { enum_from_wire::<pb::$enum>($f) };
-    ($($local:ident = $wire:ident { $($field:ident: $how:ident),* $(,)? })*) => {$(
+    ($($local:ident = $wire:ident { $($field:ident: $how:tt),* $(,)? })*) => {$(
         impl Mirror for pb::$local {
             type Wire = wire::$wire;
             fn to_wire(self) -> wire::$wire {
@@ -135,7 +150,7 @@ mirror! {
         usage: one,
     }
     TurnInput = TurnInput { kind: InputKind, message_id: same, source: one, room: same, room_entry: same }
-    ContentRef = ContentRef { content_ref: same, field: same, utf16_length: same }
+    ContentRef = ContentRef { content_ref: same, field: (word ContentField), utf16_length: same }
     TurnUsage = TurnUsage { input_tokens: same, output_tokens: same, cost_usd: same }
     ContentSegment = ContentSegment {
         content_ref: same,
@@ -154,7 +169,7 @@ mirror! {
         turn_id: same,
         turn_status: TurnStatus,
         reason: same,
-        lifecycle: same,
+        lifecycle: (word Lifecycle),
         message_id: same,
         request_id: same,
     }
@@ -180,7 +195,13 @@ mirror! {
         name: same,
         paused_reason: same,
     }
-    RoomMember = RoomMember { id: same, role: same, kind: same, thread_id: same, profile: same }
+    RoomMember = RoomMember {
+        id: same,
+        role: (word MemberRole),
+        kind: (word MemberKind),
+        thread_id: same,
+        profile: same,
+    }
     RoomEntry = RoomEntry {
         id: same,
         at: same,
@@ -191,7 +212,7 @@ mirror! {
         woke: same,
         deliveries: many,
     }
-    RoomDelivery = RoomDelivery { member: same, status: same, reason: same }
+    RoomDelivery = RoomDelivery { member: same, status: (word DeliveryStatus), reason: same }
 }
 
 #[cfg(test)]
@@ -215,7 +236,7 @@ mod tests {
             output_truncated: false,
             content_refs: vec![pb::ContentRef {
                 content_ref: "tu_1.input".into(),
-                field: "input".into(),
+                field: pb::ContentField::Input as i32,
                 utf16_length: 70_000,
             }],
             inputs: vec![pb::TurnInput {
@@ -253,10 +274,10 @@ mod tests {
     }
 
     #[test]
-    fn a_message_crosses_both_ways_unchanged_and_as_the_same_bytes() {
+    fn a_message_crosses_both_ways_unchanged() {
         let page = read_page();
         let on_wire = page.clone().to_wire();
-        assert_eq!(on_wire.encode_to_vec(), page.encode_to_vec(), "older peers read the same bytes");
+        assert_eq!(on_wire.turns[0].content_refs[0].field, "input", "a word on the wire, as before");
         assert_eq!(pb::ThreadReadResponse::from_wire(on_wire), page);
 
         let waited = pb::ThreadWaitResponse {
@@ -264,9 +285,8 @@ mod tests {
                 target: Some(thread_ref("th_1")),
                 events: vec![pb::Event {
                     seq: 4,
-                    kind: pb::EventKind::Terminal as i32,
-                    turn_status: pb::TurnStatus::Failed as i32,
-                    lifecycle: "archived".into(),
+                    kind: pb::EventKind::Lifecycle as i32,
+                    lifecycle: pb::Lifecycle::Archived as i32,
                     ..Default::default()
                 }],
                 cursor: "c".into(),
@@ -275,7 +295,7 @@ mod tests {
             timed_out: true,
         };
         let on_wire = waited.clone().to_wire();
-        assert_eq!(on_wire.encode_to_vec(), waited.encode_to_vec());
+        assert_eq!(on_wire.results[0].events[0].lifecycle, "archived");
         assert_eq!(pb::ThreadWaitResponse::from_wire(on_wire), waited);
 
         let sent = pb::ThreadSendResponse {
@@ -288,8 +308,44 @@ mod tests {
             woke: vec!["th_2".into()],
         };
         let on_wire = sent.clone().to_wire();
+        // The two packages' messages have the same shape here: the same bytes.
         assert_eq!(on_wire.encode_to_vec(), sent.encode_to_vec());
         assert_eq!(pb::ThreadSendResponse::from_wire(on_wire), sent);
+
+        let room = pb::RoomReadResponse {
+            room: "rm_1".into(),
+            members: vec![pb::RoomMember {
+                id: "critic".into(),
+                role: pb::MemberRole::Member as i32,
+                kind: pb::MemberKind::Persona as i32,
+                profile: "echo".into(),
+                ..Default::default()
+            }],
+            entries: vec![pb::RoomEntry {
+                id: "re_1".into(),
+                deliveries: vec![pb::RoomDelivery {
+                    member: "home/th_x".into(),
+                    status: pb::DeliveryStatus::Undeliverable as i32,
+                    reason: "no bridge".into(),
+                }],
+                ..Default::default()
+            }],
+            next_cursor: Some("re_1".into()),
+            ..Default::default()
+        };
+        let on_wire = room.clone().to_wire();
+        let member = &on_wire.members[0];
+        assert_eq!((member.role.as_str(), member.kind.as_str()), ("member", "persona"));
+        assert_eq!(on_wire.entries[0].deliveries[0].status, "undeliverable");
+        assert_eq!(pb::RoomReadResponse::from_wire(on_wire), room);
+    }
+
+    #[test]
+    fn a_word_this_home_does_not_know_reads_as_unspecified() {
+        let member = wire::RoomMember { kind: "robot".into(), role: "host".into(), ..Default::default() };
+        let member = pb::RoomMember::from_wire(member);
+        assert_eq!((member.kind(), member.role()), (pb::MemberKind::Unspecified, pb::MemberRole::Host));
+        assert_eq!(pb::Event::from_wire(wire::Event::default()).lifecycle, 0, "no word: unset");
     }
 
     #[test]
