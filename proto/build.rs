@@ -13,12 +13,15 @@ const PROTOS: &[&str] = &[
     "kiki/v1/home.proto",
     "kiki/v1/bridges.proto",
     "kiki/v1/rooms.proto",
+    "kiki/bridge/v1/threads.proto",
     "kiki/bridge/v1/wire.proto",
 ];
 const INCLUDES: &[&str] = &["."];
 
 /// Enum-typed fields print as their lower-case value name in `--json` output
-/// (`"state": "idle"`, not `"state": 1`).
+/// (`"state": "idle"`, not `"state": 1`), each through its serializer in `src/lib.rs`
+/// (`json`). Every enum field of `kiki.v1` must be here: the build fails naming one that is
+/// not.
 const ENUM_FIELDS: &[(&str, &str)] = &[
     ("kiki.v1.Thread.state", "thread_state"),
     ("kiki.v1.Thread.communication", "communication"),
@@ -30,6 +33,22 @@ const ENUM_FIELDS: &[(&str, &str)] = &[
     ("kiki.v1.ThreadStopResponse.turn_status", "turn_status"),
     ("kiki.v1.ThreadSetRequest.communication", "communication"),
     ("kiki.v1.RoomSetStateRequest.action", "room_action"),
+    // Words before they were enums: an unset value prints as the empty string it was.
+    ("kiki.v1.ContentRef.field", "content_field"),
+    ("kiki.v1.Event.lifecycle", "lifecycle"),
+    ("kiki.v1.RoomMember.role", "member_role"),
+    ("kiki.v1.RoomMember.kind", "member_kind"),
+    ("kiki.v1.RoomDelivery.status", "delivery_status"),
+    ("kiki.v1.PermissionDecideResponse.status", "permission_status"),
+    ("kiki.v1.TurnProgress.kind", "part_kind"),
+    ("kiki.v1.Bridge.direction", "direction"),
+    ("kiki.v1.Bridge.state", "bridge_state"),
+    ("kiki.v1.Bridge.permissions", "permissions"),
+    ("kiki.v1.Bridge.requested", "permissions"),
+    ("kiki.v1.BridgeRequestRecord.want", "permissions"),
+    ("kiki.v1.BridgeRequestRecord.status", "bridge_request_status"),
+    ("kiki.v1.Receipt.direction", "direction"),
+    ("kiki.v1.Receipt.status", "delivery_status"),
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -37,6 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={proto}");
     }
     let descriptors = protox::compile(PROTOS, INCLUDES)?;
+    every_enum_field_has_its_words(&descriptors)?;
     let descriptor_path =
         PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR not set")?).join("kiki_descriptor.bin");
     std::fs::write(&descriptor_path, descriptors.encode_to_vec())?;
@@ -65,4 +85,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.enable_type_names();
     builder.compile_with_config(config, PROTOS, INCLUDES)?;
     Ok(())
+}
+
+/// Fails the build on an enum field of `kiki.v1` that `ENUM_FIELDS` does not name: it would
+/// print as a number in `--json` output.
+fn every_enum_field_has_its_words(set: &prost_types::FileDescriptorSet) -> Result<(), String> {
+    use prost_types::DescriptorProto;
+    use prost_types::field_descriptor_proto::Type;
+
+    fn walk(scope: &str, message: &DescriptorProto, missing: &mut Vec<String>) {
+        let name = format!("{scope}.{}", message.name());
+        for field in &message.field {
+            let full = format!("{name}.{}", field.name());
+            if field.r#type() == Type::Enum && !ENUM_FIELDS.iter().any(|(f, _)| *f == full) {
+                missing.push(full);
+            }
+        }
+        for nested in &message.nested_type {
+            walk(&name, nested, missing);
+        }
+    }
+
+    let mut missing = Vec::new();
+    for file in set.file.iter().filter(|f| f.package() == "kiki.v1") {
+        for message in &file.message_type {
+            walk(file.package(), message, &mut missing);
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("enum fields without a serializer in build.rs ENUM_FIELDS: {}", missing.join(", ")))
+    }
 }

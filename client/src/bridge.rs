@@ -7,11 +7,12 @@ use anyhow::Result;
 use clap::Subcommand;
 use kiki_client::BridgeClient;
 use kiki_proto as pb;
+use kiki_proto::Word;
 
 use crate::args::absolute_if_dir;
 use crate::connect::connect;
 use crate::output::print_json;
-use crate::render::{granted, scope};
+use crate::render::{granted, permissions, scope};
 
 #[derive(Subcommand)]
 pub enum BridgeCommand {
@@ -154,7 +155,7 @@ async fn pending(bridges: &mut BridgeClient, json: bool) -> Result<()> {
             r.peer_home_id,
             r.name,
             if r.address.is_empty() { "an unknown address" } else { &r.address },
-            r.want.join(","),
+            permissions(&r.want),
             r.created_at
         );
     }
@@ -188,7 +189,7 @@ async fn rename(bridges: &mut BridgeClient, bridge: String, name: String, json: 
     if json {
         print_json(&renamed);
     } else if let Some(b) = &renamed.bridge {
-        outln!("{} ({} {}) is now named {}", b.id, b.direction, b.peer_home_id, b.alias);
+        outln!("{} ({} {}) is now named {}", b.id, b.direction().word(), b.peer_home_id, b.alias);
     }
     Ok(())
 }
@@ -208,7 +209,7 @@ async fn revoke(bridges: &mut BridgeClient, bridge: String, json: bool) -> Resul
     if json {
         print_json(&revoked);
     } else if let Some(b) = &revoked.bridge {
-        outln!("revoked {} ({} {})", b.id, b.direction, b.peer_home_id);
+        outln!("revoked {} ({} {})", b.id, b.direction().word(), b.peer_home_id);
     }
     Ok(())
 }
@@ -220,7 +221,7 @@ async fn set_inbound(bridges: &mut BridgeClient, bridge: String, enabled: bool, 
         print_json(&set);
     } else if let Some(b) = &set.bridge {
         let done = if enabled { "enabled" } else { "disabled" };
-        outln!("{done} {} ({} {})", b.id, b.direction, b.peer_home_id);
+        outln!("{done} {} ({} {})", b.id, b.direction().word(), b.peer_home_id);
     }
     Ok(())
 }
@@ -239,15 +240,15 @@ async fn list(bridges: &mut BridgeClient, json: bool) -> Result<()> {
             health.push_str(&format!(", last error {} ({})", b.last_error_at, b.last_error));
         }
         // What this home asked for, where the grant is not (yet) that.
-        let asked = match b.requested.join(",") {
-            asked if asked.is_empty() || asked == b.permissions.join(",") => String::new(),
+        let asked = match permissions(&b.requested) {
+            asked if asked.is_empty() || asked == permissions(&b.permissions) => String::new(),
             asked => format!(" (requested {asked})"),
         };
         outln!(
             "{}  {:<8} {:<9} {} ({})  [{}]{asked}{}  {health}, {} pending",
             b.id,
-            b.direction,
-            b.state,
+            b.direction().word(),
+            b.state().word(),
             b.peer_home_id,
             b.alias,
             granted(b),
@@ -278,7 +279,7 @@ async fn receipts(
         let reason = match r.reason.as_str() {
             "" => String::new(),
             // A reason that only repeats the status says nothing more.
-            same if same == r.status => String::new(),
+            same if same == r.status().word() => String::new(),
             reason => format!(" ({reason})"),
         };
         // A refusal at the target stored no message: it has no id.
@@ -286,10 +287,10 @@ async fn receipts(
         outln!(
             "{}  {:<8} {}  key {}  {}{reason}  attempts {}  {}",
             id,
-            r.direction,
+            r.direction().word(),
             r.target,
             r.idempotency_key,
-            r.status,
+            r.status().word(),
             r.attempts,
             r.at
         );

@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use kiki_client::Client;
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_proto::home::HomeDir;
 
 use crate::connect::{as_caller, connect, socket};
@@ -356,7 +357,7 @@ async fn decide(home: &Path, request_id: String, allow: bool, reason: String, js
     if json {
         print_json(&stands);
     } else {
-        outln!("{request_id} {}: {} for {}", stands.status, stands.tool, stands.thread_id);
+        outln!("{request_id} {}: {} for {}", stands.status().word(), stands.tool, stands.thread_id);
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! prints the response itself instead).
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 
 /// `kiki status`, and what `kiki up` shows of the home it started or found running.
 pub fn show_status(s: &pb::StatusResponse) {
@@ -66,7 +67,7 @@ pub fn show_wait(w: &pb::ThreadWaitResponse) {
                     let status = pb::json::enum_word(e.turn_status().as_str_name(), "TURN_STATUS_");
                     format!("turn {} {status}", e.turn_id)
                 }
-                pb::EventKind::Lifecycle => e.lifecycle.clone(),
+                pb::EventKind::Lifecycle => e.lifecycle().word(),
                 pb::EventKind::Undeliverable => format!("message {}: {}", e.message_id, e.reason),
                 _ => e.reason.clone(),
             };
@@ -84,7 +85,12 @@ pub fn show_wait(w: &pb::ThreadWaitResponse) {
 
 /// A bridge's permissions as `kiki bridge list` shows them.
 pub fn granted(b: &pb::Bridge) -> String {
-    if b.permissions.is_empty() { "none yet".into() } else { b.permissions.join(",") }
+    if b.permissions.is_empty() { "none yet".into() } else { permissions(&b.permissions) }
+}
+
+/// Permissions as words, joined by commas (`read,send`).
+pub fn permissions(values: &[i32]) -> String {
+    pb::json::joined::<pb::Permission>(values)
 }
 
 /// The workspaces a bridge's grant is limited to, if it is.

@@ -9,6 +9,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use kiki_client::Client;
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_proto::limits;
 
 use crate::args::read_text;
@@ -169,7 +170,7 @@ async fn list(client: &Client, limit: Option<u32>, cursor: Option<String>, json:
         return Ok(());
     }
     for room in &page.rooms {
-        let members = room.members.iter().filter(|m| m.role != "host").count();
+        let members = room.members.iter().filter(|m| m.role() != pb::MemberRole::Host).count();
         outln!(
             "{}  {}  host {}  {}  {:<8}  {}",
             room.id,
@@ -216,7 +217,13 @@ async fn read(
     outln!("state    {state}");
     outln!("roster");
     for member in &page.members {
-        outln!("  {}  {} {}{}", member.id, member.role, member.kind, persona_detail(member));
+        outln!(
+            "  {}  {} {}{}",
+            member.id,
+            member.role().word(),
+            member.kind().word(),
+            persona_detail(member)
+        );
     }
     for entry in &page.entries {
         let author = if entry.author.is_empty() { "owner" } else { &entry.author };
@@ -230,7 +237,7 @@ async fn read(
         // A member in another home is reached over a bridge: how that stands.
         for d in &entry.deliveries {
             let reason = if d.reason.is_empty() { String::new() } else { format!(": {}", d.reason) };
-            outln!("  to {}: {}{reason}", d.member, d.status);
+            outln!("  to {}: {}{reason}", d.member, d.status().word());
         }
         outln!("{}", entry.content);
     }
@@ -370,7 +377,7 @@ fn persona_detail(member: &pb::RoomMember) -> String {
     }
     if !member.thread_id.is_empty() && member.thread_id != member.id {
         detail.push(format!("thread {}", member.thread_id));
-    } else if member.kind == "persona" && member.thread_id.is_empty() {
+    } else if member.kind() == pb::MemberKind::Persona && member.thread_id.is_empty() {
         detail.push("no thread yet".to_string());
     }
     if detail.is_empty() { String::new() } else { format!(" ({})", detail.join(", ")) }
@@ -395,15 +402,16 @@ mod tests {
     fn a_persona_shows_its_profile_and_thread() {
         let persona = pb::RoomMember {
             id: "critic".into(),
-            role: "member".into(),
-            kind: "persona".into(),
+            role: pb::MemberRole::Member as i32,
+            kind: pb::MemberKind::Persona as i32,
             profile: "claude".into(),
             ..Default::default()
         };
         assert_eq!(persona_detail(&persona), " (profile claude, no thread yet)");
         let made = pb::RoomMember { thread_id: "th_x".into(), ..persona };
         assert_eq!(persona_detail(&made), " (profile claude, thread th_x)");
-        let thread = pb::RoomMember { id: "th_y".into(), kind: "thread".into(), ..Default::default() };
+        let thread =
+            pb::RoomMember { id: "th_y".into(), kind: pb::MemberKind::Thread as i32, ..Default::default() };
         assert_eq!(persona_detail(&thread), "");
         // A thread's own id says nothing more (nor a persona's, named by its thread now).
         let thread = pb::RoomMember { thread_id: "th_y".into(), ..thread };

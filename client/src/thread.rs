@@ -388,10 +388,10 @@ async fn follow(client: &Client, target: pb::ThreadRef, json: bool) -> Result<()
                 outln!("{}", serde_json::to_string(&part)?);
                 continue;
             }
-            match part.kind.as_str() {
-                "end" => outln!("── turn {} {}", part.turn_id, part.text),
-                "tool" => outln!("⚙ {}", part.text),
-                "tool_result" => outln!("  ↳ {}", part.text.lines().next().unwrap_or_default()),
+            match part.kind() {
+                pb::PartKind::End => outln!("── turn {} {}", part.turn_id, part.text),
+                pb::PartKind::Tool => outln!("⚙ {}", part.text),
+                pb::PartKind::ToolResult => outln!("  ↳ {}", part.text.lines().next().unwrap_or_default()),
                 _ => outln!("{}", part.text),
             }
         }

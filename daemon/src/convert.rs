@@ -1,15 +1,18 @@
 //! Conversions between the daemon's records and `kiki.v1` messages, written once for the
-//! two edges that speak protobuf: the gRPC layer (`grpc/`) and the bridge wire codec (a
-//! peer's ThreadList, ThreadRead, ThreadWait and ThreadSend answers are `kiki.v1` messages).
-//! No service imports this module.
+//! two edges that speak protobuf: the gRPC layer (`grpc/`) and the bridge wire codec (this
+//! home's answers to a peer are built as the local API's, then translated to the wire's).
+//! The daemon's enums (its `words!`) map to the API's here, value by value; the tests check
+//! that each prints as the word the daemon spells it with. No service imports this module.
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 
 use crate::mailbox::{Progress, Sent, WaitResult};
 use crate::rooms::{Posted, RoomPage, RoomView};
 use crate::store::{
-    CommunicationSetting, EntryRecord, EventKind, EventRecord, InputKind, InputRecord, MemberKind,
-    MessageStatus, SourceRef, ThreadRecord, TurnStatus, rules,
+    BridgeState, CommunicationSetting, Direction, EntryRecord, EventKind, EventRecord, InputKind,
+    InputRecord, MemberKind, MessageStatus, OutboxStatus, PartKind, PermissionStatus, Permissions,
+    RequestStatus, SourceRef, ThreadRecord, TurnStatus, rules,
 };
 use crate::threads::{Read, TurnView};
 use crate::time::rfc3339;
@@ -65,7 +68,7 @@ pub fn turn_to_pb(v: TurnView) -> pb::Turn {
             .into_iter()
             .map(|(content_ref, field, len)| pb::ContentRef {
                 content_ref,
-                field: field.to_string(),
+                field: pb::ContentField::from_word(field).unwrap_or_default() as i32,
                 utf16_length: len as u64,
             })
             .collect(),
@@ -104,14 +107,14 @@ pub fn progress_to_pb(progress: Progress) -> pb::TurnProgress {
         Progress::Part { turn_id, part } => pb::TurnProgress {
             turn_id,
             seq: part.seq as u64,
-            kind: part.kind.as_str().to_string(),
+            kind: part_kind_to_pb(part.kind) as i32,
             text: part.text,
             at: rfc3339(part.at),
         },
         Progress::End { turn_id, status } => pb::TurnProgress {
             turn_id,
             seq: 0,
-            kind: "end".into(),
+            kind: pb::PartKind::End as i32,
             text: status.as_str().into(),
             at: rfc3339(crate::time::now_ms()),
         },
@@ -144,7 +147,8 @@ pub fn event_to_pb(e: EventRecord) -> pb::Event {
         turn_id: e.turn_id.unwrap_or_default(),
         turn_status: e.turn_status.map(turn_status_to_pb).unwrap_or(pb::TurnStatus::Unspecified) as i32,
         reason: e.reason,
-        lifecycle: e.lifecycle,
+        // A word the store keeps as text; empty for the other kinds.
+        lifecycle: pb::Lifecycle::from_word(&e.lifecycle).unwrap_or_default() as i32,
         message_id: e.message_id.unwrap_or_default(),
         request_id: e.request_id.unwrap_or_default(),
     }
@@ -172,6 +176,7 @@ pub fn event_from_pb(e: pb::Event, thread_id: &str) -> Option<EventRecord> {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as i64);
     let some = |text: String| (!text.is_empty()).then_some(text);
+    let lifecycle = e.lifecycle().word();
     Some(EventRecord {
         seq: e.seq as i64,
         thread_id: thread_id.to_string(),
@@ -179,7 +184,7 @@ pub fn event_from_pb(e: pb::Event, thread_id: &str) -> Option<EventRecord> {
         turn_id: some(e.turn_id),
         turn_status,
         reason: e.reason,
-        lifecycle: e.lifecycle,
+        lifecycle,
         message_id: some(e.message_id),
         request_id: some(e.request_id),
         at,
@@ -265,8 +270,8 @@ pub fn read_to_pb(read: Read, host_id: &str, communication: (bool, String)) -> p
 pub fn roster_to_pb(view: &RoomView) -> Vec<pb::RoomMember> {
     let host = pb::RoomMember {
         id: view.room.host_thread.clone(),
-        role: "host".into(),
-        kind: MemberKind::Thread.as_str().into(),
+        role: pb::MemberRole::Host as i32,
+        kind: member_kind_to_pb(MemberKind::Thread) as i32,
         thread_id: view.room.host_thread.clone(),
         profile: String::new(),
     };
@@ -275,8 +280,8 @@ pub fn roster_to_pb(view: &RoomView) -> Vec<pb::RoomMember> {
             (MemberKind::Persona, Some(thread)) => thread.clone(),
             _ => m.member_id.clone(),
         },
-        role: "member".into(),
-        kind: m.kind.as_str().into(),
+        role: pb::MemberRole::Member as i32,
+        kind: member_kind_to_pb(m.kind) as i32,
         thread_id: m.thread_id.clone().unwrap_or_default(),
         profile: m.profile.clone(),
     });
@@ -317,12 +322,12 @@ pub fn entry_to_pb(e: EntryRecord) -> pb::RoomEntry {
             .map(|member| match e.deliveries.iter().find(|d| d.member == *member) {
                 Some(d) => pb::RoomDelivery {
                     member: member.clone(),
-                    status: d.status.as_str().to_string(),
+                    status: delivery_status_to_pb(d.status) as i32,
                     reason: d.reason.clone(),
                 },
                 None => pb::RoomDelivery {
                     member: member.clone(),
-                    status: "undeliverable".into(),
+                    status: pb::DeliveryStatus::Undeliverable as i32,
                     reason: "this home had no bridge to its home when the entry was posted".into(),
                 },
             })
@@ -356,5 +361,132 @@ pub fn posted_to_pb(posted: Posted) -> pb::ThreadSendResponse {
         idempotency_key: posted.key,
         room_seq: posted.entry.seq as u64,
         woke: posted.entry.woke,
+    }
+}
+
+pub fn direction_to_pb(d: Direction) -> pb::Direction {
+    match d {
+        Direction::Inbound => pb::Direction::Inbound,
+        Direction::Outbound => pb::Direction::Outbound,
+    }
+}
+
+pub fn bridge_state_to_pb(s: BridgeState) -> pb::BridgeState {
+    match s {
+        BridgeState::Requested => pb::BridgeState::Requested,
+        BridgeState::Active => pb::BridgeState::Active,
+        BridgeState::Disabled => pb::BridgeState::Disabled,
+        BridgeState::Rejected => pb::BridgeState::Rejected,
+        BridgeState::Expired => pb::BridgeState::Expired,
+        BridgeState::Revoked => pb::BridgeState::Revoked,
+    }
+}
+
+/// A set of permissions, in its order (read, send, wake, wait).
+pub fn permissions_to_pb(set: Permissions) -> Vec<i32> {
+    set.iter()
+        .map(|p| match p {
+            crate::store::Permission::Read => pb::Permission::Read,
+            crate::store::Permission::Send => pb::Permission::Send,
+            crate::store::Permission::Wake => pb::Permission::Wake,
+            crate::store::Permission::Wait => pb::Permission::Wait,
+        } as i32)
+        .collect()
+}
+
+pub fn request_status_to_pb(s: RequestStatus) -> pb::BridgeRequestStatus {
+    match s {
+        RequestStatus::Pending => pb::BridgeRequestStatus::Pending,
+        RequestStatus::Approved => pb::BridgeRequestStatus::Approved,
+        RequestStatus::Rejected => pb::BridgeRequestStatus::Rejected,
+        RequestStatus::Expired => pb::BridgeRequestStatus::Expired,
+        RequestStatus::Replaced => pb::BridgeRequestStatus::Replaced,
+        RequestStatus::Withdrawn => pb::BridgeRequestStatus::Withdrawn,
+    }
+}
+
+/// How a bridged message stands (a receipt, a room entry's delivery).
+pub fn delivery_status_to_pb(s: OutboxStatus) -> pb::DeliveryStatus {
+    match s {
+        OutboxStatus::Pending => pb::DeliveryStatus::Pending,
+        OutboxStatus::Accepted => pb::DeliveryStatus::Accepted,
+        OutboxStatus::Delivered => pb::DeliveryStatus::Delivered,
+        OutboxStatus::Rejected => pb::DeliveryStatus::Rejected,
+        OutboxStatus::Expired => pb::DeliveryStatus::Expired,
+    }
+}
+
+pub fn permission_status_to_pb(s: PermissionStatus) -> pb::PermissionStatus {
+    match s {
+        PermissionStatus::Pending => pb::PermissionStatus::Pending,
+        PermissionStatus::Allowed => pb::PermissionStatus::Allowed,
+        PermissionStatus::Denied => pb::PermissionStatus::Denied,
+        PermissionStatus::Expired => pb::PermissionStatus::Expired,
+    }
+}
+
+fn member_kind_to_pb(k: MemberKind) -> pb::MemberKind {
+    match k {
+        MemberKind::Thread => pb::MemberKind::Thread,
+        MemberKind::Persona => pb::MemberKind::Persona,
+        MemberKind::Remote => pb::MemberKind::Remote,
+    }
+}
+
+fn part_kind_to_pb(k: PartKind) -> pb::PartKind {
+    match k {
+        PartKind::Text => pb::PartKind::Text,
+        PartKind::Tool => pb::PartKind::Tool,
+        PartKind::ToolResult => pb::PartKind::ToolResult,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Permission;
+
+    /// `kiki --json` printed the daemon's own words for these before they were enums: each
+    /// value still prints as that word.
+    #[test]
+    fn each_value_prints_as_the_word_the_daemon_spells_it_with() {
+        for d in Direction::ALL {
+            assert_eq!(direction_to_pb(*d).word(), d.as_str());
+        }
+        for s in BridgeState::ALL {
+            assert_eq!(bridge_state_to_pb(*s).word(), s.as_str());
+        }
+        for p in Permission::ALL {
+            let one: Permissions = [*p].into_iter().collect();
+            assert_eq!(kiki_proto::json::joined::<pb::Permission>(&permissions_to_pb(one)), p.as_str());
+        }
+        for s in RequestStatus::ALL {
+            assert_eq!(request_status_to_pb(*s).word(), s.as_str());
+        }
+        for s in OutboxStatus::ALL {
+            assert_eq!(delivery_status_to_pb(*s).word(), s.as_str());
+        }
+        for s in PermissionStatus::ALL {
+            assert_eq!(permission_status_to_pb(*s).word(), s.as_str());
+        }
+        for k in MemberKind::ALL {
+            assert_eq!(member_kind_to_pb(*k).word(), k.as_str());
+        }
+        for k in PartKind::ALL {
+            assert_eq!(part_kind_to_pb(*k).word(), k.as_str());
+        }
+        // Words spelled where they are made.
+        assert_eq!(pb::DeliveryStatus::Undeliverable.word(), "undeliverable");
+        assert_eq!(pb::PartKind::End.word(), "end");
+        assert_eq!(
+            (pb::MemberRole::Host.word(), pb::MemberRole::Member.word()),
+            ("host".into(), "member".into())
+        );
+        for field in ["input", "output"] {
+            assert_eq!(pb::ContentField::from_word(field).map(|f| f.word()).as_deref(), Some(field));
+        }
+        for change in ["created", "archived", "unarchived"] {
+            assert_eq!(pb::Lifecycle::from_word(change).map(|l| l.word()).as_deref(), Some(change));
+        }
     }
 }

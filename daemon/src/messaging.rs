@@ -4,7 +4,7 @@
 //! outbox, the others over the bridge, and a wait on several homes waits on each at once.
 //! The room tools too: a room of this home is served here; a thread of this home that
 //! joined a room of another home posts and reads there, through this home's bridge to it. A
-//! peer's list or read answer comes back as the wire gave it ([`PeerThreads`],
+//! peer's list or read answer comes back as the peer gave it ([`PeerThreads`],
 //! [`PeerRead`]), for the gRPC edge to pass on. The gRPC handlers only translate the requests and the answers.
 
 use std::collections::HashMap;

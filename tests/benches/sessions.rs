@@ -39,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiki_client::Client;
 use kiki_daemon::executors::McpServer;
-use kiki_proto::{self as pb, agents};
+use kiki_proto::{self as pb, Word, agents};
 use kiki_tests::binaries::{Down, binary, kiki_json};
 use kiki_tests::local;
 use kiki_tests::measure::{fsync_floor, ms, percentile, process_cpu_time, setting};
@@ -179,7 +179,7 @@ impl Home {
     async fn first_output(&self, thread: &str) -> String {
         let turns = kiki_tests::wait_turns(&self.client, thread, 1).await;
         let turn = &turns[0];
-        let Some(field) = turn.content_refs.iter().find(|r| r.field == "output") else {
+        let Some(field) = turn.content_refs.iter().find(|r| r.field().word() == "output") else {
             return turn.output.clone();
         };
         let (mut output, mut cursor) = (String::new(), String::new());

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kiki_bridge::{BridgeEndpoint, BridgeIdentity, PeerConnection};
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_proto::bridge::v1 as wire;
 
 use crate::{TestHome, TestHomeBuilder, UdpRelay};
@@ -81,7 +82,7 @@ async fn request_at(
     };
     let done = source.client().bridges().bridge_request(request).await.expect("request").into_inner();
     let bridge = done.bridge.expect("bridge");
-    assert_eq!((bridge.direction.as_str(), bridge.state.as_str()), ("outbound", "requested"));
+    assert_eq!((bridge.direction(), bridge.state()), (pb::Direction::Outbound, pb::BridgeState::Requested));
     assert_eq!(bridge.peer_home_id, target.handle().home_id());
     done.request_id
 }
@@ -143,7 +144,7 @@ pub async fn outbound_listed(home: &TestHome) -> pb::Bridge {
     let listed =
         home.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
     let mut outbound: Vec<pb::Bridge> =
-        listed.bridges.into_iter().filter(|b| b.direction == "outbound").collect();
+        listed.bridges.into_iter().filter(|b| b.direction() == pb::Direction::Outbound).collect();
     assert_eq!(outbound.len(), 1, "{outbound:?}");
     outbound.remove(0)
 }
@@ -197,11 +198,19 @@ pub async fn receipts(home: &TestHome, bridge: &str) -> Vec<pb::Receipt> {
     pages.into_iter().rev().flatten().collect()
 }
 
+/// Permissions as their words, in their order (`["read", "send"]`).
+pub fn permission_words(values: &[i32]) -> Vec<String> {
+    values.iter().map(|v| pb::Permission::try_from(*v).map_or_else(|_| v.to_string(), |p| p.word())).collect()
+}
+
 /// `home`'s receipt of the send with `key` over `bridge`, once its status is other than
 /// `status` (it moved on from `pending`, say).
 pub async fn receipt_no_longer(home: &TestHome, bridge: &str, key: &str, status: &str) -> pb::Receipt {
     crate::eventually(&format!("the receipt of {key} to move on from {status}"), || async {
-        receipts(home, bridge).await.into_iter().find(|r| r.idempotency_key == key && r.status != status)
+        receipts(home, bridge)
+            .await
+            .into_iter()
+            .find(|r| r.idempotency_key == key && r.status().word() != status)
     })
     .await
 }

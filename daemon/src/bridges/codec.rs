@@ -1,6 +1,8 @@
-//! The bridge wire codec's words: how this home's errors, refusals, permissions and grant
-//! states travel to a peer (`kiki.bridge.v1` enums), and how a peer's come back. A value
-//! this home does not know (a newer peer's) reads as nothing: a refusal for now, no grant.
+//! The bridge wire codec: what crosses between homes as the wire (`kiki.bridge.v1`) spells it.
+//! Here, how this home's errors, refusals, permissions and grant states travel to a peer (the
+//! wire's enums), and how a peer's come back: a value this home does not know (a newer
+//! peer's) reads as nothing, a refusal for now or no grant. In [`messages`], the calls' and
+//! answers' messages, translated to and from the local API's (`kiki.v1`).
 
 use kiki_proto as pb;
 use kiki_proto::bridge::v1 as wire;
@@ -8,6 +10,9 @@ use wire::bridge_reply::Reply;
 
 use crate::error::Error;
 use crate::store::{BridgeState, Permission, Permissions, Refusal};
+
+mod messages;
+pub(super) use messages::Mirror;
 
 pub(super) fn wire_error(code: Refusal, message: impl Into<String>) -> wire::BridgeReply {
     let error = wire::WireError { code: refusal_to_wire(code) as i32, message: message.into() };

@@ -145,7 +145,7 @@ impl Links {
         let served = match &reply.reply {
             Some(Reply::ThreadList(_) | Reply::ThreadRead(_) | Reply::ThreadWait(_)) => true,
             Some(Reply::RoomJoin(_) | Reply::RoomPost(_) | Reply::RoomRead(_)) => true,
-            Some(Reply::ThreadSend(sent)) => sent.status() != kiki_proto::SendStatus::Undeliverable,
+            Some(Reply::ThreadSend(sent)) => sent.status() != wire::SendStatus::Undeliverable,
             // A ping, pairing call or follow-up is answered whatever the grant; a refusal is none.
             _ => false,
         };

@@ -12,7 +12,9 @@
 //!   worker, backoff and follow-ups, and the recorder of answered sends' outcomes.
 //! - `remote`: ThreadList, ThreadRead and ThreadWait over an outbound bridge.
 //! - `receipts`: what both sides show of the messages they exchanged.
-//! - `codec`: errors, refusals and the bridges' words as they travel between homes.
+//! - `codec`: what travels between homes as the wire spells it: errors, refusals, the
+//!   bridges' words, and the calls' and answers' messages translated to and from the local
+//!   API's.
 //!
 //! Every background task (the accept loop and the peers it serves, the outbox worker and
 //! its attempts, the recorder, the expiry sweep, the idle-connection sweep) runs on the
@@ -82,14 +84,15 @@ pub struct ReadQuery<'a> {
     pub last: Option<u32>,
 }
 
-/// A peer's answer passed through as the wire gave it (a `kiki.v1` message): the services
-/// route it without looking inside, and only the gRPC edge opens it.
+/// A peer's answer, passed on as the peer gave it (translated from the wire into the
+/// `kiki.v1` message the local API answers with): the services route it without looking
+/// inside, and only the gRPC edge opens it.
 #[derive(Debug)]
 pub struct FromPeer<T>(T);
 
 impl<T> FromPeer<T> {
-    /// The answer as the wire gave it, for the protobuf edge.
-    pub fn into_wire(self) -> T {
+    /// The answer as the peer gave it, for the protobuf edge.
+    pub fn into_pb(self) -> T {
         self.0
     }
 }

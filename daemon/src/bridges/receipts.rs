@@ -14,6 +14,7 @@ use kiki_proto as pb;
 
 use super::Context;
 use super::outbox::Outbox;
+use crate::convert::{delivery_status_to_pb, direction_to_pb};
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, Millis, OutboxRecord};
 use crate::store::{Direction, OutboxStatus};
@@ -152,9 +153,9 @@ impl Receipts<'_> {
                         receipt: pb::Receipt {
                             target: format!("{}/{}", bridge.alias, e.target_session),
                             message_id: e.id,
-                            direction: Direction::Outbound.to_string(),
+                            direction: direction_to_pb(Direction::Outbound) as i32,
                             idempotency_key: e.key,
-                            status: e.status.to_string(),
+                            status: delivery_status_to_pb(e.status) as i32,
                             reason: e.reason,
                             attempts: e.attempts as u32,
                             at: crate::time::rfc3339(e.updated_at),
@@ -172,10 +173,10 @@ impl Receipts<'_> {
                 at: Position::Inbound(seq),
                 receipt: pb::Receipt {
                     message_id: r.message_id,
-                    direction: Direction::Inbound.to_string(),
+                    direction: direction_to_pb(Direction::Inbound) as i32,
                     target: r.target,
                     idempotency_key: r.key,
-                    status: r.status.to_string(),
+                    status: delivery_status_to_pb(r.status) as i32,
                     reason: r.reason,
                     attempts: 1,
                     at: crate::time::rfc3339(r.at),

@@ -1,6 +1,7 @@
 //! Calls over an outbound bridge on the threads behind it: ThreadList, ThreadRead and
-//! ThreadWait (sends go through the outbox). Each call's outcome is the bridge's link
-//! health, written when it changes.
+//! ThreadWait (sends go through the outbox), and a member's calls on a room behind it. Each
+//! call's outcome is the bridge's link health, written when it changes. The calls are made in
+//! the wire's terms (`kiki.bridge.v1`); the answers are the local API's once they arrive.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use kiki_proto::bridge::v1 as wire;
 use wire::bridge_call::Call;
 use wire::bridge_reply::Reply;
 
-use super::codec::from_wire;
+use super::codec::{Mirror, from_wire};
 use super::pairing::Pairing;
 use super::{Context, HEALTH_EVERY, ListQuery, ReadQuery};
 use crate::error::{Error, Result};
@@ -60,14 +61,13 @@ impl Remote {
 
     /// ThreadList of the home behind `host`.
     pub(super) async fn list(&self, host: &str, query: ListQuery<'_>) -> Result<pb::ThreadListResponse> {
-        let request = pb::ThreadListRequest {
-            bridge: String::new(),
+        let call = wire::ThreadListCall {
             workspace_id: query.workspace_id.to_string(),
             limit: query.limit,
             cursor: query.cursor.to_string(),
         };
-        self.call(host, Call::ThreadList(request), |r| match r {
-            Reply::ThreadList(page) => Some(page),
+        self.call(host, Call::ThreadList(call), |r| match r {
+            Reply::ThreadList(page) => Some(pb::ThreadListResponse::from_wire(page)),
             _ => None,
         })
         .await
@@ -83,8 +83,8 @@ impl Remote {
         timeout_ms: Option<u32>,
         cursors: &HashMap<String, String>,
     ) -> Result<(Vec<WaitResult>, bool)> {
-        let local_targets: Vec<pb::ThreadRef> =
-            targets.iter().map(|t| pb::ThreadRef { host_id: String::new(), ..t.clone() }).collect();
+        let local_targets: Vec<wire::ThreadRef> =
+            targets.iter().map(|t| pb::ThreadRef { host_id: String::new(), ..t.clone() }.to_wire()).collect();
         let cursors: HashMap<String, String> = cursors
             .iter()
             .map(|(key, cursor)| {
@@ -92,10 +92,10 @@ impl Remote {
                 (session.to_string(), cursor.clone())
             })
             .collect();
-        let request = pb::ThreadWaitRequest { targets: local_targets, timeout_ms, cursors };
+        let call = wire::ThreadWaitCall { targets: local_targets, timeout_ms, cursors };
         let mut answer = self
-            .call(host, Call::ThreadWait(request), |r| match r {
-                Reply::ThreadWait(answer) => Some(answer),
+            .call(host, Call::ThreadWait(call), |r| match r {
+                Reply::ThreadWait(answer) => Some(pb::ThreadWaitResponse::from_wire(answer)),
                 _ => None,
             })
             .await?;
@@ -129,7 +129,7 @@ impl Remote {
         call: wire::RoomPostCall,
     ) -> Result<pb::ThreadSendResponse> {
         self.call(host, Call::RoomPost(call), |r| match r {
-            Reply::RoomPost(answer) => Some(answer),
+            Reply::RoomPost(answer) => Some(pb::ThreadSendResponse::from_wire(answer)),
             _ => None,
         })
         .await
@@ -142,7 +142,7 @@ impl Remote {
         call: wire::RoomReadCall,
     ) -> Result<pb::RoomReadResponse> {
         self.call(host, Call::RoomRead(call), |r| match r {
-            Reply::RoomRead(page) => Some(page),
+            Reply::RoomRead(page) => Some(pb::RoomReadResponse::from_wire(page)),
             _ => None,
         })
         .await
@@ -154,15 +154,15 @@ impl Remote {
         target: &pb::ThreadRef,
         query: ReadQuery<'_>,
     ) -> Result<pb::ThreadReadResponse> {
-        let request = pb::ThreadReadRequest {
-            target: Some(pb::ThreadRef { host_id: String::new(), ..target.clone() }),
+        let call = wire::ThreadReadCall {
+            target: Some(pb::ThreadRef { host_id: String::new(), ..target.clone() }.to_wire()),
             limit: query.limit,
             cursor: query.cursor.to_string(),
             content_ref: query.content_ref.to_string(),
             last: query.last,
         };
-        self.call(&target.host_id, Call::ThreadRead(request), |r| match r {
-            Reply::ThreadRead(page) => Some(page),
+        self.call(&target.host_id, Call::ThreadRead(call), |r| match r {
+            Reply::ThreadRead(page) => Some(pb::ThreadReadResponse::from_wire(page)),
             _ => None,
         })
         .await

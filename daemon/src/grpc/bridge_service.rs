@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 
 use super::{caller, status};
 use crate::bridges::Bridges;
+use crate::convert::{bridge_state_to_pb, direction_to_pb, permissions_to_pb, request_status_to_pb};
 use crate::store::{BridgeRecord, BridgeRequestRecord};
 use crate::threads::Threads;
 use crate::time::rfc3339;
@@ -35,19 +36,19 @@ impl BridgeServiceImpl {
 fn bridge_to_pb(b: BridgeRecord, pending: u64) -> pb::Bridge {
     pb::Bridge {
         id: b.id,
-        direction: b.direction.to_string(),
+        direction: direction_to_pb(b.direction) as i32,
         peer_home_id: b.peer_home_id,
         alias: b.alias,
         address: b.address,
-        state: b.state.to_string(),
-        permissions: b.permissions.words(),
+        state: bridge_state_to_pb(b.state) as i32,
+        permissions: permissions_to_pb(b.permissions),
         workspaces: b.workspaces,
         created_at: rfc3339(b.created_at),
         last_success: b.last_success.map(rfc3339).unwrap_or_default(),
         last_error: b.last_error,
         last_error_at: b.last_error_at.map(rfc3339).unwrap_or_default(),
         pending,
-        requested: b.requested.words(),
+        requested: permissions_to_pb(b.requested),
     }
 }
 
@@ -56,8 +57,8 @@ fn request_to_pb(r: BridgeRequestRecord) -> pb::BridgeRequestRecord {
         id: r.id,
         peer_home_id: r.peer_home_id,
         name: r.name,
-        want: r.want.words(),
-        status: r.status.to_string(),
+        want: permissions_to_pb(r.want),
+        status: request_status_to_pb(r.status) as i32,
         created_at: rfc3339(r.created_at),
         address: r.address,
     }

@@ -115,7 +115,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
                     .collect(),
                 next_cursor: page.next_cursor,
             },
-            Routed::There(page) => page.into_wire(),
+            Routed::There(page) => page.into_pb(),
         }))
     }
 
@@ -140,7 +140,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
                 }
                 answer
             }
-            Routed::There(page) => page.into_wire(),
+            Routed::There(page) => page.into_pb(),
         }))
     }
 
@@ -162,7 +162,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
                 .map_err(status)?;
             return Ok(Response::new(match posted {
                 Routed::Here(posted) => posted_to_pb(posted),
-                Routed::There(answer) => answer.into_wire(),
+                Routed::There(answer) => answer.into_pb(),
             }));
         }
         if !r.mentions.is_empty() {
@@ -194,7 +194,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         let page = self.messaging.room_read(&caller, &r.room, r.limit, &r.after_id).await.map_err(status)?;
         Ok(Response::new(match page {
             Routed::Here(page) => room_page_to_pb(page),
-            Routed::There(page) => page.into_wire(),
+            Routed::There(page) => page.into_pb(),
         }))
     }
 
@@ -275,7 +275,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::PermissionDecideResponse {
-            status: stands.status.as_str().to_string(),
+            status: crate::convert::permission_status_to_pb(stands.status) as i32,
             tool: stands.tool,
             thread_id: stands.thread_id,
         }))

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::{TestHome, assert_invalid, binaries::binary, eventually, local};
 use tonic::Code;
 
@@ -336,7 +337,7 @@ async fn wait_reports_each_event_once_across_calls() {
         .await
         .expect("archive");
     let lifecycle = wait_req(&home, &[&t.id], Some(5_000), cursors).await.expect("wait");
-    assert_eq!(lifecycle.results[0].events[0].lifecycle, "archived");
+    assert_eq!(lifecycle.results[0].events[0].lifecycle().word(), "archived");
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use kiki_client::Client;
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::{TestHome, binaries::binary, eventually, local};
 use tonic::Code;
 
@@ -264,8 +265,11 @@ async fn a_room_holds_a_host_and_six_members() {
     let before = read(home.client(), &room, None, "").await.expect("read");
     let expected: Vec<String> = std::iter::once(host.clone()).chain(members.iter().cloned()).collect();
     assert_eq!(roster(&before), expected, "the host first, then the members in the order they joined");
-    assert_eq!(before.members[0].role, "host");
-    assert!(before.members[1..].iter().all(|m| m.role == "member" && m.kind == "thread"), "{before:?}");
+    assert_eq!(before.members[0].role().word(), "host");
+    assert!(
+        before.members[1..].iter().all(|m| m.role().word() == "member" && m.kind().word() == "thread"),
+        "{before:?}"
+    );
 
     for again in [&members[0], &members[3], &host] {
         assert!(!add(home.client(), &room, again).await.expect("add again"), "{again} was in the room");
@@ -558,7 +562,7 @@ async fn a_persona_becomes_one_thread_on_its_first_mention() {
     let page = read(home.client(), &room, None, "").await.expect("read");
     let critic = &page.members[1];
     assert_eq!(
-        (critic.id.as_str(), critic.kind.as_str(), critic.role.as_str()),
+        (critic.id.as_str(), critic.kind().word().as_str(), critic.role().word().as_str()),
         ("critic", "persona", "member")
     );
     assert_eq!((critic.thread_id.as_str(), critic.profile.as_str()), ("", "echo"), "no thread yet");
@@ -571,7 +575,7 @@ async fn a_persona_becomes_one_thread_on_its_first_mention() {
     assert_eq!(first.woke, std::slice::from_ref(&thread), "woken as the roster names it now");
     let critic = &page.members[1];
     assert_eq!(
-        (critic.id.as_str(), critic.kind.as_str()),
+        (critic.id.as_str(), critic.kind().word().as_str()),
         (thread.as_str(), "persona"),
         "its id is its thread's now"
     );
@@ -601,7 +605,8 @@ async fn a_persona_becomes_one_thread_on_its_first_mention() {
     );
     assert_eq!(thread_count(&home).await, 3, "one thread for the twin");
     let page = read(home.client(), &room, None, "").await.expect("read");
-    let twin = page.members.iter().find(|m| m.kind == "persona" && m.thread_id != thread).expect("twin");
+    let twin =
+        page.members.iter().find(|m| m.kind().word() == "persona" && m.thread_id != thread).expect("twin");
     let twin = twin.thread_id.clone();
     assert!(twin.starts_with("th_"), "{page:?}");
     assert_eq!((one.expect("post").woke, two.expect("post").woke), (vec![twin.clone()], vec![twin.clone()]));

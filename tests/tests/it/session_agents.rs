@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kiki_daemon::config::{ExecutorKind, ProfileConfig};
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::sessions::turn_of;
 use kiki_tests::{TestHome, TestHomeBuilder};
 
@@ -293,7 +294,7 @@ async fn an_agents_permission_requests_are_the_owners_to_answer() {
         let thread = home.session_thread("agent", "use rm", None).await.expect("create");
         let first = home.permission_request(&thread, &[]).await;
         let answered = home.decide(&first, true, "").await.expect("decide");
-        assert_eq!(answered.status, "allowed");
+        assert_eq!(answered.status().word(), "allowed");
         assert!(answered.tool == "command" || answered.tool == "rm", "{agent:?}: {answered:?}");
         assert_eq!(home.wait_turns(&thread, 1).await[0].output, yes, "{agent:?}");
 
@@ -333,7 +334,7 @@ async fn a_running_turn_is_followed_as_it_happens() {
         let mut progress = home.client().threads().thread_follow(follow).await.expect("follow").into_inner();
         let mut parts = Vec::new();
         while let Some(part) = progress.message().await.expect("part") {
-            parts.push((part.kind, part.text));
+            parts.push((part.kind().word(), part.text));
         }
         let kinds: Vec<&str> = parts.iter().map(|(kind, _)| kind.as_str()).collect();
         assert_eq!(kinds, ["tool", "tool_result", "text", "end"], "{agent:?}: {parts:?}");

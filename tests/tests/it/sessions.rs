@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use kiki_daemon::config::{ExecutorKind, ProfileConfig};
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::sessions::turn_of;
 use kiki_tests::{TestHome, TestHomeBuilder};
 
@@ -241,7 +242,7 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
     let answered = home.decide(&bash, true, "").await.expect("approve");
     let waiting = home.client().home().attention_list(pb::AttentionListRequest {}).await.expect("list");
     assert!(waiting.into_inner().open.is_empty(), "answered");
-    assert_eq!((answered.status.as_str(), answered.tool.as_str()), ("allowed", "Bash"));
+    assert_eq!((answered.status().word().as_str(), answered.tool.as_str()), ("allowed", "Bash"));
     let turns = home.wait_turns(&thread, 1).await;
     assert!(turns[0].output.ends_with("Bash: allow"), "{:?}", turns[0].output);
 
@@ -250,7 +251,7 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
     home.decide(&write, false, "not on this branch").await.expect("deny");
     // The same answer again stands; another is refused, saying how it was answered.
     let again = home.decide(&write, false, "").await.expect("the same answer again");
-    assert_eq!(again.status, "denied");
+    assert_eq!(again.status().word(), "denied");
     let turned = home.decide(&write, true, "").await.expect_err("an approval after a denial");
     assert_eq!(turned.code(), tonic::Code::FailedPrecondition, "{turned:?}");
     assert!(
@@ -300,7 +301,7 @@ async fn a_running_turn_is_followed_as_it_happens_and_kept_with_the_turn() {
         parts.push(part);
     }
     assert_eq!(running_at_first_part, Some(true), "seen while the turn ran");
-    let kinds: Vec<&str> = parts.iter().map(|p| p.kind.as_str()).collect();
+    let kinds: Vec<String> = parts.iter().map(|p| p.kind().word()).collect();
     assert_eq!(kinds, ["text", "tool", "tool_result", "text", "end"], "{parts:?}");
     assert!(parts[1].text.starts_with("Bash") && parts[1].text.contains("make"), "{:?}", parts[1]);
     assert_eq!((parts[2].text.as_str(), parts[3].text.as_str()), ("built", "done building"));
@@ -311,9 +312,9 @@ async fn a_running_turn_is_followed_as_it_happens_and_kept_with_the_turn() {
         home.client().threads().thread_follow(follow(&turn_id)).await.expect("follow").into_inner();
     let mut replayed = Vec::new();
     while let Some(part) = again.message().await.expect("part") {
-        replayed.push((part.kind, part.text));
+        replayed.push((part.kind().word(), part.text));
     }
-    let first: Vec<(String, String)> = parts.iter().map(|p| (p.kind.clone(), p.text.clone())).collect();
+    let first: Vec<(String, String)> = parts.iter().map(|p| (p.kind().word(), p.text.clone())).collect();
     assert_eq!(replayed, first);
 }
 

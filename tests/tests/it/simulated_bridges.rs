@@ -3,6 +3,7 @@
 
 use kiki_bridge::memory::MemoryNetwork;
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::bridges::{list_via, receipt_no_longer, receipts, remote_send};
 use kiki_tests::{TestHome, TestHomeBuilder};
 
@@ -179,7 +180,10 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
 /// The receipt of the send with `key` over "bee" at `home`, once it says `delivered`.
 async fn delivered_receipt(home: &TestHome, key: &str) -> pb::Receipt {
     kiki_tests::eventually("the source's receipt to say delivered", || async {
-        receipts(home, "bee").await.into_iter().find(|r| r.idempotency_key == key && r.status == "delivered")
+        receipts(home, "bee")
+            .await
+            .into_iter()
+            .find(|r| r.idempotency_key == key && r.status().word() == "delivered")
     })
     .await
 }
@@ -231,7 +235,7 @@ async fn a_retry_after_the_target_closed_its_switch_gets_the_original_answer() {
     network.lose_answers(&a_id, &b_id, false);
 
     let settled = receipt_no_longer(&a, "bee", "k1", "pending").await;
-    assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("accepted", ""), "{settled:?}");
+    assert_eq!((settled.status().word().as_str(), settled.reason.as_str()), ("accepted", ""), "{settled:?}");
     let new = a.send(remote_send("bee", &t, "new", "k2")).await;
     let refused = new.expect_err("a new key is refused by the switch");
     assert!(refused.message().contains("communication_disabled"), "{}", refused.message());
@@ -267,11 +271,14 @@ async fn a_refusal_whose_answer_was_lost_is_written_once_at_the_target() {
     network.lose_answers(&a_id, &b_id, false);
 
     let settled = receipt_no_longer(&a, "bee", "k1", "pending").await;
-    assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("rejected", "thread_not_found"));
+    assert_eq!((settled.status().word().as_str(), settled.reason.as_str()), ("rejected", "thread_not_found"));
     let at_target = receipts(&b, &a_id).await;
     let refusals: Vec<_> = at_target.iter().filter(|r| r.idempotency_key == "k1").collect();
     assert_eq!(refusals.len(), 1, "{refusals:?}");
-    assert_eq!((refusals[0].status.as_str(), refusals[0].reason.as_str()), ("rejected", "thread_not_found"));
+    assert_eq!(
+        (refusals[0].status().word().as_str(), refusals[0].reason.as_str()),
+        ("rejected", "thread_not_found")
+    );
 }
 
 /// The source's owner revokes its own outbound bridge while a send waits in the outbox for a
@@ -289,7 +296,7 @@ async fn revoking_at_the_source_ends_its_pending_sends() {
         .await
         .expect("revoke");
     let ended = receipt_no_longer(&a, "bee", "k1", "pending").await;
-    assert_eq!((ended.status.as_str(), ended.reason.as_str()), ("rejected", "bridge_revoked"));
+    assert_eq!((ended.status().word().as_str(), ended.reason.as_str()), ("rejected", "bridge_revoked"));
     // A retry with its key is answered from the outbox, as any replay; a new key is refused.
     let again = a.send(remote_send("bee", &t, "stuck", "k1")).await.expect("replay");
     assert_eq!(
@@ -311,20 +318,20 @@ async fn follow_ups_outlast_a_partition() {
     let Paired { a, b, a_id, b_id, thread: t } = paired(&network, "send").await;
     let sent = a.send(remote_send("bee", &t, "held", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
-    assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status, "accepted");
+    assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status().word(), "accepted");
     network.partition(&a_id, &b_id, true);
     b.say(&t, "the user speaks").await.expect("say");
     b.wait_turns(&t, 1).await;
     // Follow-ups fail meanwhile (their pauses grow with the message's age).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(
-        receipt_no_longer(&a, "bee", "k1", "pending").await.status,
+        receipt_no_longer(&a, "bee", "k1", "pending").await.status().word(),
         "accepted",
         "the source cannot know yet"
     );
     network.partition(&a_id, &b_id, false);
     kiki_tests::eventually("the source's receipt to say delivered", || async {
-        (receipt_no_longer(&a, "bee", "k1", "pending").await.status == "delivered").then_some(())
+        (receipt_no_longer(&a, "bee", "k1", "pending").await.status().word() == "delivered").then_some(())
     })
     .await;
 }
@@ -338,10 +345,10 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
     let Paired { a, b, a_id, b_id, thread: t } =
         sent_unanswered(&network, "send", Duration::from_secs(3), "too late").await;
     let expired = receipt_no_longer(&a, "bee", "k1", "pending").await;
-    assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
+    assert_eq!((expired.status().word().as_str(), expired.reason.as_str()), ("expired", "expired"));
     // The target agrees without waiting for a turn of the thread.
     kiki_tests::eventually("the target's receipt to say expired", || async {
-        receipts(&b, &a_id).await.into_iter().find(|r| r.status == "expired")
+        receipts(&b, &a_id).await.into_iter().find(|r| r.status().word() == "expired")
     })
     .await;
     network.lose_answers(&a_id, &b_id, false);
@@ -350,7 +357,7 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
     let turn = b.wait_turns(&t, 1).await.remove(0);
     assert_eq!(turn.output, "echo: the user speaks", "the expired message stays out of the prompt");
     let mut story: Vec<String> =
-        receipts(&b, &a_id).await.iter().map(|r| format!("{}:{}", r.status, r.reason)).collect();
+        receipts(&b, &a_id).await.iter().map(|r| format!("{}:{}", r.status().word(), r.reason)).collect();
     story.sort();
     assert_eq!(story, ["accepted:", "expired:expired"]);
     // A retry now hears the same.
@@ -369,7 +376,7 @@ async fn a_message_delivered_before_its_window_ended_is_found_so_after_it_expire
     let turn = b.wait_turns(&t, 1).await.remove(0);
     assert!(turn.output.contains("echo: in time"), "{}", turn.output);
     let expired = receipt_no_longer(&a, "bee", "k1", "pending").await;
-    assert_eq!((expired.status.as_str(), expired.reason.as_str()), ("expired", "expired"));
+    assert_eq!((expired.status().word().as_str(), expired.reason.as_str()), ("expired", "expired"));
     network.lose_answers(&a_id, &b_id, false);
 
     assert_eq!(delivered_receipt(&a, "k1").await.reason, "found_delivered");
@@ -388,7 +395,7 @@ async fn a_confirmed_message_waits_past_its_window() {
     let Paired { a, b, thread: t, .. } = paired_with_window(&network, "send", window).await;
     let sent = a.send(remote_send("bee", &t, "held", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
-    assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status, "accepted");
+    assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status().word(), "accepted");
     tokio::time::sleep(window + Duration::from_secs(2)).await;
     b.say(&t, "the user speaks").await.expect("say");
     let turn = b.wait_turns(&t, 1).await.remove(0);

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::binaries::{Down, kiki_json, new_home, wait_for_turns};
 use kiki_tests::{TestHome, assert_invalid, eventually, local};
 use tonic::Code;
@@ -368,7 +369,7 @@ async fn oversized_output_is_read_back_exactly_through_content_refs() {
     assert!(turn.output_truncated && turn.input_truncated);
     assert!(turn.output.chars().count() < 16_384, "a preview only");
     assert!(text.starts_with(&turn.output));
-    let output_ref = turn.content_refs.iter().find(|r| r.field == "output").expect("output ref");
+    let output_ref = turn.content_refs.iter().find(|r| r.field().word() == "output").expect("output ref");
     let total_units = text.encode_utf16().count() as u64;
     assert_eq!(output_ref.utf16_length, total_units);
 

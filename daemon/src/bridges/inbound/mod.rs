@@ -23,7 +23,7 @@ use tracing::warn;
 use wire::bridge_call::Call;
 use wire::bridge_reply::Reply;
 
-use super::codec::{Rejection, to_wire, wire_error};
+use super::codec::{Mirror, Rejection, to_wire, wire_error};
 use super::pairing::Pairing;
 use super::{Context, HEALTH_EVERY};
 use crate::error::Error;
@@ -142,19 +142,33 @@ impl Inbound {
         }
     }
 
+    /// Serves one call. The services answer in the local API's terms; each answer becomes the
+    /// wire's here, as it leaves.
     async fn answer(&self, peer: &str, from: IpAddr, call: wire::BridgeCall) -> wire::BridgeReply {
         let result = match call.call {
             Some(Call::Pair(pair)) => self.pairing.file_request(peer, from, pair).await.map(Reply::Pair),
             Some(Call::Ping(_)) => self.pairing.ping_reply(peer).await.map(Reply::Ping),
-            Some(Call::ThreadList(request)) => self.serve_list(peer, request).await.map(Reply::ThreadList),
-            Some(Call::ThreadRead(request)) => self.serve_read(peer, request).await.map(Reply::ThreadRead),
-            Some(Call::ThreadWait(request)) => self.serve_wait(peer, request).await.map(Reply::ThreadWait),
-            Some(Call::ThreadSend(request)) => Ok(Reply::ThreadSend(self.serve_send(peer, request).await)),
+            Some(Call::ThreadList(call)) => {
+                self.serve_list(peer, call).await.map(|page| Reply::ThreadList(page.to_wire()))
+            }
+            Some(Call::ThreadRead(call)) => {
+                self.serve_read(peer, call).await.map(|page| Reply::ThreadRead(page.to_wire()))
+            }
+            Some(Call::ThreadWait(call)) => {
+                self.serve_wait(peer, call).await.map(|waited| Reply::ThreadWait(waited.to_wire()))
+            }
+            Some(Call::ThreadSend(call)) => {
+                Ok(Reply::ThreadSend(self.serve_send(peer, call).await.to_wire()))
+            }
             Some(Call::FollowUp(call)) => self.serve_follow_up(peer, call).await.map(Reply::FollowUp),
             Some(Call::Withdraw(call)) => self.pairing.serve_withdraw(peer, call).await.map(Reply::Withdraw),
             Some(Call::RoomJoin(call)) => self.serve_room_join(peer, call).await.map(Reply::RoomJoin),
-            Some(Call::RoomPost(call)) => self.serve_room_post(peer, call).await.map(Reply::RoomPost),
-            Some(Call::RoomRead(call)) => self.serve_room_read(peer, call).await.map(Reply::RoomRead),
+            Some(Call::RoomPost(call)) => {
+                self.serve_room_post(peer, call).await.map(|posted| Reply::RoomPost(posted.to_wire()))
+            }
+            Some(Call::RoomRead(call)) => {
+                self.serve_room_read(peer, call).await.map(|page| Reply::RoomRead(page.to_wire()))
+            }
             None => return wire_error(Refusal::InvalidArgument, "empty call"),
         };
         match result {
@@ -206,7 +220,7 @@ impl Inbound {
     async fn serve_list(
         &self,
         peer: &str,
-        request: pb::ThreadListRequest,
+        request: wire::ThreadListCall,
     ) -> std::result::Result<pb::ThreadListResponse, Rejection> {
         let bridge = self.granted(peer, Permission::Read).await?;
         // Named by id only: a directory would be looked up on this home's disk.
@@ -237,10 +251,11 @@ impl Inbound {
     async fn serve_read(
         &self,
         peer: &str,
-        request: pb::ThreadReadRequest,
+        request: wire::ThreadReadCall,
     ) -> std::result::Result<pb::ThreadReadResponse, Rejection> {
         let bridge = self.granted(peer, Permission::Read).await?;
-        let thread = self.scoped_thread(&bridge, &request.target.unwrap_or_default()).await?;
+        let target = request.target.map(pb::ThreadRef::from_wire).unwrap_or_default();
+        let thread = self.scoped_thread(&bridge, &target).await?;
         let (limit, cursor, content_ref) = (request.limit, &request.cursor, &request.content_ref);
         let read = self.cx.threads.read_any(thread, limit, cursor, content_ref, request.last).await?;
         let communication = self.cx.threads.communication(crate::threads::Threads::read_thread(&read));
@@ -251,7 +266,7 @@ impl Inbound {
     async fn serve_wait(
         &self,
         peer: &str,
-        request: pb::ThreadWaitRequest,
+        request: wire::ThreadWaitCall,
     ) -> std::result::Result<pb::ThreadWaitResponse, Rejection> {
         // Taken before the grant is checked, so a revocation in between still ends this call;
         // but only for a peer with a bridge here (a stranger's calls must leave nothing).
@@ -259,14 +274,15 @@ impl Inbound {
         let cut_off = self.cx.parked.token(peer);
         let bridge = self.granted(peer, Permission::Wait).await?;
         crate::mailbox::wait_target_count(request.targets.len())?;
+        let targets: Vec<pb::ThreadRef> = request.targets.into_iter().map(pb::ThreadRef::from_wire).collect();
         if !bridge.workspaces.is_empty() {
-            for target in &request.targets {
+            for target in &targets {
                 self.scoped_thread(&bridge, target).await?;
             }
         }
         let waits = &self.cx.waits;
         let (results, timed_out) = tokio::select! {
-            waited = waits.wait(request.targets, request.timeout_ms, request.cursors) => waited?,
+            waited = waits.wait(targets, request.timeout_ms, request.cursors) => waited?,
             // Whatever the bridge's state now refuses (bridge_revoked, bridge_disabled).
             () = cut_off.cancelled() => return Err(self.granted(peer, Permission::Wait).await.err().unwrap_or_else(|| {
                 Rejection::Wire(Refusal::BridgeRevoked, "the target's owner changed this bridge".into())

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::Inbound;
-use crate::bridges::codec::{Rejection, refusal_response, wire_refusal};
+use crate::bridges::codec::{Mirror, Rejection, refusal_response, wire_refusal};
 use crate::bridges::outbox::MAX_FOLLOW_UP_KEYS;
 use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
@@ -109,6 +109,7 @@ impl Inbound {
             Ok(found) => found
                 .into_iter()
                 .map(|sent| sent.map(crate::convert::sent_to_pb).unwrap_or_else(|| refusal_response(unknown)))
+                .map(Mirror::to_wire)
                 .collect(),
             Err(e) => return Err(Rejection::Wire(wire_refusal(e).0, "cannot follow up now".into())),
         };

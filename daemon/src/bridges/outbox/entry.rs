@@ -20,7 +20,6 @@ use crate::store::{
     Refusal,
 };
 use crate::time::now_ms;
-use kiki_proto as pb;
 
 /// What a peer's answer to a ThreadSend or follow-up call says about a message.
 #[derive(Clone)]
@@ -196,13 +195,13 @@ pub(super) fn refused(entry: OutboxRecord, reason: &str) -> Outcome {
 }
 
 /// What the target's answer for one message says; the target's message id is kept.
-pub(super) fn verdict(answer: &pb::ThreadSendResponse, entry: &mut OutboxRecord) -> Verdict {
+pub(super) fn verdict(answer: &wire::SendReply, entry: &mut OutboxRecord) -> Verdict {
     if !answer.message_id.is_empty() {
         entry.remote_message_id = answer.message_id.clone();
     }
     match answer.status() {
-        pb::SendStatus::Delivered => Verdict::Delivered,
-        pb::SendStatus::Pending => Verdict::Waiting,
+        wire::SendStatus::Delivered => Verdict::Delivered,
+        wire::SendStatus::Pending => Verdict::Waiting,
         _ => {
             let reason = if answer.reason.is_empty() { "undeliverable" } else { answer.reason.as_str() };
             // With a message id, the message itself became undeliverable there.

@@ -2,6 +2,7 @@
 //! links (through a UDP relay), silent peers with a backlog, and calls given up mid-way.
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{
     check_events, list_via, open_home, outbound_listed, outbound_pending, receipts, remote, remote_send,
@@ -69,7 +70,7 @@ async fn a_clean_stop_writes_the_outcomes_of_answered_sends() {
     assert_eq!(outbound_pending(&a).await, 0, "answered, so not pending");
     a.restart().await;
     assert_eq!(outbound_pending(&a).await, 0, "still answered after the restart");
-    let statuses: Vec<String> = receipts(&a, "bee").await.into_iter().map(|r| r.status).collect();
+    let statuses: Vec<String> = receipts(&a, "bee").await.into_iter().map(|r| r.status().word()).collect();
     assert_eq!(statuses.len(), 5);
     assert!(statuses.iter().all(|s| s == "delivered" || s == "accepted"), "{statuses:?}");
 }
@@ -112,7 +113,7 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     // (Whether a failed attempt was counted depends on timing: an attempt still under way
     // at the heal, or the first one's request resent by QUIC, may be the one answered.)
     let receipts = receipts(&a, "bee").await;
-    assert_eq!(receipts[0].status, "delivered", "{receipts:?}");
+    assert_eq!(receipts[0].status().word(), "delivered", "{receipts:?}");
 }
 
 /// The network holds the datagrams (a stalled link) instead of losing them, then lets them
@@ -138,7 +139,7 @@ async fn datagrams_held_then_released_together_deliver_once() {
     .await;
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "once");
     let inbound: Vec<String> =
-        receipts(&b, a.handle().home_id()).await.into_iter().map(|r| r.status).collect();
+        receipts(&b, a.handle().home_id()).await.into_iter().map(|r| r.status().word()).collect();
     assert_eq!(inbound, ["delivered"], "the target's receipts list the message once");
 }
 
@@ -254,7 +255,7 @@ async fn a_partition_longer_than_the_window_expires_the_message_with_an_event() 
     .await;
     assert_eq!((event.message_id.as_str(), event.reason.as_str()), (sent.message_id.as_str(), "expired"));
     let receipt = receipts(&a, "bee").await.pop().expect("receipt");
-    assert_eq!((receipt.status.as_str(), receipt.reason.as_str()), ("expired", "expired"));
+    assert_eq!((receipt.status().word().as_str(), receipt.reason.as_str()), ("expired", "expired"));
 
     relay.partition(false);
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;

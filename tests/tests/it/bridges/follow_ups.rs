@@ -2,6 +2,7 @@
 //! them again), and a message whose window ends unanswered expires at both ends.
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_proto::bridge::v1 as wire;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{
@@ -23,7 +24,7 @@ async fn a_follow_up_never_makes_a_second_message() {
     target_db.execute("DELETE FROM idempotency_keys WHERE key = 'k'", []).expect("forget the key");
 
     let settled = receipt_no_longer(&a, "bee", "k", "accepted").await;
-    assert_eq!((settled.status.as_str(), settled.reason.as_str()), ("rejected", "unknown_key"));
+    assert_eq!((settled.status().word().as_str(), settled.reason.as_str()), ("rejected", "unknown_key"));
     let messages: i64 = target_db
         .query_row("SELECT count(*) FROM messages WHERE source_host IS NOT NULL", [], |r| r.get(0))
         .expect("count");
@@ -51,15 +52,15 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
     else {
         panic!("not a follow-up reply")
     };
-    let answers: Vec<(pb::SendStatus, &str, bool)> =
+    let answers: Vec<(wire::SendStatus, &str, bool)> =
         reply.answers.iter().map(|r| (r.status(), r.reason.as_str(), r.message_id.is_empty())).collect();
     assert_eq!(
         answers,
         [
-            (pb::SendStatus::Pending, "", false),
-            (pb::SendStatus::Undeliverable, "unknown_key", true),
-            (pb::SendStatus::Undeliverable, "unknown_key", true),
-            (pb::SendStatus::Pending, "", false),
+            (wire::SendStatus::Pending, "", false),
+            (wire::SendStatus::Undeliverable, "unknown_key", true),
+            (wire::SendStatus::Undeliverable, "unknown_key", true),
+            (wire::SendStatus::Pending, "", false),
         ],
         "each key answered in order; another thread's key is another key"
     );
@@ -102,7 +103,7 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
             let mut ends: Vec<(String, String, String)> = receipts(&a, "bee")
                 .await
                 .into_iter()
-                .map(|r| (r.idempotency_key, r.status, r.reason))
+                .map(|r| (r.idempotency_key.clone(), r.status().word(), r.reason.clone()))
                 .collect();
             ends.sort();
             (ends == expected).then_some(())
@@ -116,9 +117,12 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
     let Reply::FollowUp(reply) = follow_up(&as_a, &[("", "k1"), ("", "never")]).await else {
         panic!("a revoked bridge answered no follow-up")
     };
-    let answers: Vec<(pb::SendStatus, &str)> =
+    let answers: Vec<(wire::SendStatus, &str)> =
         reply.answers.iter().map(|r| (r.status(), r.reason.as_str())).collect();
-    assert_eq!(answers, [(pb::SendStatus::Delivered, ""), (pb::SendStatus::Undeliverable, "bridge_revoked")]);
+    assert_eq!(
+        answers,
+        [(wire::SendStatus::Delivered, ""), (wire::SendStatus::Undeliverable, "bridge_revoked")]
+    );
 }
 
 /// A source's question at the end of a retry window (`window_over`) about a key the target
@@ -137,7 +141,7 @@ async fn a_call_arriving_after_its_source_gave_up_is_refused() {
     assert_eq!(reply.answers[0].reason, "unknown_key");
     let late = wire::bridge_call::Call::ThreadSend(raw_send(&t.id, "given up on".into(), "late"));
     let Reply::ThreadSend(answer) = raw_call(&as_a, late).await else { panic!("not a send") };
-    assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "expired"));
+    assert_eq!((answer.status(), answer.reason.as_str()), (wire::SendStatus::Undeliverable, "expired"));
     b.say(&t.id, "the user speaks").await.expect("say");
     let turn = b.wait_turns(&t.id, 1).await.remove(0);
     assert_eq!(turn.output, "echo: the user speaks", "the late call delivered nothing");
@@ -153,7 +157,7 @@ async fn a_send_expires_after_the_retry_window() {
     let sent = a.send(remote_send("bee", &t.id, "too late", "k")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending);
     let expired = kiki_tests::eventually("the send to expire", || async {
-        receipts(&a, "bee").await.into_iter().find(|r| r.status == "expired")
+        receipts(&a, "bee").await.into_iter().find(|r| r.status().word() == "expired")
     })
     .await;
     // Its attempts find nobody (a dial waits up to 5 s) and its backoff grows, but no pause
@@ -184,7 +188,7 @@ async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
         assert_eq!(sent.expect("durable").into_inner().status(), pb::SendStatus::Pending);
     }
     kiki_tests::eventually("a send to expire", || async {
-        receipts(&a, "bee").await.into_iter().find(|r| r.status == "expired")
+        receipts(&a, "bee").await.into_iter().find(|r| r.status().word() == "expired")
     })
     .await;
     // (Waiting for the probe, it would take 16 s or more: the first attempt's 3 s, a 5 s
@@ -193,7 +197,7 @@ async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
     let slack = std::time::Duration::from_millis(1_500);
     assert!(took >= window && took < window + slack, "first expiry after {took:?}");
     kiki_tests::eventually("both to expire", || async {
-        receipts(&a, "bee").await.iter().all(|r| r.status == "expired").then_some(())
+        receipts(&a, "bee").await.iter().all(|r| r.status().word() == "expired").then_some(())
     })
     .await;
 }
@@ -217,7 +221,7 @@ async fn a_delivered_send_found_pending_after_its_window_is_asked_about_not_expi
     })
     .await;
     let at_source = receipt_no_longer(&a, "bee", "k1", "pending").await;
-    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("delivered", ""));
+    assert_eq!((at_source.status().word().as_str(), at_source.reason.as_str()), ("delivered", ""));
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "delivered once");
 }
 

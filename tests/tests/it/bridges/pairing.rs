@@ -2,11 +2,12 @@
 //! strangers' requests, and requests that expire undecided.
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_proto::bridge::v1 as wire;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{
-    approve, approve_refused, link_from, list_via, outbound_listed, pending_requests, raw_call, remote,
-    remote_send, request,
+    approve, approve_refused, link_from, list_via, outbound_listed, pending_requests, permission_words,
+    raw_call, remote, remote_send, request,
 };
 use tonic::Code;
 
@@ -24,7 +25,7 @@ async fn pairing_then_reading_across_homes_with_read() {
         (filed.id.as_str(), filed.peer_home_id.clone()),
         (request_id.as_str(), a.handle().home_id().to_string())
     );
-    assert_eq!(filed.want, ["read", "send"]);
+    assert_eq!(permission_words(&filed.want), ["read", "send"]);
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
     assert_eq!(filed.name, host.trim(), "the source introduces itself by its machine's name");
 
@@ -33,12 +34,15 @@ async fn pairing_then_reading_across_homes_with_read() {
     assert_eq!(early.code(), Code::PermissionDenied, "{early:?}");
 
     let granted = approve(&b, &request_id, "read", vec![]).await;
-    assert_eq!((granted.direction.as_str(), granted.state.as_str()), ("inbound", "active"));
-    assert_eq!(granted.permissions, ["read"], "possibly fewer than wanted");
+    assert_eq!((granted.direction().word().as_str(), granted.state().word().as_str()), ("inbound", "active"));
+    assert_eq!(permission_words(&granted.permissions), ["read"], "possibly fewer than wanted");
 
     let listed = a.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
-    let outbound = listed.bridges.iter().find(|b| b.direction == "outbound").expect("outbound");
-    assert_eq!((outbound.state.as_str(), outbound.permissions.clone()), ("active", vec!["read".to_string()]));
+    let outbound = listed.bridges.iter().find(|b| b.direction().word() == "outbound").expect("outbound");
+    assert_eq!(
+        (outbound.state().word().as_str(), permission_words(&outbound.permissions)),
+        ("active", vec!["read".to_string()])
+    );
     assert!(!outbound.last_success.is_empty(), "health from a real round trip");
 
     let page = a.client().threads().thread_list(list_via("bee")).await.expect("remote list").into_inner();
@@ -58,7 +62,7 @@ async fn pairing_then_reading_across_homes_with_read() {
         (1, 1, 1, true)
     );
     let listed = b.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
-    let inbound = listed.bridges.iter().find(|b| b.direction == "inbound").expect("inbound");
+    let inbound = listed.bridges.iter().find(|b| b.direction().word() == "inbound").expect("inbound");
     assert!(!inbound.last_success.is_empty(), "the target's health comes from the peer's calls");
 
     // One-way: b has no bridge to a.
@@ -76,11 +80,11 @@ async fn approval_cannot_grant_more_than_requested_and_is_decided_once() {
     assert_eq!(bogus.code(), Code::InvalidArgument);
     let rejected =
         b.client().bridges().bridge_reject(pb::BridgeRejectRequest { request_id: request_id.clone() }).await;
-    assert_eq!(rejected.expect("reject").into_inner().request.expect("request").status, "rejected");
+    assert_eq!(rejected.expect("reject").into_inner().request.expect("request").status().word(), "rejected");
     let late = approve_refused(&b, &request_id, "read", vec![]).await;
     assert_eq!(late.code(), Code::FailedPrecondition);
     let listed = a.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
-    assert_eq!(listed.bridges[0].state, "rejected");
+    assert_eq!(listed.bridges[0].state().word(), "rejected");
 }
 
 #[tokio::test]
@@ -262,13 +266,13 @@ async fn an_undecided_pairing_request_expires() {
     let late = approve_refused(&b, &first, "read", vec![]).await;
     assert_eq!(late.code(), Code::FailedPrecondition);
     assert!(late.message().contains("expired"), "{}", late.message());
-    assert_eq!(outbound_listed(&a).await.state, "expired", "the source sees it");
+    assert_eq!(outbound_listed(&a).await.state().word(), "expired", "the source sees it");
     // Expired requests make room, and the source may ask again.
     assert!(request_as_stranger_from(&b, "127.0.2.1").await.is_none(), "room again");
     let again = request(&a, &b, "read", "bee").await;
     assert_eq!(pending_requests(&b).await.len(), 2);
     approve(&b, &again, "read", vec![]).await;
-    assert_eq!(outbound_listed(&a).await.state, "active");
+    assert_eq!(outbound_listed(&a).await.state().word(), "active");
     let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open the store");
     let statuses: Vec<(String, i64)> = db
         .prepare("SELECT status, COUNT(*) FROM bridge_requests GROUP BY status ORDER BY status")
@@ -284,7 +288,7 @@ async fn an_undecided_pairing_request_expires() {
     let refused = request(&c, &b, "read", "bee").await;
     let reject = pb::BridgeRejectRequest { request_id: refused.clone() };
     b.client().bridges().bridge_reject(reject).await.expect("reject");
-    assert_eq!(outbound_listed(&c).await.state, "rejected");
+    assert_eq!(outbound_listed(&c).await.state().word(), "rejected");
     // d's request is rejected too, but d does not look before the target forgets it.
     let unseen = request(&d, &b, "read", "bee").await;
     b.client().bridges().bridge_reject(pb::BridgeRejectRequest { request_id: unseen }).await.expect("reject");
@@ -300,11 +304,11 @@ async fn an_undecided_pairing_request_expires() {
         .collect::<Result<_, _>>()
         .expect("rows");
     assert_eq!(left, ["expired"], "decided and expired requests forgotten");
-    assert_eq!(outbound_listed(&c).await.state, "rejected", "the source keeps the outcome");
-    assert_eq!(outbound_listed(&d).await.state, "expired", "a request the target no longer knows");
+    assert_eq!(outbound_listed(&c).await.state().word(), "rejected", "the source keeps the outcome");
+    assert_eq!(outbound_listed(&d).await.state().word(), "expired", "a request the target no longer knows");
     let late = approve_refused(&b, &refused, "read", vec![]).await;
     assert_eq!(late.code(), Code::NotFound, "{}", late.message());
-    assert_eq!(outbound_listed(&a).await.state, "active");
+    assert_eq!(outbound_listed(&a).await.state().word(), "active");
 }
 
 /// A pairing request from a new key, the cheapest identity there is: a raw call over a fresh
@@ -366,8 +370,8 @@ async fn bridges_keep_their_names_unless_renamed_and_show_what_was_asked() {
     assert_eq!(asked.bridge.as_ref().map(|b| b.alias.as_str()), Some("tob"));
     a.client().threads().thread_list(list_via("tob")).await.expect("tob/… still names it");
     let listed = outbound_listed(&a).await;
-    assert_eq!(listed.permissions, ["read"], "granted, until the owner decides again");
-    assert_eq!(listed.requested, ["read", "send", "wake"], "asked, shown beside it");
+    assert_eq!(permission_words(&listed.permissions), ["read"], "granted, until the owner decides again");
+    assert_eq!(permission_words(&listed.requested), ["read", "send", "wake"], "asked, shown beside it");
 
     // Renamed on purpose: the new name works, the old one names nothing.
     let rename = pb::BridgeRenameRequest { bridge: "tob".into(), name: "bee".into() };

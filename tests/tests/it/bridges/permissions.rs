@@ -2,6 +2,7 @@
 //! workspace scope, no transitive trust, and inbound access turned off and on.
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{
     approve, approve_refused, list_via, open_home, receipts, remote, remote_send, request, set_inbound,
@@ -136,7 +137,7 @@ async fn a_workspace_scope_limits_list_read_send_and_wait() {
         let mut story: Vec<String> = receipts(&b, peer)
             .await
             .into_iter()
-            .map(|r| format!("{}:{}:{}", r.idempotency_key, r.status, r.reason))
+            .map(|r| format!("{}:{}:{}", r.idempotency_key, r.status().word(), r.reason))
             .collect();
         story.sort();
         (story == ["k1:rejected:thread_not_found", "k2:accepted:"]).then_some(())
@@ -268,7 +269,7 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
 
     let disabled = set_inbound(&b, &bridge.id, false).await;
     // The answer counts what the peer brought that waits here, as `kiki bridge list` does.
-    assert_eq!((disabled.state.as_str(), disabled.pending), ("disabled", 1));
+    assert_eq!((disabled.state().word().as_str(), disabled.pending), ("disabled", 1));
     let err = a.client().threads().thread_list(list_via("bee")).await.expect_err("refused");
     assert_eq!(err.code(), Code::Unavailable);
     assert!(err.message().contains("bridge_disabled"), "{}", err.message());
@@ -280,11 +281,11 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
     let pending: Vec<String> = receipts(&a, "bee")
         .await
         .into_iter()
-        .map(|r| format!("{}:{}", r.idempotency_key, r.status))
+        .map(|r| format!("{}:{}", r.idempotency_key, r.status().word()))
         .collect();
     assert_eq!(pending, ["k1:accepted", "k2:pending"]);
 
-    assert_eq!(set_inbound(&b, &bridge.id, true).await.state, "active");
+    assert_eq!(set_inbound(&b, &bridge.id, true).await.state().word(), "active");
     a.client().threads().thread_list(list_via("bee")).await.expect("reads again");
     b.say(&t.id, "again").await.expect("say");
     let turns = b.wait_turns(&t.id, 2).await;
@@ -295,7 +296,7 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
     );
     // The source's retry of k2 gets through once the bridge is back on.
     let started = std::time::Instant::now();
-    while receipts(&a, "bee").await.iter().any(|r| r.status == "pending") {
+    while receipts(&a, "bee").await.iter().any(|r| r.status().word() == "pending") {
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "k2 never got through");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -303,7 +304,7 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
     b.wait_turns(&t.id, 3).await;
     // Followed up at the source: both end delivered there too.
     kiki_tests::eventually("the source's receipts to say delivered", || async {
-        receipts(&a, "bee").await.iter().all(|r| r.status == "delivered").then_some(())
+        receipts(&a, "bee").await.iter().all(|r| r.status().word() == "delivered").then_some(())
     })
     .await;
     let contents: Vec<String> = b
@@ -320,7 +321,7 @@ async fn disabling_inbound_access_holds_delivery_without_deleting_anything() {
     let mut story: Vec<String> = receipts(&b, a.handle().home_id())
         .await
         .into_iter()
-        .map(|r| format!("{}:{}", r.idempotency_key, r.status))
+        .map(|r| format!("{}:{}", r.idempotency_key, r.status().word()))
         .collect();
     story.sort();
     assert_eq!(story, ["k1:accepted", "k1:delivered", "k2:accepted", "k2:delivered"]);

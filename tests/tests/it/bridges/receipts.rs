@@ -2,6 +2,7 @@
 //! and what becomes of a message after the target took it.
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{approve, open_home, receipt_no_longer, receipts, remote_send, request};
 use tonic::Code;
@@ -32,7 +33,7 @@ async fn receipts_of_both_directions_page_back_from_the_newest() {
     let story = |receipts: &[pb::Receipt]| {
         receipts
             .iter()
-            .map(|r| format!("{} {} {}", r.direction, r.idempotency_key, r.status))
+            .map(|r| format!("{} {} {}", r.direction().word(), r.idempotency_key, r.status().word()))
             .collect::<Vec<_>>()
     };
     let walked = receipts(&a, b_id).await;
@@ -43,7 +44,8 @@ async fn receipts_of_both_directions_page_back_from_the_newest() {
     );
     let keys: std::collections::BTreeSet<&str> = walked.iter().map(|r| r.idempotency_key.as_str()).collect();
     assert_eq!(keys.len(), 8, "all four sent and all four received: {keys:?}");
-    let directions: std::collections::BTreeSet<&str> = walked.iter().map(|r| r.direction.as_str()).collect();
+    let directions: std::collections::BTreeSet<String> =
+        walked.iter().map(|r| r.direction().word()).collect();
     assert_eq!(directions.into_iter().collect::<Vec<_>>(), ["inbound", "outbound"]);
     let newest = a.client().bridges().bridge_receipts(request(2, "")).await.expect("page").into_inner();
     assert_eq!(
@@ -116,8 +118,11 @@ async fn refusals_are_final_with_reasons_in_receipts() {
     let revoked = a.send(remote_send("bee", &t.id, "x", "k3")).await;
     refused(revoked.expect_err("refused"), Code::PermissionDenied, "bridge_revoked");
 
-    let reasons: Vec<String> =
-        receipts(&a, "bee").await.into_iter().map(|r| format!("{}:{}", r.status, r.reason)).collect();
+    let reasons: Vec<String> = receipts(&a, "bee")
+        .await
+        .into_iter()
+        .map(|r| format!("{}:{}", r.status().word(), r.reason))
+        .collect();
     assert_eq!(
         reasons,
         [
@@ -128,7 +133,7 @@ async fn refusals_are_final_with_reasons_in_receipts() {
         ]
     );
     let inbound = receipts(&b, a.handle().home_id()).await;
-    assert!(inbound.iter().all(|r| r.status == "rejected"), "{inbound:?}");
+    assert!(inbound.iter().all(|r| r.status().word() == "rejected"), "{inbound:?}");
     // The target has no message for a refusal; its receipt shows the id the source named.
     let at_source = receipts(&a, "bee").await;
     let named = |key: &str| at_source.iter().find(|r| r.idempotency_key == key).map(|r| r.message_id.clone());
@@ -177,16 +182,22 @@ async fn a_bridged_message_undeliverable_after_it_was_taken_gets_a_receipt_at_th
     for (source, key, reason) in [(&a, "k1", "thread_archived"), (&c, "k2", "executor_failed")] {
         let peer = source.handle().home_id();
         let last = kiki_tests::eventually("the target's receipt to follow the message", || async {
-            receipts(&b, peer).await.pop().filter(|r| r.status != "accepted" && r.status != "delivered")
+            receipts(&b, peer)
+                .await
+                .pop()
+                .filter(|r| r.status().word() != "accepted" && r.status().word() != "delivered")
         })
         .await;
         assert_eq!(
-            (last.idempotency_key.as_str(), last.status.as_str(), last.reason.as_str()),
+            (last.idempotency_key.as_str(), last.status().word().as_str(), last.reason.as_str()),
             (key, "rejected", reason)
         );
     }
     let at_source = receipt_no_longer(&a, "bee", "k1", "accepted").await;
-    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "thread_archived"));
+    assert_eq!(
+        (at_source.status().word().as_str(), at_source.reason.as_str()),
+        ("rejected", "thread_archived")
+    );
     let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open");
     let strays: i64 = db
         .query_row("SELECT COUNT(*) FROM events WHERE thread_id NOT IN (SELECT id FROM threads)", [], |r| {

@@ -3,6 +3,7 @@
 //! (a delivered send).
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{
     approve_refused, check_events, list_via, open_home, outbound_listed, pending_requests, receipt_no_longer,
@@ -17,12 +18,12 @@ async fn revocation_takes_effect_at_once() {
     a.client().threads().thread_list(list_via("bee")).await.expect("works");
     let revoked =
         b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id.clone() }).await;
-    assert_eq!(revoked.expect("revoke").into_inner().bridge.expect("bridge").state, "revoked");
+    assert_eq!(revoked.expect("revoke").into_inner().bridge.expect("bridge").state().word(), "revoked");
     let err = a.client().threads().thread_list(list_via("bee")).await.expect_err("revoked");
     assert_eq!(err.code(), Code::PermissionDenied);
     assert!(err.message().contains("bridge_revoked"), "{}", err.message());
     let listed = a.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
-    assert_eq!(listed.bridges[0].state, "revoked", "the source sees it");
+    assert_eq!(listed.bridges[0].state().word(), "revoked", "the source sees it");
 }
 
 /// The source revoking its side tells the target: both homes list the bridge revoked, and
@@ -37,11 +38,11 @@ async fn a_source_revoking_its_side_revokes_the_target_side_too() {
     let at_target = b.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list");
     let at_target = at_target.into_inner().bridges;
     assert_eq!(
-        at_target.iter().map(|b| (b.id.as_str(), b.state.as_str())).collect::<Vec<_>>(),
-        [(inbound.id.as_str(), "revoked")]
+        at_target.iter().map(|b| (b.id.as_str(), b.state())).collect::<Vec<_>>(),
+        [(inbound.id.as_str(), pb::BridgeState::Revoked)]
     );
     let again = request(&a, &b, "read", "bee").await;
-    assert_eq!(outbound_listed(&a).await.state, "requested", "the old grant is not in force");
+    assert_eq!(outbound_listed(&a).await.state().word(), "requested", "the old grant is not in force");
     let refused = a.client().threads().thread_list(list_via("bee")).await.expect_err("not approved");
     assert_eq!(refused.code(), Code::PermissionDenied);
     // Revoking a bridge still waiting for approval withdraws its request there.
@@ -51,7 +52,7 @@ async fn a_source_revoking_its_side_revokes_the_target_side_too() {
     let late = approve_refused(&b, &again, "read", vec![]).await;
     assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
     a.bridge_to(&b, "read").await;
-    assert_eq!(outbound_listed(&a).await.state, "active");
+    assert_eq!(outbound_listed(&a).await.state().word(), "active");
     a.client().threads().thread_list(list_via("bee")).await.expect("approved again");
 }
 
@@ -69,7 +70,7 @@ async fn revoking_by_a_home_id_that_names_both_directions_is_refused() {
     a.client().threads().thread_list(list_via("bee")).await.expect("nothing was revoked");
     let by_id = pb::BridgeRevokeRequest { bridge: inbound.id.clone() };
     let revoked = a.client().bridges().bridge_revoke(by_id).await.expect("revoke").into_inner();
-    assert_eq!(revoked.bridge.expect("bridge").direction, "inbound");
+    assert_eq!(revoked.bridge.expect("bridge").direction().word(), "inbound");
     a.client().threads().thread_list(list_via("bee")).await.expect("the other direction still works");
 }
 
@@ -113,7 +114,11 @@ async fn revocation_refuses_messages_still_waiting_at_the_target() {
     let turns = b.wait_turns(&t.id, 1).await;
     assert_eq!(turns[0].output, "echo: the user speaks", "the revoked peer's message is not taken");
     let last = receipts(&b, a.handle().home_id()).await.pop().expect("receipts");
-    assert_eq!((last.status.as_str(), last.reason.as_str()), ("rejected", "bridge_revoked"), "{last:?}");
+    assert_eq!(
+        (last.status().word().as_str(), last.reason.as_str()),
+        ("rejected", "bridge_revoked"),
+        "{last:?}"
+    );
     let since = std::collections::HashMap::from([(t.id.clone(), cursor)]);
     let events = b.client().threads().thread_wait(check(since)).await.expect("wait").into_inner().results;
     let events = &events[0].events;
@@ -123,7 +128,10 @@ async fn revocation_refuses_messages_still_waiting_at_the_target() {
     );
     // The source follows up the message it saw accepted, and its receipt says what became of it.
     let at_source = receipt_no_longer(&a, "bee", "k1", "accepted").await;
-    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "bridge_revoked"));
+    assert_eq!(
+        (at_source.status().word().as_str(), at_source.reason.as_str()),
+        ("rejected", "bridge_revoked")
+    );
 }
 
 /// The source may learn of a revocation from a ping (`kiki bridge list`) before any
@@ -138,9 +146,12 @@ async fn a_revocation_learnt_from_a_ping_still_settles_accepted_messages() {
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
     b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
     let listed = a.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
-    assert_eq!(listed.bridges[0].state, "revoked", "the ping learnt it");
+    assert_eq!(listed.bridges[0].state().word(), "revoked", "the ping learnt it");
     let at_source = receipt_no_longer(&a, "bee", "k1", "accepted").await;
-    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("rejected", "bridge_revoked"));
+    assert_eq!(
+        (at_source.status().word().as_str(), at_source.reason.as_str()),
+        ("rejected", "bridge_revoked")
+    );
 }
 
 /// A revocation made at the source while a ping of the same bridge is under way stands: the
@@ -158,10 +169,10 @@ async fn a_revocation_during_a_ping_stands() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let revoke = pb::BridgeRevokeRequest { bridge: "bee".into() };
     let revoked = a.client().bridges().bridge_revoke(revoke).await.expect("revoke").into_inner();
-    assert_eq!(revoked.bridge.expect("bridge").state, "revoked");
+    assert_eq!(revoked.bridge.expect("bridge").state().word(), "revoked");
     listing.await.expect("task").expect("the ping ends, unanswered");
     let listed = a.client().bridges().bridge_list(pb::BridgeListRequest {}).await.expect("list").into_inner();
-    assert_eq!(listed.bridges[0].state, "revoked", "{:?}", listed.bridges[0]);
+    assert_eq!(listed.bridges[0].state().word(), "revoked", "{:?}", listed.bridges[0]);
 }
 
 /// The target's owner revokes the bridge while a send waits at the source behind a cut
@@ -180,7 +191,7 @@ async fn a_revocation_at_the_target_ends_a_send_still_waiting_at_the_source() {
     b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: inbound.id }).await.expect("revoke");
     relay.partition(false);
     let refused = kiki_tests::eventually("the source to hear of the revocation", || async {
-        receipts(&a, "bee").await.into_iter().find(|r| r.status == "rejected")
+        receipts(&a, "bee").await.into_iter().find(|r| r.status().word() == "rejected")
     })
     .await;
     assert_eq!(refused.reason, "bridge_revoked");
@@ -219,7 +230,8 @@ async fn revoking_the_bridge_to_a_silent_peer_rejects_its_whole_backlog() {
         .await
         .expect("revoke");
     let revoked = std::time::Instant::now();
-    let refused = |r: &pb::Receipt| (r.status.as_str(), r.reason.as_str()) == ("rejected", "bridge_revoked");
+    let refused =
+        |r: &pb::Receipt| (r.status().word().as_str(), r.reason.as_str()) == ("rejected", "bridge_revoked");
     kiki_tests::eventually("all but the probe rejected", || async {
         (receipts(&a, "bee").await.iter().filter(|r| refused(r)).count() >= 19).then_some(())
     })
@@ -229,7 +241,7 @@ async fn revoking_the_bridge_to_a_silent_peer_rejects_its_whole_backlog() {
         let receipts = receipts(&a, "bee").await;
         receipts
             .iter()
-            .all(|r| (r.status.as_str(), r.reason.as_str()) == ("rejected", "bridge_revoked"))
+            .all(|r| (r.status().word().as_str(), r.reason.as_str()) == ("rejected", "bridge_revoked"))
             .then_some(())
     })
     .await;
@@ -259,7 +271,7 @@ async fn a_delivered_send_stays_delivered_after_the_target_revoked_the_bridge() 
     })
     .await;
     let at_source = receipt_no_longer(&a, "bee", "k1", "pending").await;
-    assert_eq!((at_source.status.as_str(), at_source.reason.as_str()), ("delivered", ""));
+    assert_eq!((at_source.status().word().as_str(), at_source.reason.as_str()), ("delivered", ""));
     let again = a.send(remote_send("bee", &t.id, &hello, "k1")).await.expect("replay");
     assert_eq!((again.status(), again.message_id), (pb::SendStatus::Delivered, sent.message_id));
     let err = a.send(remote_send("bee", &t.id, "new", "k2")).await.expect_err("revoked");

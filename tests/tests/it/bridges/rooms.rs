@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_proto::bridge::v1 as wire;
 use kiki_tests::bridges::{link_as, open_home, raw_call, raw_send, receipts};
 use kiki_tests::{TestHome, binaries::binary, eventually};
@@ -95,7 +96,7 @@ async fn a_mention_wakes_a_member_in_another_home_once_across_a_cut_link() {
     assert!(!add(&r, &room, &format!("xx/{tx}")).await.expect("again"), "already a member");
     let x_member = format!("{x_id}/{tx}");
     let roster: Vec<(String, String)> =
-        read(&r, &room).await.members.into_iter().map(|m| (m.id, m.kind)).collect();
+        read(&r, &room).await.members.iter().map(|m| (m.id.clone(), m.kind().word())).collect();
     assert_eq!(
         roster,
         [
@@ -112,7 +113,7 @@ async fn a_mention_wakes_a_member_in_another_home_once_across_a_cut_link() {
     assert_eq!(posted.woke, std::slice::from_ref(&x_member));
     let log = read(&r, &room).await;
     assert_eq!(log.entries[0].deliveries.len(), 1, "{log:?}");
-    assert_eq!(log.entries[0].deliveries[0].status, "pending", "{log:?}");
+    assert_eq!(log.entries[0].deliveries[0].status().word(), "pending", "{log:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(x.all_turns(&tx).await.is_empty(), "nothing crosses the cut");
 
@@ -134,7 +135,7 @@ async fn a_mention_wakes_a_member_in_another_home_once_across_a_cut_link() {
 
     let log = eventually("the reply in R's log and the delivery confirmed", || async {
         let log = read(&r, &room).await;
-        (log.entries.len() == 2 && log.entries[0].deliveries[0].status == "delivered").then_some(log)
+        (log.entries.len() == 2 && log.entries[0].deliveries[0].status().word() == "delivered").then_some(log)
     })
     .await;
     let reply = &log.entries[1];
@@ -192,7 +193,7 @@ async fn each_bridge_grant_decides_room_traffic_at_its_target() {
     assert_eq!(later.woke, std::slice::from_ref(&x_member));
     let log = read(&r, &room).await;
     let deliveries = &log.entries[2].deliveries;
-    assert_eq!(deliveries[0].status, "undeliverable", "{log:?}");
+    assert_eq!(deliveries[0].status().word(), "undeliverable", "{log:?}");
     assert!(deliveries[0].reason.contains("no bridge"), "{log:?}");
 
     // X revokes its bridge to R: its member's posts stop, saying why.
@@ -241,7 +242,7 @@ async fn a_peer_cannot_take_over_a_room_another_home_added_a_member_to() {
     });
     match raw_call(&link, Call::ThreadSend(entry)).await {
         Reply::ThreadSend(sent) => {
-            assert_eq!(sent.status(), pb::SendStatus::Undeliverable, "{sent:?}");
+            assert_eq!(sent.status(), wire::SendStatus::Undeliverable, "{sent:?}");
             assert_eq!(sent.reason, "permission_denied", "{sent:?}");
         }
         other => panic!("unexpected answer: {other:?}"),
@@ -295,7 +296,7 @@ async fn a_member_wakes_a_member_of_a_third_home_through_the_rooms_home() {
         log.entries
             .iter()
             .find(|e| e.content == "over to you")
-            .filter(|e| e.deliveries.first().is_some_and(|d| d.status == "delivered"))
+            .filter(|e| e.deliveries.first().is_some_and(|d| d.status().word() == "delivered"))
             .cloned()
     })
     .await;

@@ -2,6 +2,7 @@
 //! message ids, and the limits the target checks for itself.
 
 use kiki_proto as pb;
+use kiki_proto::Word;
 use kiki_proto::bridge::v1 as wire;
 use kiki_tests::TestHome;
 use kiki_tests::bridges::{link_as, open_home, raw_call, raw_send, receipts, remote_send};
@@ -28,10 +29,13 @@ async fn a_send_with_send_and_wake_is_delivered_once_and_attributed_to_the_sourc
 
     let outbound = receipts(&a, "bee").await;
     assert_eq!(outbound.len(), 1);
-    assert_eq!((outbound[0].direction.as_str(), outbound[0].status.as_str()), ("outbound", "delivered"));
+    assert_eq!(
+        (outbound[0].direction().word().as_str(), outbound[0].status().word().as_str()),
+        ("outbound", "delivered")
+    );
     let inbound = receipts(&b, a.handle().home_id()).await;
     // The replay was answered from the source's outbox: the target saw one send.
-    assert_eq!(inbound.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(), ["delivered"]);
+    assert_eq!(inbound.iter().map(|r| r.status().word()).collect::<Vec<_>>(), ["delivered"]);
     // One id names the message at both homes: the sender's answer, both receipts, and the
     // input the target's agent saw.
     assert_eq!(turns[0].inputs[0].message_id, sent.message_id);
@@ -50,7 +54,7 @@ async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
     assert_eq!(sent.status(), pb::SendStatus::Pending);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(b.all_turns(&t.id).await.is_empty(), "no turn was started for it");
-    let source_status = || async { receipts(&a, "bee").await.pop().expect("receipt").status };
+    let source_status = || async { receipts(&a, "bee").await.pop().expect("receipt").status().word() };
     assert_eq!(source_status().await, "accepted", "the target has it; no turn took it yet");
     b.say(&t.id, "the user speaks").await.expect("say");
     let turns = b.wait_turns(&t.id, 1).await;
@@ -59,14 +63,16 @@ async fn without_wake_a_message_waits_for_a_turn_started_otherwise() {
         "the next turn takes it, in queue order"
     );
     // The target's receipts tell the message's story: it waited, then a turn took it.
-    let story: Vec<String> = receipts(&b, a.handle().home_id()).await.into_iter().map(|r| r.status).collect();
+    let story: Vec<String> =
+        receipts(&b, a.handle().home_id()).await.into_iter().map(|r| r.status().word()).collect();
     assert_eq!(story, ["accepted", "delivered"]);
     // The source follows the message up until the target has delivered it.
     kiki_tests::eventually("the source's receipt to say delivered", || async {
         (source_status().await == "delivered").then_some(())
     })
     .await;
-    let story: Vec<String> = receipts(&b, a.handle().home_id()).await.into_iter().map(|r| r.status).collect();
+    let story: Vec<String> =
+        receipts(&b, a.handle().home_id()).await.into_iter().map(|r| r.status().word()).collect();
     assert_eq!(story, ["accepted", "delivered"], "following up adds no receipt at the target");
 }
 
@@ -253,11 +259,14 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     let Reply::ThreadSend(answer) = raw_call(&as_a, send("x".repeat(100_001))).await else {
         panic!("not a send")
     };
-    assert_eq!((answer.status(), answer.reason.as_str()), (pb::SendStatus::Undeliverable, "too_large"));
+    assert_eq!((answer.status(), answer.reason.as_str()), (wire::SendStatus::Undeliverable, "too_large"));
     // The refusal's receipt was written before the answer.
     let a_id = a.handle().home_id();
     let inbound = receipts(&b, a_id).await;
-    assert!(inbound.iter().any(|r| r.status == "rejected" && r.reason == "too_large"), "{inbound:?}");
+    assert!(
+        inbound.iter().any(|r| r.status().word() == "rejected" && r.reason == "too_large"),
+        "{inbound:?}"
+    );
     // What a refusal writes is bounded: with a key over its limit, nothing is.
     let Reply::ThreadSend(answer) = raw_call(&as_a, send_keyed("x".repeat(100_001), &"k".repeat(257))).await
     else {
@@ -269,7 +278,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     let Reply::ThreadSend(answer) = raw_call(&as_a, send("x".repeat(100_000))).await else {
         panic!("not a send")
     };
-    assert_eq!(answer.status(), pb::SendStatus::Delivered);
+    assert_eq!(answer.status(), wire::SendStatus::Delivered);
     assert_eq!(b.wait_turns(&t.id, 1).await.len(), 1, "only the one within the limit arrived");
     // The message id a source names its message by must look like one, and cannot take an
     // id this home already gave a message.
@@ -281,7 +290,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
         let Reply::ThreadSend(refused) = raw_call(&as_a, named).await else { panic!("not a send") };
         assert_eq!(
             (refused.status(), refused.reason.as_str()),
-            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            (wire::SendStatus::Undeliverable, "invalid_argument"),
             "{message_id}"
         );
     }
@@ -294,7 +303,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
     let Reply::ThreadSend(answer) = raw_call(&as_a, forged).await else { panic!("not a send") };
     assert_eq!(
         (answer.status(), answer.reason.as_str()),
-        (pb::SendStatus::Undeliverable, "invalid_argument")
+        (wire::SendStatus::Undeliverable, "invalid_argument")
     );
     // Nor a path through other homes: an approved peer names its own threads only, never
     // one of a third home it could pass its message off as coming from.
@@ -307,7 +316,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
         let Reply::ThreadSend(answer) = raw_call(&as_a, relayed).await else { panic!("not a send") };
         assert_eq!(
             (answer.status(), answer.reason.as_str()),
-            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            (wire::SendStatus::Undeliverable, "invalid_argument"),
             "{source_thread}"
         );
     }
@@ -321,7 +330,7 @@ async fn an_oversized_send_from_a_peer_is_refused_too_large_at_the_target() {
         let Reply::ThreadSend(answer) = raw_call(&as_a, badly).await else { panic!("not a send") };
         assert_eq!(
             (answer.status(), answer.reason.as_str()),
-            (pb::SendStatus::Undeliverable, "invalid_argument"),
+            (wire::SendStatus::Undeliverable, "invalid_argument"),
             "{workspace}"
         );
     }
