@@ -102,27 +102,9 @@ pub type PeerThreads = FromPeer<pb::ThreadListResponse>;
 /// A peer's page of turns (or segment), as its ThreadRead answered.
 pub type PeerRead = FromPeer<pb::ThreadReadResponse>;
 
-/// What every part of the bridges works with.
-struct Context {
-    store: Arc<dyn Store>,
-    threads: Threads,
-    config: Arc<Config>,
-    mailbox: Mailbox,
-    waits: Waits,
-    table: BridgeTable,
-    links: Links,
-    /// Peers' parked calls, ended when their bridge is revoked or turned off.
-    parked: ParkedCalls,
-    /// Serialises the owner's decisions (and what a call learns about a bridge): two racing
-    /// approvals cannot both apply, racing requests cannot pass their limits together, and
-    /// a revocation made during a call stands.
-    decisions: tokio::sync::Mutex<()>,
-    /// Told whenever outbox entries are written or made due, or an attempt ends: the
-    /// outbox worker looks again (see `Outbox::run_worker`).
-    outbox_work: Arc<tokio::sync::Notify>,
-    /// This home's rooms: members in other homes post and read through their bridges.
-    rooms: Rooms,
-}
+/// What the owner's decisions hold: two racing approvals cannot both apply, racing
+/// requests cannot pass their limits together, and a revocation made during a call stands.
+type Decisions = Arc<tokio::sync::Mutex<()>>;
 
 /// What of the home the bridges serve peers from and ship for.
 pub struct HomeParts {
@@ -145,7 +127,9 @@ pub struct Bridges {
 }
 
 struct Parts {
-    cx: Arc<Context>,
+    table: Arc<BridgeTable>,
+    links: Arc<Links>,
+    store: Arc<dyn Store>,
     pairing: Arc<Pairing>,
     remote: Remote,
     outbox: Outbox,
@@ -159,23 +143,47 @@ impl Bridges {
     /// down (`shutdown`) and [`Bridges::close`] joins what was started.
     pub fn start(home: HomeParts, endpoint: Arc<dyn Transport>, shutdown: &CancellationToken) -> Self {
         let HomeParts { store, threads, config, mailbox, waits, rooms, send_keys, outbox_work } = home;
-        let cx = Arc::new(Context {
-            table: BridgeTable::new(store.clone()),
-            links: Links::new(endpoint, config.bridge.connect_timeout),
-            store,
-            threads,
+        let table = Arc::new(BridgeTable::new(store.clone()));
+        let links = Arc::new(Links::new(endpoint, config.bridge.connect_timeout));
+        // Peers' parked calls, ended when their bridge is revoked or turned off.
+        let parked = Arc::new(ParkedCalls::default());
+        let decisions = Decisions::default();
+        let (stop, tasks) = (shutdown.child_token(), TaskTracker::new());
+        let pairing = Arc::new(Pairing {
+            table: table.clone(),
+            links: links.clone(),
+            store: store.clone(),
+            decisions: decisions.clone(),
+            parked: parked.clone(),
+            outbox_work: outbox_work.clone(),
+            request_expiry: config.bridge.request_expiry,
+            mailbox: mailbox.clone(),
+            runner: threads.runner().clone(),
+        });
+        let outbox = Outbox::new(
+            outbox::OutboxParts {
+                table: table.clone(),
+                links: links.clone(),
+                store: store.clone(),
+                config: config.clone(),
+                mailbox: mailbox.clone(),
+                outbox_work,
+                send_keys,
+            },
+            tasks.clone(),
+        );
+        let inbound = Arc::new(Inbound {
+            table: table.clone(),
+            links: links.clone(),
+            store: store.clone(),
             config,
+            threads,
             mailbox,
             waits,
-            parked: ParkedCalls::default(),
-            decisions: Default::default(),
-            outbox_work,
             rooms,
+            parked,
+            pairing: pairing.clone(),
         });
-        let (stop, tasks) = (shutdown.child_token(), TaskTracker::new());
-        let pairing = Arc::new(Pairing::new(cx.clone()));
-        let inbound = Arc::new(Inbound::new(cx.clone(), pairing.clone()));
-        let outbox = Outbox::new(cx.clone(), send_keys, tasks.clone());
         tasks.spawn(inbound.clone().run(stop.clone(), tasks.clone()));
         tasks.spawn({
             let (inbound, stop) = (inbound, stop.clone());
@@ -190,15 +198,15 @@ impl Bridges {
             async move { outbox.run_recorder(stop).await }
         });
         tasks.spawn({
-            let (cx, stop) = (cx.clone(), stop.clone());
-            async move { cx.links.run_idle(stop).await }
+            let (links, stop) = (links.clone(), stop.clone());
+            async move { links.run_idle(stop).await }
         });
         tasks.spawn({
             let (pairing, stop) = (pairing.clone(), stop.clone());
             async move { pairing.run_learning(stop).await }
         });
-        let remote = Remote::new(cx.clone(), pairing.clone());
-        Self { inner: Arc::new(Parts { cx, pairing, remote, outbox, stop, tasks }) }
+        let remote = Remote { table: table.clone(), links: links.clone(), pairing: pairing.clone() };
+        Self { inner: Arc::new(Parts { table, links, store, pairing, remote, outbox, stop, tasks }) }
     }
 
     /// Stops the bridges (shutdown): the background loops end, the outcomes of answered sends
@@ -209,7 +217,7 @@ impl Bridges {
         parts.stop.cancel();
         // What the recorder had no time to write; a send answered after this writes its own.
         parts.outbox.record_answered(true).await;
-        parts.cx.links.close().await;
+        parts.links.close().await;
         parts.tasks.close();
         if tokio::time::timeout(CLOSE_WITHIN, parts.tasks.wait()).await.is_err() {
             warn!(tasks = parts.tasks.len(), within = ?CLOSE_WITHIN, "bridge tasks still running; the home stops without them");
@@ -218,7 +226,7 @@ impl Bridges {
 
     /// The address the QUIC endpoint is bound to.
     pub fn listen_addr(&self) -> String {
-        self.inner.cx.links.endpoint().local_addr()
+        self.inner.links.endpoint().local_addr()
     }
 
     // ----- the owner's actions (pairing) -------------------------------------------------
@@ -305,14 +313,14 @@ impl Bridges {
     }
 
     fn receipts_view(&self) -> Receipts<'_> {
-        Receipts { cx: &self.inner.cx, outbox: &self.inner.outbox }
+        Receipts { store: self.inner.store.as_ref(), table: &self.inner.table, outbox: &self.inner.outbox }
     }
 
     // ----- calls on threads behind an outbound bridge -------------------------------------
 
     /// The outbound bridge HOST names (alias, peer home id or bridge id).
     pub async fn outbound(&self, host: &str) -> Result<BridgeRecord> {
-        self.inner.cx.table.outbound(host).await
+        self.inner.table.outbound(host).await
     }
 
     /// ThreadList of the home behind `host`.

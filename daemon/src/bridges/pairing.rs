@@ -16,13 +16,19 @@ use tracing::{info, warn};
 use wire::bridge_call::Call;
 use wire::bridge_reply::Reply;
 
-use super::Context;
+use super::Decisions;
 use super::codec::{Rejection, from_wire, grant_state, permissions_from_wire, permissions_to_wire};
+use super::inbound::ParkedCalls;
+use super::links::Links;
 use super::links::{call_link, dial_failure, link_failure, resolve, took};
+use super::table::BridgeTable;
 use crate::error::{Error, Result};
+use crate::mailbox::Mailbox;
+use crate::store::Store;
 use crate::store::{BridgeRecord, BridgeRequestRecord};
 use crate::store::{BridgeState, Direction, Permissions, Refusal, RequestStatus};
 use crate::threads::new_id;
+use crate::threads::runner::TurnRunner;
 use crate::time::now_ms;
 
 /// Pairing requests one peer may file per [`REQUEST_WINDOW`].
@@ -96,15 +102,26 @@ fn home_name(home_id: &str) -> String {
     }
 }
 
+/// Pairing's part of the bridges, with what it works with.
 pub(super) struct Pairing {
-    cx: Arc<Context>,
+    pub(super) table: Arc<BridgeTable>,
+    pub(super) links: Arc<Links>,
+    pub(super) store: Arc<dyn Store>,
+    /// Held by every decision (see [`Decisions`]).
+    pub(super) decisions: Decisions,
+    /// Ended when a bridge is revoked or turned off.
+    pub(super) parked: Arc<ParkedCalls>,
+    /// Rung when a revocation makes outbox entries due.
+    pub(super) outbox_work: Arc<tokio::sync::Notify>,
+    /// `[bridge] request_expiry`.
+    pub(super) request_expiry: Duration,
+    /// Tells waiters on threads whose messages a revocation made undeliverable.
+    pub(super) mailbox: Mailbox,
+    /// Takes a peer's messages held back while its access was off, once it is back on.
+    pub(super) runner: TurnRunner,
 }
 
 impl Pairing {
-    pub(super) fn new(cx: Arc<Context>) -> Self {
-        Self { cx }
-    }
-
     pub(super) async fn file_request(
         &self,
         peer: &str,
@@ -115,7 +132,7 @@ impl Pairing {
         if want.is_empty() {
             return Err(Error::invalid("want", "name at least one of read, send, wake, wait").into());
         }
-        let _filing = self.cx.decisions.lock().await;
+        let _filing = self.decisions.lock().await;
         let now = now_ms();
         let requests = self.requests().await?;
         let recent = requests
@@ -176,16 +193,16 @@ impl Pairing {
                 ..stale.clone()
             });
         let saved: Vec<BridgeRequestRecord> = std::iter::once(request.clone()).chain(replaced).collect();
-        self.cx.table.save(None, &saved).await.map_err(Error::from)?;
+        self.table.save(None, &saved).await.map_err(Error::from)?;
         info!(peer, request_id = %request.id, "pairing request filed");
         Ok(wire::PairReply { request_id: request.id })
     }
 
     pub(super) async fn ping_reply(&self, peer: &str) -> std::result::Result<wire::PingReply, Rejection> {
         let inbound =
-            self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
+            self.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
         // Read only: a peer's ping writes nothing, even an expiry.
-        let requests = self.cx.store.bridge_requests().await.map_err(Error::from)?;
+        let requests = self.store.bridge_requests().await.map_err(Error::from)?;
         // A revoked bridge gives way to a request the peer filed since (or as it was revoked).
         let since =
             inbound.as_ref().filter(|b| b.state == BridgeState::Revoked).map_or(i64::MIN, |b| b.updated_at);
@@ -215,9 +232,9 @@ impl Pairing {
         peer: &str,
         call: wire::WithdrawCall,
     ) -> std::result::Result<wire::WithdrawReply, Rejection> {
-        let _decision = self.cx.decisions.lock().await;
+        let _decision = self.decisions.lock().await;
         let inbound =
-            self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
+            self.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
         if let Some(bridge) =
             inbound.filter(|b| b.state != BridgeState::Revoked && b.request_id == call.request_id)
         {
@@ -232,7 +249,7 @@ impl Pairing {
                 decided_at: Some(now_ms()),
                 ..request
             };
-            self.cx.table.save(None, &[withdrawn]).await.map_err(Error::from)?;
+            self.table.save(None, &[withdrawn]).await.map_err(Error::from)?;
         }
         Ok(wire::WithdrawReply {})
     }
@@ -259,7 +276,7 @@ impl Pairing {
         let addr = resolve(address).await?;
         let started = Instant::now();
         let expect = (!expect.is_empty()).then_some(expect.as_str());
-        let peer = self.cx.links.dial(addr, expect).await.map_err(|e| match e {
+        let peer = self.links.dial(addr, expect).await.map_err(|e| match e {
             kiki_bridge::EndpointError::WrongPeer(wrong) => Error::FailedPrecondition(format!(
                 "{address} is home {}, not the expected {}; nothing was filed",
                 wrong.actual, wrong.expected
@@ -267,10 +284,10 @@ impl Pairing {
             e => took(dial_failure(&format!("cannot reach {address}"), e), started),
         })?;
         let peer_home_id = peer.peer_home_id().to_string();
-        if peer_home_id == self.cx.links.home_id() {
+        if peer_home_id == self.links.home_id() {
             return Err(Error::invalid("address", "that is this home"));
         }
-        let existing = self.cx.table.all().await?;
+        let existing = self.table.all().await?;
         let previous = existing
             .iter()
             .find(|b| b.direction == Direction::Outbound && b.peer_home_id == peer_home_id)
@@ -294,7 +311,7 @@ impl Pairing {
         self.name_is_free(&alias, &peer_home_id, &existing)?;
         let pair = wire::BridgeCall {
             call: Some(Call::Pair(wire::PairCall {
-                name: home_name(self.cx.links.home_id()),
+                name: home_name(self.links.home_id()),
                 want: permissions_to_wire(want),
             })),
         };
@@ -327,14 +344,14 @@ impl Pairing {
             revoked_by_peer: false,
             requested: want,
         };
-        self.cx.table.save(Some(&bridge), &[]).await?;
-        self.cx.links.keep(&peer_home_id, peer).await;
+        self.table.save(Some(&bridge), &[]).await?;
+        self.links.keep(&peer_home_id, peer).await;
         Ok((bridge, request_id))
     }
 
     /// `kiki bridge pending`: the requests waiting for the owner's decision.
     pub(super) async fn pending(&self) -> Result<Vec<BridgeRequestRecord>> {
-        let _decisions = self.cx.decisions.lock().await;
+        let _decisions = self.decisions.lock().await;
         Ok(self.requests().await?.into_iter().filter(|r| r.status == RequestStatus::Pending).collect())
     }
 
@@ -347,24 +364,24 @@ impl Pairing {
         let now = now_ms();
         // (Under a minute of expiry, a peer's requests that the owner decided at once stop
         // counting against its rate limit early: the cap on waiting requests still holds.)
-        let decided_before = now - self.cx.config.bridge.request_expiry.as_millis() as i64;
+        let decided_before = now - self.request_expiry.as_millis() as i64;
         let forgotten = |r: &BridgeRequestRecord| r.decided_at.is_some_and(|at| at < decided_before);
-        let mut requests = self.cx.store.bridge_requests().await?;
+        let mut requests = self.store.bridge_requests().await?;
         if requests.iter().any(forgotten) {
-            self.cx.store.prune_bridge_requests(decided_before).await?;
+            self.store.prune_bridge_requests(decided_before).await?;
             requests.retain(|r| !forgotten(r));
         }
         for request in requests.iter_mut().filter(|r| self.expired(r, now)) {
             request.status = RequestStatus::Expired;
             request.decided_at = Some(now);
-            self.cx.table.save(None, std::slice::from_ref(request)).await?;
+            self.table.save(None, std::slice::from_ref(request)).await?;
         }
         Ok(requests)
     }
 
     /// Whether `request` is still pending but has waited past `[bridge] request_expiry`.
     fn expired(&self, request: &BridgeRequestRecord, now: i64) -> bool {
-        let expiry = self.cx.config.bridge.request_expiry.as_millis() as i64;
+        let expiry = self.request_expiry.as_millis() as i64;
         request.status == RequestStatus::Pending && now - request.created_at >= expiry
     }
 
@@ -406,7 +423,7 @@ impl Pairing {
             .iter()
             .map(|w| crate::threads::workspace::named("workspaces", w))
             .collect::<Result<Vec<_>>>()?;
-        let _decision = self.cx.decisions.lock().await;
+        let _decision = self.decisions.lock().await;
         let mut request = self.pending_request(request_id).await?;
         if let Some(extra) = allow.iter().find(|p| !request.want.contains(*p)) {
             return Err(Error::invalid(
@@ -416,13 +433,12 @@ impl Pairing {
         }
         let now = now_ms();
         let previous = self
-            .cx
             .table
             .find(|b| b.direction == Direction::Inbound && b.peer_home_id == request.peer_home_id)
             .await?;
         let alias = match &previous {
             _ if !name.is_empty() => {
-                self.name_is_free(name, &request.peer_home_id, &self.cx.table.all().await?)?;
+                self.name_is_free(name, &request.peer_home_id, &self.table.all().await?)?;
                 name.to_string()
             }
             Some(b) => b.alias.clone(),
@@ -448,7 +464,7 @@ impl Pairing {
         };
         request.status = RequestStatus::Approved;
         request.decided_at = Some(now);
-        self.cx.table.save(Some(&bridge), std::slice::from_ref(&request)).await?;
+        self.table.save(Some(&bridge), std::slice::from_ref(&request)).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge approved");
         Ok(bridge)
     }
@@ -463,7 +479,7 @@ impl Pairing {
             .take(ALIAS_MAX_CHARS - 9)
             .collect();
         let id_part = peer.chars().take(8).collect::<String>().to_ascii_lowercase();
-        let taken = self.cx.table.all().await?;
+        let taken = self.table.all().await?;
         let free = |alias: &str| alias_problem(alias).is_none() && !taken.iter().any(|b| b.answers_to(alias));
         Ok(if free(&cleaned) {
             cleaned
@@ -480,13 +496,13 @@ impl Pairing {
         if let Some(problem) = alias_problem(name) {
             return Err(Error::invalid("name", problem));
         }
-        let _decision = self.cx.decisions.lock().await;
-        let bridges = self.cx.table.all().await?;
+        let _decision = self.decisions.lock().await;
+        let bridges = self.table.all().await?;
         let mut bridge = self.one_named(which, &bridges)?;
         self.name_is_free(name, &bridge.peer_home_id, &bridges)?;
         bridge.alias = name.to_string();
         bridge.updated_at = now_ms();
-        self.cx.table.save(Some(&bridge), &[]).await?;
+        self.table.save(Some(&bridge), &[]).await?;
         info!(bridge_id = %bridge.id, alias = %bridge.alias, "bridge renamed");
         Ok(bridge)
     }
@@ -524,19 +540,19 @@ impl Pairing {
 
     /// `kiki bridge reject REQUEST`.
     pub(super) async fn reject(&self, request_id: &str) -> Result<BridgeRequestRecord> {
-        let _decision = self.cx.decisions.lock().await;
+        let _decision = self.decisions.lock().await;
         let mut request = self.pending_request(request_id).await?;
         request.status = RequestStatus::Rejected;
         request.decided_at = Some(now_ms());
-        self.cx.table.save(None, std::slice::from_ref(&request)).await?;
+        self.table.save(None, std::slice::from_ref(&request)).await?;
         Ok(request)
     }
 
     /// `kiki bridge revoke BRIDGE` (id, alias or peer home id). Takes effect at once: the
     /// next call over it is refused with `bridge_revoked`.
     pub(super) async fn revoke(&self, name: &str) -> Result<BridgeRecord> {
-        let decision = self.cx.decisions.lock().await;
-        let bridges = self.cx.table.all().await?;
+        let decision = self.decisions.lock().await;
+        let bridges = self.table.all().await?;
         // A peer's home id (or an alias both directions share) may name two bridges, and
         // revoking the wrong one would cut the other direction: the owner names one.
         let bridge = self.one_named(name, &bridges)?;
@@ -551,7 +567,7 @@ impl Pairing {
             let withdraw = wire::BridgeCall { call: Some(Call::Withdraw(withdraw)) };
             // Given up, it is withdrawn (its stream reset) rather than left to arrive late.
             let given_up = Some(Instant::now());
-            match tokio::time::timeout(PING_TIMEOUT, self.cx.links.call(&bridge, &withdraw, given_up)).await {
+            match tokio::time::timeout(PING_TIMEOUT, self.links.call(&bridge, &withdraw, given_up)).await {
                 Ok(Ok(wire::BridgeReply { reply: Some(Reply::Withdraw(_)) })) => {
                     info!(bridge_id = %bridge.id, "the target revoked its side too");
                 }
@@ -569,21 +585,20 @@ impl Pairing {
         bridge.updated_at = now_ms();
         if bridge.direction == Direction::Inbound {
             // What the peer brought and no turn has taken yet is refused with it.
-            let threads =
-                self.cx.table.changing(self.cx.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
+            let threads = self.table.changing(self.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
             for thread in threads {
-                self.cx.mailbox.notify(&thread);
+                self.mailbox.notify(&thread);
             }
         } else {
-            self.cx.table.save(Some(&bridge), &[]).await?;
+            self.table.save(Some(&bridge), &[]).await?;
             // Its pending sends are refused now (`bridge_revoked`), not when their backoff
             // would have brought them round. Best effort: the revocation stands either way.
-            match self.cx.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
-                Ok(()) => self.cx.outbox_work.notify_one(),
+            match self.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                Ok(()) => self.outbox_work.notify_one(),
                 Err(e) => warn!(error = %e, "cannot make a revoked bridge's pending sends due"),
             }
         }
-        self.cx.parked.cut_off(&bridge);
+        self.parked.cut_off(&bridge);
         warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");
         Ok(bridge)
     }
@@ -593,8 +608,8 @@ impl Pairing {
     /// keeps retrying within its window) and messages it brought wait at their threads;
     /// nothing is deleted. Back on, held messages are delivered.
     pub(super) async fn set_inbound(&self, name: &str, enabled: bool) -> Result<BridgeRecord> {
-        let _decision = self.cx.decisions.lock().await;
-        let bridges = self.cx.table.all().await?;
+        let _decision = self.decisions.lock().await;
+        let bridges = self.table.all().await?;
         let Some(bridge) = bridges.iter().find(|b| b.direction == Direction::Inbound && b.answers_to(name))
         else {
             return Err(if bridges.iter().any(|b| b.answers_to(name)) {
@@ -617,22 +632,22 @@ impl Pairing {
             }
         };
         bridge.updated_at = now_ms();
-        self.cx.table.save(Some(&bridge), &[]).await?;
+        self.table.save(Some(&bridge), &[]).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
         if enabled {
             // Messages held back while it was off may start turns now.
-            for thread in self.cx.store.threads_with_queued_input().await? {
-                self.cx.threads.runner().kick(&thread);
+            for thread in self.store.threads_with_queued_input().await? {
+                self.runner.kick(&thread);
             }
         } else {
-            self.cx.parked.cut_off(&bridge);
+            self.parked.cut_off(&bridge);
         }
         Ok(bridge)
     }
 
     /// `kiki bridge list`: every bridge, outbound ones refreshed by a real round trip.
     pub(super) async fn list(&self) -> Result<Vec<BridgeRecord>> {
-        let bridges = self.cx.table.all().await?;
+        let bridges = self.table.all().await?;
         let mut refreshed = Vec::with_capacity(bridges.len());
         for bridge in bridges.iter().cloned() {
             if bridge.direction == Direction::Outbound && bridge.state != BridgeState::Revoked {
@@ -650,10 +665,10 @@ impl Pairing {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = self.cx.links.unconfirmed_answered.notified() => {}
+                () = self.links.unconfirmed_answered.notified() => {}
             }
-            for id in self.cx.links.take_answered_unconfirmed() {
-                let bridge = match self.cx.table.find(|b| b.id == id).await {
+            for id in self.links.take_answered_unconfirmed() {
+                let bridge = match self.table.find(|b| b.id == id).await {
                     Ok(Some(b)) if !matches!(b.state, BridgeState::Active | BridgeState::Revoked) => b,
                     Ok(_) => continue,
                     Err(e) => {
@@ -672,7 +687,7 @@ impl Pairing {
     async fn refresh(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
         let ping = wire::BridgeCall { call: Some(Call::Ping(wire::PingCall {})) };
         let was = bridge.state;
-        match tokio::time::timeout(PING_TIMEOUT, self.cx.links.call(&bridge, &ping, None)).await {
+        match tokio::time::timeout(PING_TIMEOUT, self.links.call(&bridge, &ping, None)).await {
             Ok(Ok(wire::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
                 bridge.state = match p.state() {
                     wire::GrantState::Active => BridgeState::Active,
@@ -708,8 +723,8 @@ impl Pairing {
             warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "the target revoked this bridge");
             // Its messages are asked about at once (the target answers for what it holds and
             // refuses the rest), not at their next turn.
-            match self.cx.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
-                Ok(()) => self.cx.outbox_work.notify_one(),
+            match self.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                Ok(()) => self.outbox_work.notify_one(),
                 Err(e) => warn!(error = %e, "cannot make a revoked bridge's messages due"),
             }
         }
@@ -720,8 +735,8 @@ impl Pairing {
     /// health and, with `grant`, the state and grant the target reported — onto the bridge as
     /// it is now, under the owner's decisions: a revocation made here during the call stands.
     pub(super) async fn save_learnt(&self, learnt: &BridgeRecord, grant: bool) -> Result<BridgeRecord> {
-        let _decision = self.cx.decisions.lock().await;
-        let Some(mut current) = self.cx.table.find(|b| b.id == learnt.id).await? else {
+        let _decision = self.decisions.lock().await;
+        let Some(mut current) = self.table.find(|b| b.id == learnt.id).await? else {
             return Ok(learnt.clone());
         };
         (current.last_success, current.last_error_at) = (learnt.last_success, learnt.last_error_at);
@@ -733,7 +748,7 @@ impl Pairing {
             current.revoked_by_peer = learnt.revoked_by_peer;
         }
         current.updated_at = learnt.updated_at;
-        self.cx.table.save(Some(&current), &[]).await?;
+        self.table.save(Some(&current), &[]).await?;
         Ok(current)
     }
 

@@ -12,11 +12,11 @@ use std::collections::HashMap;
 
 use kiki_proto as pb;
 
-use super::Context;
 use super::outbox::Outbox;
+use super::table::BridgeTable;
 use crate::convert::{delivery_status_to_pb, direction_to_pb};
 use crate::error::{Error, Result};
-use crate::store::{BridgeRecord, Millis, OutboxRecord};
+use crate::store::{BridgeRecord, Millis, OutboxRecord, Store};
 use crate::store::{Direction, OutboxStatus};
 use crate::threads::cursor;
 use kiki_proto::limits;
@@ -59,7 +59,8 @@ impl Position {
 
 /// What this home shows of its bridged messages (see the module docs).
 pub(super) struct Receipts<'a> {
-    pub(super) cx: &'a Context,
+    pub(super) store: &'a dyn Store,
+    pub(super) table: &'a BridgeTable,
     pub(super) outbox: &'a Outbox,
 }
 
@@ -68,7 +69,7 @@ impl Receipts<'_> {
     /// the peer queued at this home's threads (inbound).
     pub(super) async fn pending_count(&self, bridge: &BridgeRecord) -> Result<u64> {
         if bridge.direction != Direction::Outbound {
-            return Ok(self.cx.store.pending_messages_from(&bridge.peer_home_id).await?);
+            return Ok(self.store.pending_messages_from(&bridge.peer_home_id).await?);
         }
         // Outcomes still being recorded are taken before the store is read: one recorded in
         // between is no longer pending there, and one still here is not counted.
@@ -79,7 +80,7 @@ impl Receipts<'_> {
             .filter(|e| e.bridge_id == bridge.id && e.status != OutboxStatus::Pending)
             .map(|e| e.id.clone())
             .collect();
-        Ok(self.cx.store.outbox_pending(&bridge.peer_home_id, &bridge.id, &settled).await?)
+        Ok(self.store.outbox_pending(&bridge.peer_home_id, &bridge.id, &settled).await?)
     }
 
     /// `kiki bridge receipts BRIDGE`: what this home sent over it, or received through it;
@@ -87,7 +88,7 @@ impl Receipts<'_> {
     pub(super) async fn page(&self, name: &str, limit: Option<u32>, cursor: &str) -> Result<ReceiptPage> {
         let limit = limits::page_limit("limit", limit, limits::LIST_LIMIT_DEFAULT)?;
         let bridges: Vec<BridgeRecord> =
-            self.cx.table.all().await?.iter().filter(|b| b.answers_to(name)).cloned().collect();
+            self.table.all().await?.iter().filter(|b| b.answers_to(name)).cloned().collect();
         if bridges.is_empty() {
             return Err(Error::NotFound(format!("no bridge {name:?}")));
         }
@@ -129,7 +130,7 @@ impl Receipts<'_> {
 
     /// Up to `n` of `bridge`'s receipts from `at` back, newest first.
     async fn candidates(&self, bridge: &BridgeRecord, at: &Position, n: u32) -> Result<Vec<Candidate>> {
-        let store = &self.cx.store;
+        let store = &self.store;
         if bridge.direction == Direction::Outbound {
             let Position::Outbound(created_at, id) = at else { return Ok(Vec::new()) };
             // Outcomes still being recorded are taken before the store is read: one recorded

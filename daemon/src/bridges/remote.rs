@@ -12,30 +12,31 @@ use wire::bridge_call::Call;
 use wire::bridge_reply::Reply;
 
 use super::codec::{Mirror, from_wire};
+use super::links::Links;
 use super::pairing::Pairing;
-use super::{Context, HEALTH_EVERY, ListQuery, ReadQuery};
+use super::table::BridgeTable;
+use super::{HEALTH_EVERY, ListQuery, ReadQuery};
 use crate::error::{Error, Result};
 use crate::mailbox::WaitResult;
 use crate::store::{BridgeState, Refusal};
 use crate::time::now_ms;
 
+/// Calls over outbound bridges, with what they work with.
 pub(super) struct Remote {
-    cx: Arc<Context>,
-    pairing: Arc<Pairing>,
+    pub(super) table: Arc<BridgeTable>,
+    pub(super) links: Arc<Links>,
+    /// Learns the grant from a call's outcome (link health).
+    pub(super) pairing: Arc<Pairing>,
 }
 
 impl Remote {
-    pub(super) fn new(cx: Arc<Context>, pairing: Arc<Pairing>) -> Self {
-        Self { cx, pairing }
-    }
-
     /// A call whose answer must be `expect`ed; other answers and wire errors are errors.
     async fn call<T>(&self, host: &str, call: Call, pick: fn(Reply) -> Option<T>) -> Result<T> {
-        let mut bridge = self.cx.table.outbound(host).await?;
+        let mut bridge = self.table.outbound(host).await?;
         if bridge.state == BridgeState::Revoked {
             return Err(Error::PermissionDenied(format!("{host}: {}", Refusal::BridgeRevoked)));
         }
-        let result = self.cx.links.call(&bridge, &wire::BridgeCall { call: Some(call) }, None).await;
+        let result = self.links.call(&bridge, &wire::BridgeCall { call: Some(call) }, None).await;
         // Link health is written when it changes, not on every successful call.
         let now = now_ms();
         let stale = bridge.last_success.is_none_or(|t| now - t > HEALTH_EVERY.as_millis() as i64);
@@ -101,7 +102,7 @@ impl Remote {
             .await?;
         // Each result is named back as the caller named its target (alias or home id),
         // beside the home id this home pinned (not the one the peer claims).
-        let peer = self.cx.table.outbound(host).await?.peer_home_id;
+        let peer = self.table.outbound(host).await?.peer_home_id;
         for result in &mut answer.results {
             result.home_id = peer.clone();
             let Some(target) = result.target.as_mut() else { continue };

@@ -23,13 +23,20 @@ use tracing::warn;
 use wire::bridge_call::Call;
 use wire::bridge_reply::Reply;
 
+use super::HEALTH_EVERY;
 use super::codec::{Mirror, Rejection, to_wire, wire_error};
+use super::links::Links;
 use super::pairing::Pairing;
-use super::{Context, HEALTH_EVERY};
+use super::table::BridgeTable;
+use crate::config::Config;
 use crate::error::Error;
+use crate::mailbox::{Mailbox, Waits};
+use crate::rooms::Rooms;
 use crate::store::BridgeRecord;
+use crate::store::Store;
 use crate::store::{BridgeState, Direction, Permission, Refusal};
 use crate::sync::lock;
+use crate::threads::Threads;
 use crate::time::now_ms;
 
 /// The parked calls of each peer with an inbound bridge: cancelled when the bridge is
@@ -55,16 +62,27 @@ impl ParkedCalls {
     }
 }
 
+/// Serving peers' calls, with what that works with.
 pub(super) struct Inbound {
-    cx: Arc<Context>,
-    pairing: Arc<Pairing>,
+    pub(super) table: Arc<BridgeTable>,
+    /// The endpoint peers reach this home on.
+    pub(super) links: Arc<Links>,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: Arc<Config>,
+    pub(super) threads: Threads,
+    /// Takes the messages peers send.
+    pub(super) mailbox: Mailbox,
+    /// Serves peers' ThreadWaits.
+    pub(super) waits: Waits,
+    /// Serves peers' room calls.
+    pub(super) rooms: Rooms,
+    /// Peers' parked calls, ended when their bridge is revoked or turned off.
+    pub(super) parked: Arc<ParkedCalls>,
+    /// Files peers' pairing requests and answers their pings.
+    pub(super) pairing: Arc<Pairing>,
 }
 
 impl Inbound {
-    pub(super) fn new(cx: Arc<Context>, pairing: Arc<Pairing>) -> Self {
-        Self { cx, pairing }
-    }
-
     /// Accepts peers' connections until `stop` (or the endpoint closes), serving each on a
     /// task of `tasks`.
     pub(super) async fn run(self: Arc<Self>, stop: CancellationToken, tasks: TaskTracker) {
@@ -72,7 +90,7 @@ impl Inbound {
         loop {
             let next = tokio::select! {
                 () = stop.cancelled() => break,
-                next = accepting.cx.links.endpoint().accept() => next,
+                next = accepting.links.endpoint().accept() => next,
             };
             let Some(peer) = next else { break };
             // A peer with a bridge here gets a known peer's allowance — also when the
@@ -81,12 +99,11 @@ impl Inbound {
             // included), the rest refused. Anyone else gets a stranger's.
             let trusted: TrustCheck = {
                 let (checking, peer_id) = (accepting.clone(), peer.peer_home_id().to_string());
-                let kept = accepting.cx.config.mailbox.key_retention.as_millis() as i64;
+                let kept = accepting.config.mailbox.key_retention.as_millis() as i64;
                 Arc::new(move || {
                     let (checking, peer_id) = (checking.clone(), peer_id.clone());
                     Box::pin(async move {
                         let inbound = checking
-                            .cx
                             .table
                             .find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer_id);
                         matches!(
@@ -111,7 +128,7 @@ impl Inbound {
             });
             tasks.spawn(peer.serve(handler, trusted));
         }
-        accepting.cx.links.endpoint().close().await;
+        accepting.links.endpoint().close().await;
     }
 
     /// Answers one call from `peer` (a verified home id) at the address `from`. A call over
@@ -126,7 +143,7 @@ impl Inbound {
     /// (written when it changes, not on every call).
     async fn heard_from(&self, peer: &str) {
         let Ok(Some(bridge)) =
-            self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await
+            self.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await
         else {
             return;
         };
@@ -137,7 +154,7 @@ impl Inbound {
             return;
         }
         // Only that column: the record read above may be outdated by a decision meanwhile.
-        if let Err(e) = self.cx.table.changing(self.cx.store.bridge_heard_from(&bridge.id, now)).await {
+        if let Err(e) = self.table.changing(self.store.bridge_heard_from(&bridge.id, now)).await {
             warn!(error = %e, "cannot record an inbound bridge's health");
         }
     }
@@ -181,7 +198,7 @@ impl Inbound {
     /// The peer's approved inbound bridge, whether its access is on or off now; a revoked
     /// bridge, or none, is refused.
     pub(super) async fn approved(&self, peer: &str) -> std::result::Result<BridgeRecord, Rejection> {
-        match self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await? {
+        match self.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await? {
             Some(b) if b.state == BridgeState::Revoked => {
                 Err(Rejection::Wire(Refusal::BridgeRevoked, "the target's owner revoked this bridge".into()))
             }
@@ -228,7 +245,6 @@ impl Inbound {
             return Err(Error::invalid("workspace_id", "a workspace id (ws_ and 16 hex digits)").into());
         }
         let page = self
-            .cx
             .threads
             .list(
                 Some(request.workspace_id.to_ascii_lowercase()),
@@ -237,12 +253,12 @@ impl Inbound {
                 &bridge.workspaces,
             )
             .await?;
-        let home = self.cx.links.home_id().to_string();
+        let home = self.links.home_id().to_string();
         Ok(pb::ThreadListResponse {
             threads: page
                 .threads
                 .iter()
-                .map(|t| crate::convert::thread_to_pb(t, &home, self.cx.threads.communication(t)))
+                .map(|t| crate::convert::thread_to_pb(t, &home, self.threads.communication(t)))
                 .collect(),
             next_cursor: page.next_cursor,
         })
@@ -257,9 +273,9 @@ impl Inbound {
         let target = request.target.map(pb::ThreadRef::from_wire).unwrap_or_default();
         let thread = self.scoped_thread(&bridge, &target).await?;
         let (limit, cursor, content_ref) = (request.limit, &request.cursor, &request.content_ref);
-        let read = self.cx.threads.read_any(thread, limit, cursor, content_ref, request.last).await?;
-        let communication = self.cx.threads.communication(crate::threads::Threads::read_thread(&read));
-        Ok(crate::convert::read_to_pb(read, self.cx.links.home_id(), communication))
+        let read = self.threads.read_any(thread, limit, cursor, content_ref, request.last).await?;
+        let communication = self.threads.communication(crate::threads::Threads::read_thread(&read));
+        Ok(crate::convert::read_to_pb(read, self.links.home_id(), communication))
     }
 
     /// ThreadWait for a peer: needs `wait`, stays inside the scope, never wakes anything.
@@ -271,7 +287,7 @@ impl Inbound {
         // Taken before the grant is checked, so a revocation in between still ends this call;
         // but only for a peer with a bridge here (a stranger's calls must leave nothing).
         self.approved(peer).await?;
-        let cut_off = self.cx.parked.token(peer);
+        let cut_off = self.parked.token(peer);
         let bridge = self.granted(peer, Permission::Wait).await?;
         crate::mailbox::wait_target_count(request.targets.len())?;
         let targets: Vec<pb::ThreadRef> = request.targets.into_iter().map(pb::ThreadRef::from_wire).collect();
@@ -280,7 +296,7 @@ impl Inbound {
                 self.scoped_thread(&bridge, target).await?;
             }
         }
-        let waits = &self.cx.waits;
+        let waits = &self.waits;
         let (results, timed_out) = tokio::select! {
             waited = waits.wait(targets, request.timeout_ms, request.cursors) => waited?,
             // Whatever the bridge's state now refuses (bridge_revoked, bridge_disabled).
@@ -303,10 +319,10 @@ impl Inbound {
         target: &pb::ThreadRef,
     ) -> std::result::Result<crate::store::ThreadRecord, Rejection> {
         if bridge.workspaces.is_empty() {
-            return Ok(self.cx.threads.get("", &target.workspace_id, &target.session_id).await?);
+            return Ok(self.threads.get("", &target.workspace_id, &target.session_id).await?);
         }
         let absent = || Error::NotFound(format!("no thread {} in this home", target.session_id));
-        let thread = self.cx.threads.get("", "", &target.session_id).await?;
+        let thread = self.threads.get("", "", &target.session_id).await?;
         let named_elsewhere = !target.workspace_id.is_empty() && target.workspace_id != thread.workspace_id;
         if named_elsewhere || !bridge.workspaces.contains(&thread.workspace_id) {
             return Err(absent().into());

@@ -25,7 +25,7 @@ impl Inbound {
         if thread.archived {
             return Err(Error::FailedPrecondition(format!("thread {} is archived", thread.id)).into());
         }
-        self.cx.rooms.joined_elsewhere(&call.room_id, peer).await?;
+        self.rooms.joined_elsewhere(&call.room_id, peer).await?;
         Ok(wire::RoomJoinReply {})
     }
 
@@ -41,7 +41,7 @@ impl Inbound {
             thread_id: call.source_thread,
             workspace_id: call.source_workspace,
         };
-        let rooms = &self.cx.rooms;
+        let rooms = &self.rooms;
         let posted = rooms
             .post_from_peer(peer, author, &call.room_id, &call.content, &call.mentions, &call.idempotency_key)
             .await?;
@@ -55,7 +55,7 @@ impl Inbound {
         call: wire::RoomReadCall,
     ) -> std::result::Result<pb::RoomReadResponse, Rejection> {
         self.granted(peer, Permission::Read).await?;
-        let rooms = &self.cx.rooms;
+        let rooms = &self.rooms;
         let page =
             rooms.read_for_peer(peer, &call.source_thread, &call.room_id, call.limit, &call.after_id).await?;
         Ok(crate::convert::room_page_to_pb(page))

@@ -63,14 +63,14 @@ impl Inbound {
         if !code.is_final()
             || !bounded
             || !matches!(
-                self.cx.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await,
+                self.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await,
                 Ok(Some(b)) if b.state != BridgeState::Revoked
             )
         {
             return response;
         }
         // Written before the answer, so a peer's refused sends wait for the store's pace.
-        if let Err(e) = self.cx.store.add_refusal(&receipt).await {
+        if let Err(e) = self.store.add_refusal(&receipt).await {
             warn!(error = %e, "cannot record a bridge receipt");
         }
         response
@@ -99,7 +99,7 @@ impl Inbound {
             Err(Rejection::Wire(Refusal::BridgeRevoked, _)) => Refusal::BridgeRevoked,
             Err(refusal) => return Err(refusal),
         };
-        let mailbox = &self.cx.mailbox;
+        let mailbox = &self.mailbox;
         let keys: Vec<(String, String)> = call
             .keys
             .iter()
@@ -125,7 +125,7 @@ impl Inbound {
         const CHUNK: u32 = 256;
         loop {
             // A full chunk: more may be overdue, so the next one goes at once.
-            let more = match self.cx.store.expire_overdue_messages(now_ms(), CHUNK).await {
+            let more = match self.store.expire_overdue_messages(now_ms(), CHUNK).await {
                 Ok(n) => {
                     if n > 0 {
                         debug!(messages = n, "bridged messages expired at their deadline");
@@ -172,7 +172,7 @@ impl Inbound {
         // can pass its posts off as that room's (a binding is never moved, so this check
         // holds at the commit too).
         if let Some(tag) = &call.room {
-            self.cx.rooms.check_carrier(&tag.room_id, peer).await.map_err(|e| match e {
+            self.rooms.check_carrier(&tag.room_id, peer).await.map_err(|e| match e {
                 Error::PermissionDenied(m) => (Refusal::PermissionDenied, m),
                 e => wire_refusal(e),
             })?;
@@ -245,7 +245,7 @@ impl Inbound {
         call: &wire::BridgeSendCall,
         refusal: (Refusal, String),
     ) -> std::result::Result<Sent, (Refusal, String)> {
-        let mailbox = &self.cx.mailbox;
+        let mailbox = &self.mailbox;
         if call.idempotency_key.is_empty() {
             return Err(refusal);
         }
@@ -311,7 +311,7 @@ impl Inbound {
                 "message_id: `msg_` and a lowercase ULID, or empty".into(),
             ));
         }
-        let thread = match self.cx.threads.get("", "", &call.target_session).await {
+        let thread = match self.threads.get("", "", &call.target_session).await {
             Ok(t) if bridge.workspaces.is_empty() || bridge.workspaces.contains(&t.workspace_id) => t,
             _ => {
                 return Err((
@@ -323,7 +323,7 @@ impl Inbound {
         if thread.archived {
             return Err((Refusal::ThreadArchived, format!("thread {} is archived", thread.id)));
         }
-        let mailbox = &self.cx.mailbox;
+        let mailbox = &self.mailbox;
         mailbox.may_receive(&thread).map_err(|e| (Refusal::CommunicationDisabled, e.to_string()))?;
         Ok((bridge, thread, mailbox))
     }

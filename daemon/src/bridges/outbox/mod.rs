@@ -38,11 +38,15 @@ use entry::*;
 use recorder::{Answered, Recording};
 use worker::Claim;
 
-use super::Context;
 use super::codec::{refusal_from_wire, refusal_word};
+use super::links::Links;
+use super::table::BridgeTable;
+use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::mailbox::{Sent, key_conflict};
-use crate::store::{BridgeRecord, EXPIRED, OutboxOutcome as Outcome, OutboxRecord, Refusal, StoreError};
+use crate::mailbox::{Mailbox, Sent, key_conflict};
+use crate::store::{
+    BridgeRecord, EXPIRED, OutboxOutcome as Outcome, OutboxRecord, Refusal, Store, StoreError,
+};
 use crate::store::{BridgeState, OutboxStatus, SourceRef};
 use crate::sync::{KeyLocks, SendKey, lock};
 use crate::threads::new_id;
@@ -87,8 +91,29 @@ pub(super) struct Outbox {
     inner: Arc<Inner>,
 }
 
+/// What the outbox works with.
+pub(super) struct OutboxParts {
+    pub(super) table: Arc<BridgeTable>,
+    pub(super) links: Arc<Links>,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: Arc<Config>,
+    /// Tells senders waiting on threads of an entry's final event.
+    pub(super) mailbox: Mailbox,
+    /// Rung whenever outbox entries are written or made due, or an attempt ends.
+    pub(super) outbox_work: Arc<tokio::sync::Notify>,
+    /// Sends under way, one at a time per sender's key (shared with the mailbox).
+    pub(super) send_keys: Arc<KeyLocks>,
+}
+
 struct Inner {
-    cx: Arc<Context>,
+    table: Arc<BridgeTable>,
+    links: Arc<Links>,
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+    mailbox: Mailbox,
+    /// Told whenever outbox entries are written or made due, or an attempt ends: the
+    /// worker looks again (see `Outbox::run_worker`).
+    outbox_work: Arc<tokio::sync::Notify>,
     /// Outcomes of sends already answered whose outbox write is still on its way: a send
     /// with the key looks here first (see `Outbox::run_recorder`).
     recording: std::sync::Mutex<Recording>,
@@ -120,10 +145,16 @@ struct Inner {
 }
 
 impl Outbox {
-    pub(super) fn new(cx: Arc<Context>, send_keys: Arc<KeyLocks>, tasks: TaskTracker) -> Self {
+    pub(super) fn new(parts: OutboxParts, tasks: TaskTracker) -> Self {
+        let OutboxParts { table, links, store, config, mailbox, outbox_work, send_keys } = parts;
         Self {
             inner: Arc::new(Inner {
-                cx,
+                table,
+                links,
+                store,
+                config,
+                mailbox,
+                outbox_work,
                 recording: Default::default(),
                 outcomes_queued: Default::default(),
                 attempting: Default::default(),
@@ -142,7 +173,7 @@ impl Outbox {
     /// Tells the worker to look again: entries were written or made due, or an attempt
     /// ended (its claim and slot are free).
     fn work_arrived(&self) {
-        self.inner.cx.outbox_work.notify_one();
+        self.inner.outbox_work.notify_one();
     }
 
     /// The outbox entries whose outcomes are still on their way to the store (the receipts
@@ -180,9 +211,9 @@ impl Outbox {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         limits::text("target.session_id", target_session, limits::ID_MAX_CHARS)?;
-        let bridge = self.inner.cx.table.outbound(host).await?;
+        let bridge = self.inner.table.outbound(host).await?;
         let now = now_ms();
-        let wait = self.inner.cx.config.mailbox.delivery_wait;
+        let wait = self.inner.config.mailbox.delivery_wait;
         let (source_thread, source_workspace) = match source {
             Some(s) => (Some(s.thread_id), s.workspace_id),
             None => (None, String::new()),
@@ -215,13 +246,13 @@ impl Outbox {
         // The key decides first: a key in the outbox is answered from there and sends nothing.
         let in_flight = self.in_flight(&key);
         let stored =
-            self.inner.cx.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
+            self.inner.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
         if let Some(existing) = stored {
             return replay(in_flight, existing, &entry.request_hash);
         }
         // Nor may the key name a message the sender sent to a thread of this home (a local
         // send holds this key's lock until its commit, so none lands after this check).
-        if let Some(message_id) = self.inner.cx.store.local_key_message(&entry.key_scope, &entry.key).await? {
+        if let Some(message_id) = self.inner.store.local_key_message(&entry.key_scope, &entry.key).await? {
             return Err(key_conflict(&message_id));
         }
         // A new key: a revoked bridge takes no more (a retry of an earlier send is answered
@@ -240,7 +271,7 @@ impl Outbox {
         // key is a replay at the target (with other content, a conflict).
         let attempted = AtomicBool::new(false);
         let insert = async {
-            self.inner.cx.store.outbox_insert(&entry).await.map_err(|e| match e {
+            self.inner.store.outbox_insert(&entry).await.map_err(|e| match e {
                 // Kept as they are: the caller acts on them (and a retry with the key is
                 // what a full disk's answer asks for anyway).
                 e @ (StoreError::DiskFull(_) | StoreError::Corrupt { .. }) => Error::Store(e),
@@ -310,10 +341,9 @@ impl Outbox {
         content: &str,
         key: &str,
     ) -> Result<Option<Sent>> {
-        let bridge = self.inner.cx.table.outbound(host).await?;
+        let bridge = self.inner.table.outbound(host).await?;
         let in_flight = self.in_flight(&(source_thread.to_string(), key.to_string()));
-        let Some(stored) =
-            self.inner.cx.store.outbox_by_key(&bridge.peer_home_id, source_thread, key).await?
+        let Some(stored) = self.inner.store.outbox_by_key(&bridge.peer_home_id, source_thread, key).await?
         else {
             return Ok(None);
         };
@@ -332,7 +362,7 @@ impl Outbox {
         let now = now_ms();
         let bridge = match bridge {
             Some(b) => b.clone(),
-            None => match self.inner.cx.table.find(|b| b.id == entry.bridge_id).await? {
+            None => match self.inner.table.find(|b| b.id == entry.bridge_id).await? {
                 Some(b) => b,
                 None => return Ok(finish(entry, OutboxStatus::Rejected, Refusal::BridgeRemoved.as_str())),
             },
@@ -477,8 +507,7 @@ impl Outbox {
         final_if: fn(Refusal) -> bool,
         withdraw_after: Option<Instant>,
     ) -> std::result::Result<Reply, Verdict> {
-        match tokio::time::timeout(ATTEMPT_TIMEOUT, self.inner.cx.links.call(bridge, call, withdraw_after))
-            .await
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, self.inner.links.call(bridge, call, withdraw_after)).await
         {
             Ok(Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) }))
                 if refusal_from_wire(&e).is_some_and(final_if) =>
@@ -511,7 +540,7 @@ impl Outbox {
         // Counted before the write: an outcome recorded after this point is seen to have
         // raced it (see `Outbox::record`).
         *lock(&self.inner.resets).entry(peer.clone()).or_default() += 1;
-        if self.inner.cx.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
+        if self.inner.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
             lock(&self.inner.settled).insert(peer.clone());
             self.work_arrived();
         }
@@ -558,7 +587,7 @@ impl Outbox {
         // whether the entries' window is over.
         let mut asked: Vec<((BridgeRecord, bool), Vec<OutboxRecord>)> = Vec::new();
         for mut entry in entries {
-            let bridge = self.inner.cx.table.find(|b| b.id == entry.bridge_id && !b.revoked_here()).await?;
+            let bridge = self.inner.table.find(|b| b.id == entry.bridge_id && !b.revoked_here()).await?;
             // Past the least time any home keeps keys, the target may have forgotten it.
             let forgotten = age(&entry) > crate::config::MAX_RETRY_WINDOW;
             match bridge.filter(|_| !forgotten) {
@@ -631,7 +660,7 @@ impl Outbox {
 
     /// How long after it was sent an entry's retry window is over (just past the window).
     fn lifetime(&self) -> i64 {
-        self.inner.cx.config.bridge.retry_window.as_millis() as i64 + 1
+        self.inner.config.bridge.retry_window.as_millis() as i64 + 1
     }
 }
 

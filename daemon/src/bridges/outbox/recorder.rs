@@ -100,12 +100,12 @@ impl Outbox {
     /// call's `link_up` made its entries due), a backoff decided before that must not put its
     /// entry off again.
     pub(super) async fn record(&self, outcomes: &[Outcome], resets: impl Fn(usize) -> u64) -> Result<()> {
-        self.inner.cx.store.outbox_update(outcomes).await?;
+        self.inner.store.outbox_update(outcomes).await?;
         self.work_arrived();
         for (entry, event) in outcomes {
             if let Some(event) = event {
                 warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, "bridged send undeliverable");
-                self.inner.cx.mailbox.notify(&event.thread_id);
+                self.inner.mailbox.notify(&event.thread_id);
             }
         }
         let mut put_off_again: Vec<&str> = outcomes
@@ -121,7 +121,7 @@ impl Outbox {
         put_off_again.dedup();
         for peer in put_off_again {
             // The outcomes are written; at worst these entries wait out their backoff.
-            match self.inner.cx.store.outbox_retry_now(peer, now_ms()).await {
+            match self.inner.store.outbox_retry_now(peer, now_ms()).await {
                 Ok(()) => self.work_arrived(),
                 Err(e) => warn!(error = %e, peer, "cannot make a peer's outbox entries due again"),
             }

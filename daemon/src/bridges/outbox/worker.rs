@@ -130,11 +130,11 @@ impl Outbox {
     pub(crate) async fn run_worker(&self, stop: CancellationToken) {
         for pass in 0usize.. {
             // Taken before the pass: work announced during it starts the next one at once.
-            let told = self.inner.cx.outbox_work.notified();
+            let told = self.inner.outbox_work.notified();
             tokio::pin!(told);
             told.as_mut().enable();
             // Whatever their state: a revoked bridge's entries still have to end.
-            let bridges = match self.inner.cx.table.all().await {
+            let bridges = match self.inner.table.all().await {
                 Ok(bridges) => bridges,
                 Err(e) => {
                     warn!(error = %e, "cannot read the bridges");
@@ -155,7 +155,7 @@ impl Outbox {
                 }
                 // Its attempts under way are listed too (still due until their outcome is
                 // recorded): the rest of the listing fills its free slots.
-                match self.inner.cx.store.outbox_due(peer, now_ms(), MAX_ATTEMPTS_PER_PEER as u32).await {
+                match self.inner.store.outbox_due(peer, now_ms(), MAX_ATTEMPTS_PER_PEER as u32).await {
                     Ok(due) => {
                         if !self.ship_due(due).await {
                             break;
@@ -185,7 +185,7 @@ impl Outbox {
         let now = now_ms();
         let mut first: Option<i64> = None;
         for bridge in outbound {
-            match self.inner.cx.store.outbox_next_due(&bridge.peer_home_id, now).await {
+            match self.inner.store.outbox_next_due(&bridge.peer_home_id, now).await {
                 Ok(due) => first = first.into_iter().chain(due).min(),
                 // Looked at again by the backstop.
                 Err(e) => warn!(error = %e, "cannot read when the outbox is next due"),
@@ -290,10 +290,10 @@ impl Outbox {
     /// `since`, or one that settled it just before, may have made them due (`link_up`)
     /// just before this write undid it, as may a revocation: then they are made due again.
     async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
-        if let Err(e) = self.inner.cx.store.outbox_defer(peer, except, until, self.lifetime()).await {
+        if let Err(e) = self.inner.store.outbox_defer(peer, except, until, self.lifetime()).await {
             warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
         } else if self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await {
-            match self.inner.cx.store.outbox_retry_now(peer, now_ms()).await {
+            match self.inner.store.outbox_retry_now(peer, now_ms()).await {
                 Ok(()) => self.work_arrived(),
                 Err(e) => warn!(error = %e, peer, "cannot make a peer's outbox entries due again"),
             }
@@ -341,7 +341,7 @@ impl Outbox {
     /// outcome after the worker's tick listed it.
     async fn still_due(&self, listed: &OutboxRecord) -> Result<Option<OutboxRecord>> {
         let current =
-            self.inner.cx.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
+            self.inner.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
         Ok(current.filter(|e| {
             e.next_attempt_at <= now_ms()
                 && matches!(e.status, OutboxStatus::Pending | OutboxStatus::Accepted | OutboxStatus::Expired)
@@ -356,13 +356,13 @@ impl Outbox {
         if self.window_over(entry) {
             return Ok(None);
         }
-        self.inner.cx.table.find(|b| b.id == entry.bridge_id && !b.revoked_here()).await
+        self.inner.table.find(|b| b.id == entry.bridge_id && !b.revoked_here()).await
     }
 
     /// Whether calls still go to `peer`: an outbound bridge to it is not revoked here.
     /// Otherwise its entries need no call (they end as `bridge_revoked` or `bridge_removed`).
     async fn calls_go_to(&self, peer: &str) -> bool {
-        let Ok(bridges) = self.inner.cx.table.all().await else { return true };
+        let Ok(bridges) = self.inner.table.all().await else { return true };
         bridges
             .iter()
             .any(|b| b.direction == Direction::Outbound && !b.revoked_here() && b.peer_home_id == peer)
