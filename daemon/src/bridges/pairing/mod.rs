@@ -16,8 +16,13 @@ use tracing::{info, warn};
 use wire::bridge_call::Call;
 use wire::bridge_reply::Reply;
 
+mod policy;
+
+pub use policy::parse_permissions;
+use policy::{ALIAS_MAX_CHARS, alias_problem};
+
 use super::Decisions;
-use super::codec::{Rejection, from_wire, grant_state, permissions_from_wire, permissions_to_wire};
+use super::codec::{Rejection, from_wire, permissions_from_wire, permissions_to_wire};
 use super::inbound::ParkedCalls;
 use super::links::Links;
 use super::links::{call_link, dial_failure, link_failure, resolve, took};
@@ -26,71 +31,13 @@ use crate::error::{Error, Result};
 use crate::mailbox::Mailbox;
 use crate::store::Store;
 use crate::store::{BridgeRecord, BridgeRequestRecord};
-use crate::store::{BridgeState, Direction, Permissions, Refusal, RequestStatus};
+use crate::store::{BridgeState, Direction, Permissions, RequestStatus};
 use crate::threads::new_id;
 use crate::threads::runner::TurnRunner;
 use crate::time::now_ms;
 
-/// Pairing requests one peer may file per [`REQUEST_WINDOW`].
-const REQUESTS_PER_WINDOW: usize = 5;
-
-const REQUEST_WINDOW: Duration = Duration::from_secs(60);
-
-/// Requests waiting for the owner's decision, from all peers together: a new key is a new
-/// peer, so the per-peer limit alone would let anyone fill this home's list (and store).
-const MAX_WAITING_REQUESTS: usize = 32;
-
-/// Of those, the most from one network (see [`network_of`]): a new key costs nothing, an
-/// address does, so one machine cannot take the owner's whole list.
-const MAX_WAITING_PER_NETWORK: usize = 8;
-
 /// How long `kiki bridge list` waits for each peer's answer.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The longest bridge alias (and pairing name kept).
-const ALIAS_MAX_CHARS: usize = 64;
-
-/// Parses and checks a permission list (`read,send` or repeated values).
-pub fn parse_permissions(field: &'static str, values: &[String]) -> Result<Permissions> {
-    let words = values.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|v| !v.is_empty());
-    let permissions = Permissions::parse(words).map_err(|unknown| {
-        Error::invalid(field, format!("unknown permission {unknown:?} (read, send, wake, wait)"))
-    })?;
-    if permissions.is_empty() {
-        return Err(Error::invalid(field, "name at least one of read, send, wake, wait"));
-    }
-    Ok(permissions)
-}
-
-/// The network whose pairing requests share one allowance: an IPv4 address, or an IPv6
-/// /64 (what one machine or site is usually given).
-fn network_of(ip: IpAddr) -> String {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => {
-            let [a, b, c, d, ..] = v6.segments();
-            format!("{a:x}:{b:x}:{c:x}:{d:x}::/64")
-        }
-    }
-}
-
-/// Why `alias` cannot name a bridge, if it cannot: a user types it to address the bridge
-/// (`ALIAS/SESSION`, `kiki bridge revoke ALIAS`) and reads it in listings, so it is one
-/// printable word, and never taken for a home id, a bridge id or this home.
-fn alias_problem(alias: &str) -> Option<&'static str> {
-    if alias.is_empty() || alias.chars().count() > ALIAS_MAX_CHARS {
-        Some("1-64 characters")
-    } else if alias.chars().any(|c| c.is_control() || c.is_whitespace() || c == '/') {
-        Some("no spaces, control characters or '/'")
-    } else if alias == "local"
-        || kiki_bridge::is_home_id(&alias.to_ascii_uppercase())
-        || alias.starts_with("br_")
-    {
-        Some("not \"local\", and not shaped like a home id or a bridge id")
-    } else {
-        None
-    }
-}
 
 /// How this home introduces itself in a pairing request: the machine's host name (the home
 /// id is shown beside it anyway), or the id's first characters if there is none.
@@ -135,64 +82,20 @@ impl Pairing {
         let _filing = self.decisions.lock().await;
         let now = now_ms();
         let requests = self.requests().await?;
-        let recent = requests
-            .iter()
-            .filter(|r| r.peer_home_id == peer && r.created_at > now - REQUEST_WINDOW.as_millis() as i64)
-            .count();
-        if recent >= REQUESTS_PER_WINDOW {
-            return Err(Rejection::Wire(
-                Refusal::RateLimited,
-                format!("at most {REQUESTS_PER_WINDOW} pairing requests per minute"),
-            ));
+        if let Some((refusal, why)) = policy::filing_refused(&requests, peer, from, now) {
+            return Err(Rejection::Wire(refusal, why));
         }
-        // (A peer's own waiting request does not count: its new one replaces it.)
-        let others_waiting =
-            || requests.iter().filter(|r| r.status == RequestStatus::Pending && r.peer_home_id != peer);
-        let network = network_of(from);
-        let address = from.to_canonical().to_string();
-        if others_waiting().filter(|r| r.address.parse().is_ok_and(|ip| network_of(ip) == network)).count()
-            >= MAX_WAITING_PER_NETWORK
-        {
-            return Err(Rejection::Wire(
-                Refusal::RateLimited,
-                format!(
-                    "{MAX_WAITING_PER_NETWORK} pairing requests from {network} already wait for this home's owner; try again once they are decided"
-                ),
-            ));
-        }
-        if others_waiting().count() >= MAX_WAITING_REQUESTS {
-            return Err(Rejection::Wire(
-                Refusal::RateLimited,
-                format!(
-                    "{MAX_WAITING_REQUESTS} pairing requests already wait for this home's owner; try again once they are decided"
-                ),
-            ));
-        }
-        // Shown to the owner beside the peer's home id: nothing in it may move the cursor or
-        // recolour the terminal (a name can not pass itself off as another home's id).
-        let name: String = pair.name.chars().filter(|c| !c.is_control()).take(ALIAS_MAX_CHARS).collect();
         let request = BridgeRequestRecord {
             id: new_id("breq"),
             peer_home_id: peer.to_string(),
-            name,
+            name: policy::shown_name(&pair.name),
             want,
             status: RequestStatus::Pending,
             created_at: now,
             decided_at: None,
-            address,
+            address: from.to_canonical().to_string(),
         };
-        // A peer's newest request replaces the ones still waiting (in the same write): the
-        // owner decides on what it wants now, and cannot approve a stale request (changing
-        // the grant) by mistake.
-        let replaced = requests
-            .iter()
-            .filter(|r| r.peer_home_id == peer && r.status == RequestStatus::Pending)
-            .map(|stale| BridgeRequestRecord {
-                status: RequestStatus::Replaced,
-                decided_at: Some(now),
-                ..stale.clone()
-            });
-        let saved: Vec<BridgeRequestRecord> = std::iter::once(request.clone()).chain(replaced).collect();
+        let saved = policy::filed(&requests, request.clone());
         self.table.save(None, &saved).await.map_err(Error::from)?;
         info!(peer, request_id = %request.id, "pairing request filed");
         Ok(wire::PairReply { request_id: request.id })
@@ -203,25 +106,15 @@ impl Pairing {
             self.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
         // Read only: a peer's ping writes nothing, even an expiry.
         let requests = self.store.bridge_requests().await.map_err(Error::from)?;
-        // A revoked bridge gives way to a request the peer filed since (or as it was revoked).
-        let since =
-            inbound.as_ref().filter(|b| b.state == BridgeState::Revoked).map_or(i64::MIN, |b| b.updated_at);
-        let newer = requests.iter().rev().find(|r| r.peer_home_id == peer && r.created_at >= since);
-        if let Some(b) = inbound.filter(|b| b.state != BridgeState::Revoked || newer.is_none()) {
+        let (state, bridge) =
+            policy::grant_for_ping(inbound.as_ref(), &requests, peer, now_ms(), self.request_expiry);
+        if let Some(b) = bridge {
             return Ok(wire::PingReply {
-                state: grant_state(b.state) as i32,
+                state: state as i32,
                 permissions: permissions_to_wire(b.permissions),
                 workspaces: b.workspaces,
             });
         }
-        let state = match newer {
-            Some(r) if self.expired(r, now_ms()) => wire::GrantState::Expired,
-            Some(r) if r.status == RequestStatus::Rejected => wire::GrantState::Rejected,
-            Some(r) if r.status == RequestStatus::Expired => wire::GrantState::Expired,
-            Some(r) if r.status == RequestStatus::Withdrawn => wire::GrantState::Revoked,
-            Some(_) => wire::GrantState::Pending,
-            None => wire::GrantState::Unknown,
-        };
         Ok(wire::PingReply { state: state as i32, permissions: Vec::new(), workspaces: Vec::new() })
     }
 
@@ -371,18 +264,12 @@ impl Pairing {
             self.store.prune_bridge_requests(decided_before).await?;
             requests.retain(|r| !forgotten(r));
         }
-        for request in requests.iter_mut().filter(|r| self.expired(r, now)) {
+        for request in requests.iter_mut().filter(|r| policy::expired(r, now, self.request_expiry)) {
             request.status = RequestStatus::Expired;
             request.decided_at = Some(now);
             self.table.save(None, std::slice::from_ref(request)).await?;
         }
         Ok(requests)
-    }
-
-    /// Whether `request` is still pending but has waited past `[bridge] request_expiry`.
-    fn expired(&self, request: &BridgeRequestRecord, now: i64) -> bool {
-        let expiry = self.request_expiry.as_millis() as i64;
-        request.status == RequestStatus::Pending && now - request.created_at >= expiry
     }
 
     /// The request the owner decides on (the caller holds `decisions`).
@@ -621,16 +508,7 @@ impl Pairing {
             });
         };
         let mut bridge = bridge.clone();
-        bridge.state = match (bridge.state, enabled) {
-            (BridgeState::Active | BridgeState::Disabled, true) => BridgeState::Active,
-            (BridgeState::Active | BridgeState::Disabled, false) => BridgeState::Disabled,
-            (state, _) => {
-                return Err(Error::FailedPrecondition(format!(
-                    "bridge {} is {state}; only an approved bridge can be turned off or on",
-                    bridge.id
-                )));
-            }
-        };
+        bridge.state = policy::inbound_switched(&bridge, enabled)?;
         bridge.updated_at = now_ms();
         self.table.save(Some(&bridge), &[]).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
@@ -689,22 +567,7 @@ impl Pairing {
         let was = bridge.state;
         match tokio::time::timeout(PING_TIMEOUT, self.links.call(&bridge, &ping, None)).await {
             Ok(Ok(wire::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
-                bridge.state = match p.state() {
-                    wire::GrantState::Active => BridgeState::Active,
-                    wire::GrantState::Disabled => BridgeState::Disabled,
-                    wire::GrantState::Revoked => BridgeState::Revoked,
-                    wire::GrantState::Rejected => BridgeState::Rejected,
-                    wire::GrantState::Expired => BridgeState::Expired,
-                    wire::GrantState::Pending => BridgeState::Requested,
-                    // The target keeps no record of the request: it forgot it some time after
-                    // deciding it (the outcome shown here stays), or never had it.
-                    wire::GrantState::Unknown | wire::GrantState::Unspecified
-                        if matches!(bridge.state, BridgeState::Rejected | BridgeState::Expired) =>
-                    {
-                        bridge.state
-                    }
-                    wire::GrantState::Unknown | wire::GrantState::Unspecified => BridgeState::Expired,
-                };
+                bridge.state = policy::learnt_state(p.state(), bridge.state);
                 // A permission this home cannot read (a newer peer's) grants nothing here.
                 bridge.permissions = permissions_from_wire(&p.permissions);
                 bridge.workspaces = p.workspaces;
@@ -755,28 +618,5 @@ impl Pairing {
     pub(super) fn note_error(&self, bridge: &mut BridgeRecord, error: String) {
         bridge.last_error = error;
         bridge.last_error_at = Some(now_ms());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_machine_is_one_network_for_pairing_requests() {
-        let network = |ip: &str| network_of(ip.parse().expect("ip"));
-        assert_eq!(network("192.0.2.7"), "192.0.2.7");
-        assert_eq!(network("::ffff:192.0.2.7"), "192.0.2.7", "an IPv4 peer on a dual-stack socket");
-        assert_eq!(network("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
-        assert_eq!(network("2001:db8:1:2:bbbb::9"), network("2001:db8:1:2:aaaa::1"), "one /64");
-        assert_ne!(network("2001:db8:1:3::1"), network("2001:db8:1:2::1"));
-    }
-
-    #[test]
-    fn permissions_are_checked_and_deduplicated() {
-        let p = parse_permissions("want", &["read,send".into(), "read".into()]).expect("valid");
-        assert_eq!(p.words(), ["read", "send"]);
-        assert!(parse_permissions("want", &["fly".into()]).expect_err("unknown").to_string().contains("fly"));
-        assert!(parse_permissions("want", &[]).is_err());
     }
 }
