@@ -212,48 +212,14 @@ impl Outbox {
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         limits::text("target.session_id", target_session, limits::ID_MAX_CHARS)?;
         let bridge = self.inner.table.outbound(host).await?;
-        let now = now_ms();
         let wait = self.inner.config.mailbox.delivery_wait;
-        let (source_thread, source_workspace) = match source {
-            Some(s) => (Some(s.thread_id), s.workspace_id),
-            None => (None, String::new()),
-        };
-        let entry = OutboxRecord {
-            id: new_id("msg"),
-            bridge_id: bridge.id.clone(),
-            peer_home_id: bridge.peer_home_id.clone(),
-            target_session: target_session.to_string(),
-            source_thread: source_thread.clone(),
-            source_workspace,
-            content: content.to_string(),
-            key_scope: source_thread.unwrap_or_default(),
-            key: key.to_string(),
-            request_hash: outbox_hash(&bridge.peer_home_id, target_session, content),
-            status: OutboxStatus::Pending,
-            reason: String::new(),
-            remote_message_id: String::new(),
-            // The first attempt is made right here; the worker takes over afterwards.
-            attempts: 1,
-            next_attempt_at: now + wait.as_millis() as i64,
-            created_at: now,
-            updated_at: now,
-            room: None,
-        };
+        let entry = new_entry(&bridge, source, target_session, content, key, now_ms(), wait);
         let key = (entry.key_scope.clone(), entry.key.clone());
         // Held until the outcome is in the store or in `recording`, where a send with this
         // key looks first.
         let _key_lock = self.inner.send_keys.take(key.clone()).await;
-        // The key decides first: a key in the outbox is answered from there and sends nothing.
-        let in_flight = self.in_flight(&key);
-        let stored =
-            self.inner.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
-        if let Some(existing) = stored {
-            return replay(in_flight, existing, &entry.request_hash);
-        }
-        // Nor may the key name a message the sender sent to a thread of this home (a local
-        // send holds this key's lock until its commit, so none lands after this check).
-        if let Some(message_id) = self.inner.store.local_key_message(&entry.key_scope, &entry.key).await? {
-            return Err(key_conflict(&message_id));
+        if let Some(answered) = self.answered_by_key(&key, &entry).await? {
+            return answered;
         }
         // A new key: a revoked bridge takes no more (a retry of an earlier send is answered
         // above, even after this home revoked its side).
@@ -263,15 +229,51 @@ impl Outbox {
         // The worker leaves the entry alone while this attempt is under way
         // (whatever ends it: an answer, the bounded wait, the caller going away).
         let claim = Claim::new_entry(&self.inner, &entry.id);
-        // The entry's commit and the first attempt overlap; the answer waits for both. The
-        // commit is queued first (so it is written even if the caller goes away), and a
-        // commit refused at once (the store is busy) stops the attempt before it ships
-        // anything. A commit that fails later, after the target took the message, leaves the
-        // message there and not here: the caller hears the failure, and its retry with the
-        // key is a replay at the target (with other content, a conflict).
+        let (inserted, (attempt, resets)) = self.insert_and_attempt(&entry, &bridge, host, wait).await?;
+        if let Some(existing) = inserted {
+            // Unreachable while this home holds the key's lock; answered from the store.
+            return replay(None, existing, &entry.request_hash);
+        }
+        match attempt {
+            Ok(Ok(outcome)) => self.first_outcome(host, key, outcome, resets, claim).await,
+            // Durable in the outbox: the worker keeps trying.
+            _ => Ok(sent_of(&entry, false)),
+        }
+    }
+
+    /// The answer a send's key already has, if it has one: from the outbox (the same
+    /// request replays, another conflicts), or a conflict with a message the sender sent to
+    /// a thread of this home (a local send holds the key's lock until its commit, so none
+    /// lands after this check). The key decides first: such a send sends nothing.
+    async fn answered_by_key(&self, key: &SendKey, entry: &OutboxRecord) -> Result<Option<Result<Sent>>> {
+        let in_flight = self.in_flight(key);
+        let stored =
+            self.inner.store.outbox_by_key(&entry.peer_home_id, &entry.key_scope, &entry.key).await?;
+        if let Some(existing) = stored {
+            return Ok(Some(replay(in_flight, existing, &entry.request_hash)));
+        }
+        if let Some(message_id) = self.inner.store.local_key_message(&entry.key_scope, &entry.key).await? {
+            return Ok(Some(Err(key_conflict(&message_id))));
+        }
+        Ok(None)
+    }
+
+    /// Commits a new entry and makes its first attempt, overlapping; the answer waits for
+    /// both. The commit is queued first (so it is written even if the caller goes away), and
+    /// a commit refused at once (the store is busy) stops the attempt before it ships
+    /// anything. A commit that fails later, after the target took the message, leaves the
+    /// message there and not here: the caller hears the failure, and its retry with the key
+    /// is a replay at the target (with other content, a conflict).
+    async fn insert_and_attempt(
+        &self,
+        entry: &OutboxRecord,
+        bridge: &BridgeRecord,
+        host: &str,
+        wait: Duration,
+    ) -> Result<(Option<OutboxRecord>, (Result<Result<Outcome>, tokio::time::error::Elapsed>, u64))> {
         let attempted = AtomicBool::new(false);
         let insert = async {
-            self.inner.store.outbox_insert(&entry).await.map_err(|e| match e {
+            self.inner.store.outbox_insert(entry).await.map_err(|e| match e {
                 // Kept as they are: the caller acts on them (and a retry with the key is
                 // what a full disk's answer asks for anyway).
                 e @ (StoreError::DiskFull(_) | StoreError::Corrupt { .. }) => Error::Store(e),
@@ -284,51 +286,51 @@ impl Outbox {
         };
         let attempt = async {
             attempted.store(true, Ordering::Relaxed);
-            let outcome = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(&bridge))).await;
+            let outcome = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(bridge))).await;
             Ok((outcome, self.resets(&entry.peer_home_id)))
         };
-        let (inserted, (attempt, resets)) = tokio::try_join!(biased; insert, attempt)?;
-        if let Some(existing) = inserted {
-            // Unreachable while this home holds the key's lock; answered from the store.
-            return replay(None, existing, &entry.request_hash);
+        tokio::try_join!(biased; insert, attempt)
+    }
+
+    /// The answer to a send whose first attempt brought an outcome. A refusal is answered
+    /// once recorded: after a crash the entry must not be pending again, to be retried and
+    /// perhaps delivered after all. Any other outcome is answered before its write: until it
+    /// lands the entry stays pending, and a retry after a crash is answered by the target's
+    /// dedup; meanwhile receipts read the outcome from memory, so what the sender sees next
+    /// agrees with the answer it got.
+    async fn first_outcome(
+        &self,
+        host: &str,
+        key: SendKey,
+        (shipped, event): Outcome,
+        resets: u64,
+        claim: Claim,
+    ) -> Result<Sent> {
+        let answer = first_answer(host, &shipped);
+        if shipped.status == OutboxStatus::Rejected {
+            self.record(&[(shipped, event)], |_| resets).await?;
+            return answer;
         }
-        match attempt {
-            Ok(Ok((shipped, event))) => {
-                let answer = first_answer(host, &shipped);
-                if shipped.status == OutboxStatus::Rejected {
-                    // A refusal is answered once recorded: after a crash the entry must not
-                    // be pending again, to be retried and perhaps delivered after all.
-                    self.record(&[(shipped, event)], |_| resets).await?;
-                    return answer;
+        let late = {
+            let mut recording = lock(&self.inner.recording);
+            if recording.closed {
+                Some((shipped, event))
+            } else {
+                let outcome = (shipped, event);
+                recording.answered.insert(key.clone(), Answered { outcome, resets, _claim: claim });
+                recording.queued.push(key);
+                if matches!(recording.queued.len(), 1 | MAX_QUEUED_OUTCOMES) {
+                    self.inner.outcomes_queued.notify_one();
                 }
-                // Otherwise the answer does not wait for the outcome's write: until it lands
-                // the entry stays pending, and a retry after a crash is answered by the
-                // target's dedup. Meanwhile receipts read the outcome from memory, so what
-                // the sender sees next agrees with the answer it got.
-                let late = {
-                    let mut recording = lock(&self.inner.recording);
-                    if recording.closed {
-                        Some((shipped, event))
-                    } else {
-                        let outcome = (shipped, event);
-                        recording.answered.insert(key.clone(), Answered { outcome, resets, _claim: claim });
-                        recording.queued.push(key);
-                        if matches!(recording.queued.len(), 1 | MAX_QUEUED_OUTCOMES) {
-                            self.inner.outcomes_queued.notify_one();
-                        }
-                        None
-                    }
-                };
-                if let Some(outcome) = late
-                    && let Err(e) = self.record(&[outcome], |_| resets).await
-                {
-                    warn!(error = %e, "cannot record a bridged send's outcome");
-                }
-                answer
+                None
             }
-            // Durable in the outbox: the worker keeps trying.
-            _ => Ok(sent_of(&entry, false)),
+        };
+        if let Some(outcome) = late
+            && let Err(e) = self.record(&[outcome], |_| resets).await
+        {
+            warn!(error = %e, "cannot record a bridged send's outcome");
         }
+        answer
     }
 
     /// The answer for a cross-home send's key already in the outbox (`None` if new), for a
@@ -661,6 +663,43 @@ impl Outbox {
     /// How long after it was sent an entry's retry window is over (just past the window).
     fn lifetime(&self) -> i64 {
         self.inner.config.bridge.retry_window.as_millis() as i64 + 1
+    }
+}
+
+/// A new cross-home send's outbox entry, its first attempt about to be made by the caller
+/// (the worker takes over after `wait`).
+fn new_entry(
+    bridge: &BridgeRecord,
+    source: Option<SourceRef>,
+    target_session: &str,
+    content: &str,
+    key: &str,
+    now: i64,
+    wait: Duration,
+) -> OutboxRecord {
+    let (source_thread, source_workspace) = match source {
+        Some(s) => (Some(s.thread_id), s.workspace_id),
+        None => (None, String::new()),
+    };
+    OutboxRecord {
+        id: new_id("msg"),
+        bridge_id: bridge.id.clone(),
+        peer_home_id: bridge.peer_home_id.clone(),
+        target_session: target_session.to_string(),
+        source_thread: source_thread.clone(),
+        source_workspace,
+        content: content.to_string(),
+        key_scope: source_thread.unwrap_or_default(),
+        key: key.to_string(),
+        request_hash: outbox_hash(&bridge.peer_home_id, target_session, content),
+        status: OutboxStatus::Pending,
+        reason: String::new(),
+        remote_message_id: String::new(),
+        attempts: 1,
+        next_attempt_at: now + wait.as_millis() as i64,
+        created_at: now,
+        updated_at: now,
+        room: None,
     }
 }
 
