@@ -147,8 +147,7 @@ pub fn event_to_pb(e: EventRecord) -> pb::Event {
         turn_id: e.turn_id.unwrap_or_default(),
         turn_status: e.turn_status.map(turn_status_to_pb).unwrap_or(pb::TurnStatus::Unspecified) as i32,
         reason: e.reason,
-        // A word the store keeps as text; empty for the other kinds.
-        lifecycle: pb::Lifecycle::from_word(&e.lifecycle).unwrap_or_default() as i32,
+        lifecycle: e.lifecycle.and_then(|l| pb::Lifecycle::from_word(l.as_str())).unwrap_or_default() as i32,
         message_id: e.message_id.unwrap_or_default(),
         request_id: e.request_id.unwrap_or_default(),
     }
@@ -176,7 +175,7 @@ pub fn event_from_pb(e: pb::Event, thread_id: &str) -> Option<EventRecord> {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as i64);
     let some = |text: String| (!text.is_empty()).then_some(text);
-    let lifecycle = e.lifecycle().word();
+    let lifecycle = crate::store::Lifecycle::parse(&e.lifecycle().word());
     Some(EventRecord {
         seq: e.seq as i64,
         thread_id: thread_id.to_string(),
@@ -485,8 +484,9 @@ mod tests {
         for field in ["input", "output"] {
             assert_eq!(pb::ContentField::from_word(field).map(|f| f.word()).as_deref(), Some(field));
         }
-        for change in ["created", "archived", "unarchived"] {
-            assert_eq!(pb::Lifecycle::from_word(change).map(|l| l.word()).as_deref(), Some(change));
+        for change in crate::store::Lifecycle::ALL {
+            let word = change.as_str();
+            assert_eq!(pb::Lifecycle::from_word(word).map(|l| l.word()).as_deref(), Some(word));
         }
     }
 }

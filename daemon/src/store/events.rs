@@ -13,6 +13,19 @@ words! {
     }
 }
 
+words! {
+    /// What happened to a thread, as a `lifecycle` event says.
+    Lifecycle {
+        Created => "created",
+        Archived => "archived",
+        Unarchived => "unarchived",
+        Renamed => "renamed",
+        Enabled => "enabled",
+        Disabled => "disabled",
+        Deleted => "deleted",
+    }
+}
+
 /// Two positions in a thread's event log, as ThreadWait cursors count (`seq`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventPositions {
@@ -32,7 +45,8 @@ pub struct EventRecord {
     pub turn_id: Option<String>,
     pub turn_status: Option<TurnStatus>,
     pub reason: String,
-    pub lifecycle: String,
+    /// A `lifecycle` event's change.
+    pub lifecycle: Option<Lifecycle>,
     pub message_id: Option<String>,
     /// An `attention` event's permission request, answered by `kiki approve` / `deny`.
     pub request_id: Option<String>,
@@ -49,7 +63,7 @@ impl EventRecord {
             turn_id: Some(turn_id.to_string()),
             turn_status: None,
             reason,
-            lifecycle: String::new(),
+            lifecycle: None,
             message_id: None,
             request_id: None,
             at,

@@ -124,7 +124,7 @@ async fn entries_page_and_settle(store: &dyn Store) {
         turn_id: None,
         turn_status: None,
         reason: "thread_not_found".into(),
-        lifecycle: String::new(),
+        lifecycle: None,
         message_id: Some("msg_1".into()),
         request_id: None,
         at: 30,

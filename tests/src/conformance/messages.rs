@@ -191,7 +191,7 @@ pub async fn events_are_logged_per_thread_in_order(store: &dyn Store) {
         turn_id: Some("tu_1".into()),
         turn_status: None,
         reason: "need a decision".into(),
-        lifecycle: String::new(),
+        lifecycle: None,
         message_id: None,
         request_id: None,
         at: 2,

@@ -142,8 +142,13 @@ pub async fn archive_reports_change(store: &dyn Store) {
     assert!(!again.changed, "already archived");
     let back = store.set_archived("th_a", false, 9).await.expect("unarchive").expect("exists");
     assert!(!back.thread.archived && back.changed);
-    let lifecycle: Vec<String> =
-        store.events_after("th_a", 0, 10).await.expect("events").into_iter().map(|e| e.lifecycle).collect();
+    let lifecycle: Vec<&str> = store
+        .events_after("th_a", 0, 10)
+        .await
+        .expect("events")
+        .into_iter()
+        .map(|e| e.lifecycle.map_or("", |l| l.as_str()))
+        .collect();
     assert_eq!(lifecycle, ["created", "archived", "unarchived"], "each change logged once");
     assert!(store.set_archived("th_missing", true, 9).await.expect("archive").is_none());
 }

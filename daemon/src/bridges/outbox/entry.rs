@@ -61,7 +61,7 @@ pub(super) fn finish(mut entry: OutboxRecord, status: OutboxStatus, reason: &str
         turn_id: None,
         turn_status: None,
         reason: reason.to_string(),
-        lifecycle: String::new(),
+        lifecycle: None,
         message_id: Some(entry.id.clone()),
         request_id: None,
         at: now,

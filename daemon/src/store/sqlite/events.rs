@@ -90,7 +90,7 @@ pub(super) fn event(thread_id: &str, kind: EventKind, now: Millis) -> EventRecor
         turn_id: None,
         turn_status: None,
         reason: String::new(),
-        lifecycle: String::new(),
+        lifecycle: None,
         message_id: None,
         request_id: None,
         at: now,
@@ -108,7 +108,7 @@ pub(super) fn insert_event(conn: &Connection, e: &EventRecord) -> StoreResult<i6
             e.turn_id,
             e.turn_status.map(TurnStatus::as_str),
             e.reason,
-            e.lifecycle,
+            e.lifecycle.map_or("", Lifecycle::as_str),
             e.message_id,
             e.request_id,
             e.at

@@ -239,7 +239,7 @@ pub(super) fn event_from(row: &Row) -> StoreResult<EventRecord> {
         turn_id: row.get("turn_id")?,
         turn_status: row.get("turn_status")?,
         reason: row.get("reason")?,
-        lifecycle: row.get("lifecycle")?,
+        lifecycle: Lifecycle::parse(&row.get::<_, String>("lifecycle")?),
         message_id: row.get("message_id")?,
         request_id: row.get("request_id")?,
         at: row.get("at")?,

@@ -33,7 +33,7 @@ impl ThreadStore for SqliteStore {
                     super::turns::save_agent_session(conn, &thread.id, session, thread.now)?;
                 }
                 let mut created = event(&thread.id, EventKind::Lifecycle, thread.now);
-                created.lifecycle = "created".into();
+                created.lifecycle = Some(Lifecycle::Created);
                 insert_event(conn, &created)?;
                 if let Some(input) = &first_input {
                     insert_input(conn, &thread.id, input, true, None)?;
@@ -107,7 +107,7 @@ impl ThreadStore for SqliteStore {
                 touched(Some(&id));
                 if changed {
                     let mut lifecycle = event(&id, EventKind::Lifecycle, now);
-                    lifecycle.lifecycle = if archived { "archived" } else { "unarchived" }.into();
+                    lifecycle.lifecycle = Some(if archived { Lifecycle::Archived } else { Lifecycle::Unarchived });
                     insert_event(conn, &lifecycle)?;
                 }
                 let mut notified = vec![id.clone()];
