@@ -440,6 +440,35 @@ fn part_kind_to_pb(k: PartKind) -> pb::PartKind {
     }
 }
 
+/// A cross-home send as its source's receipts show it: an entry of the outbox of the bridge
+/// called `alias`.
+pub fn outbound_receipt_to_pb(alias: &str, e: crate::store::OutboxRecord) -> pb::Receipt {
+    pb::Receipt {
+        target: format!("{alias}/{}", e.target_session),
+        message_id: e.id,
+        direction: direction_to_pb(crate::store::Direction::Outbound) as i32,
+        idempotency_key: e.key,
+        status: delivery_status_to_pb(e.status) as i32,
+        reason: e.reason,
+        attempts: e.attempts as u32,
+        at: rfc3339(e.updated_at),
+    }
+}
+
+/// A bridged send as its target's receipts show it.
+pub fn inbound_receipt_to_pb(r: crate::store::ReceiptRecord) -> pb::Receipt {
+    pb::Receipt {
+        message_id: r.message_id,
+        direction: direction_to_pb(crate::store::Direction::Inbound) as i32,
+        target: r.target,
+        idempotency_key: r.key,
+        status: delivery_status_to_pb(r.status) as i32,
+        reason: r.reason,
+        attempts: 1,
+        at: rfc3339(r.at),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

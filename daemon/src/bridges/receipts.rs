@@ -14,7 +14,7 @@ use kiki_proto as pb;
 
 use super::outbox::Outbox;
 use super::table::BridgeTable;
-use crate::convert::{delivery_status_to_pb, direction_to_pb};
+use crate::convert::{inbound_receipt_to_pb, outbound_receipt_to_pb};
 use crate::error::{Error, Result};
 use crate::store::{BridgeRecord, Millis, OutboxRecord, Store};
 use crate::store::{Direction, OutboxStatus};
@@ -151,16 +151,7 @@ impl Receipts<'_> {
                     Candidate {
                         order: (e.created_at, e.id.clone()),
                         at: Position::Outbound(e.created_at, e.id.clone()),
-                        receipt: pb::Receipt {
-                            target: format!("{}/{}", bridge.alias, e.target_session),
-                            message_id: e.id,
-                            direction: direction_to_pb(Direction::Outbound) as i32,
-                            idempotency_key: e.key,
-                            status: delivery_status_to_pb(e.status) as i32,
-                            reason: e.reason,
-                            attempts: e.attempts as u32,
-                            at: crate::time::rfc3339(e.updated_at),
-                        },
+                        receipt: outbound_receipt_to_pb(&bridge.alias, e),
                     }
                 })
                 .collect());
@@ -172,16 +163,7 @@ impl Receipts<'_> {
             .map(|(seq, r)| Candidate {
                 order: (r.at, format!("{seq:020}")),
                 at: Position::Inbound(seq),
-                receipt: pb::Receipt {
-                    message_id: r.message_id,
-                    direction: direction_to_pb(Direction::Inbound) as i32,
-                    target: r.target,
-                    idempotency_key: r.key,
-                    status: delivery_status_to_pb(r.status) as i32,
-                    reason: r.reason,
-                    attempts: 1,
-                    at: crate::time::rfc3339(r.at),
-                },
+                receipt: inbound_receipt_to_pb(r),
             })
             .collect())
     }
