@@ -9,7 +9,6 @@
 mod rooms;
 mod sends;
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -27,6 +26,7 @@ use super::HEALTH_EVERY;
 use super::codec::{Mirror, Rejection, to_wire, wire_error};
 use super::links::Links;
 use super::pairing::Pairing;
+use super::parked::ParkedCalls;
 use super::table::BridgeTable;
 use crate::config::Config;
 use crate::error::Error;
@@ -35,32 +35,8 @@ use crate::rooms::Rooms;
 use crate::store::BridgeRecord;
 use crate::store::Store;
 use crate::store::{BridgeState, Direction, Permission, Refusal};
-use crate::sync::lock;
 use crate::threads::Threads;
 use crate::time::now_ms;
-
-/// The parked calls of each peer with an inbound bridge: cancelled when the bridge is
-/// revoked or its access turned off, so they end at once instead of at their timeout.
-#[derive(Default)]
-pub(super) struct ParkedCalls {
-    by_peer: std::sync::Mutex<HashMap<String, CancellationToken>>,
-}
-
-impl ParkedCalls {
-    /// What a call of `peer`'s parks on.
-    fn token(&self, peer: &str) -> CancellationToken {
-        lock(&self.by_peer).entry(peer.to_string()).or_default().clone()
-    }
-
-    /// Ends the parked calls of an inbound bridge's peer (revoked or turned off).
-    pub(super) fn cut_off(&self, bridge: &BridgeRecord) {
-        if bridge.direction == Direction::Inbound
-            && let Some(parked) = lock(&self.by_peer).remove(&bridge.peer_home_id)
-        {
-            parked.cancel();
-        }
-    }
-}
 
 /// Serving peers' calls, with what that works with.
 pub(super) struct Inbound {

@@ -23,9 +23,9 @@ use policy::{ALIAS_MAX_CHARS, alias_problem};
 
 use super::Decisions;
 use super::codec::{Rejection, from_wire, permissions_from_wire, permissions_to_wire};
-use super::inbound::ParkedCalls;
 use super::links::Links;
 use super::links::{call_link, dial_failure, link_failure, resolve, took};
+use super::parked::ParkedCalls;
 use super::table::BridgeTable;
 use crate::error::{Error, Result};
 use crate::mailbox::Mailbox;
