@@ -5,7 +5,9 @@
 //! - `links`: the connections this home dials, one per peer, redialed when lost and let go
 //!   when idle.
 //! - `pairing`: requests, approval, rejection, revocation, turning inbound access off and
-//!   on, and refreshing an outbound bridge from its target.
+//!   on, and refreshing an outbound bridge from its target (learning a grant as soon as the
+//!   target serves a call); its decisions are pure, in `pairing/policy.rs`.
+//! - `parked`: peers' parked calls, ended when their bridge is revoked or turned off.
 //! - `inbound`: serving peers' calls — every call checked against the peer's grant — and
 //!   the target's side of cross-home sends.
 //! - `outbox`: the source's side of cross-home sends: the transactional outbox, its
@@ -16,8 +18,10 @@
 //!   bridges' words, and the calls' and answers' messages translated to and from the local
 //!   API's.
 //!
-//! Every background task (the accept loop and the peers it serves, the outbox worker and
-//! its attempts, the recorder, the expiry sweep, the idle-connection sweep) runs on the
+//! Each part is given what it uses, named (the table, the links, the store, the owner's
+//! decisions lock, …), not one shared context. Every background task (the accept loop and
+//! the peers it serves, the outbox worker and its attempts, the recorder, the expiry sweep,
+//! the idle-connection sweep, learning grants) runs on the
 //! facade's task tracker and is joined by [`Bridges::close`], in the home's ordered
 //! shutdown.
 
