@@ -11,6 +11,7 @@ pub mod flood;
 pub mod mcp;
 pub mod measure;
 pub mod sessions;
+pub mod sshd;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

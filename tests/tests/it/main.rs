@@ -25,5 +25,6 @@ mod session_agents;
 mod sessions;
 mod simulated_bridges;
 mod smoke;
+mod spaces;
 mod store_sqlite;
 mod threads;
