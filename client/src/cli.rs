@@ -10,7 +10,9 @@ use kiki_client::home_dir;
 use crate::bridge::{self, BridgeCommand};
 use crate::home::{self, HomeCommand};
 use crate::mcp::{self, McpArgs};
+use crate::output::UsageError;
 use crate::room::{self, RoomCommand};
+use crate::space::{self, SpaceCommand};
 use crate::thread::{self, ThreadCommand};
 
 /// Examples under `kiki --help` (and `kiki help`): a first thread, reading it, scripting.
@@ -63,6 +65,10 @@ pub struct Args {
     /// Print exactly one JSON document on stdout (errors too, their message in one line).
     #[arg(long, global = true)]
     pub json: bool,
+    /// Run the command against the home of this space (`kiki space add`), through its
+    /// socket forwarded over the space's SSH connection.
+    #[arg(long, global = true)]
+    pub space: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -84,6 +90,9 @@ pub enum Command {
     /// The collaboration tools as an MCP server on stdio, for agent CLIs; `kiki mcp install`
     /// sets an agent up to start it.
     Mcp(McpArgs),
+    /// Spaces: machines reached over SSH, each a home of its own, bridged with this one.
+    #[command(subcommand)]
+    Space(SpaceCommand),
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -94,13 +103,23 @@ pub async fn run(args: Args) -> Result<()> {
         _ => None,
     });
     // Checked before any command touches the home or trusts a daemon on its socket.
-    let home = home_dir(flag)?;
+    let mut home = home_dir(flag)?;
+    if let Some(name) = &args.space {
+        if matches!(&args.command, Command::Space(_) | Command::Home(HomeCommand::Up { .. })) {
+            return Err(UsageError(format!(
+                "--space {name}: not with this command (kiki space up {name} starts the space's home)"
+            ))
+            .into());
+        }
+        home = space::home_of(&home, name).await?;
+    }
     match args.command {
         Command::Home(command) => home::run(&home, command, args.json).await,
         Command::Thread(command) => thread::run(&home, command, args.json).await,
         Command::Room(command) => room::run(&home, command, args.json).await,
         Command::Bridge(command) => bridge::run(&home, command, args.json).await,
         Command::Mcp(command) => mcp::run(&home, command, args.json).await,
+        Command::Space(command) => space::run(&home, command, args.json).await,
     }
 }
 

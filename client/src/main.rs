@@ -27,6 +27,7 @@ mod mcp;
 mod output;
 mod render;
 mod room;
+mod space;
 mod thread;
 
 use std::process::ExitCode;

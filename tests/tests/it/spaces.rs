@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use kiki_tests::binaries::{binary, free_udp_port, kiki, kiki_json, kiki_with_env, new_home, wait_for_turns};
 use kiki_tests::sshd::Sshd;
 
 /// `ssh` with the test server's client config, running `command` there.
@@ -36,4 +37,150 @@ fn the_test_sshd_is_reached_only_with_its_host_key_trusted() {
         said.contains("HOST IDENTIFICATION HAS CHANGED") || said.contains("verification failed"),
         "{said}"
     );
+}
+
+/// A local home (bridges listening on loopback) with the test server's ssh config in the
+/// environment `kiki` reads it from.
+struct Setup {
+    sshd: Sshd,
+    local: std::path::PathBuf,
+    remote_home: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn start() -> Self {
+        let sshd = Sshd::start();
+        let (dir, local) = new_home();
+        std::fs::create_dir_all(&local).expect("home");
+        // A profile whose turn sends its input's first line's thread (in the space) a
+        // message, as an agent would, with the turn's own token.
+        let sender = format!(
+            "read target; exec {} --json thread send \"dev/$target\" --key k1 --content hello",
+            binary("kiki").display()
+        );
+        std::fs::write(
+            local.join("config.toml"),
+            format!(
+                "[bridge]\nlisten = \"127.0.0.1:{}\"\n[profiles.sender]\nexecutor = \"exec\"\n\
+                 command = [\"sh\", \"-c\", {sender:?}]\nthread_communication = true\n",
+                free_udp_port()
+            ),
+        )
+        .expect("config");
+        kiki_json(&local, &["up"]);
+        let remote_home = sshd.remote_dir("home");
+        Self { sshd, local, remote_home, _dir: dir }
+    }
+
+    /// `kiki --home LOCAL ARGS…` with the test server's ssh config.
+    fn kiki(&self, args: &[&str]) -> std::process::Output {
+        let config = self.sshd.config();
+        kiki_with_env(&self.local, args, &[("KIKI_SSH_CONFIG", config.to_str().expect("path"))])
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.kiki(&all);
+        assert!(
+            out.status.success(),
+            "kiki {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON document")
+    }
+
+    /// `kiki --space dev --json ARGS…`.
+    fn there(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["--space", "dev"];
+        all.extend_from_slice(args);
+        self.json(&all)
+    }
+
+    /// The space's thread once it has `n` ended turns, read through `--space`.
+    fn turns_there(&self, thread: &str, n: usize) -> serde_json::Value {
+        let started = std::time::Instant::now();
+        loop {
+            let page = self.there(&["thread", "read", thread]);
+            if page["turns"].as_array().map_or(0, Vec::len) >= n {
+                return page;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(20), "{thread}: {page}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    fn add(&self, extra: &[&str]) -> serde_json::Value {
+        let url = self.sshd.url();
+        let remote_home = self.remote_home.to_str().expect("path").to_string();
+        let mut args = vec!["space", "add", &url, "--name", "dev", "--remote-home", &remote_home];
+        args.extend_from_slice(extra);
+        self.json(&args)
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = kiki(&self.remote_home, &["down"]);
+        let _ = kiki(&self.local, &["down"]);
+    }
+}
+
+#[test]
+fn a_space_is_added_in_one_command_and_again_changes_nothing() {
+    let s = Setup::start();
+    let first = s.add(&["--grant", "send,wake"]);
+    assert_eq!(first["uploaded"], true, "{first}");
+    assert!(s.remote_home.join("bin/kikid").is_file());
+    let home_id = first["space"]["home_id"].as_str().expect("id").to_string();
+    assert_eq!(kiki_json(&s.remote_home, &["status"])["home_id"], home_id.as_str());
+
+    let again = s.add(&["--grant", "send,wake"]);
+    assert_eq!(again["uploaded"], false, "{again}");
+    assert_eq!(again["space"]["home_id"], home_id.as_str());
+    let bridges = kiki_json(&s.local, &["bridge", "list"]);
+    let ours: Vec<_> = bridges["bridges"]
+        .as_array()
+        .expect("bridges")
+        .iter()
+        .filter(|b| b["peer_home_id"] == home_id.as_str())
+        .collect();
+    assert_eq!(ours.len(), 2, "one bridge each way: {bridges}");
+    let pending = kiki_json(&s.remote_home, &["bridge", "pending"]);
+    assert_eq!(pending["requests"].as_array().map(Vec::len), Some(0), "{pending}");
+    let spaces = s.json(&["space", "list"]);
+    assert_eq!(spaces["spaces"].as_array().map(Vec::len), Some(1), "{spaces}");
+    assert_eq!(spaces["spaces"][0]["outbound"]["state"], "active", "{spaces}");
+    assert_eq!(spaces["spaces"][0]["inbound"]["state"], "active", "{spaces}");
+}
+
+/// `--space` runs commands against the space's home through its forwarded socket; a thread
+/// created there from here is sent to by a thread here over the space's bridge, and its
+/// turn runs there.
+#[test]
+fn threads_in_a_space_are_steered_from_here_and_reached_over_the_bridge() {
+    let s = Setup::start();
+    let added = s.add(&[]);
+    let status = s.there(&["status"]);
+    assert_eq!(status["home_id"], added["space"]["home_id"], "{status}");
+    assert_ne!(status["home_id"], s.json(&["status"])["home_id"]);
+
+    let there = s.there(&["thread", "create", "--profile", "echo", "--title", "in the space"]);
+    let id = there["id"].as_str().expect("id").to_string();
+    s.there(&["thread", "set", &id, "--communication", "on"]);
+    let listed = s.json(&["thread", "list", "--bridge", "dev"]);
+    assert!(
+        listed["threads"].as_array().expect("threads").iter().any(|t| t["id"] == id.as_str()),
+        "{listed}"
+    );
+
+    let sender = kiki_json(&s.local, &["thread", "create", "--profile", "sender", "--prompt", &id]);
+    let sent = wait_for_turns(&s.local, sender["id"].as_str().expect("id"), 1);
+    assert!(sent["turns"][0]["output"].as_str().expect("output").contains("delivered"), "{sent}");
+    let read = s.turns_there(&id, 1);
+    assert_eq!(read["turns"][0]["output"], "echo: hello", "{read}");
+    let input = &read["turns"][0]["inputs"][0];
+    assert_eq!(input["source"]["session_id"], sender["id"], "{read}");
 }

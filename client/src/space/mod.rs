@@ -1,0 +1,440 @@
+//! `kiki space`: a machine reached over SSH brought in as a home of its own — a remote
+//! space — in one command, owner control staying here. `space add` makes sure this
+//! version's `kiki` and `kikid` are there (uploading this machine's when the platform
+//! matches), starts the remote home, reads its id and bridge address through the SSH channel
+//! (one the owner already trusts: that is the owner's approval on both sides), and makes the
+//! bridges, pinned to the ids read over SSH. `kiki --space NAME …` runs any command against
+//! the remote home through its socket, forwarded over the space's one multiplexed SSH
+//! connection. SSH carries only bootstrap and owner control; threads talk over the bridges.
+
+mod registry;
+mod ssh;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use kiki_proto as pb;
+use kiki_proto::Word;
+use serde_json::{Value, json};
+
+use crate::connect::connect;
+use crate::output::{UsageError, print_json};
+pub use registry::{Registry, Space};
+use ssh::{Remote, quote};
+
+#[derive(Subcommand)]
+pub enum SpaceCommand {
+    /// Bring a machine reachable by SSH in as a space: this version's kiki there, its home
+    /// started, and a bridge from here to it (and, with --grant, back). Running it again
+    /// changes nothing that is in place.
+    #[command(
+        after_help = "Examples:\n  kiki space add ssh://me@devbox --name devbox --want read,send,wake,wait\n  \
+                      kiki space add ssh://devbox:2222 --name devbox --want read,send --grant send,wake"
+    )]
+    Add {
+        /// `ssh://[user@]host[:port]`; the system's ssh (its config, keys, agent) reaches it.
+        target: String,
+        /// The space's name here: it names the bridge too (`NAME/SESSION`).
+        #[arg(long)]
+        name: String,
+        /// The home directory there (default: ~/.kiki there).
+        #[arg(long)]
+        remote_home: Option<String>,
+        /// What this home may do there (the bridge from here to it).
+        #[arg(long, default_value = "read,send,wake,wait")]
+        want: String,
+        /// What the space's home may do here (a bridge back), if anything.
+        #[arg(long)]
+        grant: Option<String>,
+    },
+    /// The spaces of this home, with their bridges.
+    List,
+    /// Start a space's home again (after its machine rebooted, say).
+    Up { name: String },
+    /// Revoke a space's bridges at both ends and forget it; with --stop, stop its home too.
+    Remove {
+        name: String,
+        #[arg(long)]
+        stop: bool,
+    },
+}
+
+pub async fn run(home: &Path, command: SpaceCommand, json: bool) -> Result<()> {
+    match command {
+        SpaceCommand::Add { target, name, remote_home, want, grant } => {
+            add(home, &target, &name, remote_home.as_deref(), &want, grant.as_deref(), json).await
+        }
+        SpaceCommand::List => list(home, json).await,
+        SpaceCommand::Up { name } => up(home, &name, json).await,
+        SpaceCommand::Remove { name, stop } => remove(home, &name, stop, json).await,
+    }
+}
+
+/// The directory standing for the space's home here: its socket is the remote home's,
+/// forwarded over SSH. Commands run with `--space NAME` use it as their home.
+pub async fn home_of(home: &Path, name: &str) -> Result<PathBuf> {
+    let registry = Registry::open(home)?;
+    let space = registry.get(name).ok_or_else(|| no_space(name))?.clone();
+    let dir = ssh::control_dir(home)?.join(name);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+    }
+    let socket = dir.join("kikid.sock");
+    // A forward kept by the master from an earlier command answers at once.
+    if kiki_client::Client::connect(&socket).await.is_ok() {
+        return Ok(dir);
+    }
+    let remote = Remote::open(home, name, &space.target).await?;
+    remote.forward_socket(&socket, &Path::new(&space.remote_home).join("kikid.sock")).await?;
+    Ok(dir)
+}
+
+async fn add(
+    home: &Path,
+    target: &str,
+    name: &str,
+    remote_home: Option<&str>,
+    want: &str,
+    grant: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    if let Some(problem) = registry::name_problem(name) {
+        return Err(UsageError(format!("--name: {problem}")).into());
+    }
+    let host = target_host(target)?;
+    let local = connect(home).await.context("the local home must run (kiki up) to add a space")?;
+    let here = local.home().status(pb::StatusRequest {}).await?.into_inner();
+    let remote = Remote::open(home, name, target).await?;
+    let remote_home = remote_path(&remote, remote_home.unwrap_or("~/.kiki")).await?;
+    let (kiki, uploaded) = ensure_binaries(&remote, &remote_home, json).await?;
+    let there = start_remote(&remote, &kiki, &remote_home).await?;
+    let home_id = there["home_id"].as_str().context("the remote home's id")?.to_string();
+    let port = there["bridge_listen"].as_str().and_then(|a| a.rsplit_once(':')).map(|(_, p)| p.to_string());
+    let bridge = format!("{host}:{}", port.context("the remote home's bridge address")?);
+    let space = Space { target: target.to_string(), remote_home: remote_home.clone(), kiki, home_id, bridge };
+    let outbound = ensure_outbound(&local, &remote, &space, name, want).await?;
+    let inbound = match grant {
+        Some(grant) => Some(ensure_inbound(&local, &remote, &space, &here, grant).await?),
+        None => None,
+    };
+    Registry::open(home)?.put(name, space.clone())?;
+    if json {
+        print_json(&json!({
+            "space": {"name": name, "target": space.target, "remote_home": space.remote_home,
+                      "home_id": space.home_id, "bridge": space.bridge},
+            "uploaded": uploaded, "outbound": outbound, "inbound": inbound,
+        }));
+    } else {
+        outln!("space {name}: home {} at {} ({})", space.home_id, space.remote_home, space.target);
+        outln!("bridge {name} → there: {outbound}");
+        if let Some(inbound) = inbound {
+            outln!("bridge there → here: {inbound}");
+        }
+    }
+    Ok(())
+}
+
+/// The host part of `ssh://[user@]host[:port]`.
+fn target_host(target: &str) -> Result<String> {
+    let rest = target
+        .strip_prefix("ssh://")
+        .ok_or_else(|| UsageError(format!("{target:?}: a target is ssh://[user@]host[:port]")))?;
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map(|(h, _)| h).unwrap_or(v6),
+        None => host.split(':').next().unwrap_or(host),
+    };
+    if host.is_empty() {
+        return Err(UsageError(format!("{target:?}: no host")).into());
+    }
+    Ok(host.to_string())
+}
+
+/// `path` on the remote, `~/` expanded there.
+async fn remote_path(remote: &Remote, path: &str) -> Result<String> {
+    match path.strip_prefix("~/") {
+        Some(rest) => {
+            let home = remote.shell("printf %s \"$HOME\"").await?;
+            Ok(format!("{}/{rest}", home.stdout.trim_end_matches('/')))
+        }
+        None if path.starts_with('/') => Ok(path.to_string()),
+        None => Err(UsageError(format!("--remote-home {path:?}: an absolute path, or one under ~/")).into()),
+    }
+}
+
+/// The remote `kiki` of this version: the one beside the remote home, or on the remote's
+/// PATH, else this machine's binaries uploaded beside the remote home when the platform
+/// matches. Whether it uploaded them.
+async fn ensure_binaries(remote: &Remote, remote_home: &str, json: bool) -> Result<(String, bool)> {
+    let version = format!("kiki {}", env!("CARGO_PKG_VERSION"));
+    let beside = format!("{remote_home}/bin/kiki");
+    for candidate in [beside.as_str(), "kiki"] {
+        // `|| true`: a missing program is an answer here, not a lost connection (`ssh`
+        // reports exit 127 as one).
+        let ran = remote.shell(&format!("{} --version 2>/dev/null || true", quote(candidate))).await?;
+        if ran.stdout.trim() == version {
+            return Ok((candidate.to_string(), false));
+        }
+    }
+    let platform = remote.shell("uname -sm").await?.stdout.trim().to_string();
+    let ours = local_platform();
+    if platform != ours {
+        return Err(tonic::Status::failed_precondition(format!(
+            "the remote has no {version} and is {platform:?}, not {ours:?} like this machine: install {version} \
+             there (kiki and kikid, on its PATH or in {remote_home}/bin), then run this again"
+        ))
+        .into());
+    }
+    let here = std::env::current_exe().context("this kiki's path")?;
+    let dir = here.parent().context("this kiki's directory")?;
+    let files = [dir.join("kiki"), dir.join("kikid")];
+    let total: u64 = files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
+    let bar = progress_bar(total, json);
+    for file in &files {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("kiki");
+        remote.upload(file, &format!("{remote_home}/bin/{name}"), &|n| bar.inc(n)).await?;
+    }
+    bar.finish_and_clear();
+    Ok((beside, true))
+}
+
+/// This machine's platform as `uname -sm` prints it.
+fn local_platform() -> String {
+    let os = match std::env::consts::OS {
+        "linux" => "Linux",
+        "macos" => "Darwin",
+        other => other,
+    };
+    let arch = match std::env::consts::ARCH {
+        "aarch64" if os == "Darwin" => "arm64",
+        arch => arch,
+    };
+    format!("{os} {arch}")
+}
+
+/// A progress bar for uploads, shown on a terminal only (never with --json).
+fn progress_bar(total: u64, json: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if json || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("uploading kiki {bar:30} {bytes}/{total_bytes}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// `kiki --home HOME --json ARGS…` there: its JSON answer, or its error.
+async fn remote_kiki(remote: &Remote, kiki: &str, remote_home: &str, args: &[&str]) -> Result<Value> {
+    let mut all = vec!["--home", remote_home, "--json"];
+    all.extend_from_slice(args);
+    let ran = remote.run(kiki, &all).await?;
+    let answer: Value = serde_json::from_str(&ran.stdout).unwrap_or(Value::Null);
+    if !ran.ok {
+        let said = answer["error"]["message"].as_str().map(str::to_string).unwrap_or(ran.stderr);
+        bail!("kiki {} there: {}", args.join(" "), said.trim());
+    }
+    Ok(answer)
+}
+
+/// Starts the remote home (a first start gives it a bridge port of its own on every address,
+/// kept in its config, so this home can dial it and its restarts keep it); its status.
+async fn start_remote(remote: &Remote, kiki: &str, remote_home: &str) -> Result<Value> {
+    let config = format!("{remote_home}/config.toml");
+    let has_listen =
+        remote.shell(&format!("grep -qs '^\\[bridge\\]' {}", quote(&config))).await.map(|r| r.ok)?;
+    if !has_listen {
+        remote
+            .shell(&format!(
+                "mkdir -p {home} && chmod 700 {home} && printf '[bridge]\\nlisten = \"0.0.0.0:0\"\\n' >> {config}",
+                home = quote(remote_home),
+                config = quote(&config)
+            ))
+            .await?;
+        let status = remote_kiki(remote, kiki, remote_home, &["up"]).await?;
+        // Fixed from now on: the port it got.
+        if let Some((_, port)) = status["bridge_listen"].as_str().and_then(|a| a.rsplit_once(':')) {
+            remote
+                .shell(&format!(
+                    "sed -i 's/^listen = \"0.0.0.0:0\"$/listen = \"0.0.0.0:{port}\"/' {}",
+                    quote(&config)
+                ))
+                .await?;
+        }
+        return Ok(status);
+    }
+    remote_kiki(remote, kiki, remote_home, &["up"]).await
+}
+
+/// The bridge from here to the space's home: the one in place, or a request from here
+/// approved there, both ends pinned to the home ids read over SSH.
+async fn ensure_outbound(
+    local: &kiki_client::Client,
+    remote: &Remote,
+    space: &Space,
+    name: &str,
+    want: &str,
+) -> Result<String> {
+    let bridges = local.bridges().bridge_list(pb::BridgeListRequest {}).await?.into_inner().bridges;
+    let kept = bridges.iter().find(|b| {
+        b.peer_home_id == space.home_id
+            && b.direction() == pb::Direction::Outbound
+            && b.state() != pb::BridgeState::Revoked
+    });
+    if let Some(bridge) = kept.filter(|b| b.state() == pb::BridgeState::Active) {
+        return Ok(format!("{} ({}), already in place", bridge.id, bridge.state().word()));
+    }
+    let request = pb::BridgeRequestRequest {
+        address: space.bridge.clone(),
+        want: vec![want.to_string()],
+        expect: space.home_id.clone(),
+        name: name.to_string(),
+    };
+    let requested = local.bridges().bridge_request(request).await?.into_inner();
+    remote_kiki(
+        remote,
+        &space.kiki,
+        &space.remote_home,
+        &["bridge", "approve", &requested.request_id, "--allow", want],
+    )
+    .await?;
+    let bridge = requested.bridge.map(|b| b.id).unwrap_or_default();
+    Ok(format!("{bridge} requested here, approved there ({want})"))
+}
+
+/// The bridge from the space's home to here (`--grant`): one in place, or a request from
+/// there approved here, pinned to this home's id. The space's home dials this home at the
+/// address the SSH connection came from.
+async fn ensure_inbound(
+    local: &kiki_client::Client,
+    remote: &Remote,
+    space: &Space,
+    here: &pb::StatusResponse,
+    grant: &str,
+) -> Result<String> {
+    let bridges = local.bridges().bridge_list(pb::BridgeListRequest {}).await?.into_inner().bridges;
+    if let Some(bridge) = bridges.iter().find(|b| {
+        b.peer_home_id == space.home_id
+            && b.direction() == pb::Direction::Inbound
+            && b.state() == pb::BridgeState::Active
+    }) {
+        return Ok(format!("{} ({}), already in place", bridge.id, bridge.state().word()));
+    }
+    let from = remote.shell("printf %s \"$SSH_CONNECTION\"").await?.stdout;
+    let client_ip = from.split_whitespace().next().unwrap_or("127.0.0.1").to_string();
+    let port = here.bridge_listen.rsplit_once(':').map(|(_, p)| p).unwrap_or_default();
+    let address = format!("{client_ip}:{port}");
+    let asked = remote_kiki(
+        remote,
+        &space.kiki,
+        &space.remote_home,
+        &["bridge", "request", &address, "--want", grant, "--expect", &here.home_id, "--name", "origin"],
+    )
+    .await?;
+    let request_id = asked["request_id"].as_str().context("the request's id")?.to_string();
+    let approve = pb::BridgeApproveRequest {
+        request_id: request_id.clone(),
+        allow: vec![grant.to_string()],
+        workspaces: Vec::new(),
+        name: String::new(),
+    };
+    let approved = local.bridges().bridge_approve(approve).await?.into_inner();
+    let id = approved.bridge.map(|b| b.id).unwrap_or_default();
+    Ok(format!("{id} requested there, approved here ({grant})"))
+}
+
+async fn list(home: &Path, json: bool) -> Result<()> {
+    let registry = Registry::open(home)?;
+    let bridges = match connect(home).await {
+        Ok(local) => local.bridges().bridge_list(pb::BridgeListRequest {}).await?.into_inner().bridges,
+        Err(_) => Vec::new(),
+    };
+    let mut listed = Vec::new();
+    for (name, space) in registry.all() {
+        let of = |direction: pb::Direction| {
+            bridges
+                .iter()
+                .find(|b| b.peer_home_id == space.home_id && b.direction() == direction)
+                .map(|b| json!({"id": b.id, "state": b.state().word(), "last_success": b.last_success, "last_error": b.last_error}))
+        };
+        listed.push(json!({
+            "name": name, "target": space.target, "remote_home": space.remote_home, "home_id": space.home_id,
+            "bridge": space.bridge, "outbound": of(pb::Direction::Outbound), "inbound": of(pb::Direction::Inbound),
+        }));
+    }
+    if json {
+        print_json(&json!({"spaces": listed}));
+        return Ok(());
+    }
+    if listed.is_empty() {
+        outln!("no spaces (kiki space add ssh://HOST --name NAME)");
+    }
+    for s in &listed {
+        let state = |v: &Value| v["state"].as_str().unwrap_or("none").to_string();
+        outln!(
+            "{}  {}  home {}  out: {}  in: {}",
+            s["name"].as_str().unwrap_or_default(),
+            s["target"].as_str().unwrap_or_default(),
+            s["home_id"].as_str().unwrap_or_default(),
+            state(&s["outbound"]),
+            state(&s["inbound"])
+        );
+    }
+    Ok(())
+}
+
+async fn up(home: &Path, name: &str, json: bool) -> Result<()> {
+    let space = Registry::open(home)?.get(name).cloned().ok_or_else(|| no_space(name))?;
+    let remote = Remote::open(home, name, &space.target).await?;
+    let status = remote_kiki(&remote, &space.kiki, &space.remote_home, &["up"]).await?;
+    if json {
+        print_json(&status);
+    } else {
+        outln!("space {name}: home {} is up", status["home_id"].as_str().unwrap_or_default());
+    }
+    Ok(())
+}
+
+async fn remove(home: &Path, name: &str, stop: bool, json: bool) -> Result<()> {
+    let mut registry = Registry::open(home)?;
+    let space = registry.get(name).cloned().ok_or_else(|| no_space(name))?;
+    let local = connect(home).await?;
+    let bridges = local.bridges().bridge_list(pb::BridgeListRequest {}).await?.into_inner().bridges;
+    let mut revoked = Vec::new();
+    for bridge in
+        bridges.iter().filter(|b| b.peer_home_id == space.home_id && b.state() != pb::BridgeState::Revoked)
+    {
+        local.bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id.clone() }).await?;
+        revoked.push(bridge.id.clone());
+    }
+    // The other ends, there: this home's bridges with the space's home.
+    let here = local.home().status(pb::StatusRequest {}).await?.into_inner();
+    let remote = Remote::open(home, name, &space.target).await?;
+    let theirs = remote_kiki(&remote, &space.kiki, &space.remote_home, &["bridge", "list"]).await?;
+    for bridge in theirs["bridges"].as_array().into_iter().flatten() {
+        if bridge["peer_home_id"] == here.home_id.as_str() && bridge["state"] != "revoked" {
+            let id = bridge["id"].as_str().unwrap_or_default();
+            remote_kiki(&remote, &space.kiki, &space.remote_home, &["bridge", "revoke", id]).await?;
+            revoked.push(id.to_string());
+        }
+    }
+    if stop {
+        remote_kiki(&remote, &space.kiki, &space.remote_home, &["down"]).await?;
+    }
+    registry.remove(name)?;
+    if json {
+        print_json(&json!({"removed": name, "revoked": revoked, "stopped": stop}));
+    } else {
+        outln!("space {name} removed; bridges revoked: {}", revoked.join(", "));
+    }
+    Ok(())
+}
+
+fn no_space(name: &str) -> anyhow::Error {
+    tonic::Status::not_found(format!("no space {name:?} (kiki space list)")).into()
+}
