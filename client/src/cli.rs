@@ -51,6 +51,15 @@ Examples:
   kiki bridge approve breq_01… --allow read,send                      # on the target home
   kiki thread read laptop/th_01…                                      # then, on the source";
 
+/// Examples under `kiki space --help`.
+const SPACE_EXAMPLES: &str = "\
+Examples:
+  kiki space add ssh://me@devbox --name dev --grant send,wake   # bridges both ways
+  kiki --space dev thread create --profile codex --prompt \"run the tests\"
+  kiki thread send dev/th_01… --key k1 --content \"ping\"        # over the bridge
+  kiki space list                                               # bridges and link health
+  kiki space remove dev --stop                                  # revoked at both ends";
+
 #[derive(Parser)]
 #[command(
     name = "kiki",
@@ -91,7 +100,7 @@ pub enum Command {
     /// sets an agent up to start it.
     Mcp(McpArgs),
     /// Spaces: machines reached over SSH, each a home of its own, bridged with this one.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = SPACE_EXAMPLES)]
     Space(SpaceCommand),
 }
 

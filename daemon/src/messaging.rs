@@ -16,7 +16,7 @@ use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::mailbox::{Mailbox, Sent, WaitResult, Waits, wait_target_count, wait_timeout};
 use crate::rooms::{Posted, RoomPage, Rooms};
-use crate::store::SourceRef;
+use crate::store::{SourceRef, rules};
 use crate::threads::{Read, ThreadPage, Threads, new_id};
 
 /// An answer from this home (`Here`) or from the peer behind a bridge (`There`).
@@ -53,7 +53,10 @@ impl Messaging {
     ) -> Result<Routed<Posted, FromPeer<kiki_proto::ThreadSendResponse>>> {
         let turn = match caller.turn() {
             Some(turn) if !self.rooms.is_here(room).await? => turn,
-            _ => return Ok(Routed::Here(self.rooms.post(caller, room, content, mentions, key).await?)),
+            _ => {
+                let mentions = self.roster_ids(mentions).await;
+                return Ok(Routed::Here(self.rooms.post(caller, room, content, &mentions, key).await?));
+            }
         };
         let home = self.rooms.home_of(room).await?;
         let thread = self.mailbox.peer_tool(turn, "ThreadSend").await?;
@@ -63,6 +66,25 @@ impl Messaging {
             SourceRef { host_id: String::new(), thread_id: thread.id, workspace_id: thread.workspace_id };
         let posted = self.bridges.post_remote_room(&home, source, room, content, mentions, &key).await?;
         Ok(Routed::There(posted))
+    }
+
+    /// Mentions as a roster of this home names them: a member added as `BRIDGE/SESSION`
+    /// (see `room_add`) is `HOME_ID/SESSION` there, so it is mentioned either way.
+    async fn roster_ids(&self, mentions: &[String]) -> Vec<String> {
+        let mut ids = Vec::with_capacity(mentions.len());
+        for mention in mentions {
+            let resolved = match mention.split_once('/') {
+                Some((host, session)) if self.threads.resolve_host(host).is_err() => self
+                    .bridges
+                    .outbound(host)
+                    .await
+                    .ok()
+                    .map(|b| rules::remote_member_id(&b.peer_home_id, session)),
+                _ => None,
+            };
+            ids.push(resolved.unwrap_or_else(|| mention.clone()));
+        }
+        ids
     }
 
     /// RoomRead: of a room of this home, or (from a turn of a member thread) of the room of

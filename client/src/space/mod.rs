@@ -51,10 +51,15 @@ pub enum SpaceCommand {
     /// The spaces of this home, with their bridges.
     List,
     /// Start a space's home again (after its machine rebooted, say).
-    Up { name: String },
+    Up {
+        /// The space's name (`kiki space list`).
+        name: String,
+    },
     /// Revoke a space's bridges at both ends and forget it; with --stop, stop its home too.
     Remove {
+        /// The space's name (`kiki space list`).
         name: String,
+        /// Stop the space's home too (`kiki down` there).
         #[arg(long)]
         stop: bool,
     },

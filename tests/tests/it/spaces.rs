@@ -184,3 +184,29 @@ fn threads_in_a_space_are_steered_from_here_and_reached_over_the_bridge() {
     let input = &read["turns"][0]["inputs"][0];
     assert_eq!(input["source"]["session_id"], sender["id"], "{read}");
 }
+
+/// A room here with a member in the space needs no extra step: the space's bridge wakes the
+/// member there, and its turn sees the room's entry.
+#[test]
+fn a_room_here_wakes_a_member_in_the_space() {
+    let s = Setup::start();
+    s.add(&["--grant", "send,read"]);
+    let member = s.there(&["thread", "create", "--profile", "echo", "--title", "member"]);
+    let member = member["id"].as_str().expect("id").to_string();
+    s.there(&["thread", "set", &member, "--communication", "on"]);
+    let host = kiki_json(&s.local, &["thread", "create", "--profile", "echo", "--title", "host"]);
+    let room =
+        kiki_json(&s.local, &["room", "create", "--host", host["id"].as_str().expect("id"), "--name", "r"]);
+    let room = room["room"]["id"].as_str().expect("room").to_string();
+    let remote_member = format!("dev/{member}");
+    assert_eq!(kiki_json(&s.local, &["room", "add", &room, &remote_member])["added"], true);
+    kiki_json(
+        &s.local,
+        &["room", "send", &room, "--content", "over to the space", "--mention", &remote_member],
+    );
+    let read = s.turns_there(&member, 1);
+    let turn = &read["turns"][0];
+    assert!(turn["input"].as_str().expect("input").starts_with(&format!("[kiki room {room} ")), "{read}");
+    assert_eq!(turn["output"], "echo: over to the space", "{read}");
+    assert_eq!(turn["inputs"][0]["room"], room.as_str(), "{read}");
+}
