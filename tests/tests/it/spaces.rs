@@ -210,3 +210,94 @@ fn a_room_here_wakes_a_member_in_the_space() {
     assert_eq!(turn["output"], "echo: over to the space", "{read}");
     assert_eq!(turn["inputs"][0]["room"], room.as_str(), "{read}");
 }
+
+/// An unknown host key and a changed one are refused (permission denied, exit 7) with words
+/// that say how to trust the machine, and leave no space behind; trusted, the same command
+/// works.
+#[test]
+fn an_unknown_or_changed_host_key_is_refused_saying_how_to_trust_it() {
+    let s = Setup::start();
+    let url = s.sshd.url();
+    let remote_home = s.remote_home.to_str().expect("path").to_string();
+    let add = ["space", "add", url.as_str(), "--name", "dev", "--remote-home", remote_home.as_str()];
+    for (case, make) in [("unknown", Sshd::forget as fn(&Sshd)), ("changed", Sshd::distrust)] {
+        make(&s.sshd);
+        let out = s.kiki(&add);
+        assert_eq!(out.status.code(), Some(7), "{case}: {}", String::from_utf8_lossy(&out.stderr));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("host key") && said.contains("known_hosts") && said.contains("trust it"),
+            "{case}: {said}"
+        );
+        assert_eq!(s.json(&["space", "list"])["spaces"], serde_json::json!([]), "{case}");
+        assert!(!s.remote_home.join("config.toml").exists(), "{case}: nothing ran there");
+    }
+    s.sshd.trust();
+    s.add(&[]);
+    assert_eq!(s.json(&["space", "list"])["spaces"][0]["name"], "dev");
+}
+
+/// `space remove` revokes the space's bridges here and there; with --stop the space's home
+/// stops too. Added again, the space gets new bridges.
+#[test]
+fn removing_a_space_revokes_its_bridges_at_both_ends() {
+    let s = Setup::start();
+    let home_id = s.add(&["--grant", "send"])["space"]["home_id"].as_str().expect("id").to_string();
+    let removed = s.json(&["space", "remove", "dev"]);
+    // Both of this home's ends; the space's ends learn of it from this home, or are revoked
+    // over SSH.
+    assert!(removed["revoked"].as_array().expect("revoked").len() >= 2, "{removed}");
+    let here = kiki_json(&s.local, &["bridge", "list"]);
+    let there = kiki_json(&s.remote_home, &["bridge", "list"]);
+    for (end, listed) in [("here", &here), ("there", &there)] {
+        let bridges = listed["bridges"].as_array().expect("bridges");
+        assert_eq!(bridges.len(), 2, "{end}: {listed}");
+        assert!(bridges.iter().all(|b| b["state"] == "revoked"), "{end}: {listed}");
+    }
+    assert_eq!(s.json(&["space", "list"])["spaces"], serde_json::json!([]));
+    assert!(!s.kiki(&["--space", "dev", "status"]).status.success(), "no space dev any more");
+
+    let again = s.add(&[]);
+    assert_eq!(again["space"]["home_id"], home_id.as_str(), "the same home");
+    let active = kiki_json(&s.local, &["bridge", "list"])["bridges"]
+        .as_array()
+        .expect("bridges")
+        .iter()
+        .filter(|b| b["state"] == "active")
+        .count();
+    assert_eq!(active, 1, "a new bridge from here");
+    s.json(&["space", "remove", "dev", "--stop"]);
+    assert!(!kiki(&s.remote_home, &["status"]).status.success(), "the space's home stopped");
+}
+
+/// The kept SSH master killed: the next `--space` command starts a new one, and the bridge,
+/// which never went through SSH, carried on meanwhile.
+#[test]
+fn a_killed_ssh_master_is_started_again_by_the_next_command() {
+    let s = Setup::start();
+    s.add(&[]);
+    let thread = s.there(&["thread", "create", "--profile", "echo", "--title", "steady"]);
+    let thread = thread["id"].as_str().expect("id").to_string();
+    s.there(&["thread", "set", &thread, "--communication", "on"]);
+    let kept = std::fs::read_to_string(s.local.join("spaces/dev.master")).expect("the kept master");
+    let control = kept.lines().next().expect("its control socket");
+    let check =
+        Command::new("ssh").args(["-S", control, "-O", "check", "dev"]).output().expect("ssh -O check");
+    let said = String::from_utf8_lossy(&check.stderr);
+    let pid: i32 = said
+        .split("pid=")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("the master's pid: {said}"));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
+
+    let sent = kiki_json(
+        &s.local,
+        &["thread", "send", &format!("dev/{thread}"), "--key", "k1", "--content", "still here"],
+    );
+    assert_eq!(sent["status"], "delivered", "{sent}");
+    assert_eq!(s.there(&["status"])["home_id"], kiki_json(&s.remote_home, &["status"])["home_id"]);
+    let read = s.turns_there(&thread, 1);
+    assert_eq!(read["turns"][0]["output"], "echo: still here", "{read}");
+}
