@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 
 # The default store is embedded SQLite. The MCP tests drive `kiki mcp` with a second,
 # independent client too: the Python MCP SDK from PyPI.
-# The spaces' tests start a real OpenSSH server on a loopback port (tests/src/sshd.rs).
-if [ ! -x /usr/sbin/sshd ]; then
-    apt-get update && apt-get install -y openssh-server
+# The spaces' tests start a real OpenSSH server on a loopback port (tests/src/sshd.rs), and
+# one on a second "machine" (a network namespace, iproute2) behind a firewall (nftables).
+if [ ! -x /usr/sbin/sshd ] || ! command -v nft >/dev/null || ! command -v ip >/dev/null; then
+    apt-get update && apt-get install -y openssh-server nftables iproute2
 fi
 if ! python3 -c 'import mcp' 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check 'mcp==2.3.0'

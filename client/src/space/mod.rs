@@ -7,6 +7,7 @@
 //! the remote home through its socket, forwarded over the space's one multiplexed SSH
 //! connection. SSH carries only bootstrap and owner control; threads talk over the bridges.
 
+mod carry;
 mod registry;
 mod ssh;
 
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::connect::connect;
 use crate::output::{UsageError, print_json};
-pub use registry::{Registry, Space};
+pub use registry::{Carried, Registry, Space};
 use ssh::{Remote, quote};
 
 #[derive(Subcommand)]
@@ -47,6 +48,10 @@ pub enum SpaceCommand {
         /// What the space's home may do here (a bridge back), if anything.
         #[arg(long)]
         grant: Option<String>,
+        /// Carry the bridges inside the SSH connection, for a machine whose firewall lets
+        /// only SSH through (the space's home then listens on its loopback only).
+        #[arg(long)]
+        via_ssh: bool,
     },
     /// The spaces of this home, with their bridges.
     List,
@@ -63,16 +68,47 @@ pub enum SpaceCommand {
         #[arg(long)]
         stop: bool,
     },
+    /// Carries a space's bridges over SSH until this home stops (started by `kiki space`).
+    #[command(hide = true)]
+    Carry {
+        /// The space's name.
+        name: String,
+    },
+    /// The far end of a carrier, run there over SSH: datagrams on stdin and stdout.
+    #[command(hide = true)]
+    Relay {
+        /// The home's bridge address there, which flow 0 dials.
+        #[arg(long)]
+        to: String,
+        /// Where the home there dials for flow 1.
+        #[arg(long)]
+        listen: String,
+    },
+    /// Prints a free UDP port on loopback (run there when a space is added).
+    #[command(hide = true)]
+    Port,
 }
 
 pub async fn run(home: &Path, command: SpaceCommand, json: bool) -> Result<()> {
     match command {
-        SpaceCommand::Add { target, name, remote_home, want, grant } => {
-            add(home, &target, &name, remote_home.as_deref(), &want, grant.as_deref(), json).await
+        SpaceCommand::Add { target, name, remote_home, want, grant, via_ssh } => {
+            let asked = Asked { target: &target, name: &name, remote_home: remote_home.as_deref(), via_ssh };
+            add(home, asked, &want, grant.as_deref(), json).await
         }
         SpaceCommand::List => list(home, json).await,
         SpaceCommand::Up { name } => up(home, &name, json).await,
         SpaceCommand::Remove { name, stop } => remove(home, &name, stop, json).await,
+        SpaceCommand::Carry { name } => carry::carry(home, &name).await,
+        SpaceCommand::Relay { to, listen } => carry::relay(&to, &listen).await,
+        SpaceCommand::Port => {
+            let port = carry::free_port()?;
+            if json {
+                print_json(&json!({ "port": port }));
+            } else {
+                outln!("{port}");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -81,6 +117,9 @@ pub async fn run(home: &Path, command: SpaceCommand, json: bool) -> Result<()> {
 pub async fn home_of(home: &Path, name: &str) -> Result<PathBuf> {
     let registry = Registry::open(home)?;
     let space = registry.get(name).ok_or_else(|| no_space(name))?.clone();
+    if space.carried.is_some() {
+        carry::start(home, name)?;
+    }
     let dir = ssh::control_dir(home)?.join(name);
     {
         use std::os::unix::fs::DirBuilderExt;
@@ -96,29 +135,73 @@ pub async fn home_of(home: &Path, name: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-async fn add(
-    home: &Path,
-    target: &str,
-    name: &str,
-    remote_home: Option<&str>,
-    want: &str,
-    grant: Option<&str>,
-    json: bool,
-) -> Result<()> {
+/// What `space add` was asked for.
+struct Asked<'a> {
+    target: &'a str,
+    name: &'a str,
+    remote_home: Option<&'a str>,
+    via_ssh: bool,
+}
+
+async fn add(home: &Path, asked: Asked<'_>, want: &str, grant: Option<&str>, json: bool) -> Result<()> {
+    let Asked { target, name, .. } = asked;
     if let Some(problem) = registry::name_problem(name) {
         return Err(UsageError(format!("--name: {problem}")).into());
     }
     let host = target_host(target)?;
+    let kept = Registry::open(home)?.get(name).cloned();
+    if let Some(kept) = kept.as_ref().filter(|k| k.carried.is_some() != asked.via_ssh) {
+        let was = if kept.carried.is_some() { "with" } else { "without" };
+        return Err(UsageError(format!(
+            "--via-ssh: space {name} was added {was} it; `kiki space remove {name}`, then add it again"
+        ))
+        .into());
+    }
     let local = connect(home).await.context("the local home must run (kiki up) to add a space")?;
     let here = local.home().status(pb::StatusRequest {}).await?.into_inner();
     let remote = Remote::open(home, name, target).await?;
-    let remote_home = remote_path(&remote, remote_home.unwrap_or("~/.kiki")).await?;
+    let remote_home = remote_path(&remote, asked.remote_home.unwrap_or("~/.kiki")).await?;
     let (kiki, uploaded) = ensure_binaries(&remote, &remote_home, json).await?;
-    let there = start_remote(&remote, &kiki, &remote_home).await?;
+    // Carried over SSH, the space's home listens on its loopback only.
+    let listen_ip = if asked.via_ssh { "127.0.0.1" } else { "0.0.0.0" };
+    let there = start_remote(&remote, &kiki, &remote_home, listen_ip).await?;
     let home_id = there["home_id"].as_str().context("the remote home's id")?.to_string();
-    let port = there["bridge_listen"].as_str().and_then(|a| a.rsplit_once(':')).map(|(_, p)| p.to_string());
-    let bridge = format!("{host}:{}", port.context("the remote home's bridge address")?);
-    let space = Space { target: target.to_string(), remote_home: remote_home.clone(), kiki, home_id, bridge };
+    let port =
+        there["bridge_listen"].as_str().and_then(|a| a.rsplit_once(':')).and_then(|(_, p)| p.parse().ok());
+    let port: u16 = port.context("the remote home's bridge address")?;
+    let carried = match (asked.via_ssh, kept.and_then(|k| k.carried)) {
+        (false, _) => None,
+        (true, Some(kept)) => Some(Carried { remote_bridge_port: port, ..kept }),
+        (true, None) => {
+            let free = remote_kiki(&remote, &kiki, &remote_home, &["space", "port"]).await?;
+            Some(Carried {
+                local_port: carry::free_port()?,
+                remote_port: free["port"]
+                    .as_u64()
+                    .and_then(|p| u16::try_from(p).ok())
+                    .context("a free port there")?,
+                remote_bridge_port: port,
+            })
+        }
+    };
+    let bridge = match carried {
+        Some(c) => format!("127.0.0.1:{}", c.local_port),
+        None => format!("{host}:{port}"),
+    };
+    let space = Space {
+        target: target.to_string(),
+        remote_home: remote_home.clone(),
+        kiki,
+        home_id,
+        bridge,
+        carried,
+    };
+    if space.carried.is_some() {
+        // The carrier reads the space from the registry, and must carry before any bridge
+        // is asked for.
+        Registry::open(home)?.put(name, space.clone())?;
+        carry::ensure(home, name).await?;
+    }
     let outbound = ensure_outbound(&local, &remote, &space, name, want).await?;
     let inbound = match grant {
         Some(grant) => Some(ensure_inbound(&local, &remote, &space, &here, grant).await?),
@@ -128,7 +211,7 @@ async fn add(
     if json {
         print_json(&json!({
             "space": {"name": name, "target": space.target, "remote_home": space.remote_home,
-                      "home_id": space.home_id, "bridge": space.bridge},
+                      "home_id": space.home_id, "bridge": space.bridge, "via_ssh": space.carried.is_some()},
             "uploaded": uploaded, "outbound": outbound, "inbound": inbound,
         }));
     } else {
@@ -136,6 +219,9 @@ async fn add(
         outln!("bridge {name} → there: {outbound}");
         if let Some(inbound) = inbound {
             outln!("bridge there → here: {inbound}");
+        }
+        if space.carried.is_some() {
+            outln!("the bridges are carried over ssh");
         }
     }
     Ok(())
@@ -249,14 +335,14 @@ async fn remote_kiki(remote: &Remote, kiki: &str, remote_home: &str, args: &[&st
 
 /// Starts the remote home (a first start gives it a bridge port of its own on every address,
 /// kept in its config, so this home can dial it and its restarts keep it); its status.
-async fn start_remote(remote: &Remote, kiki: &str, remote_home: &str) -> Result<Value> {
+async fn start_remote(remote: &Remote, kiki: &str, remote_home: &str, listen_ip: &str) -> Result<Value> {
     let config = format!("{remote_home}/config.toml");
     let has_listen =
         remote.shell(&format!("grep -qs '^\\[bridge\\]' {}", quote(&config))).await.map(|r| r.ok)?;
     if !has_listen {
         remote
             .shell(&format!(
-                "mkdir -p {home} && chmod 700 {home} && printf '[bridge]\\nlisten = \"0.0.0.0:0\"\\n' >> {config}",
+                "mkdir -p {home} && chmod 700 {home} && printf '[bridge]\\nlisten = \"{listen_ip}:0\"\\n' >> {config}",
                 home = quote(remote_home),
                 config = quote(&config)
             ))
@@ -266,7 +352,7 @@ async fn start_remote(remote: &Remote, kiki: &str, remote_home: &str) -> Result<
         if let Some((_, port)) = status["bridge_listen"].as_str().and_then(|a| a.rsplit_once(':')) {
             remote
                 .shell(&format!(
-                    "sed -i 's/^listen = \"0.0.0.0:0\"$/listen = \"0.0.0.0:{port}\"/' {}",
+                    "sed -i 's/^listen = \"{listen_ip}:0\"$/listen = \"{listen_ip}:{port}\"/' {}",
                     quote(&config)
                 ))
                 .await?;
@@ -330,10 +416,15 @@ async fn ensure_inbound(
     }) {
         return Ok(format!("{} ({}), already in place", bridge.id, bridge.state().word()));
     }
-    let from = remote.shell("printf %s \"$SSH_CONNECTION\"").await?.stdout;
-    let client_ip = from.split_whitespace().next().unwrap_or("127.0.0.1").to_string();
-    let port = here.bridge_listen.rsplit_once(':').map(|(_, p)| p).unwrap_or_default();
-    let address = format!("{client_ip}:{port}");
+    let address = match space.carried {
+        Some(carried) => format!("127.0.0.1:{}", carried.remote_port),
+        None => {
+            let from = remote.shell("printf %s \"$SSH_CONNECTION\"").await?.stdout;
+            let client_ip = from.split_whitespace().next().unwrap_or("127.0.0.1").to_string();
+            let port = here.bridge_listen.rsplit_once(':').map(|(_, p)| p).unwrap_or_default();
+            format!("{client_ip}:{port}")
+        }
+    };
     let asked = remote_kiki(
         remote,
         &space.kiki,
@@ -367,9 +458,12 @@ async fn list(home: &Path, json: bool) -> Result<()> {
                 .find(|b| b.peer_home_id == space.home_id && b.direction() == direction)
                 .map(|b| json!({"id": b.id, "state": b.state().word(), "last_success": b.last_success, "last_error": b.last_error}))
         };
+        // Carried over SSH: what its carrier is doing ("stopped" when none runs).
+        let carrier = space.carried.map(|_| carry::state(home, name).unwrap_or_else(|| "stopped".into()));
         listed.push(json!({
             "name": name, "target": space.target, "remote_home": space.remote_home, "home_id": space.home_id,
             "bridge": space.bridge, "outbound": of(pb::Direction::Outbound), "inbound": of(pb::Direction::Inbound),
+            "via_ssh": carrier,
         }));
     }
     if json {
@@ -381,8 +475,9 @@ async fn list(home: &Path, json: bool) -> Result<()> {
     }
     for s in &listed {
         let state = |v: &Value| v["state"].as_str().unwrap_or("none").to_string();
+        let via = s["via_ssh"].as_str().map(|c| format!("  via ssh: {c}")).unwrap_or_default();
         outln!(
-            "{}  {}  home {}  out: {}  in: {}",
+            "{}  {}  home {}  out: {}  in: {}{via}",
             s["name"].as_str().unwrap_or_default(),
             s["target"].as_str().unwrap_or_default(),
             s["home_id"].as_str().unwrap_or_default(),
@@ -397,6 +492,9 @@ async fn up(home: &Path, name: &str, json: bool) -> Result<()> {
     let space = Registry::open(home)?.get(name).cloned().ok_or_else(|| no_space(name))?;
     let remote = Remote::open(home, name, &space.target).await?;
     let status = remote_kiki(&remote, &space.kiki, &space.remote_home, &["up"]).await?;
+    if space.carried.is_some() {
+        carry::ensure(home, name).await?;
+    }
     if json {
         print_json(&status);
     } else {
@@ -431,6 +529,8 @@ async fn remove(home: &Path, name: &str, stop: bool, json: bool) -> Result<()> {
     if stop {
         remote_kiki(&remote, &space.kiki, &space.remote_home, &["down"]).await?;
     }
+    carry::stop(home, name)?;
+    remote.close(home, name).await;
     registry.remove(name)?;
     if json {
         print_json(&json!({"removed": name, "revoked": revoked, "stopped": stop}));

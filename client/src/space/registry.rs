@@ -21,6 +21,20 @@ pub struct Space {
     pub home_id: String,
     /// The remote home's bridge address, as this home dials it.
     pub bridge: String,
+    /// With `--via-ssh`: the ports of the bridges carried over SSH (`carry.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Carried>,
+}
+
+/// The loopback ports of a space's bridges carried over SSH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Carried {
+    /// Here: the carrier's port, this home's bridge address for the space.
+    pub local_port: u16,
+    /// There: the relay's port, the space's home's bridge address for this home.
+    pub remote_port: u16,
+    /// There: the space's home's bridge port, which the relay dials.
+    pub remote_bridge_port: u16,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -70,6 +70,15 @@ impl Remote {
         Ok(Self { session: Session::resume(ctl, log), target: target.to_string() })
     }
 
+    /// Closes the kept master connection (the space is forgotten).
+    pub async fn close(self, home: &Path, name: &str) {
+        let _ = self.session.close().await;
+        if let Ok(dir) = control_dir(home) {
+            let _ = std::fs::remove_file(dir.join(format!("{name}.master")));
+            let _ = std::fs::remove_dir_all(dir.join(name));
+        }
+    }
+
     /// Runs `program` with `args` there (each argument quoted for the remote shell).
     pub async fn run(&self, program: &str, args: &[&str]) -> Result<Ran> {
         let out =
@@ -89,6 +98,20 @@ impl Remote {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
+    }
+
+    /// Starts `program` with `args` there, its stdin and stdout piped here (stderr to
+    /// this process's).
+    pub async fn spawn(&self, program: &str, args: &[String]) -> Result<openssh::Child<&Session>> {
+        self.session
+            .command(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .await
+            .map_err(|e| lost(&self.target, &e))
     }
 
     /// Copies `local` to `remote` (made executable), through the SSH channel: written to a

@@ -50,7 +50,10 @@ struct Setup {
 
 impl Setup {
     fn start() -> Self {
-        let sshd = Sshd::start();
+        Self::with(Sshd::start())
+    }
+
+    fn with(sshd: Sshd) -> Self {
         let (dir, local) = new_home();
         std::fs::create_dir_all(&local).expect("home");
         // A profile whose turn sends its input's first line's thread (in the space) a
@@ -122,9 +125,24 @@ impl Setup {
 }
 
 impl Drop for Setup {
+    /// Both homes down, then what `kiki space` left running here for the space: its carrier
+    /// (it would also stop by itself within seconds of the home) and its SSH master (it
+    /// would close itself after ten idle minutes), the master before sshd goes, so the
+    /// session ends cleanly there too.
     fn drop(&mut self) {
         let _ = kiki(&self.remote_home, &["down"]);
         let _ = kiki(&self.local, &["down"]);
+        let spaces = self.local.join("spaces");
+        let carrier = std::fs::read_to_string(spaces.join("dev.carrier")).unwrap_or_default();
+        if let Some(pid) = carrier.lines().next().and_then(|p| p.parse().ok()) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        }
+        if let Some(control) =
+            std::fs::read_to_string(spaces.join("dev.master")).ok().as_deref().and_then(|k| k.lines().next())
+        {
+            let _ = Command::new("ssh").args(["-S", control, "-O", "exit", "dev"]).output();
+        }
     }
 }
 
@@ -300,4 +318,51 @@ fn a_killed_ssh_master_is_started_again_by_the_next_command() {
     assert_eq!(s.there(&["status"])["home_id"], kiki_json(&s.remote_home, &["status"])["home_id"]);
     let read = s.turns_there(&thread, 1);
     assert_eq!(read["turns"][0]["output"], "echo: still here", "{read}");
+}
+
+/// Behind a firewall that lets only SSH through, a space added plainly cannot be bridged
+/// (its bridge port is UDP); added `--via-ssh`, its bridges are carried inside the SSH
+/// connection, both ways, and a thread here reaches a thread there and back.
+#[test]
+fn the_bridges_are_carried_over_ssh_when_udp_is_blocked() {
+    let s = Setup::with(Sshd::start_behind_firewall());
+    let plain = s.kiki(&[
+        "space",
+        "add",
+        &s.sshd.url(),
+        "--name",
+        "dev",
+        "--remote-home",
+        s.remote_home.to_str().expect("path"),
+    ]);
+    assert!(!plain.status.success(), "QUIC cannot get through the firewall");
+    let said = String::from_utf8_lossy(&plain.stderr);
+    assert!(said.contains(&s.sshd.host), "{said}");
+
+    let added = s.add(&["--via-ssh", "--grant", "send,wake"]);
+    assert_eq!(added["space"]["via_ssh"], true, "{added}");
+    let listed = s.json(&["space", "list"]);
+    assert_eq!(listed["spaces"][0]["via_ssh"], "carrying", "{listed}");
+    assert_eq!(listed["spaces"][0]["outbound"]["state"], "active", "{listed}");
+    assert_eq!(listed["spaces"][0]["inbound"]["state"], "active", "{listed}");
+
+    // Here → there: a turn here sends to a thread there.
+    let there = s.there(&["thread", "create", "--profile", "echo", "--title", "beyond the firewall"]);
+    let there = there["id"].as_str().expect("id").to_string();
+    s.there(&["thread", "set", &there, "--communication", "on"]);
+    let sender = kiki_json(&s.local, &["thread", "create", "--profile", "sender", "--prompt", &there]);
+    let sent = wait_for_turns(&s.local, sender["id"].as_str().expect("id"), 1);
+    assert!(sent["turns"][0]["output"].as_str().expect("output").contains("delivered"), "{sent}");
+    assert_eq!(s.turns_there(&there, 1)["turns"][0]["output"], "echo: hello");
+
+    // There → here, over the bridge back.
+    let here = kiki_json(&s.local, &["thread", "create", "--profile", "echo", "--title", "at home"]);
+    let here = here["id"].as_str().expect("id").to_string();
+    kiki_json(&s.local, &["thread", "set", &here, "--communication", "on"]);
+    let back = kiki_json(
+        &s.remote_home,
+        &["thread", "send", &format!("origin/{here}"), "--key", "b1", "--content", "back"],
+    );
+    assert_eq!(back["status"], "delivered", "{back}");
+    assert_eq!(wait_for_turns(&s.local, &here, 1)["turns"][0]["output"], "echo: back");
 }
