@@ -366,3 +366,36 @@ fn the_bridges_are_carried_over_ssh_when_udp_is_blocked() {
     assert_eq!(back["status"], "delivered", "{back}");
     assert_eq!(wait_for_turns(&s.local, &here, 1)["turns"][0]["output"], "echo: back");
 }
+
+/// `kiki mcp --space NAME`: an agent CLI here gets the space's home's tools, through the
+/// forwarded socket — it lists and sends to threads there as if it ran there.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_here_uses_the_spaces_tools_through_kiki_mcp_space() {
+    let s = Setup::start();
+    s.add(&[]);
+    let thread = s.there(&["thread", "create", "--profile", "echo", "--title", "over mcp"]);
+    let thread = thread["id"].as_str().expect("id").to_string();
+    let config = s.sshd.config();
+    let env = [("KIKI_SSH_CONFIG", config.to_str().expect("path"))];
+    let (session, _) =
+        kiki_tests::mcp::start(&binary("kiki"), Some(&s.local), &["--space", "dev"], &env, false)
+            .await
+            .expect("kiki mcp --space starts");
+    let listed =
+        kiki_tests::mcp::call(&session, "ThreadList", serde_json::json!({})).await.expect("ThreadList");
+    let listed = listed.structured_content.expect("structured");
+    assert!(
+        listed["threads"].as_array().expect("threads").iter().any(|t| t["id"] == thread.as_str()),
+        "{listed}"
+    );
+    let sent = kiki_tests::mcp::call(
+        &session,
+        "ThreadSend",
+        serde_json::json!({"session_id": thread, "idempotency_key": "m1", "content": "from an agent here"}),
+    )
+    .await
+    .expect("ThreadSend");
+    assert_ne!(sent.is_error, Some(true), "{}", kiki_tests::mcp::text(&sent));
+    assert_eq!(s.turns_there(&thread, 1)["turns"][0]["output"], "echo: from an agent here");
+    session.cancel().await.expect("closed");
+}
