@@ -115,6 +115,28 @@ impl Setup {
         }
     }
 
+    /// Kills the space's kept SSH master (as a dropped connection would end it).
+    fn kill_master(&self) {
+        let kept = std::fs::read_to_string(self.local.join("spaces/dev.master")).expect("the kept master");
+        let control = kept.lines().next().expect("its control socket");
+        let check =
+            Command::new("ssh").args(["-S", control, "-O", "check", "dev"]).output().expect("ssh -O check");
+        let said = String::from_utf8_lossy(&check.stderr);
+        let pid: i32 = said
+            .split("pid=")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("the master's pid: {said}"));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
+            .expect("kill");
+    }
+
+    /// The space's carrier's state as `space list` shows it.
+    fn carrier(&self) -> serde_json::Value {
+        self.json(&["space", "list"])["spaces"][0]["via_ssh"].clone()
+    }
+
     fn add(&self, extra: &[&str]) -> serde_json::Value {
         let url = self.sshd.url();
         let remote_home = self.remote_home.to_str().expect("path").to_string();
@@ -297,18 +319,7 @@ fn a_killed_ssh_master_is_started_again_by_the_next_command() {
     let thread = s.there(&["thread", "create", "--profile", "echo", "--title", "steady"]);
     let thread = thread["id"].as_str().expect("id").to_string();
     s.there(&["thread", "set", &thread, "--communication", "on"]);
-    let kept = std::fs::read_to_string(s.local.join("spaces/dev.master")).expect("the kept master");
-    let control = kept.lines().next().expect("its control socket");
-    let check =
-        Command::new("ssh").args(["-S", control, "-O", "check", "dev"]).output().expect("ssh -O check");
-    let said = String::from_utf8_lossy(&check.stderr);
-    let pid: i32 = said
-        .split("pid=")
-        .nth(1)
-        .and_then(|rest| rest.split(')').next())
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("the master's pid: {said}"));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
+    s.kill_master();
 
     let sent = kiki_json(
         &s.local,
@@ -398,4 +409,45 @@ async fn an_agent_here_uses_the_spaces_tools_through_kiki_mcp_space() {
     assert_ne!(sent.is_error, Some(true), "{}", kiki_tests::mcp::text(&sent));
     assert_eq!(s.turns_there(&thread, 1)["turns"][0]["output"], "echo: from an agent here");
     session.cancel().await.expect("closed");
+}
+
+/// A carried bridge rides out its SSH connection dropping (the carrier opens it again), the
+/// space's home restarting (`space up`), and this home restarting (the carrier stops with it;
+/// `space up` starts it again).
+#[test]
+fn a_carried_bridge_outlives_its_ssh_connection_and_both_homes_restarting() {
+    let s = Setup::start();
+    s.add(&["--via-ssh"]);
+    let thread = s.there(&["thread", "create", "--profile", "echo", "--title", "carried"]);
+    let thread = thread["id"].as_str().expect("id").to_string();
+    s.there(&["thread", "set", &thread, "--communication", "on"]);
+    let target = format!("dev/{thread}");
+    let eventually = |what: &str, done: &dyn Fn() -> bool| {
+        let started = std::time::Instant::now();
+        while !done() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(20), "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+
+    s.kill_master();
+    kiki_json(&s.local, &["thread", "send", &target, "--key", "k1", "--content", "after ssh dropped"]);
+    assert_eq!(s.turns_there(&thread, 1)["turns"][0]["output"], "echo: after ssh dropped");
+
+    kiki_json(&s.remote_home, &["down"]);
+    s.json(&["space", "up", "dev"]);
+    assert_eq!(s.carrier(), "carrying");
+    kiki_json(&s.local, &["thread", "send", &target, "--key", "k2", "--content", "after it restarted"]);
+    assert_eq!(s.turns_there(&thread, 2)["turns"][1]["output"], "echo: after it restarted");
+
+    kiki_json(&s.local, &["down"]);
+    eventually("the carrier stops with this home", &|| s.carrier() == "stopped");
+    kiki_json(&s.local, &["up"]);
+    s.json(&["space", "up", "dev"]);
+    assert_eq!(s.carrier(), "carrying");
+    kiki_json(
+        &s.local,
+        &["thread", "send", &target, "--key", "k3", "--content", "after this home restarted"],
+    );
+    assert_eq!(s.turns_there(&thread, 3)["turns"][2]["output"], "echo: after this home restarted");
 }
