@@ -2,8 +2,9 @@
 
 use super::*;
 use kiki_daemon::store::{
-    BridgeRecord, BridgeState, Direction, EventKind, EventRecord, MessageStatus, NewMessage, OutboxRecord,
-    OutboxStatus, Permission, Permissions, ReceiptRecord, SendOutcome, Store, StoreError,
+    BridgeRecord, BridgeRequestRecord, BridgeState, Direction, EventKind, EventRecord, MessageStatus,
+    NewMessage, OutboxRecord, OutboxStatus, Permission, Permissions, ReceiptRecord, RequestStatus,
+    SendOutcome, Store, StoreError,
 };
 
 fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
@@ -207,7 +208,7 @@ pub async fn a_failed_write_leaves_no_trace_beside_others(store: &dyn Store) {
 }
 
 /// An active inbound bridge from `peer`: bridged messages are stored only while there is one.
-async fn inbound_bridge(store: &dyn Store, peer: &str, state: BridgeState) {
+pub(super) async fn inbound_bridge(store: &dyn Store, peer: &str, state: BridgeState) {
     let bridge = BridgeRecord {
         id: format!("br_{peer}"),
         direction: Direction::Inbound,
@@ -372,4 +373,57 @@ pub async fn the_bridge_that_carried_a_message_decides_it(store: &dyn Store) {
         store.message("msg_1").await.expect("read").expect("kept").status,
         MessageStatus::Undeliverable
     );
+}
+
+/// Pairing requests round-trip; decided ones older than the cut are forgotten, pending ones
+/// never.
+pub async fn decided_pairing_requests_are_pruned_and_pending_ones_kept(store: &dyn Store) {
+    let request = |id: &str, status: RequestStatus, decided_at: Option<i64>| BridgeRequestRecord {
+        id: id.into(),
+        peer_home_id: format!("HOME_{id}"),
+        name: id.to_lowercase(),
+        want: [Permission::Read, Permission::Send].into_iter().collect(),
+        status,
+        created_at: 1,
+        decided_at,
+        address: "192.0.2.7".into(),
+    };
+    let requests = [
+        request("breq_old", RequestStatus::Rejected, Some(10)),
+        request("breq_new", RequestStatus::Approved, Some(100)),
+        request("breq_waiting", RequestStatus::Pending, None),
+    ];
+    store.save_bridge(None, &requests).await.expect("save");
+    let mut saved = store.bridge_requests().await.expect("requests");
+    saved.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut expected = requests.to_vec();
+    expected.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(saved, expected, "every field as saved");
+    assert_eq!(store.prune_bridge_requests(50).await.expect("prune"), 1);
+    let mut left: Vec<_> =
+        store.bridge_requests().await.expect("requests").into_iter().map(|r| r.id).collect();
+    left.sort();
+    assert_eq!(left, ["breq_new", "breq_waiting"]);
+}
+
+/// Hearing from a peer sets only the bridge's last success.
+pub async fn hearing_from_a_peer_sets_only_its_last_success(store: &dyn Store) {
+    inbound_bridge(store, "HOME_P", BridgeState::Active).await;
+    let before = store.bridges().await.expect("list").remove(0);
+    store.bridge_heard_from(&before.id, 42).await.expect("heard");
+    let after = store.bridges().await.expect("list").remove(0);
+    assert_eq!(after, BridgeRecord { last_success: Some(42), ..before });
+    store.bridge_heard_from("br_missing", 43).await.expect("an unknown bridge changes nothing");
+}
+
+/// A sender's key finds its outbox entry: the one for the peer asked, else the one it made
+/// for another peer; none for a key never used.
+pub async fn an_outbox_entry_is_found_by_its_key(store: &dyn Store) {
+    store.outbox_insert(&outbox("msg_1", "k1", 10)).await.expect("insert");
+    let found = store.outbox_by_key("PEER", "th_me", "k1").await.expect("by key").expect("found");
+    assert_eq!(found.id, "msg_1");
+    let elsewhere = store.outbox_by_key("OTHER", "th_me", "k1").await.expect("by key").expect("found");
+    assert_eq!((elsewhere.id.as_str(), elsewhere.peer_home_id.as_str()), ("msg_1", "PEER"));
+    assert!(store.outbox_by_key("PEER", "th_me", "k2").await.expect("by key").is_none());
+    assert!(store.outbox_by_key("PEER", "th_other", "k1").await.expect("by key").is_none());
 }

@@ -10,10 +10,14 @@ use kiki_daemon::store::{
 
 mod bridges;
 mod messages;
+mod rooms;
+mod turns;
 
 pub use bridges::*;
 use messages::turn;
 pub use messages::*;
+pub use rooms::*;
+pub use turns::*;
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
 #[macro_export]
@@ -35,7 +39,23 @@ macro_rules! store_conformance {
             a_send_can_start_an_idle_threads_turn_at_once, pending_messages_are_counted_per_peer_home,
             a_bridged_message_needs_an_active_bridge_when_it_commits, receipts_page_back_from_the_newest,
             a_bridge_record_round_trips, overdue_bridged_messages_expire_in_a_sweep,
-            a_room_is_bound_to_the_first_home_for_good, the_bridge_that_carried_a_message_decides_it);
+            a_room_is_bound_to_the_first_home_for_good, the_bridge_that_carried_a_message_decides_it,
+            rooms_list_newest_first_archived_too, members_join_once_in_the_order_they_came,
+            a_full_room_takes_no_more_members, pausing_and_resuming_say_whether_they_changed_the_room,
+            an_archived_room_changes_no_more, a_removed_member_keeps_the_entries_queued_for_it,
+            a_persona_keeps_the_first_thread_made_for_it, the_owners_unmentioned_post_starts_the_hosts_turn_at_once,
+            a_busy_member_gets_the_entry_queued, an_agents_post_wakes_whom_it_mentions_but_itself,
+            a_post_by_a_stranger_or_to_no_room_is_refused, a_posts_key_replays_its_entry_and_refuses_another_post,
+            the_loop_guard_pauses_a_room_past_its_limit, a_post_reaches_a_member_of_another_home_through_the_outbox,
+            each_room_logs_its_entries_in_its_own_order, a_permission_request_is_answered_once,
+            turn_parts_are_numbered_per_turn_and_paged, the_latest_turn_is_the_newest_whatever_its_state,
+            agent_sessions_are_kept_and_replaced_by_finished_turns,
+            cost_adds_up_per_thread_and_a_budget_stops_new_turns, the_inbox_gives_waking_messages_only,
+            messages_taken_into_a_running_turn_are_delivered_to_it, a_follow_up_confirms_expires_or_gives_up_keys,
+            a_local_key_names_its_message, attention_is_open_until_answered,
+            decided_pairing_requests_are_pruned_and_pending_ones_kept,
+            hearing_from_a_peer_sets_only_its_last_success, an_outbox_entry_is_found_by_its_key,
+            a_closed_store_takes_no_more_work);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -300,4 +320,15 @@ pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
 pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {
     assert_eq!(store.enqueue_input("th_missing", &user("in_1", "x")).await.expect("enqueue"), None);
     assert!(store.claim_turn("th_missing", turn("tu_1", true), 1).await.expect("claim").is_none());
+}
+
+/// A sound store checks clean, quickly and fully; once closed it takes no more work, and
+/// says why.
+pub async fn a_closed_store_takes_no_more_work(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
+    assert!(store.check(false).await.expect("quick check").is_empty());
+    assert!(store.check(true).await.expect("full check").is_empty());
+    store.close().await;
+    let refused = store.create_thread(&new_thread("th_b", "ws", 2), None).await.expect_err("closed");
+    assert!(matches!(refused, StoreError::Closed), "{refused:?}");
 }
