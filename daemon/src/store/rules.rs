@@ -5,8 +5,10 @@
 //!
 //! - A send ([`refuse_send`]): stored unless its key, the target, its bridge or the id its
 //!   source gave it refuses it ([`SendFacts`]: a few lookups by key).
-//! - A turn ([`plan_claim`]): an idle thread's next turn takes the queued input it may take
-//!   now, and starts only if something in it wakes the thread.
+//! - A turn ([`plan_claim`], [`plan_take`]): an idle thread's next turn takes the queued
+//!   input it may take now, and starts only if something in it wakes the thread and its
+//!   budget is not spent; a running turn takes the messages its agent asks for that the
+//!   inbox gives. Both say what is delivered ([`Taken`]).
 //! - A room post ([`plan_post`]): whom it wakes (the owner's unmentioned post the host, any
 //!   other post the members it mentions), unless the room is paused or the loop guard
 //!   pauses it now.
@@ -109,22 +111,95 @@ pub fn takeable(input: &InputRecord, take_messages: bool, disabled_peers: &[Stri
         && input.via.as_deref().is_none_or(|p| !disabled_peers.iter().any(|d| d == p))
 }
 
-/// What an idle thread's next turn takes, in order — its queued input it may take now (see
-/// [`takeable`]), then `arriving`, the input of a send that wakes it — or `None` when
-/// nothing of that may start a turn by itself (it waits for one that starts).
+/// What a claim's decision rests on, read in its transaction.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimFacts {
+    /// The thread's turn count, if it exists, is not archived and runs no turn.
+    pub idle_turns: Option<i64>,
+    /// What its agents have cost so far, read when the claim has a budget.
+    pub cost: f64,
+    /// Everything queued for it, oldest first.
+    pub queued: Vec<Queued>,
+    /// The peers whose bridge's inbound access is off.
+    pub disabled_peers: Vec<String>,
+}
+
+/// What a claim writes: the turn (`seq`, and the inputs it takes in order, `arriving`
+/// last), and of the queued ones it takes, what [`Taken`] says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimPlan {
+    pub seq: i64,
+    pub inputs: Vec<InputRecord>,
+    pub taken: Taken,
+}
+
+/// Queued input a turn takes (at its start, or mid-turn): each input row gets the turn, each
+/// message is delivered to it, and each bridged one's receipt says `delivered`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Taken {
+    pub inputs: Vec<String>,
+    pub messages: Vec<String>,
+    pub bridged: Vec<String>,
+}
+
+impl Taken {
+    fn of<'a>(inputs: impl IntoIterator<Item = &'a InputRecord>) -> Self {
+        let mut taken = Taken::default();
+        for input in inputs {
+            taken.inputs.push(input.id.clone());
+            if let Some(message) = &input.message_id {
+                taken.messages.push(message.clone());
+                if input.via.is_some() {
+                    taken.bridged.push(message.clone());
+                }
+            }
+        }
+        taken
+    }
+}
+
+/// An idle thread's next turn: it takes its queued input it may take now (see
+/// [`takeable`]), then `arriving`, the input of a send that wakes it (written by the send,
+/// already the turn's) — or `None`: the thread is busy, archived or gone, its `budget` is
+/// spent (its input waits), or nothing it may take starts a turn by itself (it waits for one
+/// that starts).
 pub fn plan_claim(
-    queued: Vec<Queued>,
+    facts: ClaimFacts,
     arriving: Option<InputRecord>,
     take_messages: bool,
-    disabled_peers: &[String],
-) -> Option<Vec<InputRecord>> {
+    budget: Option<f64>,
+) -> Option<ClaimPlan> {
+    let turns = facts.idle_turns?;
+    if budget.is_some_and(|budget| facts.cost >= budget) {
+        return None;
+    }
+    let disabled = &facts.disabled_peers;
     let taken: Vec<Queued> =
-        queued.into_iter().filter(|q| takeable(&q.input, take_messages, disabled_peers)).collect();
-    let arriving = arriving.filter(|input| takeable(input, take_messages, disabled_peers));
+        facts.queued.into_iter().filter(|q| takeable(&q.input, take_messages, disabled)).collect();
+    let arriving = arriving.filter(|input| takeable(input, take_messages, disabled));
     if arriving.is_none() && !taken.iter().any(|q| q.wake) {
         return None;
     }
-    Some(taken.into_iter().map(|q| q.input).chain(arriving).collect())
+    let taken_queued = Taken::of(taken.iter().map(|q| &q.input));
+    let inputs: Vec<InputRecord> = taken.into_iter().map(|q| q.input).chain(arriving).collect();
+    let taken = taken_queued;
+    Some(ClaimPlan { seq: turns + 1, inputs, taken })
+}
+
+/// Of the queued messages `ids` (see `inbox_id`), those a running turn takes now: what the
+/// inbox gives ([`plan_inbox`]), in its order.
+pub fn plan_take(
+    queued: Vec<Queued>,
+    take_messages: bool,
+    disabled_peers: &[String],
+    ids: &[String],
+) -> (Vec<InputRecord>, Taken) {
+    let inputs: Vec<InputRecord> = plan_inbox(queued, take_messages, disabled_peers)
+        .into_iter()
+        .filter(|i| super::inbox_id(i).is_some_and(|id| ids.iter().any(|given| given == id)))
+        .collect();
+    let taken = Taken::of(&inputs);
+    (inputs, taken)
 }
 
 /// What a running turn's agent may be given mid-turn (see `TurnStore::inbox`): queued
@@ -184,6 +259,15 @@ pub struct PostPlan {
     /// Set when the loop guard pauses the room now (the post wakes nobody): why.
     pub pause: Option<String>,
 }
+
+/// What the host of room `room_id` is told (an `attention` event) when the loop guard
+/// pauses it for `why`.
+pub fn paused_notice(room_id: &str, why: &str) -> String {
+    format!("room {room_id} paused: {why}")
+}
+
+/// Why a permission request still pending when its turn ends is answered `expired`.
+pub const PERMISSION_OUTLIVED_TURN: &str = "the turn ended before an answer";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PostRefusal {
@@ -304,8 +388,51 @@ mod tests {
         }
     }
 
-    fn ids(inputs: Option<Vec<InputRecord>>) -> Option<Vec<String>> {
-        inputs.map(|inputs| inputs.into_iter().map(|i| i.id).collect())
+    /// The ids of what an idle thread's turn takes.
+    fn claim(
+        queued: Vec<Queued>,
+        arriving: Option<InputRecord>,
+        take_messages: bool,
+        disabled: &[String],
+    ) -> Option<Vec<String>> {
+        let facts = ClaimFacts { idle_turns: Some(0), cost: 0.0, queued, disabled_peers: disabled.to_vec() };
+        plan_claim(facts, arriving, take_messages, None)
+            .map(|plan| plan.inputs.into_iter().map(|i| i.id).collect())
+    }
+
+    #[test]
+    fn a_claim_numbers_the_turn_and_says_what_it_takes_of_the_queue() {
+        let user = Queued { input: input("user", None), wake: true };
+        let bridged = Queued { input: input("bridged", Some(("PEER", "th_f"))), wake: true };
+        let facts = ClaimFacts { idle_turns: Some(4), queued: vec![user, bridged], ..Default::default() };
+        let plan =
+            plan_claim(facts.clone(), Some(input("new", Some(("", "th_n")))), true, None).expect("a turn");
+        assert_eq!(plan.seq, 5);
+        assert_eq!(
+            plan.taken,
+            Taken {
+                inputs: vec!["user".into(), "bridged".into()],
+                messages: vec!["msg_bridged".into()],
+                bridged: vec!["msg_bridged".into()],
+            },
+            "the arriving input is the send's, not the queue's"
+        );
+        // A busy, archived or missing thread starts none; nor one whose budget is spent.
+        assert_eq!(plan_claim(ClaimFacts { idle_turns: None, ..facts.clone() }, None, true, None), None);
+        let spent = ClaimFacts { cost: 2.0, ..facts.clone() };
+        assert_eq!(plan_claim(spent.clone(), None, true, Some(2.0)), None, "its input waits");
+        assert!(plan_claim(spent, None, true, Some(2.5)).is_some(), "under the budget");
+    }
+
+    #[test]
+    fn a_running_turn_takes_only_the_asked_messages_the_inbox_gives() {
+        let peer = Queued { input: input("peer", Some(("", "th_p"))), wake: true };
+        let bridged = Queued { input: input("bridged", Some(("PEER", "th_f"))), wake: true };
+        let user = Queued { input: input("user", None), wake: true };
+        let asked = ["msg_bridged".to_string(), "user".to_string(), "msg_unknown".to_string()];
+        let (inputs, taken) = plan_take(vec![peer, bridged, user], true, &[], &asked);
+        assert_eq!(inputs.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["bridged"]);
+        assert_eq!(taken.bridged, ["msg_bridged"]);
     }
 
     #[test]
@@ -316,36 +443,24 @@ mod tests {
         let arriving = input("new", Some(("", "th_n")));
         let all = vec![user.clone(), peer.clone(), held.clone()];
         assert_eq!(
-            ids(plan_claim(all.clone(), Some(arriving.clone()), true, &[])),
+            claim(all.clone(), Some(arriving.clone()), true, &[]),
             Some(vec!["user".into(), "peer".into(), "held".into(), "new".into()])
         );
         // Communication off: peer messages wait, the user's input goes.
-        assert_eq!(
-            ids(plan_claim(all.clone(), Some(arriving.clone()), false, &[])),
-            Some(vec!["user".into()])
-        );
+        assert_eq!(claim(all.clone(), Some(arriving.clone()), false, &[]), Some(vec!["user".into()]));
         // A disabled bridge's messages wait.
-        assert_eq!(
-            ids(plan_claim(all, None, true, &["PEER".into()])),
-            Some(vec!["user".into(), "peer".into()])
-        );
+        assert_eq!(claim(all, None, true, &["PEER".into()]), Some(vec!["user".into(), "peer".into()]));
         // An entry of a room of another home, written by a thread of a third: the bridge
         // that carried it decides, not its author's home.
         let mut entry = input("entry", Some(("AUTHOR", "th_a")));
         entry.via = Some("ROOMHOME".into());
         let entry = vec![Queued { input: entry, wake: true }];
-        assert_eq!(
-            ids(plan_claim(entry.clone(), None, true, &["AUTHOR".into()])),
-            Some(vec!["entry".into()])
-        );
-        assert_eq!(ids(plan_claim(entry, None, true, &["ROOMHOME".into()])), None);
+        assert_eq!(claim(entry.clone(), None, true, &["AUTHOR".into()]), Some(vec!["entry".into()]));
+        assert_eq!(claim(entry, None, true, &["ROOMHOME".into()]), None);
         // Nothing that wakes: no turn, whatever waits.
-        assert_eq!(ids(plan_claim(vec![held.clone()], None, true, &[])), None);
-        assert_eq!(ids(plan_claim(vec![held.clone()], Some(arriving.clone()), false, &[])), None);
-        assert_eq!(
-            ids(plan_claim(vec![held], Some(arriving), true, &[])),
-            Some(vec!["held".into(), "new".into()])
-        );
+        assert_eq!(claim(vec![held.clone()], None, true, &[]), None);
+        assert_eq!(claim(vec![held.clone()], Some(arriving.clone()), false, &[]), None);
+        assert_eq!(claim(vec![held], Some(arriving), true, &[]), Some(vec!["held".into(), "new".into()]));
     }
 
     #[test]

@@ -416,8 +416,8 @@ fn record_loop_guard(
         )?;
     }
     if let Some(why) = &plan.pause {
-        let reason = format!("room {} paused: {why}", e.room_id);
-        let mut event = EventRecord::attention(&room.host_thread, "", reason, e.now);
+        let notice = rules::paused_notice(&e.room_id, why);
+        let mut event = EventRecord::attention(&room.host_thread, "", notice, e.now);
         (event.turn_id, event.message_id) = (None, Some(e.id.clone()));
         insert_event(conn, &event)?;
     }

@@ -161,10 +161,15 @@ impl TurnStore for SqliteStore {
                     // A request its turn can no longer act on is answered: expired.
                     run(
                         conn,
-                        "UPDATE permission_requests SET status = 'expired', decided_at = ?,
-                                reason = 'the turn ended before an answer'
-                         WHERE turn_id = ? AND status = 'pending'",
-                        params![outcome.now, outcome.turn_id],
+                        "UPDATE permission_requests SET status = ?, decided_at = ?, reason = ?
+                         WHERE turn_id = ? AND status = ?",
+                        params![
+                            PermissionStatus::Expired.as_str(),
+                            outcome.now,
+                            rules::PERMISSION_OUTLIVED_TURN,
+                            outcome.turn_id,
+                            PermissionStatus::Pending.as_str()
+                        ],
                     )?;
                     if let Some(session) = &outcome.agent_session {
                         save_agent_session(conn, &thread_id, session, outcome.now)?;
@@ -376,37 +381,30 @@ pub(super) fn claim_turn(
     arriving: Option<InputRecord>,
 ) -> StoreResult<Option<ClaimedTurn>> {
     let TurnClaim { turn_id, take_messages, render, exec, budget } = claim;
-    let thread = first(
+    let idle_turns = first(
         conn,
-        "SELECT running, turn_count FROM threads WHERE id = ? AND archived = 0",
+        "SELECT turn_count FROM threads WHERE id = ? AND archived = 0 AND running = 0",
         [thread_id],
-        |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?)),
+        |row| Ok(row.get::<_, i64>(0)?),
     )?;
-    let Some((false, turn_count)) = thread else {
-        return Ok(None);
-    };
-    // A thread whose budget is spent starts no turn: its input waits.
-    if let Some(budget) = budget
-        && thread_cost(conn, thread_id)? >= *budget
-    {
+    if idle_turns.is_none() {
         return Ok(None);
     }
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
     let clock = now.max(crate::time::now_ms());
     expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
-    // Everything waiting, and the peers whose bridge's inbound access is off: the rules say
-    // what the turn takes (see [`rules::plan_claim`]).
-    let queued = queued_inputs(conn, thread_id)?;
-    let disabled = disabled_peers(conn)?;
-    let arriving_id = arriving.as_ref().map(|input| input.id.clone());
-    let Some(inputs) = rules::plan_claim(queued, arriving, *take_messages, &disabled) else {
+    let facts = rules::ClaimFacts {
+        idle_turns,
+        cost: if budget.is_some() { thread_cost(conn, thread_id)? } else { 0.0 },
+        queued: queued_inputs(conn, thread_id)?,
+        disabled_peers: disabled_peers(conn)?,
+    };
+    let Some(rules::ClaimPlan { seq, inputs, taken }) =
+        rules::plan_claim(facts, arriving, *take_messages, *budget)
+    else {
         return Ok(None);
     };
-    let taken_queued: Vec<&str> =
-        inputs.iter().map(|i| i.id.as_str()).filter(|id| Some(*id) != arriving_id.as_deref()).collect();
-    let took_queued = !taken_queued.is_empty();
-    let seq = turn_count + 1;
     let rendered = render(&inputs);
     run(
         conn,
@@ -415,28 +413,7 @@ pub(super) fn claim_turn(
                  (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2))",
         params![turn_id, thread_id, seq, rendered, now, exec.then_some("")],
     )?;
-    if took_queued {
-        for id in &taken_queued {
-            run(conn, "UPDATE inputs SET turn_id = ? WHERE id = ?", params![turn_id, id])?;
-        }
-        run(
-            conn,
-            "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ?
-             WHERE status = 'pending'
-               AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)",
-            params![now, turn_id, turn_id],
-        )?;
-        // Bridged messages that waited here (their receipt says `accepted`) are delivered
-        // now. An arriving message has no receipt yet: its own says `delivered` from the start.
-        run(
-            conn,
-            "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-             SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
-             WHERE status = 'accepted' AND message_id IN
-                   (SELECT message_id FROM inputs WHERE turn_id = ? AND via_home IS NOT NULL)",
-            params![now, turn_id],
-        )?;
-    }
+    take(conn, turn_id, &taken, now)?;
     run(
         conn,
         "UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?",
@@ -543,36 +520,42 @@ fn take_into_turn(
     let clock = now.max(crate::time::now_ms());
     expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
     let queued = queued_inputs(conn, thread_id)?;
-    let taken: Vec<InputRecord> = rules::plan_inbox(queued, take_messages, &disabled_peers(conn)?)
-        .into_iter()
-        .filter(|i| inbox_id(i).is_some_and(|id| ids.iter().any(|given| given == id)))
-        .collect();
-    for input in &taken {
-        run(conn, "UPDATE inputs SET turn_id = ? WHERE id = ?", params![turn_id, input.id])?;
-        run(
-            conn,
-            "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ? WHERE id = ? AND status = 'pending'",
-            params![now, turn_id, input.message_id],
-        )?;
-        if input.via.is_some() {
-            run(
-                conn,
-                "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-                 SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
-                 WHERE status = 'accepted' AND message_id = ?",
-                params![now, input.message_id],
-            )?;
-        }
-    }
-    if !taken.is_empty() {
+    let (inputs, taken) = rules::plan_take(queued, take_messages, &disabled_peers(conn)?, ids);
+    take(conn, turn_id, &taken, now)?;
+    if !inputs.is_empty() {
         run(
             conn,
             "UPDATE turns SET input = input || char(10) || char(10) || ? WHERE id = ?",
-            params![render(&taken), turn_id],
+            params![render(&inputs), turn_id],
         )?;
         touched(Some(thread_id));
     }
-    Ok(taken.iter().filter_map(|i| inbox_id(i).map(str::to_string)).collect())
+    Ok(inputs.iter().filter_map(|i| inbox_id(i).map(str::to_string)).collect())
+}
+
+/// Writes what a turn takes of the queued input (see [`rules::Taken`]).
+fn take(conn: &Connection, turn_id: &str, taken: &rules::Taken, now: Millis) -> StoreResult<()> {
+    for id in &taken.inputs {
+        run(conn, "UPDATE inputs SET turn_id = ? WHERE id = ?", params![turn_id, id])?;
+    }
+    for id in &taken.messages {
+        run(
+            conn,
+            "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ? WHERE id = ? AND status = 'pending'",
+            params![now, turn_id, id],
+        )?;
+    }
+    // A bridged message that waited here (its receipt says `accepted`) is delivered now.
+    for id in &taken.bridged {
+        run(
+            conn,
+            "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+             SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
+             WHERE status = 'accepted' AND message_id = ?",
+            params![now, id],
+        )?;
+    }
+    Ok(())
 }
 
 /// Fills in the input items of `turns`. One small indexed query per turn: in-process
