@@ -138,8 +138,9 @@ impl Domain {
         shutdown: &CancellationToken,
     ) -> Self {
         let signals = Signals::default();
-        let runner =
-            TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), signals.clone());
+        let outbox_work = Arc::new(tokio::sync::Notify::new());
+        store.changes().listen(crate::threads::signals::wake_on(signals.clone(), outbox_work.clone()));
+        let runner = TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf());
         let threads = Threads::new(store, config.clone(), runner.clone(), home_id.to_string());
         let send_keys = Arc::new(KeyLocks::default());
         let mailbox = Mailbox::new(
@@ -152,9 +153,7 @@ impl Domain {
         let waits = Waits::new(threads.clone(), config.clone(), signals.clone(), shutdown.clone());
         let timeout = config.threads.permission_timeout;
         let permissions = PermissionRequests::new(&threads, timeout, signals.clone(), shutdown.clone());
-        let outbox_work = Arc::new(tokio::sync::Notify::new());
-        let rooms =
-            Rooms::new(threads.clone(), mailbox.clone(), signals.clone(), config, outbox_work.clone());
+        let rooms = Rooms::new(threads.clone(), mailbox.clone(), config);
         Self { signals, runner, threads, mailbox, waits, permissions, rooms, send_keys, outbox_work }
     }
 

@@ -161,9 +161,7 @@ impl Bridges {
             store: store.clone(),
             decisions: decisions.clone(),
             parked: parked.clone(),
-            outbox_work: outbox_work.clone(),
             request_expiry: config.bridge.request_expiry,
-            mailbox: mailbox.clone(),
             runner: threads.runner().clone(),
         });
         let outbox = Outbox::new(
@@ -172,7 +170,6 @@ impl Bridges {
                 links: links.clone(),
                 store: store.clone(),
                 config: config.clone(),
-                mailbox: mailbox.clone(),
                 outbox_work,
                 send_keys,
             },

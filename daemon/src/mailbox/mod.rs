@@ -382,11 +382,6 @@ impl Mailbox {
         .await
     }
 
-    /// Wakes callers parked on `thread` (an event was logged for it elsewhere).
-    pub fn notify(&self, thread: &str) {
-        self.signals.notify(thread);
-    }
-
     /// Archive/unarchive with the events and wake-ups they cause.
     pub async fn set_archived(
         &self,
@@ -396,12 +391,9 @@ impl Mailbox {
     ) -> Result<Archived> {
         caller.owner_only("thread archive")?;
         let thread_id = self.threads.named(target).await?.id;
-        let (threads, signals, runner) = (self.threads.clone(), self.signals.clone(), self.runner.clone());
+        let (threads, runner) = (self.threads.clone(), self.runner.clone());
         uncancelled(async move {
             let done = threads.set_archived(&thread_id, archived).await?;
-            for thread in &done.notified {
-                signals.notify(thread);
-            }
             // User input queued before the archiving (an archived thread starts no turn)
             // is taken now.
             if done.changed && !archived {

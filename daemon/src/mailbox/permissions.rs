@@ -31,11 +31,6 @@ pub struct Decision {
     pub reason: String,
 }
 
-/// What a permission request is signalled on when answered.
-fn answered(id: &str) -> String {
-    format!("{id}#answered")
-}
-
 /// Agents' permission requests and the owner's answers.
 #[derive(Clone)]
 pub struct PermissionRequests {
@@ -78,11 +73,12 @@ impl PermissionRequests {
         );
         // Parked on before it is filed, so an answer in between is not missed; the thread's
         // own signal says its turn ended (which expires the request).
-        let subscription = self.signals.subscribe(vec![answered(&request.id), caller.thread_id.clone()]);
-        let (store, signals, filed) = (self.store.clone(), self.signals.clone(), request.clone());
+        let subscription = self
+            .signals
+            .subscribe(vec![crate::threads::signals::answered(&request.id), caller.thread_id.clone()]);
+        let (store, filed) = (self.store.clone(), request.clone());
         uncancelled(async move {
             store.ask_permission(&filed, &reason).await?;
-            signals.notify(&filed.thread_id);
             Ok::<_, Error>(())
         })
         .await?;
@@ -129,13 +125,12 @@ impl PermissionRequests {
         let status = if allow { PermissionStatus::Allowed } else { PermissionStatus::Denied };
         let reason =
             if allow || !reason.is_empty() { reason.to_string() } else { "denied by the owner".into() };
-        let (store, signals, id) = (self.store.clone(), self.signals.clone(), id.to_string());
+        let (store, id) = (self.store.clone(), id.to_string());
         let stands = uncancelled(async move {
             let stands = store
                 .decide_permission(&id, status, &reason, now_ms())
                 .await?
                 .ok_or_else(|| Error::NotFound(format!("no permission request {id}")))?;
-            signals.notify(&answered(&id));
             Ok::<_, Error>(stands)
         })
         .await?;

@@ -221,10 +221,9 @@ impl Waits {
         let caller = caller.turn_only("attention")?;
         limits::text("reason", reason, limits::REASON_MAX_CHARS)?;
         let event = EventRecord::attention(&caller.thread_id, &caller.turn_id, reason.to_string(), now_ms());
-        let (store, signals) = (self.store.clone(), self.signals.clone());
+        let store = self.store.clone();
         uncancelled(async move {
             store.add_event(&event).await?;
-            signals.notify(&event.thread_id);
             Ok(())
         })
         .await
@@ -264,8 +263,7 @@ impl Waits {
         let delivered = if taken.is_empty() {
             Vec::new()
         } else {
-            let (store, signals, turn_id) =
-                (self.store.clone(), self.signals.clone(), caller.turn_id.clone());
+            let (store, turn_id) = (self.store.clone(), caller.turn_id.clone());
             let thread = thread_id.clone();
             uncancelled(async move {
                 let delivered = store
@@ -278,8 +276,6 @@ impl Waits {
                         now_ms(),
                     )
                     .await?;
-                // Senders waiting for `delivered` are parked on this thread.
-                signals.notify(&thread);
                 Ok::<_, Error>(delivered)
             })
             .await?

@@ -11,8 +11,6 @@ mod posts;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::Notify;
-
 use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -23,7 +21,6 @@ use crate::store::{
 };
 use crate::sync::lock;
 use crate::threads::runner::TurnCaller;
-use crate::threads::signals::Signals;
 use crate::threads::{CreateRequest, Threads, cursor, new_id};
 use crate::time::now_ms;
 use kiki_proto::limits;
@@ -39,13 +36,9 @@ struct Inner {
     store: Arc<dyn Store>,
     threads: Threads,
     mailbox: Mailbox,
-    signals: Signals,
     config: Arc<Config>,
     /// One persona's thread is made at a time, so two first mentions make one thread.
     making_persona: tokio::sync::Mutex<()>,
-    /// Rung when a post wrote outbox entries (to members of other homes): the bridges'
-    /// outbox worker ships them.
-    outbox_work: Arc<Notify>,
     /// Rooms and rosters as posts check them before their write, so a post reads neither
     /// twice: forgotten on every change made here (the only writer of rosters and states
     /// but the loop guard's pause, which no check before the write looks at). The write
@@ -90,13 +83,7 @@ pub struct Posted {
 }
 
 impl Rooms {
-    pub fn new(
-        threads: Threads,
-        mailbox: Mailbox,
-        signals: Signals,
-        config: Arc<Config>,
-        outbox_work: Arc<Notify>,
-    ) -> Self {
+    pub fn new(threads: Threads, mailbox: Mailbox, config: Arc<Config>) -> Self {
         let store = threads.store().clone();
         let making_persona = tokio::sync::Mutex::new(());
         Self {
@@ -104,10 +91,8 @@ impl Rooms {
                 store,
                 threads,
                 mailbox,
-                signals,
                 config,
                 making_persona,
-                outbox_work,
                 posting: Default::default(),
             }),
         }

@@ -177,12 +177,10 @@ impl Rooms {
             max_agent_wakes: i64::from(self.inner.config.rooms.max_agent_wakes),
             now: now_ms(),
         };
-        let (store, runner, signals) = (self.inner.store.clone(), runner.clone(), self.inner.signals.clone());
-        let outbox_work = self.inner.outbox_work.clone();
-        let host = view.room.host_thread.clone();
+        let (store, runner) = (self.inner.store.clone(), runner.clone());
         let outcome = uncancelled(async move {
             let outcome = store.post_to_room(&entry).await?;
-            if let PostOutcome::Posted { entry: posted, turns, queued, paused } = &outcome {
+            if let PostOutcome::Posted { turns, queued, .. } = &outcome {
                 for turn in turns {
                     if let Some(thread) = woken.iter().find(|t| t.id == turn.turn.thread_id) {
                         runner.start_claimed(thread.clone(), turn.clone());
@@ -190,12 +188,6 @@ impl Rooms {
                 }
                 for thread in queued {
                     runner.kick(thread);
-                }
-                if paused.is_some() {
-                    signals.notify(&host);
-                }
-                if posted.woke.iter().any(|m| rules::is_remote_member(m)) {
-                    outbox_work.notify_one();
                 }
             }
             Ok(outcome)

@@ -6,6 +6,7 @@
 //! nothing of it was written.
 
 mod bridges;
+mod changes;
 mod events;
 mod messages;
 mod outbox;
@@ -21,6 +22,7 @@ mod words;
 use async_trait::async_trait;
 
 pub use bridges::*;
+pub use changes::{Change, Listener, Publisher};
 pub use events::*;
 pub use messages::*;
 pub use outbox::*;
@@ -99,6 +101,9 @@ pub trait Store:
     + RoomStore
     + 'static
 {
+    /// Where committed changes are published (see [`Change`]).
+    fn changes(&self) -> &Publisher;
+
     /// Where the data lives, with any secret removed (for `kiki status`).
     fn describe(&self) -> String;
 

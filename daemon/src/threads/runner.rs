@@ -31,7 +31,6 @@ use crate::store::{
 };
 use crate::sync::lock;
 use crate::threads::new_id;
-use crate::threads::signals::Signals;
 use crate::threads::switches;
 use crate::time::now_ms;
 
@@ -117,8 +116,6 @@ struct Inner {
     tokens: Mutex<HashMap<String, TurnCaller>>,
     /// The turn each thread is running, for its owner to stop.
     running: Mutex<HashMap<String, RunningTurn>>,
-    /// Wakes callers parked on a thread when its turn takes messages or ends.
-    signals: Signals,
     /// Answers what executors ask for mid-turn (the mailbox; set once it exists).
     desk: OnceLock<Weak<dyn Desk>>,
     tasks: TaskTracker,
@@ -126,7 +123,7 @@ struct Inner {
 }
 
 impl TurnRunner {
-    pub fn new(store: Arc<dyn Store>, config: Arc<Config>, home: PathBuf, signals: Signals) -> Self {
+    pub fn new(store: Arc<dyn Store>, config: Arc<Config>, home: PathBuf) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -135,7 +132,6 @@ impl TurnRunner {
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
-                signals,
                 desk: OnceLock::new(),
                 tasks: TaskTracker::new(),
                 stop: CancellationToken::new(),
@@ -154,8 +150,6 @@ impl TurnRunner {
         if self.inner.stop.is_cancelled() {
             return; // the restart picks the queue up
         }
-        // A running turn's agent may take it now (ThreadInbox).
-        self.inner.signals.notify(&crate::threads::signals::inbox(thread_id));
         self.wake(thread_id, Activity { dirty: true, handoff: None });
     }
 
@@ -256,9 +250,7 @@ impl Inner {
             };
             if let Some(handoff) = handoff {
                 let (thread, turn) = *handoff;
-                self.signals.notify(&thread_id);
                 let stopped = self.run(&thread, turn).await;
-                self.signals.notify(&thread_id);
                 if stopped {
                     self.hold(&thread_id);
                     continue;
@@ -268,9 +260,7 @@ impl Inner {
                 match self.claim(&thread_id).await {
                     Ok(Some((thread, turn))) => {
                         retry = RETRY_FIRST;
-                        self.signals.notify(&thread_id);
                         let stopped = self.run(&thread, turn).await;
-                        self.signals.notify(&thread_id);
                         if stopped {
                             self.hold(&thread_id);
                             break;
@@ -358,13 +348,8 @@ impl Inner {
         // The turn's progress is kept as it happens, by a task of its own so that a slow
         // write never holds up reading the agent.
         let (live, followed) = tokio::sync::mpsc::unbounded_channel();
-        let recorder = tokio::spawn(record_live(
-            self.store.clone(),
-            self.signals.clone(),
-            turn.thread_id.clone(),
-            turn.id.clone(),
-            followed,
-        ));
+        let recorder =
+            tokio::spawn(record_live(self.store.clone(), turn.thread_id.clone(), turn.id.clone(), followed));
         let [home, thread, token_name] = kiki_proto::agents::IDENTITY;
         let env = vec![
             (home, self.home.display().to_string()),
@@ -476,7 +461,7 @@ impl Inner {
     async fn attention(&self, thread_id: &str, turn_id: &str, reason: String) {
         let event = EventRecord::attention(thread_id, turn_id, reason, now_ms());
         match self.store.add_event(&event).await {
-            Ok(_) => self.signals.notify(thread_id),
+            Ok(_) => {}
             Err(e) => warn!(error = %e, "cannot record an attention event"),
         }
     }
@@ -516,12 +501,7 @@ impl Inner {
         let mut retry = RETRY_FIRST;
         loop {
             match self.store.undeliver_turn_messages(turn_id, code, now_ms()).await {
-                Ok(notified) => {
-                    for thread in notified {
-                        self.signals.notify(&thread);
-                    }
-                    break;
-                }
+                Ok(_) => break,
                 Err(e) => {
                     warn!(error = %e, "cannot mark the turn's messages undeliverable");
                     if !self.pause(retry).await {
@@ -555,11 +535,10 @@ impl Inner {
 }
 
 /// Keeps what a running turn shows as it happens: its agent's session at once, its parts
-/// for followers (woken on [`signals::parts`]). A part that cannot be written is logged and
+/// for followers (the store's published changes wake them). A part that cannot be written is logged and
 /// dropped: the turn's outcome does not depend on it.
 async fn record_live(
     store: Arc<dyn Store>,
-    signals: Signals,
     thread_id: String,
     turn_id: String,
     mut followed: tokio::sync::mpsc::UnboundedReceiver<Live>,
@@ -569,9 +548,8 @@ async fn record_live(
             Live::Session(session) => store.set_agent_session(&thread_id, session, now_ms()).await,
             Live::Part(kind, text) => store.add_turn_part(&turn_id, *kind, text, now_ms()).await,
         };
-        match written {
-            Ok(()) => signals.notify(&crate::threads::signals::parts(&thread_id)),
-            Err(e) => warn!(error = %e, "cannot keep a part of the running turn"),
+        if let Err(e) = written {
+            warn!(error = %e, "cannot keep a part of the running turn");
         }
     }
 }

@@ -22,6 +22,28 @@ pub fn parts(thread_id: &str) -> String {
     format!("{thread_id}#parts")
 }
 
+/// What a caller waiting for the owner's answer to a permission request parks on.
+pub fn answered(request_id: &str) -> String {
+    format!("{request_id}#answered")
+}
+
+/// Wakes, for each change the store commits, the callers parked on it, and the outbox
+/// worker for new or due entries.
+pub fn wake_on(signals: Signals, outbox_work: Arc<Notify>) -> crate::store::Listener {
+    use crate::store::Change;
+    Arc::new(move |changes: &[Change]| {
+        for change in changes {
+            match change {
+                Change::Thread(thread) => signals.notify(thread),
+                Change::Inbox(thread) => signals.notify(&inbox(thread)),
+                Change::Parts(thread) => signals.notify(&parts(thread)),
+                Change::Answered(request) => signals.notify(&answered(request)),
+                Change::Outbox => outbox_work.notify_one(),
+            }
+        }
+    })
+}
+
 #[derive(Clone, Default)]
 pub struct Signals {
     inner: Arc<Inner>,

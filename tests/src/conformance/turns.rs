@@ -246,3 +246,46 @@ pub async fn attention_is_open_until_answered(store: &dyn Store) {
     store.set_archived("th_c", true, 22).await.expect("archive");
     assert!(store.open_attention(10).await.expect("open").is_empty());
 }
+
+/// Each write publishes what it changed once it is committed, before it answers: a turn
+/// started, input for a running thread, a part, an event, an answer, an outbox entry.
+pub async fn committed_changes_are_published_before_the_write_answers(store: &dyn Store) {
+    use kiki_daemon::store::Change;
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Change>::new()));
+    let listener = heard.clone();
+    store.changes().listen(std::sync::Arc::new(move |changes: &[Change]| {
+        listener.lock().expect("lock").extend_from_slice(changes);
+    }));
+    let take = || std::mem::take(&mut *heard.lock().expect("lock"));
+    let thread = |id: &str| Change::Thread(id.into());
+
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "go"))).await.expect("create");
+    take();
+    store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("input");
+    assert!(take().contains(&thread("th_a")), "a turn started");
+    store.accept_message(&message("msg_1", "th_a", "", "k1", "h1")).await.expect("send");
+    assert!(take().contains(&Change::Inbox("th_a".into())), "input for the running thread");
+    store.add_turn_part("tu_1", PartKind::Text, "working", 3).await.expect("part");
+    assert_eq!(take(), [Change::Parts("th_a".into())]);
+    store.add_event(&EventRecord::attention("th_a", "tu_1", "look".into(), 4)).await.expect("event");
+    assert_eq!(take(), [thread("th_a")]);
+    let request = PermissionRecord {
+        id: "perm_1".into(),
+        thread_id: "th_a".into(),
+        turn_id: "tu_1".into(),
+        tool: "Bash".into(),
+        input: "{}".into(),
+        status: PermissionStatus::Pending,
+        reason: String::new(),
+        created_at: 5,
+        decided_at: None,
+    };
+    store.ask_permission(&request, "may it?").await.expect("ask");
+    assert_eq!(take(), [thread("th_a")], "its attention event");
+    store.decide_permission("perm_1", PermissionStatus::Denied, "no", 6).await.expect("decide");
+    assert!(take().contains(&Change::Answered("perm_1".into())));
+    finish(store, "tu_1", "done").await;
+    assert!(take().contains(&thread("th_a")), "a turn ended");
+    store.outbox_retry_now("PEER", 7).await.expect("due");
+    assert_eq!(take(), [Change::Outbox]);
+}

@@ -43,7 +43,7 @@ use super::links::Links;
 use super::table::BridgeTable;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::mailbox::{Mailbox, Sent, key_conflict};
+use crate::mailbox::{Sent, key_conflict};
 use crate::store::{
     BridgeRecord, EXPIRED, OutboxOutcome as Outcome, OutboxRecord, Refusal, Store, StoreError,
 };
@@ -97,8 +97,6 @@ pub(super) struct OutboxParts {
     pub(super) links: Arc<Links>,
     pub(super) store: Arc<dyn Store>,
     pub(super) config: Arc<Config>,
-    /// Tells senders waiting on threads of an entry's final event.
-    pub(super) mailbox: Mailbox,
     /// Rung whenever outbox entries are written or made due, or an attempt ends.
     pub(super) outbox_work: Arc<tokio::sync::Notify>,
     /// Sends under way, one at a time per sender's key (shared with the mailbox).
@@ -110,7 +108,6 @@ struct Inner {
     links: Arc<Links>,
     store: Arc<dyn Store>,
     config: Arc<Config>,
-    mailbox: Mailbox,
     /// Told whenever outbox entries are written or made due, or an attempt ends: the
     /// worker looks again (see `Outbox::run_worker`).
     outbox_work: Arc<tokio::sync::Notify>,
@@ -146,14 +143,13 @@ struct Inner {
 
 impl Outbox {
     pub(super) fn new(parts: OutboxParts, tasks: TaskTracker) -> Self {
-        let OutboxParts { table, links, store, config, mailbox, outbox_work, send_keys } = parts;
+        let OutboxParts { table, links, store, config, outbox_work, send_keys } = parts;
         Self {
             inner: Arc::new(Inner {
                 table,
                 links,
                 store,
                 config,
-                mailbox,
                 outbox_work,
                 recording: Default::default(),
                 outcomes_queued: Default::default(),
@@ -542,9 +538,9 @@ impl Outbox {
         // Counted before the write: an outcome recorded after this point is seen to have
         // raced it (see `Outbox::record`).
         *lock(&self.inner.resets).entry(peer.clone()).or_default() += 1;
+        // Made due, the store wakes the worker.
         if self.inner.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
             lock(&self.inner.settled).insert(peer.clone());
-            self.work_arrived();
         }
     }
 

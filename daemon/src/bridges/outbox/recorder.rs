@@ -104,8 +104,7 @@ impl Outbox {
         self.work_arrived();
         for (entry, event) in outcomes {
             if let Some(event) = event {
-                warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, "bridged send undeliverable");
-                self.inner.mailbox.notify(&event.thread_id);
+                warn!(message_id = %entry.id, status = %entry.status, reason = %entry.reason, thread_id = %event.thread_id, "bridged send undeliverable");
             }
         }
         let mut put_off_again: Vec<&str> = outcomes
@@ -121,9 +120,8 @@ impl Outbox {
         put_off_again.dedup();
         for peer in put_off_again {
             // The outcomes are written; at worst these entries wait out their backoff.
-            match self.inner.store.outbox_retry_now(peer, now_ms()).await {
-                Ok(()) => self.work_arrived(),
-                Err(e) => warn!(error = %e, peer, "cannot make a peer's outbox entries due again"),
+            if let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await {
+                warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
             }
         }
         Ok(())

@@ -292,11 +292,10 @@ impl Outbox {
     async fn put_off(&self, peer: &str, except: &str, until: i64, since: i64) {
         if let Err(e) = self.inner.store.outbox_defer(peer, except, until, self.lifetime()).await {
             warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
-        } else if self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await {
-            match self.inner.store.outbox_retry_now(peer, now_ms()).await {
-                Ok(()) => self.work_arrived(),
-                Err(e) => warn!(error = %e, peer, "cannot make a peer's outbox entries due again"),
-            }
+        } else if (self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await)
+            && let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await
+        {
+            warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
         }
     }
 

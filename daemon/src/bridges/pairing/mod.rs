@@ -28,7 +28,6 @@ use super::links::{call_link, dial_failure, link_failure, resolve, took};
 use super::parked::ParkedCalls;
 use super::table::BridgeTable;
 use crate::error::{Error, Result};
-use crate::mailbox::Mailbox;
 use crate::store::Store;
 use crate::store::{BridgeRecord, BridgeRequestRecord};
 use crate::store::{BridgeState, Direction, Permissions, RequestStatus};
@@ -58,12 +57,8 @@ pub(super) struct Pairing {
     pub(super) decisions: Decisions,
     /// Ended when a bridge is revoked or turned off.
     pub(super) parked: Arc<ParkedCalls>,
-    /// Rung when a revocation makes outbox entries due.
-    pub(super) outbox_work: Arc<tokio::sync::Notify>,
     /// `[bridge] request_expiry`.
     pub(super) request_expiry: Duration,
-    /// Tells waiters on threads whose messages a revocation made undeliverable.
-    pub(super) mailbox: Mailbox,
     /// Takes a peer's messages held back while its access was off, once it is back on.
     pub(super) runner: TurnRunner,
 }
@@ -472,17 +467,13 @@ impl Pairing {
         bridge.updated_at = now_ms();
         if bridge.direction == Direction::Inbound {
             // What the peer brought and no turn has taken yet is refused with it.
-            let threads = self.table.changing(self.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
-            for thread in threads {
-                self.mailbox.notify(&thread);
-            }
+            self.table.changing(self.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
         } else {
             self.table.save(Some(&bridge), &[]).await?;
             // Its pending sends are refused now (`bridge_revoked`), not when their backoff
             // would have brought them round. Best effort: the revocation stands either way.
-            match self.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
-                Ok(()) => self.outbox_work.notify_one(),
-                Err(e) => warn!(error = %e, "cannot make a revoked bridge's pending sends due"),
+            if let Err(e) = self.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                warn!(error = %e, "cannot make a revoked bridge's pending sends due");
             }
         }
         self.parked.cut_off(&bridge);
@@ -586,9 +577,8 @@ impl Pairing {
             warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "the target revoked this bridge");
             // Its messages are asked about at once (the target answers for what it holds and
             // refuses the rest), not at their next turn.
-            match self.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
-                Ok(()) => self.outbox_work.notify_one(),
-                Err(e) => warn!(error = %e, "cannot make a revoked bridge's messages due"),
+            if let Err(e) = self.store.outbox_retry_now(&bridge.peer_home_id, bridge.updated_at).await {
+                warn!(error = %e, "cannot make a revoked bridge's messages due");
             }
         }
         Ok(bridge)

@@ -98,6 +98,7 @@ pub(super) fn event(thread_id: &str, kind: EventKind, now: Millis) -> EventRecor
 }
 
 pub(super) fn insert_event(conn: &Connection, e: &EventRecord) -> StoreResult<i64> {
+    note(Change::Thread(e.thread_id.clone()));
     let seq = first(
         conn,
         "INSERT INTO events (thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, request_id, at)

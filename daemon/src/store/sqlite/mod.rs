@@ -13,6 +13,7 @@ mod connections;
 mod events;
 mod key_filter;
 mod messages;
+mod noted;
 mod outbox;
 mod permissions;
 mod receipts;
@@ -40,6 +41,7 @@ use rows::*;
 
 use connections::Connections;
 use key_filter::KeyFilter;
+use noted::note;
 use thread_cache::{ThreadCache, touched};
 use turns::*;
 
@@ -91,6 +93,7 @@ pub struct SqliteStore {
     path: PathBuf,
     db: Arc<Connections>,
     threads: Arc<ThreadCache>,
+    changes: Arc<Publisher>,
     /// The keys of the outbox (cross-home sends).
     outbox_keys: Arc<KeyFilter>,
     /// The keys of this home's senders' messages to its own threads.
@@ -185,7 +188,8 @@ impl SqliteStore {
     pub async fn open_path(path: &Path) -> StoreResult<Self> {
         let owned = path.to_path_buf();
         let threads = Arc::new(ThreadCache::default());
-        let cache = threads.clone();
+        let changes = Arc::new(Publisher::default());
+        let (cache, publisher) = (threads.clone(), changes.clone());
         let db = tokio::task::spawn_blocking(move || {
             let setup = |conn: &mut Connection| {
                 if let Some(problem) = integrity(conn, Some(QUICK_CHECK_WITHIN))?.into_iter().next() {
@@ -195,7 +199,11 @@ impl SqliteStore {
                 owner_only(&owned);
                 Ok(())
             };
-            Connections::open(&owned, READ_CONNECTIONS, setup, move || cache.committed())
+            let committed = move || {
+                cache.committed();
+                publisher.publish(noted::take());
+            };
+            Connections::open(&owned, READ_CONNECTIONS, setup, committed)
         })
         .await
         .map_err(|e| StoreError::Backend(format!("opening the store failed: {e}")))?
@@ -204,6 +212,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             db: Arc::new(db),
             threads,
+            changes,
             outbox_keys: Default::default(),
             local_keys: Default::default(),
             filling: Default::default(),
@@ -347,6 +356,10 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
 
 #[async_trait]
 impl Store for SqliteStore {
+    fn changes(&self) -> &Publisher {
+        &self.changes
+    }
+
     fn describe(&self) -> String {
         format!("sqlite://{}", self.path.display())
     }

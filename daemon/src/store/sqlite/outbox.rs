@@ -131,7 +131,13 @@ impl OutboxStore for SqliteStore {
     }
 
     async fn outbox_retry_now(&self, peer: &str, now: Millis) -> StoreResult<()> {
-        self.write_statement(OUTBOX_RETRY_NOW, (now, peer.to_string())).await
+        let peer = peer.to_string();
+        self.db
+            .write(move |conn| {
+                note(Change::Outbox);
+                run(conn, OUTBOX_RETRY_NOW, params![now, peer]).map(drop)
+            })
+            .await
     }
 
     async fn outbox_defer(&self, peer: &str, except: &str, until: Millis, window: Millis) -> StoreResult<()> {
@@ -194,6 +200,7 @@ pub(super) fn outbox_entry(
 
 /// Writes an outbox entry unless its (key scope, key, peer) has one: whether it did.
 pub(super) fn insert_outbox(conn: &Connection, e: &OutboxRecord) -> StoreResult<bool> {
+    note(Change::Outbox);
     let room = e.room.as_ref();
     let author = room.and_then(|r| r.author.as_ref());
     let inserted = run(

@@ -54,6 +54,7 @@ impl PermissionStore for SqliteStore {
                      WHERE id = ? AND status = 'pending'",
                     params![status.as_str(), reason, now, id],
                 )?;
+                note(Change::Answered(id.clone()));
                 permission_in(conn, &id)
             })
             .await

@@ -150,6 +150,8 @@ impl ThreadStore for SqliteStore {
         self.db
             .write(move |conn| {
                 touched(Some(&thread_id));
+                // Messages held back while it was off may be taken by its running turn now.
+                note(Change::Inbox(thread_id.clone()));
                 first(
                     conn,
                     &format!(

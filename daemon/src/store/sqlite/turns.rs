@@ -69,8 +69,12 @@ impl TurnStore for SqliteStore {
                     "INSERT INTO turn_parts (turn_id, seq, kind, text, at)
                      VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM turn_parts WHERE turn_id = ?1), ?2, ?3, ?4)",
                     params![turn_id, kind, text, now],
-                )
-                .map(drop)
+                )?;
+                let thread = first(conn, "SELECT thread_id FROM turns WHERE id = ?", [&turn_id], |row| {
+                    Ok(row.get::<_, String>(0)?)
+                })?;
+                thread.into_iter().for_each(|thread| note(Change::Parts(thread)));
+                Ok(())
             })
             .await
     }
@@ -119,7 +123,13 @@ impl TurnStore for SqliteStore {
 
     async fn set_agent_session(&self, thread_id: &str, session: &str, now: Millis) -> StoreResult<()> {
         let (thread_id, session) = (thread_id.to_string(), session.to_string());
-        self.db.write(move |conn| save_agent_session(conn, &thread_id, &session, now)).await
+        self.db
+            .write(move |conn| {
+                // Followers of its running turn show it.
+                note(Change::Parts(thread_id.clone()));
+                save_agent_session(conn, &thread_id, &session, now)
+            })
+            .await
     }
 
     async fn cost(&self, thread_id: Option<&str>) -> StoreResult<f64> {
@@ -414,6 +424,7 @@ pub(super) fn claim_turn(
         params![turn_id, thread_id, seq, rendered, now, exec.then_some("")],
     )?;
     take(conn, turn_id, &taken, now)?;
+    note(Change::Thread(thread_id.to_string()));
     run(
         conn,
         "UPDATE threads SET running = 1, turn_count = ?, updated_at = ? WHERE id = ?",
@@ -529,6 +540,8 @@ fn take_into_turn(
             params![render(&inputs), turn_id],
         )?;
         touched(Some(thread_id));
+        // Senders waiting for `delivered` are parked on the thread.
+        note(Change::Thread(thread_id.to_string()));
     }
     Ok(inputs.iter().filter_map(|i| inbox_id(i).map(str::to_string)).collect())
 }
@@ -590,6 +603,10 @@ pub(super) fn insert_input(
     wake: bool,
     turn: Option<&str>,
 ) -> StoreResult<()> {
+    if wake && turn.is_none() {
+        // A running turn's agent may take it now.
+        note(Change::Inbox(thread_id.to_string()));
+    }
     run(
         conn,
         "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread,
