@@ -7,7 +7,7 @@ use super::*;
 /// The reason (and target receipt status) of a bridged message whose deadline passed before
 /// it was delivered or confirmed, or whose key its source gave up on (see
 /// [`MessageStore::follow_up`]).
-pub const EXPIRED: &str = "expired";
+pub const EXPIRED: &str = OutboxStatus::Expired.as_str();
 
 /// A ThreadSend to a thread of this home, ready to commit.
 #[derive(Debug, Clone)]

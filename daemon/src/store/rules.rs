@@ -268,6 +268,8 @@ pub fn paused_notice(room_id: &str, why: &str) -> String {
 
 /// Why a permission request still pending when its turn ends is answered `expired`.
 pub const PERMISSION_OUTLIVED_TURN: &str = "the turn ended before an answer";
+/// … and one still pending when kikid stopped (found so at the next start).
+pub const PERMISSION_OUTLIVED_DAEMON: &str = "kikid stopped before an answer";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PostRefusal {

@@ -17,7 +17,7 @@ macro_rules! words {
         impl $name {
             pub const ALL: &[$name] = &[$($name::$value),*];
 
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$value => $word,)*
                 }

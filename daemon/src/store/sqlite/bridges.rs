@@ -13,9 +13,14 @@ impl BridgeStore for SqliteStore {
                 upsert_bridge(conn, &bridge)?;
                 let rejected = all(
                     conn,
-                    "UPDATE messages SET status = 'undeliverable', reason = 'bridge_revoked'
-                     WHERE via_home = ? AND status = 'pending'
-                     RETURNING id, target_thread",
+                    sql!(
+                        "UPDATE messages SET status = '{undeliverable}', reason = '{revoked}'
+                         WHERE via_home = ? AND status = '{pending}'
+                         RETURNING id, target_thread",
+                        undeliverable = MessageStatus::Undeliverable,
+                        revoked = Refusal::BridgeRevoked,
+                        pending = MessageStatus::Pending,
+                    ),
                     [&bridge.peer_home_id],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )?;
@@ -104,7 +109,10 @@ impl BridgeStore for SqliteStore {
     }
 
     async fn prune_bridge_requests(&self, decided_before: Millis) -> StoreResult<u64> {
-        let sql = "DELETE FROM bridge_requests WHERE status <> 'pending' AND decided_at < ?";
+        let sql = sql!(
+            "DELETE FROM bridge_requests WHERE status <> '{pending}' AND decided_at < ?",
+            pending = RequestStatus::Pending
+        );
         self.db.write(move |conn| Ok(run(conn, sql, [decided_before])? as u64)).await
     }
 }

@@ -35,18 +35,21 @@ impl EventStore for SqliteStore {
             .read(move |conn| {
                 page(
                     conn,
-                    &format!(
+                    sql!(
                         "SELECT {EVENT_COLUMNS} FROM events e
-                         WHERE e.kind = 'attention'
+                         WHERE e.kind = '{attention}'
                            AND EXISTS (SELECT 1 FROM threads t WHERE t.id = e.thread_id AND t.archived = 0)
                            AND CASE WHEN e.request_id IS NOT NULL
                                  THEN EXISTS (SELECT 1 FROM permission_requests p
-                                              WHERE p.id = e.request_id AND p.status = 'pending')
+                                              WHERE p.id = e.request_id AND p.status = '{pending}')
                                  ELSE NOT EXISTS (SELECT 1 FROM inputs i
-                                                  WHERE i.thread_id = e.thread_id AND i.kind = 'user'
+                                                  WHERE i.thread_id = e.thread_id AND i.kind = '{user}'
                                                     AND i.created_at >= e.at)
                                END
-                         ORDER BY e.seq"
+                         ORDER BY e.seq",
+                        attention = EventKind::Attention,
+                        pending = PermissionStatus::Pending,
+                        user = InputKind::User,
                     ),
                     [],
                     limit,

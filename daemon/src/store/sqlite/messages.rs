@@ -1,5 +1,7 @@
 //! Messages and their keys in SQLite.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 
 use super::*;
@@ -90,7 +92,7 @@ impl MessageStore for SqliteStore {
         // Read first: most sweeps find nothing, and then need no write.
         if self
             .db
-            .lookup(move |conn| first(conn, OVERDUE_MESSAGES, params![now, 1], |_| Ok(())))
+            .lookup(move |conn| first(conn, &OVERDUE_MESSAGES, params![now, 1], |_| Ok(())))
             .await?
             .is_none()
         {
@@ -100,7 +102,7 @@ impl MessageStore for SqliteStore {
             .write(move |conn| {
                 // As the write runs, as a claim reads it.
                 let now = now.max(crate::time::now_ms());
-                Ok(expire_overdue(conn, OVERDUE_MESSAGES, params![now, limit], now)? as u64)
+                Ok(expire_overdue(conn, &OVERDUE_MESSAGES, params![now, limit], now)? as u64)
             })
             .await
     }
@@ -156,7 +158,11 @@ pub(super) fn send_facts(conn: &Connection, m: &NewMessage) -> StoreResult<SendF
         Some(peer) => {
             let open = first(
                 conn,
-                "SELECT 1 FROM bridges WHERE direction = 'inbound' AND peer_home_id = ? AND state = 'active'",
+                sql!(
+                    "SELECT 1 FROM bridges WHERE direction = '{inbound}' AND peer_home_id = ? AND state = '{active}'",
+                    inbound = Direction::Inbound,
+                    active = BridgeState::Active
+                ),
                 [peer],
                 |_| Ok(()),
             )?;
@@ -204,7 +210,7 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     let taken_by =
         turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.as_str());
     let delivered = taken_by.is_some();
-    let status = if delivered { "delivered" } else { "pending" };
+    let status = if delivered { MessageStatus::Delivered } else { MessageStatus::Pending };
     run(
         conn,
         "INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
@@ -309,22 +315,30 @@ pub(super) fn receipt_follows(
 
 /// A thread's bridged messages whose deadline passed before they were delivered or
 /// confirmed (`?` = thread, now). Walks the thread's pending messages only.
-pub(super) const OVERDUE_THREAD_MESSAGES: &str =
-    "SELECT id FROM messages WHERE target_thread = ? AND status = 'pending' AND deadline <= ?";
+pub(super) static OVERDUE_THREAD_MESSAGES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id FROM messages WHERE target_thread = ? AND status = '{pending}' AND deadline <= ?",
+        pending = MessageStatus::Pending
+    )
+});
 
 /// Bridged messages of any thread whose deadline passed before they were delivered or
 /// confirmed, earliest first (`?` = now, limit). Walks `messages_by_deadline`.
-pub(super) const OVERDUE_MESSAGES: &str =
-    "SELECT id FROM messages WHERE status = 'pending' AND deadline IS NOT NULL
-     AND deadline <= ? ORDER BY deadline LIMIT ?";
+pub(super) static OVERDUE_MESSAGES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id FROM messages WHERE status = '{pending}' AND deadline IS NOT NULL
+         AND deadline <= ? ORDER BY deadline LIMIT ?",
+        pending = MessageStatus::Pending
+    )
+});
 
 /// Makes a pending message undeliverable with `reason`: its queued input goes and a bridged
 /// one gets a receipt.
 pub(super) fn undeliver(conn: &Connection, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
     run(
         conn,
-        "UPDATE messages SET status = 'undeliverable', reason = ?, deadline = NULL WHERE id = ?",
-        params![reason, message_id],
+        "UPDATE messages SET status = ?, reason = ?, deadline = NULL WHERE id = ?",
+        params![MessageStatus::Undeliverable, reason, message_id],
     )?;
     run(conn, "DELETE FROM inputs WHERE id = ? AND turn_id IS NULL", [message_input_id(message_id)])?;
     receipt_follows(conn, message_id, reason, now)
@@ -385,10 +399,16 @@ pub(super) fn local_sender(source_thread: Option<String>, source_host: Option<&s
 /// A turn's messages become undeliverable (`?` = reason, turn), found through the turn's
 /// inputs: `messages` has no index by turn, and scanning it would take the writer for as
 /// long as the home has history.
-pub(super) const UNDELIVER_TURN_MESSAGES: &str = "UPDATE messages SET status = 'undeliverable', reason = ?
-     WHERE status = 'delivered'
-       AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)
-     RETURNING id, target_thread, source_thread, source_host";
+pub(super) static UNDELIVER_TURN_MESSAGES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE messages SET status = '{undeliverable}', reason = ?
+         WHERE status = '{delivered}'
+           AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)
+         RETURNING id, target_thread, source_thread, source_host",
+        undeliverable = MessageStatus::Undeliverable,
+        delivered = MessageStatus::Delivered
+    )
+});
 
 /// Drops the queued inputs of a thread's messages (`?` = thread), once they are
 /// undeliverable: one pass over the thread's queue, not one per message. These three rely on

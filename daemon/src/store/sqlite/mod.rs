@@ -8,6 +8,17 @@
 //! cached; inside a thread a statement costs microseconds, so operations loop over rows
 //! with single-row statements instead of building SQL.
 
+/// A statement naming words (states, kinds, statuses) spelled by their enums (see
+/// `words!`), formatted once for the process. Words stay literals in the text, quoted
+/// `'{word}'`, because SQLite uses a partial index only for a query that repeats its
+/// literal term.
+macro_rules! sql {
+    ($($arg:tt)*) => {{
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!($($arg)*));
+        SQL.as_str()
+    }};
+}
+
 mod bridges;
 mod connections;
 mod events;

@@ -50,8 +50,11 @@ impl PermissionStore for SqliteStore {
             .write(move |conn| {
                 run(
                     conn,
-                    "UPDATE permission_requests SET status = ?, reason = ?, decided_at = ?
-                     WHERE id = ? AND status = 'pending'",
+                    sql!(
+                        "UPDATE permission_requests SET status = ?, reason = ?, decided_at = ?
+                         WHERE id = ? AND status = '{pending}'",
+                        pending = PermissionStatus::Pending
+                    ),
                     params![status.as_str(), reason, now, id],
                 )?;
                 note(Change::Answered(id.clone()));

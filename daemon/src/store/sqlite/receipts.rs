@@ -53,7 +53,10 @@ impl ReceiptStore for SqliteStore {
             .read(move |conn| {
                 count(
                     conn,
-                    "SELECT COUNT(*) FROM messages WHERE via_home = ? AND status = 'pending'",
+                    sql!(
+                        "SELECT COUNT(*) FROM messages WHERE via_home = ? AND status = '{pending}'",
+                        pending = MessageStatus::Pending
+                    ),
                     [&peer],
                 )
             })

@@ -114,8 +114,8 @@ impl RoomStore for SqliteStore {
                 run(
                     conn,
                     "UPDATE room_members SET thread_id = ?
-                     WHERE room_id = ? AND member_id = ? AND kind = 'persona' AND thread_id IS NULL",
-                    params![thread_id, room_id, persona],
+                     WHERE room_id = ? AND member_id = ? AND kind = ? AND thread_id IS NULL",
+                    params![thread_id, room_id, persona, MemberKind::Persona],
                 )?;
                 let now = first(
                     conn,

@@ -114,8 +114,13 @@ impl ThreadStore for SqliteStore {
                 if changed && archived {
                     let undeliverable = all(
                         conn,
-                        "UPDATE messages SET status = 'undeliverable', reason = 'thread_archived'
-                         WHERE target_thread = ? AND status = 'pending' RETURNING id, source_thread, source_host",
+                        sql!(
+                            "UPDATE messages SET status = '{undeliverable}', reason = '{archived}'
+                             WHERE target_thread = ? AND status = '{pending}' RETURNING id, source_thread, source_host",
+                            undeliverable = MessageStatus::Undeliverable,
+                            archived = Refusal::ThreadArchived,
+                            pending = MessageStatus::Pending,
+                        ),
                         [&id],
                         |row| Ok((row.get::<_, String>(0)?, row.get(1)?, row.get::<_, Option<String>>(2)?)),
                     )?;

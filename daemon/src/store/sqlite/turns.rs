@@ -152,9 +152,12 @@ impl TurnStore for SqliteStore {
                 let usage = outcome.usage;
                 let thread_id = first(
                     conn,
-                    "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?,
-                                      input_tokens = ?, output_tokens = ?, cost_usd = ?
-                     WHERE id = ? AND status = 'running' RETURNING thread_id",
+                    sql!(
+                        "UPDATE turns SET status = ?, output = ?, error = ?, ended_at = ?,
+                                          input_tokens = ?, output_tokens = ?, cost_usd = ?
+                         WHERE id = ? AND status = '{running}' RETURNING thread_id",
+                        running = TurnStatus::Running
+                    ),
                     params![
                         outcome.status.as_str(),
                         outcome.output,
@@ -202,16 +205,21 @@ impl TurnStore for SqliteStore {
     }
 
     async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()> {
-        let sql = "UPDATE turns SET agent = ? WHERE id = ? AND status = 'running'";
+        let sql = sql!(
+            "UPDATE turns SET agent = ? WHERE id = ? AND status = '{running}'",
+            running = TurnStatus::Running
+        );
         self.write_statement(sql, (agent.to_string(), turn_id.to_string())).await
     }
 
     async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
         self.db
             .read(|conn| {
-                all(conn, "SELECT id, agent FROM turns WHERE status = 'running'", [], |row| {
-                    Ok(InterruptedTurn { turn_id: row.get(0)?, agent: row.get(1)? })
-                })
+                let sql = sql!(
+                    "SELECT id, agent FROM turns WHERE status = '{running}'",
+                    running = TurnStatus::Running
+                );
+                all(conn, sql, [], |row| Ok(InterruptedTurn { turn_id: row.get(0)?, agent: row.get(1)? }))
             })
             .await
     }
@@ -222,18 +230,25 @@ impl TurnStore for SqliteStore {
             .write(move |conn| {
                 let failed = all(
                     conn,
-                    "UPDATE turns SET status = 'failed', error = ?, ended_at = ? WHERE status = 'running'
-                     RETURNING id, thread_id",
+                    sql!(
+                        "UPDATE turns SET status = '{failed}', error = ?, ended_at = ? WHERE status = '{running}'
+                         RETURNING id, thread_id",
+                        failed = TurnStatus::Failed,
+                        running = TurnStatus::Running
+                    ),
                     params![reason, now],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )?;
                 run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE running = 1", [now])?;
                 run(
                     conn,
-                    "UPDATE permission_requests SET status = 'expired', decided_at = ?,
-                            reason = 'kikid stopped before an answer'
-                     WHERE status = 'pending'",
-                    [now],
+                    "UPDATE permission_requests SET status = ?, decided_at = ?, reason = ? WHERE status = ?",
+                    params![
+                        PermissionStatus::Expired,
+                        now,
+                        rules::PERMISSION_OUTLIVED_DAEMON,
+                        PermissionStatus::Pending
+                    ],
                 )?;
                 touched(None);
                 for (turn_id, thread_id) in &failed {
@@ -263,7 +278,9 @@ impl TurnStore for SqliteStore {
     }
 
     async fn running_turns(&self) -> StoreResult<u64> {
-        self.db.read(|conn| count(conn, "SELECT COUNT(*) FROM turns WHERE status = 'running'", [])).await
+        let sql =
+            sql!("SELECT COUNT(*) FROM turns WHERE status = '{running}'", running = TurnStatus::Running);
+        self.db.read(move |conn| count(conn, sql, [])).await
     }
 
     async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>> {
@@ -272,9 +289,10 @@ impl TurnStore for SqliteStore {
             .read(move |conn| {
                 let mut turns = page(
                     conn,
-                    &format!(
+                    sql!(
                         "SELECT {TURN_COLUMNS} FROM turns
-                         WHERE thread_id = ? AND seq > ? AND status <> 'running' ORDER BY seq"
+                         WHERE thread_id = ? AND seq > ? AND status <> '{running}' ORDER BY seq",
+                        running = TurnStatus::Running
                     ),
                     params![thread_id, after_seq],
                     limit,
@@ -293,9 +311,10 @@ impl TurnStore for SqliteStore {
                 // Walks the (thread_id, seq) index backwards from the newest turn.
                 let mut turns = page(
                     conn,
-                    &format!(
+                    sql!(
                         "SELECT {TURN_COLUMNS} FROM turns
-                         WHERE thread_id = ? AND status <> 'running' ORDER BY seq DESC"
+                         WHERE thread_id = ? AND status <> '{running}' ORDER BY seq DESC",
+                        running = TurnStatus::Running
                     ),
                     params![thread_id],
                     limit,
@@ -333,7 +352,10 @@ impl TurnStore for SqliteStore {
             .lookup(move |conn| {
                 let found = first(
                     conn,
-                    "SELECT 1 FROM turns WHERE thread_id = ? AND seq = ? AND status <> 'running'",
+                    sql!(
+                        "SELECT 1 FROM turns WHERE thread_id = ? AND seq = ? AND status <> '{running}'",
+                        running = TurnStatus::Running
+                    ),
                     params![thread_id, seq],
                     |_| Ok(()),
                 )?;
@@ -351,7 +373,7 @@ impl TurnStore for SqliteStore {
         let (turn_id, reason) = (turn_id.to_string(), reason.to_string());
         self.db
             .write(move |conn| {
-                let undelivered = all(conn, UNDELIVER_TURN_MESSAGES, params![reason, turn_id], |row| {
+                let undelivered = all(conn, &UNDELIVER_TURN_MESSAGES, params![reason, turn_id], |row| {
                     Ok((
                         row.get::<_, String>(0)?,
                         row.get::<_, String>(1)?,
@@ -403,7 +425,7 @@ pub(super) fn claim_turn(
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
     let clock = now.max(crate::time::now_ms());
-    expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
+    expire_overdue(conn, &OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
     let facts = rules::ClaimFacts {
         idle_turns,
         cost: if budget.is_some() { thread_cost(conn, thread_id)? } else { 0.0 },
@@ -419,9 +441,9 @@ pub(super) fn claim_turn(
     run(
         conn,
         "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before)
-         VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6,
+         VALUES (?1, ?2, ?3, ?7, ?4, ?5, ?6,
                  (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2))",
-        params![turn_id, thread_id, seq, rendered, now, exec.then_some("")],
+        params![turn_id, thread_id, seq, rendered, now, exec.then_some(""), TurnStatus::Running],
     )?;
     take(conn, turn_id, &taken, now)?;
     note(Change::Thread(thread_id.to_string()));
@@ -500,7 +522,11 @@ fn queued_inputs(conn: &Connection, thread_id: &str) -> StoreResult<Vec<rules::Q
 fn disabled_peers(conn: &Connection) -> StoreResult<Vec<String>> {
     all(
         conn,
-        "SELECT peer_home_id FROM bridges WHERE direction = 'inbound' AND state = 'disabled'",
+        sql!(
+            "SELECT peer_home_id FROM bridges WHERE direction = '{inbound}' AND state = '{disabled}'",
+            inbound = Direction::Inbound,
+            disabled = BridgeState::Disabled
+        ),
         [],
         |row| Ok(row.get::<_, String>(0)?),
     )
@@ -519,7 +545,10 @@ fn take_into_turn(
 ) -> StoreResult<Vec<String>> {
     let running = first(
         conn,
-        "SELECT 1 FROM turns WHERE id = ? AND thread_id = ? AND status = 'running'",
+        sql!(
+            "SELECT 1 FROM turns WHERE id = ? AND thread_id = ? AND status = '{running}'",
+            running = TurnStatus::Running
+        ),
         params![turn_id, thread_id],
         |_| Ok(()),
     )?;
@@ -529,7 +558,7 @@ fn take_into_turn(
     // As a claim does: what its source gave up on never enters a prompt, and only what
     // the inbox may give is taken.
     let clock = now.max(crate::time::now_ms());
-    expire_overdue(conn, OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
+    expire_overdue(conn, &OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
     let queued = queued_inputs(conn, thread_id)?;
     let (inputs, taken) = rules::plan_take(queued, take_messages, &disabled_peers(conn)?, ids);
     take(conn, turn_id, &taken, now)?;
@@ -554,7 +583,11 @@ fn take(conn: &Connection, turn_id: &str, taken: &rules::Taken, now: Millis) -> 
     for id in &taken.messages {
         run(
             conn,
-            "UPDATE messages SET status = 'delivered', delivered_at = ?, turn_id = ? WHERE id = ? AND status = 'pending'",
+            sql!(
+                "UPDATE messages SET status = '{delivered}', delivered_at = ?, turn_id = ? WHERE id = ? AND status = '{pending}'",
+                delivered = MessageStatus::Delivered,
+                pending = MessageStatus::Pending
+            ),
             params![now, turn_id, id],
         )?;
     }
@@ -563,9 +596,9 @@ fn take(conn: &Connection, turn_id: &str, taken: &rules::Taken, now: Millis) -> 
         run(
             conn,
             "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
-             SELECT peer_home_id, key, message_id, target, 'delivered', '', ? FROM bridge_receipts
-             WHERE status = 'accepted' AND message_id = ?",
-            params![now, id],
+             SELECT peer_home_id, key, message_id, target, ?, '', ? FROM bridge_receipts
+             WHERE status = ? AND message_id = ?",
+            params![OutboxStatus::Delivered, now, OutboxStatus::Accepted, id],
         )?;
     }
     Ok(())
