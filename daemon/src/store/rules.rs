@@ -14,7 +14,8 @@
 //!   pauses it now.
 
 use super::{
-    InputKind, InputRecord, MemberKind, MemberRecord, NewMessage, RoomRecord, SendOutcome, SourceRef,
+    InputKind, InputRecord, MemberKind, MemberRecord, MessageStatus, NewMessage, OutboxStatus, RoomRecord,
+    SendOutcome, SourceRef,
 };
 
 /// What a send's decision rests on, read in the transaction that would store it.
@@ -228,6 +229,30 @@ pub enum AgentWake {
     },
 }
 
+/// What a thread's owner is told when two agents' messages stop waking each other.
+pub fn loop_guard_notice(a: &str, b: &str, limit: u32) -> String {
+    format!(
+        "{a} and {b} have woken each other {limit} times without you ([threads] max_agent_wakes): their \
+         messages now wait for a turn you start; give either thread input to let them go on"
+    )
+}
+
+/// How a message that arrived stands: delivered if a turn took it in its own commit, else
+/// pending; and a bridged one's receipt says `delivered`, or `accepted` (held here, not yet
+/// in a turn: the word its source uses too).
+pub fn arrival(delivered: bool) -> (MessageStatus, OutboxStatus) {
+    if delivered {
+        (MessageStatus::Delivered, OutboxStatus::Delivered)
+    } else {
+        (MessageStatus::Pending, OutboxStatus::Accepted)
+    }
+}
+
+/// The receipt of a bridged message that became undeliverable here for `reason`.
+pub fn undelivered_receipt(reason: &str) -> OutboxStatus {
+    if reason == super::EXPIRED { OutboxStatus::Expired } else { OutboxStatus::Rejected }
+}
+
 pub fn agent_wake(count: i64, limit: u32) -> AgentWake {
     let limit = i64::from(limit);
     if count <= limit { AgentWake::Wakes } else { AgentWake::Held { first: count == limit + 1 } }
@@ -400,6 +425,14 @@ mod tests {
         let facts = ClaimFacts { idle_turns: Some(0), cost: 0.0, queued, disabled_peers: disabled.to_vec() };
         plan_claim(facts, arriving, take_messages, None)
             .map(|plan| plan.inputs.into_iter().map(|i| i.id).collect())
+    }
+
+    #[test]
+    fn an_arrival_stands_delivered_or_held_and_its_receipt_says_so() {
+        assert_eq!(arrival(true), (MessageStatus::Delivered, OutboxStatus::Delivered));
+        assert_eq!(arrival(false), (MessageStatus::Pending, OutboxStatus::Accepted));
+        assert_eq!(undelivered_receipt(super::super::EXPIRED), OutboxStatus::Expired);
+        assert_eq!(undelivered_receipt("thread_archived"), OutboxStatus::Rejected);
     }
 
     #[test]

@@ -210,7 +210,7 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     let taken_by =
         turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.as_str());
     let delivered = taken_by.is_some();
-    let status = if delivered { MessageStatus::Delivered } else { MessageStatus::Pending };
+    let (status, receipt_status) = rules::arrival(delivered);
     run(
         conn,
         "INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
@@ -240,12 +240,7 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     if let Some(receipt) = &m.receipt {
         insert_receipt(
             conn,
-            // Held here, not yet in a turn: `accepted`, the word its source uses too.
-            &ReceiptRecord {
-                message_id: m.id.clone(),
-                status: if delivered { OutboxStatus::Delivered } else { OutboxStatus::Accepted },
-                ..receipt.clone()
-            },
+            &ReceiptRecord { message_id: m.id.clone(), status: receipt_status, ..receipt.clone() },
         )?;
     }
     Ok(SendOutcome::Accepted {
@@ -276,11 +271,7 @@ fn agent_wakes_spent(conn: &Connection, m: &NewMessage) -> StoreResult<bool> {
         rules::AgentWake::Held { first } => {
             if first {
                 let mut held = event(&m.target_thread, EventKind::Attention, m.now);
-                held.reason = format!(
-                    "{a} and {b} have woken each other {limit} times without you ([threads] \
-                     max_agent_wakes): their messages now wait for a turn you start; give either \
-                     thread input to let them go on"
-                );
+                held.reason = rules::loop_guard_notice(&a, &b, limit);
                 insert_event(conn, &held)?;
             }
             Ok(true)
@@ -302,7 +293,7 @@ pub(super) fn receipt_follows(
     reason: &str,
     now: Millis,
 ) -> StoreResult<()> {
-    let status = if reason == EXPIRED { OutboxStatus::Expired } else { OutboxStatus::Rejected };
+    let status = rules::undelivered_receipt(reason);
     run(
         conn,
         "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
