@@ -23,7 +23,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -45,54 +45,49 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the carrier checks that this home still runs.
 const HOME_CHECK: Duration = Duration::from_secs(5);
 
-/// One end's UDP socket of a flow: the one a kikid dials (it answers whoever sent last), or
-/// the one that dials a kikid.
-enum Port {
-    Listening { socket: UdpSocket, peer: Mutex<Option<SocketAddr>> },
-    Dialing(UdpSocket),
-}
+/// A channel that carries nothing for this long is taken for dead (each end sends a
+/// heartbeat when it has had nothing to send for [`HEARTBEAT`]): a relay whose SSH session
+/// outlived a lost network exits, freeing its port for the next.
+const SILENCE: Duration = Duration::from_secs(20);
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// The flow of heartbeats: empty frames no port gets.
+const HEARTBEAT_FLOW: u8 = u8::MAX;
+/// How long a relay waits for its port while an older relay still holds it.
+const BIND_PATIENCE: Duration = Duration::from_secs(30);
+
+/// One end's UDP socket of a flow, bound to `bind` and connected to the one kikid it
+/// carries for: the kernel drops datagrams from anybody else on the machine, so no other
+/// local user can take the flow over.
+struct Port(UdpSocket);
 
 impl Port {
-    async fn listening(addr: &str) -> Result<Self> {
-        let socket = UdpSocket::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        Ok(Self::Listening { socket, peer: Mutex::new(None) })
-    }
-
-    async fn dialing(addr: &str) -> Result<Self> {
-        let socket = UdpSocket::bind("127.0.0.1:0").await?;
-        socket.connect(addr).await.with_context(|| format!("dialing {addr}"))?;
-        Ok(Self::Dialing(socket))
-    }
-
-    async fn recv(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Port::Listening { socket, peer } => {
-                let (n, from) = socket.recv_from(buf).await?;
-                *peer.lock().unwrap_or_else(|p| p.into_inner()) = Some(from);
-                Ok(n)
-            }
-            Port::Dialing(socket) => socket.recv(buf).await,
-        }
-    }
-
-    /// Sends a datagram out; one nobody can take (no peer yet, or refused) is dropped, as
-    /// the network would.
-    async fn send(&self, datagram: &[u8]) {
-        let _ = match self {
-            Port::Listening { socket, peer } => {
-                let to = *peer.lock().unwrap_or_else(|p| p.into_inner());
-                match to {
-                    Some(to) => socket.send_to(datagram, to).await,
-                    None => return,
+    async fn new(bind: &str, kikid: &str) -> Result<Self> {
+        let started = Instant::now();
+        let socket = loop {
+            match UdpSocket::bind(bind).await {
+                Ok(socket) => break socket,
+                // An older relay, whose session has not noticed its channel died, still
+                // holds it: it goes within `SILENCE`.
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < BIND_PATIENCE => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
+                Err(e) => return Err(e).with_context(|| format!("binding {bind}")),
             }
-            Port::Dialing(socket) => socket.send(datagram).await,
         };
+        socket.connect(kikid).await.with_context(|| format!("connecting to {kikid}"))?;
+        Ok(Self(socket))
     }
 }
 
-/// Moves datagrams between the two flows' ports and the channel until the channel ends.
-async fn pump<R, W>(reader: R, writer: W, ports: Arc<[Port; 2]>) -> Result<()>
+/// Moves datagrams between the two flows' ports and the channel until the channel ends or
+/// falls silent; `ready` is told when the first frame comes from the other end (its ports
+/// are bound).
+async fn pump<R, W>(
+    reader: R,
+    writer: W,
+    ports: Arc<[Port; 2]>,
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -104,7 +99,7 @@ where
         from_ports.spawn(async move {
             let mut buf = vec![0u8; MAX_DATAGRAM];
             loop {
-                match ports[usize::from(flow)].recv(&mut buf).await {
+                match ports[usize::from(flow)].0.recv(&mut buf).await {
                     Ok(n) => {
                         let _ = queue.try_send((flow, buf[..n].to_vec()));
                     }
@@ -116,7 +111,15 @@ where
     }
     let out = async move {
         let mut writer = BufWriter::new(writer);
-        while let Some((flow, datagram)) = queued.recv().await {
+        // The first frame tells the other end this one is up.
+        write_frame(&mut writer, HEARTBEAT_FLOW, &[]).await?;
+        writer.flush().await?;
+        loop {
+            let (flow, datagram) = match tokio::time::timeout(HEARTBEAT, queued.recv()).await {
+                Ok(Some(next)) => next,
+                Ok(None) => return Ok::<_, std::io::Error>(()),
+                Err(_) => (HEARTBEAT_FLOW, Vec::new()),
+            };
             write_frame(&mut writer, flow, &datagram).await?;
             // Whatever else is waiting goes in the same write.
             while let Ok((flow, datagram)) = queued.try_recv() {
@@ -124,24 +127,32 @@ where
             }
             writer.flush().await?;
         }
-        Ok::<_, std::io::Error>(())
     };
     let into = async move {
         let mut reader = tokio::io::BufReader::new(reader);
         let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut ready = ready;
         loop {
             let mut header = [0u8; 3];
-            match reader.read_exact(&mut header).await {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-                Err(e) => return Err(e),
+            match tokio::time::timeout(SILENCE, reader.read_exact(&mut header)).await {
+                Err(_) => {
+                    return Err(std::io::Error::other(format!("nothing came for {}s", SILENCE.as_secs())));
+                }
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Ok(Err(e)) => return Err(e),
+                Ok(Ok(_)) => {}
+            }
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(());
             }
             let [flow, high, low] = header;
             let n = usize::from(u16::from_be_bytes([high, low]));
             reader.read_exact(&mut buf[..n]).await?;
-            match ports.get(usize::from(flow)) {
-                Some(port) => port.send(&buf[..n]).await,
-                None => return Err(std::io::Error::other(format!("a frame of flow {flow}"))),
+            match flow {
+                HEARTBEAT_FLOW => {}
+                // One nobody takes now (its kikid is restarting) is dropped, as the network would.
+                0 | 1 => drop(ports[usize::from(flow)].0.send(&buf[..n]).await),
+                _ => return Err(std::io::Error::other(format!("a frame of flow {flow}"))),
             }
         }
     };
@@ -166,8 +177,8 @@ async fn write_frame<W: AsyncWrite + Unpin>(
 /// The relay on the space's machine (`kiki space relay`), on the channel's stdin and stdout:
 /// flow 0 to the home's bridge port `to`, flow 1 from the port `listen` its home dials.
 pub async fn relay(to: &str, listen: &str) -> Result<()> {
-    let ports = Arc::new([Port::dialing(to).await?, Port::listening(listen).await?]);
-    pump(tokio::io::stdin(), tokio::io::stdout(), ports).await
+    let ports = Arc::new([Port::new("127.0.0.1:0", to).await?, Port::new(listen, to).await?]);
+    pump(tokio::io::stdin(), tokio::io::stdout(), ports, None).await
 }
 
 /// A free UDP port on loopback (`kiki space port`, run there when a space is added).
@@ -263,10 +274,12 @@ pub async fn carry(home: &Path, name: &str) -> Result<()> {
         tries += 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    // Written over the old text, then cut to its length: a reader never finds it empty.
     let mut say = |what: &str| {
-        let _ = lock.set_len(0);
+        let text = format!("{}\n{what}\n", std::process::id());
         let _ = std::io::Seek::rewind(&mut *lock);
-        let _ = write!(lock, "{}\n{what}\n", std::process::id());
+        let _ = lock.write_all(text.as_bytes());
+        let _ = lock.set_len(text.len() as u64);
     };
     say("starting");
     let space = Registry::open(home)?.get(name).cloned().with_context(|| format!("no space {name}"))?;
@@ -275,8 +288,8 @@ pub async fn carry(home: &Path, name: &str) -> Result<()> {
         crate::connect::connect(home).await?.home().status(kiki_proto::StatusRequest {}).await?.into_inner();
     let local_bridge = loopback(&here.bridge_listen)?;
     let ports = Arc::new([
-        Port::listening(&format!("127.0.0.1:{}", carried.local_port)).await?,
-        Port::dialing(&local_bridge).await?,
+        Port::new(&format!("127.0.0.1:{}", carried.local_port), &local_bridge).await?,
+        Port::new("127.0.0.1:0", &local_bridge).await?,
     ]);
     let relay_args = [
         "space".to_string(),
@@ -296,9 +309,18 @@ pub async fn carry(home: &Path, name: &str) -> Result<()> {
                 let mut relay = remote.spawn(&space.kiki, &relay_args).await?;
                 let stdin = relay.stdin().take().context("the relay's stdin")?;
                 let stdout = relay.stdout().take().context("the relay's stdout")?;
-                say("carrying");
-                eprintln!("space {name}: carrying the bridges over ssh");
-                pump(stdout, stdin, ports.clone()).await
+                // Carrying once the relay there is up (its first frame came).
+                let (ready, relay_up) = tokio::sync::oneshot::channel();
+                let pumping = pump(stdout, stdin, ports.clone(), Some(ready));
+                tokio::pin!(pumping);
+                tokio::select! {
+                    done = &mut pumping => done,
+                    Ok(()) = relay_up => {
+                        say("carrying");
+                        eprintln!("space {name}: carrying the bridges over ssh");
+                        pumping.await
+                    }
+                }
             }
             .await;
             say("reconnecting");
@@ -340,46 +362,54 @@ fn loopback(listen: &str) -> Result<String> {
 mod tests {
     use super::*;
 
-    /// Datagrams go through a channel both ways, each to its flow's far end, and a listening
-    /// port answers whoever sent to it last.
+    /// Datagrams go through a channel both ways, each flow between the two kikids it
+    /// carries for; a datagram from anybody else is dropped; each end learns the other is up
+    /// from its first frame.
     #[tokio::test]
-    async fn datagrams_cross_the_channel_on_their_flows() {
-        // Two kikids, one at each end, stand as plain UDP sockets.
+    async fn datagrams_cross_the_channel_on_their_flows_and_only_theirs() {
+        // The kikid at each end stands as a plain UDP socket.
+        let near = UdpSocket::bind("127.0.0.1:0").await.expect("near");
         let far = UdpSocket::bind("127.0.0.1:0").await.expect("far");
-        let near_home = UdpSocket::bind("127.0.0.1:0").await.expect("near home");
-        let here_listen = free_port().expect("port");
-        let there_listen = free_port().expect("port");
+        let (near_addr, far_addr) =
+            (near.local_addr().expect("addr").to_string(), far.local_addr().expect("addr").to_string());
+        let (here_port, there_port) = (free_port().expect("port"), free_port().expect("port"));
         let here = Arc::new([
-            Port::listening(&format!("127.0.0.1:{here_listen}")).await.expect("bind"),
-            Port::dialing(&near_home.local_addr().expect("addr").to_string()).await.expect("dial"),
+            Port::new(&format!("127.0.0.1:{here_port}"), &near_addr).await.expect("bind"),
+            Port::new("127.0.0.1:0", &near_addr).await.expect("bind"),
         ]);
         let there = Arc::new([
-            Port::dialing(&far.local_addr().expect("addr").to_string()).await.expect("dial"),
-            Port::listening(&format!("127.0.0.1:{there_listen}")).await.expect("bind"),
+            Port::new("127.0.0.1:0", &far_addr).await.expect("bind"),
+            Port::new(&format!("127.0.0.1:{there_port}"), &far_addr).await.expect("bind"),
         ]);
         let (a, b) = tokio::io::duplex(1 << 16);
         let (a_read, a_write) = tokio::io::split(a);
         let (b_read, b_write) = tokio::io::split(b);
-        tokio::spawn(pump(a_read, a_write, here));
-        tokio::spawn(pump(b_read, b_write, there));
+        let (ready, up) = tokio::sync::oneshot::channel();
+        tokio::spawn(pump(a_read, a_write, here, Some(ready)));
+        tokio::spawn(pump(b_read, b_write, there, None));
+        up.await.expect("the far end said it is up");
 
         let mut buf = [0u8; 64];
-        // Flow 0: a home here dials the carrier; the far home answers.
-        let dialer = UdpSocket::bind("127.0.0.1:0").await.expect("dialer");
-        dialer.send_to(b"hello there", ("127.0.0.1", here_listen)).await.expect("send");
+        // Flow 0: the near kikid dials the carrier's port; the far kikid answers the relay.
+        near.send_to(b"hello there", ("127.0.0.1", here_port)).await.expect("send");
         let (n, relay) = far.recv_from(&mut buf).await.expect("far gets it");
         assert_eq!(&buf[..n], b"hello there");
         far.send_to(b"hello back", relay).await.expect("answer");
-        let n = dialer.recv(&mut buf).await.expect("the answer");
-        assert_eq!(&buf[..n], b"hello back");
+        let (n, from) = near.recv_from(&mut buf).await.expect("the answer");
+        assert_eq!((&buf[..n], from.port()), (&b"hello back"[..], here_port));
 
-        // Flow 1: the far side dials the relay's port; the home here answers.
-        let far_dialer = UdpSocket::bind("127.0.0.1:0").await.expect("dialer");
-        far_dialer.send_to(b"from there", ("127.0.0.1", there_listen)).await.expect("send");
-        let (n, carrier) = near_home.recv_from(&mut buf).await.expect("near home gets it");
+        // Flow 1: the far kikid dials the relay's port; the near kikid answers the carrier.
+        far.send_to(b"from there", ("127.0.0.1", there_port)).await.expect("send");
+        let (n, carrier) = near.recv_from(&mut buf).await.expect("near gets it");
         assert_eq!(&buf[..n], b"from there");
-        near_home.send_to(b"answered", carrier).await.expect("answer");
-        let n = far_dialer.recv(&mut buf).await.expect("the answer");
-        assert_eq!(&buf[..n], b"answered");
+        near.send_to(b"answered", carrier).await.expect("answer");
+        let (n, from) = far.recv_from(&mut buf).await.expect("the answer");
+        assert_eq!((&buf[..n], from.port()), (&b"answered"[..], there_port));
+
+        // Another local process cannot use the carrier's port.
+        let stranger = UdpSocket::bind("127.0.0.1:0").await.expect("stranger");
+        stranger.send_to(b"let me in", ("127.0.0.1", here_port)).await.expect("send");
+        let nothing = tokio::time::timeout(Duration::from_millis(300), far.recv_from(&mut buf)).await;
+        assert!(nothing.is_err(), "a stranger's datagram is dropped");
     }
 }

@@ -186,7 +186,11 @@ async fn add(home: &Path, asked: Asked<'_>, want: &str, grant: Option<&str>, jso
     };
     let bridge = match carried {
         Some(c) => format!("127.0.0.1:{}", c.local_port),
-        None => format!("{host}:{port}"),
+        // The address ssh connects to (a Host alias of ~/.ssh/config is not one).
+        None => match ssh::hostname(&host).await {
+            ip if ip.contains(':') => format!("[{ip}]:{port}"),
+            name => format!("{name}:{port}"),
+        },
     };
     let space = Space {
         target: target.to_string(),
@@ -237,8 +241,8 @@ fn target_host(target: &str) -> Result<String> {
         Some(v6) => v6.split_once(']').map(|(h, _)| h).unwrap_or(v6),
         None => host.split(':').next().unwrap_or(host),
     };
-    if host.is_empty() {
-        return Err(UsageError(format!("{target:?}: no host")).into());
+    if host.is_empty() || host.starts_with('-') {
+        return Err(UsageError(format!("{target:?}: no host (a host never starts with '-')")).into());
     }
     Ok(host.to_string())
 }
@@ -280,7 +284,9 @@ async fn ensure_binaries(remote: &Remote, remote_home: &str, json: bool) -> Resu
     }
     let here = std::env::current_exe().context("this kiki's path")?;
     let dir = here.parent().context("this kiki's directory")?;
-    let files = [dir.join("kiki"), dir.join("kikid")];
+    // kikid first: an upload cut off between the two leaves no `kiki` of this version there
+    // beside an old kikid, so the next run uploads both again.
+    let files = [dir.join("kikid"), dir.join("kiki")];
     let total: u64 = files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
     let bar = progress_bar(total, json);
     for file in &files {
@@ -333,33 +339,58 @@ async fn remote_kiki(remote: &Remote, kiki: &str, remote_home: &str, args: &[&st
     Ok(answer)
 }
 
-/// Starts the remote home (a first start gives it a bridge port of its own on every address,
-/// kept in its config, so this home can dial it and its restarts keep it); its status.
+/// Starts the remote home with its bridge listening where the space needs it — on every
+/// address, or (`--via-ssh`) on its loopback only — on a port of its own kept in its config,
+/// so its restarts keep it and this home can dial it; its status. A home whose config
+/// listens on another address is set right and restarted.
 async fn start_remote(remote: &Remote, kiki: &str, remote_home: &str, listen_ip: &str) -> Result<Value> {
-    let config = format!("{remote_home}/config.toml");
-    let has_listen =
-        remote.shell(&format!("grep -qs '^\\[bridge\\]' {}", quote(&config))).await.map(|r| r.ok)?;
-    if !has_listen {
-        remote
-            .shell(&format!(
-                "mkdir -p {home} && chmod 700 {home} && printf '[bridge]\\nlisten = \"{listen_ip}:0\"\\n' >> {config}",
-                home = quote(remote_home),
-                config = quote(&config)
-            ))
-            .await?;
-        let status = remote_kiki(remote, kiki, remote_home, &["up"]).await?;
-        // Fixed from now on: the port it got.
-        if let Some((_, port)) = status["bridge_listen"].as_str().and_then(|a| a.rsplit_once(':')) {
-            remote
-                .shell(&format!(
-                    "sed -i 's/^listen = \"{listen_ip}:0\"$/listen = \"{listen_ip}:{port}\"/' {}",
-                    quote(&config)
-                ))
-                .await?;
+    let path = format!("{remote_home}/config.toml");
+    let config = remote.shell(&format!("cat {} 2>/dev/null || true", quote(&path))).await?.stdout;
+    let (config_now, restart) = match bridge_listen(&config) {
+        None => {
+            remote.shell(&format!("mkdir -p {home} && chmod 700 {home}", home = quote(remote_home))).await?;
+            let sep = if config.is_empty() || config.ends_with('\n') { "" } else { "\n" };
+            (format!("{config}{sep}[bridge]\nlisten = \"{listen_ip}:0\"\n"), false)
         }
-        return Ok(status);
+        Some((line, ip, port)) if ip != listen_ip => {
+            (config.replacen(&line, &format!("listen = \"{listen_ip}:{port}\""), 1), true)
+        }
+        Some(_) => (config.clone(), false),
+    };
+    if config_now != config {
+        remote.write(&path, config_now.as_bytes(), "600", &|_| {}).await?;
     }
-    remote_kiki(remote, kiki, remote_home, &["up"]).await
+    if restart {
+        remote_kiki(remote, kiki, remote_home, &["down"]).await?;
+    }
+    let status = remote_kiki(remote, kiki, remote_home, &["up"]).await?;
+    // Fixed from now on: the port it got.
+    if let Some((line, _, port)) = bridge_listen(&config_now).filter(|(_, _, port)| port == "0") {
+        let got = status["bridge_listen"].as_str().and_then(|a| a.rsplit_once(':')).map(|(_, p)| p);
+        let got = got.filter(|p| *p != port).context("the remote home's bridge port")?;
+        let fixed = config_now.replacen(&line, &format!("listen = \"{listen_ip}:{got}\""), 1);
+        remote.write(&path, fixed.as_bytes(), "600", &|_| {}).await?;
+    }
+    Ok(status)
+}
+
+/// The `listen = "IP:PORT"` line of a config's `[bridge]` table: the line, the IP, the port.
+fn bridge_listen(config: &str) -> Option<(String, String, String)> {
+    let mut in_bridge = false;
+    for line in config.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            in_bridge = trimmed == "[bridge]";
+        } else if in_bridge
+            && let Some((key, value)) = trimmed.split_once('=')
+            && key.trim() == "listen"
+        {
+            let value = value.split('#').next().unwrap_or_default().trim().trim_matches('"');
+            let (ip, port) = value.rsplit_once(':')?;
+            return Some((line.to_string(), ip.to_string(), port.to_string()));
+        }
+    }
+    None
 }
 
 /// The bridge from here to the space's home: the one in place, or a request from here
@@ -433,6 +464,13 @@ async fn ensure_inbound(
     )
     .await?;
     let request_id = asked["request_id"].as_str().context("the request's id")?.to_string();
+    // Approved here only if it is the space's home's own request.
+    let pending = local.bridges().bridge_pending(pb::BridgePendingRequest {}).await?.into_inner().requests;
+    if !pending.iter().any(|r| r.id == request_id && r.peer_home_id == space.home_id) {
+        bail!(
+            "the space's home asked with request {request_id}, which is not a pending request of its home here"
+        );
+    }
     let approve = pb::BridgeApproveRequest {
         request_id: request_id.clone(),
         allow: vec![grant.to_string()],
@@ -504,8 +542,7 @@ async fn up(home: &Path, name: &str, json: bool) -> Result<()> {
 }
 
 async fn remove(home: &Path, name: &str, stop: bool, json: bool) -> Result<()> {
-    let mut registry = Registry::open(home)?;
-    let space = registry.get(name).cloned().ok_or_else(|| no_space(name))?;
+    let space = Registry::open(home)?.get(name).cloned().ok_or_else(|| no_space(name))?;
     let local = connect(home).await?;
     let bridges = local.bridges().bridge_list(pb::BridgeListRequest {}).await?.into_inner().bridges;
     let mut revoked = Vec::new();
@@ -515,25 +552,43 @@ async fn remove(home: &Path, name: &str, stop: bool, json: bool) -> Result<()> {
         local.bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id.clone() }).await?;
         revoked.push(bridge.id.clone());
     }
-    // The other ends, there: this home's bridges with the space's home.
-    let here = local.home().status(pb::StatusRequest {}).await?.into_inner();
-    let remote = Remote::open(home, name, &space.target).await?;
-    let theirs = remote_kiki(&remote, &space.kiki, &space.remote_home, &["bridge", "list"]).await?;
-    for bridge in theirs["bridges"].as_array().into_iter().flatten() {
-        if bridge["peer_home_id"] == here.home_id.as_str() && bridge["state"] != "revoked" {
-            let id = bridge["id"].as_str().unwrap_or_default();
-            remote_kiki(&remote, &space.kiki, &space.remote_home, &["bridge", "revoke", id]).await?;
-            revoked.push(id.to_string());
-        }
-    }
-    if stop {
-        remote_kiki(&remote, &space.kiki, &space.remote_home, &["down"]).await?;
-    }
     carry::stop(home, name)?;
-    remote.close(home, name).await;
-    registry.remove(name)?;
+    // The other ends, there, if the machine can be reached: revoked here, its bridges to this
+    // home carry nothing any more (their peer refuses them), and learn so from this home.
+    let here = local.home().status(pb::StatusRequest {}).await?.into_inner();
+    let there = async {
+        let remote = Remote::open(home, name, &space.target).await?;
+        let theirs = remote_kiki(&remote, &space.kiki, &space.remote_home, &["bridge", "list"]).await?;
+        let mut revoked = Vec::new();
+        for bridge in theirs["bridges"].as_array().into_iter().flatten() {
+            if bridge["peer_home_id"] == here.home_id.as_str() && bridge["state"] != "revoked" {
+                let id = bridge["id"].as_str().unwrap_or_default();
+                remote_kiki(&remote, &space.kiki, &space.remote_home, &["bridge", "revoke", id]).await?;
+                revoked.push(id.to_string());
+            }
+        }
+        if stop {
+            remote_kiki(&remote, &space.kiki, &space.remote_home, &["down"]).await?;
+        }
+        remote.close(home, name).await;
+        anyhow::Ok(revoked)
+    }
+    .await;
+    let (reached, stopped) = match there {
+        Ok(theirs) => {
+            revoked.extend(theirs);
+            (true, stop)
+        }
+        Err(e) => {
+            hint!(
+                "the space's machine was not reached ({e:#}); its ends of the bridges are refused by this home"
+            );
+            (false, false)
+        }
+    };
+    Registry::open(home)?.remove(name)?;
     if json {
-        print_json(&json!({"removed": name, "revoked": revoked, "stopped": stop}));
+        print_json(&json!({"removed": name, "revoked": revoked, "stopped": stopped, "reached": reached}));
     } else {
         outln!("space {name} removed; bridges revoked: {}", revoked.join(", "));
     }
@@ -542,4 +597,30 @@ async fn remove(home: &Path, name: &str, stop: bool, json: bool) -> Result<()> {
 
 fn no_space(name: &str) -> anyhow::Error {
     tonic::Status::not_found(format!("no space {name:?} (kiki space list)")).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bridge_listen_line_is_found_in_its_table_only() {
+        let config =
+            "# mine\n[profiles.x]\nlisten = \"9.9.9.9:1\"\n[bridge]\n  listen = \"0.0.0.0:7443\" # fixed\n";
+        let (line, ip, port) = bridge_listen(config).expect("found");
+        assert_eq!(
+            (line.as_str(), ip.as_str(), port.as_str()),
+            ("  listen = \"0.0.0.0:7443\" # fixed", "0.0.0.0", "7443")
+        );
+        assert_eq!(bridge_listen("[bridge]\nrequest_expiry = \"1h\"\n"), None);
+        assert_eq!(bridge_listen("").map(|(_, ip, _)| ip), None);
+    }
+
+    #[test]
+    fn a_target_names_a_host_that_ssh_cannot_take_for_an_option() {
+        assert_eq!(target_host("ssh://me@devbox:2222").expect("host"), "devbox");
+        assert_eq!(target_host("ssh://[::1]:22").expect("host"), "::1");
+        assert!(target_host("ssh://-oProxyCommand=x").is_err());
+        assert!(target_host("devbox").is_err(), "the scheme is required");
+    }
 }

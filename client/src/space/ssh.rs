@@ -37,10 +37,15 @@ impl Remote {
     pub async fn open(home: &Path, name: &str, target: &str) -> Result<Self> {
         let dir = control_dir(home)?;
         let kept = dir.join(format!("{name}.master"));
+        // Kept as its control socket, its log, and the target it reaches: reused only for that
+        // target (an earlier `space add` of the name may have gone to another machine).
         if let Ok(text) = std::fs::read_to_string(&kept) {
             let mut lines = text.lines();
-            if let Some(ctl) = lines.next().map(PathBuf::from) {
-                let log = lines.next().map(|l| PathBuf::from(l).into_boxed_path());
+            if let (Some(ctl), log, Some(kept_target)) =
+                (lines.next().map(PathBuf::from), lines.next(), lines.next())
+                && kept_target == target
+            {
+                let log = log.filter(|l| !l.is_empty()).map(|l| PathBuf::from(l).into_boxed_path());
                 let session = Session::resume(ctl.into_boxed_path(), log);
                 if session.check().await.is_ok() {
                     return Ok(Self { session, target: target.to_string() });
@@ -62,7 +67,7 @@ impl Remote {
         let session = Session::new_process_mux(master);
         let (ctl, log) = session.detach();
         let saved = format!(
-            "{}\n{}\n",
+            "{}\n{}\n{target}\n",
             ctl.display(),
             log.as_deref().map(|l| l.display().to_string()).unwrap_or_default()
         );
@@ -119,9 +124,15 @@ impl Remote {
     /// `progress` is told each chunk's size.
     pub async fn upload(&self, local: &Path, remote: &str, progress: &dyn Fn(u64)) -> Result<()> {
         let bytes = std::fs::read(local).with_context(|| format!("reading {}", local.display()))?;
+        self.write(remote, &bytes, "755", progress).await
+    }
+
+    /// Writes `bytes` to the file `remote` there with `mode`, whole or not at all (see
+    /// [`Remote::upload`]).
+    pub async fn write(&self, remote: &str, bytes: &[u8], mode: &str, progress: &dyn Fn(u64)) -> Result<()> {
         let dir = remote.rsplit_once('/').map_or(".", |(dir, _)| dir);
         let line = format!(
-            "mkdir -p {dir} && cat > {tmp} && chmod 755 {tmp} && mv {tmp} {dest}",
+            "mkdir -p {dir} && cat > {tmp} && chmod {mode} {tmp} && mv {tmp} {dest}",
             dir = quote(dir),
             tmp = quote(&format!("{remote}.uploading")),
             dest = quote(remote)
@@ -136,15 +147,24 @@ impl Remote {
             .await
             .map_err(|e| lost(&self.target, &e))?;
         let mut stdin = child.stdin().take().context("the upload's stdin")?;
+        let mut written = Ok(());
         for chunk in bytes.chunks(256 * 1024) {
-            stdin.write_all(chunk).await.with_context(|| format!("uploading {remote}"))?;
+            written = stdin.write_all(chunk).await;
+            if written.is_err() {
+                break; // the remote stopped reading: its stderr says why
+            }
             progress(chunk.len() as u64);
         }
-        stdin.shutdown().await?;
+        if written.is_ok() {
+            written = stdin.shutdown().await;
+        }
         drop(stdin);
         let out = child.wait_with_output().await.map_err(|e| lost(&self.target, &e))?;
-        if !out.status.success() {
-            anyhow::bail!("uploading {remote}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        if !out.status.success() || written.is_err() {
+            let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            let why =
+                if said.is_empty() { written.err().map(|e| e.to_string()).unwrap_or_default() } else { said };
+            anyhow::bail!("uploading {remote}: {why}");
         }
         Ok(())
     }
@@ -152,6 +172,16 @@ impl Remote {
     /// Forwards the local Unix socket `local` to `remote` there, over the master connection
     /// (kept as long as the master runs). A stale socket file from an earlier master goes.
     pub async fn forward_socket(&self, local: &Path, remote: &Path) -> Result<()> {
+        // A forward the master holds from before (whose socket another command removed)
+        // would be taken as in place: it is cancelled first.
+        let _ = self
+            .session
+            .close_port_forward(
+                openssh::ForwardType::Local,
+                openssh::Socket::UnixSocket { path: local.into() },
+                openssh::Socket::UnixSocket { path: remote.into() },
+            )
+            .await;
         let _ = std::fs::remove_file(local);
         self.session
             .request_port_forward(
@@ -162,6 +192,21 @@ impl Remote {
             .await
             .map_err(|e| lost(&self.target, &e))
     }
+}
+
+/// The name or address `ssh` connects to for `host` (`ssh -G`: a Host alias resolved by the
+/// user's config); `host` itself if ssh cannot say.
+pub async fn hostname(host: &str) -> String {
+    let mut ssh = tokio::process::Command::new("ssh");
+    if let Some(config) = kiki_client::env_var("KIKI_SSH_CONFIG") {
+        ssh.arg("-F").arg(config);
+    }
+    let printed = ssh.arg("-G").arg(host).stdin(std::process::Stdio::null()).output().await;
+    let printed =
+        printed.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    printed
+        .and_then(|p| p.lines().find_map(|l| l.strip_prefix("hostname ").map(str::to_string)))
+        .unwrap_or_else(|| host.to_string())
 }
 
 /// The owner-only directory of the home's SSH control sockets and forwarded sockets.

@@ -308,6 +308,15 @@ fn removing_a_space_revokes_its_bridges_at_both_ends() {
     assert_eq!(active, 1, "a new bridge from here");
     s.json(&["space", "remove", "dev", "--stop"]);
     assert!(!kiki(&s.remote_home, &["status"]).status.success(), "the space's home stopped");
+
+    // Added again to be carried over SSH, the space's home listens on its loopback only.
+    let listening = || std::fs::read_to_string(s.remote_home.join("config.toml")).expect("config");
+    assert!(listening().contains("listen = \"0.0.0.0:"), "{}", listening());
+    let carried = s.add(&["--via-ssh"]);
+    assert_eq!(carried["space"]["via_ssh"], true, "{carried}");
+    assert!(listening().contains("listen = \"127.0.0.1:"), "{}", listening());
+    let status = kiki_json(&s.remote_home, &["status"]);
+    assert!(status["bridge_listen"].as_str().expect("listen").starts_with("127.0.0.1:"), "{status}");
 }
 
 /// The kept SSH master killed: the next `--space` command starts a new one, and the bridge,
