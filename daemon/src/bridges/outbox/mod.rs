@@ -538,9 +538,11 @@ impl Outbox {
         // Counted before the write: an outcome recorded after this point is seen to have
         // raced it (see `Outbox::record`).
         *lock(&self.inner.resets).entry(peer.clone()).or_default() += 1;
-        // Made due, the store wakes the worker.
         if self.inner.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
             lock(&self.inner.settled).insert(peer.clone());
+            // The store woke the worker as the entries came due, maybe before the peer was
+            // settled here: the worker looks again, now that it is no longer silent.
+            self.work_arrived();
         }
     }
 
