@@ -22,6 +22,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct Remote {
     session: Session,
     target: String,
+    /// The directory of the master's control socket and log.
+    master_dir: PathBuf,
 }
 
 /// What a remote command printed, and whether it succeeded.
@@ -45,11 +47,14 @@ impl Remote {
                 (lines.next().map(PathBuf::from), lines.next(), lines.next())
                 && kept_target == target
             {
+                let master_dir = ctl.parent().map(Path::to_path_buf).unwrap_or_default();
                 let log = log.filter(|l| !l.is_empty()).map(|l| PathBuf::from(l).into_boxed_path());
                 let session = Session::resume(ctl.into_boxed_path(), log);
                 if session.check().await.is_ok() {
-                    return Ok(Self { session, target: target.to_string() });
+                    return Ok(Self { session, target: target.to_string(), master_dir });
                 }
+                // Dead: its socket and log go with it.
+                forget_master(&dir, &master_dir);
             }
         }
         let mut builder = SessionBuilder::default();
@@ -72,7 +77,8 @@ impl Remote {
             log.as_deref().map(|l| l.display().to_string()).unwrap_or_default()
         );
         std::fs::write(&kept, saved).with_context(|| format!("writing {}", kept.display()))?;
-        Ok(Self { session: Session::resume(ctl, log), target: target.to_string() })
+        let master_dir = ctl.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(Self { session: Session::resume(ctl, log), target: target.to_string(), master_dir })
     }
 
     /// Closes the kept master connection (the space is forgotten).
@@ -81,6 +87,7 @@ impl Remote {
         if let Ok(dir) = control_dir(home) {
             let _ = std::fs::remove_file(dir.join(format!("{name}.master")));
             let _ = std::fs::remove_dir_all(dir.join(name));
+            forget_master(&dir, &self.master_dir);
         }
     }
 
@@ -207,6 +214,16 @@ pub async fn hostname(host: &str) -> String {
     printed
         .and_then(|p| p.lines().find_map(|l| l.strip_prefix("hostname ").map(str::to_string)))
         .unwrap_or_else(|| host.to_string())
+}
+
+/// Removes a master's directory (its control socket and log) once it is closed or dead: one
+/// the openssh crate made under the home's control directory, nothing else.
+fn forget_master(control_dir: &Path, master_dir: &Path) {
+    let made_here = master_dir.parent() == Some(control_dir)
+        && master_dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(".ssh-connection"));
+    if made_here {
+        let _ = std::fs::remove_dir_all(master_dir);
+    }
 }
 
 /// The owner-only directory of the home's SSH control sockets and forwarded sockets.

@@ -296,6 +296,12 @@ fn removing_a_space_revokes_its_bridges_at_both_ends() {
     }
     assert_eq!(s.json(&["space", "list"])["spaces"], serde_json::json!([]));
     assert!(!s.kiki(&["--space", "dev", "status"]).status.success(), "no space dev any more");
+    let left: Vec<_> = std::fs::read_dir(s.local.join("spaces"))
+        .expect("spaces dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("dev") || n.starts_with(".ssh-connection"))
+        .collect();
+    assert!(left.is_empty(), "the SSH master and its files are gone: {left:?}");
 
     let again = s.add(&[]);
     assert_eq!(again["space"]["home_id"], home_id.as_str(), "the same home");
