@@ -248,6 +248,37 @@ pub fn arrival(delivered: bool) -> (MessageStatus, OutboxStatus) {
     }
 }
 
+/// What a source's follow-up of its bridged message does to it (see
+/// `MessageStore::follow_up`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowUp {
+    /// Confirmed: its deadline is dropped, it waits for its turn however long.
+    Confirm,
+    /// Its deadline passed, or the source gave up (`window_over`) without learning it
+    /// arrived: it expires.
+    Expire,
+    /// Delivered, undeliverable or confirmed already: it stays as it is.
+    Keep,
+}
+
+pub fn follow_up(
+    status: MessageStatus,
+    deadline: Option<super::Millis>,
+    window_over: bool,
+    now: super::Millis,
+) -> FollowUp {
+    match deadline {
+        Some(deadline) if status == MessageStatus::Pending => {
+            if window_over || deadline <= now {
+                FollowUp::Expire
+            } else {
+                FollowUp::Confirm
+            }
+        }
+        _ => FollowUp::Keep,
+    }
+}
+
 /// The receipt of a bridged message that became undeliverable here for `reason`.
 pub fn undelivered_receipt(reason: &str) -> OutboxStatus {
     if reason == super::EXPIRED { OutboxStatus::Expired } else { OutboxStatus::Rejected }
@@ -425,6 +456,16 @@ mod tests {
         let facts = ClaimFacts { idle_turns: Some(0), cost: 0.0, queued, disabled_peers: disabled.to_vec() };
         plan_claim(facts, arriving, take_messages, None)
             .map(|plan| plan.inputs.into_iter().map(|i| i.id).collect())
+    }
+
+    #[test]
+    fn a_follow_up_confirms_a_pending_message_in_time_and_expires_the_rest() {
+        use MessageStatus::*;
+        assert_eq!(follow_up(Pending, Some(100), false, 99), FollowUp::Confirm);
+        assert_eq!(follow_up(Pending, Some(100), false, 100), FollowUp::Expire, "its deadline passed");
+        assert_eq!(follow_up(Pending, Some(100), true, 50), FollowUp::Expire, "the source gave up");
+        assert_eq!(follow_up(Pending, None, true, 50), FollowUp::Keep, "confirmed before");
+        assert_eq!(follow_up(Delivered, Some(100), true, 500), FollowUp::Keep);
     }
 
     #[test]

@@ -362,21 +362,21 @@ pub(super) fn follow_up_message(
     let Some(message) = message_in(conn, message_id)? else {
         return Ok(None);
     };
-    match message.deadline {
-        Some(deadline) if message.status == MessageStatus::Pending => {
-            if window_over || deadline <= now {
-                undeliver(conn, message_id, EXPIRED, now)?;
-                return Ok(Some(MessageRecord {
-                    status: MessageStatus::Undeliverable,
-                    reason: EXPIRED.into(),
-                    deadline: None,
-                    ..message
-                }));
-            }
+    match rules::follow_up(message.status, message.deadline, window_over, now) {
+        rules::FollowUp::Expire => {
+            undeliver(conn, message_id, EXPIRED, now)?;
+            Ok(Some(MessageRecord {
+                status: MessageStatus::Undeliverable,
+                reason: EXPIRED.into(),
+                deadline: None,
+                ..message
+            }))
+        }
+        rules::FollowUp::Confirm => {
             run(conn, "UPDATE messages SET deadline = NULL WHERE id = ?", [message_id])?;
             Ok(Some(MessageRecord { deadline: None, ..message }))
         }
-        _ => Ok(Some(message)),
+        rules::FollowUp::Keep => Ok(Some(message)),
     }
 }
 
