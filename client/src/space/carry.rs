@@ -245,6 +245,20 @@ pub fn start(home: &Path, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Stops the space's carrier if it runs but does not carry (it cannot reach the machine,
+/// maybe with what the command that started it gave it), and waits until it is gone.
+pub async fn restart_unless_carrying(home: &Path, name: &str) -> Result<()> {
+    if state(home, name).is_none_or(|now| now == "carrying") {
+        return Ok(());
+    }
+    stop(home, name)?;
+    let started = Instant::now();
+    while state(home, name).is_some() && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 /// Stops the space's carrier, if one runs.
 pub fn stop(home: &Path, name: &str) -> Result<()> {
     if state(home, name).is_none() {

@@ -531,6 +531,8 @@ async fn up(home: &Path, name: &str, json: bool) -> Result<()> {
     let remote = Remote::open(home, name, &space.target).await?;
     let status = remote_kiki(&remote, &space.kiki, &space.remote_home, &["up"]).await?;
     if space.carried.is_some() {
+        // A carrier that is not carrying starts over, from this command's environment.
+        carry::restart_unless_carrying(home, name).await?;
         carry::ensure(home, name).await?;
     }
     if json {
