@@ -307,9 +307,8 @@ pub fn agent_pair(source: &SourceRef, target: &str) -> Option<(String, String)> 
 /// What a room post does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostPlan {
-    /// The roster id and, for a member of this home, the thread of each member it wakes, in
-    /// the order they were mentioned.
-    pub wake: Vec<(String, Option<String>)>,
+    /// The members it wakes, in the order they were mentioned.
+    pub wake: Vec<Woken>,
     /// The loop guard's count after the post.
     pub agent_wakes: i64,
     /// Set when the loop guard pauses the room now (the post wakes nobody): why.
@@ -326,6 +325,26 @@ pub fn paused_notice(room_id: &str, why: &str) -> String {
 pub const PERMISSION_OUTLIVED_TURN: &str = "the turn ended before an answer";
 /// … and one still pending when kikid stopped (found so at the next start).
 pub const PERMISSION_OUTLIVED_DAEMON: &str = "kikid stopped before an answer";
+
+/// A member a post wakes, as the post's transaction reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Woken {
+    /// A thread of this home (the host, a thread member, a persona's thread): the entry is
+    /// queued for it, or taken by the turn the post starts if it is idle.
+    Thread { member: String, thread: String },
+    /// A thread of another home: the outbox entry for its home carries the entry if this
+    /// home has a bridge there; the log shows it woken either way.
+    Remote { member: String },
+}
+
+impl Woken {
+    /// Its roster id.
+    pub fn member(&self) -> &str {
+        match self {
+            Woken::Thread { member, .. } | Woken::Remote { member } => member,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PostRefusal {
@@ -404,6 +423,15 @@ pub fn plan_post(
             wake.push(entry);
         }
     }
+    // A persona with no thread yet (the rooms service makes it before the post) wakes nobody.
+    let wake = wake
+        .into_iter()
+        .filter_map(|(member, thread)| match thread {
+            Some(thread) => Some(Woken::Thread { member, thread }),
+            None if is_remote_member(&member) => Some(Woken::Remote { member }),
+            None => None,
+        })
+        .collect();
     let mut plan = PostPlan { wake, agent_wakes: room.agent_wakes, pause: None };
     if author_id.is_none() {
         plan.agent_wakes = 0;
@@ -682,7 +710,7 @@ mod tests {
     }
 
     fn woken(plan: &PostPlan) -> Vec<&str> {
-        plan.wake.iter().map(|(id, _)| id.as_str()).collect()
+        plan.wake.iter().map(Woken::member).collect()
     }
 
     #[test]
@@ -707,7 +735,11 @@ mod tests {
         assert_eq!(woken(&to_self), ["th_host"], "an author never wakes itself");
         assert_eq!(to_self.agent_wakes, 1);
         let far = SourceRef { host_id: "HOME".into(), ..local("th_far") };
-        assert_eq!(wakes(Some(&far), &["reviewer"]).wake, [("reviewer".to_string(), Some("th_p".into()))]);
+        assert_eq!(
+            wakes(Some(&far), &["reviewer"]).wake,
+            [Woken::Thread { member: "reviewer".into(), thread: "th_p".into() }]
+        );
+        assert_eq!(wakes(None, &["HOME/th_far"]).wake, [Woken::Remote { member: "HOME/th_far".into() }]);
         assert_eq!(plan(Some(&local("th_stranger")), &[]), Err(PostRefusal::NotMember));
         let elsewhere = SourceRef { host_id: "OTHER".into(), ..local("th_far") };
         assert_eq!(

@@ -287,18 +287,16 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         Err(rules::PostRefusal::NotMember) => return Ok(PostOutcome::NotMember),
     };
     let (mut turns, mut queued, mut woke): (_, Vec<String>, _) = (Vec::new(), Vec::new(), Vec::new());
-    for (roster_id, thread) in &plan.wake {
-        // A member of another home gets the entry through its bridge's outbox, if this home
-        // has a bridge to it (else the log shows it undeliverable). A persona has its thread
-        // by now (the rooms service made it).
-        let Some(thread) = thread else {
-            if rules::is_remote_member(roster_id) {
-                if let Some((_, outbound)) = e.remote.iter().find(|(member, _)| member == roster_id) {
+    for woken in &plan.wake {
+        let thread = match woken {
+            rules::Woken::Remote { member } => {
+                if let Some((_, outbound)) = e.remote.iter().find(|(remote, _)| remote == member) {
                     super::outbox::insert_outbox(conn, outbound)?;
                 }
-                woke.push(roster_id.clone());
+                woke.push(member.clone());
+                continue;
             }
-            continue;
+            rules::Woken::Thread { thread, .. } => thread,
         };
         // A thread archived meanwhile is skipped: the entry stays in the log.
         let Some(woken) = wake_member(conn, e, thread, woke.len())? else { continue };
