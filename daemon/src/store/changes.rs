@@ -12,10 +12,11 @@ use std::sync::{Arc, RwLock};
 /// One change, by what listens for it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Change {
-    /// A thread's event log, turns or messages' states: what ThreadWait and a sender waiting
-    /// for delivery look at.
+    /// A thread's event log or turns, or its messages delivered: what ThreadWait and a
+    /// sender waiting for delivery look at.
     Thread(String),
-    /// Input that may wake a running thread arrived, or may now be taken (ThreadInbox).
+    /// Input that may wake a running thread arrived, or may now be taken: its communication
+    /// switch changed, or the bridge that brought it was turned back on (ThreadInbox).
     Inbox(String),
     /// A running turn of the thread kept a part of its progress (followers).
     Parts(String),

@@ -288,4 +288,14 @@ pub async fn committed_changes_are_published_before_the_write_answers(store: &dy
     assert!(take().contains(&thread("th_a")), "a turn ended");
     store.outbox_retry_now("PEER", 7).await.expect("due");
     assert_eq!(take(), [Change::Outbox]);
+
+    // A peer's message held while its bridge's access is off may be taken once it is on.
+    store.enqueue_input("th_a", &user("in_2", "again")).await.expect("enqueue");
+    store.claim_turn("th_a", turn("tu_2", true), 8).await.expect("claim").expect("input");
+    inbound_bridge(store, "PEER", kiki_daemon::store::BridgeState::Active).await;
+    store.accept_message(&bridged_message("msg_far", "th_a", "PEER", "k_far")).await.expect("bridged");
+    inbound_bridge(store, "PEER", kiki_daemon::store::BridgeState::Disabled).await;
+    take();
+    inbound_bridge(store, "PEER", kiki_daemon::store::BridgeState::Active).await;
+    assert_eq!(take(), [Change::Inbox("th_a".into())], "its held message may be taken now");
 }

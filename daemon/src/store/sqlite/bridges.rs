@@ -57,6 +57,16 @@ impl BridgeStore for SqliteStore {
             .write(move |conn| {
                 if let Some(b) = &bridge {
                     upsert_bridge(conn, b)?;
+                    // Its peer's messages held while its access was off may be taken now,
+                    // by running turns too.
+                    if b.direction == Direction::Inbound && b.state == BridgeState::Active {
+                        let held =
+                            "SELECT DISTINCT thread_id FROM inputs WHERE via_home = ? AND turn_id IS NULL";
+                        for thread in all(conn, held, [&b.peer_home_id], |row| Ok(row.get::<_, String>(0)?))?
+                        {
+                            note(Change::Inbox(thread));
+                        }
+                    }
                 }
                 for r in &requests {
                     run(
