@@ -1,7 +1,5 @@
 //! Messages and their keys in SQLite.
 
-use std::sync::LazyLock;
-
 use async_trait::async_trait;
 
 use super::*;
@@ -92,7 +90,7 @@ impl MessageStore for SqliteStore {
         // Read first: most sweeps find nothing, and then need no write.
         if self
             .db
-            .lookup(move |conn| first(conn, &OVERDUE_MESSAGES, params![now, 1], |_| Ok(())))
+            .lookup(move |conn| first(conn, overdue_messages_sql(), params![now, 1], |_| Ok(())))
             .await?
             .is_none()
         {
@@ -102,7 +100,7 @@ impl MessageStore for SqliteStore {
             .write(move |conn| {
                 // As the write runs, as a claim reads it.
                 let now = now.max(crate::time::now_ms());
-                Ok(expire_overdue(conn, &OVERDUE_MESSAGES, params![now, limit], now)? as u64)
+                Ok(expire_overdue(conn, overdue_messages_sql(), params![now, limit], now)? as u64)
             })
             .await
     }
@@ -306,22 +304,22 @@ pub(super) fn receipt_follows(
 
 /// A thread's bridged messages whose deadline passed before they were delivered or
 /// confirmed (`?` = thread, now). Walks the thread's pending messages only.
-pub(super) static OVERDUE_THREAD_MESSAGES: LazyLock<String> = LazyLock::new(|| {
-    format!(
+pub(super) fn overdue_thread_messages_sql() -> &'static str {
+    sql!(
         "SELECT id FROM messages WHERE target_thread = ? AND status = '{pending}' AND deadline <= ?",
         pending = MessageStatus::Pending
     )
-});
+}
 
 /// Bridged messages of any thread whose deadline passed before they were delivered or
 /// confirmed, earliest first (`?` = now, limit). Walks `messages_by_deadline`.
-pub(super) static OVERDUE_MESSAGES: LazyLock<String> = LazyLock::new(|| {
-    format!(
+pub(super) fn overdue_messages_sql() -> &'static str {
+    sql!(
         "SELECT id FROM messages WHERE status = '{pending}' AND deadline IS NOT NULL
          AND deadline <= ? ORDER BY deadline LIMIT ?",
         pending = MessageStatus::Pending
     )
-});
+}
 
 /// Makes a pending message undeliverable with `reason`: its queued input goes and a bridged
 /// one gets a receipt.
@@ -390,8 +388,8 @@ pub(super) fn local_sender(source_thread: Option<String>, source_host: Option<&s
 /// A turn's messages become undeliverable (`?` = reason, turn), found through the turn's
 /// inputs: `messages` has no index by turn, and scanning it would take the writer for as
 /// long as the home has history.
-pub(super) static UNDELIVER_TURN_MESSAGES: LazyLock<String> = LazyLock::new(|| {
-    format!(
+pub(super) fn undeliver_turn_messages_sql() -> &'static str {
+    sql!(
         "UPDATE messages SET status = '{undeliverable}', reason = ?
          WHERE status = '{delivered}'
            AND id IN (SELECT message_id FROM inputs WHERE turn_id = ? AND message_id IS NOT NULL)
@@ -399,7 +397,7 @@ pub(super) static UNDELIVER_TURN_MESSAGES: LazyLock<String> = LazyLock::new(|| {
         undeliverable = MessageStatus::Undeliverable,
         delivered = MessageStatus::Delivered
     )
-});
+}
 
 /// Drops the queued inputs of a thread's messages (`?` = thread), once they are
 /// undeliverable: one pass over the thread's queue, not one per message. These three rely on

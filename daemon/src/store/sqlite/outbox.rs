@@ -1,7 +1,5 @@
 //! The outbox in SQLite.
 
-use std::sync::LazyLock;
-
 use async_trait::async_trait;
 
 use super::*;
@@ -66,15 +64,15 @@ impl OutboxStore for SqliteStore {
             .read(move |conn| {
                 let mut due = page(
                     conn,
-                    &format!("SELECT {OUTBOX_COLUMNS} {}", *OUTBOX_DUE),
+                    sql!("SELECT {OUTBOX_COLUMNS} {}", outbox_due_sql()),
                     params![peer, now],
                     limit,
                     outbox_from,
                 )?;
                 let left = limit.saturating_sub(due.len() as u32);
                 if left > 0 {
-                    let sql = format!("SELECT {OUTBOX_COLUMNS} {}", *OUTBOX_UNSETTLED);
-                    due.extend(page(conn, &sql, params![peer, now], left, outbox_from)?);
+                    let sql = sql!("SELECT {OUTBOX_COLUMNS} {}", outbox_unsettled_sql());
+                    due.extend(page(conn, sql, params![peer, now], left, outbox_from)?);
                 }
                 Ok(due)
             })
@@ -89,8 +87,8 @@ impl OutboxStore for SqliteStore {
                 let first = |sql: &str| -> StoreResult<Option<Millis>> {
                     Ok(conn.prepare_cached(sql)?.query_row(params![peer, now], |row| row.get(0))?)
                 };
-                let due = first(&OUTBOX_NEXT_DUE)?;
-                let unsettled = first(&OUTBOX_NEXT_UNSETTLED)?;
+                let due = first(outbox_next_due_sql())?;
+                let unsettled = first(outbox_next_unsettled_sql())?;
                 Ok(due.into_iter().chain(unsettled).min())
             })
             .await
@@ -124,7 +122,7 @@ impl OutboxStore for SqliteStore {
     async fn outbox_pending(&self, peer: &str, bridge_id: &str, except: &[String]) -> StoreResult<u64> {
         let (peer, bridge_id) = (peer.to_string(), bridge_id.to_string());
         let except = serde_json::to_string(except).map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.db.read(move |conn| count(conn, &OUTBOX_PENDING, params![peer, bridge_id, except])).await
+        self.db.read(move |conn| count(conn, outbox_pending_sql(), params![peer, bridge_id, except])).await
     }
 
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
@@ -140,13 +138,13 @@ impl OutboxStore for SqliteStore {
         self.db
             .write(move |conn| {
                 note(Change::Outbox);
-                run(conn, &OUTBOX_RETRY_NOW, params![now, peer]).map(drop)
+                run(conn, outbox_retry_now_sql(), params![now, peer]).map(drop)
             })
             .await
     }
 
     async fn outbox_defer(&self, peer: &str, except: &str, until: Millis, window: Millis) -> StoreResult<()> {
-        self.write_statement(&OUTBOX_DEFER, (until, peer.to_string(), except.to_string(), window)).await
+        self.write_statement(outbox_defer_sql(), (until, peer.to_string(), except.to_string(), window)).await
     }
 }
 
@@ -160,70 +158,70 @@ fn awaiting() -> String {
 const NEVER: i64 = i64::MAX;
 
 /// A peer's due entries, oldest first (after `SELECT` and the columns).
-pub(super) static OUTBOX_DUE: LazyLock<String> = LazyLock::new(|| {
-    format!(
+pub(super) fn outbox_due_sql() -> &'static str {
+    sql!(
         "FROM outbox WHERE peer_home_id = ? AND {awaiting} AND next_attempt_at <= ? ORDER BY next_attempt_at",
         awaiting = awaiting()
     )
-});
+}
 
 /// A peer's expired entries whose target is still to be asked about them, oldest first
 /// (after `SELECT` and the columns): they walk `outbox_unsettled`.
-pub(super) static OUTBOX_UNSETTLED: LazyLock<String> = LazyLock::new(|| {
-    format!(
+pub(super) fn outbox_unsettled_sql() -> &'static str {
+    sql!(
         "FROM outbox WHERE peer_home_id = ? AND status = '{expired}'
          AND next_attempt_at < {NEVER} AND next_attempt_at <= ? ORDER BY next_attempt_at",
         expired = OutboxStatus::Expired
     )
-});
+}
 
-/// The first time after `?` one of a peer's [`OUTBOX_DUE`] entries is due.
-pub(super) static OUTBOX_NEXT_DUE: LazyLock<String> = LazyLock::new(|| {
-    format!(
+/// The first time after `?` one of a peer's [`outbox_due_sql`] entries is due.
+pub(super) fn outbox_next_due_sql() -> &'static str {
+    sql!(
         "SELECT MIN(next_attempt_at) FROM outbox WHERE peer_home_id = ? AND {awaiting} AND next_attempt_at > ?",
         awaiting = awaiting()
     )
-});
+}
 
-/// The first time after `?` one of a peer's [`OUTBOX_UNSETTLED`] entries is due.
-pub(super) static OUTBOX_NEXT_UNSETTLED: LazyLock<String> = LazyLock::new(|| {
-    format!(
+/// The first time after `?` one of a peer's [`outbox_unsettled_sql`] entries is due.
+pub(super) fn outbox_next_unsettled_sql() -> &'static str {
+    sql!(
         "SELECT MIN(next_attempt_at) FROM outbox
          WHERE peer_home_id = ? AND status = '{expired}' AND next_attempt_at < {NEVER} AND next_attempt_at > ?",
         expired = OutboxStatus::Expired
     )
-});
+}
 
 /// A bridge's unacknowledged entries but those in a JSON list of ids. The `awaiting`
 /// condition is what lets the index serve; the bridge's peer, its first column.
-pub(super) static OUTBOX_PENDING: LazyLock<String> = LazyLock::new(|| {
-    format!(
+pub(super) fn outbox_pending_sql() -> &'static str {
+    sql!(
         "SELECT COUNT(*) FROM outbox INDEXED BY outbox_due
          WHERE peer_home_id = ? AND {awaiting} AND status = '{pending}' AND bridge_id = ?
            AND id NOT IN (SELECT value FROM json_each(?))",
         awaiting = awaiting(),
         pending = OutboxStatus::Pending
     )
-});
+}
 
 /// Makes a peer's entries due now (?1 = now), except those no longer followed up.
-pub(super) static OUTBOX_RETRY_NOW: LazyLock<String> = LazyLock::new(|| {
-    format!(
+pub(super) fn outbox_retry_now_sql() -> &'static str {
+    sql!(
         "UPDATE outbox SET next_attempt_at = ?1 WHERE peer_home_id = ?2
          AND {awaiting} AND next_attempt_at > ?1 AND next_attempt_at < {NEVER}",
         awaiting = awaiting()
     )
-});
+}
 
 /// Puts off a peer's entries due before ?1 to ?1, but entry ?3 — or only to the end of
 /// their retry window (?4 after they were sent), when that comes first.
-pub(super) static OUTBOX_DEFER: LazyLock<String> = LazyLock::new(|| {
-    format!(
+pub(super) fn outbox_defer_sql() -> &'static str {
+    sql!(
         "UPDATE outbox SET next_attempt_at = MIN(?1, created_at + ?4)
          WHERE peer_home_id = ?2 AND id <> ?3 AND {awaiting} AND next_attempt_at < ?1",
         awaiting = awaiting()
     )
-});
+}
 
 /// The outbox entry of a sender's key for a peer.
 /// The outbox entry holding a sender's key: the one for `peer` if there is one, else the

@@ -42,7 +42,7 @@ fn undelivering_and_unqueueing_messages_search_indexes_instead_of_scanning_histo
     let mut conn = Connection::open_in_memory().expect("open");
     migrate(&mut conn).expect("migrate");
     let plan = |sql: &str| query_plan(&conn, sql);
-    let undeliver = plan(&UNDELIVER_TURN_MESSAGES);
+    let undeliver = plan(undeliver_turn_messages_sql());
     assert!(!undeliver.contains("SCAN"), "{undeliver}");
     assert!(undeliver.contains("inputs_by_turn"), "{undeliver}");
     let thread = plan(UNQUEUE_THREAD_MESSAGES);
@@ -51,9 +51,9 @@ fn undelivering_and_unqueueing_messages_search_indexes_instead_of_scanning_histo
     let peer = plan(UNQUEUE_PEER_MESSAGES);
     assert!(peer.contains("turn_id=?") || peer.contains("inputs_queued"), "{peer}");
     // Overdue messages: a thread's among its pending ones, all of them by deadline.
-    let thread_overdue = plan(&OVERDUE_THREAD_MESSAGES);
+    let thread_overdue = plan(overdue_thread_messages_sql());
     assert!(thread_overdue.contains("messages_pending_by_target (target_thread=?)"), "{thread_overdue}");
-    let overdue = plan(&OVERDUE_MESSAGES);
+    let overdue = plan(overdue_messages_sql());
     assert!(overdue.starts_with("SEARCH messages USING INDEX messages_by_deadline"), "{overdue}");
 }
 
@@ -62,20 +62,20 @@ fn the_outbox_statements_by_peer_walk_its_entries_in_flight() {
     let mut conn = Connection::open_in_memory().expect("open");
     migrate(&mut conn).expect("migrate");
     for (sql, walk) in [
-        (format!("SELECT * {}", *OUTBOX_DUE), "outbox_due (peer_home_id=? AND next_attempt_at<?)"),
+        (format!("SELECT * {}", outbox_due_sql()), "outbox_due (peer_home_id=? AND next_attempt_at<?)"),
         (
-            format!("SELECT * {}", *OUTBOX_UNSETTLED),
+            format!("SELECT * {}", outbox_unsettled_sql()),
             "outbox_unsettled (peer_home_id=? AND next_attempt_at<?)",
         ),
-        (OUTBOX_PENDING.to_string(), "outbox_due (peer_home_id=?)"),
+        (outbox_pending_sql().to_string(), "outbox_due (peer_home_id=?)"),
         // Not the entries no longer followed up (due at i64::MAX), however many there are.
         (
-            OUTBOX_RETRY_NOW.to_string(),
+            outbox_retry_now_sql().to_string(),
             "outbox_due (peer_home_id=? AND next_attempt_at>? AND next_attempt_at<?)",
         ),
-        (OUTBOX_DEFER.to_string(), "outbox_due (peer_home_id=? AND next_attempt_at<?)"),
-        (OUTBOX_NEXT_DUE.to_string(), "outbox_due (peer_home_id=? AND next_attempt_at>?)"),
-        (OUTBOX_NEXT_UNSETTLED.to_string(), "outbox_unsettled (peer_home_id=? AND next_attempt_at>?"),
+        (outbox_defer_sql().to_string(), "outbox_due (peer_home_id=? AND next_attempt_at<?)"),
+        (outbox_next_due_sql().to_string(), "outbox_due (peer_home_id=? AND next_attempt_at>?)"),
+        (outbox_next_unsettled_sql().to_string(), "outbox_unsettled (peer_home_id=? AND next_attempt_at>?"),
     ] {
         let plan = query_plan(&conn, &sql);
         // (A covering index serves a MIN from the index alone.)

@@ -373,14 +373,15 @@ impl TurnStore for SqliteStore {
         let (turn_id, reason) = (turn_id.to_string(), reason.to_string());
         self.db
             .write(move |conn| {
-                let undelivered = all(conn, &UNDELIVER_TURN_MESSAGES, params![reason, turn_id], |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, Option<String>>(2)?,
-                        row.get::<_, Option<String>>(3)?,
-                    ))
-                })?;
+                let undelivered =
+                    all(conn, undeliver_turn_messages_sql(), params![reason, turn_id], |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, Option<String>>(2)?,
+                            row.get::<_, Option<String>>(3)?,
+                        ))
+                    })?;
                 let mut notified = Vec::new();
                 for (message_id, target, source, source_host) in undelivered {
                     for thread in std::iter::once(target).chain(local_sender(source, source_host.as_deref()))
@@ -425,7 +426,7 @@ pub(super) fn claim_turn(
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
     let clock = now.max(crate::time::now_ms());
-    expire_overdue(conn, &OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
+    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, clock], clock)?;
     let facts = rules::ClaimFacts {
         idle_turns,
         cost: if budget.is_some() { thread_cost(conn, thread_id)? } else { 0.0 },
@@ -558,7 +559,7 @@ fn take_into_turn(
     // As a claim does: what its source gave up on never enters a prompt, and only what
     // the inbox may give is taken.
     let clock = now.max(crate::time::now_ms());
-    expire_overdue(conn, &OVERDUE_THREAD_MESSAGES, params![thread_id, clock], clock)?;
+    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, clock], clock)?;
     let queued = queued_inputs(conn, thread_id)?;
     let (inputs, taken) = rules::plan_take(queued, take_messages, &disabled_peers(conn)?, ids);
     take(conn, turn_id, &taken, now)?;
