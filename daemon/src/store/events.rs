@@ -87,3 +87,19 @@ pub trait EventStore: Send + Sync {
     /// no user input since.
     async fn open_attention(&self, limit: u32) -> StoreResult<Vec<EventRecord>>;
 }
+
+/// An event about to be logged (its seq is assigned by the insert).
+pub(crate) fn event(thread_id: &str, kind: EventKind, now: Millis) -> EventRecord {
+    EventRecord {
+        seq: 0,
+        thread_id: thread_id.to_string(),
+        kind,
+        turn_id: None,
+        turn_status: None,
+        reason: String::new(),
+        lifecycle: None,
+        message_id: None,
+        request_id: None,
+        at: now,
+    }
+}

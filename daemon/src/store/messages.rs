@@ -136,3 +136,15 @@ pub trait MessageStore: Send + Sync {
     /// this brings the receipts of threads that run no turn up to date.
     async fn expire_overdue_messages(&self, now: Millis, limit: u32) -> StoreResult<u64>;
 }
+
+/// The id of a message's one input (see `accept_message`).
+pub(crate) fn message_input_id(message_id: &str) -> String {
+    format!("in_{message_id}")
+}
+
+/// The thread to tell that its message became undeliverable: the sending thread, if it is
+/// one of this home's (a bridged message's source thread lives at its source home, which
+/// learns from its follow-ups or not at all once the message was delivered).
+pub(crate) fn local_sender(source_thread: Option<String>, source_host: Option<&str>) -> Option<String> {
+    source_thread.filter(|t| !t.is_empty() && source_host.is_none_or(str::is_empty))
+}

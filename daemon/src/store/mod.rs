@@ -7,12 +7,14 @@
 
 mod bridges;
 mod changes;
+mod columns;
 mod events;
 mod messages;
 mod outbox;
 mod permissions;
 mod receipts;
 mod rooms;
+mod postgres;
 pub mod rules;
 mod sqlite;
 mod threads;
@@ -29,6 +31,7 @@ pub use outbox::*;
 pub use permissions::*;
 pub use receipts::*;
 pub use rooms::*;
+pub use postgres::{PostgresOptions, PostgresStore, is_postgres_url, redacted};
 pub use sqlite::SqliteStore;
 pub use threads::*;
 pub use turns::*;

@@ -26,5 +26,6 @@ mod sessions;
 mod simulated_bridges;
 mod smoke;
 mod spaces;
+mod store_postgres;
 mod store_sqlite;
 mod threads;

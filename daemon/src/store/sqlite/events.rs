@@ -84,22 +84,6 @@ impl EventStore for SqliteStore {
     }
 }
 
-/// An event about to be logged (its seq is assigned by the insert).
-pub(super) fn event(thread_id: &str, kind: EventKind, now: Millis) -> EventRecord {
-    EventRecord {
-        seq: 0,
-        thread_id: thread_id.to_string(),
-        kind,
-        turn_id: None,
-        turn_status: None,
-        reason: String::new(),
-        lifecycle: None,
-        message_id: None,
-        request_id: None,
-        at: now,
-    }
-}
-
 pub(super) fn insert_event(conn: &Connection, e: &EventRecord) -> StoreResult<i64> {
     note(Change::Thread(e.thread_id.clone()));
     let seq = first(

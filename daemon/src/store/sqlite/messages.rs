@@ -110,11 +110,6 @@ pub(super) fn message_in(conn: &Connection, id: &str) -> StoreResult<Option<Mess
     first(conn, &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"), [id], message_from)
 }
 
-/// The id of a message's one input (see `accept_message`).
-pub(super) fn message_input_id(message_id: &str) -> String {
-    format!("in_{message_id}")
-}
-
 /// A kept key's request hash and message.
 pub(super) fn stored_key(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
     first(
@@ -376,13 +371,6 @@ pub(super) fn follow_up_message(
         }
         rules::FollowUp::Keep => Ok(Some(message)),
     }
-}
-
-/// The thread to tell that its message became undeliverable: the sending thread, if it is
-/// one of this home's (a bridged message's source thread lives at its source home, which
-/// learns from its follow-ups or not at all once the message was delivered).
-pub(super) fn local_sender(source_thread: Option<String>, source_host: Option<&str>) -> Option<String> {
-    source_thread.filter(|t| !t.is_empty() && source_host.is_none_or(str::is_empty))
 }
 
 /// A turn's messages become undeliverable (`?` = reason, turn), found through the turn's

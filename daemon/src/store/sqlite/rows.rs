@@ -4,6 +4,8 @@
 
 use super::*;
 
+pub(super) use crate::store::columns::*;
+
 /// Each word type as its one spelling in a TEXT column.
 macro_rules! word_columns {
     ($($word:ty),*) => {$(
@@ -109,22 +111,6 @@ pub(super) fn count(conn: &Connection, sql: &str, params: impl Params) -> StoreR
 pub(super) fn run(conn: &Connection, sql: &str, params: impl Params) -> StoreResult<usize> {
     Ok(conn.prepare_cached(sql)?.execute(params)?)
 }
-
-pub(super) const THREAD_COLUMNS: &str = "seq, id, workspace_id, cwd, title, profile, created_at, updated_at, archived, enabled, running, turn_count, communication";
-
-pub(super) const TURN_COLUMNS: &str = "id, thread_id, seq, status, input, output, error, started_at, ended_at, input_tokens, output_tokens, cost_usd";
-
-pub(super) const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
-     request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at, source_workspace, \
-     room_id, room_entry, room_author_host, room_author";
-
-pub(super) const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, source_workspace, content, status, reason, created_at, delivered_at, turn_id, deadline";
-
-pub(super) const EVENT_COLUMNS: &str =
-    "seq, thread_id, kind, turn_id, turn_status, reason, lifecycle, message_id, request_id, at";
-
-pub(super) const BRIDGE_COLUMNS: &str = "id, direction, peer_home_id, alias, address, state, permissions, workspaces, \
-     request_id, created_at, updated_at, last_success, last_error, last_error_at, revoked_by_peer, requested";
 
 pub(super) fn thread_from(row: &Row) -> StoreResult<ThreadRecord> {
     Ok(ThreadRecord {
@@ -305,9 +291,4 @@ pub(super) fn receipt_from(row: &Row) -> StoreResult<ReceiptRecord> {
         reason: row.get("reason")?,
         at: row.get("at")?,
     })
-}
-
-/// `"a,b"` → `["a", "b"]`; `""` → `[]`.
-pub(super) fn split_list(text: &str) -> Vec<String> {
-    text.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()
 }

@@ -1,0 +1,319 @@
+//! The team store: PostgreSQL through sqlx's async driver.
+//!
+//! Every write is one transaction that first takes the home's write lock (a transaction-level
+//! advisory lock), so writes are serialised as on SQLite's single writer — also between
+//! processes sharing the database — and every statement in a write sees what the writes
+//! before it committed (READ COMMITTED takes a fresh snapshot per statement). Reads run on
+//! the pool without the lock. Idempotency rests on unique constraints, as on SQLite: a
+//! unique violation is [`StoreError::Conflict`].
+//!
+//! Committed changes are published here after commit (see [`Change`]) and reach the other
+//! processes on the same database through `LISTEN/NOTIFY` ([`notify`]): never a `NOTIFY`
+//! inside a write's transaction (that takes a global lock at commit and serialises every
+//! notifying commit), but one payload per batch of commits, sent after them by one task.
+
+mod bridges;
+mod events;
+mod messages;
+mod notify;
+mod outbox;
+mod permissions;
+mod receipts;
+mod rooms;
+mod rows;
+mod threads;
+mod turns;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+pub(super) use sqlx::{PgConnection, PgPool, Postgres, Row};
+
+use super::*;
+
+pub(super) use rows::*;
+
+/// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
+const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "schema", include_str!("migrations/0001_schema.sql"))];
+
+/// The advisory lock every write takes for its transaction (any fixed number: kiki's
+/// database is kiki's own).
+const WRITE_LOCK: i64 = 0x6b696b69;
+/// The advisory lock migrations run under, so that two kikids starting at once on one
+/// database migrate it once.
+const MIGRATION_LOCK: i64 = 0x6b696b6a;
+
+/// How a Postgres store is reached.
+#[derive(Clone)]
+pub struct PostgresOptions {
+    /// `postgres://[user[:password]@]host[:port]/database[?…]`.
+    pub url: String,
+    /// The password when the URL has none (`[store] password_file`, `KIKI_STORE_PASSWORD`).
+    pub password: Option<String>,
+    /// The most connections kept open to the server.
+    pub pool_size: u32,
+}
+
+impl std::fmt::Debug for PostgresOptions {
+    /// Never the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("url", &redacted(&self.url))
+            .field("pool_size", &self.pool_size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connections a home keeps to its database by default: writes are serialised by the
+/// write lock, so a few more than one serve the reads beside them.
+pub const DEFAULT_POOL_SIZE: u32 = 8;
+
+/// `url` without its password (`postgres://kiki:secret@db/kiki` → `postgres://kiki@db/kiki`),
+/// for status lines, logs and errors.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (authority, path) = rest.find(['/', '?']).map_or((rest, ""), |at| rest.split_at(at));
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info.split_once(':').map_or(user_info, |(user, _)| user);
+            format!("{scheme}://{user}@{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Whether `url` names a Postgres store.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    /// The URL without its password.
+    described: String,
+    changes: Arc<Publisher>,
+    /// Tells the other processes on this database what commits here changed.
+    notifier: Arc<notify::Notifier>,
+    closed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore").field("url", &self.described).finish()
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    /// A unique violation is the typed conflict idempotency rests on; a database that cannot
+    /// be reached says so.
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(db.message().to_string()),
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("53100") => StoreError::DiskFull(String::new()),
+            sqlx::Error::PoolClosed => StoreError::Closed,
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => {
+                StoreError::Backend(format!("the database is unavailable: {e}"))
+            }
+            _ => StoreError::Backend(e.to_string()),
+        }
+    }
+}
+
+/// A write under way: its transaction (holding the home's write lock) and the changes it
+/// made, published once it commits.
+pub(super) struct Tx {
+    conn: sqlx::Transaction<'static, Postgres>,
+    noted: Vec<Change>,
+}
+
+impl Tx {
+    /// The connection to run the write's statements on.
+    pub(super) fn conn(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+
+    /// Notes that this write makes `change` (published after commit).
+    pub(super) fn note(&mut self, change: Change) {
+        self.noted.push(change);
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database `options` name and applies pending migrations.
+    pub async fn open(options: &PostgresOptions) -> StoreResult<Self> {
+        let described = redacted(&options.url);
+        let unusable = |e: sqlx::Error| StoreError::Backend(format!("cannot use the store {described}: {e}"));
+        let mut connect = PgConnectOptions::from_str(&options.url).map_err(unusable)?;
+        if let Some(password) = &options.password {
+            connect = connect.password(password);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(options.pool_size.max(2))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(connect)
+            .await
+            .map_err(unusable)?;
+        migrate(&pool).await?;
+        let changes = Arc::new(Publisher::default());
+        let notifier = notify::Notifier::start(pool.clone(), changes.clone()).await?;
+        Ok(Self { pool, described, changes, notifier, closed: Default::default() })
+    }
+
+    /// Starts a write: a transaction holding the home's write lock.
+    pub(super) async fn begin(&self) -> StoreResult<Tx> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        let mut conn = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *conn).await?;
+        Ok(Tx { conn, noted: Vec::new() })
+    }
+
+    /// Commits a write, then publishes what it changed: here at once, to the other processes
+    /// on the database by the notifier.
+    pub(super) async fn commit(&self, tx: Tx) -> StoreResult<()> {
+        tx.conn.commit().await?;
+        if !tx.noted.is_empty() {
+            self.notifier.committed(&tx.noted);
+            self.changes.publish(tx.noted);
+        }
+        Ok(())
+    }
+
+    /// The pool, for reads (no write lock: a read sees what had committed as it began).
+    pub(super) fn reads(&self) -> StoreResult<&PgPool> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        Ok(&self.pool)
+    }
+}
+
+async fn migrate(pool: &PgPool) -> StoreResult<()> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SELECT pg_advisory_lock($1)").bind(MIGRATION_LOCK).execute(&mut *conn).await?;
+    let migrated = migrate_locked(&mut conn).await;
+    sqlx::query("SELECT pg_advisory_unlock($1)").bind(MIGRATION_LOCK).execute(&mut *conn).await?;
+    migrated
+}
+
+async fn migrate_locked(conn: &mut PgConnection) -> StoreResult<()> {
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    // A database a newer kikid migrated may hold data in a form this one misreads.
+    let newest: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations").fetch_one(&mut *conn).await?;
+    let known = MIGRATIONS.last().map_or(0, |&(version, _, _)| version);
+    if let Some(newest) = newest.filter(|&v| v > known) {
+        return Err(StoreError::Backend(format!(
+            "the database is at schema version {newest}, written by a newer kikid (this one knows \
+             versions up to {known}); run that kikid, or restore a backup made for this one"
+        )));
+    }
+    for &(version, name, sql) in MIGRATIONS {
+        if newest.is_some_and(|newest| version <= newest) {
+            continue;
+        }
+        let failed = |e: sqlx::Error| StoreError::Migration { version, name, message: e.to_string() };
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
+        sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(failed)?;
+        sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
+            .bind(version)
+            .bind(name)
+            .bind(crate::time::now_ms())
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn changes(&self) -> &Publisher {
+        &self.changes
+    }
+
+    fn describe(&self) -> String {
+        self.described.clone()
+    }
+
+    /// The server keeps its own pages sound; what kiki checks is that its schema is whole:
+    /// every migration applied and every table readable. `pg_amcheck` checks pages and
+    /// indexes (see `kiki doctor`).
+    async fn check(&self, _full: bool) -> StoreResult<Vec<String>> {
+        let pool = self.reads()?;
+        let mut problems = Vec::new();
+        let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations").fetch_one(pool).await?;
+        let known = MIGRATIONS.last().map_or(0, |&(version, _, _)| version);
+        if newest != Some(known) {
+            problems.push(format!("the schema is at version {newest:?}, this kikid's is {known}"));
+        }
+        for table in TABLES {
+            if let Err(e) = sqlx::query(&format!("SELECT 1 FROM {table} LIMIT 1")).execute(pool).await {
+                problems.push(format!("table {table}: {e}"));
+            }
+        }
+        Ok(problems)
+    }
+
+    async fn backup(&self, _dest: &std::path::Path) -> StoreResult<()> {
+        Err(StoreError::Backend(format!(
+            "`kiki backup` copies a SQLite store; this home's store is on PostgreSQL: back it up with \
+             `pg_dump --format=custom --file=FILE '{}'`",
+            self.described
+        )))
+    }
+
+    async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.notifier.stop().await;
+        self.pool.close().await;
+    }
+}
+
+/// Every table of kiki's schema, for checks and `kiki store migrate`.
+pub const TABLES: &[&str] = &[
+    "threads",
+    "turns",
+    "inputs",
+    "messages",
+    "idempotency_keys",
+    "given_up_keys",
+    "events",
+    "bridges",
+    "bridge_requests",
+    "bridge_receipts",
+    "outbox",
+    "rooms",
+    "room_members",
+    "room_entries",
+    "remote_rooms",
+    "agent_sessions",
+    "agent_wakes",
+    "permission_requests",
+    "turn_parts",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        assert_eq!(redacted("postgres://kiki:s3cr@t@db:5432/kiki?sslmode=require"), "postgres://kiki@db:5432/kiki?sslmode=require");
+        assert_eq!(redacted("postgres://kiki@db/kiki"), "postgres://kiki@db/kiki");
+        assert_eq!(redacted("postgres://db/kiki"), "postgres://db/kiki");
+        assert_eq!(redacted("postgresql://u:p@[::1]/k"), "postgresql://u@[::1]/k");
+    }
+}

@@ -1,0 +1,184 @@
+//! Committed changes between the processes on one database (a team home's replicas).
+//!
+//! A `NOTIFY` inside a committing transaction takes a global lock at commit, which serialises
+//! every notifying commit (and has a ceiling of a few hundred such commits a second). So no
+//! write notifies: each commit hands its changes to one task here, which sends what has
+//! gathered as one `pg_notify` of its own, after the commits, with one in flight at a time:
+//! under load, one notify carries many commits' changes. The other processes `LISTEN` and
+//! publish what they hear to their own listeners, which read the store again (see
+//! [`Change`]). A process that dies between its commit and its notify leaves the others to
+//! learn of that commit by their next look; the team home's replicas look at least once a
+//! second.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::sync::lock;
+
+/// The channel every process on the database listens on.
+const CHANNEL: &str = "kiki_changes";
+/// A notify's payload must stay under 8000 bytes; changes beyond this go in the next one.
+const PAYLOAD_MAX: usize = 7_000;
+
+pub(super) struct Notifier {
+    /// This process, so that it skips its own notifies (it published them at commit).
+    origin: String,
+    pending: Mutex<BTreeSet<Change>>,
+    wake: Arc<Notify>,
+    /// Hearing and telling; ended when the store is dropped (they hold no store).
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        for task in lock(&self.tasks).iter() {
+            task.abort();
+        }
+    }
+}
+
+impl Notifier {
+    /// Listens on the database for the other processes' changes (published to `changes`),
+    /// and starts the task that tells them this one's.
+    pub(super) async fn start(pool: PgPool, changes: Arc<Publisher>) -> StoreResult<Arc<Self>> {
+        let notifier = Arc::new(Self {
+            origin: ulid::Ulid::new().to_string(),
+            pending: Mutex::default(),
+            wake: Arc::new(Notify::new()),
+            tasks: Mutex::default(),
+        });
+        let mut listener = PgListener::connect_with(&pool).await?;
+        listener.listen(CHANNEL).await?;
+        let heard = tokio::spawn(hear(listener, notifier.origin.clone(), changes));
+        let told = tokio::spawn(tell(pool, Arc::downgrade(&notifier), notifier.wake.clone()));
+        lock(&notifier.tasks).extend([heard, told]);
+        Ok(notifier)
+    }
+
+    /// Hands a commit's changes to the task that sends them.
+    pub(super) fn committed(&self, changes: &[Change]) {
+        lock(&self.pending).extend(changes.iter().cloned());
+        self.wake.notify_one();
+    }
+
+    pub(super) async fn stop(&self) {
+        let tasks = std::mem::take(&mut *lock(&self.tasks));
+        for task in tasks {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+/// Sends the gathered changes, one notify at a time, until the notifier is dropped.
+async fn tell(pool: PgPool, notifier: std::sync::Weak<Notifier>, wake: Arc<Notify>) {
+    loop {
+        let Some((origin, pending)) =
+            notifier.upgrade().map(|this| (this.origin.clone(), std::mem::take(&mut *lock(&this.pending))))
+        else {
+            return;
+        };
+        if pending.is_empty() {
+            wake.notified().await;
+            continue;
+        }
+        for payload in payloads(&origin, &pending) {
+            if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(&pool).await {
+                // The other processes learn of these commits by their next look.
+                tracing::warn!(error = %e, "cannot tell the other processes on the database of a commit");
+            }
+        }
+    }
+}
+
+/// Publishes what the other processes say they changed.
+async fn hear(mut listener: PgListener, origin: String, changes: Arc<Publisher>) {
+    loop {
+        match listener.recv().await {
+            Ok(notification) => {
+                let (from, heard) = decode(notification.payload());
+                if from != origin {
+                    changes.publish(heard);
+                }
+            }
+            // PgListener reconnects by itself at the next recv; notifies sent meanwhile are
+            // lost, so the team home's replicas also look on their own.
+            Err(e) => {
+                tracing::warn!(error = %e, "lost the database's change notifications; reconnecting");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// `origin` then one change per line (`T id`, `I id`, `P id`, `A id`, `O`), cut into
+/// payloads that fit a notify.
+fn payloads(origin: &str, changes: &BTreeSet<Change>) -> Vec<String> {
+    let mut out = vec![origin.to_string()];
+    for change in changes {
+        let line = match change {
+            Change::Thread(id) => format!("T {id}"),
+            Change::Inbox(id) => format!("I {id}"),
+            Change::Parts(id) => format!("P {id}"),
+            Change::Answered(id) => format!("A {id}"),
+            Change::Outbox => "O".to_string(),
+        };
+        let last = out.last_mut().expect("one payload at least");
+        if last.len() + 1 + line.len() > PAYLOAD_MAX {
+            out.push(format!("{origin}\n{line}"));
+        } else {
+            last.push('\n');
+            last.push_str(&line);
+        }
+    }
+    out
+}
+
+/// The origin and changes of a payload; lines this kikid does not know are skipped.
+fn decode(payload: &str) -> (&str, Vec<Change>) {
+    let mut lines = payload.lines();
+    let origin = lines.next().unwrap_or_default();
+    let changes = lines
+        .filter_map(|line| {
+            let (kind, id) = line.split_once(' ').unwrap_or((line, ""));
+            Some(match kind {
+                "T" => Change::Thread(id.to_string()),
+                "I" => Change::Inbox(id.to_string()),
+                "P" => Change::Parts(id.to_string()),
+                "A" => Change::Answered(id.to_string()),
+                "O" => Change::Outbox,
+                _ => return None,
+            })
+        })
+        .collect();
+    (origin, changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_round_trip_through_payloads_that_fit_a_notify() {
+        let changes: BTreeSet<Change> = (0..1000)
+            .map(|i| Change::Thread(format!("th_{i:026}")))
+            .chain([Change::Outbox, Change::Inbox("a".into()), Change::Parts("b".into()), Change::Answered("c".into())])
+            .collect();
+        let payloads = payloads("me", &changes);
+        assert!(payloads.len() > 1, "1000 ids do not fit one notify");
+        let mut heard = BTreeSet::new();
+        for payload in &payloads {
+            assert!(payload.len() <= PAYLOAD_MAX, "{}", payload.len());
+            let (origin, changes) = decode(payload);
+            assert_eq!(origin, "me");
+            heard.extend(changes);
+        }
+        assert_eq!(heard, changes);
+    }
+}
