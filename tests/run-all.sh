@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 if [ ! -x /usr/sbin/sshd ] || ! command -v nft >/dev/null || ! command -v ip >/dev/null; then
     apt-get update && apt-get install -y openssh-server nftables iproute2
 fi
+# The Postgres store's tests run on a real PostgreSQL server: installed when missing,
+# started, with the role the tests log in as (each test makes a database of its own).
+bash tests/postgres-up.sh
 if ! python3 -c 'import mcp' 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check 'mcp==2.3.0'
 fi
@@ -41,6 +44,9 @@ cargo build --workspace --bins --locked
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
+# The store conformance suite runs on both backends above; the suites of the home's
+# features run once more with every home's store on Postgres.
+KIKI_TEST_STORE=postgres cargo test -p kiki-tests --test it --locked -- mailbox:: rooms:: bridges:: sessions:: 2>&1 | tee -a "$log"
 # One closing line for the whole run: cargo prints one per test binary, the last of which
 # (a doc-test crate) often counts zero.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

@@ -102,6 +102,9 @@ pub enum Command {
     /// Spaces: machines reached over SSH, each a home of its own, bridged with this one.
     #[command(subcommand, after_help = SPACE_EXAMPLES)]
     Space(SpaceCommand),
+    /// The home's store: copy it to another backend.
+    #[command(subcommand, after_help = home::STORE_EXAMPLES)]
+    Store(home::StoreCommand),
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -129,6 +132,7 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Bridge(command) => bridge::run(&home, command, args.json).await,
         Command::Mcp(command) => mcp::run(&home, command, args.json).await,
         Command::Space(command) => space::run(&home, command, args.json).await,
+        Command::Store(command) => home::store(&home, command, args.json).await,
     }
 }
 

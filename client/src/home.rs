@@ -111,6 +111,63 @@ pub enum HomeCommand {
     },
 }
 
+pub const STORE_EXAMPLES: &str = "Examples:\n  kiki down\n  kiki store migrate --to postgres://kiki@db.example/kiki --password-file ~/.kiki/pg.pass\n  \
+     # then in config.toml: [store] url = \"postgres://kiki@db.example/kiki\", password_file = \"pg.pass\"\n  \
+     kiki up";
+
+#[derive(Subcommand)]
+pub enum StoreCommand {
+    /// Copy this stopped home's store into an empty store of another backend (SQLite to
+    /// Postgres or back): every table, row for row, counted on both sides after. The home's
+    /// config is left as it is: point `[store] url` at the copy to use it.
+    Migrate {
+        /// The target: `postgres://[user@]host[:port]/database`, or a SQLite file
+        /// (`sqlite://PATH` or a path, relative to the current directory).
+        #[arg(long, value_name = "URL")]
+        to: String,
+        /// The Postgres password's owner-only file (else the URL's password or
+        /// KIKI_STORE_PASSWORD).
+        #[arg(long, value_name = "FILE")]
+        password_file: Option<PathBuf>,
+    },
+}
+
+/// `kiki store migrate`: `kikid --migrate-store-to`, which holds the home's lock (so the home
+/// must be stopped) while it copies.
+pub async fn store(home: &Path, command: StoreCommand, json: bool) -> Result<()> {
+    let StoreCommand::Migrate { to, password_file } = command;
+    let binary = kikid_binary();
+    let mut kikid = Command::new(&binary);
+    kikid.arg("--home").arg(home).arg("--migrate-store-to").arg(&to);
+    if let Some(file) = password_file {
+        kikid.arg("--password-file").arg(std::path::absolute(&file).unwrap_or(file));
+    }
+    let out = kikid
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {} --migrate-store-to", binary.display()))?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let message = said.lines().rev().find_map(|line| line.strip_prefix("kikid: ")).unwrap_or(&said).trim();
+        return Err(KikidFailed { code: out.status.code(), message: format!("store migrate: {message}") }.into());
+    }
+    let migrated: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("{} --migrate-store-to printed no result", binary.display()))?;
+    if json {
+        print_json(&migrated);
+    } else {
+        let rows = migrated["rows"].as_object().cloned().unwrap_or_default();
+        let total: u64 = rows.values().filter_map(serde_json::Value::as_u64).sum();
+        let (from, to) = (migrated["from"].as_str().unwrap_or_default(), migrated["to"].as_str().unwrap_or_default());
+        outln!("copied {total} rows from {from} to {to}, every table counted on both sides:");
+        for (table, n) in rows {
+            outln!("  {table:<20} {n}");
+        }
+        outln!("point [store] url at {to} in the home's config.toml to use the copy");
+    }
+    Ok(())
+}
+
 pub async fn run(home: &Path, command: HomeCommand, json: bool) -> Result<()> {
     match command {
         HomeCommand::Up { new_identity } => up(home, new_identity, json).await,

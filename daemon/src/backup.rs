@@ -27,6 +27,12 @@ pub async fn write(home: &HomeDir, config_file: &Path, store: &dyn Store, dest: 
     if !dest.is_absolute() {
         return Err(Error::invalid("dest", format!("must be an absolute path, got {:?}", dest.display())));
     }
+    // A store on a database server is backed up with the server's tools: its backup says
+    // which, and nothing is written here.
+    if crate::store::is_postgres_url(&store.describe()) {
+        let why = store.backup(dest).await.err().map(|e| e.to_string()).unwrap_or_default();
+        return Err(Error::FailedPrecondition(why));
+    }
     let io = |what: &str, e: std::io::Error| Error::FailedPrecondition(format!("backup {what}: {e}"));
     match std::fs::read_dir(dest).map(|mut entries| entries.next().is_none()) {
         Ok(false) => {

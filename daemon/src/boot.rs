@@ -19,7 +19,7 @@ use crate::executors::desk::Desk;
 use crate::identity::{Creation, Identity};
 use crate::mailbox::{Mailbox, PermissionRequests, TurnDesk, Waits};
 use crate::rooms::Rooms;
-use crate::store::{SqliteStore, Store};
+use crate::store::{SqliteStore, Store, StoreLocation};
 use crate::sync::KeyLocks;
 use crate::threads::Threads;
 use crate::threads::runner::{INTERRUPTED, TurnRunner};
@@ -42,7 +42,7 @@ pub(crate) struct OpenedHome {
     pub config: Arc<Config>,
     /// The config file kikid read (or would have: it may not exist).
     pub config_file: PathBuf,
-    pub store_path: PathBuf,
+    pub store: StoreLocation,
     pub identity: Identity,
 }
 
@@ -70,27 +70,33 @@ pub(crate) fn open_home(
             Config::load(&config_file, must_exist)?
         }
     };
-    let store_path = match &config.store.url {
-        Some(url) => SqliteStore::path_of(url, dir.root())?,
-        None => dir.sqlite_file(),
-    };
-    for file in SqliteStore::files(&store_path) {
-        kiki_proto::home::trusted_if_present(&file, "store file")?;
+    let store = StoreLocation::resolve(
+        config.store.url.as_deref(),
+        config.store.password_file.as_deref(),
+        config.store.pool_size,
+        dir.root(),
+        dir.sqlite_file(),
+    )?;
+    if let Some(file) = store.sqlite_file() {
+        for file in SqliteStore::files(file) {
+            kiki_proto::home::trusted_if_present(&file, "store file")?;
+        }
     }
     // A key is made for a new home only: one with a store lost its key, and a new key
-    // would make it another home to every peer it has a bridge with.
-    let creation = if store_path.exists() && !new_identity { Creation::Refused } else { Creation::Allowed };
-    let identity =
-        Identity::load_or_create(&dir.identity_file(), creation, &store_path.display().to_string())?;
-    info!(home_id = identity.home_id(), home = %dir.root().display(), "home identity loaded");
-    Ok(OpenedHome { dir, lock, config: Arc::new(config), config_file, store_path, identity })
+    // would make it another home to every peer it has a bridge with. (A database server's
+    // store is not looked into before it is opened: its home keeps its key file.)
+    let has_store = store.sqlite_file().is_some_and(Path::exists);
+    let creation = if has_store && !new_identity { Creation::Refused } else { Creation::Allowed };
+    let identity = Identity::load_or_create(&dir.identity_file(), creation, &store.describe())?;
+    info!(home_id = identity.home_id(), home = %dir.root().display(), store = %store.describe(), "home identity loaded");
+    Ok(OpenedHome { dir, lock, config: Arc::new(config), config_file, store, identity })
 }
 
 /// Opens the store and puts right what the last kikid left running: its turns are
 /// failed (never re-run), an `exec` agent it left running is stopped, and an `exec` turn
 /// whose agent never got its input gives its messages back as undeliverable.
-pub(crate) async fn open_store(path: &Path) -> Result<Arc<dyn Store>, StartError> {
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_path(path).await?);
+pub(crate) async fn open_store(location: &StoreLocation) -> Result<Arc<dyn Store>, StartError> {
+    let store = location.open().await?;
     let mut stopped = 0;
     for turn in store.interrupted_turns().await? {
         match turn.agent.as_deref() {

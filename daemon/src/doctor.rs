@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::Config;
 use crate::identity::{Creation, Identity};
-use crate::store::{SqliteStore, Store};
+use crate::store::{PostgresStore, SqliteStore, Store, StoreLocation};
 use kiki_proto::home::{self, HomeDir, LockError};
 
 /// One thing looked at, and what was found.
@@ -32,10 +32,10 @@ impl Finding {
     }
 }
 
-/// The store to check: the running daemon's, or a stopped home's file.
+/// The store to check: the running daemon's, or a stopped home's.
 pub enum StoreAt<'a> {
     Running(&'a dyn Store),
-    Stopped(&'a Path),
+    Stopped,
 }
 
 /// Less free space than this on the store's disk is a problem: writes are about to fail
@@ -46,7 +46,7 @@ const LOW_DISK_BYTES: u64 = 64 * 1024 * 1024;
 pub async fn examine(
     home: &HomeDir,
     config_file: &Path,
-    store_path: &Path,
+    location: &StoreLocation,
     store: StoreAt<'_>,
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
@@ -55,20 +55,31 @@ pub async fn examine(
         Err(e) => Finding::wrong("home", e.to_string(), ""),
     });
     findings.push(config(config_file));
-    findings.push(identity(home, store_path));
-    findings.push(match &store {
-        StoreAt::Running(store) => store_integrity(store.check(true).await, store_path),
-        StoreAt::Stopped(path) if !path.exists() => {
-            Finding::ok("store", format!("{} does not exist yet (a new home)", path.display()))
+    findings.push(identity(home, location));
+    match location {
+        StoreLocation::Sqlite(path) => {
+            findings.push(match &store {
+                StoreAt::Running(store) => sqlite_integrity(store.check(true).await, path),
+                StoreAt::Stopped if !path.exists() => {
+                    Finding::ok("store", format!("{} does not exist yet (a new home)", path.display()))
+                }
+                StoreAt::Stopped => sqlite_integrity(SqliteStore::check_file(path).await, path),
+            });
+            for file in SqliteStore::files(path) {
+                if let Err(e) = home::trusted_if_present(&file, "store file") {
+                    findings.push(Finding::wrong("store", e.to_string(), ""));
+                }
+            }
+            findings.push(disk(path));
         }
-        StoreAt::Stopped(path) => store_integrity(SqliteStore::check_file(path).await, store_path),
-    });
-    for file in SqliteStore::files(store_path) {
-        if let Err(e) = home::trusted_if_present(&file, "store file") {
-            findings.push(Finding::wrong("store", e.to_string(), ""));
+        StoreLocation::Postgres(options) => {
+            let checked = match &store {
+                StoreAt::Running(store) => store.check(true).await,
+                StoreAt::Stopped => PostgresStore::check_database(options).await,
+            };
+            findings.push(postgres_schema(checked, &location.describe()));
         }
     }
-    findings.push(disk(store_path));
     findings
 }
 
@@ -88,11 +99,19 @@ pub async fn examine_stopped(
     }
     let config_file = config_file.unwrap_or_else(|| home.config_file());
     // The store the config names, or the default one when the config cannot say.
-    let store_path = Config::load(&config_file, false)
+    let location = Config::load(&config_file, false)
         .ok()
-        .and_then(|config| config.store.url.map(|url| SqliteStore::path_of(&url, home.root())))
-        .and_then(Result::ok)
-        .unwrap_or_else(|| home.sqlite_file());
+        .and_then(|config| {
+            StoreLocation::resolve(
+                config.store.url.as_deref(),
+                config.store.password_file.as_deref(),
+                config.store.pool_size,
+                home.root(),
+                home.sqlite_file(),
+            )
+            .ok()
+        })
+        .unwrap_or_else(|| StoreLocation::Sqlite(home.sqlite_file()));
     let (daemon, _lock) = match home.lock() {
         Ok(lock) => (Finding::ok("daemon", "no kikid serves this home"), Some(lock)),
         Err(LockError::Held { pid, .. }) => (
@@ -105,7 +124,7 @@ pub async fn examine_stopped(
         ),
         Err(LockError::Io(e)) => return Err(e),
     };
-    let mut findings = examine(&home, &config_file, &store_path, StoreAt::Stopped(&store_path)).await;
+    let mut findings = examine(&home, &config_file, &location, StoreAt::Stopped).await;
     findings.push(daemon);
     Ok(findings)
 }
@@ -127,12 +146,12 @@ fn config(file: &Path) -> Finding {
     }
 }
 
-fn identity(home: &HomeDir, store_path: &Path) -> Finding {
+fn identity(home: &HomeDir, location: &StoreLocation) -> Finding {
     let path = home.identity_file();
-    if !path.exists() && !store_path.exists() {
+    if !path.exists() && !location.sqlite_file().is_some_and(Path::exists) {
         return Finding::ok("identity", format!("{} is made at the first start", path.display()));
     }
-    match Identity::load_or_create(&path, Creation::Refused, &store_path.display().to_string()) {
+    match Identity::load_or_create(&path, Creation::Refused, &location.describe()) {
         Ok(identity) => {
             Finding::ok("identity", format!("{}: home id {}", path.display(), identity.home_id()))
         }
@@ -140,7 +159,7 @@ fn identity(home: &HomeDir, store_path: &Path) -> Finding {
     }
 }
 
-fn store_integrity(checked: crate::store::StoreResult<Vec<String>>, path: &Path) -> Finding {
+fn sqlite_integrity(checked: crate::store::StoreResult<Vec<String>>, path: &Path) -> Finding {
     const RESTORE: &str = "stop the home (`kiki down`), then restore the store from a backup \
                            (`kiki backup` makes one), or move it aside (with its -wal and -shm \
                            files) to start with an empty store";
@@ -154,6 +173,27 @@ fn store_integrity(checked: crate::store::StoreResult<Vec<String>>, path: &Path)
             RESTORE,
         ),
         Err(e) => Finding::wrong("store", format!("{} cannot be checked: {e}", path.display()), RESTORE),
+    }
+}
+
+/// A Postgres store: the server keeps its pages, kiki checks its schema is whole.
+fn postgres_schema(checked: crate::store::StoreResult<Vec<String>>, database: &str) -> Finding {
+    const AMCHECK: &str = "`pg_amcheck` checks the database's pages and indexes";
+    match checked {
+        Ok(problems) if problems.is_empty() => Finding::ok(
+            "store",
+            format!("{database}: reachable, every migration applied, every table readable ({AMCHECK})"),
+        ),
+        Ok(problems) => Finding::wrong(
+            "store",
+            format!("{database}: {}", problems.join("; ")),
+            "start the kikid that migrated it, or restore the database from a dump (`pg_restore`)",
+        ),
+        Err(e) => Finding::wrong(
+            "store",
+            format!("{database} cannot be checked: {e}"),
+            "start the database server, check [store] url and the password, then `kiki doctor` again",
+        ),
     }
 }
 

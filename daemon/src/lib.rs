@@ -45,6 +45,7 @@ pub mod grpc;
 pub mod identity;
 pub mod mailbox;
 pub mod messaging;
+pub mod migrate;
 pub mod rooms;
 pub mod runtime;
 pub mod store;
@@ -178,7 +179,7 @@ impl DaemonBuilder {
 
         let socket = home.dir.socket();
         started.push(Box::new(boot::HomeHeld { lock: home.lock, socket: socket.clone() }));
-        let store = boot::open_store(&home.store_path).await?;
+        let store = boot::open_store(&home.store).await?;
         started.push(Box::new(boot::StoreComponent(store.clone())));
         let domain = boot::Domain::assemble(store.clone(), config.clone(), &home.dir, &home_id, &shutdown);
         started.push(Box::new(domain.start_turns().await?));
@@ -209,7 +210,7 @@ impl DaemonBuilder {
             bridge_listen: bridges.listen_addr(),
             thread_communication: config.thread_communication.describe().to_string(),
             config_file: home.config_file,
-            store_path: home.store_path,
+            store_location: home.store,
         });
         let signals = domain.signals.clone();
         let services = domain.services(bridges, info.clone());

@@ -26,6 +26,14 @@ struct Args {
     /// otherwise. `kiki doctor` runs this when no daemon answers, and shows it for people.
     #[arg(long)]
     check: bool,
+    /// Copy the stopped home's store into the empty store at URL (`postgres://…`, or a
+    /// SQLite file) and print the rows copied per table as JSON. `kiki store migrate` runs this.
+    #[arg(long, value_name = "URL")]
+    migrate_store_to: Option<String>,
+    /// With --migrate-store-to a postgres:// URL: the password's owner-only file (else the
+    /// URL's password or KIKI_STORE_PASSWORD).
+    #[arg(long, requires = "migrate_store_to")]
+    password_file: Option<PathBuf>,
 }
 
 /// jemalloc instead of glibc malloc: under concurrent calls glibc's arenas cost ~13% of
@@ -66,6 +74,9 @@ async fn run() -> ExitCode {
     if args.check {
         return check(args).await;
     }
+    if let Some(to) = args.migrate_store_to {
+        return migrate(args.home, args.config, &to, args.password_file).await;
+    }
     let mut builder = Daemon::builder().new_identity(args.new_identity);
     if let Some(home) = args.home {
         builder = builder.home(home);
@@ -96,6 +107,23 @@ async fn run() -> ExitCode {
     handle.shutdown();
     handle.stopped().await;
     ExitCode::SUCCESS
+}
+
+/// `kikid --migrate-store-to URL`: the stopped home's store copied; the rows per table as
+/// JSON (`{"from": …, "to": …, "rows": {"threads": 3, …}}`).
+async fn migrate(home: Option<PathBuf>, config: Option<PathBuf>, to: &str, password_file: Option<PathBuf>) -> ExitCode {
+    match kiki_daemon::migrate::migrate_stopped(home, config, to, password_file).await {
+        Ok(migrated) => {
+            let rows: serde_json::Map<String, serde_json::Value> =
+                migrated.rows.iter().map(|(table, n)| (table.to_string(), (*n).into())).collect();
+            println!("{}", serde_json::json!({ "from": migrated.from, "to": migrated.to, "rows": rows }));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("kikid: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `kikid --check`: the doctor's findings for a home no daemon answers for.

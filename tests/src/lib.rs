@@ -27,9 +27,16 @@ use tonic::Code;
 /// How long helpers wait for something that should happen in milliseconds.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// `KIKI_TEST_STORE=postgres` runs every [`TestHome`] on a Postgres database of its own
+/// (tests/run-all.sh runs the mailbox, rooms, bridges and sessions suites so, beside their
+/// default run on SQLite).
+pub const STORE_ENV: &str = "KIKI_TEST_STORE";
+
 /// A home running in this process, in its own temporary directory.
 pub struct TestHome {
     dir: TempDir,
+    /// The home's Postgres database, when the suite runs on Postgres (see [`STORE_ENV`]).
+    _database: Option<postgres::TestDatabase>,
     config: Config,
     transport: Option<kiki_daemon::TransportFactory>,
     handle: DaemonHandle,
@@ -73,10 +80,18 @@ impl TestHomeBuilder {
         self
     }
 
-    pub async fn start(self) -> TestHome {
+    pub async fn start(mut self) -> TestHome {
         let dir = tempfile::Builder::new().prefix("kiki-test-").tempdir().expect("temp dir");
+        let database = match std::env::var(STORE_ENV).as_deref() {
+            Ok("postgres") if self.config.store.url.is_none() => Some(postgres::TestDatabase::create().await),
+            Ok("postgres" | "sqlite") | Err(_) => None,
+            Ok(other) => panic!("{STORE_ENV}={other}: expected sqlite or postgres"),
+        };
+        if let Some(database) = &database {
+            self.config.store.url = Some(database.url_with_password());
+        }
         let (handle, client) = boot(dir.path(), self.config.clone(), self.transport.clone()).await;
-        TestHome { dir, config: self.config, transport: self.transport, handle, client }
+        TestHome { dir, _database: database, config: self.config, transport: self.transport, handle, client }
     }
 }
 

@@ -4,7 +4,9 @@
 //!
 //! ```toml
 //! [store]
-//! url = "sqlite://…"            # default: HOME/kiki.db
+//! url = "sqlite://…"            # default: HOME/kiki.db; or "postgres://user@host/db"
+//! password_file = "pg.pass"     # Postgres: the password's owner-only file (or KIKI_STORE_PASSWORD)
+//! pool_size = 8                 # Postgres: the most connections kept to the server
 //!
 //! [thread_communication]
 //! enabled = true                # unset: off by default, threads opt in
@@ -98,8 +100,12 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct StoreConfig {
-    /// `sqlite://PATH` (or a bare path). Default: `HOME/kiki.db`.
+    /// `sqlite://PATH` (or a bare path), or `postgres://…`. Default: `HOME/kiki.db`.
     pub url: Option<String>,
+    /// A Postgres store's password, in an owner-only file (a relative path is the home's).
+    pub password_file: Option<std::path::PathBuf>,
+    /// The most connections to a Postgres store.
+    pub pool_size: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -443,6 +449,12 @@ impl Config {
         }
         if self.turns.max_output_bytes == 0 {
             problems.push("turns.max_output_bytes: must be at least 1".into());
+        }
+        if self.store.pool_size.is_some_and(|size| !(1..=1_000).contains(&size)) {
+            problems.push("store.pool_size: must be between 1 and 1000".into());
+        }
+        if self.store.password_file.is_some() && !self.store.url.as_deref().is_some_and(crate::store::is_postgres_url) {
+            problems.push("store.password_file: only a postgres:// store takes a password".into());
         }
         if !(1..=10_000).contains(&self.rooms.max_agent_wakes) {
             problems.push("rooms.max_agent_wakes: must be between 1 and 10000".into());

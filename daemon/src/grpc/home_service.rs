@@ -30,8 +30,8 @@ pub struct HomeInfo {
     pub thread_communication: String,
     /// The config file kikid read (or would have: it may not exist).
     pub config_file: PathBuf,
-    /// The store's database file.
-    pub store_path: PathBuf,
+    /// Where the store is.
+    pub store_location: crate::store::StoreLocation,
 }
 
 /// How long ThreadStop waits for the stopped turn's end: the agent's grace to stop
@@ -168,7 +168,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let mut findings = doctor::examine(
             &HomeDir::new(&i.home),
             &i.config_file,
-            &i.store_path,
+            &i.store_location,
             StoreAt::Running(store.as_ref()),
         )
         .await;

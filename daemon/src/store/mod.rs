@@ -8,7 +8,9 @@
 mod bridges;
 mod changes;
 mod columns;
+mod copy;
 mod events;
+mod location;
 mod messages;
 mod outbox;
 mod permissions;
@@ -31,6 +33,8 @@ pub use outbox::*;
 pub use permissions::*;
 pub use receipts::*;
 pub use rooms::*;
+pub use copy::{Counts, copy_store};
+pub use location::{PASSWORD_ENV, StoreLocation};
 pub use postgres::{PostgresOptions, PostgresStore, is_postgres_url, redacted};
 pub use sqlite::SqliteStore;
 pub use threads::*;

@@ -66,7 +66,7 @@ macro_rules! store_conformance {
     )*};
 }
 
-fn new_thread(id: &str, workspace: &str, now: i64) -> NewThread {
+pub fn new_thread(id: &str, workspace: &str, now: i64) -> NewThread {
     NewThread {
         id: id.into(),
         workspace_id: workspace.into(),

@@ -13,3 +13,157 @@ async fn postgres() -> (Arc<dyn Store>, TestDatabase) {
 }
 
 kiki_tests::store_conformance!(postgres());
+
+/// What one process commits reaches the listeners of another on the same database (a team
+/// home's replicas), through the coalesced notifications.
+#[tokio::test]
+async fn committed_changes_reach_another_process_on_the_database() {
+    use kiki_daemon::store::{Change, ThreadStore};
+    let database = TestDatabase::create().await;
+    let writer = PostgresStore::open(&database.options).await.expect("open");
+    let other = PostgresStore::open(&database.options).await.expect("open again");
+    let (heard, mut hearing) = tokio::sync::mpsc::unbounded_channel();
+    other.changes().listen(Arc::new(move |changes: &[Change]| {
+        let _ = heard.send(changes.to_vec());
+    }));
+    writer.create_thread(&kiki_tests::conformance::new_thread("th_far", "ws", 1), None).await.expect("create");
+    let changes = tokio::time::timeout(kiki_tests::PATIENCE, async {
+        let mut all = Vec::new();
+        while !all.contains(&Change::Thread("th_far".into())) {
+            all.extend(hearing.recv().await.expect("listening"));
+        }
+        all
+    })
+    .await
+    .expect("the other process hears of the commit");
+    assert!(changes.contains(&Change::Thread("th_far".into())), "{changes:?}");
+    writer.close().await;
+    other.close().await;
+}
+
+mod home {
+    //! A home on Postgres through the real binaries: config, password file, status,
+    //! doctor, backup and `kiki store migrate` both ways.
+
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use kiki_tests::binaries::{Down, kiki, kiki_json, new_home, wait_for_turns};
+    use kiki_tests::postgres::TestDatabase;
+
+    /// Writes the home's config for `database`, its password in an owner-only file.
+    fn on_postgres(home: &Path, database: &TestDatabase) {
+        std::fs::create_dir_all(home).expect("home");
+        let password = home.join("pg.pass");
+        std::fs::write(&password, format!("{}\n", database.options.password.as_deref().expect("password")))
+            .expect("password file");
+        std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let config = format!("# the team's database\n[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\n", database.options.url);
+        std::fs::write(home.join("config.toml"), config).expect("config");
+    }
+
+    #[tokio::test]
+    async fn a_home_runs_on_postgres_and_never_shows_its_password() {
+        let database = TestDatabase::create().await;
+        let (_dir, home) = new_home();
+        let _down = Down(&home);
+        on_postgres(&home, &database);
+        let password = database.options.password.clone().expect("password");
+
+        // A password file others may read is refused, naming the key.
+        std::fs::set_permissions(home.join("pg.pass"), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let out = kiki(&home, &["up"]);
+        assert!(!out.status.success(), "a readable password file is refused");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("store.password_file") && said.contains("chmod 600"), "{said}");
+        std::fs::set_permissions(home.join("pg.pass"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+
+        kiki_json(&home, &["up"]);
+        let status = kiki_json(&home, &["status"]);
+        assert_eq!(status["store"], database.options.url, "the store, without a password");
+        let created = kiki_json(&home, &["thread", "create", "--prompt", "hello", "--wait"]);
+        let id = created["thread"]["id"].as_str().expect("id").to_string();
+        kiki_json(&home, &["thread", "say", &id, "again"]);
+        wait_for_turns(&home, &id, 2);
+        let doctor = kiki_json(&home, &["doctor"]);
+        let store = doctor["findings"].as_array().expect("findings").iter().find(|f| f["check"] == "store").cloned();
+        let store = store.expect("a store finding");
+        assert_eq!(store["ok"], true, "{store}");
+        assert!(store["message"].as_str().expect("message").contains("every migration applied"), "{store}");
+        let backup = kiki(&home, &["backup", &home.join("..").join("copy").display().to_string()]);
+        assert!(!backup.status.success(), "kiki backup does not copy a database server's store");
+        assert!(String::from_utf8_lossy(&backup.stderr).contains("pg_dump"), "says what to run instead");
+
+        // kill -9: what was answered is there when the home comes back.
+        let pid = kiki_tests::binaries::pid_of(&home);
+        kiki_tests::binaries::kill_9(&pid);
+        kiki_json(&home, &["up"]);
+        let read = kiki_json(&home, &["thread", "read", &id]);
+        assert_eq!(read["turns"].as_array().expect("turns").len(), 2, "{read}");
+        kiki_json(&home, &["down"]);
+        let check = std::process::Command::new(kiki_tests::binaries::binary("kikid"))
+            .arg("--home")
+            .arg(&home)
+            .arg("--check")
+            .output()
+            .expect("kikid --check");
+        let findings = String::from_utf8_lossy(&check.stdout);
+        assert!(check.status.success(), "kikid --check on a stopped Postgres home: {findings}");
+        assert!(findings.contains("every migration applied"), "{findings}");
+
+        for file in std::fs::read_dir(&home).expect("home").flatten() {
+            let text = std::fs::read(file.path()).unwrap_or_default();
+            let shown = String::from_utf8_lossy(&text);
+            if file.file_name() != "pg.pass" {
+                assert!(!shown.contains(&password), "{} shows the password", file.path().display());
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_migrates_to_postgres_and_back_with_every_row() {
+        let database = TestDatabase::create().await;
+        let (dir, home) = new_home();
+        let _down = Down(&home);
+        kiki_json(&home, &["up"]);
+        let created = kiki_json(&home, &["thread", "create", "--prompt", "one", "--wait"]);
+        let id = created["thread"]["id"].as_str().expect("id").to_string();
+        kiki_json(&home, &["thread", "say", &id, "two"]);
+        wait_for_turns(&home, &id, 2);
+        let room = kiki_json(&home, &["room", "create", "--host", &id, "--name", "r"]);
+        assert!(room["room"]["id"].is_string(), "{room}");
+
+        let to = database.url_with_password();
+        let running = kiki(&home, &["store", "migrate", "--to", &to]);
+        assert!(!running.status.success(), "a running home's store is not copied");
+        assert!(String::from_utf8_lossy(&running.stderr).contains("kiki down"), "{running:?}");
+        kiki_json(&home, &["down"]);
+
+        let migrated = kiki_json(&home, &["store", "migrate", "--to", &to]);
+        assert_eq!(migrated["to"], database.options.url, "named without its password: {migrated}");
+        let rows = migrated["rows"].clone();
+        assert_eq!(rows["threads"], 1, "{migrated}");
+        assert_eq!(rows["turns"], 2, "{migrated}");
+        assert_eq!(rows["rooms"], 1, "{migrated}");
+        let again = kiki(&home, &["store", "migrate", "--to", &to]);
+        assert!(!again.status.success(), "a target with data is refused");
+        assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"), "{again:?}");
+
+        // The home on its copy, then copied back into a new SQLite file.
+        super::home::on_postgres(&home, &database);
+        kiki_json(&home, &["up"]);
+        let read = kiki_json(&home, &["thread", "read", &id]);
+        assert_eq!(read["turns"].as_array().expect("turns").len(), 2, "{read}");
+        kiki_json(&home, &["thread", "say", &id, "three"]);
+        wait_for_turns(&home, &id, 3);
+        kiki_json(&home, &["down"]);
+        let back = dir.path().join("back.db");
+        let migrated = kiki_json(&home, &["store", "migrate", "--to", &back.display().to_string()]);
+        assert_eq!(migrated["rows"]["turns"], 3, "{migrated}");
+        std::fs::write(home.join("config.toml"), format!("[store]\nurl = \"sqlite://{}\"\n", back.display())).expect("config");
+        kiki_json(&home, &["up"]);
+        kiki_json(&home, &["thread", "say", &id, "four"]);
+        let turns = wait_for_turns(&home, &id, 4);
+        assert_eq!(turns["turns"].as_array().expect("turns").len(), 4, "{turns}");
+    }
+}

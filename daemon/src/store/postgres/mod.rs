@@ -147,11 +147,9 @@ impl PostgresStore {
     /// Connects to the database `options` name and applies pending migrations.
     pub async fn open(options: &PostgresOptions) -> StoreResult<Self> {
         let described = redacted(&options.url);
-        let unusable = |e: sqlx::Error| StoreError::Backend(format!("cannot use the store {described}: {e}"));
-        let mut connect = PgConnectOptions::from_str(&options.url).map_err(unusable)?;
-        if let Some(password) = &options.password {
-            connect = connect.password(password);
-        }
+        let unusable = |e: StoreError| StoreError::Backend(format!("cannot use the store {described}: {e}"));
+        let connect = connect_options(options).map_err(unusable)?;
+        let unusable = |e: sqlx::Error| unusable(e.into());
         let pool = PgPoolOptions::new()
             .max_connections(options.pool_size.max(2))
             .acquire_timeout(Duration::from_secs(10))
@@ -192,6 +190,45 @@ impl PostgresStore {
         }
         Ok(&self.pool)
     }
+}
+
+impl PostgresStore {
+    /// [`Store::check`] for a home no daemon serves (`kikid --check`): connects, never
+    /// creates or migrates anything.
+    pub async fn check_database(options: &PostgresOptions) -> StoreResult<Vec<String>> {
+        let mut conn = <PgConnection as sqlx::Connection>::connect_with(&connect_options(options)?).await?;
+        schema_problems(&mut conn).await
+    }
+}
+
+/// How to connect to the database `options` name, with the password given apart.
+pub(super) fn connect_options(options: &PostgresOptions) -> StoreResult<PgConnectOptions> {
+    let connect = PgConnectOptions::from_str(&options.url)?;
+    Ok(match &options.password {
+        Some(password) => connect.password(password),
+        None => connect,
+    })
+}
+
+/// What keeps the database from being this kikid's store: migrations missing or newer, a
+/// table that cannot be read.
+async fn schema_problems(conn: &mut PgConnection) -> StoreResult<Vec<String>> {
+    let mut problems = Vec::new();
+    let newest: Option<i64> =
+        match sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations").fetch_one(&mut *conn).await {
+            Ok(newest) => newest,
+            Err(e) => return Ok(vec![format!("no kiki schema ({e}): kikid makes it at its first start")]),
+        };
+    let known = MIGRATIONS.last().map_or(0, |&(version, _, _)| version);
+    if newest != Some(known) {
+        problems.push(format!("the schema is at version {}, this kikid's is {known}", newest.unwrap_or(0)));
+    }
+    for table in TABLES {
+        if let Err(e) = sqlx::query(&format!("SELECT 1 FROM {table} LIMIT 1")).execute(&mut *conn).await {
+            problems.push(format!("table {table}: {e}"));
+        }
+    }
+    Ok(problems)
 }
 
 async fn migrate(pool: &PgPool) -> StoreResult<()> {
@@ -252,19 +289,7 @@ impl Store for PostgresStore {
     /// every migration applied and every table readable. `pg_amcheck` checks pages and
     /// indexes (see `kiki doctor`).
     async fn check(&self, _full: bool) -> StoreResult<Vec<String>> {
-        let pool = self.reads()?;
-        let mut problems = Vec::new();
-        let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations").fetch_one(pool).await?;
-        let known = MIGRATIONS.last().map_or(0, |&(version, _, _)| version);
-        if newest != Some(known) {
-            problems.push(format!("the schema is at version {newest:?}, this kikid's is {known}"));
-        }
-        for table in TABLES {
-            if let Err(e) = sqlx::query(&format!("SELECT 1 FROM {table} LIMIT 1")).execute(pool).await {
-                problems.push(format!("table {table}: {e}"));
-            }
-        }
-        Ok(problems)
+        schema_problems(&mut *self.reads()?.acquire().await?).await
     }
 
     async fn backup(&self, _dest: &std::path::Path) -> StoreResult<()> {
