@@ -133,11 +133,18 @@ pub struct HeldHome {
 impl HeldHome {
     /// Starts it in `dir/home` with the binaries of [`crate::binaries::binary`].
     pub async fn start(dir: &Path) -> Self {
+        Self::start_with(dir, "").await
+    }
+
+    /// [`HeldHome::start`] with more config (sections of its own, e.g. `[store]`).
+    pub async fn start_with(dir: &Path, config: &str) -> Self {
         let home = dir.join("home");
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(
             home.join("config.toml"),
-            "[mailbox]\ndelivery_wait = \"0s\"\n[profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"600\"]\n",
+            format!(
+                "[mailbox]\ndelivery_wait = \"0s\"\n[profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"600\"]\n{config}"
+            ),
         )
         .expect("config");
         crate::binaries::kiki_json(&home, &["up"]);

@@ -99,14 +99,15 @@ pub async fn a_send_can_start_an_idle_threads_turn_at_once(store: &dyn Store) {
 }
 
 /// Sends issued together (so a backend may commit them together) are still decided one by
-/// one, in order, by their keys.
+/// one by their keys, in some order: of three sends with one key, one is accepted and the
+/// others answered by it (a replay of the same request, a conflict for another).
 pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
     let batch = [
         message("msg_1", "th_a", "", "k1", "h1"),
         message("msg_2", "th_a", "th_peer", "k1", "h2"), // same key, other scope: independent
-        message("msg_3", "th_a", "", "k1", "h1"),        // same key and request: the first one
-        message("msg_4", "th_a", "", "k1", "hX"),        // same key, other request: conflict
+        message("msg_3", "th_a", "", "k1", "h1"),        // same key and request as msg_1
+        message("msg_4", "th_a", "", "k1", "hX"),        // same key, another request
         message("msg_5", "th_missing", "", "k5", "h5"),
     ];
     let (a, b, c, d, e) = tokio::join!(
@@ -117,30 +118,40 @@ pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
         store.accept_message(&batch[4]),
     );
     let outcomes: Vec<SendOutcome> = [a, b, c, d, e].into_iter().map(|o| o.expect("commit")).collect();
-    assert_eq!(
-        outcomes,
-        vec![
-            SendOutcome::Accepted { message_id: "msg_1".into(), delivered: false, turn: None, held: false },
-            SendOutcome::Accepted { message_id: "msg_2".into(), delivered: false, turn: None, held: false },
-            SendOutcome::Replayed { message_id: "msg_1".into() },
-            SendOutcome::KeyConflict { message_id: "msg_1".into() },
-            SendOutcome::TargetGone,
-        ]
-    );
-    let again = store.accept_message(&message("msg_6", "th_a", "", "k1", "h1")).await.expect("commit");
-    assert_eq!(again, SendOutcome::Replayed { message_id: "msg_1".into() }, "the key stays with msg_1");
+    let accepted = |id: &str| SendOutcome::Accepted { message_id: id.into(), delivered: false, turn: None, held: false };
+    assert_eq!(outcomes[1], accepted("msg_2"), "another scope's key is its own");
+    assert_eq!(outcomes[4], SendOutcome::TargetGone);
+    let keyed = [(0, &batch[0]), (2, &batch[2]), (3, &batch[3])];
+    let winners: Vec<_> = keyed.iter().filter(|(i, m)| outcomes[*i] == accepted(&m.id)).collect();
+    assert_eq!(winners.len(), 1, "one send takes the key: {outcomes:?}");
+    let winner = winners[0].1;
+    for (i, m) in keyed.iter().filter(|(_, m)| m.id != winner.id) {
+        let expected = if m.request_hash == winner.request_hash {
+            SendOutcome::Replayed { message_id: winner.id.clone() }
+        } else {
+            SendOutcome::KeyConflict { message_id: winner.id.clone() }
+        };
+        assert_eq!(outcomes[*i], expected, "{} after {}", m.id, winner.id);
+    }
+    let again = store.accept_message(&message("msg_6", "th_a", "", "k1", &winner.request_hash)).await.expect("commit");
+    assert_eq!(again, SendOutcome::Replayed { message_id: winner.id.clone() }, "the key stays with its first send");
     store.create_thread(&new_thread("th_b", "ws", 1), None).await.expect("create");
     let refused_key = store.accept_message(&message("msg_7", "th_b", "", "k5", "h5")).await.expect("commit");
     assert!(matches!(refused_key, SendOutcome::Accepted { .. }), "nothing kept for a refused send");
-    assert!(store.message("msg_3").await.expect("msg").is_none(), "a replay stores nothing");
+    for m in keyed.iter().map(|(_, m)| m).filter(|m| m.id != winner.id) {
+        assert!(store.message(&m.id).await.expect("msg").is_none(), "a send answered by another stores nothing");
+    }
     let m = store.message("msg_2").await.expect("msg").expect("stored");
     assert_eq!(m.status, MessageStatus::Pending);
     assert_eq!(m.source.map(|s| s.thread_id), Some("th_peer".to_string()));
     // Both accepted messages are queued for the target's next turn, which delivers them.
     let claimed = store.claim_turn("th_a", turn("tu_1", true), 20).await.expect("claim").expect("queued");
-    let ids: Vec<_> = claimed.inputs.iter().filter_map(|i| i.message_id.clone()).collect();
-    assert_eq!(ids, ["msg_1", "msg_2"]);
-    let m = store.message("msg_1").await.expect("msg").expect("stored");
+    let mut ids: Vec<_> = claimed.inputs.iter().filter_map(|i| i.message_id.clone()).collect();
+    ids.sort();
+    let mut both = vec![winner.id.clone(), "msg_2".to_string()];
+    both.sort();
+    assert_eq!(ids, both);
+    let m = store.message(&winner.id).await.expect("msg").expect("stored");
     assert_eq!(
         (m.status, m.turn_id.as_deref(), m.delivered_at),
         (MessageStatus::Delivered, Some("tu_1"), Some(20))

@@ -1,0 +1,134 @@
+//! The Postgres store's durable sends next to `pgbench` on the same server, in one run
+//! (never asserted). Run with a release build of the binaries and a server up
+//! (`tests/postgres-up.sh`, which the bench runs itself):
+//!
+//! ```sh
+//! cargo build --release --workspace --bins && cargo bench -p kiki-tests --bench postgres
+//! ```
+//!
+//! The floor is pgbench running a single-row insert transaction of a 200-byte value (one
+//! round trip and one commit each) at 1 and 16 clients; kiki's number is ThreadSend of
+//! 200-byte messages to a busy thread (a durable append answered `pending`) from 1 and 16
+//! clients on their own connections, the home's store on a database of the same server.
+//! Rounds alternate pgbench and kiki; the ratio printed is kiki ÷ pgbench per round.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kiki_client::Client;
+use kiki_proto as pb;
+use kiki_tests::local;
+use kiki_tests::measure::HeldHome;
+use kiki_tests::postgres::TestDatabase;
+
+const ROUNDS: usize = 3;
+const SECONDS: u64 = 5;
+
+#[tokio::main]
+async fn main() {
+    let rounds = env_or("ROUNDS", ROUNDS);
+    let seconds = env_or("SECONDS", SECONDS as usize) as u64;
+    let floor_db = TestDatabase::create().await;
+    let store_db = TestDatabase::create().await;
+    let password = store_db.options.password.clone().expect("password");
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(dir.path().join("home")).expect("home");
+    let pass = dir.path().join("home").join("pg.pass");
+    std::fs::write(&pass, &password).expect("password file");
+    std::fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let store = format!("[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\npool_size = 16\n", store_db.options.url);
+    let HeldHome { home, held, .. } = HeldHome::start_with(dir.path(), &store).await;
+    let script = dir.path().join("insert.sql");
+    std::fs::write(&script, format!("INSERT INTO floor (v) VALUES ('{}');\n", "x".repeat(200))).expect("script");
+    psql(&floor_db, "CREATE TABLE floor (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v TEXT NOT NULL)");
+
+    println!("postgres store: {rounds} rounds of {seconds} s per number, pgbench and kiki alternating");
+    for clients in [1, 16] {
+        let mut ratios = Vec::new();
+        for round in 0..rounds {
+            let floor = pgbench(&floor_db, &script, clients, seconds);
+            let sends = kiki_sends(&home, &held, clients, Duration::from_secs(seconds), round).await;
+            ratios.push(sends / floor);
+            println!(
+                "  {clients:>2} client(s), round {}: pgbench {floor:>8.0} tx/s   kiki {sends:>8.0} sends/s   kiki ÷ pgbench {:.2}",
+                round + 1,
+                sends / floor
+            );
+        }
+        ratios.sort_by(f64::total_cmp);
+        println!("pg-send-{clients}: kiki ÷ pgbench, median {:.2} (target ≥ 0.8)", ratios[ratios.len() / 2]);
+    }
+    kiki_tests::binaries::kiki_json(&home, &["down"]);
+}
+
+/// pgbench's transactions a second (without connection time).
+fn pgbench(database: &TestDatabase, script: &std::path::Path, clients: usize, seconds: u64) -> f64 {
+    let (host, port, name) = parts(database);
+    let out = Command::new("pgbench")
+        .args(["-n", "-h", &host, "-p", &port, "-U", "kiki_test", "-T", &seconds.to_string()])
+        .args(["-c", &clients.to_string(), "-j", &clients.min(2).to_string(), "-f"])
+        .arg(script)
+        .arg(&name)
+        .env("PGPASSWORD", database.options.password.as_deref().expect("password"))
+        .output()
+        .expect("pgbench (postgresql-contrib)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "pgbench failed: {said}{}", String::from_utf8_lossy(&out.stderr));
+    said.lines()
+        .find_map(|line| line.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|tps| tps.parse().ok())
+        .unwrap_or_else(|| panic!("no tps in pgbench's output: {said}"))
+}
+
+fn psql(database: &TestDatabase, sql: &str) {
+    let (host, port, name) = parts(database);
+    let ok = Command::new("psql")
+        .args(["-q", "-h", &host, "-p", &port, "-U", "kiki_test", "-d", &name, "-c", sql])
+        .env("PGPASSWORD", database.options.password.as_deref().expect("password"))
+        .status()
+        .expect("psql")
+        .success();
+    assert!(ok, "psql {sql}");
+}
+
+/// Host, port and database of a test database's URL (`postgres://user@host:port/name`).
+fn parts(database: &TestDatabase) -> (String, String, String) {
+    let rest = database.options.url.split_once('@').expect("user@").1;
+    let (address, name) = rest.split_once('/').expect("/database");
+    let (host, port) = address.rsplit_once(':').unwrap_or((address, "5432"));
+    (host.to_string(), port.to_string(), name.to_string())
+}
+
+/// ThreadSends a second from `clients` connections for `period`.
+async fn kiki_sends(home: &std::path::Path, held: &str, clients: usize, period: Duration, round: usize) -> f64 {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (socket, held) = (home.join("kikid.sock"), held.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut threads = Client::connect(&socket).await.expect("connect").threads();
+            let mut sent = 0usize;
+            while started.elapsed() < period {
+                let request = pb::ThreadSendRequest {
+                    target: Some(local(&held)),
+                    content: "x".repeat(200),
+                    idempotency_key: format!("r{round}-c{c}-{sent}"),
+                    ..Default::default()
+                };
+                threads.thread_send(request).await.expect("send");
+                sent += 1;
+            }
+            sent
+        }));
+    }
+    let mut sent = 0;
+    for task in tasks {
+        sent += task.await.expect("client");
+    }
+    sent as f64 / started.elapsed().as_secs_f64()
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
