@@ -1,24 +1,86 @@
-//! Permissions on PostgreSQL.
+//! Permission requests on PostgreSQL.
 
 use async_trait::async_trait;
+use sqlx::postgres::PgRow;
 
+use super::events::insert_event;
 use super::*;
+
+const COLUMNS: &str = "id, thread_id, turn_id, tool, input, status, reason, created_at, decided_at";
 
 #[async_trait]
 impl PermissionStore for PostgresStore {
-    #[allow(unused_variables)]
-    async fn ask_permission(&self, request: &PermissionRecord, reason: &str) -> StoreResult<()> {
-        todo!("ask_permission")
+    async fn ask_permission(&self, r: &PermissionRecord, reason: &str) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query(&format!(
+            "INSERT INTO permission_requests ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ))
+        .bind(&r.id)
+        .bind(&r.thread_id)
+        .bind(&r.turn_id)
+        .bind(&r.tool)
+        .bind(&r.input)
+        .bind(r.status)
+        .bind(&r.reason)
+        .bind(r.created_at)
+        .bind(r.decided_at)
+        .execute(tx.conn())
+        .await?;
+        let mut asked = event(&r.thread_id, EventKind::Attention, r.created_at);
+        asked.turn_id = Some(r.turn_id.clone());
+        asked.reason = reason.to_string();
+        asked.request_id = Some(r.id.clone());
+        insert_event(&mut tx, &asked).await?;
+        self.commit(tx).await
     }
 
-    #[allow(unused_variables)]
-    async fn decide_permission(&self, id: &str, status: PermissionStatus, reason: &str, now: Millis) -> StoreResult<Option<PermissionRecord>> {
-        todo!("decide_permission")
+    async fn decide_permission(
+        &self,
+        id: &str,
+        status: PermissionStatus,
+        reason: &str,
+        now: Millis,
+    ) -> StoreResult<Option<PermissionRecord>> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "UPDATE permission_requests SET status = $1, reason = $2, decided_at = $3 WHERE id = $4 AND status = $5",
+        )
+        .bind(status)
+        .bind(reason)
+        .bind(now)
+        .bind(id)
+        .bind(PermissionStatus::Pending)
+        .execute(tx.conn())
+        .await?;
+        tx.note(Change::Answered(id.to_string()));
+        let request = permission_in(tx.conn(), id).await?;
+        self.commit(tx).await?;
+        Ok(request)
     }
 
-    #[allow(unused_variables)]
     async fn permission(&self, id: &str) -> StoreResult<Option<PermissionRecord>> {
-        todo!("permission")
+        permission_in(&mut *self.reads()?.acquire().await?, id).await
     }
+}
 
+async fn permission_in(conn: &mut PgConnection, id: &str) -> StoreResult<Option<PermissionRecord>> {
+    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM permission_requests WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
+    row.as_ref().map(permission_from).transpose()
+}
+
+fn permission_from(row: &PgRow) -> StoreResult<PermissionRecord> {
+    Ok(PermissionRecord {
+        id: row.try_get("id")?,
+        thread_id: row.try_get("thread_id")?,
+        turn_id: row.try_get("turn_id")?,
+        tool: row.try_get("tool")?,
+        input: row.try_get("input")?,
+        status: row.try_get("status")?,
+        reason: row.try_get("reason")?,
+        created_at: row.try_get("created_at")?,
+        decided_at: row.try_get("decided_at")?,
+    })
 }

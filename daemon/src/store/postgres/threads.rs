@@ -2,43 +2,168 @@
 
 use async_trait::async_trait;
 
+use super::events::insert_event;
+use super::messages::receipt_follows;
+use super::turns::{insert_input, save_agent_session};
 use super::*;
 
 #[async_trait]
 impl ThreadStore for PostgresStore {
-    #[allow(unused_variables)]
-    async fn create_thread(&self, thread: &NewThread, first_input: Option<&NewInput>) -> StoreResult<ThreadRecord> {
-        todo!("create_thread")
+    async fn create_thread(
+        &self,
+        thread: &NewThread,
+        first_input: Option<&NewInput>,
+    ) -> StoreResult<ThreadRecord> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO threads (id, workspace_id, cwd, title, profile, communication, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        )
+        .bind(&thread.id)
+        .bind(&thread.workspace_id)
+        .bind(&thread.cwd)
+        .bind(&thread.title)
+        .bind(&thread.profile)
+        .bind(thread.communication)
+        .bind(thread.now)
+        .execute(tx.conn())
+        .await?;
+        if let Some(session) = &thread.agent_session {
+            save_agent_session(&mut tx, &thread.id, session, thread.now).await?;
+        }
+        let mut created = event(&thread.id, EventKind::Lifecycle, thread.now);
+        created.lifecycle = Some(Lifecycle::Created);
+        insert_event(&mut tx, &created).await?;
+        if let Some(input) = first_input {
+            insert_input(&mut tx, &thread.id, input, true, None).await?;
+        }
+        let record = thread_in(tx.conn(), &thread.id)
+            .await?
+            .ok_or_else(|| StoreError::Backend("the created thread is missing".into()))?;
+        self.commit(tx).await?;
+        Ok(record)
     }
 
-    #[allow(unused_variables)]
     async fn thread(&self, id: &str) -> StoreResult<Option<ThreadRecord>> {
-        todo!("thread")
+        thread_in(&mut *self.reads()?.acquire().await?, id).await
     }
 
-    #[allow(unused_variables)]
     async fn list_threads(&self, query: &ThreadQuery) -> StoreResult<Vec<ThreadRecord>> {
-        todo!("list_threads")
+        let (before, limit) = (query.before_seq.unwrap_or(i64::MAX), i64::from(query.limit));
+        // Two statements, so that each plans onto its own partial index.
+        let rows = match &query.workspace_id {
+            Some(workspace) => {
+                sqlx::query(&format!(
+                    "SELECT {THREAD_COLUMNS} FROM threads
+                     WHERE NOT archived AND enabled AND workspace_id = $1 AND seq < $2
+                     ORDER BY seq DESC LIMIT $3"
+                ))
+                .bind(workspace)
+                .bind(before)
+                .bind(limit)
+                .fetch_all(self.reads()?)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {THREAD_COLUMNS} FROM threads
+                     WHERE NOT archived AND enabled AND seq < $1
+                     ORDER BY seq DESC LIMIT $2"
+                ))
+                .bind(before)
+                .bind(limit)
+                .fetch_all(self.reads()?)
+                .await?
+            }
+        };
+        rows.iter().map(thread_from).collect()
     }
 
-    #[allow(unused_variables)]
     async fn count_threads(&self) -> StoreResult<u64> {
-        todo!("count_threads")
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM threads").fetch_one(self.reads()?).await?;
+        Ok(n as u64)
     }
 
-    #[allow(unused_variables)]
     async fn set_archived(&self, id: &str, archived: bool, now: Millis) -> StoreResult<Option<Archived>> {
-        todo!("set_archived")
+        let mut tx = self.begin().await?;
+        let changed =
+            sqlx::query("UPDATE threads SET archived = $1, updated_at = $2 WHERE id = $3 AND archived <> $1")
+                .bind(archived)
+                .bind(now)
+                .bind(id)
+                .execute(tx.conn())
+                .await?
+                .rows_affected()
+                > 0;
+        if changed {
+            let mut lifecycle = event(id, EventKind::Lifecycle, now);
+            lifecycle.lifecycle = Some(if archived { Lifecycle::Archived } else { Lifecycle::Unarchived });
+            insert_event(&mut tx, &lifecycle).await?;
+        }
+        let mut notified = vec![id.to_string()];
+        if changed && archived {
+            let undeliverable: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+                "UPDATE messages SET status = $1, reason = $2
+                 WHERE target_thread = $3 AND status = $4 RETURNING id, source_thread, source_host",
+            )
+            .bind(MessageStatus::Undeliverable)
+            .bind(Refusal::ThreadArchived.as_str())
+            .bind(id)
+            .bind(MessageStatus::Pending)
+            .fetch_all(tx.conn())
+            .await?;
+            // Their queued inputs, all of the thread's queued messages.
+            sqlx::query(
+                "DELETE FROM inputs WHERE thread_id = $1 AND turn_id IS NULL AND message_id IS NOT NULL",
+            )
+            .bind(id)
+            .execute(tx.conn())
+            .await?;
+            for (message_id, source, source_host) in undeliverable {
+                let local_source = local_sender(source, source_host.as_deref());
+                notified.extend(local_source.clone());
+                for thread in std::iter::once(id.to_string()).chain(local_source) {
+                    let mut e = event(&thread, EventKind::Undeliverable, now);
+                    e.reason = Refusal::ThreadArchived.to_string();
+                    e.message_id = Some(message_id.clone());
+                    insert_event(&mut tx, &e).await?;
+                }
+                receipt_follows(&mut tx, &message_id, Refusal::ThreadArchived.as_str(), now).await?;
+            }
+        }
+        let thread = thread_in(tx.conn(), id).await?;
+        self.commit(tx).await?;
+        notified.dedup();
+        Ok(thread.map(|thread| Archived { thread, changed, notified }))
     }
 
-    #[allow(unused_variables)]
-    async fn set_communication(&self, thread_id: &str, setting: CommunicationSetting, now: Millis) -> StoreResult<Option<ThreadRecord>> {
-        todo!("set_communication")
+    async fn set_communication(
+        &self,
+        thread_id: &str,
+        setting: CommunicationSetting,
+        now: Millis,
+    ) -> StoreResult<Option<ThreadRecord>> {
+        let mut tx = self.begin().await?;
+        // Messages held back while it was off may be taken by its running turn now.
+        tx.note(Change::Inbox(thread_id.to_string()));
+        let row = sqlx::query(&format!(
+            "UPDATE threads SET communication = $1, updated_at = $2 WHERE id = $3 RETURNING {THREAD_COLUMNS}"
+        ))
+        .bind(setting)
+        .bind(now)
+        .bind(thread_id)
+        .fetch_optional(tx.conn())
+        .await?;
+        let thread = row.as_ref().map(thread_from).transpose()?;
+        self.commit(tx).await?;
+        Ok(thread)
     }
-
 }
 
-#[allow(unused_variables)]
 pub(super) async fn thread_in(conn: &mut PgConnection, id: &str) -> StoreResult<Option<ThreadRecord>> {
-    todo!("thread_in")
+    let row = sqlx::query(&format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
+    row.as_ref().map(thread_from).transpose()
 }
