@@ -18,11 +18,12 @@ if [ "$status" != "online" ]; then
     pg_ctlcluster "$version" "$cluster" start
 fi
 role=${KIKI_TEST_PG_USER:-kiki_test}
-password=${KIKI_TEST_PG_PASSWORD:-kiki_test}
+password=${KIKI_TEST_PG_PASSWORD:-not-the-role-name}
 runuser -u postgres -- psql -p "$port" -qAt -v ON_ERROR_STOP=1 -c "
 DO \$\$ BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$role') THEN
-        CREATE ROLE $role LOGIN CREATEDB PASSWORD '$password';
+        CREATE ROLE $role LOGIN CREATEDB;
     END IF;
+    ALTER ROLE $role PASSWORD '$password';
 END \$\$;"
 echo "postgres://$role@127.0.0.1:$port/postgres"

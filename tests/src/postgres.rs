@@ -8,8 +8,9 @@ use std::sync::OnceLock;
 use kiki_daemon::store::PostgresOptions;
 use sqlx::Connection;
 
-/// The password of the role the tests log in as (`tests/postgres-up.sh`).
-const PASSWORD: &str = "kiki_test";
+/// The password of the role the tests log in as (`tests/postgres-up.sh`): not its name, so a
+/// test finding the password in a file finds it and not the URL's user.
+const PASSWORD: &str = "not-the-role-name";
 
 /// The server's maintenance database URL (no password), once the server is up.
 fn server() -> &'static str {

@@ -1,4 +1,4 @@
-//! Messages on PostgreSQL.
+//! Messages and their keys on PostgreSQL.
 
 use async_trait::async_trait;
 
@@ -6,70 +6,391 @@ use super::*;
 
 #[async_trait]
 impl MessageStore for PostgresStore {
-    #[allow(unused_variables)]
     async fn accept_message(&self, message: &NewMessage) -> StoreResult<SendOutcome> {
-        todo!("accept_message")
+        let mut tx = self.begin().await?;
+        let outcome = accept_message(&mut tx, message).await?;
+        self.commit(tx).await?;
+        Ok(outcome)
     }
 
-    #[allow(unused_variables)]
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
-        todo!("message")
+        message_in(&mut *self.reads()?.acquire().await?, id).await
     }
 
-    #[allow(unused_variables)]
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
-        todo!("keyed_message")
+        stored_key(&mut *self.reads()?.acquire().await?, scope, key).await
     }
 
-    #[allow(unused_variables)]
-    async fn follow_up(&self, keys: &[(String, String)], window_over: bool, now: Millis) -> StoreResult<Vec<Option<MessageRecord>>> {
-        todo!("follow_up")
+    async fn follow_up(
+        &self,
+        keys: &[(String, String)],
+        window_over: bool,
+        now: Millis,
+    ) -> StoreResult<Vec<Option<MessageRecord>>> {
+        let mut tx = self.begin().await?;
+        let mut messages = Vec::with_capacity(keys.len());
+        // As the write runs: a claim queued meanwhile must not see a later deadline.
+        let now = now.max(crate::time::now_ms());
+        for (scope, key) in keys {
+            messages.push(match stored_key(tx.conn(), scope, key).await? {
+                Some((_, message_id)) => follow_up_message(&mut tx, &message_id, window_over, now).await?,
+                // Given up on before it arrived: should a call of it still come (QUIC
+                // delivering an attempt given up earlier), the key refuses it.
+                None if window_over => {
+                    sqlx::query(
+                        "INSERT INTO given_up_keys (scope, key, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(scope)
+                    .bind(key)
+                    .bind(now)
+                    .execute(tx.conn())
+                    .await?;
+                    None
+                }
+                None => None,
+            });
+        }
+        self.commit(tx).await?;
+        Ok(messages)
     }
 
-    #[allow(unused_variables)]
     async fn local_key_message(&self, scope: &str, key: &str) -> StoreResult<Option<String>> {
-        todo!("local_key_message")
+        Ok(self.keyed_message(scope, key).await?.map(|(_, message_id)| message_id))
     }
 
-    #[allow(unused_variables)]
     async fn prune_keys(&self, before: Millis, limit: u32) -> StoreResult<u64> {
-        todo!("prune_keys")
+        let mut tx = self.begin().await?;
+        // The oldest `limit` keys older than `before`, walked by age on their index: never a
+        // scan beyond them, however many keys are young.
+        let pruned = sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (scope, key) IN
+                 (SELECT scope, key FROM idempotency_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2)",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .execute(tx.conn())
+        .await?
+        .rows_affected();
+        // Given-up keys are rare (a call that might still arrive as a window ended): their
+        // whole table is walked.
+        sqlx::query("DELETE FROM given_up_keys WHERE created_at < $1")
+            .bind(before)
+            .execute(tx.conn())
+            .await?;
+        self.commit(tx).await?;
+        Ok(pruned)
     }
 
-    #[allow(unused_variables)]
     async fn expire_overdue_messages(&self, now: Millis, limit: u32) -> StoreResult<u64> {
-        todo!("expire_overdue_messages")
+        // Read first: most sweeps find nothing, and then need no write.
+        let any: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE status = $1 AND deadline IS NOT NULL AND deadline <= $2)",
+        )
+        .bind(MessageStatus::Pending)
+        .bind(now)
+        .fetch_one(self.reads()?)
+        .await?;
+        if !any {
+            return Ok(0);
+        }
+        let mut tx = self.begin().await?;
+        // As the write runs, as a claim reads it.
+        let now = now.max(crate::time::now_ms());
+        let overdue: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM messages WHERE status = $1 AND deadline IS NOT NULL AND deadline <= $2
+             ORDER BY deadline LIMIT $3",
+        )
+        .bind(MessageStatus::Pending)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(tx.conn())
+        .await?;
+        expire(&mut tx, &overdue, now).await?;
+        self.commit(tx).await?;
+        Ok(overdue.len() as u64)
     }
-
 }
 
-#[allow(unused_variables)]
 pub(super) async fn message_in(conn: &mut PgConnection, id: &str) -> StoreResult<Option<MessageRecord>> {
-    todo!("message_in")
+    sqlx::query(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await?
+        .as_ref()
+        .map(message_from)
+        .transpose()
 }
 
-#[allow(unused_variables)]
 /// A kept key's request hash and message.
-pub(super) async fn stored_key(conn: &mut PgConnection, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
-    todo!("stored_key")
+pub(super) async fn stored_key(
+    conn: &mut PgConnection,
+    scope: &str,
+    key: &str,
+) -> StoreResult<Option<(String, String)>> {
+    Ok(sqlx::query_as("SELECT request_hash, message_id FROM idempotency_keys WHERE scope = $1 AND key = $2")
+        .bind(scope)
+        .bind(key)
+        .fetch_optional(conn)
+        .await?)
 }
 
-#[allow(unused_variables)]
+/// The facts a send is decided by (see [`rules::SendFacts`]), read in the transaction that
+/// would store it. The key decides before anything else does: when it is kept, nothing
+/// else is read.
+async fn send_facts(conn: &mut PgConnection, m: &NewMessage) -> StoreResult<rules::SendFacts> {
+    let key = stored_key(&mut *conn, &m.key_scope, &m.key)
+        .await?
+        .map(|(request_hash, message_id)| rules::KeptKey { request_hash, message_id });
+    if key.is_some() {
+        return Ok(rules::SendFacts { key, ..Default::default() });
+    }
+    let key_sent_away: Option<String> =
+        sqlx::query_scalar("SELECT id FROM outbox WHERE key_scope = $1 AND key = $2 LIMIT 1")
+            .bind(&m.key_scope)
+            .bind(&m.key)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let key_given_up = rules::may_be_given_up(m)
+        && sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM given_up_keys WHERE scope = $1 AND key = $2)")
+            .bind(&m.key_scope)
+            .bind(&m.key)
+            .fetch_one(&mut *conn)
+            .await?;
+    let target_live: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM threads WHERE id = $1 AND NOT archived)")
+            .bind(&m.target_thread)
+            .fetch_one(&mut *conn)
+            .await?;
+    let (bridge_open, id_taken) = match rules::bridged_from(m) {
+        None => (true, false),
+        Some(peer) => {
+            let open: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM bridges WHERE direction = $1 AND peer_home_id = $2 AND state = $3)",
+            )
+            .bind(Direction::Inbound)
+            .bind(peer)
+            .bind(BridgeState::Active)
+            .fetch_one(&mut *conn)
+            .await?;
+            let taken: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM messages WHERE id = $1) OR EXISTS (SELECT 1 FROM outbox WHERE id = $1)",
+            )
+            .bind(&m.id)
+            .fetch_one(&mut *conn)
+            .await?;
+            (open, taken)
+        }
+    };
+    Ok(rules::SendFacts { key, key_sent_away, key_given_up, target_live, bridge_open, id_taken })
+}
+
+/// Decides a send by the rules (see [`rules::refuse_send`]) and, if accepted, writes its
+/// message, key and input (queued, or taken by the turn the send starts).
+/// Writes hold the home's write lock one after another, so of two sends with one key the
+/// second sees the first and replays it.
 pub(super) async fn accept_message(tx: &mut Tx, m: &NewMessage) -> StoreResult<SendOutcome> {
-    todo!("accept_message")
+    if let Some(refused) = rules::refuse_send(m, &send_facts(tx.conn(), m).await?) {
+        return Ok(refused);
+    }
+    // The input refers to the message for its content (see `claim_turn`): a message of up
+    // to 100,000 characters is not copied into its queued input.
+    let input = NewInput {
+        id: message_input_id(&m.id),
+        kind: InputKind::Message,
+        content: String::new(),
+        message_id: Some(m.id.clone()),
+        source: m.source.clone(),
+        room: m.room.clone(),
+        via: rules::bridged_from(m).map(str::to_string),
+        now: m.now,
+    };
+    if m.source.is_none() {
+        owner_spoke(tx, &m.target_thread).await?;
+    }
+    let wake = m.wake && !agent_wakes_spent(tx, m).await?;
+    // A message that starts its turn is written delivered, its input taken: it never enters
+    // the indexes of pending messages and queued input only to leave them in this commit.
+    let turn = match &m.claim {
+        Some(claim) if wake => {
+            let arriving = InputRecord { content: m.content.clone(), ..input.clone() };
+            turns::claim_turn(tx, &m.target_thread, claim, m.now, Some(arriving)).await?
+        }
+        _ => None,
+    };
+    // The turn may have started for other queued input without taking this one.
+    let taken_by =
+        turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.as_str());
+    let delivered = taken_by.is_some();
+    let (status, receipt_status) = rules::arrival(delivered);
+    sqlx::query(
+        "INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
+                               status, created_at, delivered_at, turn_id, deadline, via_home)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(&m.id)
+    .bind(&m.target_thread)
+    .bind(m.source.as_ref().map(|s| &s.host_id))
+    .bind(m.source.as_ref().map(|s| &s.thread_id))
+    .bind(m.source.as_ref().map_or("", |s| &s.workspace_id))
+    .bind(&m.content)
+    .bind(status)
+    .bind(m.now)
+    .bind(taken_by.map(|_| m.now))
+    .bind(taken_by)
+    .bind(m.deadline.filter(|_| !delivered))
+    .bind(&input.via)
+    .execute(tx.conn())
+    .await?;
+    sqlx::query(
+        "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(&m.key_scope)
+    .bind(&m.key)
+    .bind(&m.request_hash)
+    .bind(&m.id)
+    .bind(m.now)
+    .execute(tx.conn())
+    .await?;
+    turns::insert_input(tx, &m.target_thread, &input, wake, taken_by).await?;
+    if let Some(receipt) = &m.receipt {
+        let receipt = ReceiptRecord { message_id: m.id.clone(), status: receipt_status, ..receipt.clone() };
+        receipts::insert_receipt(tx, &receipt).await?;
+    }
+    Ok(SendOutcome::Accepted {
+        message_id: m.id.clone(),
+        delivered,
+        turn: turn.map(Box::new),
+        held: m.wake && !wake,
+    })
 }
 
-#[allow(unused_variables)]
+/// Counts a wake between two threads' agents (see [`rules::agent_wake`]): whether the
+/// message is past the pair's cap, telling its target's owner when it is the first.
+async fn agent_wakes_spent(tx: &mut Tx, m: &NewMessage) -> StoreResult<bool> {
+    let (Some(limit), Some(source), None, true) = (m.max_agent_wakes, &m.source, &m.room, m.wake) else {
+        return Ok(false);
+    };
+    let Some((a, b)) = rules::agent_pair(source, &m.target_thread) else { return Ok(false) };
+    let count: i64 = sqlx::query_scalar(
+        "INSERT INTO agent_wakes (thread_a, thread_b, count) VALUES ($1, $2, 1)
+         ON CONFLICT (thread_a, thread_b) DO UPDATE SET count = agent_wakes.count + 1 RETURNING count",
+    )
+    .bind(&a)
+    .bind(&b)
+    .fetch_one(tx.conn())
+    .await?;
+    match rules::agent_wake(count, limit) {
+        rules::AgentWake::Wakes => Ok(false),
+        rules::AgentWake::Held { first } => {
+            if first {
+                let mut held = event(&m.target_thread, EventKind::Attention, m.now);
+                held.reason = rules::loop_guard_notice(&a, &b, limit);
+                events::insert_event(tx, &held).await?;
+            }
+            Ok(true)
+        }
+    }
+}
+
+/// The owner gave the thread input: the loop guard starts over for its pairs.
 pub(super) async fn owner_spoke(tx: &mut Tx, thread_id: &str) -> StoreResult<()> {
-    todo!("owner_spoke")
+    sqlx::query("DELETE FROM agent_wakes WHERE thread_a = $1 OR thread_b = $1")
+        .bind(thread_id)
+        .execute(tx.conn())
+        .await?;
+    Ok(())
 }
 
-#[allow(unused_variables)]
-pub(super) async fn receipt_follows(tx: &mut Tx, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
-    todo!("receipt_follows")
+/// A bridged message that became undeliverable here gets a receipt saying so (`rejected`
+/// with `reason`, or `expired`), copied from its receipt of acceptance (found by message
+/// id); a local message has no receipt and gets none.
+pub(super) async fn receipt_follows(
+    tx: &mut Tx,
+    message_id: &str,
+    reason: &str,
+    now: Millis,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+         SELECT peer_home_id, key, message_id, target, $1, $2, $3 FROM bridge_receipts
+         WHERE message_id = $4 ORDER BY seq LIMIT 1",
+    )
+    .bind(rules::undelivered_receipt(reason))
+    .bind(reason)
+    .bind(now)
+    .bind(message_id)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }
 
-#[allow(unused_variables)]
+/// Makes a pending message undeliverable with `reason`: its queued input goes and a bridged
+/// one gets a receipt.
 pub(super) async fn undeliver(tx: &mut Tx, message_id: &str, reason: &str, now: Millis) -> StoreResult<()> {
-    todo!("undeliver")
+    sqlx::query("UPDATE messages SET status = $1, reason = $2, deadline = NULL WHERE id = $3")
+        .bind(MessageStatus::Undeliverable)
+        .bind(reason)
+        .bind(message_id)
+        .execute(tx.conn())
+        .await?;
+    sqlx::query("DELETE FROM inputs WHERE id = $1 AND turn_id IS NULL")
+        .bind(message_input_id(message_id))
+        .execute(tx.conn())
+        .await?;
+    receipt_follows(tx, message_id, reason, now).await
+}
+
+/// Expires a thread's bridged messages whose deadline passed before they were delivered or
+/// confirmed: they are never delivered, as their sources declare them expired.
+pub(super) async fn expire_overdue_in_thread(tx: &mut Tx, thread_id: &str, now: Millis) -> StoreResult<()> {
+    let overdue: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM messages WHERE target_thread = $1 AND status = $2 AND deadline <= $3",
+    )
+    .bind(thread_id)
+    .bind(MessageStatus::Pending)
+    .bind(now)
+    .fetch_all(tx.conn())
+    .await?;
+    expire(tx, &overdue, now).await
+}
+
+/// Expires the overdue messages `ids`.
+async fn expire(tx: &mut Tx, ids: &[String], now: Millis) -> StoreResult<()> {
+    for id in ids {
+        undeliver(tx, id, EXPIRED, now).await?;
+    }
+    Ok(())
+}
+
+/// A source's follow-up of its bridged message `message_id` (see [`MessageStore::follow_up`]):
+/// confirmed (its deadline dropped) unless `window_over`, expired if its deadline passed or
+/// `window_over` found it unconfirmed; the message as it then stands.
+async fn follow_up_message(
+    tx: &mut Tx,
+    message_id: &str,
+    window_over: bool,
+    now: Millis,
+) -> StoreResult<Option<MessageRecord>> {
+    let Some(message) = message_in(tx.conn(), message_id).await? else {
+        return Ok(None);
+    };
+    match rules::follow_up(message.status, message.deadline, window_over, now) {
+        rules::FollowUp::Expire => {
+            undeliver(tx, message_id, EXPIRED, now).await?;
+            Ok(Some(MessageRecord {
+                status: MessageStatus::Undeliverable,
+                reason: EXPIRED.into(),
+                deadline: None,
+                ..message
+            }))
+        }
+        rules::FollowUp::Confirm => {
+            sqlx::query("UPDATE messages SET deadline = NULL WHERE id = $1")
+                .bind(message_id)
+                .execute(tx.conn())
+                .await?;
+            Ok(Some(MessageRecord { deadline: None, ..message }))
+        }
+        rules::FollowUp::Keep => Ok(Some(message)),
+    }
 }

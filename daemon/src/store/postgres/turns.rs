@@ -1,4 +1,4 @@
-//! Turns on PostgreSQL.
+//! Turns and their input on PostgreSQL.
 
 use async_trait::async_trait;
 
@@ -6,114 +6,348 @@ use super::*;
 
 #[async_trait]
 impl TurnStore for PostgresStore {
-    #[allow(unused_variables)]
     async fn enqueue_input(&self, thread_id: &str, input: &NewInput) -> StoreResult<Option<bool>> {
-        todo!("enqueue_input")
+        let mut tx = self.begin().await?;
+        let running: Option<bool> = sqlx::query_scalar("SELECT running FROM threads WHERE id = $1")
+            .bind(thread_id)
+            .fetch_optional(tx.conn())
+            .await?;
+        if running.is_none() {
+            return Ok(None);
+        }
+        if input.kind == InputKind::User {
+            messages::owner_spoke(&mut tx, thread_id).await?;
+        }
+        insert_input(&mut tx, thread_id, input, true, None).await?;
+        self.commit(tx).await?;
+        Ok(running)
     }
 
-    #[allow(unused_variables)]
-    async fn claim_turn(&self, thread_id: &str, claim: TurnClaim, now: Millis) -> StoreResult<Option<ClaimedTurn>> {
-        todo!("claim_turn")
+    async fn claim_turn(
+        &self,
+        thread_id: &str,
+        claim: TurnClaim,
+        now: Millis,
+    ) -> StoreResult<Option<ClaimedTurn>> {
+        let mut tx = self.begin().await?;
+        let claimed = claim_turn(&mut tx, thread_id, &claim, now, None).await?;
+        self.commit(tx).await?;
+        Ok(claimed)
     }
 
-    #[allow(unused_variables)]
     async fn inbox(&self, thread_id: &str, take_messages: bool) -> StoreResult<Vec<InputRecord>> {
-        todo!("inbox")
+        let mut conn = self.reads()?.acquire().await?;
+        let queued = queued_inputs(&mut conn, thread_id).await?;
+        Ok(rules::plan_inbox(queued, take_messages, &disabled_peers(&mut conn).await?))
     }
 
-    #[allow(unused_variables)]
-    async fn take_into_turn(&self, thread_id: &str, turn_id: &str, take_messages: bool, ids: Vec<String>, render: RenderInput, now: Millis) -> StoreResult<Vec<String>> {
-        todo!("take_into_turn")
+    async fn take_into_turn(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+        take_messages: bool,
+        ids: Vec<String>,
+        render: RenderInput,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let mut tx = self.begin().await?;
+        let taken = take_into_turn(&mut tx, thread_id, turn_id, take_messages, &ids, render, now).await?;
+        self.commit(tx).await?;
+        Ok(taken)
     }
 
-    #[allow(unused_variables)]
     async fn add_turn_part(&self, turn_id: &str, kind: PartKind, text: &str, now: Millis) -> StoreResult<()> {
-        todo!("add_turn_part")
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO turn_parts (turn_id, seq, kind, text, at)
+             VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM turn_parts WHERE turn_id = $1), $2, $3, $4)",
+        )
+        .bind(turn_id)
+        .bind(kind)
+        .bind(text)
+        .bind(now)
+        .execute(tx.conn())
+        .await?;
+        let thread: Option<String> = sqlx::query_scalar("SELECT thread_id FROM turns WHERE id = $1")
+            .bind(turn_id)
+            .fetch_optional(tx.conn())
+            .await?;
+        thread.into_iter().for_each(|thread| tx.note(Change::Parts(thread)));
+        self.commit(tx).await
     }
 
-    #[allow(unused_variables)]
     async fn turn_parts(&self, turn_id: &str, after: i64, limit: u32) -> StoreResult<Vec<TurnPart>> {
-        todo!("turn_parts")
+        let rows = sqlx::query(
+            "SELECT seq, kind, text, at FROM turn_parts WHERE turn_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(turn_id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(self.reads()?)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(TurnPart {
+                    seq: row.try_get("seq")?,
+                    kind: row.try_get("kind")?,
+                    text: row.try_get("text")?,
+                    at: row.try_get("at")?,
+                })
+            })
+            .collect()
     }
 
-    #[allow(unused_variables)]
     async fn latest_turn(&self, thread_id: &str) -> StoreResult<Option<(String, TurnStatus)>> {
-        todo!("latest_turn")
+        Ok(sqlx::query_as("SELECT id, status FROM turns WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1")
+            .bind(thread_id)
+            .fetch_optional(self.reads()?)
+            .await?)
     }
 
-    #[allow(unused_variables)]
     async fn agent_session(&self, thread_id: &str) -> StoreResult<Option<String>> {
-        todo!("agent_session")
+        Ok(sqlx::query_scalar("SELECT session_id FROM agent_sessions WHERE thread_id = $1")
+            .bind(thread_id)
+            .fetch_optional(self.reads()?)
+            .await?)
     }
 
-    #[allow(unused_variables)]
     async fn set_agent_session(&self, thread_id: &str, session: &str, now: Millis) -> StoreResult<()> {
-        todo!("set_agent_session")
+        let mut tx = self.begin().await?;
+        // Followers of its running turn show it.
+        tx.note(Change::Parts(thread_id.to_string()));
+        save_agent_session(&mut tx, thread_id, session, now).await?;
+        self.commit(tx).await
     }
 
-    #[allow(unused_variables)]
     async fn cost(&self, thread_id: Option<&str>) -> StoreResult<f64> {
-        todo!("cost")
+        let mut conn = self.reads()?.acquire().await?;
+        match thread_id {
+            Some(thread_id) => thread_cost(&mut conn, thread_id).await,
+            None => Ok(sqlx::query_scalar("SELECT COALESCE(SUM(cost_usd), 0) FROM turns")
+                .fetch_one(&mut *conn)
+                .await?),
+        }
     }
 
-    #[allow(unused_variables)]
     async fn finish_turn(&self, outcome: &TurnOutcome) -> StoreResult<()> {
-        todo!("finish_turn")
+        let mut tx = self.begin().await?;
+        let usage = outcome.usage;
+        let thread_id: Option<String> = sqlx::query_scalar(
+            "UPDATE turns SET status = $1, output = $2, error = $3, ended_at = $4,
+                              input_tokens = $5, output_tokens = $6, cost_usd = $7
+             WHERE id = $8 AND status = $9 RETURNING thread_id",
+        )
+        .bind(outcome.status)
+        .bind(&outcome.output)
+        .bind(&outcome.error)
+        .bind(outcome.now)
+        .bind(usage.map(|u| u.input_tokens as i64))
+        .bind(usage.map(|u| u.output_tokens as i64))
+        .bind(usage.map(|u| u.cost_usd))
+        .bind(&outcome.turn_id)
+        .bind(TurnStatus::Running)
+        .fetch_optional(tx.conn())
+        .await?;
+        if let Some(thread_id) = thread_id {
+            // A request its turn can no longer act on is answered: expired.
+            sqlx::query(
+                "UPDATE permission_requests SET status = $1, decided_at = $2, reason = $3
+                 WHERE turn_id = $4 AND status = $5",
+            )
+            .bind(PermissionStatus::Expired)
+            .bind(outcome.now)
+            .bind(rules::PERMISSION_OUTLIVED_TURN)
+            .bind(&outcome.turn_id)
+            .bind(PermissionStatus::Pending)
+            .execute(tx.conn())
+            .await?;
+            if let Some(session) = &outcome.agent_session {
+                save_agent_session(&mut tx, &thread_id, session, outcome.now).await?;
+            }
+            sqlx::query("UPDATE threads SET running = false, updated_at = $1 WHERE id = $2")
+                .bind(outcome.now)
+                .bind(&thread_id)
+                .execute(tx.conn())
+                .await?;
+            let mut terminal = event(&thread_id, EventKind::Terminal, outcome.now);
+            terminal.turn_id = Some(outcome.turn_id.clone());
+            terminal.turn_status = Some(outcome.status);
+            terminal.reason = outcome.error.clone();
+            events::insert_event(&mut tx, &terminal).await?;
+        }
+        self.commit(tx).await
     }
 
-    #[allow(unused_variables)]
     async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()> {
-        todo!("record_agent")
+        let mut tx = self.begin().await?;
+        sqlx::query("UPDATE turns SET agent = $1 WHERE id = $2 AND status = $3")
+            .bind(agent)
+            .bind(turn_id)
+            .bind(TurnStatus::Running)
+            .execute(tx.conn())
+            .await?;
+        self.commit(tx).await
     }
 
-    #[allow(unused_variables)]
     async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
-        todo!("interrupted_turns")
+        let turns: Vec<(String, Option<String>)> =
+            sqlx::query_as("SELECT id, agent FROM turns WHERE status = $1")
+                .bind(TurnStatus::Running)
+                .fetch_all(self.reads()?)
+                .await?;
+        Ok(turns.into_iter().map(|(turn_id, agent)| InterruptedTurn { turn_id, agent }).collect())
     }
 
-    #[allow(unused_variables)]
     async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>> {
-        todo!("fail_interrupted_turns")
+        let mut tx = self.begin().await?;
+        let failed: Vec<(String, String)> = sqlx::query_as(
+            "UPDATE turns SET status = $1, error = $2, ended_at = $3 WHERE status = $4 RETURNING id, thread_id",
+        )
+        .bind(TurnStatus::Failed)
+        .bind(reason)
+        .bind(now)
+        .bind(TurnStatus::Running)
+        .fetch_all(tx.conn())
+        .await?;
+        sqlx::query("UPDATE threads SET running = false, updated_at = $1 WHERE running")
+            .bind(now)
+            .execute(tx.conn())
+            .await?;
+        sqlx::query(
+            "UPDATE permission_requests SET status = $1, decided_at = $2, reason = $3 WHERE status = $4",
+        )
+        .bind(PermissionStatus::Expired)
+        .bind(now)
+        .bind(rules::PERMISSION_OUTLIVED_DAEMON)
+        .bind(PermissionStatus::Pending)
+        .execute(tx.conn())
+        .await?;
+        for (turn_id, thread_id) in &failed {
+            let mut terminal = event(thread_id, EventKind::Terminal, now);
+            terminal.turn_id = Some(turn_id.clone());
+            terminal.turn_status = Some(TurnStatus::Failed);
+            terminal.reason = reason.to_string();
+            events::insert_event(&mut tx, &terminal).await?;
+        }
+        self.commit(tx).await?;
+        Ok(failed.into_iter().map(|(_, thread_id)| thread_id).collect())
     }
 
-    #[allow(unused_variables)]
     async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>> {
-        todo!("threads_with_queued_input")
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT i.thread_id FROM inputs i JOIN threads t ON t.id = i.thread_id
+             WHERE i.turn_id IS NULL AND i.wake AND NOT t.running",
+        )
+        .fetch_all(self.reads()?)
+        .await?)
     }
 
-    #[allow(unused_variables)]
     async fn running_turns(&self) -> StoreResult<u64> {
-        todo!("running_turns")
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM turns WHERE status = $1")
+            .bind(TurnStatus::Running)
+            .fetch_one(self.reads()?)
+            .await?;
+        Ok(n as u64)
     }
 
-    #[allow(unused_variables)]
     async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>> {
-        todo!("ended_turns")
+        let mut conn = self.reads()?.acquire().await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = $1 AND seq > $2 AND status <> $3 ORDER BY seq LIMIT $4"
+        ))
+        .bind(thread_id)
+        .bind(after_seq)
+        .bind(TurnStatus::Running)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut turns = rows.iter().map(turn_from).collect::<StoreResult<Vec<_>>>()?;
+        attach_items(&mut conn, &mut turns).await?;
+        Ok(turns)
     }
 
-    #[allow(unused_variables)]
     async fn last_ended_turns(&self, thread_id: &str, limit: u32) -> StoreResult<Vec<TurnRecord>> {
-        todo!("last_ended_turns")
+        let mut conn = self.reads()?.acquire().await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = $1 AND status <> $2 ORDER BY seq DESC LIMIT $3"
+        ))
+        .bind(thread_id)
+        .bind(TurnStatus::Running)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut turns = rows.iter().rev().map(turn_from).collect::<StoreResult<Vec<_>>>()?;
+        attach_items(&mut conn, &mut turns).await?;
+        Ok(turns)
     }
 
-    #[allow(unused_variables)]
     async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>> {
-        todo!("turn")
+        let mut conn = self.reads()?.acquire().await?;
+        let row = sqlx::query(&format!("SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = $1 AND id = $2"))
+            .bind(thread_id)
+            .bind(turn_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let mut turns = [turn_from(&row)?];
+        attach_items(&mut conn, &mut turns).await?;
+        let [turn] = turns;
+        Ok(Some(turn))
     }
 
-    #[allow(unused_variables)]
     async fn ended_turn_exists(&self, thread_id: &str, seq: i64) -> StoreResult<bool> {
-        todo!("ended_turn_exists")
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM turns WHERE thread_id = $1 AND seq = $2 AND status <> $3)",
+        )
+        .bind(thread_id)
+        .bind(seq)
+        .bind(TurnStatus::Running)
+        .fetch_one(self.reads()?)
+        .await?)
     }
 
-    #[allow(unused_variables)]
-    async fn undeliver_turn_messages(&self, turn_id: &str, reason: &str, now: Millis) -> StoreResult<Vec<String>> {
-        todo!("undeliver_turn_messages")
+    async fn undeliver_turn_messages(
+        &self,
+        turn_id: &str,
+        reason: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let mut tx = self.begin().await?;
+        // Found through the turn's inputs: `messages` has no index by turn.
+        let undelivered: Vec<(String, String, Option<String>, Option<String>)> = sqlx::query_as(
+            "UPDATE messages SET status = $1, reason = $2
+             WHERE status = $3
+               AND id IN (SELECT message_id FROM inputs WHERE turn_id = $4 AND message_id IS NOT NULL)
+             RETURNING id, target_thread, source_thread, source_host",
+        )
+        .bind(MessageStatus::Undeliverable)
+        .bind(reason)
+        .bind(MessageStatus::Delivered)
+        .bind(turn_id)
+        .fetch_all(tx.conn())
+        .await?;
+        let mut notified = Vec::new();
+        for (message_id, target, source, source_host) in undelivered {
+            for thread in std::iter::once(target).chain(local_sender(source, source_host.as_deref())) {
+                let mut e = event(&thread, EventKind::Undeliverable, now);
+                e.reason = reason.to_string();
+                e.message_id = Some(message_id.clone());
+                events::insert_event(&mut tx, &e).await?;
+                if !notified.contains(&thread) {
+                    notified.push(thread);
+                }
+            }
+            messages::receipt_follows(&mut tx, &message_id, reason, now).await?;
+        }
+        self.commit(tx).await?;
+        Ok(notified)
     }
-
 }
 
-#[allow(unused_variables)]
+/// Starts the thread's next turn with its queued input, if it is idle (see
+/// [`TurnStore::claim_turn`]). `arriving` is the input of a send that wakes the thread, not yet
+/// written: the turn takes it last, if the rules let it (see [`rules::takeable`]), and its
+/// writer records it taken.
 pub(super) async fn claim_turn(
     tx: &mut Tx,
     thread_id: &str,
@@ -121,20 +355,240 @@ pub(super) async fn claim_turn(
     now: Millis,
     arriving: Option<InputRecord>,
 ) -> StoreResult<Option<ClaimedTurn>> {
-    todo!("claim_turn")
+    let TurnClaim { turn_id, take_messages, render, exec, budget } = claim;
+    let idle_turns: Option<i64> =
+        sqlx::query_scalar("SELECT turn_count FROM threads WHERE id = $1 AND NOT archived AND NOT running")
+            .bind(thread_id)
+            .fetch_optional(tx.conn())
+            .await?;
+    if idle_turns.is_none() {
+        return Ok(None);
+    }
+    // What its source gave up on never enters a prompt: checked against the clock as the
+    // write runs (a replay may have answered `expired` while this claim was queued).
+    let clock = now.max(crate::time::now_ms());
+    messages::expire_overdue_in_thread(tx, thread_id, clock).await?;
+    let facts = rules::ClaimFacts {
+        idle_turns,
+        cost: if budget.is_some() { thread_cost(tx.conn(), thread_id).await? } else { 0.0 },
+        queued: queued_inputs(tx.conn(), thread_id).await?,
+        disabled_peers: disabled_peers(tx.conn()).await?,
+    };
+    let Some(rules::ClaimPlan { seq, inputs, taken }) =
+        rules::plan_claim(facts, arriving, *take_messages, *budget)
+    else {
+        return Ok(None);
+    };
+    let rendered = render(&inputs);
+    sqlx::query(
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = $2))",
+    )
+    .bind(turn_id)
+    .bind(thread_id)
+    .bind(seq)
+    .bind(TurnStatus::Running)
+    .bind(&rendered)
+    .bind(now)
+    .bind(exec.then_some(""))
+    .execute(tx.conn())
+    .await?;
+    take(tx, turn_id, &taken, now).await?;
+    tx.note(Change::Thread(thread_id.to_string()));
+    sqlx::query("UPDATE threads SET running = true, turn_count = $1, updated_at = $2 WHERE id = $3")
+        .bind(seq)
+        .bind(now)
+        .bind(thread_id)
+        .execute(tx.conn())
+        .await?;
+    let items = inputs
+        .iter()
+        .map(|i| TurnItem {
+            kind: i.kind,
+            message_id: i.message_id.clone(),
+            source: i.source.clone(),
+            room: i.room.clone(),
+        })
+        .collect();
+    Ok(Some(ClaimedTurn {
+        turn: TurnRecord {
+            id: turn_id.clone(),
+            thread_id: thread_id.to_string(),
+            seq,
+            status: TurnStatus::Running,
+            input: rendered,
+            output: String::new(),
+            error: String::new(),
+            started_at: now,
+            ended_at: None,
+            items,
+            usage: None,
+        },
+        inputs,
+    }))
 }
 
-#[allow(unused_variables)]
-pub(super) async fn save_agent_session(tx: &mut Tx, thread_id: &str, session: &str, now: Millis) -> StoreResult<()> {
-    todo!("save_agent_session")
+/// What the thread's turns have cost, in dollars.
+async fn thread_cost(conn: &mut PgConnection, thread_id: &str) -> StoreResult<f64> {
+    Ok(sqlx::query_scalar("SELECT COALESCE(SUM(cost_usd), 0) FROM turns WHERE thread_id = $1")
+        .bind(thread_id)
+        .fetch_one(conn)
+        .await?)
 }
 
-#[allow(unused_variables)]
+pub(super) async fn save_agent_session(
+    tx: &mut Tx,
+    thread_id: &str,
+    session: &str,
+    now: Millis,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO agent_sessions (thread_id, session_id, updated_at) VALUES ($1, $2, $3)
+         ON CONFLICT (thread_id) DO UPDATE SET session_id = $2, updated_at = $3",
+    )
+    .bind(thread_id)
+    .bind(session)
+    .bind(now)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
+}
+
+/// The thread's input not taken by a turn yet, oldest first, with its content.
+async fn queued_inputs(conn: &mut PgConnection, thread_id: &str) -> StoreResult<Vec<rules::Queued>> {
+    let rows = sqlx::query(
+        "SELECT id, kind, message_id, source_host, source_thread, source_workspace, room_id, room_entry, via_home,
+                created_at, wake,
+                COALESCE(NULLIF(content, ''),
+                         (SELECT m.content FROM messages m WHERE m.id = inputs.message_id),
+                         (SELECT e.content FROM room_entries e WHERE e.id = inputs.room_entry), '') AS content
+         FROM inputs WHERE thread_id = $1 AND turn_id IS NULL ORDER BY seq",
+    )
+    .bind(thread_id)
+    .fetch_all(conn)
+    .await?;
+    rows.iter().map(|row| Ok(rules::Queued { input: input_from(row)?, wake: row.try_get("wake")? })).collect()
+}
+
+/// The peers whose inbound bridge's access is off: their messages wait.
+async fn disabled_peers(conn: &mut PgConnection) -> StoreResult<Vec<String>> {
+    Ok(sqlx::query_scalar("SELECT peer_home_id FROM bridges WHERE direction = $1 AND state = $2")
+        .bind(Direction::Inbound)
+        .bind(BridgeState::Disabled)
+        .fetch_all(conn)
+        .await?)
+}
+
+/// Puts the queued messages `ids` of `thread_id` into its running turn `turn_id` (see
+/// [`TurnStore::take_into_turn`]).
+async fn take_into_turn(
+    tx: &mut Tx,
+    thread_id: &str,
+    turn_id: &str,
+    take_messages: bool,
+    ids: &[String],
+    render: RenderInput,
+    now: Millis,
+) -> StoreResult<Vec<String>> {
+    let running: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM turns WHERE id = $1 AND thread_id = $2 AND status = $3)",
+    )
+    .bind(turn_id)
+    .bind(thread_id)
+    .bind(TurnStatus::Running)
+    .fetch_one(tx.conn())
+    .await?;
+    if !running {
+        return Ok(Vec::new());
+    }
+    // As a claim does: what its source gave up on never enters a prompt, and only what
+    // the inbox may give is taken.
+    let clock = now.max(crate::time::now_ms());
+    messages::expire_overdue_in_thread(tx, thread_id, clock).await?;
+    let queued = queued_inputs(tx.conn(), thread_id).await?;
+    let (inputs, taken) = rules::plan_take(queued, take_messages, &disabled_peers(tx.conn()).await?, ids);
+    take(tx, turn_id, &taken, now).await?;
+    if !inputs.is_empty() {
+        sqlx::query("UPDATE turns SET input = input || chr(10) || chr(10) || $1 WHERE id = $2")
+            .bind(render(&inputs))
+            .bind(turn_id)
+            .execute(tx.conn())
+            .await?;
+        // Senders waiting for `delivered` are parked on the thread.
+        tx.note(Change::Thread(thread_id.to_string()));
+    }
+    Ok(inputs.iter().filter_map(|i| inbox_id(i).map(str::to_string)).collect())
+}
+
+/// Writes what a turn takes of the queued input (see [`rules::Taken`]).
+async fn take(tx: &mut Tx, turn_id: &str, taken: &rules::Taken, now: Millis) -> StoreResult<()> {
+    for id in &taken.inputs {
+        sqlx::query("UPDATE inputs SET turn_id = $1 WHERE id = $2")
+            .bind(turn_id)
+            .bind(id)
+            .execute(tx.conn())
+            .await?;
+    }
+    for id in &taken.messages {
+        sqlx::query(
+            "UPDATE messages SET status = $1, delivered_at = $2, turn_id = $3 WHERE id = $4 AND status = $5",
+        )
+        .bind(MessageStatus::Delivered)
+        .bind(now)
+        .bind(turn_id)
+        .bind(id)
+        .bind(MessageStatus::Pending)
+        .execute(tx.conn())
+        .await?;
+    }
+    // A bridged message that waited here (its receipt says `accepted`) is delivered now.
+    for id in &taken.bridged {
+        sqlx::query(
+            "INSERT INTO bridge_receipts (peer_home_id, key, message_id, target, status, reason, at)
+             SELECT peer_home_id, key, message_id, target, $1, '', $2 FROM bridge_receipts
+             WHERE status = $3 AND message_id = $4",
+        )
+        .bind(OutboxStatus::Delivered)
+        .bind(now)
+        .bind(OutboxStatus::Accepted)
+        .bind(id)
+        .execute(tx.conn())
+        .await?;
+    }
+    Ok(())
+}
+
+/// Fills in the input items of `turns`: one query for them all (each is a round trip to
+/// the server).
 pub(super) async fn attach_items(conn: &mut PgConnection, turns: &mut [TurnRecord]) -> StoreResult<()> {
-    todo!("attach_items")
+    if turns.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = turns.iter().map(|t| t.id.as_str()).collect();
+    let rows = sqlx::query(
+        "SELECT turn_id, id, kind, '' AS content, message_id, source_host, source_thread, source_workspace,
+                room_id, room_entry, via_home, created_at
+         FROM inputs WHERE turn_id = ANY($1) ORDER BY seq",
+    )
+    .bind(&ids)
+    .fetch_all(conn)
+    .await?;
+    for row in &rows {
+        let turn_id: String = row.try_get("turn_id")?;
+        let input = input_from(row)?;
+        if let Some(turn) = turns.iter_mut().find(|t| t.id == turn_id) {
+            turn.items.push(TurnItem {
+                kind: input.kind,
+                message_id: input.message_id,
+                source: input.source,
+                room: input.room,
+            });
+        }
+    }
+    Ok(())
 }
 
-#[allow(unused_variables)]
+/// Writes an input: queued (`turn` = `None`) or already taken by the turn it starts.
 pub(super) async fn insert_input(
     tx: &mut Tx,
     thread_id: &str,
@@ -142,5 +596,30 @@ pub(super) async fn insert_input(
     wake: bool,
     turn: Option<&str>,
 ) -> StoreResult<()> {
-    todo!("insert_input")
+    if wake && turn.is_none() {
+        // A running turn's agent may take it now.
+        tx.note(Change::Inbox(thread_id.to_string()));
+    }
+    sqlx::query(
+        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread,
+                             source_workspace, room_id, room_entry, created_at, wake, turn_id, via_home)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+    )
+    .bind(&input.id)
+    .bind(thread_id)
+    .bind(input.kind)
+    .bind(&input.content)
+    .bind(&input.message_id)
+    .bind(input.source.as_ref().map(|s| &s.host_id))
+    .bind(input.source.as_ref().map(|s| &s.thread_id))
+    .bind(input.source.as_ref().map_or("", |s| &s.workspace_id))
+    .bind(input.room.as_ref().map(|r| &r.room))
+    .bind(input.room.as_ref().map(|r| &r.entry))
+    .bind(input.now)
+    .bind(wake)
+    .bind(turn)
+    .bind(&input.via)
+    .execute(tx.conn())
+    .await?;
+    Ok(())
 }
