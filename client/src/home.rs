@@ -148,8 +148,11 @@ pub async fn store(home: &Path, command: StoreCommand, json: bool) -> Result<()>
         .with_context(|| format!("running {} --migrate-store-to", binary.display()))?;
     if !out.status.success() {
         let said = String::from_utf8_lossy(&out.stderr);
-        let message = said.lines().rev().find_map(|line| line.strip_prefix("kikid: ")).unwrap_or(&said).trim();
-        return Err(KikidFailed { code: out.status.code(), message: format!("store migrate: {message}") }.into());
+        let message =
+            said.lines().rev().find_map(|line| line.strip_prefix("kikid: ")).unwrap_or(&said).trim();
+        return Err(
+            KikidFailed { code: out.status.code(), message: format!("store migrate: {message}") }.into()
+        );
     }
     let migrated: serde_json::Value = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("{} --migrate-store-to printed no result", binary.display()))?;
@@ -158,7 +161,8 @@ pub async fn store(home: &Path, command: StoreCommand, json: bool) -> Result<()>
     } else {
         let rows = migrated["rows"].as_object().cloned().unwrap_or_default();
         let total: u64 = rows.values().filter_map(serde_json::Value::as_u64).sum();
-        let (from, to) = (migrated["from"].as_str().unwrap_or_default(), migrated["to"].as_str().unwrap_or_default());
+        let (from, to) =
+            (migrated["from"].as_str().unwrap_or_default(), migrated["to"].as_str().unwrap_or_default());
         outln!("copied {total} rows from {from} to {to}, every table counted on both sides:");
         for (table, n) in rows {
             outln!("  {table:<20} {n}");

@@ -111,7 +111,12 @@ async fn run() -> ExitCode {
 
 /// `kikid --migrate-store-to URL`: the stopped home's store copied; the rows per table as
 /// JSON (`{"from": …, "to": …, "rows": {"threads": 3, …}}`).
-async fn migrate(home: Option<PathBuf>, config: Option<PathBuf>, to: &str, password_file: Option<PathBuf>) -> ExitCode {
+async fn migrate(
+    home: Option<PathBuf>,
+    config: Option<PathBuf>,
+    to: &str,
+    password_file: Option<PathBuf>,
+) -> ExitCode {
     match kiki_daemon::migrate::migrate_stopped(home, config, to, password_file).await {
         Ok(migrated) => {
             let rows: serde_json::Map<String, serde_json::Value> =

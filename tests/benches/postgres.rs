@@ -36,11 +36,16 @@ async fn main() {
     let pass = dir.path().join("home").join("pg.pass");
     std::fs::write(&pass, &password).expect("password file");
     std::fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
-    let store = format!("[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\npool_size = 16\n", store_db.options.url);
+    let store =
+        format!("[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\npool_size = 16\n", store_db.options.url);
     let HeldHome { home, held, .. } = HeldHome::start_with(dir.path(), &store).await;
     let script = dir.path().join("insert.sql");
-    std::fs::write(&script, format!("INSERT INTO floor (v) VALUES ('{}');\n", "x".repeat(200))).expect("script");
-    psql(&floor_db, "CREATE TABLE floor (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v TEXT NOT NULL)");
+    std::fs::write(&script, format!("INSERT INTO floor (v) VALUES ('{}');\n", "x".repeat(200)))
+        .expect("script");
+    psql(
+        &floor_db,
+        "CREATE TABLE floor (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v TEXT NOT NULL)",
+    );
 
     println!("postgres store: {rounds} rounds of {seconds} s per number, pgbench and kiki alternating");
     for clients in [1, 16] {
@@ -101,7 +106,13 @@ fn parts(database: &TestDatabase) -> (String, String, String) {
 }
 
 /// ThreadSends a second from `clients` connections for `period`.
-async fn kiki_sends(home: &std::path::Path, held: &str, clients: usize, period: Duration, round: usize) -> f64 {
+async fn kiki_sends(
+    home: &std::path::Path,
+    held: &str,
+    clients: usize,
+    period: Duration,
+    round: usize,
+) -> f64 {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {

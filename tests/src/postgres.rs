@@ -24,7 +24,13 @@ fn server() -> &'static str {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8(out.stdout).expect("utf-8").trim().lines().last().expect("the server's URL").to_string()
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .lines()
+            .last()
+            .expect("the server's URL")
+            .to_string()
     })
 }
 
@@ -56,7 +62,8 @@ impl Drop for TestDatabase {
         let (server, name) = (server().to_string(), self.name.clone());
         // Drop runs inside the test's runtime: the drop goes on a thread of its own.
         let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             runtime.block_on(async {
                 let mut admin = connect(&server).await;
                 sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await

@@ -453,7 +453,9 @@ impl Config {
         if self.store.pool_size.is_some_and(|size| !(1..=1_000).contains(&size)) {
             problems.push("store.pool_size: must be between 1 and 1000".into());
         }
-        if self.store.password_file.is_some() && !self.store.url.as_deref().is_some_and(crate::store::is_postgres_url) {
+        if self.store.password_file.is_some()
+            && !self.store.url.as_deref().is_some_and(crate::store::is_postgres_url)
+        {
             problems.push("store.password_file: only a postgres:// store takes a password".into());
         }
         if !(1..=10_000).contains(&self.rooms.max_agent_wakes) {

@@ -49,6 +49,9 @@ pub async fn copy_store(from: &StoreLocation, to: &StoreLocation) -> StoreResult
     Ok(copied)
 }
 
+/// A table's columns, named, with their kinds.
+type Columns = Vec<(String, Kind)>;
+
 /// A column's Postgres type, which says how its values are read and written.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kind {
@@ -60,7 +63,7 @@ enum Kind {
 
 /// Every table's columns and their kinds, read from the Postgres schema's CREATE TABLEs
 /// (one column per line, table constraints after them).
-fn columns() -> StoreResult<Vec<(&'static str, Vec<(String, Kind)>)>> {
+fn columns() -> StoreResult<Vec<(&'static str, Columns)>> {
     let schema = include_str!("postgres/migrations/0001_schema.sql");
     TABLES
         .iter()
@@ -73,7 +76,12 @@ fn columns() -> StoreResult<Vec<(&'static str, Vec<(String, Kind)>)>> {
             let columns = body
                 .lines()
                 .map(str::trim)
-                .filter(|line| !line.is_empty() && !line.starts_with("--") && !line.starts_with("UNIQUE") && !line.starts_with("PRIMARY KEY ("))
+                .filter(|line| {
+                    !line.is_empty()
+                        && !line.starts_with("--")
+                        && !line.starts_with("UNIQUE")
+                        && !line.starts_with("PRIMARY KEY (")
+                })
                 .filter_map(|line| {
                     let mut words = line.split_whitespace();
                     let name = words.next()?.to_string();
@@ -123,7 +131,9 @@ impl Side {
     async fn begin(&mut self) -> StoreResult<()> {
         match self {
             Self::Sqlite(conn) => conn.execute_batch("BEGIN IMMEDIATE")?,
-            Self::Postgres(conn) => drop(sqlx::raw_sql("BEGIN").execute(&mut *conn).await?),
+            Self::Postgres(conn) => {
+                sqlx::raw_sql("BEGIN").execute(&mut *conn).await?;
+            }
         }
         Ok(())
     }
@@ -165,12 +175,18 @@ impl Side {
                             .enumerate()
                             .map(|(i, (_, kind))| {
                                 Ok(match kind {
-                                    Kind::Int => row.try_get::<Option<i64>, _>(i)?.map_or(Value::Null, Value::Integer),
-                                    Kind::Bool => {
-                                        row.try_get::<Option<bool>, _>(i)?.map_or(Value::Null, |b| Value::Integer(b.into()))
+                                    Kind::Int => {
+                                        row.try_get::<Option<i64>, _>(i)?.map_or(Value::Null, Value::Integer)
                                     }
-                                    Kind::Real => row.try_get::<Option<f64>, _>(i)?.map_or(Value::Null, Value::Real),
-                                    Kind::Text => row.try_get::<Option<String>, _>(i)?.map_or(Value::Null, Value::Text),
+                                    Kind::Bool => row
+                                        .try_get::<Option<bool>, _>(i)?
+                                        .map_or(Value::Null, |b| Value::Integer(b.into())),
+                                    Kind::Real => {
+                                        row.try_get::<Option<f64>, _>(i)?.map_or(Value::Null, Value::Real)
+                                    }
+                                    Kind::Text => {
+                                        row.try_get::<Option<String>, _>(i)?.map_or(Value::Null, Value::Text)
+                                    }
                                 })
                             })
                             .collect()
@@ -180,7 +196,12 @@ impl Side {
         }
     }
 
-    async fn insert(&mut self, table: &str, columns: &[(String, Kind)], rows: Vec<Vec<Value>>) -> StoreResult<()> {
+    async fn insert(
+        &mut self,
+        table: &str,
+        columns: &[(String, Kind)],
+        rows: Vec<Vec<Value>>,
+    ) -> StoreResult<()> {
         let names: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
         match self {
             Self::Sqlite(conn) => {

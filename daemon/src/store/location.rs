@@ -74,7 +74,8 @@ impl StoreLocation {
 /// password would not be the owner's alone).
 fn read_password(file: &Path) -> StoreResult<String> {
     use std::os::unix::fs::PermissionsExt;
-    let unusable = |why: String| StoreError::Backend(format!("store.password_file {}: {why}", file.display()));
+    let unusable =
+        |why: String| StoreError::Backend(format!("store.password_file {}: {why}", file.display()));
     kiki_proto::home::trusted(file, "store password file").map_err(|e| unusable(e.to_string()))?;
     let mode = std::fs::metadata(file).map_err(|e| unusable(e.to_string()))?.permissions().mode();
     if mode & 0o077 != 0 {

@@ -118,7 +118,8 @@ pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
         store.accept_message(&batch[4]),
     );
     let outcomes: Vec<SendOutcome> = [a, b, c, d, e].into_iter().map(|o| o.expect("commit")).collect();
-    let accepted = |id: &str| SendOutcome::Accepted { message_id: id.into(), delivered: false, turn: None, held: false };
+    let accepted =
+        |id: &str| SendOutcome::Accepted { message_id: id.into(), delivered: false, turn: None, held: false };
     assert_eq!(outcomes[1], accepted("msg_2"), "another scope's key is its own");
     assert_eq!(outcomes[4], SendOutcome::TargetGone);
     let keyed = [(0, &batch[0]), (2, &batch[2]), (3, &batch[3])];
@@ -133,13 +134,23 @@ pub async fn concurrent_sends_are_decided_by_key(store: &dyn Store) {
         };
         assert_eq!(outcomes[*i], expected, "{} after {}", m.id, winner.id);
     }
-    let again = store.accept_message(&message("msg_6", "th_a", "", "k1", &winner.request_hash)).await.expect("commit");
-    assert_eq!(again, SendOutcome::Replayed { message_id: winner.id.clone() }, "the key stays with its first send");
+    let again = store
+        .accept_message(&message("msg_6", "th_a", "", "k1", &winner.request_hash))
+        .await
+        .expect("commit");
+    assert_eq!(
+        again,
+        SendOutcome::Replayed { message_id: winner.id.clone() },
+        "the key stays with its first send"
+    );
     store.create_thread(&new_thread("th_b", "ws", 1), None).await.expect("create");
     let refused_key = store.accept_message(&message("msg_7", "th_b", "", "k5", "h5")).await.expect("commit");
     assert!(matches!(refused_key, SendOutcome::Accepted { .. }), "nothing kept for a refused send");
     for m in keyed.iter().map(|(_, m)| m).filter(|m| m.id != winner.id) {
-        assert!(store.message(&m.id).await.expect("msg").is_none(), "a send answered by another stores nothing");
+        assert!(
+            store.message(&m.id).await.expect("msg").is_none(),
+            "a send answered by another stores nothing"
+        );
     }
     let m = store.message("msg_2").await.expect("msg").expect("stored");
     assert_eq!(m.status, MessageStatus::Pending);

@@ -26,7 +26,10 @@ async fn committed_changes_reach_another_process_on_the_database() {
     other.changes().listen(Arc::new(move |changes: &[Change]| {
         let _ = heard.send(changes.to_vec());
     }));
-    writer.create_thread(&kiki_tests::conformance::new_thread("th_far", "ws", 1), None).await.expect("create");
+    writer
+        .create_thread(&kiki_tests::conformance::new_thread("th_far", "ws", 1), None)
+        .await
+        .expect("create");
     let changes = tokio::time::timeout(kiki_tests::PATIENCE, async {
         let mut all = Vec::new();
         while !all.contains(&Change::Thread("th_far".into())) {
@@ -58,7 +61,10 @@ mod home {
         std::fs::write(&password, format!("{}\n", database.options.password.as_deref().expect("password")))
             .expect("password file");
         std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-        let config = format!("# the team's database\n[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\n", database.options.url);
+        let config = format!(
+            "# the team's database\n[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\n",
+            database.options.url
+        );
         std::fs::write(home.join("config.toml"), config).expect("config");
     }
 
@@ -71,12 +77,14 @@ mod home {
         let password = database.options.password.clone().expect("password");
 
         // A password file others may read is refused, naming the key.
-        std::fs::set_permissions(home.join("pg.pass"), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        std::fs::set_permissions(home.join("pg.pass"), std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
         let out = kiki(&home, &["up"]);
         assert!(!out.status.success(), "a readable password file is refused");
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(said.contains("store.password_file") && said.contains("chmod 600"), "{said}");
-        std::fs::set_permissions(home.join("pg.pass"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::fs::set_permissions(home.join("pg.pass"), std::fs::Permissions::from_mode(0o600))
+            .expect("chmod");
 
         kiki_json(&home, &["up"]);
         let status = kiki_json(&home, &["status"]);
@@ -86,7 +94,8 @@ mod home {
         kiki_json(&home, &["thread", "say", &id, "again"]);
         wait_for_turns(&home, &id, 2);
         let doctor = kiki_json(&home, &["doctor"]);
-        let store = doctor["findings"].as_array().expect("findings").iter().find(|f| f["check"] == "store").cloned();
+        let store =
+            doctor["findings"].as_array().expect("findings").iter().find(|f| f["check"] == "store").cloned();
         let store = store.expect("a store finding");
         assert_eq!(store["ok"], true, "{store}");
         assert!(store["message"].as_str().expect("message").contains("every migration applied"), "{store}");
@@ -160,7 +169,8 @@ mod home {
         let back = dir.path().join("back.db");
         let migrated = kiki_json(&home, &["store", "migrate", "--to", &back.display().to_string()]);
         assert_eq!(migrated["rows"]["turns"], 3, "{migrated}");
-        std::fs::write(home.join("config.toml"), format!("[store]\nurl = \"sqlite://{}\"\n", back.display())).expect("config");
+        std::fs::write(home.join("config.toml"), format!("[store]\nurl = \"sqlite://{}\"\n", back.display()))
+            .expect("config");
         kiki_json(&home, &["up"]);
         kiki_json(&home, &["thread", "say", &id, "four"]);
         let turns = wait_for_turns(&home, &id, 4);

@@ -35,7 +35,7 @@ pub(super) use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::*;
 
-pub(super) use rows::*;
+use rows::*;
 
 /// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
 const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "schema", include_str!("migrations/0001_schema.sql"))];
@@ -113,8 +113,12 @@ impl From<sqlx::Error> for StoreError {
     /// be reached says so.
     fn from(e: sqlx::Error) -> Self {
         match &e {
-            sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(db.message().to_string()),
-            sqlx::Error::Database(db) if db.code().as_deref() == Some("53100") => StoreError::DiskFull(String::new()),
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                StoreError::Conflict(db.message().to_string())
+            }
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("53100") => {
+                StoreError::DiskFull(String::new())
+            }
             sqlx::Error::PoolClosed => StoreError::Closed,
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => {
                 StoreError::Backend(format!("the database is unavailable: {e}"))
@@ -336,7 +340,10 @@ mod tests {
 
     #[test]
     fn a_url_is_shown_without_its_password() {
-        assert_eq!(redacted("postgres://kiki:s3cr@t@db:5432/kiki?sslmode=require"), "postgres://kiki@db:5432/kiki?sslmode=require");
+        assert_eq!(
+            redacted("postgres://kiki:s3cr@t@db:5432/kiki?sslmode=require"),
+            "postgres://kiki@db:5432/kiki?sslmode=require"
+        );
         assert_eq!(redacted("postgres://kiki@db/kiki"), "postgres://kiki@db/kiki");
         assert_eq!(redacted("postgres://db/kiki"), "postgres://db/kiki");
         assert_eq!(redacted("postgresql://u:p@[::1]/k"), "postgresql://u@[::1]/k");

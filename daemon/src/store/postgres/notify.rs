@@ -89,7 +89,9 @@ async fn tell(pool: PgPool, notifier: std::sync::Weak<Notifier>, wake: Arc<Notif
             continue;
         }
         for payload in payloads(&origin, &pending) {
-            if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(&pool).await {
+            if let Err(e) =
+                sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(&pool).await
+            {
                 // The other processes learn of these commits by their next look.
                 tracing::warn!(error = %e, "cannot tell the other processes on the database of a commit");
             }
@@ -168,7 +170,12 @@ mod tests {
     fn changes_round_trip_through_payloads_that_fit_a_notify() {
         let changes: BTreeSet<Change> = (0..1000)
             .map(|i| Change::Thread(format!("th_{i:026}")))
-            .chain([Change::Outbox, Change::Inbox("a".into()), Change::Parts("b".into()), Change::Answered("c".into())])
+            .chain([
+                Change::Outbox,
+                Change::Inbox("a".into()),
+                Change::Parts("b".into()),
+                Change::Answered("c".into()),
+            ])
             .collect();
         let payloads = payloads("me", &changes);
         assert!(payloads.len() > 1, "1000 ids do not fit one notify");

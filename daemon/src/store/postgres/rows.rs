@@ -131,7 +131,10 @@ pub(super) fn input_from(row: &PgRow) -> StoreResult<InputRecord> {
         content: row.try_get("content")?,
         message_id: row.try_get("message_id")?,
         source: source_from(row)?,
-        room: match (row.try_get::<Option<String>, _>("room_id")?, row.try_get::<Option<String>, _>("room_entry")?) {
+        room: match (
+            row.try_get::<Option<String>, _>("room_id")?,
+            row.try_get::<Option<String>, _>("room_entry")?,
+        ) {
             (Some(room), entry) => {
                 let entry = entry.or_else(|| row.try_get("message_id").ok().flatten()).unwrap_or_default();
                 Some(RoomTag { room, entry })
@@ -162,7 +165,10 @@ pub(super) fn outbox_from(row: &PgRow) -> StoreResult<OutboxRecord> {
         next_attempt_at: row.try_get("next_attempt_at")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
-        room: match (row.try_get::<Option<String>, _>("room_id")?, row.try_get::<Option<String>, _>("room_entry")?) {
+        room: match (
+            row.try_get::<Option<String>, _>("room_id")?,
+            row.try_get::<Option<String>, _>("room_entry")?,
+        ) {
             (Some(room), Some(entry)) => {
                 let author_host: String =
                     row.try_get::<Option<String>, _>("room_author_host")?.unwrap_or_default();
@@ -256,4 +262,3 @@ pub(super) fn receipt_from(row: &PgRow) -> StoreResult<ReceiptRecord> {
         at: row.try_get("at")?,
     })
 }
-
