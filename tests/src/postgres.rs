@@ -24,13 +24,17 @@ fn server() -> &'static str {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8(out.stdout)
+        let url = String::from_utf8(out.stdout)
             .expect("utf-8")
             .trim()
             .lines()
             .last()
             .expect("the server's URL")
-            .to_string()
+            .to_string();
+        // On a thread: this may run inside a test's runtime.
+        let swept = url.clone();
+        std::thread::spawn(move || sweep(&swept)).join().expect("sweep");
+        url
     })
 }
 
@@ -58,21 +62,46 @@ impl TestDatabase {
 }
 
 impl Drop for TestDatabase {
+    /// Drops the database on a thread of its own, not waited for: the test's runtime may hold
+    /// a connection to it midway through logging in, which only that runtime can finish (or
+    /// end, when it stops), and `DROP DATABASE` waits for it. A database left behind by a
+    /// process that ended first is dropped by the next test process ([`sweep`]).
     fn drop(&mut self) {
-        let (server, name) = (server().to_string(), self.name.clone());
-        // Drop runs inside the test's runtime: the drop goes on a thread of its own.
-        let dropped = std::thread::spawn(move || {
-            let runtime =
-                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(async {
-                let mut admin = connect(&server).await;
+        let name = self.name.clone();
+        std::thread::spawn(move || {
+            let dropped = block_on(async {
+                let mut admin = connect(server()).await;
                 sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await
-            })
+            });
+            if let Err(e) = dropped {
+                eprintln!("cannot drop the test database {name}: {e}");
+            }
         });
-        if let Ok(Err(e)) = dropped.join() {
-            eprintln!("cannot drop the test database {}: {e}", self.name);
-        }
     }
+}
+
+/// Drops the test databases of test processes that are gone (`kiki_t_PID_…`).
+fn sweep(server: &str) {
+    block_on(async {
+        let mut admin = connect(server).await;
+        let names: Vec<String> =
+            sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'kiki\\_t\\_%'")
+                .fetch_all(&mut admin)
+                .await
+                .expect("list test databases");
+        for name in names {
+            let pid = name.split('_').nth(2).unwrap_or_default();
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut admin)
+                    .await;
+            }
+        }
+    });
+}
+
+fn block_on<T>(work: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(work)
 }
 
 async fn connect(url: &str) -> sqlx::PgConnection {
