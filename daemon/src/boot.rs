@@ -24,7 +24,7 @@ use crate::sync::KeyLocks;
 use crate::threads::Threads;
 use crate::threads::runner::{INTERRUPTED, TurnRunner};
 use crate::threads::signals::Signals;
-use crate::time;
+use crate::time::{self, Clock};
 
 /// Something a running home started, which it stops when it stops.
 #[async_trait]
@@ -95,14 +95,17 @@ pub(crate) fn open_home(
 /// Opens the store and puts right what the last kikid left running: its turns are
 /// failed (never re-run), an `exec` agent it left running is stopped, and an `exec` turn
 /// whose agent never got its input gives its messages back as undeliverable.
-pub(crate) async fn open_store(location: &StoreLocation) -> Result<Arc<dyn Store>, StartError> {
+pub(crate) async fn open_store(
+    location: &StoreLocation,
+    clock: &Clock,
+) -> Result<Arc<dyn Store>, StartError> {
     let store = location.open().await?;
     let mut stopped = 0;
     for turn in store.interrupted_turns().await? {
         match turn.agent.as_deref() {
             // An exec agent never described never got its input: nothing was delivered.
             Some("") => {
-                store.undeliver_turn_messages(&turn.turn_id, "kikid_stopped", time::now_ms()).await?;
+                store.undeliver_turn_messages(&turn.turn_id, "kikid_stopped", clock.now_ms()).await?;
             }
             Some(record) => stopped += usize::from(Agent::from_record(record).is_some_and(|a| a.stop())),
             None => {}
@@ -111,7 +114,7 @@ pub(crate) async fn open_store(location: &StoreLocation) -> Result<Arc<dyn Store
     if stopped > 0 {
         warn!(agents = stopped, "stopped agent processes left running by the last stop");
     }
-    let interrupted = store.fail_interrupted_turns(INTERRUPTED, time::now_ms()).await?;
+    let interrupted = store.fail_interrupted_turns(INTERRUPTED, clock.now_ms()).await?;
     if !interrupted.is_empty() {
         warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
     }
@@ -142,11 +145,12 @@ impl Domain {
         home: &HomeDir,
         home_id: &str,
         shutdown: &CancellationToken,
+        clock: Clock,
     ) -> Self {
         let signals = Signals::default();
         let outbox_work = Arc::new(tokio::sync::Notify::new());
         store.changes().listen(crate::threads::signals::wake_on(signals.clone(), outbox_work.clone()));
-        let runner = TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf());
+        let runner = TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), clock);
         let threads = Threads::new(store, config.clone(), runner.clone(), home_id.to_string());
         let send_keys = Arc::new(KeyLocks::default());
         let mailbox = Mailbox::new(
@@ -281,12 +285,17 @@ impl Component for Task {
 
 /// Forgets idempotency keys older than the retention, hourly, until shutdown: a chunk at a
 /// time, each its own short write, so a busy home's hour of keys holds up no send.
-pub(crate) fn prune_keys(store: Arc<dyn Store>, retention: Duration, shutdown: CancellationToken) -> Task {
+pub(crate) fn prune_keys(
+    store: Arc<dyn Store>,
+    retention: Duration,
+    clock: Clock,
+    shutdown: CancellationToken,
+) -> Task {
     const EVERY: Duration = Duration::from_secs(3600);
     const CHUNK: u32 = 1000;
     let handle = tokio::spawn(async move {
         loop {
-            let before = time::now_ms() - retention.as_millis() as i64;
+            let before = clock.now_ms() - time::ms(retention);
             let mut pruned = 0;
             loop {
                 match store.prune_keys(before, CHUNK).await {
@@ -309,7 +318,7 @@ pub(crate) fn prune_keys(store: Arc<dyn Store>, retention: Duration, shutdown: C
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(EVERY) => {}
+                () = clock.sleep(EVERY) => {}
             }
         }
     });

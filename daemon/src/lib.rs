@@ -128,6 +128,7 @@ pub struct DaemonBuilder {
     config_file: Option<PathBuf>,
     transport: Option<TransportFactory>,
     new_identity: bool,
+    clock: time::Clock,
 }
 
 impl std::fmt::Debug for DaemonBuilder {
@@ -162,6 +163,13 @@ impl DaemonBuilder {
         self
     }
 
+    /// The clock the home reads and sleeps on for its timings (default: the system's; tests
+    /// give a [`time::Clock::manual`] one, see [`time`]).
+    pub fn clock(mut self, clock: time::Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// Read this file instead of `HOME/config.toml`; it must exist.
     pub fn config_file(mut self, file: impl Into<PathBuf>) -> Self {
         self.config_file = Some(file.into());
@@ -179,9 +187,17 @@ impl DaemonBuilder {
 
         let socket = home.dir.socket();
         started.push(Box::new(boot::HomeHeld { lock: home.lock, socket: socket.clone() }));
-        let store = boot::open_store(&home.store).await?;
+        let clock = self.clock.clone();
+        let store = boot::open_store(&home.store, &clock).await?;
         started.push(Box::new(boot::StoreComponent(store.clone())));
-        let domain = boot::Domain::assemble(store.clone(), config.clone(), &home.dir, &home_id, &shutdown);
+        let domain = boot::Domain::assemble(
+            store.clone(),
+            config.clone(),
+            &home.dir,
+            &home_id,
+            &shutdown,
+            clock.clone(),
+        );
         started.push(Box::new(domain.start_turns().await?));
         let transport = match &self.transport {
             Some(factory) => factory(&home_id),
@@ -195,6 +211,7 @@ impl DaemonBuilder {
         started.push(Box::new(boot::prune_keys(
             store.clone(),
             config.mailbox.key_retention,
+            clock.clone(),
             shutdown.clone(),
         )));
 
@@ -204,7 +221,7 @@ impl DaemonBuilder {
             home: home.dir.root().display().to_string(),
             socket: socket.display().to_string(),
             store: store.describe(),
-            started_at: time::rfc3339(time::now_ms()),
+            started_at: time::rfc3339(clock.now_ms()),
             default_profile: config.default_profile().to_string(),
             profiles: config.profile_names(),
             bridge_listen: bridges.listen_addr(),
@@ -241,6 +258,7 @@ fn serve_api(
 ) -> boot::Task {
     let handle = tokio::spawn(async move {
         let serving = grpc::serve(listener, services, shutdown.clone().cancelled_owned(), shutdown.clone());
+        // Real time: a bound on the server's shutdown, not a timing of the home's.
         let grace = async {
             shutdown.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;

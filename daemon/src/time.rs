@@ -263,17 +263,17 @@ mod tests {
             let (clock, order) = (clock.clone(), order.clone());
             tokio::spawn(async move {
                 clock.sleep(Duration::from_millis(after)).await;
-                order.lock().unwrap().push((name, clock.now_ms()));
+                order.lock().expect("lock").push((name, clock.now_ms()));
             });
         }
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(order.lock().unwrap().is_empty(), "real time moves no manual clock");
+        assert!(order.lock().expect("lock").is_empty(), "real time moves no manual clock");
         clock.advance(Duration::from_millis(250)).await;
-        assert_eq!(*order.lock().unwrap(), [("early", 1_100), ("middle", 1_200)]);
+        assert_eq!(*order.lock().expect("lock"), [("early", 1_100), ("middle", 1_200)]);
         assert_eq!(clock.now_ms(), 1_250);
         clock.advance(Duration::from_millis(50)).await;
-        assert_eq!(order.lock().unwrap().len(), 3);
+        assert_eq!(order.lock().expect("lock").len(), 3);
     }
 
     #[tokio::test]
@@ -284,12 +284,12 @@ mod tests {
         tokio::spawn(async move {
             loop {
                 c.sleep(Duration::from_secs(1)).await;
-                *t.lock().unwrap() += 1;
+                *t.lock().expect("lock") += 1;
             }
         });
         tokio::task::yield_now().await;
         clock.advance(Duration::from_millis(3_500)).await;
-        assert_eq!(*ticks.lock().unwrap(), 3);
+        assert_eq!(*ticks.lock().expect("lock"), 3);
         let timed_out = clock.timeout(Duration::from_secs(1), std::future::pending::<()>());
         let advance = clock.advance(Duration::from_secs(1));
         let (timed_out, ()) = tokio::join!(timed_out, advance);

@@ -205,8 +205,10 @@ pub fn permission_words(values: &[i32]) -> Vec<String> {
 
 /// `home`'s receipt of the send with `key` over `bridge`, once its status is other than
 /// `status` (it moved on from `pending`, say).
+///
+/// On a [manual clock](crate::manual_clock), the clock is moved on until it does.
 pub async fn receipt_no_longer(home: &TestHome, bridge: &str, key: &str, status: &str) -> pb::Receipt {
-    crate::eventually(&format!("the receipt of {key} to move on from {status}"), || async {
+    crate::eventually_on(home.clock(), &format!("the receipt of {key} to move on from {status}"), || async {
         receipts(home, bridge)
             .await
             .into_iter()

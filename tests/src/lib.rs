@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use kiki_client::Client;
 use kiki_daemon::config::{Config, ExecutorKind, ProfileConfig};
+use kiki_daemon::time::Clock;
 use kiki_daemon::{Daemon, DaemonHandle};
 use kiki_proto as pb;
 use tempfile::TempDir;
@@ -39,6 +40,7 @@ pub struct TestHome {
     _database: Option<postgres::TestDatabase>,
     config: Config,
     transport: Option<kiki_daemon::TransportFactory>,
+    clock: Clock,
     handle: DaemonHandle,
     client: Client,
 }
@@ -46,6 +48,13 @@ pub struct TestHome {
 pub struct TestHomeBuilder {
     config: Config,
     transport: Option<kiki_daemon::TransportFactory>,
+    clock: Clock,
+}
+
+/// A manual clock at the wall clock's time, for homes whose timings a test moves on with
+/// [`Clock::advance`] instead of waiting (several homes may share one).
+pub fn manual_clock() -> Clock {
+    Clock::manual(kiki_daemon::time::now_ms())
 }
 
 impl TestHomeBuilder {
@@ -75,6 +84,12 @@ impl TestHomeBuilder {
         self
     }
 
+    /// The clock the home reads and sleeps on (default: the system's); see [`manual_clock`].
+    pub fn clock(mut self, clock: &Clock) -> Self {
+        self.clock = clock.clone();
+        self
+    }
+
     pub fn config(mut self, edit: impl FnOnce(&mut Config)) -> Self {
         edit(&mut self.config);
         self
@@ -90,8 +105,10 @@ impl TestHomeBuilder {
         if let Some(database) = &database {
             self.config.store.url = Some(database.url_with_password());
         }
-        let (handle, client) = boot(dir.path(), self.config.clone(), self.transport.clone()).await;
-        TestHome { dir, _database: database, config: self.config, transport: self.transport, handle, client }
+        let (handle, client) =
+            boot(dir.path(), self.config.clone(), self.transport.clone(), self.clock.clone()).await;
+        let (config, transport, clock) = (self.config, self.transport, self.clock);
+        TestHome { dir, _database: database, config, transport, clock, handle, client }
     }
 }
 
@@ -99,8 +116,9 @@ async fn boot(
     dir: &Path,
     config: Config,
     transport: Option<kiki_daemon::TransportFactory>,
+    clock: Clock,
 ) -> (DaemonHandle, Client) {
-    let mut builder = Daemon::builder().home(dir).config(config);
+    let mut builder = Daemon::builder().home(dir).config(config).clock(clock);
     if let Some(transport) = transport {
         builder = builder.bridge_transport(transport);
     }
@@ -111,7 +129,7 @@ async fn boot(
 
 impl TestHome {
     pub fn builder() -> TestHomeBuilder {
-        TestHomeBuilder { config: Config::default(), transport: None }
+        TestHomeBuilder { config: Config::default(), transport: None, clock: Clock::system() }
     }
 
     pub fn client(&self) -> &Client {
@@ -122,8 +140,21 @@ impl TestHome {
         self.dir.path()
     }
 
+    /// The clock the home runs on.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     pub fn handle(&self) -> &DaemonHandle {
         &self.handle
+    }
+
+    /// The home's store, reached directly (past the API), whichever backend it is on.
+    pub fn store(&self) -> StoreAccess {
+        match &self._database {
+            Some(database) => StoreAccess::Postgres(database.url_with_password()),
+            None => StoreAccess::Sqlite(self.dir.path().join("kiki.db")),
+        }
     }
 
     /// A directory inside the home's temp dir, for threads to work in.
@@ -144,7 +175,8 @@ impl TestHome {
         self.handle.shutdown();
         self.handle.stopped().await;
         between(self.dir.path()).await;
-        let (handle, client) = boot(self.dir.path(), self.config.clone(), self.transport.clone()).await;
+        let (handle, client) =
+            boot(self.dir.path(), self.config.clone(), self.transport.clone(), self.clock.clone()).await;
         self.handle = handle;
         self.client = client;
     }
@@ -220,6 +252,86 @@ impl TestHome {
             .await
             .expect("read");
         page.thread.expect("thread in read response")
+    }
+}
+
+/// A home's store reached directly, for a test that sets up what the API cannot (a rewound
+/// outbox entry, a forgotten key) or counts rows: plain SQL that both backends take.
+#[derive(Debug, Clone)]
+pub enum StoreAccess {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl StoreAccess {
+    /// Runs `statement`; the rows it changed.
+    pub async fn execute(&self, statement: &str) -> u64 {
+        match self {
+            Self::Sqlite(path) => {
+                let db = rusqlite::Connection::open(path).expect("open the store");
+                db.busy_timeout(Duration::from_secs(10)).expect("busy timeout");
+                db.execute(statement, []).unwrap_or_else(|e| panic!("{statement}: {e}")) as u64
+            }
+            Self::Postgres(url) => {
+                let mut db = self.postgres(url).await;
+                sqlx::query(statement)
+                    .execute(&mut db)
+                    .await
+                    .unwrap_or_else(|e| panic!("{statement}: {e}"))
+                    .rows_affected()
+            }
+        }
+    }
+
+    /// The rows of `query`, its first column as text and its second as an integer (or 0).
+    pub async fn rows(&self, query: &str) -> Vec<(String, i64)> {
+        match self {
+            Self::Sqlite(path) => {
+                let db = rusqlite::Connection::open(path).expect("open the store");
+                let mut statement = db.prepare(query).unwrap_or_else(|e| panic!("{query}: {e}"));
+                let two = statement.column_count() > 1;
+                statement
+                    .query_map([], |row| {
+                        let first: rusqlite::types::Value = row.get(0)?;
+                        let first = match first {
+                            rusqlite::types::Value::Text(text) => text,
+                            rusqlite::types::Value::Integer(n) => n.to_string(),
+                            other => format!("{other:?}"),
+                        };
+                        Ok((first, if two { row.get(1)? } else { 0 }))
+                    })
+                    .and_then(Iterator::collect)
+                    .unwrap_or_else(|e| panic!("{query}: {e}"))
+            }
+            Self::Postgres(url) => {
+                use sqlx::Row;
+                let mut db = self.postgres(url).await;
+                let rows =
+                    sqlx::query(query).fetch_all(&mut db).await.unwrap_or_else(|e| panic!("{query}: {e}"));
+                rows.iter()
+                    .map(|row| {
+                        let first = row
+                            .try_get::<String, _>(0)
+                            .or_else(|_| row.try_get::<i64, _>(0).map(|n| n.to_string()))
+                            .unwrap_or_else(|e| panic!("{query}: {e}"));
+                        (first, if row.len() > 1 { row.try_get(1).unwrap_or(0) } else { 0 })
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The number `query` (a `SELECT COUNT(*) …`) answers.
+    pub async fn count(&self, query: &str) -> i64 {
+        let rows = self.rows(query).await;
+        rows.first()
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or_else(|| panic!("{query}: no number in {rows:?}"))
+    }
+
+    async fn postgres(&self, url: &str) -> sqlx::PgConnection {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(url).await.expect("connect to the home's database")
     }
 }
 
@@ -300,6 +412,65 @@ where
         }
         assert!(started.elapsed() < patience, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A real pause between steps of a manual clock: long enough for what the woken tasks do
+/// beside the clock (a store write, a call over the memory network) to finish.
+const STEP_PAUSE: Duration = Duration::from_millis(5);
+
+/// Moves a manual `clock` on by `total`, `step` at a time, pausing briefly (real time)
+/// between steps so the homes' work started at each step lands before the next.
+pub async fn advance_in_steps(clock: &Clock, total: Duration, step: Duration) {
+    let end = clock.now_ms() + kiki_daemon::time::ms(total);
+    while clock.now_ms() < end {
+        let left = Duration::from_millis((end - clock.now_ms()) as u64);
+        clock.advance(step.min(left)).await;
+        tokio::time::sleep(STEP_PAUSE).await;
+    }
+}
+
+/// [`eventually`] on a manual `clock`: until `check` holds, moves the clock on by `step`
+/// (with a brief real pause) between looks, for at most `limit` of clock time. Returns the
+/// value and how much clock time passed.
+pub async fn eventually_advancing<T, F, Fut>(
+    clock: &Clock,
+    step: Duration,
+    limit: Duration,
+    what: &str,
+    mut check: F,
+) -> (T, Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let (started, real) = (clock.now_ms(), Instant::now());
+    loop {
+        if let Some(value) = check().await {
+            return (value, Duration::from_millis((clock.now_ms() - started) as u64));
+        }
+        let passed = Duration::from_millis((clock.now_ms() - started) as u64);
+        assert!(
+            passed < limit && real.elapsed() < PATIENCE,
+            "timed out waiting for {what} ({passed:?} passed)"
+        );
+        clock.advance(step).await;
+        tokio::time::sleep(STEP_PAUSE).await;
+    }
+}
+
+/// [`eventually`] on `clock`: on a manual one, moved on 100 ms at a time between looks (for
+/// at most an hour of clock time); on the system clock, waited for.
+pub async fn eventually_on<T, F, Fut>(clock: &Clock, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    if clock.is_manual() {
+        let (step, limit) = (Duration::from_millis(100), Duration::from_secs(3600));
+        eventually_advancing(clock, step, limit, what, check).await.0
+    } else {
+        eventually(what, check).await
     }
 }
 

@@ -20,6 +20,8 @@ use crate::sync::lock;
 
 /// How long a remote call may take before it is reported as a link error: a ThreadWait
 /// may legitimately be held for up to 60 s.
+/// (This, the dial's bound and [`IDLE_CONNECTION`] stay on real time, not the home's
+/// clock: they bound what the network and QUIC do — see `crate::time`.)
 const CALL_TIMEOUT: Duration = Duration::from_secs(75);
 /// How long a dialed connection no call uses stays open. Its keep-alives notice a peer that
 /// vanished while calls are under way; kept forever, they would ping every peer ever dialed,

@@ -172,6 +172,7 @@ impl Bridges {
                 config: config.clone(),
                 outbox_work,
                 send_keys,
+                clock: threads.clock().clone(),
             },
             tasks.clone(),
         );
@@ -222,6 +223,7 @@ impl Bridges {
         parts.outbox.record_answered(true).await;
         parts.links.close().await;
         parts.tasks.close();
+        // Real time: a bound on a stop, not a timing of the home's.
         if tokio::time::timeout(CLOSE_WITHIN, parts.tasks.wait()).await.is_err() {
             warn!(tasks = parts.tasks.len(), within = ?CLOSE_WITHIN, "bridge tasks still running; the home stops without them");
         }

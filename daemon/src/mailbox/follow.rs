@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::{Waits, park};
 use crate::caller::Caller;
@@ -71,7 +70,7 @@ impl Waits {
         tx: &mpsc::Sender<Result<Progress>>,
     ) -> Result<()> {
         let subscription = self.signals.subscribe(vec![thread_id.to_string(), signals::parts(thread_id)]);
-        let started_by = Instant::now() + wait;
+        let started_by = self.runner.clock().now_ms() + crate::time::ms(wait);
         let turn_id = match turn_id {
             Some(turn_id) => turn_id,
             None => loop {
@@ -107,7 +106,7 @@ impl Waits {
                 return Ok(());
             }
             // Until a part is kept or the turn ends (or kikid stops: the follower calls again).
-            if !self.park_while_followed(&subscription, Instant::now() + Duration::from_secs(3600), tx).await
+            if !self.park_while_followed(&subscription, self.runner.clock().now_ms() + 3_600_000, tx).await
                 && (self.stopping.is_cancelled() || tx.is_closed())
             {
                 return Ok(());
@@ -119,11 +118,11 @@ impl Waits {
     async fn park_while_followed(
         &self,
         subscription: &signals::Subscription,
-        deadline: Instant,
+        deadline: crate::time::Millis,
         tx: &mpsc::Sender<Result<Progress>>,
     ) -> bool {
         tokio::select! {
-            parked = park(subscription, deadline, &self.stopping) => parked,
+            parked = park(self.runner.clock(), subscription, deadline, &self.stopping) => parked,
             () = tx.closed() => false,
         }
     }

@@ -24,7 +24,6 @@ use std::sync::Arc;
 
 use kiki_proto as pb;
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
@@ -40,7 +39,7 @@ use crate::threads::runner::{TurnCaller, TurnRunner};
 use crate::threads::signals::{self, Signals};
 use crate::threads::switches;
 use crate::threads::{Threads, new_id};
-use crate::time::now_ms;
+use crate::time::{Clock, ms};
 use kiki_proto::limits;
 
 #[derive(Clone)]
@@ -104,15 +103,20 @@ pub struct Delivery<'a> {
 
 /// Parks until one of the subscribed threads changes; `false` at the deadline or when
 /// the daemon stops (`stopping`).
-async fn park(subscription: &signals::Subscription, deadline: Instant, stopping: &CancellationToken) -> bool {
+async fn park(
+    clock: &Clock,
+    subscription: &signals::Subscription,
+    deadline: Millis,
+    stopping: &CancellationToken,
+) -> bool {
     // Checked here, not left to the timer: tokio rounds a deadline up to its next
     // millisecond tick, so a passed deadline (a 0 ms wait, `delivery_wait = 0`) would
     // still cost up to a millisecond.
-    if Instant::now() >= deadline {
+    if clock.now_ms() >= deadline {
         return false;
     }
     tokio::select! {
-        changed = tokio::time::timeout_at(deadline, subscription.changed()) => changed.is_ok(),
+        changed = clock.timeout_at(deadline, subscription.changed()) => changed.is_ok(),
         () = stopping.cancelled() => false,
     }
 }
@@ -254,7 +258,7 @@ impl Mailbox {
             deadline: d.deadline,
             room: d.room,
             max_agent_wakes: Some(self.config.threads.max_agent_wakes),
-            now: now_ms(),
+            now: self.runner.clock().now_ms(),
         };
         // Subscribe before the message can be delivered, so the delivery is not missed —
         // only a send that wakes waits for its delivery.
@@ -296,10 +300,10 @@ impl Mailbox {
             // Nothing will start a turn for it: no point waiting for a delivery.
             return Ok(Sent::new(message_id, MessageStatus::Pending));
         };
-        let deadline = Instant::now() + self.config.mailbox.delivery_wait;
+        let deadline = self.runner.clock().now_ms() + ms(self.config.mailbox.delivery_wait);
         // Not delivered by its own commit, and the subscription predates that commit, so a
         // delivery since then has signalled it: park first, look after each signal.
-        while park(&subscription, deadline, &self.stopping).await {
+        while park(self.runner.clock(), &subscription, deadline, &self.stopping).await {
             if self.is_delivered(&message_id).await? {
                 return Ok(Sent::new(message_id, MessageStatus::Delivered));
             }
@@ -348,14 +352,14 @@ impl Mailbox {
             .message(message_id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("message {message_id} is gone")))?;
-        Ok(replayed(message, now_ms()))
+        Ok(replayed(message, self.runner.clock().now_ms()))
     }
 
     /// A source's follow-up of the messages it sent with `keys` (scope, key) over a bridge:
     /// each confirmed, or expired (see [`crate::store::MessageStore::follow_up`]); where each stands, `None` for
     /// an unknown key.
     pub async fn follow_up(&self, keys: &[(String, String)], window_over: bool) -> Result<Vec<Option<Sent>>> {
-        let now = now_ms();
+        let now = self.runner.clock().now_ms();
         let messages = self.store.follow_up(keys, window_over, now).await?;
         Ok(messages.into_iter().map(|m| m.map(|m| replayed(m, now))).collect())
     }
@@ -372,7 +376,7 @@ impl Mailbox {
         let (store, runner, thread_id) = (self.store.clone(), self.runner.clone(), thread.id.clone());
         uncancelled(async move {
             let updated = store
-                .set_communication(&thread_id, setting, now_ms())
+                .set_communication(&thread_id, setting, runner.clock().now_ms())
                 .await?
                 .ok_or_else(|| Error::NotFound(format!("no thread {thread_id} in this home")))?;
             // Messages held back while it was off may be deliverable now.

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiki_proto::limits;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::park;
@@ -18,7 +17,7 @@ use crate::sync::uncancelled;
 use crate::threads::runner::TurnRunner;
 use crate::threads::signals::Signals;
 use crate::threads::{Threads, new_id};
-use crate::time::now_ms;
+use crate::time::ms;
 
 /// How much of a tool's input the attention event quotes.
 const INPUT_PREVIEW_CHARS: usize = 300;
@@ -62,7 +61,7 @@ impl PermissionRequests {
             input: input.to_string(),
             status: PermissionStatus::Pending,
             reason: String::new(),
-            created_at: now_ms(),
+            created_at: self.runner.clock().now_ms(),
             decided_at: None,
         };
         let preview: String = input.chars().take(INPUT_PREVIEW_CHARS).collect();
@@ -82,13 +81,15 @@ impl PermissionRequests {
             Ok::<_, Error>(())
         })
         .await?;
-        let deadline = Instant::now() + self.timeout;
+        let clock = self.runner.clock().clone();
+        let deadline = clock.now_ms() + ms(self.timeout);
         loop {
             let stands = self.store.permission(&request.id).await?;
             if let Some(decided) = stands.filter(|r| r.status != PermissionStatus::Pending) {
                 return Ok(decision(decided));
             }
-            if !self.runner.is_running(caller) || !park(&subscription, deadline, &self.stopping).await {
+            if !self.runner.is_running(caller) || !park(&clock, &subscription, deadline, &self.stopping).await
+            {
                 break;
             }
         }
@@ -103,7 +104,9 @@ impl PermissionRequests {
         };
         let (store, id) = (self.store.clone(), request.id.clone());
         let stands = uncancelled(async move {
-            Ok::<_, Error>(store.decide_permission(&id, PermissionStatus::Expired, &expired, now_ms()).await?)
+            Ok::<_, Error>(
+                store.decide_permission(&id, PermissionStatus::Expired, &expired, clock.now_ms()).await?,
+            )
         })
         .await?;
         let stands =
@@ -125,10 +128,10 @@ impl PermissionRequests {
         let status = if allow { PermissionStatus::Allowed } else { PermissionStatus::Denied };
         let reason =
             if allow || !reason.is_empty() { reason.to_string() } else { "denied by the owner".into() };
-        let (store, id) = (self.store.clone(), id.to_string());
+        let (store, id, now) = (self.store.clone(), id.to_string(), self.runner.clock().now_ms());
         let stands = uncancelled(async move {
             let stands = store
-                .decide_permission(&id, status, &reason, now_ms())
+                .decide_permission(&id, status, &reason, now)
                 .await?
                 .ok_or_else(|| Error::NotFound(format!("no permission request {id}")))?;
             Ok::<_, Error>(stands)

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use kiki_proto as pb;
 use kiki_proto::limits::{self, WAIT_TARGETS_MAX, WAIT_TIMEOUT_DEFAULT_MS, WAIT_TIMEOUT_MAX_MS};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
@@ -22,7 +21,7 @@ use crate::sync::uncancelled;
 use crate::threads::runner::TurnRunner;
 use crate::threads::signals::{self, Signals};
 use crate::threads::{Threads, cursor, switches};
-use crate::time::now_ms;
+use crate::time::ms;
 
 /// Message ids one ThreadInbox call may name as taken.
 const INBOX_TAKEN_MAX: usize = 1_000;
@@ -37,7 +36,7 @@ pub struct Waits {
     pub(super) threads: Threads,
     pub(super) store: Arc<dyn Store>,
     config: Arc<Config>,
-    runner: TurnRunner,
+    pub(super) runner: TurnRunner,
     pub(super) signals: Signals,
     /// Cancelled when the daemon stops: parked calls answer at once instead of holding the
     /// shutdown for up to a minute.
@@ -113,7 +112,7 @@ impl Waits {
     ) -> Result<(Vec<WaitResult>, bool)> {
         wait_target_count(targets.len())?;
         let timeout = wait_timeout(timeout_ms)?;
-        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout));
+        let deadline = self.runner.clock().now_ms() + i64::from(timeout);
         // Boxed: resolving the targets needs more state than parking does.
         let watched = Box::pin(self.watched(targets, cursors)).await?;
         let subscription = self.signals.subscribe(watched.iter().map(|w| w.thread_id.clone()).collect());
@@ -123,7 +122,7 @@ impl Waits {
                 return Ok((results, false));
             }
             drop(results);
-            if !park(&subscription, deadline, &self.stopping).await {
+            if !park(self.runner.clock(), &subscription, deadline, &self.stopping).await {
                 // One last look: an event that landed at the deadline is not a timeout.
                 let (results, any) = self.events_of(&watched).await?;
                 return Ok((results, !any));
@@ -220,7 +219,12 @@ impl Waits {
     pub async fn attention(&self, caller: &Caller, reason: &str) -> Result<()> {
         let caller = caller.turn_only("attention")?;
         limits::text("reason", reason, limits::REASON_MAX_CHARS)?;
-        let event = EventRecord::attention(&caller.thread_id, &caller.turn_id, reason.to_string(), now_ms());
+        let event = EventRecord::attention(
+            &caller.thread_id,
+            &caller.turn_id,
+            reason.to_string(),
+            self.runner.clock().now_ms(),
+        );
         let store = self.store.clone();
         uncancelled(async move {
             store.add_event(&event).await?;
@@ -264,23 +268,17 @@ impl Waits {
             Vec::new()
         } else {
             let (store, turn_id) = (self.store.clone(), caller.turn_id.clone());
+            let now = self.runner.clock().now_ms();
             let thread = thread_id.clone();
             uncancelled(async move {
                 let delivered = store
-                    .take_into_turn(
-                        &thread,
-                        &turn_id,
-                        take_messages,
-                        taken,
-                        crate::executors::render,
-                        now_ms(),
-                    )
+                    .take_into_turn(&thread, &turn_id, take_messages, taken, crate::executors::render, now)
                     .await?;
                 Ok::<_, Error>(delivered)
             })
             .await?
         };
-        let deadline = Instant::now() + Duration::from_millis(timeout.into());
+        let deadline = self.runner.clock().now_ms() + ms(Duration::from_millis(timeout.into()));
         loop {
             if !self.runner.is_running(caller) {
                 return Ok((Vec::new(), delivered));
@@ -290,7 +288,8 @@ impl Waits {
             };
             let take_messages = switches::communication(&self.config, &thread).is_ok();
             let items = self.store.inbox(&thread_id, take_messages).await?;
-            if !items.is_empty() || !park(&subscription, deadline, &self.stopping).await {
+            if !items.is_empty() || !park(self.runner.clock(), &subscription, deadline, &self.stopping).await
+            {
                 return Ok((items, delivered));
             }
         }

@@ -6,7 +6,6 @@ use super::{RoomPage, Rooms, archived, no_room, not_member, room_bound_elsewhere
 use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::store::{MemberKind, MemberRecord, rules};
-use crate::time::now_ms;
 use kiki_proto::limits::{self, ID_MAX_CHARS};
 
 impl Rooms {
@@ -36,7 +35,7 @@ impl Rooms {
         if self.is_here(room_id).await? {
             return Err(Error::PermissionDenied(format!("room {room_id} is a room of this home")));
         }
-        let bound = self.inner.store.bind_room(room_id, home_id, now_ms()).await?;
+        let bound = self.inner.store.bind_room(room_id, home_id, self.now()).await?;
         if bound != home_id {
             return Err(room_bound_elsewhere(room_id, &bound));
         }
@@ -92,7 +91,7 @@ impl Rooms {
             thread_id: None,
             profile: String::new(),
             instructions: String::new(),
-            added_at: now_ms(),
+            added_at: self.now(),
         };
         self.join(&view.room.id, &member).await
     }

@@ -22,7 +22,6 @@ use crate::store::{
 use crate::sync::lock;
 use crate::threads::runner::TurnCaller;
 use crate::threads::{CreateRequest, Threads, cursor, new_id};
-use crate::time::now_ms;
 use kiki_proto::limits;
 
 use limits::{ID_MAX_CHARS, INSTRUCTIONS_MAX_CHARS, PERSONA_ID_MAX_CHARS};
@@ -83,6 +82,11 @@ pub struct Posted {
 }
 
 impl Rooms {
+    /// The home's clock, now.
+    fn now(&self) -> crate::time::Millis {
+        self.inner.threads.clock().now_ms()
+    }
+
     pub fn new(threads: Threads, mailbox: Mailbox, config: Arc<Config>) -> Self {
         let store = threads.store().clone();
         let making_persona = tokio::sync::Mutex::new(());
@@ -104,7 +108,7 @@ impl Rooms {
         let host = self.live_thread("host", host).await?;
         let name = if name.is_empty() { host.title.clone() } else { name.to_string() };
         one_line("name", &name, limits::TITLE_MAX_CHARS)?;
-        let now = now_ms();
+        let now = self.now();
         let room = RoomRecord {
             seq: 0,
             id: new_id("room"),
@@ -203,7 +207,7 @@ impl Rooms {
             thread_id: Some(thread.id),
             profile: String::new(),
             instructions: String::new(),
-            added_at: now_ms(),
+            added_at: self.now(),
         };
         self.join(&view.room.id, &member).await
     }
@@ -229,7 +233,7 @@ impl Rooms {
             thread_id: None,
             profile: profile.to_string(),
             instructions: instructions.to_string(),
-            added_at: now_ms(),
+            added_at: self.now(),
         };
         self.join(&view.room.id, &member).await
     }
@@ -244,7 +248,7 @@ impl Rooms {
         if view.room.archived {
             return Err(archived(&view.room));
         }
-        let removed = self.inner.store.remove_member(&view.room.id, member, now_ms()).await;
+        let removed = self.inner.store.remove_member(&view.room.id, member, self.now()).await;
         self.forget(&view.room.id);
         Ok(removed?)
     }
@@ -261,7 +265,7 @@ impl Rooms {
         let (room, changed) = self
             .inner
             .store
-            .change_room(room_id, change, "paused by the owner", now_ms())
+            .change_room(room_id, change, "paused by the owner", self.now())
             .await
             .inspect(|_| self.forget(room_id))?
             .ok_or_else(|| no_room(room_id))?;

@@ -14,7 +14,6 @@ use crate::store::{
 };
 use crate::sync::uncancelled;
 use crate::threads::new_id;
-use crate::time::now_ms;
 use kiki_proto::limits::{self, ROOM_CONTENT_MAX_CHARS};
 
 impl Rooms {
@@ -175,7 +174,7 @@ impl Rooms {
             claims: woken.iter().map(|t| (t.id.clone(), runner.claim_for(t))).collect(),
             remote,
             max_agent_wakes: i64::from(self.inner.config.rooms.max_agent_wakes),
-            now: now_ms(),
+            now: self.now(),
         };
         let (store, runner) = (self.inner.store.clone(), runner.clone());
         let outcome = uncancelled(async move {
@@ -222,7 +221,7 @@ impl Rooms {
             return Ok(Vec::new());
         }
         let bridges = self.inner.store.bridges().await?;
-        let now = now_ms();
+        let now = self.now();
         Ok(remote
             .into_iter()
             .filter_map(|member| {

@@ -14,8 +14,8 @@
 //!   pauses it now.
 
 use super::{
-    InputKind, InputRecord, MemberKind, MemberRecord, MessageStatus, NewMessage, OutboxStatus, RoomRecord,
-    SendOutcome, SourceRef,
+    ClaimedTurn, InputKind, InputRecord, MemberKind, MemberRecord, MessageStatus, Millis, NewInput,
+    NewMessage, OutboxStatus, RoomRecord, SendOutcome, SourceRef, message_input_id,
 };
 
 /// What a send's decision rests on, read in the transaction that would store it.
@@ -237,14 +237,64 @@ pub fn loop_guard_notice(a: &str, b: &str, limit: u32) -> String {
     )
 }
 
-/// How a message that arrived stands: delivered if a turn took it in its own commit, else
-/// pending; and a bridged one's receipt says `delivered`, or `accepted` (held here, not yet
-/// in a turn: the word its source uses too).
-pub fn arrival(delivered: bool) -> (MessageStatus, OutboxStatus) {
-    if delivered {
-        (MessageStatus::Delivered, OutboxStatus::Delivered)
-    } else {
-        (MessageStatus::Pending, OutboxStatus::Accepted)
+/// How a send the rules did not refuse is stored, before the thread's turn is known: its one
+/// input, which refers to the message for its content (a message of up to 100,000
+/// characters is not copied into its queued input); whether it is the owner speaking (which
+/// resets the loop guard between agents); and whether it may start a turn at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Acceptance {
+    pub input: NewInput,
+    pub owner_spoke: bool,
+}
+
+pub fn accept(m: &NewMessage) -> Acceptance {
+    Acceptance {
+        input: NewInput {
+            id: message_input_id(&m.id),
+            kind: InputKind::Message,
+            content: String::new(),
+            message_id: Some(m.id.clone()),
+            source: m.source.clone(),
+            room: m.room.clone(),
+            via: bridged_from(m).map(str::to_string),
+            now: m.now,
+        },
+        owner_spoke: m.source.is_none(),
+    }
+}
+
+/// How an accepted message stands once the turn its commit started (if any) is known:
+/// delivered to that turn if it took the message's input (it may have started for other
+/// queued input without it), else pending until its deadline; and a bridged one's receipt
+/// says `delivered`, or `accepted` (held here, not yet in a turn: the word its source uses
+/// too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    pub status: MessageStatus,
+    pub receipt: OutboxStatus,
+    /// The turn that took it.
+    pub turn_id: Option<String>,
+    pub delivered_at: Option<Millis>,
+    pub deadline: Option<Millis>,
+}
+
+pub fn arrival(m: &NewMessage, input_id: &str, turn: Option<&ClaimedTurn>) -> Arrival {
+    let taken_by = turn.filter(|t| t.inputs.iter().any(|i| i.id == input_id)).map(|t| t.turn.id.clone());
+    match taken_by {
+        Some(turn_id) => Arrival {
+            status: MessageStatus::Delivered,
+            receipt: OutboxStatus::Delivered,
+            turn_id: Some(turn_id),
+            delivered_at: Some(m.now),
+            deadline: None,
+        },
+        None => Arrival {
+            status: MessageStatus::Pending,
+            receipt: OutboxStatus::Accepted,
+            turn_id: None,
+            delivered_at: None,
+            deadline: m.deadline,
+        },
     }
 }
 
@@ -498,8 +548,53 @@ mod tests {
 
     #[test]
     fn an_arrival_stands_delivered_or_held_and_its_receipt_says_so() {
-        assert_eq!(arrival(true), (MessageStatus::Delivered, OutboxStatus::Delivered));
-        assert_eq!(arrival(false), (MessageStatus::Pending, OutboxStatus::Accepted));
+        use crate::store::{TurnRecord, TurnStatus};
+        let mut m = send(true);
+        m.deadline = Some(900);
+        let accepted = accept(&m);
+        assert_eq!(accepted.input.id, "in_msg_1");
+        assert_eq!(
+            (accepted.input.content.as_str(), accepted.input.message_id.as_deref()),
+            ("", Some("msg_1"))
+        );
+        assert_eq!(accepted.input.via.as_deref(), Some("PEER"), "the bridge that brought it");
+        assert!(!accepted.owner_spoke, "a thread sent it");
+        assert!(accept(&send(false)).owner_spoke, "the owner's send");
+        let turn = |inputs: Vec<InputRecord>| ClaimedTurn {
+            turn: TurnRecord {
+                id: "tu_1".into(),
+                thread_id: "th_t".into(),
+                seq: 1,
+                status: TurnStatus::Running,
+                input: String::new(),
+                output: String::new(),
+                error: String::new(),
+                started_at: m.now,
+                ended_at: None,
+                items: Vec::new(),
+                usage: None,
+            },
+            inputs,
+        };
+        let took = turn(vec![input("in_msg_1", Some(("PEER", "th_s")))]);
+        let delivered = arrival(&m, "in_msg_1", Some(&took));
+        assert_eq!(
+            (delivered.status, delivered.receipt),
+            (MessageStatus::Delivered, OutboxStatus::Delivered)
+        );
+        assert_eq!(
+            (delivered.turn_id.as_deref(), delivered.delivered_at, delivered.deadline),
+            (Some("tu_1"), Some(m.now), None)
+        );
+        let other = turn(vec![input("in_other", None)]);
+        for held in [arrival(&m, "in_msg_1", Some(&other)), arrival(&m, "in_msg_1", None)] {
+            assert_eq!((held.status, held.receipt), (MessageStatus::Pending, OutboxStatus::Accepted));
+            assert_eq!(
+                (held.turn_id, held.delivered_at, held.deadline),
+                (None, None, Some(900)),
+                "held until its deadline"
+            );
+        }
         assert_eq!(undelivered_receipt(super::super::EXPIRED), OutboxStatus::Expired);
         assert_eq!(undelivered_receipt("thread_archived"), OutboxStatus::Rejected);
     }

@@ -23,7 +23,7 @@ use crate::store::{
     TurnRecord, TurnStatus,
 };
 use crate::sync::uncancelled;
-use crate::time::now_ms;
+use crate::time::Clock;
 use runner::TurnRunner;
 
 /// Title of a thread created with neither a title nor a prompt.
@@ -135,6 +135,11 @@ impl Threads {
         &self.runner
     }
 
+    /// The home's clock (the runner's).
+    pub fn clock(&self) -> &Clock {
+        self.runner.clock()
+    }
+
     pub fn home_id(&self) -> &str {
         &self.home_id
     }
@@ -231,7 +236,7 @@ impl Threads {
             (None, Some(prompt)) => title_from_prompt(prompt),
             (None, None) => DEFAULT_TITLE.to_string(),
         };
-        let now = now_ms();
+        let now = self.clock().now_ms();
         let new = NewThread {
             id: new_id("th"),
             workspace_id: workspace::id_of(&workspace::root_of(&cwd)),
@@ -464,7 +469,7 @@ impl Threads {
                 thread.id
             )));
         }
-        let input = user_input(content, now_ms());
+        let input = user_input(content, self.clock().now_ms());
         let (store, runner, thread_id) = (self.store.clone(), self.runner.clone(), thread.id.clone());
         let running = uncancelled(async move {
             let running = store
@@ -503,6 +508,8 @@ impl Threads {
             Error::FailedPrecondition(format!("thread {} has no running turn: nothing to stop", thread.id))
         };
         // A turn claimed an instant ago is the runner's once its agent is being started.
+        // Real time here: these bound a process being started and stopped, not a timing
+        // of kiki's (see crate::time).
         let started = tokio::time::Instant::now();
         let stopping = loop {
             if let Some(stopping) = self.runner.stop(&thread.id) {
@@ -525,7 +532,7 @@ impl Threads {
     #[instrument(level = "debug", skip_all, fields(thread_id = %thread_id))]
     pub async fn set_archived(&self, thread_id: &str, archived: bool) -> Result<Archived> {
         self.store
-            .set_archived(thread_id, archived, now_ms())
+            .set_archived(thread_id, archived, self.clock().now_ms())
             .await?
             .ok_or_else(|| Error::NotFound(format!("no thread {thread_id} in this home")))
     }

@@ -32,7 +32,7 @@ use crate::store::{
 use crate::sync::lock;
 use crate::threads::new_id;
 use crate::threads::switches;
-use crate::time::now_ms;
+use crate::time::Clock;
 
 /// Backoff between retries of a failed store write (doubling up to the cap).
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -110,6 +110,8 @@ struct Inner {
     store: Arc<dyn Store>,
     config: Arc<Config>,
     home: PathBuf,
+    /// The home's clock: turns' times, retry pauses.
+    clock: Clock,
     /// Threads with a runner task, and what that task has yet to look at.
     active: Mutex<HashMap<String, Activity>>,
     /// Live turn tokens → their turn. In memory only: a restart ends every turn.
@@ -123,12 +125,13 @@ struct Inner {
 }
 
 impl TurnRunner {
-    pub fn new(store: Arc<dyn Store>, config: Arc<Config>, home: PathBuf) -> Self {
+    pub fn new(store: Arc<dyn Store>, config: Arc<Config>, home: PathBuf, clock: Clock) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
                 config,
                 home,
+                clock,
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
@@ -137,6 +140,11 @@ impl TurnRunner {
                 stop: CancellationToken::new(),
             }),
         }
+    }
+
+    /// The home's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
     }
 
     /// Gives executors the mailbox to ask for permissions and mid-turn input (see
@@ -299,7 +307,8 @@ impl Inner {
         let Some(thread) = self.store.thread(thread_id).await? else {
             return Ok(None);
         };
-        let claimed = self.store.claim_turn(thread_id, turn_claim(&self.config, &thread), now_ms()).await?;
+        let claimed =
+            self.store.claim_turn(thread_id, turn_claim(&self.config, &thread), self.clock.now_ms()).await?;
         Ok(claimed.map(|turn| (thread, turn)))
     }
 
@@ -307,7 +316,7 @@ impl Inner {
     async fn pause(&self, delay: Duration) -> bool {
         tokio::select! {
             () = self.stop.cancelled() => false,
-            () = tokio::time::sleep(delay) => true,
+            () = self.clock.sleep(delay) => true,
         }
     }
 
@@ -348,8 +357,13 @@ impl Inner {
         // The turn's progress is kept as it happens, by a task of its own so that a slow
         // write never holds up reading the agent.
         let (live, followed) = tokio::sync::mpsc::unbounded_channel();
-        let recorder =
-            tokio::spawn(record_live(self.store.clone(), turn.thread_id.clone(), turn.id.clone(), followed));
+        let recorder = tokio::spawn(record_live(
+            self.store.clone(),
+            self.clock.clone(),
+            turn.thread_id.clone(),
+            turn.id.clone(),
+            followed,
+        ));
         let [home, thread, token_name] = kiki_proto::agents::IDENTITY;
         let env = vec![
             (home, self.home.display().to_string()),
@@ -433,7 +447,7 @@ impl Inner {
             status,
             output,
             error,
-            now: now_ms(),
+            now: self.clock.now_ms(),
             usage,
             agent_session: report.session,
         };
@@ -459,7 +473,7 @@ impl Inner {
 
     /// An `attention` event on the thread: something its owner must see to.
     async fn attention(&self, thread_id: &str, turn_id: &str, reason: String) {
-        let event = EventRecord::attention(thread_id, turn_id, reason, now_ms());
+        let event = EventRecord::attention(thread_id, turn_id, reason, self.clock.now_ms());
         match self.store.add_event(&event).await {
             Ok(_) => {}
             Err(e) => warn!(error = %e, "cannot record an attention event"),
@@ -492,7 +506,7 @@ impl Inner {
     async fn fail_before_agent(&self, turn: &crate::store::TurnRecord, reason: String, code: &str) {
         warn!(turn_id = %turn.id, %reason, "the agent could not be started");
         self.undeliver(&turn.id, code).await;
-        self.finish(turn_failed(&turn.id, &reason)).await;
+        self.finish(turn_failed(&turn.id, &reason, self.clock.now_ms())).await;
     }
 
     /// The turn's messages never reached an agent: they become undeliverable with `code`,
@@ -500,7 +514,7 @@ impl Inner {
     async fn undeliver(&self, turn_id: &str, code: &str) {
         let mut retry = RETRY_FIRST;
         loop {
-            match self.store.undeliver_turn_messages(turn_id, code, now_ms()).await {
+            match self.store.undeliver_turn_messages(turn_id, code, self.clock.now_ms()).await {
                 Ok(_) => break,
                 Err(e) => {
                     warn!(error = %e, "cannot mark the turn's messages undeliverable");
@@ -539,14 +553,15 @@ impl Inner {
 /// dropped: the turn's outcome does not depend on it.
 async fn record_live(
     store: Arc<dyn Store>,
+    clock: Clock,
     thread_id: String,
     turn_id: String,
     mut followed: tokio::sync::mpsc::UnboundedReceiver<Live>,
 ) {
     while let Some(live) = followed.recv().await {
         let written = match &live {
-            Live::Session(session) => store.set_agent_session(&thread_id, session, now_ms()).await,
-            Live::Part(kind, text) => store.add_turn_part(&turn_id, *kind, text, now_ms()).await,
+            Live::Session(session) => store.set_agent_session(&thread_id, session, clock.now_ms()).await,
+            Live::Part(kind, text) => store.add_turn_part(&turn_id, *kind, text, clock.now_ms()).await,
         };
         if let Err(e) = written {
             warn!(error = %e, "cannot keep a part of the running turn");
@@ -570,13 +585,13 @@ fn turn_claim(config: &Config, thread: &ThreadRecord) -> TurnClaim {
     }
 }
 
-fn turn_failed(turn_id: &str, reason: &str) -> TurnOutcome {
+fn turn_failed(turn_id: &str, reason: &str, now: i64) -> TurnOutcome {
     TurnOutcome {
         turn_id: turn_id.to_string(),
         status: TurnStatus::Failed,
         output: String::new(),
         error: reason.to_string(),
-        now: now_ms(),
+        now,
         usage: None,
         agent_session: None,
     }

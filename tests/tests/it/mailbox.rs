@@ -713,9 +713,13 @@ async fn a_connection_parks_a_bounded_number_of_waits() {
     let home = TestHome::builder().start().await;
     let idle = home.thread("echo", None).await;
     let mut waits: Vec<_> = (0..WAITS_PER_CONNECTION).map(|_| park_wait(home.client(), &idle.id)).collect();
-    // A probe that returns at once passes until every wait has taken its place.
-    let refused = eventually("every wait parked", || async {
-        wait_req(&home, &[&idle.id], Some(0), HashMap::new()).await.err()
+    // A probe that returns at once passes until every wait has taken its place. A probe
+    // holds a place while it runs, so a wait arriving then is refused: it is parked again.
+    let refused = eventually("every wait parked", || {
+        for wait in waits.iter_mut().filter(|wait| wait.is_finished()) {
+            *wait = park_wait(home.client(), &idle.id);
+        }
+        async { wait_req(&home, &[&idle.id], Some(0), HashMap::new()).await.err() }
     })
     .await;
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");

@@ -2,6 +2,7 @@
 //! partitions between homes, no sockets.
 
 use kiki_bridge::memory::MemoryNetwork;
+use kiki_daemon::time::Clock;
 use kiki_proto as pb;
 use kiki_proto::Word;
 use kiki_tests::bridges::{list_via, receipt_no_longer, receipts, remote_send};
@@ -179,7 +180,7 @@ async fn three_homes_send_through_flapping_links_and_each_message_arrives_once()
 
 /// The receipt of the send with `key` over "bee" at `home`, once it says `delivered`.
 async fn delivered_receipt(home: &TestHome, key: &str) -> pb::Receipt {
-    kiki_tests::eventually("the source's receipt to say delivered", || async {
+    kiki_tests::eventually_on(home.clock(), "the source's receipt to say delivered", || async {
         receipts(home, "bee")
             .await
             .into_iter()
@@ -208,8 +209,18 @@ async fn paired_with_window(
     permissions: &str,
     window: Duration,
 ) -> Paired {
-    let a = open_home_on(network).config(move |c| c.bridge.retry_window = window).start().await;
-    let b = home(network).await;
+    paired_on_clock(network, permissions, window, &Clock::system()).await
+}
+
+/// [`paired_with_window`], both homes on `clock`.
+async fn paired_on_clock(
+    network: &std::sync::Arc<MemoryNetwork>,
+    permissions: &str,
+    window: Duration,
+    clock: &Clock,
+) -> Paired {
+    let a = open_home_on(network).clock(clock).config(move |c| c.bridge.retry_window = window).start().await;
+    let b = open_home_on(network).clock(clock).start().await;
     let (a_id, b_id) = (a.handle().home_id().to_string(), b.handle().home_id().to_string());
     a.bridge_to(&b, permissions).await;
     let thread = b.thread("echo", None).await.id;
@@ -252,7 +263,8 @@ async fn sent_unanswered(
     window: Duration,
     content: &str,
 ) -> Paired {
-    let paired = paired_with_window(network, permissions, window).await;
+    // On a manual clock: the window ends as the test's looks move the clock on.
+    let paired = paired_on_clock(network, permissions, window, &kiki_tests::manual_clock()).await;
     network.lose_answers(&paired.a_id, &paired.b_id, true);
     let sent = paired.a.send(remote_send("bee", &paired.thread, content, "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no answer came");
@@ -315,7 +327,9 @@ async fn revoking_at_the_source_ends_its_pending_sends() {
 #[tokio::test]
 async fn follow_ups_outlast_a_partition() {
     let network = MemoryNetwork::new();
-    let Paired { a, b, a_id, b_id, thread: t } = paired(&network, "send").await;
+    let clock = kiki_tests::manual_clock();
+    let window = Duration::from_secs(15 * 60);
+    let Paired { a, b, a_id, b_id, thread: t } = paired_on_clock(&network, "send", window, &clock).await;
     let sent = a.send(remote_send("bee", &t, "held", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
     assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status().word(), "accepted");
@@ -323,14 +337,14 @@ async fn follow_ups_outlast_a_partition() {
     b.say(&t, "the user speaks").await.expect("say");
     b.wait_turns(&t, 1).await;
     // Follow-ups fail meanwhile (their pauses grow with the message's age).
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    kiki_tests::advance_in_steps(&clock, Duration::from_secs(5), Duration::from_millis(100)).await;
     assert_eq!(
         receipt_no_longer(&a, "bee", "k1", "pending").await.status().word(),
         "accepted",
         "the source cannot know yet"
     );
     network.partition(&a_id, &b_id, false);
-    kiki_tests::eventually("the source's receipt to say delivered", || async {
+    kiki_tests::eventually_on(&clock, "the source's receipt to say delivered", || async {
         (receipt_no_longer(&a, "bee", "k1", "pending").await.status().word() == "delivered").then_some(())
     })
     .await;
@@ -347,7 +361,7 @@ async fn a_message_its_source_gave_up_on_is_never_delivered() {
     let expired = receipt_no_longer(&a, "bee", "k1", "pending").await;
     assert_eq!((expired.status().word().as_str(), expired.reason.as_str()), ("expired", "expired"));
     // The target agrees without waiting for a turn of the thread.
-    kiki_tests::eventually("the target's receipt to say expired", || async {
+    kiki_tests::eventually_on(b.clock(), "the target's receipt to say expired", || async {
         receipts(&b, &a_id).await.into_iter().find(|r| r.status().word() == "expired")
     })
     .await;
@@ -392,11 +406,12 @@ async fn a_message_delivered_before_its_window_ended_is_found_so_after_it_expire
 async fn a_confirmed_message_waits_past_its_window() {
     let network = MemoryNetwork::new();
     let window = Duration::from_secs(2);
-    let Paired { a, b, thread: t, .. } = paired_with_window(&network, "send", window).await;
+    let clock = kiki_tests::manual_clock();
+    let Paired { a, b, thread: t, .. } = paired_on_clock(&network, "send", window, &clock).await;
     let sent = a.send(remote_send("bee", &t, "held", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
     assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status().word(), "accepted");
-    tokio::time::sleep(window + Duration::from_secs(2)).await;
+    kiki_tests::advance_in_steps(&clock, window + Duration::from_secs(2), Duration::from_millis(100)).await;
     b.say(&t, "the user speaks").await.expect("say");
     let turn = b.wait_turns(&t, 1).await.remove(0);
     assert!(turn.output.contains("echo: held"), "{}", turn.output);

@@ -36,7 +36,6 @@ use crate::store::BridgeRecord;
 use crate::store::Store;
 use crate::store::{BridgeState, Direction, Permission, Refusal};
 use crate::threads::Threads;
-use crate::time::now_ms;
 
 /// Serving peers' calls, with what that works with.
 pub(super) struct Inbound {
@@ -84,7 +83,7 @@ impl Inbound {
                             .find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer_id);
                         matches!(
                             inbound.await,
-                            Ok(Some(b)) if b.state != BridgeState::Revoked || now_ms() - b.updated_at < kept
+                            Ok(Some(b)) if b.state != BridgeState::Revoked || checking.threads.clock().now_ms() - b.updated_at < kept
                         )
                     })
                 })
@@ -123,7 +122,7 @@ impl Inbound {
         else {
             return;
         };
-        let now = now_ms();
+        let now = self.threads.clock().now_ms();
         if bridge.state == BridgeState::Revoked
             || bridge.last_success.is_some_and(|t| now - t <= HEALTH_EVERY.as_millis() as i64)
         {

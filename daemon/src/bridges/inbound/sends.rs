@@ -19,7 +19,6 @@ use crate::error::Error;
 use crate::mailbox::{Delivery, Mailbox, Sent};
 use crate::store::{BridgeRecord, ReceiptRecord, RoomTag, SourceRef, ThreadRecord};
 use crate::store::{BridgeState, Direction, OutboxStatus, Permission, Refusal};
-use crate::time::now_ms;
 use kiki_proto::limits;
 
 /// Keys are the sender's: scoped by its home and thread, they never collide.
@@ -40,7 +39,7 @@ impl Inbound {
             target: call.target_session.clone(),
             status: OutboxStatus::Accepted,
             reason: String::new(),
-            at: now_ms(),
+            at: self.threads.clock().now_ms(),
         };
         let (code, message) = match self.accept_from(peer, &call, receipt.clone()).await {
             Ok(sent) => return crate::convert::sent_to_pb(sent),
@@ -125,7 +124,7 @@ impl Inbound {
         const CHUNK: u32 = 256;
         loop {
             // A full chunk: more may be overdue, so the next one goes at once.
-            let more = match self.store.expire_overdue_messages(now_ms(), CHUNK).await {
+            let more = match self.store.expire_overdue_messages(self.threads.clock().now_ms(), CHUNK).await {
                 Ok(n) => {
                     if n > 0 {
                         debug!(messages = n, "bridged messages expired at their deadline");
@@ -142,7 +141,7 @@ impl Inbound {
             }
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(EVERY) => {}
+                () = self.threads.clock().sleep(EVERY) => {}
             }
         }
     }
@@ -213,7 +212,7 @@ impl Inbound {
             receipt: Some(receipt),
             deadline: (call.window_left_ms > 0).then(|| {
                 let left = call.window_left_ms.min(crate::config::MAX_RETRY_WINDOW.as_millis() as u64);
-                now_ms() + left as i64
+                self.threads.clock().now_ms() + left as i64
             }),
             message_id: (!call.message_id.is_empty()).then(|| call.message_id.clone()),
             // A peer's keys are its own: no send here shares them.

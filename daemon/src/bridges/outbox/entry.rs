@@ -19,7 +19,6 @@ use crate::store::{
     EXPIRED, EventKind, EventRecord, MessageStatus, OutboxOutcome as Outcome, OutboxRecord, OutboxStatus,
     Refusal,
 };
-use crate::time::now_ms;
 
 /// What a peer's answer to a ThreadSend or follow-up call says about a message.
 #[derive(Clone)]
@@ -47,8 +46,7 @@ pub(super) fn outbox_hash(peer: &str, target: &str, content: &str) -> String {
 /// An entry's final state, due never (unless the caller makes it due: an `accepted` entry's
 /// follow-up, an expiry to ask the target about); a failure gives the sending thread an
 /// `undeliverable` event.
-pub(super) fn finish(mut entry: OutboxRecord, status: OutboxStatus, reason: &str) -> Outcome {
-    let now = now_ms();
+pub(super) fn finish(now: i64, mut entry: OutboxRecord, status: OutboxStatus, reason: &str) -> Outcome {
     entry.status = status;
     entry.reason = reason.to_string();
     entry.next_attempt_at = i64::MAX;
@@ -106,10 +104,9 @@ pub(super) fn first_answer(host: &str, entry: &OutboxRecord) -> Result<Sent> {
 }
 
 /// A pending entry's state for another attempt after `delay`.
-pub(super) fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -> Outcome {
+pub(super) fn retry_after(now: i64, mut entry: OutboxRecord, why: &str, delay: Duration) -> Outcome {
     entry.attempts += 1;
     debug!(message_id = %entry.id, attempts = entry.attempts, why, ?delay, "bridged send will be retried");
-    let now = now_ms();
     entry.status = OutboxStatus::Pending;
     entry.reason = why.chars().take(200).collect();
     entry.next_attempt_at = now + delay.as_millis() as i64;
@@ -118,30 +115,31 @@ pub(super) fn retry_after(mut entry: OutboxRecord, why: &str, delay: Duration) -
 }
 
 /// How long ago the entry's message was sent.
-pub(super) fn age(entry: &OutboxRecord) -> Duration {
-    Duration::from_millis((now_ms() - entry.created_at).max(0) as u64)
+pub(super) fn age(now: i64, entry: &OutboxRecord) -> Duration {
+    Duration::from_millis((now - entry.created_at).max(0) as u64)
 }
 
 /// A pending entry's state for another attempt after the peer answered but refused it for
 /// now (say, the bridge's inbound access is off): the link is fine, so the pause grows with
 /// the message's age instead of the peer's silence, from 250 ms to 30 s.
-pub(super) fn retry_refused(entry: OutboxRecord, why: &str) -> Outcome {
-    let delay = backoff(age(&entry));
-    retry_after(entry, why, delay)
+pub(super) fn retry_refused(now: i64, entry: OutboxRecord, why: &str) -> Outcome {
+    let delay = backoff(age(now, &entry));
+    retry_after(now, entry, why, delay)
 }
 
 /// An accepted entry's state for its next follow-up: after as long as the message has
 /// existed (so the pauses double), from 1 s up to a minute — about 20 follow-ups in a
 /// 15-minute window. `attempts` still counts the sends only.
-pub(super) fn follow_up_later(mut entry: OutboxRecord) -> Outcome {
-    entry.next_attempt_at = next_follow_up_at(&entry);
+pub(super) fn follow_up_later(now: i64, mut entry: OutboxRecord) -> Outcome {
+    entry.next_attempt_at = next_follow_up_at(now, &entry);
     (entry, None)
 }
 
 /// When an entry's next follow-up is due (see [`follow_up_later`]).
-pub(super) fn next_follow_up_at(entry: &OutboxRecord) -> i64 {
-    let delay = age(entry).clamp(FOLLOW_UP_FIRST, FOLLOW_UP_CAP).mul_f64(rand::rng().random_range(0.8..1.2));
-    now_ms() + delay.as_millis() as i64
+pub(super) fn next_follow_up_at(now: i64, entry: &OutboxRecord) -> i64 {
+    let delay =
+        age(now, entry).clamp(FOLLOW_UP_FIRST, FOLLOW_UP_CAP).mul_f64(rand::rng().random_range(0.8..1.2));
+    now + delay.as_millis() as i64
 }
 
 /// A follow-up due at `due`, brought forward to within half of what is left of a retry
@@ -187,10 +185,10 @@ pub(super) fn follow_up_call(entries: &[OutboxRecord], window_over: bool) -> wir
 }
 
 /// An entry the target refused for good (or expired: its deadline passed there first).
-pub(super) fn refused(entry: OutboxRecord, reason: &str) -> Outcome {
+pub(super) fn refused(now: i64, entry: OutboxRecord, reason: &str) -> Outcome {
     match reason {
-        EXPIRED => finish(entry, OutboxStatus::Expired, reason),
-        _ => finish(entry, OutboxStatus::Rejected, reason),
+        EXPIRED => finish(now, entry, OutboxStatus::Expired, reason),
+        _ => finish(now, entry, OutboxStatus::Rejected, reason),
     }
 }
 

@@ -50,7 +50,7 @@ use crate::store::{
 use crate::store::{BridgeState, OutboxStatus, SourceRef};
 use crate::sync::{KeyLocks, SendKey, lock};
 use crate::threads::new_id;
-use crate::time::now_ms;
+use crate::time::Clock;
 use kiki_proto::limits;
 
 /// The first and the longest pause between follow-ups of an accepted entry.
@@ -101,6 +101,8 @@ pub(super) struct OutboxParts {
     pub(super) outbox_work: Arc<tokio::sync::Notify>,
     /// Sends under way, one at a time per sender's key (shared with the mailbox).
     pub(super) send_keys: Arc<KeyLocks>,
+    /// The home's clock: windows, backoff, follow-ups, attempts' bounds.
+    pub(super) clock: Clock,
 }
 
 struct Inner {
@@ -139,11 +141,13 @@ struct Inner {
     resets: std::sync::Mutex<HashMap<String, u64>>,
     /// The worker's attempts, each a task of its own.
     tasks: TaskTracker,
+    /// The home's clock.
+    clock: Clock,
 }
 
 impl Outbox {
     pub(super) fn new(parts: OutboxParts, tasks: TaskTracker) -> Self {
-        let OutboxParts { table, links, store, config, outbox_work, send_keys } = parts;
+        let OutboxParts { table, links, store, config, outbox_work, send_keys, clock } = parts;
         Self {
             inner: Arc::new(Inner {
                 table,
@@ -162,8 +166,14 @@ impl Outbox {
                 unreached: Default::default(),
                 resets: Default::default(),
                 tasks,
+                clock,
             }),
         }
+    }
+
+    /// Now, by the home's clock.
+    fn now(&self) -> i64 {
+        self.inner.clock.now_ms()
     }
 
     /// Tells the worker to look again: entries were written or made due, or an attempt
@@ -209,7 +219,7 @@ impl Outbox {
         limits::text("target.session_id", target_session, limits::ID_MAX_CHARS)?;
         let bridge = self.inner.table.outbound(host).await?;
         let wait = self.inner.config.mailbox.delivery_wait;
-        let entry = new_entry(&bridge, source, target_session, content, key, now_ms(), wait);
+        let entry = new_entry(&bridge, source, target_session, content, key, self.now(), wait);
         let key = (entry.key_scope.clone(), entry.key.clone());
         // Held until the outcome is in the store or in `recording`, where a send with this
         // key looks first.
@@ -266,7 +276,7 @@ impl Outbox {
         bridge: &BridgeRecord,
         host: &str,
         wait: Duration,
-    ) -> Result<(Option<OutboxRecord>, (Result<Result<Outcome>, tokio::time::error::Elapsed>, u64))> {
+    ) -> Result<(Option<OutboxRecord>, (Result<Result<Outcome>, crate::time::Elapsed>, u64))> {
         let attempted = AtomicBool::new(false);
         let insert = async {
             self.inner.store.outbox_insert(entry).await.map_err(|e| match e {
@@ -282,7 +292,7 @@ impl Outbox {
         };
         let attempt = async {
             attempted.store(true, Ordering::Relaxed);
-            let outcome = tokio::time::timeout(wait, self.attempt(entry.clone(), Some(bridge))).await;
+            let outcome = self.inner.clock.timeout(wait, self.attempt(entry.clone(), Some(bridge))).await;
             Ok((outcome, self.resets(&entry.peer_home_id)))
         };
         tokio::try_join!(biased; insert, attempt)
@@ -357,16 +367,23 @@ impl Outbox {
     /// One delivery attempt: the entry's new state, and the event a final failure gives its
     /// sending thread. Nothing is recorded here (see [`Outbox::record`]).
     async fn attempt(&self, mut entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<Outcome> {
-        let now = now_ms();
+        let now = self.now();
         let bridge = match bridge {
             Some(b) => b.clone(),
             None => match self.inner.table.find(|b| b.id == entry.bridge_id).await? {
                 Some(b) => b,
-                None => return Ok(finish(entry, OutboxStatus::Rejected, Refusal::BridgeRemoved.as_str())),
+                None => {
+                    return Ok(finish(
+                        self.now(),
+                        entry,
+                        OutboxStatus::Rejected,
+                        Refusal::BridgeRemoved.as_str(),
+                    ));
+                }
             },
         };
         if bridge.revoked_here() {
-            return Ok(finish(entry, OutboxStatus::Rejected, Refusal::BridgeRevoked.as_str()));
+            return Ok(finish(self.now(), entry, OutboxStatus::Rejected, Refusal::BridgeRevoked.as_str()));
         }
         if self.window_over(&entry) {
             return Ok(self.expire(entry, &bridge).await);
@@ -375,17 +392,17 @@ impl Outbox {
         // its call may have reached the target, which may still take the message.
         let expires_at = self.expires_at(&entry);
         let mut outcome = match self.ship(&bridge, &mut entry).await {
-            Verdict::Delivered => finish(entry, OutboxStatus::Delivered, ""),
+            Verdict::Delivered => finish(self.now(), entry, OutboxStatus::Delivered, ""),
             // Followed up soon, before the target's deadline: that confirms it arrived.
             Verdict::Waiting => {
-                let (mut accepted, _) = finish(entry, OutboxStatus::Accepted, "");
-                let now = now_ms();
+                let (mut accepted, _) = finish(self.now(), entry, OutboxStatus::Accepted, "");
+                let now = self.now();
                 let first = now + FOLLOW_UP_FIRST.as_millis() as i64;
                 accepted.next_attempt_at = within_the_window(first, now, expires_at);
                 (accepted, None)
             }
-            Verdict::Refused(reason) => refused(entry, &reason),
-            Verdict::NotNow(why) => retry_refused(entry, &why),
+            Verdict::Refused(reason) => refused(self.now(), entry, &reason),
+            Verdict::NotNow(why) => retry_refused(self.now(), entry, &why),
             // Unreached: unless the peer answered another call meanwhile (the link is back
             // and this attempt rode a stale connection), back off.
             Verdict::Unanswered(why) if self.answered_since(&entry.peer_home_id, now) => {
@@ -423,13 +440,15 @@ impl Outbox {
             match asked {
                 Ok(Reply::FollowUp(reply)) if reply.answers.len() == 1 => {
                     match verdict(&reply.answers[0], &mut entry) {
-                        Verdict::Delivered => return finish(entry, OutboxStatus::Delivered, ""),
-                        Verdict::Waiting => return finish(entry, OutboxStatus::Accepted, ""),
+                        Verdict::Delivered => return finish(self.now(), entry, OutboxStatus::Delivered, ""),
+                        Verdict::Waiting => return finish(self.now(), entry, OutboxStatus::Accepted, ""),
                         Verdict::Refused(reason) if reason != Refusal::UnknownKey.as_str() => {
-                            return refused(entry, &reason);
+                            return refused(self.now(), entry, &reason);
                         }
                         // Unknown there: the target now refuses the key (given up on).
-                        Verdict::Refused(_) => return finish(entry, OutboxStatus::Expired, EXPIRED),
+                        Verdict::Refused(_) => {
+                            return finish(self.now(), entry, OutboxStatus::Expired, EXPIRED);
+                        }
                         Verdict::NotNow(_) | Verdict::Unanswered(_) => {}
                     }
                 }
@@ -437,7 +456,7 @@ impl Outbox {
                 _ => {}
             }
         }
-        let (mut expired, event) = finish(entry, OutboxStatus::Expired, EXPIRED);
+        let (mut expired, event) = finish(self.now(), entry, OutboxStatus::Expired, EXPIRED);
         expired.next_attempt_at = self.next_recheck(&expired);
         (expired, event)
     }
@@ -447,10 +466,10 @@ impl Outbox {
     /// default window), so a peer gone for good costs no more than its accepted messages;
     /// never once the target may have forgotten the key.
     fn next_recheck(&self, entry: &OutboxRecord) -> i64 {
-        if age(entry) > crate::config::MAX_RETRY_WINDOW {
+        if age(self.now(), entry) > crate::config::MAX_RETRY_WINDOW {
             return i64::MAX;
         }
-        next_follow_up_at(entry)
+        next_follow_up_at(self.now(), entry)
     }
 
     /// An entry that expired here without its target's word, after the target was asked
@@ -463,8 +482,8 @@ impl Outbox {
     fn rechecked(&self, entry: OutboxRecord, verdict: Verdict) -> Outcome {
         match verdict {
             // Neither gives an event (see `finish`).
-            Verdict::Delivered => finish(entry, OutboxStatus::Delivered, FOUND_DELIVERED),
-            Verdict::Waiting => finish(entry, OutboxStatus::Accepted, ""),
+            Verdict::Delivered => finish(self.now(), entry, OutboxStatus::Delivered, FOUND_DELIVERED),
+            Verdict::Waiting => finish(self.now(), entry, OutboxStatus::Accepted, ""),
             Verdict::Refused(_) => (OutboxRecord { next_attempt_at: i64::MAX, ..entry }, None),
             Verdict::NotNow(_) | Verdict::Unanswered(_) => {
                 let next_attempt_at = self.next_recheck(&entry);
@@ -478,14 +497,16 @@ impl Outbox {
     /// [`Outbox::expire`]).
     fn unreached(&self, peer: &str) {
         lock(&self.inner.settled).remove(peer);
-        lock(&self.inner.unreached).insert(peer.to_string(), now_ms());
+        lock(&self.inner.unreached).insert(peer.to_string(), self.now());
     }
 
     /// One ThreadSend call for `entry`, and what the answer says.
     async fn ship(&self, bridge: &BridgeRecord, entry: &mut OutboxRecord) -> Verdict {
         // Given up after the entry's window, the call is withdrawn: the message expires then,
         // and must not reach the target later through QUIC's retransmissions.
-        let left = Duration::from_millis((self.expires_at(entry) - now_ms()).max(0) as u64);
+        // (The withdrawal is the bridge crate's, on real time: `left` of the home's clock
+        // from now.)
+        let left = Duration::from_millis((self.expires_at(entry) - self.now()).max(0) as u64);
         match self.ask(bridge, &send_call(entry, left), Refusal::is_final, Some(Instant::now() + left)).await
         {
             Ok(Reply::ThreadSend(answer)) => verdict(&answer, entry),
@@ -505,7 +526,11 @@ impl Outbox {
         final_if: fn(Refusal) -> bool,
         withdraw_after: Option<Instant>,
     ) -> std::result::Result<Reply, Verdict> {
-        match tokio::time::timeout(ATTEMPT_TIMEOUT, self.inner.links.call(bridge, call, withdraw_after)).await
+        match self
+            .inner
+            .clock
+            .timeout(ATTEMPT_TIMEOUT, self.inner.links.call(bridge, call, withdraw_after))
+            .await
         {
             Ok(Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) }))
                 if refusal_from_wire(&e).is_some_and(final_if) =>
@@ -531,14 +556,14 @@ impl Outbox {
     /// contact since the start), not on every answer.
     async fn link_up(&self, bridge: &BridgeRecord) {
         let peer = &bridge.peer_home_id;
-        lock(&self.inner.answered).insert(peer.clone(), now_ms());
+        lock(&self.inner.answered).insert(peer.clone(), self.now());
         if lock(&self.inner.settled).contains(peer) {
             return;
         }
         // Counted before the write: an outcome recorded after this point is seen to have
         // raced it (see `Outbox::record`).
         *lock(&self.inner.resets).entry(peer.clone()).or_default() += 1;
-        if self.inner.store.outbox_retry_now(peer, now_ms()).await.is_ok() {
+        if self.inner.store.outbox_retry_now(peer, self.now()).await.is_ok() {
             lock(&self.inner.settled).insert(peer.clone());
             // The store woke the worker as the entries came due, maybe before the peer was
             // settled here: the worker looks again, now that it is no longer silent.
@@ -560,16 +585,16 @@ impl Outbox {
     fn retry_later(&self, entry: OutboxRecord, why: &str) -> Outcome {
         self.unreached(&entry.peer_home_id);
         let last_answer = lock(&self.inner.answered).get(&entry.peer_home_id).copied().unwrap_or(0);
-        let silent = now_ms() - entry.created_at.max(last_answer);
+        let silent = self.now() - entry.created_at.max(last_answer);
         let delay = backoff(Duration::from_millis(silent.max(0) as u64));
-        retry_after(entry, why, delay)
+        retry_after(self.now(), entry, why, delay)
     }
 
     /// The entry's state for another attempt after the first backoff step only: its attempt
     /// failed, but the link answered meanwhile, so the reset `link_up` made (or skipped, the
     /// peer being settled) must not be undone by this late failure.
     fn retry_soon(&self, entry: OutboxRecord, why: &str) -> Outcome {
-        retry_after(entry, why, backoff(Duration::ZERO))
+        retry_after(self.now(), entry, why, backoff(Duration::ZERO))
     }
 
     /// The follow-up of entries the target accepted without delivering them (and the
@@ -589,7 +614,7 @@ impl Outbox {
         for mut entry in entries {
             let bridge = self.inner.table.find(|b| b.id == entry.bridge_id && !b.revoked_here()).await?;
             // Past the least time any home keeps keys, the target may have forgotten it.
-            let forgotten = age(&entry) > crate::config::MAX_RETRY_WINDOW;
+            let forgotten = age(self.now(), &entry) > crate::config::MAX_RETRY_WINDOW;
             match bridge.filter(|_| !forgotten) {
                 None => {
                     entry.next_attempt_at = i64::MAX;
@@ -605,7 +630,7 @@ impl Outbox {
             }
         }
         for ((bridge, window_over), mut group) in asked {
-            let now = now_ms();
+            let now = self.now();
             let call = follow_up_call(&group, window_over);
             let verdicts: Vec<Verdict> =
                 match self.ask(&bridge, &call, Refusal::ends_each_message, None).await {
@@ -625,8 +650,8 @@ impl Outbox {
                     continue;
                 }
                 outcomes.push(match verdict {
-                    Verdict::Delivered => finish(entry, OutboxStatus::Delivered, ""),
-                    Verdict::Refused(reason) => refused(entry, &reason),
+                    Verdict::Delivered => finish(self.now(), entry, OutboxStatus::Delivered, ""),
+                    Verdict::Refused(reason) => refused(self.now(), entry, &reason),
                     Verdict::Waiting | Verdict::NotNow(_) | Verdict::Unanswered(_) => {
                         self.next_follow_up(entry)
                     }
@@ -642,15 +667,15 @@ impl Outbox {
     /// (the source does not know which of its answered follow-ups confirmed it).
     fn next_follow_up(&self, entry: OutboxRecord) -> Outcome {
         let expires_at = self.expires_at(&entry);
-        let (mut entry, event) = follow_up_later(entry);
-        entry.next_attempt_at = within_the_window(entry.next_attempt_at, now_ms(), expires_at);
+        let (mut entry, event) = follow_up_later(self.now(), entry);
+        entry.next_attempt_at = within_the_window(entry.next_attempt_at, self.now(), expires_at);
         (entry, event)
     }
 
     /// Whether the entry's retry window is over: also for one that expired here, whatever
     /// the window is now (raised since?).
     fn window_over(&self, entry: &OutboxRecord) -> bool {
-        entry.status == OutboxStatus::Expired || now_ms() >= self.expires_at(entry)
+        entry.status == OutboxStatus::Expired || self.now() >= self.expires_at(entry)
     }
 
     /// The first moment the entry's retry window is over.

@@ -13,7 +13,6 @@ use crate::error::Result;
 use crate::store::OutboxRecord;
 use crate::store::OutboxStatus;
 use crate::sync::{SendKey, lock};
-use crate::time::now_ms;
 
 /// Answered sends whose outcomes are on their way to the store (see
 /// [`Outbox::run_recorder`]). Until the store has an outcome, a send with its key, the
@@ -54,6 +53,7 @@ impl Outbox {
                 () = stop.cancelled() => return,
                 () = self.inner.outcomes_queued.notified() => {}
             }
+            // Real time: a linger batching writes, no timing of the home's.
             let linger = tokio::time::sleep(RECORD_LINGER);
             tokio::pin!(linger);
             while lock(&self.inner.recording).queued.len() < MAX_QUEUED_OUTCOMES {
@@ -120,7 +120,7 @@ impl Outbox {
         put_off_again.dedup();
         for peer in put_off_again {
             // The outcomes are written; at worst these entries wait out their backoff.
-            if let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await {
+            if let Err(e) = self.inner.store.outbox_retry_now(peer, self.now()).await {
                 warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
             }
         }

@@ -18,7 +18,6 @@ use crate::error::Result;
 use crate::store::{BridgeRecord, OutboxRecord};
 use crate::store::{Direction, OutboxStatus};
 use crate::sync::lock;
-use crate::time::now_ms;
 
 /// A claim on an outbox entry's attempt, or on a silent peer's probe; dropped, it may be
 /// taken again. It does not keep the bridges alive: an answered send's claim waits in
@@ -155,7 +154,7 @@ impl Outbox {
                 }
                 // Its attempts under way are listed too (still due until their outcome is
                 // recorded): the rest of the listing fills its free slots.
-                match self.inner.store.outbox_due(peer, now_ms(), MAX_ATTEMPTS_PER_PEER as u32).await {
+                match self.inner.store.outbox_due(peer, self.now(), MAX_ATTEMPTS_PER_PEER as u32).await {
                     Ok(due) => {
                         if !self.ship_due(due).await {
                             break;
@@ -169,12 +168,12 @@ impl Outbox {
             }
             let next_due = self.next_due(&outbound).await;
             let nap = next_due
-                .map_or(LOOK_AT_LEAST_EVERY, |at| Duration::from_millis((at - now_ms()).max(0) as u64))
+                .map_or(LOOK_AT_LEAST_EVERY, |at| Duration::from_millis((at - self.now()).max(0) as u64))
                 .min(LOOK_AT_LEAST_EVERY);
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = &mut told => {}
-                () = tokio::time::sleep(nap) => {}
+                () = self.inner.clock.sleep(nap) => {}
             }
         }
     }
@@ -182,7 +181,7 @@ impl Outbox {
     /// When the first entry of the `outbound` bridges' peers falls due from now on (those
     /// due already are under way, or wait for a slot or a probe: their end is announced).
     async fn next_due(&self, outbound: &[&BridgeRecord]) -> Option<i64> {
-        let now = now_ms();
+        let now = self.now();
         let mut first: Option<i64> = None;
         for bridge in outbound {
             match self.inner.store.outbox_next_due(&bridge.peer_home_id, now).await {
@@ -227,7 +226,7 @@ impl Outbox {
                 };
             let outbox = self.clone();
             self.inner.tasks.spawn(async move {
-                let age = age(&entry);
+                let age = age(outbox.now(), &entry);
                 let done = match probe {
                     Some(_) => outbox.probe(entry).await,
                     None => outbox.attempt_due(entry).await.map(drop),
@@ -235,7 +234,7 @@ impl Outbox {
                 if let Err(e) = done {
                     warn!(error = %e, "outbox attempt failed to record");
                     // Not again at once: the claims are held through a backoff.
-                    tokio::time::sleep(backoff(age)).await;
+                    outbox.inner.clock.sleep(backoff(age)).await;
                 }
                 drop((claim, probe, slot));
                 outbox.work_arrived();
@@ -246,10 +245,10 @@ impl Outbox {
             let (entries, claims): (Vec<_>, Vec<_>) = follow_ups.into_iter().unzip();
             let outbox = self.clone();
             self.inner.tasks.spawn(async move {
-                let age = entries.first().map(age).unwrap_or_default();
+                let age = entries.first().map(|e| age(outbox.now(), e)).unwrap_or_default();
                 if let Err(e) = outbox.follow_up_due(entries).await {
                     warn!(error = %e, "outbox follow-up failed to record");
-                    tokio::time::sleep(backoff(age)).await;
+                    outbox.inner.clock.sleep(backoff(age)).await;
                 }
                 drop((claims, slot));
                 outbox.work_arrived();
@@ -264,7 +263,7 @@ impl Outbox {
     /// next attempt, so a peer that does not answer holds one attempt at a time, not a slot
     /// per entry for [`ATTEMPT_TIMEOUT`] each.
     async fn probe(&self, entry: OutboxRecord) -> Result<()> {
-        let (peer, started) = (entry.peer_home_id.clone(), now_ms());
+        let (peer, started) = (entry.peer_home_id.clone(), self.now());
         self.put_off(
             &peer,
             &entry.id,
@@ -279,7 +278,7 @@ impl Outbox {
                 && e.next_attempt_at != i64::MAX
         }) && self.silent(&peer)
         {
-            let until = probe.next_attempt_at.min(now_ms() + BACKOFF_CAP.as_millis() as i64);
+            let until = probe.next_attempt_at.min(self.now() + BACKOFF_CAP.as_millis() as i64);
             self.put_off(&peer, &probe.id, until, started).await;
         }
         Ok(())
@@ -293,7 +292,7 @@ impl Outbox {
         if let Err(e) = self.inner.store.outbox_defer(peer, except, until, self.lifetime()).await {
             warn!(error = %e, peer, "cannot put off a silent peer's outbox entries");
         } else if (self.answered_since(peer, since) || !self.silent(peer) || !self.calls_go_to(peer).await)
-            && let Err(e) = self.inner.store.outbox_retry_now(peer, now_ms()).await
+            && let Err(e) = self.inner.store.outbox_retry_now(peer, self.now()).await
         {
             warn!(error = %e, peer, "cannot make a peer's outbox entries due again");
         }
@@ -342,7 +341,7 @@ impl Outbox {
         let current =
             self.inner.store.outbox_by_key(&listed.peer_home_id, &listed.key_scope, &listed.key).await?;
         Ok(current.filter(|e| {
-            e.next_attempt_at <= now_ms()
+            e.next_attempt_at <= self.now()
                 && matches!(e.status, OutboxStatus::Pending | OutboxStatus::Accepted | OutboxStatus::Expired)
         }))
     }

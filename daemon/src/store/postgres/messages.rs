@@ -192,19 +192,8 @@ pub(super) async fn accept_message(tx: &mut Tx, m: &NewMessage) -> StoreResult<S
     if let Some(refused) = rules::refuse_send(m, &send_facts(tx.conn(), m).await?) {
         return Ok(refused);
     }
-    // The input refers to the message for its content (see `claim_turn`): a message of up
-    // to 100,000 characters is not copied into its queued input.
-    let input = NewInput {
-        id: message_input_id(&m.id),
-        kind: InputKind::Message,
-        content: String::new(),
-        message_id: Some(m.id.clone()),
-        source: m.source.clone(),
-        room: m.room.clone(),
-        via: rules::bridged_from(m).map(str::to_string),
-        now: m.now,
-    };
-    if m.source.is_none() {
+    let rules::Acceptance { input, owner_spoke: owner } = rules::accept(m);
+    if owner {
         owner_spoke(tx, &m.target_thread).await?;
     }
     let wake = m.wake && !agent_wakes_spent(tx, m).await?;
@@ -217,11 +206,8 @@ pub(super) async fn accept_message(tx: &mut Tx, m: &NewMessage) -> StoreResult<S
         }
         _ => None,
     };
-    // The turn may have started for other queued input without taking this one.
-    let taken_by =
-        turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.as_str());
-    let delivered = taken_by.is_some();
-    let (status, receipt_status) = rules::arrival(delivered);
+    let arrived = rules::arrival(m, &input.id, turn.as_ref());
+
     sqlx::query(
         "INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
                                status, created_at, delivered_at, turn_id, deadline, via_home)
@@ -233,11 +219,11 @@ pub(super) async fn accept_message(tx: &mut Tx, m: &NewMessage) -> StoreResult<S
     .bind(m.source.as_ref().map(|s| &s.thread_id))
     .bind(m.source.as_ref().map_or("", |s| &s.workspace_id))
     .bind(&m.content)
-    .bind(status)
+    .bind(arrived.status)
     .bind(m.now)
-    .bind(taken_by.map(|_| m.now))
-    .bind(taken_by)
-    .bind(m.deadline.filter(|_| !delivered))
+    .bind(arrived.delivered_at)
+    .bind(&arrived.turn_id)
+    .bind(arrived.deadline)
     .bind(&input.via)
     .execute(tx.conn())
     .await?;
@@ -251,14 +237,14 @@ pub(super) async fn accept_message(tx: &mut Tx, m: &NewMessage) -> StoreResult<S
     .bind(m.now)
     .execute(tx.conn())
     .await?;
-    turns::insert_input(tx, &m.target_thread, &input, wake, taken_by).await?;
+    turns::insert_input(tx, &m.target_thread, &input, wake, arrived.turn_id.as_deref()).await?;
     if let Some(receipt) = &m.receipt {
-        let receipt = ReceiptRecord { message_id: m.id.clone(), status: receipt_status, ..receipt.clone() };
+        let receipt = ReceiptRecord { message_id: m.id.clone(), status: arrived.receipt, ..receipt.clone() };
         receipts::insert_receipt(tx, &receipt).await?;
     }
     Ok(SendOutcome::Accepted {
         message_id: m.id.clone(),
-        delivered,
+        delivered: arrived.turn_id.is_some(),
         turn: turn.map(Box::new),
         held: m.wake && !wake,
     })

@@ -174,19 +174,8 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     if let Some(refused) = rules::refuse_send(m, &send_facts(conn, m)?) {
         return Ok(refused);
     }
-    // The input refers to the message for its content (see `claim_turn`): a message of up
-    // to 100,000 characters is not copied into its queued input.
-    let input = NewInput {
-        id: message_input_id(&m.id),
-        kind: InputKind::Message,
-        content: String::new(),
-        message_id: Some(m.id.clone()),
-        source: m.source.clone(),
-        room: m.room.clone(),
-        via: rules::bridged_from(m).map(str::to_string),
-        now: m.now,
-    };
-    if m.source.is_none() {
+    let rules::Acceptance { input, owner_spoke: owner } = rules::accept(m);
+    if owner {
         owner_spoke(conn, &m.target_thread)?;
     }
     let wake = m.wake && !agent_wakes_spent(conn, m)?;
@@ -199,11 +188,7 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
         }
         _ => None,
     };
-    // The turn may have started for other queued input without taking this one.
-    let taken_by =
-        turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.as_str());
-    let delivered = taken_by.is_some();
-    let (status, receipt_status) = rules::arrival(delivered);
+    let arrived = rules::arrival(m, &input.id, turn.as_ref());
     run(
         conn,
         "INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
@@ -216,11 +201,11 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
             m.source.as_ref().map(|s| &s.thread_id),
             m.source.as_ref().map_or("", |s| &s.workspace_id),
             m.content,
-            status,
+            arrived.status,
             m.now,
-            taken_by.map(|_| m.now),
-            taken_by,
-            m.deadline.filter(|_| !delivered),
+            arrived.delivered_at,
+            arrived.turn_id,
+            arrived.deadline,
             input.via
         ],
     )?;
@@ -229,16 +214,16 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
         "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES (?, ?, ?, ?, ?)",
         params![m.key_scope, m.key, m.request_hash, m.id, m.now],
     )?;
-    insert_input(conn, &m.target_thread, &input, wake, taken_by)?;
+    insert_input(conn, &m.target_thread, &input, wake, arrived.turn_id.as_deref())?;
     if let Some(receipt) = &m.receipt {
         insert_receipt(
             conn,
-            &ReceiptRecord { message_id: m.id.clone(), status: receipt_status, ..receipt.clone() },
+            &ReceiptRecord { message_id: m.id.clone(), status: arrived.receipt, ..receipt.clone() },
         )?;
     }
     Ok(SendOutcome::Accepted {
         message_id: m.id.clone(),
-        delivered,
+        delivered: arrived.turn_id.is_some(),
         turn: turn.map(Box::new),
         held: m.wake && !wake,
     })

@@ -19,15 +19,12 @@ async fn a_follow_up_never_makes_a_second_message() {
     a.bridge_to(&b, "send").await;
     let sent = a.send(remote_send("bee", &t.id, "held", "k")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending);
-    let target_db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open");
-    target_db.busy_timeout(std::time::Duration::from_secs(10)).expect("busy timeout");
-    target_db.execute("DELETE FROM idempotency_keys WHERE key = 'k'", []).expect("forget the key");
+    let target_db = b.store();
+    target_db.execute("DELETE FROM idempotency_keys WHERE key = 'k'").await;
 
     let settled = receipt_no_longer(&a, "bee", "k", "accepted").await;
     assert_eq!((settled.status().word().as_str(), settled.reason.as_str()), ("rejected", "unknown_key"));
-    let messages: i64 = target_db
-        .query_row("SELECT count(*) FROM messages WHERE source_host IS NOT NULL", [], |r| r.get(0))
-        .expect("count");
+    let messages = target_db.count("SELECT count(*) FROM messages WHERE source_host IS NOT NULL").await;
     assert_eq!(messages, 1, "the follow-up created nothing");
 }
 
@@ -81,9 +78,8 @@ async fn a_follow_up_asks_where_many_messages_stand_in_one_call() {
     // The target forgets two of the keys (a restored database, say); a turn takes all six.
     // The source's follow-ups, several keys a call when they come due together, end each
     // message as the target answers for its own key.
-    let target_db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open");
-    target_db.busy_timeout(std::time::Duration::from_secs(10)).expect("busy timeout");
-    target_db.execute("DELETE FROM idempotency_keys WHERE key IN ('k2', 'k5')", []).expect("forget keys");
+    let target_db = b.store();
+    target_db.execute("DELETE FROM idempotency_keys WHERE key IN ('k2', 'k5')").await;
     b.say(&t.id, "the user speaks").await.expect("say");
     let expected: Vec<(String, String, String)> = keys
         .iter()
@@ -153,16 +149,18 @@ async fn a_call_arriving_after_its_source_gave_up_is_refused() {
 async fn a_send_expires_after_the_retry_window() {
     let window = std::time::Duration::from_secs(6);
     let (a, _b, t) = bridged_to_a_stopped_target(window).await;
-    let started = std::time::Instant::now();
+    let clock = a.clock().clone();
+    let started = clock.now_ms();
     let sent = a.send(remote_send("bee", &t.id, "too late", "k")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending);
-    let expired = kiki_tests::eventually("the send to expire", || async {
-        receipts(&a, "bee").await.into_iter().find(|r| r.status().word() == "expired")
-    })
-    .await;
-    // Its attempts find nobody (a dial waits up to 5 s) and its backoff grows, but no pause
-    // runs past the window: it expires then, or when the attempt under way then ends.
-    let took = started.elapsed();
+    let (expired, _) =
+        kiki_tests::eventually_advancing(&clock, STEP, LIMIT, "the send to expire", || async {
+            receipts(&a, "bee").await.into_iter().find(|r| r.status().word() == "expired")
+        })
+        .await;
+    // Its attempts find nobody (an attempt waits up to 5 s) and its backoff grows, but no
+    // pause runs past the window: it expires then, or when the attempt under way then ends.
+    let took = std::time::Duration::from_millis((clock.now_ms() - started) as u64);
     let attempt = std::time::Duration::from_secs(5);
     assert!(took >= window && took < window + attempt + std::time::Duration::from_secs(1), "{took:?}");
     assert!(expired.attempts >= 1);
@@ -178,7 +176,8 @@ async fn a_send_expires_after_the_retry_window() {
 async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
     let window = std::time::Duration::from_secs(12);
     let (a, _b, t) = bridged_to_a_stopped_target(window).await;
-    let started = std::time::Instant::now();
+    let clock = a.clock().clone();
+    let started = clock.now_ms();
     let (mut one, mut two) = (a.client().threads(), a.client().threads());
     let (first, second) = tokio::join!(
         one.thread_send(remote_send("bee", &t.id, "one", "k1")),
@@ -187,16 +186,16 @@ async fn a_silent_peers_other_messages_expire_when_their_window_ends() {
     for sent in [first, second] {
         assert_eq!(sent.expect("durable").into_inner().status(), pb::SendStatus::Pending);
     }
-    kiki_tests::eventually("a send to expire", || async {
+    kiki_tests::eventually_advancing(&clock, STEP, LIMIT, "a send to expire", || async {
         receipts(&a, "bee").await.into_iter().find(|r| r.status().word() == "expired")
     })
     .await;
-    // (Waiting for the probe, it would take 16 s or more: the first attempt's 3 s, a 5 s
-    // dial, a backoff of about as long as the silence, another dial.)
-    let took = started.elapsed();
+    // (Waiting for the probe, it would take 16 s or more: the first attempt, an attempt of
+    // up to 5 s, a backoff of about as long as the silence, another attempt.)
+    let took = std::time::Duration::from_millis((clock.now_ms() - started) as u64);
     let slack = std::time::Duration::from_millis(1_500);
     assert!(took >= window && took < window + slack, "first expiry after {took:?}");
-    kiki_tests::eventually("both to expire", || async {
+    kiki_tests::eventually_on(&clock, "both to expire", || async {
         receipts(&a, "bee").await.iter().all(|r| r.status().word() == "expired").then_some(())
     })
     .await;
@@ -213,17 +212,21 @@ async fn a_delivered_send_found_pending_after_its_window_is_asked_about_not_expi
     a.bridge_to(&b, "send,wake").await;
     let sent = a.send(remote_send("bee", &t.id, "hello", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Delivered);
-    a.restart_with(async |home| {
-        let db = rusqlite::Connection::open(home.join("kiki.db")).expect("open");
+    let store = a.store();
+    a.restart_with(async |_| {
         let sql =
             "UPDATE outbox SET status = 'pending', next_attempt_at = 0, created_at = created_at - 60000";
-        assert_eq!(db.execute(sql, []).expect("rewind"), 1);
+        assert_eq!(store.execute(sql).await, 1, "rewound");
     })
     .await;
     let at_source = receipt_no_longer(&a, "bee", "k1", "pending").await;
     assert_eq!((at_source.status().word().as_str(), at_source.reason.as_str()), ("delivered", ""));
     assert_eq!(b.all_turns(&t.id).await.len(), 1, "delivered once");
 }
+
+/// How far a test moves a manual clock between looks, and at most in all.
+const STEP: std::time::Duration = std::time::Duration::from_millis(50);
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A follow-up call asking about `keys` (source thread, key), and the target's reply.
 async fn follow_up(link: &kiki_bridge::PeerConnection, keys: &[(&str, &str)]) -> wire::bridge_reply::Reply {
@@ -251,7 +254,16 @@ async fn follow_up_as(
 async fn bridged_to_a_stopped_target(
     window: std::time::Duration,
 ) -> (TestHome, TestHome, pb::ThreadCreateResponse) {
-    let (a, b) = (open_home_with(window).await, open_home().await);
+    // On a manual clock, `a` dialing its stopped peer for 200 ms of real time at most: the
+    // window and the attempts' bounds pass as the test moves the clock on.
+    let clock = kiki_tests::manual_clock();
+    let a = TestHome::builder()
+        .clock(&clock)
+        .open_to_peers(window)
+        .config(|c| c.bridge.connect_timeout = std::time::Duration::from_millis(200))
+        .start()
+        .await;
+    let b = TestHome::builder().clock(&clock).open_to_peers(std::time::Duration::from_secs(60)).start().await;
     let t = b.thread("echo", None).await;
     a.bridge_to(&b, "send,wake").await;
     b.handle().shutdown();

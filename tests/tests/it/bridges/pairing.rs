@@ -193,9 +193,7 @@ async fn unknown_peers_can_only_file_rate_limited_requests() {
     let refused = a.send(remote_send("bee", &t.id, "x", "k")).await;
     let refused = refused.expect_err("refused");
     assert!(refused.message().contains("permission_denied"), "{}", refused.message());
-    let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open the store");
-    let written: i64 =
-        db.query_row("SELECT COUNT(*) FROM bridge_receipts", [], |row| row.get(0)).expect("count");
+    let written = b.store().count("SELECT COUNT(*) FROM bridge_receipts").await;
     assert_eq!(written, 0, "an unknown peer's refused send writes nothing");
     assert!(b.all_turns(&t.id).await.is_empty());
     let sixth = pb::BridgeRequestRequest {
@@ -250,10 +248,11 @@ async fn strangers_cannot_fill_the_owners_list_of_requests() {
 /// against the requests that may wait, cannot be approved any more, and the source sees it.
 #[tokio::test]
 async fn an_undecided_pairing_request_expires() {
-    // Long enough for the 32 requests to be filed on a loaded machine (~0.3 s here).
+    // On a manual clock the homes share: the expiry passes when the test moves it on.
+    let clock = kiki_tests::manual_clock();
     let expiry = std::time::Duration::from_secs(4);
-    let a = TestHome::builder().start().await;
-    let b = TestHome::builder().config(move |c| c.bridge.request_expiry = expiry).start().await;
+    let a = TestHome::builder().clock(&clock).start().await;
+    let b = TestHome::builder().clock(&clock).config(move |c| c.bridge.request_expiry = expiry).start().await;
     let first = request(&a, &b, "read", "bee").await;
     for i in 0..31 {
         let from = format!("127.0.1.{}", i / 8);
@@ -261,7 +260,9 @@ async fn an_undecided_pairing_request_expires() {
     }
     let refused = request_as_stranger_from(&b, "127.0.2.1").await.map(|e| e.code());
     assert_eq!(refused, Some(wire::Refusal::RateLimited), "32 wait");
-    tokio::time::sleep(expiry).await;
+    clock.advance(expiry - std::time::Duration::from_millis(1)).await;
+    assert_eq!(pending_requests(&b).await.len(), 32, "none expired before the expiry");
+    clock.advance(std::time::Duration::from_millis(1)).await;
     assert_eq!(pending_requests(&b).await.len(), 0, "all 32 expired");
     let late = approve_refused(&b, &first, "read", vec![]).await;
     assert_eq!(late.code(), Code::FailedPrecondition);
@@ -273,18 +274,13 @@ async fn an_undecided_pairing_request_expires() {
     assert_eq!(pending_requests(&b).await.len(), 2);
     approve(&b, &again, "read", vec![]).await;
     assert_eq!(outbound_listed(&a).await.state().word(), "active");
-    let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open the store");
-    let statuses: Vec<(String, i64)> = db
-        .prepare("SELECT status, COUNT(*) FROM bridge_requests GROUP BY status ORDER BY status")
-        .expect("prepare")
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
+    let statuses =
+        b.store().rows("SELECT status, COUNT(*) FROM bridge_requests GROUP BY status ORDER BY status").await;
     assert_eq!(statuses, [("approved".into(), 1), ("expired".into(), 32), ("pending".into(), 1)]);
     // A request decided longer ago than the expiry is forgotten; its source still shows the
     // outcome it learnt.
-    let (c, d) = (TestHome::builder().start().await, TestHome::builder().start().await);
+    let (c, d) =
+        (TestHome::builder().clock(&clock).start().await, TestHome::builder().clock(&clock).start().await);
     let refused = request(&c, &b, "read", "bee").await;
     let reject = pb::BridgeRejectRequest { request_id: refused.clone() };
     b.client().bridges().bridge_reject(reject).await.expect("reject");
@@ -294,15 +290,15 @@ async fn an_undecided_pairing_request_expires() {
     b.client().bridges().bridge_reject(pb::BridgeRejectRequest { request_id: unseen }).await.expect("reject");
     // Past the expiry (with a margin): what was decided before is forgotten; the stranger's
     // request, still waiting, expires now and is kept for the expiry again.
-    tokio::time::sleep(expiry + std::time::Duration::from_secs(1)).await;
+    clock.advance(expiry + std::time::Duration::from_secs(1)).await;
     assert_eq!(pending_requests(&b).await.len(), 0);
-    let left: Vec<String> = db
-        .prepare("SELECT status FROM bridge_requests")
-        .expect("prepare")
-        .query_map([], |row| row.get(0))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
+    let left: Vec<String> = b
+        .store()
+        .rows("SELECT status FROM bridge_requests")
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
     assert_eq!(left, ["expired"], "decided and expired requests forgotten");
     assert_eq!(outbound_listed(&c).await.state().word(), "rejected", "the source keeps the outcome");
     assert_eq!(outbound_listed(&d).await.state().word(), "expired", "a request the target no longer knows");

@@ -198,11 +198,7 @@ async fn a_bridged_message_undeliverable_after_it_was_taken_gets_a_receipt_at_th
         (at_source.status().word().as_str(), at_source.reason.as_str()),
         ("rejected", "thread_archived")
     );
-    let db = rusqlite::Connection::open(b.handle().home_dir().join("kiki.db")).expect("open");
-    let strays: i64 = db
-        .query_row("SELECT COUNT(*) FROM events WHERE thread_id NOT IN (SELECT id FROM threads)", [], |r| {
-            r.get(0)
-        })
-        .expect("count");
+    let strays =
+        b.store().count("SELECT COUNT(*) FROM events WHERE thread_id NOT IN (SELECT id FROM threads)").await;
     assert_eq!(strays, 0, "no event for a thread this home does not have");
 }

@@ -262,11 +262,10 @@ async fn a_delivered_send_stays_delivered_after_the_target_revoked_the_bridge() 
     let sent = a.send(remote_send("bee", &t.id, &hello, "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Delivered);
     b.client().bridges().bridge_revoke(pb::BridgeRevokeRequest { bridge: bridge.id }).await.expect("revoke");
-    a.restart_with(async |home| {
-        let db = rusqlite::Connection::open(home.join("kiki.db")).expect("open");
-        let rewound = db
-            .execute("UPDATE outbox SET status = 'pending', next_attempt_at = 0 WHERE key = 'k1'", [])
-            .expect("rewind");
+    let store = a.store();
+    a.restart_with(async |_| {
+        let rewound =
+            store.execute("UPDATE outbox SET status = 'pending', next_attempt_at = 0 WHERE key = 'k1'").await;
         assert_eq!(rewound, 1);
     })
     .await;
