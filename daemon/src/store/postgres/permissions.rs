@@ -1,19 +1,16 @@
 //! Permission requests on PostgreSQL.
 
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
 
 use super::events::insert_event;
 use super::*;
-
-const COLUMNS: &str = "id, thread_id, turn_id, tool, input, status, reason, created_at, decided_at";
 
 #[async_trait]
 impl PermissionStore for PostgresStore {
     async fn ask_permission(&self, r: &PermissionRecord, reason: &str) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         sqlx::query(&format!(
-            "INSERT INTO permission_requests ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            "INSERT INTO permission_requests ({PERMISSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ))
         .bind(&r.id)
         .bind(&r.thread_id)
@@ -64,23 +61,9 @@ impl PermissionStore for PostgresStore {
 }
 
 async fn permission_in(conn: &mut PgConnection, id: &str) -> StoreResult<Option<PermissionRecord>> {
-    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM permission_requests WHERE id = $1"))
+    let row = sqlx::query(&format!("SELECT {PERMISSION_COLUMNS} FROM permission_requests WHERE id = $1"))
         .bind(id)
         .fetch_optional(conn)
         .await?;
     row.as_ref().map(permission_from).transpose()
-}
-
-fn permission_from(row: &PgRow) -> StoreResult<PermissionRecord> {
-    Ok(PermissionRecord {
-        id: row.try_get("id")?,
-        thread_id: row.try_get("thread_id")?,
-        turn_id: row.try_get("turn_id")?,
-        tool: row.try_get("tool")?,
-        input: row.try_get("input")?,
-        status: row.try_get("status")?,
-        reason: row.try_get("reason")?,
-        created_at: row.try_get("created_at")?,
-        decided_at: row.try_get("decided_at")?,
-    })
 }

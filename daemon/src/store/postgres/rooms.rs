@@ -2,17 +2,11 @@
 //! transaction with the inputs (or turns) of the members they wake.
 
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
 
 use super::events::insert_event;
 use super::outbox::insert_outbox;
 use super::turns::{claim_turn, insert_input};
 use super::*;
-
-const ROOM_COLUMNS: &str = "seq, id, name, host_thread, paused, paused_reason, archived, agent_wakes, \
-     (SELECT COALESCE(MAX(e.seq), 0) FROM room_entries e WHERE e.room_id = rooms.id) AS last_seq, created_at, updated_at";
-const MEMBER_COLUMNS: &str = "member_id, kind, thread_id, profile, instructions, added_at";
-const ENTRY_COLUMNS: &str = "room_id, seq, id, author_host, author, content, mentions, woke, at";
 
 #[async_trait]
 impl RoomStore for PostgresStore {
@@ -203,26 +197,13 @@ impl RoomStore for PostgresStore {
     }
 
     async fn entry_deliveries(&self, entry_id: &str) -> StoreResult<Vec<EntryDelivery>> {
-        let rows = sqlx::query(
-            "SELECT peer_home_id, target_session, status, reason FROM outbox WHERE room_entry = $1
-             ORDER BY created_at, id",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {DELIVERY_COLUMNS} FROM outbox WHERE room_entry = $1 ORDER BY created_at, id"
+        ))
         .bind(entry_id)
         .fetch_all(self.reads()?)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(EntryDelivery {
-                    member: format!(
-                        "{}/{}",
-                        row.try_get::<String, _>("peer_home_id")?,
-                        row.try_get::<String, _>("target_session")?
-                    ),
-                    status: row.try_get("status")?,
-                    reason: row.try_get("reason")?,
-                })
-            })
-            .collect()
+        rows.iter().map(delivery_from).collect()
     }
 
     async fn room_home(&self, room_id: &str) -> StoreResult<Option<String>> {
@@ -444,52 +425,4 @@ async fn members_of(conn: &mut PgConnection, room_id: &str) -> StoreResult<Vec<M
         "SELECT {MEMBER_COLUMNS} FROM room_members WHERE room_id = $1 ORDER BY joined, added_at, member_id"
     );
     sqlx::query(&sql).bind(room_id).fetch_all(conn).await?.iter().map(member_from).collect()
-}
-
-fn room_from(row: &PgRow) -> StoreResult<RoomRecord> {
-    Ok(RoomRecord {
-        seq: row.try_get("seq")?,
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-        host_thread: row.try_get("host_thread")?,
-        paused: row.try_get("paused")?,
-        paused_reason: row.try_get("paused_reason")?,
-        archived: row.try_get("archived")?,
-        agent_wakes: row.try_get("agent_wakes")?,
-        last_seq: row.try_get("last_seq")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn member_from(row: &PgRow) -> StoreResult<MemberRecord> {
-    Ok(MemberRecord {
-        member_id: row.try_get("member_id")?,
-        kind: row.try_get("kind")?,
-        thread_id: row.try_get("thread_id")?,
-        profile: row.try_get("profile")?,
-        instructions: row.try_get("instructions")?,
-        added_at: row.try_get("added_at")?,
-    })
-}
-
-fn entry_from(row: &PgRow) -> StoreResult<EntryRecord> {
-    let author: String = row.try_get("author")?;
-    let author_host: String = row.try_get("author_host")?;
-    let words = |text: String| text.split(' ').filter(|w| !w.is_empty()).map(str::to_string).collect();
-    Ok(EntryRecord {
-        room_id: row.try_get("room_id")?,
-        seq: row.try_get("seq")?,
-        id: row.try_get("id")?,
-        author: (!author.is_empty()).then(|| SourceRef {
-            host_id: author_host,
-            thread_id: author,
-            workspace_id: String::new(),
-        }),
-        content: row.try_get("content")?,
-        mentions: words(row.try_get("mentions")?),
-        woke: words(row.try_get("woke")?),
-        at: row.try_get("at")?,
-        deliveries: Vec::new(),
-    })
 }

@@ -77,31 +77,23 @@ impl TurnStore for PostgresStore {
     }
 
     async fn turn_parts(&self, turn_id: &str, after: i64, limit: u32) -> StoreResult<Vec<TurnPart>> {
-        let rows = sqlx::query(
-            "SELECT seq, kind, text, at FROM turn_parts WHERE turn_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {PART_COLUMNS} FROM turn_parts WHERE turn_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        ))
         .bind(turn_id)
         .bind(after)
         .bind(i64::from(limit))
         .fetch_all(self.reads()?)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TurnPart {
-                    seq: row.try_get("seq")?,
-                    kind: row.try_get("kind")?,
-                    text: row.try_get("text")?,
-                    at: row.try_get("at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(part_from).collect()
     }
 
     async fn latest_turn(&self, thread_id: &str) -> StoreResult<Option<(String, TurnStatus)>> {
-        Ok(sqlx::query_as("SELECT id, status FROM turns WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1")
+        let row = sqlx::query("SELECT id, status FROM turns WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1")
             .bind(thread_id)
             .fetch_optional(self.reads()?)
-            .await?)
+            .await?;
+        row.as_ref().map(turn_status_from).transpose()
     }
 
     async fn agent_session(&self, thread_id: &str) -> StoreResult<Option<String>> {

@@ -98,7 +98,7 @@ impl BridgeStore for SqliteStore {
                     conn,
                     &format!("SELECT {BRIDGE_COLUMNS} FROM bridges ORDER BY created_at, id"),
                     [],
-                    bridge_from,
+                    |row| bridge_from(row),
                 )
             })
             .await
@@ -112,7 +112,7 @@ impl BridgeStore for SqliteStore {
                     "SELECT id, peer_home_id, name, want, status, created_at, decided_at, address FROM bridge_requests
                      ORDER BY created_at, id",
                     [],
-                    request_from,
+                    |row| request_from(row),
                 )
             })
             .await

@@ -24,7 +24,7 @@ impl EventStore for SqliteStore {
                     ),
                     params![thread_id, after],
                     limit,
-                    event_from,
+                    |row| event_from(row),
                 )
             })
             .await
@@ -53,7 +53,7 @@ impl EventStore for SqliteStore {
                     ),
                     [],
                     limit,
-                    event_from,
+                    |row| event_from(row),
                 )
             })
             .await

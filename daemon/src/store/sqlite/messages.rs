@@ -107,7 +107,9 @@ impl MessageStore for SqliteStore {
 }
 
 pub(super) fn message_in(conn: &Connection, id: &str) -> StoreResult<Option<MessageRecord>> {
-    first(conn, &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"), [id], message_from)
+    first(conn, &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"), [id], |row| {
+        message_from(row)
+    })
 }
 
 /// A kept key's request hash and message.

@@ -67,12 +67,12 @@ impl OutboxStore for SqliteStore {
                     sql!("SELECT {OUTBOX_COLUMNS} {}", outbox_due_sql()),
                     params![peer, now],
                     limit,
-                    outbox_from,
+                    |row| outbox_from(row),
                 )?;
                 let left = limit.saturating_sub(due.len() as u32);
                 if left > 0 {
                     let sql = sql!("SELECT {OUTBOX_COLUMNS} {}", outbox_unsettled_sql());
-                    due.extend(page(conn, sql, params![peer, now], left, outbox_from)?);
+                    due.extend(page(conn, sql, params![peer, now], left, |row| outbox_from(row))?);
                 }
                 Ok(due)
             })
@@ -113,7 +113,7 @@ impl OutboxStore for SqliteStore {
                     ),
                     params![bridge_id, created_at, id],
                     limit,
-                    outbox_from,
+                    |row| outbox_from(row),
                 )
             })
             .await
@@ -238,7 +238,7 @@ pub(super) fn outbox_entry(
             "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE key_scope = ? AND key = ? ORDER BY peer_home_id <> ? LIMIT 1"
         ),
         params![scope, key, peer],
-        outbox_from,
+        |row| outbox_from(row),
     )
 }
 

@@ -4,8 +4,6 @@ use async_trait::async_trait;
 
 use super::*;
 
-const COLUMNS: &str = "id, thread_id, turn_id, tool, input, status, reason, created_at, decided_at";
-
 #[async_trait]
 impl PermissionStore for SqliteStore {
     async fn ask_permission(&self, request: &PermissionRecord, reason: &str) -> StoreResult<()> {
@@ -15,7 +13,7 @@ impl PermissionStore for SqliteStore {
                 run(
                     conn,
                     &format!(
-                        "INSERT INTO permission_requests ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        "INSERT INTO permission_requests ({PERMISSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ),
                     params![
                         r.id,
@@ -70,17 +68,7 @@ impl PermissionStore for SqliteStore {
 }
 
 fn permission_in(conn: &Connection, id: &str) -> StoreResult<Option<PermissionRecord>> {
-    first(conn, &format!("SELECT {COLUMNS} FROM permission_requests WHERE id = ?"), [id], |row| {
-        Ok(PermissionRecord {
-            id: row.get("id")?,
-            thread_id: row.get("thread_id")?,
-            turn_id: row.get("turn_id")?,
-            tool: row.get("tool")?,
-            input: row.get("input")?,
-            status: row.get("status")?,
-            reason: row.get("reason")?,
-            created_at: row.get("created_at")?,
-            decided_at: row.get("decided_at")?,
-        })
+    first(conn, &format!("SELECT {PERMISSION_COLUMNS} FROM permission_requests WHERE id = ?"), [id], |row| {
+        permission_from(row)
     })
 }

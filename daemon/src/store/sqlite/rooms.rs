@@ -5,11 +5,6 @@ use async_trait::async_trait;
 
 use super::*;
 
-const ROOM_COLUMNS: &str = "seq, id, name, host_thread, paused, paused_reason, archived, agent_wakes, \
-     (SELECT COALESCE(MAX(e.seq), 0) FROM room_entries e WHERE e.room_id = rooms.id) AS last_seq, created_at, updated_at";
-const MEMBER_COLUMNS: &str = "member_id, kind, thread_id, profile, instructions, added_at";
-const ENTRY_COLUMNS: &str = "room_id, seq, id, author_host, author, content, mentions, woke, at";
-
 #[async_trait]
 impl RoomStore for SqliteStore {
     async fn create_room(&self, room: &RoomRecord) -> StoreResult<()> {
@@ -40,7 +35,7 @@ impl RoomStore for SqliteStore {
                     &format!("SELECT {ROOM_COLUMNS} FROM rooms WHERE seq < ? ORDER BY seq DESC"),
                     [before],
                     limit,
-                    room_from,
+                    |row| room_from(row),
                 )
             })
             .await
@@ -192,7 +187,7 @@ impl RoomStore for SqliteStore {
                     ),
                     params![room_id, after_seq],
                     limit,
-                    entry_from,
+                    |row| entry_from(row),
                 )
             })
             .await
@@ -204,20 +199,11 @@ impl RoomStore for SqliteStore {
             .read(move |conn| {
                 all(
                     conn,
-                    "SELECT peer_home_id, target_session, status, reason FROM outbox WHERE room_entry = ?
-                     ORDER BY created_at, id",
+                    &format!(
+                        "SELECT {DELIVERY_COLUMNS} FROM outbox WHERE room_entry = ? ORDER BY created_at, id"
+                    ),
                     [&entry_id],
-                    |row| {
-                        Ok(EntryDelivery {
-                            member: format!(
-                                "{}/{}",
-                                row.get::<_, String>("peer_home_id")?,
-                                row.get::<_, String>("target_session")?
-                            ),
-                            status: row.get("status")?,
-                            reason: row.get("reason")?,
-                        })
-                    },
+                    |row| delivery_from(row),
                 )
             })
             .await
@@ -440,7 +426,7 @@ fn entry_by_key(
 }
 
 fn room_by_id(conn: &Connection, id: &str) -> StoreResult<Option<RoomRecord>> {
-    first(conn, &format!("SELECT {ROOM_COLUMNS} FROM rooms WHERE id = ?"), [id], room_from)
+    first(conn, &format!("SELECT {ROOM_COLUMNS} FROM rooms WHERE id = ?"), [id], |row| room_from(row))
 }
 
 fn members_of(conn: &Connection, room_id: &str) -> StoreResult<Vec<MemberRecord>> {
@@ -450,54 +436,6 @@ fn members_of(conn: &Connection, room_id: &str) -> StoreResult<Vec<MemberRecord>
             "SELECT {MEMBER_COLUMNS} FROM room_members WHERE room_id = ? ORDER BY joined, added_at, member_id"
         ),
         [room_id],
-        member_from,
+        |row| member_from(row),
     )
-}
-
-fn room_from(row: &Row) -> StoreResult<RoomRecord> {
-    Ok(RoomRecord {
-        seq: row.get("seq")?,
-        id: row.get("id")?,
-        name: row.get("name")?,
-        host_thread: row.get("host_thread")?,
-        paused: row.get("paused")?,
-        paused_reason: row.get("paused_reason")?,
-        archived: row.get("archived")?,
-        agent_wakes: row.get("agent_wakes")?,
-        last_seq: row.get("last_seq")?,
-        created_at: row.get("created_at")?,
-        updated_at: row.get("updated_at")?,
-    })
-}
-
-fn member_from(row: &Row) -> StoreResult<MemberRecord> {
-    Ok(MemberRecord {
-        member_id: row.get("member_id")?,
-        kind: row.get("kind")?,
-        thread_id: row.get("thread_id")?,
-        profile: row.get("profile")?,
-        instructions: row.get("instructions")?,
-        added_at: row.get("added_at")?,
-    })
-}
-
-fn entry_from(row: &Row) -> StoreResult<EntryRecord> {
-    let author: String = row.get("author")?;
-    let author_host: String = row.get("author_host")?;
-    let words = |text: String| text.split(' ').filter(|w| !w.is_empty()).map(str::to_string).collect();
-    Ok(EntryRecord {
-        room_id: row.get("room_id")?,
-        seq: row.get("seq")?,
-        id: row.get("id")?,
-        author: (!author.is_empty()).then(|| SourceRef {
-            host_id: author_host,
-            thread_id: author,
-            workspace_id: String::new(),
-        }),
-        content: row.get("content")?,
-        mentions: words(row.get("mentions")?),
-        woke: words(row.get("woke")?),
-        at: row.get("at")?,
-        deliveries: Vec::new(),
-    })
 }

@@ -73,7 +73,7 @@ impl ThreadStore for SqliteStore {
                         ),
                         params![workspace, before],
                         query.limit,
-                        thread_from,
+                        |row| thread_from(row),
                     ),
                     None => page(
                         conn,
@@ -84,7 +84,7 @@ impl ThreadStore for SqliteStore {
                         ),
                         params![before],
                         query.limit,
-                        thread_from,
+                        |row| thread_from(row),
                     ),
                 }
             })
@@ -163,7 +163,7 @@ impl ThreadStore for SqliteStore {
                         "UPDATE threads SET communication = ?, updated_at = ? WHERE id = ? RETURNING {THREAD_COLUMNS}"
                     ),
                     params![setting.as_str(), now, thread_id],
-                    thread_from,
+                    |row| thread_from(row),
                 )
             })
             .await
@@ -171,5 +171,5 @@ impl ThreadStore for SqliteStore {
 }
 
 pub(super) fn thread_in(conn: &Connection, id: &str) -> StoreResult<Option<ThreadRecord>> {
-    first(conn, &format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"), [id], thread_from)
+    first(conn, &format!("SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"), [id], |row| thread_from(row))
 }

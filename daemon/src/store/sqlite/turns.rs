@@ -85,9 +85,9 @@ impl TurnStore for SqliteStore {
             .read(move |conn| {
                 all(
                     conn,
-                    "SELECT seq, kind, text, at FROM turn_parts WHERE turn_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    &format!("SELECT {PART_COLUMNS} FROM turn_parts WHERE turn_id = ? AND seq > ? ORDER BY seq LIMIT ?"),
                     params![turn_id, after, limit],
-                    |row| Ok(TurnPart { seq: row.get(0)?, kind: row.get(1)?, text: row.get(2)?, at: row.get(3)? }),
+                    |row| part_from(row),
                 )
             })
             .await
@@ -101,7 +101,7 @@ impl TurnStore for SqliteStore {
                     conn,
                     "SELECT id, status FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT 1",
                     [&thread_id],
-                    |row| Ok((row.get::<_, String>(0)?, row.get::<_, TurnStatus>(1)?)),
+                    |row| turn_status_from(row),
                 )
             })
             .await
@@ -296,7 +296,7 @@ impl TurnStore for SqliteStore {
                     ),
                     params![thread_id, after_seq],
                     limit,
-                    turn_from,
+                    |row| turn_from(row),
                 )?;
                 attach_items(conn, &mut turns)?;
                 Ok(turns)
@@ -318,7 +318,7 @@ impl TurnStore for SqliteStore {
                     ),
                     params![thread_id],
                     limit,
-                    turn_from,
+                    |row| turn_from(row),
                 )?;
                 turns.reverse();
                 attach_items(conn, &mut turns)?;
@@ -335,7 +335,7 @@ impl TurnStore for SqliteStore {
                     conn,
                     &format!("SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = ? AND id = ?"),
                     params![thread_id, turn_id],
-                    turn_from,
+                    |row| turn_from(row),
                 )?;
                 let Some(turn) = turn else { return Ok(None) };
                 let mut turns = [turn];
