@@ -14,8 +14,9 @@
 //!   pauses it now.
 
 use super::{
-    ClaimedTurn, InputKind, InputRecord, MemberKind, MemberRecord, MessageStatus, Millis, NewInput,
-    NewMessage, OutboxStatus, RoomRecord, SendOutcome, SourceRef, message_input_id,
+    ClaimedTurn, EntryRecord, InputKind, InputRecord, MemberKind, MemberRecord, MessageStatus, Millis,
+    NewEntry, NewInput, NewMessage, OutboxStatus, RoomRecord, RoomTag, SendOutcome, SourceRef,
+    message_input_id,
 };
 
 /// What a send's decision rests on, read in the transaction that would store it.
@@ -279,8 +280,7 @@ pub struct Arrival {
 }
 
 pub fn arrival(m: &NewMessage, input_id: &str, turn: Option<&ClaimedTurn>) -> Arrival {
-    let taken_by = turn.filter(|t| t.inputs.iter().any(|i| i.id == input_id)).map(|t| t.turn.id.clone());
-    match taken_by {
+    match taken_by(turn, input_id) {
         Some(turn_id) => Arrival {
             status: MessageStatus::Delivered,
             receipt: OutboxStatus::Delivered,
@@ -295,6 +295,44 @@ pub fn arrival(m: &NewMessage, input_id: &str, turn: Option<&ClaimedTurn>) -> Ar
             delivered_at: None,
             deadline: m.deadline,
         },
+    }
+}
+
+/// The turn that took the input `input_id`, if the turn started in its commit did: it may
+/// have started for other queued input without it.
+pub fn taken_by(turn: Option<&ClaimedTurn>, input_id: &str) -> Option<String> {
+    turn.filter(|t| t.inputs.iter().any(|i| i.id == input_id)).map(|t| t.turn.id.clone())
+}
+
+/// The input a room entry queues for the `nth` member it wakes. It refers to the entry for
+/// its content (a post of up to 20,000 characters is written once, not again per member);
+/// its id follows the entry's, which grows with time, so the inputs' id index is appended
+/// to. An author of another home posted through its own bridge to this one.
+pub fn entry_input(e: &NewEntry, nth: usize) -> NewInput {
+    NewInput {
+        id: format!("in_{}_{nth}", e.id),
+        kind: InputKind::Message,
+        content: String::new(),
+        message_id: Some(e.id.clone()),
+        source: e.author.clone(),
+        room: Some(RoomTag { room: e.room_id.clone(), entry: e.id.clone() }),
+        via: e.author.as_ref().map(|a| a.host_id.clone()).filter(|h| !h.is_empty()),
+        now: e.now,
+    }
+}
+
+/// A post's entry as logged: next in its room's log, naming whom it woke.
+pub fn entry(e: &NewEntry, room: &RoomRecord, woke: Vec<String>) -> EntryRecord {
+    EntryRecord {
+        room_id: e.room_id.clone(),
+        seq: room.last_seq + 1,
+        id: e.id.clone(),
+        author: e.author.clone(),
+        content: e.content.clone(),
+        mentions: e.mentions.clone(),
+        woke,
+        at: e.now,
+        deliveries: Vec::new(),
     }
 }
 
@@ -867,5 +905,41 @@ mod tests {
         );
         let archived = RoomRecord { archived: true, ..room(false, 0) };
         assert_eq!(plan_post(&archived, &members, None, &[], 20), Err(PostRefusal::Archived));
+    }
+
+    #[test]
+    fn a_post_queues_one_input_per_woken_member_and_logs_the_next_entry() {
+        let post = NewEntry {
+            room_id: "room_1".into(),
+            id: "ent_1".into(),
+            author: Some(SourceRef {
+                host_id: "PEER".into(),
+                thread_id: "th_far".into(),
+                workspace_id: String::new(),
+            }),
+            content: "hello @a".into(),
+            mentions: vec!["a".into()],
+            key_scope: "th_far".into(),
+            key: "k".into(),
+            request_hash: "h".into(),
+            claims: Vec::new(),
+            remote: Vec::new(),
+            max_agent_wakes: 20,
+            now: 7,
+        };
+        let second = entry_input(&post, 1);
+        assert_eq!(second.id, "in_ent_1_1", "after the entry's id, one per woken member");
+        assert_eq!(
+            (second.content.as_str(), second.message_id.as_deref()),
+            ("", Some("ent_1")),
+            "refers to the entry"
+        );
+        assert_eq!(second.room, Some(RoomTag { room: "room_1".into(), entry: "ent_1".into() }));
+        assert_eq!(second.via.as_deref(), Some("PEER"), "came through the author's home's bridge");
+        let owners = NewEntry { author: None, ..post.clone() };
+        assert_eq!(entry_input(&owners, 0).via, None);
+        let logged = entry(&post, &RoomRecord { last_seq: 41, ..room(false, 0) }, vec!["th_a".into()]);
+        assert_eq!((logged.seq, logged.woke.as_slice(), logged.at), (42, ["th_a".to_string()].as_slice(), 7));
+        assert_eq!(taken_by(None, "in_ent_1_0"), None);
     }
 }

@@ -81,6 +81,43 @@ pub struct ClaimedTurn {
     pub inputs: Vec<InputRecord>,
 }
 
+impl ClaimedTurn {
+    /// The turn a claim wrote: number `seq` of `thread_id`, running since `now` with `input`
+    /// rendered from `inputs`.
+    pub fn started(
+        thread_id: &str,
+        turn_id: &str,
+        seq: i64,
+        input: String,
+        now: Millis,
+        inputs: Vec<InputRecord>,
+    ) -> Self {
+        let items = inputs
+            .iter()
+            .map(|i| TurnItem {
+                kind: i.kind,
+                message_id: i.message_id.clone(),
+                source: i.source.clone(),
+                room: i.room.clone(),
+            })
+            .collect();
+        let turn = TurnRecord {
+            id: turn_id.to_string(),
+            thread_id: thread_id.to_string(),
+            seq,
+            status: TurnStatus::Running,
+            input,
+            output: String::new(),
+            error: String::new(),
+            started_at: now,
+            ended_at: None,
+            items,
+            usage: None,
+        };
+        Self { turn, inputs }
+    }
+}
+
 words! {
     TurnStatus {
         Running => "running",

@@ -293,17 +293,7 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
         // As the roster shows it: a persona that has its thread by its thread's id.
         woke.push(thread.clone());
     }
-    let entry = EntryRecord {
-        room_id: e.room_id.clone(),
-        seq: room.last_seq + 1,
-        id: e.id.clone(),
-        author: e.author.clone(),
-        content: e.content.clone(),
-        mentions: e.mentions.clone(),
-        woke,
-        at: e.now,
-        deliveries: Vec::new(),
-    };
+    let entry = rules::entry(e, &room, woke);
     insert_entry(conn, &entry, e)?;
     record_loop_guard(conn, &room, e, &plan)?;
     Ok(PostOutcome::Posted { entry, turns, queued, paused: plan.pause })
@@ -324,21 +314,7 @@ fn wake_member(conn: &Connection, e: &NewEntry, thread: &str, nth: usize) -> Sto
             Ok(row.get::<_, bool>(0)?)
         })?;
     let Some(running) = running else { return Ok(None) };
-    // The input refers to the entry for its content (see `claim_turn`): a post of up to
-    // 20,000 characters is written once, not again for each member it wakes.
-    let input = NewInput {
-        // After the entry's id, which grows with time: inputs' id index is appended to,
-        // not written all over as the logs grow.
-        id: format!("in_{}_{nth}", e.id),
-        kind: InputKind::Message,
-        content: String::new(),
-        message_id: Some(e.id.clone()),
-        source: e.author.clone(),
-        room: Some(RoomTag { room: e.room_id.clone(), entry: e.id.clone() }),
-        // An author of another home posted through its own bridge to this one.
-        via: e.author.as_ref().map(|a| a.host_id.clone()).filter(|h| !h.is_empty()),
-        now: e.now,
-    };
+    let input = rules::entry_input(e, nth);
     // A busy thread queues it without a claim.
     let claim = e.claims.iter().find(|(t, _)| t == thread).map(|(_, claim)| claim);
     let turn = match claim.filter(|_| !running) {
@@ -348,8 +324,7 @@ fn wake_member(conn: &Connection, e: &NewEntry, thread: &str, nth: usize) -> Sto
         }
         None => None,
     };
-    let taken_by =
-        turn.as_ref().filter(|t| t.inputs.iter().any(|i| i.id == input.id)).map(|t| t.turn.id.clone());
+    let taken_by = rules::taken_by(turn.as_ref(), &input.id);
     insert_input(conn, thread, &input, true, taken_by.as_deref())?;
     Ok(Some(Woken { turn, taken: taken_by.is_some() }))
 }

@@ -454,31 +454,7 @@ pub(super) fn claim_turn(
         params![seq, now, thread_id],
     )?;
     touched(Some(thread_id));
-    let items = inputs
-        .iter()
-        .map(|i| TurnItem {
-            kind: i.kind,
-            message_id: i.message_id.clone(),
-            source: i.source.clone(),
-            room: i.room.clone(),
-        })
-        .collect();
-    Ok(Some(ClaimedTurn {
-        turn: TurnRecord {
-            id: turn_id.clone(),
-            thread_id: thread_id.to_string(),
-            seq,
-            status: TurnStatus::Running,
-            input: rendered,
-            output: String::new(),
-            error: String::new(),
-            started_at: now,
-            ended_at: None,
-            items,
-            usage: None,
-        },
-        inputs,
-    }))
+    Ok(Some(ClaimedTurn::started(thread_id, turn_id, seq, rendered, now, inputs)))
 }
 
 /// What the thread's turns have cost, in dollars.
