@@ -138,49 +138,40 @@ pub(super) async fn stored_key(
 /// would store it. The key decides before anything else does: when it is kept, nothing
 /// else is read.
 async fn send_facts(conn: &mut PgConnection, m: &NewMessage) -> StoreResult<rules::SendFacts> {
-    let key = stored_key(&mut *conn, &m.key_scope, &m.key)
-        .await?
+    // One statement, one round trip: every fact the rules may ask about.
+    let peer = rules::bridged_from(m);
+    let (request_hash, message_id, key_sent_away, key_given_up, target_live, bridge_open, id_taken): (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        bool,
+        bool,
+        bool,
+        bool,
+    ) = sqlx::query_as(
+        "SELECT (SELECT request_hash FROM idempotency_keys WHERE scope = $1 AND key = $2),
+                (SELECT message_id FROM idempotency_keys WHERE scope = $1 AND key = $2),
+                (SELECT id FROM outbox WHERE key_scope = $1 AND key = $2 LIMIT 1),
+                $3 AND EXISTS (SELECT 1 FROM given_up_keys WHERE scope = $1 AND key = $2),
+                EXISTS (SELECT 1 FROM threads WHERE id = $4 AND NOT archived),
+                $5::TEXT IS NULL
+                    OR EXISTS (SELECT 1 FROM bridges WHERE direction = $6 AND peer_home_id = $5 AND state = $7),
+                $5::TEXT IS NOT NULL
+                    AND (EXISTS (SELECT 1 FROM messages WHERE id = $8) OR EXISTS (SELECT 1 FROM outbox WHERE id = $8))",
+    )
+    .bind(&m.key_scope)
+    .bind(&m.key)
+    .bind(rules::may_be_given_up(m))
+    .bind(&m.target_thread)
+    .bind(peer)
+    .bind(Direction::Inbound)
+    .bind(BridgeState::Active)
+    .bind(&m.id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let key = request_hash
+        .zip(message_id)
         .map(|(request_hash, message_id)| rules::KeptKey { request_hash, message_id });
-    if key.is_some() {
-        return Ok(rules::SendFacts { key, ..Default::default() });
-    }
-    let key_sent_away: Option<String> =
-        sqlx::query_scalar("SELECT id FROM outbox WHERE key_scope = $1 AND key = $2 LIMIT 1")
-            .bind(&m.key_scope)
-            .bind(&m.key)
-            .fetch_optional(&mut *conn)
-            .await?;
-    let key_given_up = rules::may_be_given_up(m)
-        && sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM given_up_keys WHERE scope = $1 AND key = $2)")
-            .bind(&m.key_scope)
-            .bind(&m.key)
-            .fetch_one(&mut *conn)
-            .await?;
-    let target_live: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM threads WHERE id = $1 AND NOT archived)")
-            .bind(&m.target_thread)
-            .fetch_one(&mut *conn)
-            .await?;
-    let (bridge_open, id_taken) = match rules::bridged_from(m) {
-        None => (true, false),
-        Some(peer) => {
-            let open: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM bridges WHERE direction = $1 AND peer_home_id = $2 AND state = $3)",
-            )
-            .bind(Direction::Inbound)
-            .bind(peer)
-            .bind(BridgeState::Active)
-            .fetch_one(&mut *conn)
-            .await?;
-            let taken: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM messages WHERE id = $1) OR EXISTS (SELECT 1 FROM outbox WHERE id = $1)",
-            )
-            .bind(&m.id)
-            .fetch_one(&mut *conn)
-            .await?;
-            (open, taken)
-        }
-    };
     Ok(rules::SendFacts { key, key_sent_away, key_given_up, target_live, bridge_open, id_taken })
 }
 
@@ -208,10 +199,15 @@ pub(super) async fn accept_message(tx: &mut Tx, m: &NewMessage) -> StoreResult<S
     };
     let arrived = rules::arrival(m, &input.id, turn.as_ref());
 
+    // The message and its key in one statement (one round trip); the key's reference to
+    // the message is checked at the statement's end.
     sqlx::query(
-        "INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
-                               status, created_at, delivered_at, turn_id, deadline, via_home)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        "WITH message AS (
+             INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
+                                   status, created_at, delivered_at, turn_id, deadline, via_home)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12))
+         INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at)
+         VALUES ($13, $14, $15, $1, $8)",
     )
     .bind(&m.id)
     .bind(&m.target_thread)
@@ -225,16 +221,9 @@ pub(super) async fn accept_message(tx: &mut Tx, m: &NewMessage) -> StoreResult<S
     .bind(&arrived.turn_id)
     .bind(arrived.deadline)
     .bind(&input.via)
-    .execute(tx.conn())
-    .await?;
-    sqlx::query(
-        "INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at) VALUES ($1, $2, $3, $4, $5)",
-    )
     .bind(&m.key_scope)
     .bind(&m.key)
     .bind(&m.request_hash)
-    .bind(&m.id)
-    .bind(m.now)
     .execute(tx.conn())
     .await?;
     turns::insert_input(tx, &m.target_thread, &input, wake, arrived.turn_id.as_deref()).await?;

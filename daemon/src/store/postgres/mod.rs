@@ -40,9 +40,10 @@ use rows::*;
 /// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
 const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "schema", include_str!("migrations/0001_schema.sql"))];
 
-/// The advisory lock every write takes for its transaction (any fixed number: kiki's
-/// database is kiki's own).
-const WRITE_LOCK: i64 = 0x6b696b69;
+/// How every write begins: its transaction, and in the same round trip the home's write
+/// lock, an advisory lock held until the transaction ends (any fixed number: kiki's database
+/// is kiki's own).
+const BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(1802071913)";
 /// The advisory lock migrations run under, so that two kikids starting at once on one
 /// database migrate it once.
 const MIGRATION_LOCK: i64 = 0x6b696b6a;
@@ -171,8 +172,7 @@ impl PostgresStore {
         if self.closed.load(Ordering::Acquire) {
             return Err(StoreError::Closed);
         }
-        let mut conn = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *conn).await?;
+        let conn = self.pool.begin_with(BEGIN_WRITE).await?;
         Ok(Tx { conn, noted: Vec::new() })
     }
 
