@@ -14,9 +14,9 @@
 //!   pauses it now.
 
 use super::{
-    ClaimedTurn, EntryRecord, InputKind, InputRecord, MemberKind, MemberRecord, MessageStatus, Millis,
-    NewEntry, NewInput, NewMessage, OutboxStatus, RoomRecord, RoomTag, SendOutcome, SourceRef,
-    message_input_id,
+    ClaimedTurn, EntryRecord, EventKind, EventRecord, InputKind, InputRecord, MemberKind, MemberRecord,
+    MessageStatus, Millis, NewEntry, NewInput, NewMessage, OutboxStatus, RoomRecord, RoomTag, SendOutcome,
+    SourceRef, event, local_sender, message_input_id,
 };
 
 /// What a send's decision rests on, read in the transaction that would store it.
@@ -296,6 +296,27 @@ pub fn arrival(m: &NewMessage, input_id: &str, turn: Option<&ClaimedTurn>) -> Ar
             deadline: m.deadline,
         },
     }
+}
+
+/// A message made undeliverable (`reason`): the event telling its target thread, and its
+/// sender too when that is a thread of this home (a peer's thread learns from its home's
+/// follow-ups).
+pub fn undeliverable_events(
+    message_id: &str,
+    target: &str,
+    source: Option<String>,
+    source_host: Option<&str>,
+    reason: &str,
+    now: Millis,
+) -> Vec<EventRecord> {
+    std::iter::once(target.to_string())
+        .chain(local_sender(source, source_host))
+        .map(|thread| EventRecord {
+            reason: reason.to_string(),
+            message_id: Some(message_id.to_string()),
+            ..event(&thread, EventKind::Undeliverable, now)
+        })
+        .collect()
 }
 
 /// The turn that took the input `input_id`, if the turn started in its commit did: it may
@@ -941,5 +962,24 @@ mod tests {
         let logged = entry(&post, &RoomRecord { last_seq: 41, ..room(false, 0) }, vec!["th_a".into()]);
         assert_eq!((logged.seq, logged.woke.as_slice(), logged.at), (42, ["th_a".to_string()].as_slice(), 7));
         assert_eq!(taken_by(None, "in_ent_1_0"), None);
+    }
+
+    #[test]
+    fn an_undeliverable_message_is_told_to_its_target_and_its_own_sender() {
+        let told = |source: Option<&str>, host: Option<&str>| -> Vec<String> {
+            undeliverable_events("msg_1", "th_t", source.map(str::to_string), host, "thread_archived", 5)
+                .into_iter()
+                .map(|e| {
+                    assert_eq!(
+                        (e.kind, e.reason.as_str(), e.message_id.as_deref(), e.at),
+                        (EventKind::Undeliverable, "thread_archived", Some("msg_1"), 5)
+                    );
+                    e.thread_id
+                })
+                .collect()
+        };
+        assert_eq!(told(Some("th_s"), Some("")), ["th_t", "th_s"], "a sender of this home");
+        assert_eq!(told(Some("th_s"), Some("PEER")), ["th_t"], "a peer's sender learns from its home");
+        assert_eq!(told(None, None), ["th_t"], "the owner");
     }
 }

@@ -28,12 +28,12 @@ impl BridgeStore for PostgresStore {
             .execute(tx.conn())
             .await?;
         let mut notified = Vec::new();
+        let reason = Refusal::BridgeRevoked.as_str();
         for (message_id, thread_id) in rejected {
-            let mut e = event(&thread_id, EventKind::Undeliverable, now);
-            e.reason = Refusal::BridgeRevoked.to_string();
-            e.message_id = Some(message_id.clone());
-            insert_event(&mut tx, &e).await?;
-            receipt_follows(&mut tx, &message_id, Refusal::BridgeRevoked.as_str(), now).await?;
+            for e in rules::undeliverable_events(&message_id, &thread_id, None, None, reason, now) {
+                insert_event(&mut tx, &e).await?;
+            }
+            receipt_follows(&mut tx, &message_id, reason, now).await?;
             if !notified.contains(&thread_id) {
                 notified.push(thread_id);
             }

@@ -119,16 +119,15 @@ impl ThreadStore for PostgresStore {
             .bind(id)
             .execute(tx.conn())
             .await?;
+            let reason = Refusal::ThreadArchived.as_str();
             for (message_id, source, source_host) in undeliverable {
-                let local_source = local_sender(source, source_host.as_deref());
-                notified.extend(local_source.clone());
-                for thread in std::iter::once(id.to_string()).chain(local_source) {
-                    let mut e = event(&thread, EventKind::Undeliverable, now);
-                    e.reason = Refusal::ThreadArchived.to_string();
-                    e.message_id = Some(message_id.clone());
-                    insert_event(&mut tx, &e).await?;
+                let told =
+                    rules::undeliverable_events(&message_id, id, source, source_host.as_deref(), reason, now);
+                for e in &told {
+                    insert_event(&mut tx, e).await?;
                 }
-                receipt_follows(&mut tx, &message_id, Refusal::ThreadArchived.as_str(), now).await?;
+                notified.extend(told.into_iter().map(|e| e.thread_id));
+                receipt_follows(&mut tx, &message_id, reason, now).await?;
             }
         }
         let thread = thread_in(tx.conn(), id).await?;

@@ -320,13 +320,12 @@ impl TurnStore for PostgresStore {
         .await?;
         let mut notified = Vec::new();
         for (message_id, target, source, source_host) in undelivered {
-            for thread in std::iter::once(target).chain(local_sender(source, source_host.as_deref())) {
-                let mut e = event(&thread, EventKind::Undeliverable, now);
-                e.reason = reason.to_string();
-                e.message_id = Some(message_id.clone());
+            for e in
+                rules::undeliverable_events(&message_id, &target, source, source_host.as_deref(), reason, now)
+            {
                 events::insert_event(&mut tx, &e).await?;
-                if !notified.contains(&thread) {
-                    notified.push(thread);
+                if !notified.contains(&e.thread_id) {
+                    notified.push(e.thread_id);
                 }
             }
             messages::receipt_follows(&mut tx, &message_id, reason, now).await?;

@@ -27,12 +27,12 @@ impl BridgeStore for SqliteStore {
                 // Their queued inputs, all the queued input the peer brought.
                 run(conn, UNQUEUE_PEER_MESSAGES, [&bridge.peer_home_id])?;
                 let mut notified = Vec::new();
+                let reason = Refusal::BridgeRevoked.as_str();
                 for (message_id, thread_id) in rejected {
-                    let mut e = event(&thread_id, EventKind::Undeliverable, now);
-                    e.reason = Refusal::BridgeRevoked.to_string();
-                    e.message_id = Some(message_id.clone());
-                    insert_event(conn, &e)?;
-                    receipt_follows(conn, &message_id, Refusal::BridgeRevoked.as_str(), now)?;
+                    for e in rules::undeliverable_events(&message_id, &thread_id, None, None, reason, now) {
+                        insert_event(conn, &e)?;
+                    }
+                    receipt_follows(conn, &message_id, reason, now)?;
                     if !notified.contains(&thread_id) {
                         notified.push(thread_id);
                     }

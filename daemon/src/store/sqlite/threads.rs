@@ -126,16 +126,14 @@ impl ThreadStore for SqliteStore {
                     )?;
                     // Their queued inputs, all of the thread's queued messages.
                     run(conn, UNQUEUE_THREAD_MESSAGES, [&id])?;
+                    let reason = Refusal::ThreadArchived.as_str();
                     for (message_id, source, source_host) in undeliverable {
-                        let local_source = local_sender(source, source_host.as_deref());
-                        notified.extend(local_source.clone());
-                        for thread in std::iter::once(id.clone()).chain(local_source) {
-                            let mut e = event(&thread, EventKind::Undeliverable, now);
-                            e.reason = Refusal::ThreadArchived.to_string();
-                            e.message_id = Some(message_id.clone());
-                            insert_event(conn, &e)?;
+                        let told = rules::undeliverable_events(&message_id, &id, source, source_host.as_deref(), reason, now);
+                        for e in &told {
+                            insert_event(conn, e)?;
                         }
-                        receipt_follows(conn, &message_id, Refusal::ThreadArchived.as_str(), now)?;
+                        notified.extend(told.into_iter().map(|e| e.thread_id));
+                        receipt_follows(conn, &message_id, reason, now)?;
                     }
                 }
                 let thread = thread_in(conn, &id)?;

@@ -384,14 +384,17 @@ impl TurnStore for SqliteStore {
                     })?;
                 let mut notified = Vec::new();
                 for (message_id, target, source, source_host) in undelivered {
-                    for thread in std::iter::once(target).chain(local_sender(source, source_host.as_deref()))
-                    {
-                        let mut e = event(&thread, EventKind::Undeliverable, now);
-                        e.reason = reason.clone();
-                        e.message_id = Some(message_id.clone());
+                    for e in rules::undeliverable_events(
+                        &message_id,
+                        &target,
+                        source,
+                        source_host.as_deref(),
+                        &reason,
+                        now,
+                    ) {
                         insert_event(conn, &e)?;
-                        if !notified.contains(&thread) {
-                            notified.push(thread);
+                        if !notified.contains(&e.thread_id) {
+                            notified.push(e.thread_id);
                         }
                     }
                     receipt_follows(conn, &message_id, &reason, now)?;
