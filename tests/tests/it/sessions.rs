@@ -228,8 +228,12 @@ target=$(printf '%s\n' "$input" | sed -n 's/^\[kiki message [^ ]* from \(th_[0-9
 #[tokio::test]
 async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time() {
     let state = tempfile::tempdir().expect("state");
+    // The home's clock moves when the test says: the unanswered request's timeout passes
+    // without waiting for it.
+    let clock = kiki_tests::manual_clock();
     let home = with_claude(state.path(), None)
         .config(|c| c.threads.permission_timeout = Duration::from_secs(2))
+        .clock(&clock)
         .start()
         .await;
     let thread = home.session_thread("claude", "use Bash", None).await.expect("create");
@@ -268,6 +272,10 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
 
     home.say(&thread, "use Edit").await.expect("say");
     let edit = home.permission_request(&thread, &[&bash, &write]).await;
+    clock.advance(Duration::from_millis(1_999)).await;
+    let open = home.client().home().attention_list(pb::AttentionListRequest {}).await.expect("list");
+    assert_eq!(open.into_inner().open.len(), 1, "still waiting just before its timeout");
+    clock.advance(Duration::from_millis(1)).await;
     let turns = home.wait_turns(&thread, 3).await;
     assert!(turns[2].output.contains("Edit: deny nobody answered within 2s"), "{:?}", turns[2].output);
     // A late answer changes nothing, and says so; an unknown request is not found.
