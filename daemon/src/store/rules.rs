@@ -388,6 +388,19 @@ pub fn follow_up(
     }
 }
 
+/// Whether an attempt's outcome may still change an outbox entry standing at `status` (and
+/// due at `next_attempt_at`): one in flight (pending or accepted) moves on, and so does an
+/// expired one whose target is still to be asked where it stands (due before never); any
+/// other outcome is final. So an event is given once: an expired entry's new outcome
+/// carries none.
+pub fn outcome_applies(status: OutboxStatus, next_attempt_at: Millis) -> bool {
+    match status {
+        OutboxStatus::Pending | OutboxStatus::Accepted => true,
+        OutboxStatus::Expired => next_attempt_at < Millis::MAX,
+        OutboxStatus::Delivered | OutboxStatus::Rejected => false,
+    }
+}
+
 /// The receipt of a bridged message that became undeliverable here for `reason`.
 pub fn undelivered_receipt(reason: &str) -> OutboxStatus {
     if reason == super::EXPIRED { OutboxStatus::Expired } else { OutboxStatus::Rejected }
@@ -981,5 +994,14 @@ mod tests {
         assert_eq!(told(Some("th_s"), Some("")), ["th_t", "th_s"], "a sender of this home");
         assert_eq!(told(Some("th_s"), Some("PEER")), ["th_t"], "a peer's sender learns from its home");
         assert_eq!(told(None, None), ["th_t"], "the owner");
+    }
+
+    #[test]
+    fn an_outcome_moves_an_entry_in_flight_or_one_still_to_be_asked_about() {
+        use OutboxStatus::*;
+        assert!(outcome_applies(Pending, 5) && outcome_applies(Accepted, 5));
+        assert!(outcome_applies(Expired, 5), "expired, its target still to be asked");
+        assert!(!outcome_applies(Expired, Millis::MAX), "expired and settled");
+        assert!(!outcome_applies(Delivered, 5) && !outcome_applies(Rejected, 5), "final");
     }
 }

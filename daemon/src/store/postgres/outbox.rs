@@ -21,29 +21,34 @@ impl OutboxStore for PostgresStore {
     async fn outbox_update(&self, outcomes: &[OutboxOutcome]) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         for (e, event) in outcomes {
-            // Only a pending or accepted entry moves on, or an expired one its target is
-            // still to be asked about: any other outcome is final, and an event is given once
-            // (an expired entry's new outcome carries none).
-            let changed = sqlx::query(
-                "UPDATE outbox SET status = $1, reason = $2, remote_message_id = $3, attempts = $4,
-                     next_attempt_at = $5, updated_at = $6
-                 WHERE id = $7 AND (status IN ($8, $9) OR (status = $10 AND next_attempt_at < $11))",
-            )
-            .bind(e.status)
-            .bind(&e.reason)
-            .bind(&e.remote_message_id)
-            .bind(e.attempts)
-            .bind(e.next_attempt_at)
-            .bind(e.updated_at)
-            .bind(&e.id)
-            .bind(OutboxStatus::Pending)
-            .bind(OutboxStatus::Accepted)
-            .bind(OutboxStatus::Expired)
-            .bind(NEVER)
-            .execute(tx.conn())
-            .await?
-            .rows_affected()
-                > 0;
+            let standing: Option<(OutboxStatus, i64)> =
+                match sqlx::query("SELECT status, next_attempt_at FROM outbox WHERE id = $1 FOR UPDATE")
+                    .bind(&e.id)
+                    .fetch_optional(tx.conn())
+                    .await?
+                {
+                    Some(row) => {
+                        Some((Columns::get(&row, "status")?, Columns::get(&row, "next_attempt_at")?))
+                    }
+                    None => None,
+                };
+            let changed = standing.is_some_and(|(status, due)| rules::outcome_applies(status, due));
+            if changed {
+                sqlx::query(
+                    "UPDATE outbox SET status = $1, reason = $2, remote_message_id = $3, attempts = $4,
+                         next_attempt_at = $5, updated_at = $6
+                     WHERE id = $7",
+                )
+                .bind(e.status)
+                .bind(&e.reason)
+                .bind(&e.remote_message_id)
+                .bind(e.attempts)
+                .bind(e.next_attempt_at)
+                .bind(e.updated_at)
+                .bind(&e.id)
+                .execute(tx.conn())
+                .await?;
+            }
             if changed && let Some(event) = event {
                 insert_event(&mut tx, event).await?;
             }

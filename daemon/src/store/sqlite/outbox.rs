@@ -27,28 +27,35 @@ impl OutboxStore for SqliteStore {
         self.db
             .write(move |conn| {
                 for (e, event) in &outcomes {
-                    // Only a pending or accepted entry moves on, or an expired one its target
-                    // is still to be asked about: any other outcome is final, and an event is
-                    // given once (an expired entry's new outcome carries none).
-                    let changed = run(
+                    let standing = first(
                         conn,
-                        sql!(
+                        "SELECT status, next_attempt_at FROM outbox WHERE id = ?",
+                        [&e.id],
+                        |row| {
+                            Ok((
+                                Columns::get::<OutboxStatus>(row, "status")?,
+                                Columns::get::<i64>(row, "next_attempt_at")?,
+                            ))
+                        },
+                    )?;
+                    let changed = standing.is_some_and(|(status, due)| rules::outcome_applies(status, due));
+                    if changed {
+                        run(
+                            conn,
                             "UPDATE outbox SET status = ?, reason = ?, remote_message_id = ?, attempts = ?,
                                  next_attempt_at = ?, updated_at = ?
-                             WHERE id = ? AND ({awaiting} OR (status = '{expired}' AND next_attempt_at < {NEVER}))",
-                            awaiting = awaiting(),
-                            expired = OutboxStatus::Expired
-                        ),
-                        params![
-                            e.status,
-                            e.reason,
-                            e.remote_message_id,
-                            e.attempts,
-                            e.next_attempt_at,
-                            e.updated_at,
-                            e.id
-                        ],
-                    )? > 0;
+                             WHERE id = ?",
+                            params![
+                                e.status,
+                                e.reason,
+                                e.remote_message_id,
+                                e.attempts,
+                                e.next_attempt_at,
+                                e.updated_at,
+                                e.id
+                            ],
+                        )?;
+                    }
                     if changed && let Some(event) = event {
                         insert_event(conn, event)?;
                     }
