@@ -93,20 +93,7 @@ macro_rules! word_column {
     )*};
 }
 
-word_column!(
-    Direction,
-    BridgeState,
-    RequestStatus,
-    OutboxStatus,
-    InputKind,
-    TurnStatus,
-    MessageStatus,
-    MemberKind,
-    CommunicationSetting,
-    PermissionStatus,
-    EventKind,
-    PartKind
-);
+row_words!(word_column);
 
 /// A permission set from its comma-separated words (`read,send`).
 impl Column for Permissions {

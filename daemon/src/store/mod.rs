@@ -39,8 +39,8 @@ pub use rooms::*;
 pub use sqlite::SqliteStore;
 pub use threads::*;
 pub use turns::*;
-pub(crate) use words::words;
 pub use words::{BridgeState, Direction, OutboxStatus, Permission, Permissions, Refusal, RequestStatus};
+pub(crate) use words::{row_words, words};
 
 pub use crate::time::Millis;
 

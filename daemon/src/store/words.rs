@@ -41,6 +41,28 @@ macro_rules! words {
 }
 pub(crate) use words;
 
+/// Calls the macro `$each` with every word type a row holds (each backend binds them, the
+/// mappers read them): the list is kept here once.
+macro_rules! row_words {
+    ($each:ident) => {
+        $each!(
+            Direction,
+            BridgeState,
+            RequestStatus,
+            OutboxStatus,
+            InputKind,
+            TurnStatus,
+            MessageStatus,
+            MemberKind,
+            CommunicationSetting,
+            PermissionStatus,
+            EventKind,
+            PartKind
+        );
+    };
+}
+pub(crate) use row_words;
+
 words! {
     /// Which way a bridge goes, seen from this home.
     Direction {

@@ -31,20 +31,7 @@ macro_rules! word_columns {
     )*};
 }
 
-word_columns!(
-    Direction,
-    BridgeState,
-    RequestStatus,
-    OutboxStatus,
-    InputKind,
-    TurnStatus,
-    MessageStatus,
-    MemberKind,
-    CommunicationSetting,
-    PermissionStatus,
-    EventKind,
-    PartKind
-);
+row_words!(word_columns);
 
 /// A permission set as its comma-separated words (`read,send`).
 impl Type<Postgres> for Permissions {
