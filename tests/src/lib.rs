@@ -273,7 +273,7 @@ impl StoreAccess {
                 db.execute(statement, []).unwrap_or_else(|e| panic!("{statement}: {e}")) as u64
             }
             Self::Postgres(url) => {
-                let mut db = self.postgres(url).await;
+                let mut db = postgres(url).await;
                 sqlx::query(statement)
                     .execute(&mut db)
                     .await
@@ -305,7 +305,7 @@ impl StoreAccess {
             }
             Self::Postgres(url) => {
                 use sqlx::Row;
-                let mut db = self.postgres(url).await;
+                let mut db = postgres(url).await;
                 let rows =
                     sqlx::query(query).fetch_all(&mut db).await.unwrap_or_else(|e| panic!("{query}: {e}"));
                 rows.iter()
@@ -328,11 +328,11 @@ impl StoreAccess {
             .and_then(|(n, _)| n.parse().ok())
             .unwrap_or_else(|| panic!("{query}: no number in {rows:?}"))
     }
+}
 
-    async fn postgres(&self, url: &str) -> sqlx::PgConnection {
-        use sqlx::Connection;
-        sqlx::PgConnection::connect(url).await.expect("connect to the home's database")
-    }
+async fn postgres(url: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(url).await.expect("connect to the home's database")
 }
 
 /// A reference to a thread of the executing home.

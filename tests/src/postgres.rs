@@ -48,7 +48,7 @@ pub struct TestDatabase {
 impl TestDatabase {
     pub async fn create() -> Self {
         let server = server();
-        let name = format!("kiki_t_{}", kiki_ulid().to_lowercase());
+        let name = format!("kiki_t_{}", unique_suffix());
         let mut admin = connect(server).await;
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
         let url = format!("{}/{name}", server.rsplit_once('/').expect("a database in the URL").0);
@@ -109,7 +109,9 @@ async fn connect(url: &str) -> sqlx::PgConnection {
     sqlx::PgConnection::connect_with(&options.password(PASSWORD)).await.expect("connect to the test server")
 }
 
-fn kiki_ulid() -> String {
+/// `PID_NANOS_N`: unique among this machine's test processes, the process id first (the
+/// sweep reads it).
+fn unique_suffix() -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).expect("time").as_nanos();
