@@ -1,5 +1,7 @@
 //! Messages and their keys on PostgreSQL.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 
 use super::*;
@@ -134,30 +136,34 @@ pub(super) async fn stored_key(
         .await?)
 }
 
-/// The facts a send is decided by (see [`rules::SendFacts`]), read in the transaction that
-/// would store it. The key decides before anything else does: when it is kept, nothing
-/// else is read.
-async fn send_facts(conn: &mut PgConnection, m: &NewMessage) -> StoreResult<rules::SendFacts> {
-    // One statement, one round trip: every fact the rules may ask about.
+/// What a send's transaction reads before it decides: the facts the rules decide by (see
+/// [`rules::SendFacts`]) and whether the writes that may follow have anything to do.
+struct SendReads {
+    facts: rules::SendFacts,
+    /// The target is idle: a claim may start its turn (else the claim finds it busy).
+    target_idle: bool,
+    /// The target has wakes between agents counted (else the owner's message resets none).
+    wakes_counted: bool,
+}
+
+/// Reads a send's facts in the transaction that would store it, in one statement (one
+/// round trip). The key decides before anything else does.
+async fn send_reads(conn: &mut PgConnection, m: &NewMessage) -> StoreResult<SendReads> {
     let peer = rules::bridged_from(m);
-    let (request_hash, message_id, key_sent_away, key_given_up, target_live, bridge_open, id_taken): (
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        bool,
-        bool,
-        bool,
-        bool,
-    ) = sqlx::query_as(
-        "SELECT (SELECT request_hash FROM idempotency_keys WHERE scope = $1 AND key = $2),
-                (SELECT message_id FROM idempotency_keys WHERE scope = $1 AND key = $2),
-                (SELECT id FROM outbox WHERE key_scope = $1 AND key = $2 LIMIT 1),
-                $3 AND EXISTS (SELECT 1 FROM given_up_keys WHERE scope = $1 AND key = $2),
-                EXISTS (SELECT 1 FROM threads WHERE id = $4 AND NOT archived),
+    let row = sqlx::query(
+        "SELECT (SELECT request_hash FROM idempotency_keys WHERE scope = $1 AND key = $2) AS request_hash,
+                (SELECT message_id FROM idempotency_keys WHERE scope = $1 AND key = $2) AS message_id,
+                (SELECT id FROM outbox WHERE key_scope = $1 AND key = $2 LIMIT 1) AS key_sent_away,
+                $3 AND EXISTS (SELECT 1 FROM given_up_keys WHERE scope = $1 AND key = $2) AS key_given_up,
+                EXISTS (SELECT 1 FROM threads WHERE id = $4 AND NOT archived) AS target_live,
                 $5::TEXT IS NULL
-                    OR EXISTS (SELECT 1 FROM bridges WHERE direction = $6 AND peer_home_id = $5 AND state = $7),
+                    OR EXISTS (SELECT 1 FROM bridges WHERE direction = $6 AND peer_home_id = $5 AND state = $7)
+                    AS bridge_open,
                 $5::TEXT IS NOT NULL
-                    AND (EXISTS (SELECT 1 FROM messages WHERE id = $8) OR EXISTS (SELECT 1 FROM outbox WHERE id = $8))",
+                    AND (EXISTS (SELECT 1 FROM messages WHERE id = $8) OR EXISTS (SELECT 1 FROM outbox WHERE id = $8))
+                    AS id_taken,
+                EXISTS (SELECT 1 FROM threads WHERE id = $4 AND NOT archived AND NOT running) AS target_idle,
+                EXISTS (SELECT 1 FROM agent_wakes WHERE thread_a = $4 OR thread_b = $4) AS wakes_counted",
     )
     .bind(&m.key_scope)
     .bind(&m.key)
@@ -169,64 +175,85 @@ async fn send_facts(conn: &mut PgConnection, m: &NewMessage) -> StoreResult<rule
     .bind(&m.id)
     .fetch_one(&mut *conn)
     .await?;
+    let request_hash: Option<String> = row.try_get("request_hash")?;
+    let message_id: Option<String> = row.try_get("message_id")?;
     let key = request_hash
         .zip(message_id)
         .map(|(request_hash, message_id)| rules::KeptKey { request_hash, message_id });
-    Ok(rules::SendFacts { key, key_sent_away, key_given_up, target_live, bridge_open, id_taken })
+    Ok(SendReads {
+        facts: rules::SendFacts {
+            key,
+            key_sent_away: row.try_get("key_sent_away")?,
+            key_given_up: row.try_get("key_given_up")?,
+            target_live: row.try_get("target_live")?,
+            bridge_open: row.try_get("bridge_open")?,
+            id_taken: row.try_get("id_taken")?,
+        },
+        target_idle: row.try_get("target_idle")?,
+        wakes_counted: row.try_get("wakes_counted")?,
+    })
 }
+
+/// A message, its key and its input, written in one statement (one round trip); the key's
+/// and the input's references to the message are checked at the statement's end.
+static INSERT_SENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH message AS (
+             INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
+                                   status, created_at, delivered_at, turn_id, deadline, via_home)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)),
+         key AS (
+             INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at)
+             VALUES ($13, $14, $15, $1, $8))
+         INSERT INTO inputs ({}) VALUES {}",
+        turns::INPUT_INSERT_COLUMNS,
+        turns::placeholders(16, 14)
+    )
+});
 
 /// Decides a send by the rules (see [`rules::refuse_send`]) and, if accepted, writes its
 /// message, key and input (queued, or taken by the turn the send starts).
 /// Writes hold the home's write lock one after another, so of two sends with one key the
 /// second sees the first and replays it.
 pub(super) async fn accept_message(tx: &mut Tx, m: &NewMessage) -> StoreResult<SendOutcome> {
-    if let Some(refused) = rules::refuse_send(m, &send_facts(tx.conn(), m).await?) {
+    let SendReads { facts, target_idle, wakes_counted } = send_reads(tx.conn(), m).await?;
+    if let Some(refused) = rules::refuse_send(m, &facts) {
         return Ok(refused);
     }
     let rules::Acceptance { input, owner_spoke: owner } = rules::accept(m);
-    if owner {
+    if owner && wakes_counted {
         owner_spoke(tx, &m.target_thread).await?;
     }
     let wake = m.wake && !agent_wakes_spent(tx, m).await?;
     // A message that starts its turn is written delivered, its input taken: it never enters
     // the indexes of pending messages and queued input only to leave them in this commit.
     let turn = match &m.claim {
-        Some(claim) if wake => {
+        Some(claim) if wake && target_idle => {
             let arriving = InputRecord { content: m.content.clone(), ..input.clone() };
             turns::claim_turn(tx, &m.target_thread, claim, m.now, Some(arriving)).await?
         }
         _ => None,
     };
     let arrived = rules::arrival(m, &input.id, turn.as_ref());
-
-    // The message and its key in one statement (one round trip); the key's reference to
-    // the message is checked at the statement's end.
-    sqlx::query(
-        "WITH message AS (
-             INSERT INTO messages (id, target_thread, source_host, source_thread, source_workspace, content,
-                                   status, created_at, delivered_at, turn_id, deadline, via_home)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12))
-         INSERT INTO idempotency_keys (scope, key, request_hash, message_id, created_at)
-         VALUES ($13, $14, $15, $1, $8)",
-    )
-    .bind(&m.id)
-    .bind(&m.target_thread)
-    .bind(m.source.as_ref().map(|s| &s.host_id))
-    .bind(m.source.as_ref().map(|s| &s.thread_id))
-    .bind(m.source.as_ref().map_or("", |s| &s.workspace_id))
-    .bind(&m.content)
-    .bind(arrived.status)
-    .bind(m.now)
-    .bind(arrived.delivered_at)
-    .bind(&arrived.turn_id)
-    .bind(arrived.deadline)
-    .bind(&input.via)
-    .bind(&m.key_scope)
-    .bind(&m.key)
-    .bind(&m.request_hash)
-    .execute(tx.conn())
-    .await?;
-    turns::insert_input(tx, &m.target_thread, &input, wake, arrived.turn_id.as_deref()).await?;
+    let insert = sqlx::query(&INSERT_SENT)
+        .bind(&m.id)
+        .bind(&m.target_thread)
+        .bind(m.source.as_ref().map(|s| &s.host_id))
+        .bind(m.source.as_ref().map(|s| &s.thread_id))
+        .bind(m.source.as_ref().map_or("", |s| &s.workspace_id))
+        .bind(&m.content)
+        .bind(arrived.status)
+        .bind(m.now)
+        .bind(arrived.delivered_at)
+        .bind(&arrived.turn_id)
+        .bind(arrived.deadline)
+        .bind(&input.via)
+        .bind(&m.key_scope)
+        .bind(&m.key)
+        .bind(&m.request_hash);
+    turns::bind_input(tx, insert, &m.target_thread, &input, wake, arrived.turn_id.as_deref())
+        .execute(tx.conn())
+        .await?;
     if let Some(receipt) = &m.receipt {
         let receipt = ReceiptRecord { message_id: m.id.clone(), status: arrived.receipt, ..receipt.clone() };
         receipts::insert_receipt(tx, &receipt).await?;

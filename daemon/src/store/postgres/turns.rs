@@ -1,5 +1,7 @@
 //! Turns and their input on PostgreSQL.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 
 use super::*;
@@ -563,30 +565,49 @@ pub(super) async fn insert_input(
     wake: bool,
     turn: Option<&str>,
 ) -> StoreResult<()> {
+    static INSERT: LazyLock<String> =
+        LazyLock::new(|| format!("INSERT INTO inputs ({INPUT_INSERT_COLUMNS}) VALUES {}", placeholders(1, 14)));
+    bind_input(tx, sqlx::query(&INSERT), thread_id, input, wake, turn).execute(tx.conn()).await?;
+    Ok(())
+}
+
+/// The columns an input is written with, in [`bind_input`]'s order.
+pub(super) const INPUT_INSERT_COLUMNS: &str = "id, thread_id, kind, content, message_id, source_host, source_thread,
+     source_workspace, room_id, room_entry, created_at, wake, turn_id, via_home";
+
+/// Binds an input's [`INPUT_INSERT_COLUMNS`] to `query` (its next 14 parameters) and notes
+/// that it arrived.
+pub(super) fn bind_input<'q>(
+    tx: &mut Tx,
+    query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    thread_id: &'q str,
+    input: &'q NewInput,
+    wake: bool,
+    turn: Option<&'q str>,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
     if wake && turn.is_none() {
         // A running turn's agent may take it now.
         tx.note(Change::Inbox(thread_id.to_string()));
     }
-    sqlx::query(
-        "INSERT INTO inputs (id, thread_id, kind, content, message_id, source_host, source_thread,
-                             source_workspace, room_id, room_entry, created_at, wake, turn_id, via_home)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-    )
-    .bind(&input.id)
-    .bind(thread_id)
-    .bind(input.kind)
-    .bind(&input.content)
-    .bind(&input.message_id)
-    .bind(input.source.as_ref().map(|s| &s.host_id))
-    .bind(input.source.as_ref().map(|s| &s.thread_id))
-    .bind(input.source.as_ref().map_or("", |s| &s.workspace_id))
-    .bind(input.room.as_ref().map(|r| &r.room))
-    .bind(input.room.as_ref().map(|r| &r.entry))
-    .bind(input.now)
-    .bind(wake)
-    .bind(turn)
-    .bind(&input.via)
-    .execute(tx.conn())
-    .await?;
-    Ok(())
+    query
+        .bind(&input.id)
+        .bind(thread_id)
+        .bind(input.kind)
+        .bind(&input.content)
+        .bind(&input.message_id)
+        .bind(input.source.as_ref().map(|s| &s.host_id))
+        .bind(input.source.as_ref().map(|s| &s.thread_id))
+        .bind(input.source.as_ref().map_or("", |s| &s.workspace_id))
+        .bind(input.room.as_ref().map(|r| &r.room))
+        .bind(input.room.as_ref().map(|r| &r.entry))
+        .bind(input.now)
+        .bind(wake)
+        .bind(turn)
+        .bind(&input.via)
+}
+
+/// `($first, …, $last)` of `count` parameters.
+pub(super) fn placeholders(first: usize, count: usize) -> String {
+    let list: Vec<String> = (first..first + count).map(|n| format!("${n}")).collect();
+    format!("({})", list.join(", "))
 }
