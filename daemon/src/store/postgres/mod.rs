@@ -210,7 +210,8 @@ pub(super) fn connect_options(options: &PostgresOptions) -> StoreResult<PgConnec
     // A statement's plan is made once per connection, not at every call: kiki's statements
     // look rows up by keys and indexed words, which a generic plan serves as well as a
     // custom one, and planning a send's facts anew cost more than running them.
-    let connect = PgConnectOptions::from_str(&options.url)?.options([("plan_cache_mode", "force_generic_plan")]);
+    let connect =
+        PgConnectOptions::from_str(&options.url)?.options([("plan_cache_mode", "force_generic_plan")]);
     Ok(match &options.password {
         Some(password) => connect.password(password),
         None => connect,

@@ -565,14 +565,16 @@ pub(super) async fn insert_input(
     wake: bool,
     turn: Option<&str>,
 ) -> StoreResult<()> {
-    static INSERT: LazyLock<String> =
-        LazyLock::new(|| format!("INSERT INTO inputs ({INPUT_INSERT_COLUMNS}) VALUES {}", placeholders(1, 14)));
+    static INSERT: LazyLock<String> = LazyLock::new(|| {
+        format!("INSERT INTO inputs ({INPUT_INSERT_COLUMNS}) VALUES {}", placeholders(1, 14))
+    });
     bind_input(tx, sqlx::query(&INSERT), thread_id, input, wake, turn).execute(tx.conn()).await?;
     Ok(())
 }
 
 /// The columns an input is written with, in [`bind_input`]'s order.
-pub(super) const INPUT_INSERT_COLUMNS: &str = "id, thread_id, kind, content, message_id, source_host, source_thread,
+pub(super) const INPUT_INSERT_COLUMNS: &str =
+    "id, thread_id, kind, content, message_id, source_host, source_thread,
      source_workspace, room_id, room_entry, created_at, wake, turn_id, via_home";
 
 /// Binds an input's [`INPUT_INSERT_COLUMNS`] to `query` (its next 14 parameters) and notes
