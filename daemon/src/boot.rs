@@ -99,7 +99,7 @@ pub(crate) async fn open_store(
     location: &StoreLocation,
     clock: &Clock,
 ) -> Result<Arc<dyn Store>, StartError> {
-    let store = location.open().await?;
+    let store = location.open(clock).await?;
     let mut stopped = 0;
     for turn in store.interrupted_turns().await? {
         match turn.agent.as_deref() {

@@ -21,7 +21,7 @@ pub type Counts = Vec<(&'static str, u64)>;
 pub async fn copy_store(from: &StoreLocation, to: &StoreLocation) -> StoreResult<Counts> {
     // Both opened once: made if new, migrated to this kikid's schema, closed again.
     for location in [from, to] {
-        location.open().await?.close().await;
+        location.open(&crate::time::Clock::system()).await?.close().await;
     }
     let mut source = Side::connect(from).await?;
     let mut target = Side::connect(to).await?;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::postgres::{DEFAULT_POOL_SIZE, PostgresOptions, PostgresStore, is_postgres_url, redacted};
 use super::{SqliteStore, Store, StoreError, StoreResult};
+use crate::time::Clock;
 
 /// The environment variable holding a Postgres store's password (when neither the URL nor
 /// `[store] password_file` has it).
@@ -45,11 +46,12 @@ impl StoreLocation {
         }))
     }
 
-    /// Opens the store (creating and migrating it as needed).
-    pub async fn open(&self) -> StoreResult<Arc<dyn Store>> {
+    /// Opens the store (creating and migrating it as needed), its writes reading `clock`
+    /// (see [`SqliteStore::on_clock`]).
+    pub async fn open(&self, clock: &Clock) -> StoreResult<Arc<dyn Store>> {
         Ok(match self {
-            Self::Sqlite(path) => Arc::new(SqliteStore::open_path(path).await?),
-            Self::Postgres(options) => Arc::new(PostgresStore::open(options).await?),
+            Self::Sqlite(path) => Arc::new(SqliteStore::open_path(path).await?.on_clock(clock.clone())),
+            Self::Postgres(options) => Arc::new(PostgresStore::open(options).await?.on_clock(clock.clone())),
         })
     }
 

@@ -110,6 +110,9 @@ async fn the_real_codex_app_server_opens_resumes_and_takes_steering() {
 async fn a_real_codex_without_the_app_server_runs_codex_exec() {
     let codex = installed("KIKI_AGENT_CLIS_OLD", "agent-clis-old", "codex");
     let codex_home = tempfile::tempdir().expect("codex home");
+    // OpenAI's API asked once: Codex's own retries of an unreachable model take half a
+    // minute and show nothing more.
+    std::fs::write(codex_home.path().join("config.toml"), ASK_OPENAI_ONCE).expect("codex config");
     let command = vec![
         "env".into(),
         format!("CODEX_HOME={}", codex_home.path().display()),
@@ -122,7 +125,6 @@ async fn a_real_codex_without_the_app_server_runs_codex_exec() {
         .start()
         .await;
     let thread = home.session_thread("agent", "say hello", None).await.expect("create");
-    // Codex retries the model a few times before it gives up.
     let turns = kiki_tests::eventually_within("the turn's end", Duration::from_secs(120), || async {
         Some(home.all_turns(&thread).await).filter(|turns| !turns.is_empty())
     })
@@ -142,6 +144,17 @@ async fn a_real_codex_without_the_app_server_runs_codex_exec() {
     let rollouts = std::fs::read_dir(codex_home.path().join("sessions")).expect("Codex's sessions").count();
     assert!(rollouts > 0, "no session recorded");
 }
+
+/// A Codex config whose model provider is OpenAI's API without retries.
+const ASK_OPENAI_ONCE: &str = r#"model_provider = "openai-once"
+
+[model_providers.openai-once]
+name = "OpenAI, asked once"
+base_url = "https://api.openai.com/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+"#;
 
 /// Gemini CLI over ACP (`gemini --acp`): the handshake (`initialize`), `session/new` with
 /// kiki's MCP server among its `mcpServers`, and the prompt under way. (Without a real key

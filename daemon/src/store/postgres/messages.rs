@@ -32,7 +32,7 @@ impl MessageStore for PostgresStore {
         let mut tx = self.begin().await?;
         let mut messages = Vec::with_capacity(keys.len());
         // As the write runs: a claim queued meanwhile must not see a later deadline.
-        let now = now.max(crate::time::now_ms());
+        let now = tx.time(now);
         for (scope, key) in keys {
             messages.push(match stored_key(tx.conn(), scope, key).await? {
                 Some((_, message_id)) => follow_up_message(&mut tx, &message_id, window_over, now).await?,
@@ -97,7 +97,7 @@ impl MessageStore for PostgresStore {
         }
         let mut tx = self.begin().await?;
         // As the write runs, as a claim reads it.
-        let now = now.max(crate::time::now_ms());
+        let now = tx.time(now);
         let overdue: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM messages WHERE status = $1 AND deadline IS NOT NULL AND deadline <= $2
              ORDER BY deadline LIMIT $3",

@@ -101,6 +101,8 @@ pub struct PostgresStore {
     /// Tells the other processes on this database what commits here changed.
     notifier: Arc<notify::Notifier>,
     closed: Arc<AtomicBool>,
+    /// The home's clock, read as a write runs (see [`PostgresStore::on_clock`]).
+    clock: Clock,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -134,6 +136,7 @@ impl From<sqlx::Error> for StoreError {
 pub(super) struct Tx {
     conn: sqlx::Transaction<'static, Postgres>,
     noted: Vec<Change>,
+    clock: Clock,
 }
 
 impl Tx {
@@ -145,6 +148,12 @@ impl Tx {
     /// Notes that this write makes `change` (published after commit).
     pub(super) fn note(&mut self, change: Change) {
         self.noted.push(change);
+    }
+
+    /// The time this write decides what is overdue by (see [`write_time`]), for a write
+    /// asked for at `asked`.
+    pub(super) fn time(&self, asked: Millis) -> Millis {
+        write_time(&self.clock, asked)
     }
 }
 
@@ -164,7 +173,14 @@ impl PostgresStore {
         migrate(&pool).await?;
         let changes = Arc::new(Publisher::default());
         let notifier = notify::Notifier::start(pool.clone(), changes.clone()).await?;
-        Ok(Self { pool, described, changes, notifier, closed: Default::default() })
+        Ok(Self { pool, described, changes, notifier, closed: Default::default(), clock: Clock::system() })
+    }
+
+    /// The store with its writes reading `clock` (the system's by default), as
+    /// [`SqliteStore::on_clock`] describes.
+    pub fn on_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Starts a write: a transaction holding the home's write lock.
@@ -173,7 +189,7 @@ impl PostgresStore {
             return Err(StoreError::Closed);
         }
         let conn = self.pool.begin_with(BEGIN_WRITE).await?;
-        Ok(Tx { conn, noted: Vec::new() })
+        Ok(Tx { conn, noted: Vec::new(), clock: self.clock.clone() })
     }
 
     /// Commits a write, then publishes what it changed: here at once, to the other processes

@@ -359,8 +359,8 @@ pub(super) async fn claim_turn(
     }
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
-    let clock = now.max(crate::time::now_ms());
-    messages::expire_overdue_in_thread(tx, thread_id, clock).await?;
+    let at = tx.time(now);
+    messages::expire_overdue_in_thread(tx, thread_id, at).await?;
     let facts = rules::ClaimFacts {
         idle_turns,
         cost: if budget.is_some() { thread_cost(tx.conn(), thread_id).await? } else { 0.0 },
@@ -472,8 +472,8 @@ async fn take_into_turn(
     }
     // As a claim does: what its source gave up on never enters a prompt, and only what
     // the inbox may give is taken.
-    let clock = now.max(crate::time::now_ms());
-    messages::expire_overdue_in_thread(tx, thread_id, clock).await?;
+    let now = tx.time(now);
+    messages::expire_overdue_in_thread(tx, thread_id, now).await?;
     let queued = queued_inputs(tx.conn(), thread_id).await?;
     let (inputs, taken) = rules::plan_take(queued, take_messages, &disabled_peers(tx.conn()).await?, ids);
     take(tx, turn_id, &taken, now).await?;

@@ -11,8 +11,8 @@ impl MessageStore for SqliteStore {
         if is_local_scope(&message.key_scope) {
             self.local_keys.add(&message.key_scope, &message.key);
         }
-        let message = message.clone();
-        self.db.write(move |conn| accept_message(conn, &message)).await
+        let (message, clock) = (message.clone(), self.clock.clone());
+        self.db.write(move |conn| accept_message(conn, &message, &clock)).await
     }
 
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
@@ -31,12 +31,12 @@ impl MessageStore for SqliteStore {
         window_over: bool,
         now: Millis,
     ) -> StoreResult<Vec<Option<MessageRecord>>> {
-        let keys = keys.to_vec();
+        let (keys, clock) = (keys.to_vec(), self.clock.clone());
         self.db
             .write(move |conn| {
                 let mut messages = Vec::with_capacity(keys.len());
                 // As the write runs: a claim queued meanwhile must not see a later deadline.
-                let now = now.max(crate::time::now_ms());
+                let now = write_time(&clock, now);
                 for (scope, key) in &keys {
                     messages.push(match stored_key(conn, scope, key)? {
                         Some((_, message_id)) => follow_up_message(conn, &message_id, window_over, now)?,
@@ -96,10 +96,11 @@ impl MessageStore for SqliteStore {
         {
             return Ok(0);
         }
+        let clock = self.clock.clone();
         self.db
             .write(move |conn| {
                 // As the write runs, as a claim reads it.
-                let now = now.max(crate::time::now_ms());
+                let now = write_time(&clock, now);
                 Ok(expire_overdue(conn, overdue_messages_sql(), params![now, limit], now)? as u64)
             })
             .await
@@ -172,7 +173,7 @@ pub(super) fn send_facts(conn: &Connection, m: &NewMessage) -> StoreResult<SendF
 /// message, key and input (queued, or taken by the turn the send starts).
 /// Writes run one after another on the writer, so of two sends with one key the second
 /// sees the first (even within one group commit) and replays it.
-pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<SendOutcome> {
+pub(super) fn accept_message(conn: &Connection, m: &NewMessage, clock: &Clock) -> StoreResult<SendOutcome> {
     if let Some(refused) = rules::refuse_send(m, &send_facts(conn, m)?) {
         return Ok(refused);
     }
@@ -186,7 +187,7 @@ pub(super) fn accept_message(conn: &Connection, m: &NewMessage) -> StoreResult<S
     let turn = match &m.claim {
         Some(claim) if wake => {
             let arriving = InputRecord { content: m.content.clone(), ..input.clone() };
-            claim_turn(conn, &m.target_thread, claim, m.now, Some(arriving))?
+            claim_turn(conn, &m.target_thread, claim, m.now, Some(arriving), clock)?
         }
         _ => None,
     };

@@ -111,6 +111,8 @@ pub struct SqliteStore {
     local_keys: Arc<KeyFilter>,
     /// The reads that fill the key filters as the store opens; joined by `close`.
     filling: Arc<tokio_util::task::TaskTracker>,
+    /// The home's clock, read as a write runs (see [`SqliteStore::on_clock`]).
+    clock: Clock,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -158,6 +160,15 @@ impl SqliteStore {
     /// applies pending migrations.
     pub async fn open(url: &str, base: &Path) -> StoreResult<Self> {
         Self::open_path(&Self::path_of(url, base)?).await
+    }
+
+    /// The store with its writes reading `clock` (the system's by default): a write that
+    /// may expire what is overdue or start a turn decides by the time as it runs, not as it
+    /// was asked for — a write waits its turn meanwhile, and a replay answered in between
+    /// may have declared a message expired.
+    pub fn on_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The database file `url` names — `sqlite://PATH` or a plain path, a relative one taken
@@ -227,6 +238,7 @@ impl SqliteStore {
             outbox_keys: Default::default(),
             local_keys: Default::default(),
             filling: Default::default(),
+            clock: Clock::system(),
         };
         store.filling.spawn(fill_keys(
             store.db.clone(),

@@ -162,8 +162,8 @@ impl RoomStore for SqliteStore {
         for (_, outbound) in &entry.remote {
             self.outbox_keys.add(&outbound.key_scope, &outbound.key);
         }
-        let e = entry.clone();
-        self.db.write(move |conn| post(conn, &e)).await
+        let (e, clock) = (entry.clone(), self.clock.clone());
+        self.db.write(move |conn| post(conn, &e, &clock)).await
     }
 
     async fn room_entry_by_key(
@@ -256,7 +256,7 @@ impl RoomStore for SqliteStore {
 }
 
 /// A post, as [`RoomStore::post_to_room`] describes it.
-fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
+fn post(conn: &Connection, e: &NewEntry, clock: &Clock) -> StoreResult<PostOutcome> {
     let Some(room) = room_by_id(conn, &e.room_id)? else { return Ok(PostOutcome::RoomGone) };
     // The key decides first: a retry answers with its entry, even if the room changed since.
     if let Some((hash, entry)) = entry_by_key(conn, &e.room_id, &e.key_scope, &e.key)? {
@@ -285,7 +285,7 @@ fn post(conn: &Connection, e: &NewEntry) -> StoreResult<PostOutcome> {
             rules::Woken::Thread { thread, .. } => thread,
         };
         // A thread archived meanwhile is skipped: the entry stays in the log.
-        let Some(woken) = wake_member(conn, e, thread, woke.len())? else { continue };
+        let Some(woken) = wake_member(conn, e, thread, woke.len(), clock)? else { continue };
         if !woken.taken {
             queued.push(thread.clone());
         }
@@ -308,7 +308,13 @@ struct Woken {
 
 /// Wakes `thread` with entry `e` (its `nth` woken member); `None` if the thread is gone or
 /// archived.
-fn wake_member(conn: &Connection, e: &NewEntry, thread: &str, nth: usize) -> StoreResult<Option<Woken>> {
+fn wake_member(
+    conn: &Connection,
+    e: &NewEntry,
+    thread: &str,
+    nth: usize,
+    clock: &Clock,
+) -> StoreResult<Option<Woken>> {
     let running =
         first(conn, "SELECT running FROM threads WHERE id = ? AND archived = 0", [thread], |row| {
             Ok(row.get::<_, bool>(0)?)
@@ -320,7 +326,7 @@ fn wake_member(conn: &Connection, e: &NewEntry, thread: &str, nth: usize) -> Sto
     let turn = match claim.filter(|_| !running) {
         Some(claim) => {
             let arriving = NewInput { content: e.content.clone(), ..input.clone() };
-            claim_turn(conn, thread, claim, e.now, Some(arriving))?
+            claim_turn(conn, thread, claim, e.now, Some(arriving), clock)?
         }
         None => None,
     };

@@ -109,7 +109,7 @@ fn a_message_is_not_copied_into_its_input_and_its_turn_still_gets_its_content() 
         max_agent_wakes: None,
         now: 1,
     };
-    accept_message(&conn, &message).expect("accept");
+    accept_message(&conn, &message, &Clock::system()).expect("accept");
     let copies: i64 = conn
         .query_row("SELECT COUNT(*) FROM inputs WHERE content <> ''", [], |row| row.get(0))
         .expect("inputs");
@@ -121,7 +121,8 @@ fn a_message_is_not_copied_into_its_input_and_its_turn_still_gets_its_content() 
         exec: false,
         budget: None,
     };
-    let claimed = claim_turn(&conn, "th_a", &claim, 2, None).expect("claim").expect("a turn");
+    let claimed =
+        claim_turn(&conn, "th_a", &claim, 2, None, &Clock::system()).expect("claim").expect("a turn");
     assert_eq!(claimed.inputs.len(), 1);
     assert_eq!(claimed.inputs[0].content, content, "the turn gets the message's content");
 }
@@ -172,7 +173,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
     };
     // A peer message while the thread's communication is off: queued, no turn.
     let SendOutcome::Accepted { turn: None, .. } =
-        accept_message(&conn, &send("msg_1", Some("th_peer"), false)).expect("accept")
+        accept_message(&conn, &send("msg_1", Some("th_peer"), false), &Clock::system()).expect("accept")
     else {
         panic!("a peer message started a turn with communication off")
     };
@@ -180,7 +181,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
     // An external send starts the turn and takes the queued one first (communication on
     // now), in one transaction: both delivered by that turn.
     let SendOutcome::Accepted { turn: Some(claimed), .. } =
-        accept_message(&conn, &send("msg_2", None, true)).expect("accept")
+        accept_message(&conn, &send("msg_2", None, true), &Clock::system()).expect("accept")
     else {
         panic!("an idle thread did not start a turn")
     };
@@ -190,7 +191,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
     assert_eq!(state(&conn, "msg_2"), ("delivered".into(), taken.clone(), taken));
     // The thread runs now: the next send waits queued.
     let SendOutcome::Accepted { turn: None, .. } =
-        accept_message(&conn, &send("msg_3", None, true)).expect("accept")
+        accept_message(&conn, &send("msg_3", None, true), &Clock::system()).expect("accept")
     else {
         panic!("a running thread started another turn")
     };
@@ -199,7 +200,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
     // the turn for msg_3 alone, and waits queued itself (its sender hears `pending`).
     conn.execute_batch("UPDATE threads SET running = 0").expect("turn ended");
     let SendOutcome::Accepted { delivered: false, turn: Some(claimed), .. } =
-        accept_message(&conn, &send("msg_4", Some("th_peer"), false)).expect("accept")
+        accept_message(&conn, &send("msg_4", Some("th_peer"), false), &Clock::system()).expect("accept")
     else {
         panic!("the queued send did not start its turn, or the peer message was taken")
     };

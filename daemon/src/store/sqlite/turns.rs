@@ -31,8 +31,8 @@ impl TurnStore for SqliteStore {
         claim: TurnClaim,
         now: Millis,
     ) -> StoreResult<Option<ClaimedTurn>> {
-        let thread_id = thread_id.to_string();
-        self.db.write(move |conn| claim_turn(conn, &thread_id, &claim, now, None)).await
+        let (thread_id, clock) = (thread_id.to_string(), self.clock.clone());
+        self.db.write(move |conn| claim_turn(conn, &thread_id, &claim, now, None, &clock)).await
     }
 
     async fn inbox(&self, thread_id: &str, take_messages: bool) -> StoreResult<Vec<InputRecord>> {
@@ -54,9 +54,12 @@ impl TurnStore for SqliteStore {
         render: RenderInput,
         now: Millis,
     ) -> StoreResult<Vec<String>> {
-        let (thread_id, turn_id) = (thread_id.to_string(), turn_id.to_string());
+        let (thread_id, turn_id, clock) = (thread_id.to_string(), turn_id.to_string(), self.clock.clone());
         self.db
-            .write(move |conn| take_into_turn(conn, &thread_id, &turn_id, take_messages, &ids, render, now))
+            .write(move |conn| {
+                let now = write_time(&clock, now);
+                take_into_turn(conn, &thread_id, &turn_id, take_messages, &ids, render, now)
+            })
             .await
     }
 
@@ -415,6 +418,7 @@ pub(super) fn claim_turn(
     claim: &TurnClaim,
     now: Millis,
     arriving: Option<InputRecord>,
+    clock: &Clock,
 ) -> StoreResult<Option<ClaimedTurn>> {
     let TurnClaim { turn_id, take_messages, render, exec, budget } = claim;
     let idle_turns = first(
@@ -428,8 +432,8 @@ pub(super) fn claim_turn(
     }
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
-    let clock = now.max(crate::time::now_ms());
-    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, clock], clock)?;
+    let at = write_time(clock, now);
+    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, at], at)?;
     let facts = rules::ClaimFacts {
         idle_turns,
         cost: if budget.is_some() { thread_cost(conn, thread_id)? } else { 0.0 },
@@ -521,6 +525,7 @@ fn take_into_turn(
     take_messages: bool,
     ids: &[String],
     render: RenderInput,
+    // The time as the write runs.
     now: Millis,
 ) -> StoreResult<Vec<String>> {
     let running = first(
@@ -537,8 +542,7 @@ fn take_into_turn(
     }
     // As a claim does: what its source gave up on never enters a prompt, and only what
     // the inbox may give is taken.
-    let clock = now.max(crate::time::now_ms());
-    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, clock], clock)?;
+    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, now], now)?;
     let queued = queued_inputs(conn, thread_id)?;
     let (inputs, taken) = rules::plan_take(queued, take_messages, &disabled_peers(conn)?, ids);
     take(conn, turn_id, &taken, now)?;
