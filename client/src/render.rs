@@ -18,6 +18,26 @@ pub fn show_status(s: &pb::StatusResponse) {
     outln!("profiles  {} (default {})", s.profiles.join(", "), s.default_profile);
     outln!("peers     {}", s.thread_communication);
     outln!("bridges   listening on {} (QUIC)", s.bridge_listen);
+    let lease = match s.lease_ms % 1000 {
+        0 => format!("{}s", s.lease_ms / 1000),
+        _ => format!("{}ms", s.lease_ms),
+    };
+    outln!("replicas  {} (lease {lease})", s.replicas.len());
+    for r in &s.replicas {
+        let state = match (r.this, r.live) {
+            (true, _) => "this one",
+            (false, true) => "live",
+            (false, false) => "silent",
+        };
+        outln!(
+            "          {} · {} pid {} · bridges {} · heartbeat {} · {state}",
+            r.id,
+            r.host,
+            r.pid,
+            r.bridge_listen,
+            r.heartbeat_at
+        );
+    }
 }
 
 /// A page of ended turns, each with its input quoted, and how to read what was cut.

@@ -19,7 +19,7 @@ use crate::executors::desk::Desk;
 use crate::identity::{Creation, Identity};
 use crate::mailbox::{Mailbox, PermissionRequests, TurnDesk, Waits};
 use crate::rooms::Rooms;
-use crate::store::{SqliteStore, Store, StoreLocation};
+use crate::store::{ReplicaRecord, SqliteStore, Store, StoreLocation};
 use crate::sync::KeyLocks;
 use crate::threads::Threads;
 use crate::threads::runner::{INTERRUPTED, TurnRunner};
@@ -323,6 +323,49 @@ pub(crate) fn prune_keys(
         }
     });
     Task { name: "key pruning", handle }
+}
+
+/// This process as one of the home's replicas, made as it starts (a restart is a new one).
+pub(crate) fn this_replica(bridge_listen: &str, clock: &Clock) -> ReplicaRecord {
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+    let now = clock.now_ms();
+    ReplicaRecord {
+        id: crate::threads::new_id("rep"),
+        host,
+        pid: std::process::id(),
+        bridge_listen: bridge_listen.to_string(),
+        started_at: now,
+        heartbeat_at: now,
+    }
+}
+
+/// Writes this replica's heartbeat every third of the lease until shutdown, then takes it
+/// off the record. Replicas silent for an hour are forgotten by the others' heartbeats.
+pub(crate) fn heartbeat(
+    store: Arc<dyn Store>,
+    mut replica: ReplicaRecord,
+    lease: Duration,
+    clock: Clock,
+    shutdown: CancellationToken,
+) -> Task {
+    const FORGET_AFTER: Duration = Duration::from_secs(3600);
+    let handle = tokio::spawn(async move {
+        loop {
+            replica.heartbeat_at = clock.now_ms();
+            let forget_before = replica.heartbeat_at - time::ms(FORGET_AFTER);
+            if let Err(e) = store.heartbeat(&replica, forget_before).await {
+                warn!(error = %e, "cannot write this replica's heartbeat");
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = clock.sleep(lease / 3) => {}
+            }
+        }
+        if let Err(e) = store.retire_replica(&replica.id).await {
+            warn!(error = %e, "cannot take this replica off the record");
+        }
+    });
+    Task { name: "heartbeat", handle }
 }
 
 /// Binds the socket so that only the owner can connect: the home directory is 0700 and the

@@ -208,6 +208,15 @@ impl DaemonBuilder {
         let bridges = bridges::Bridges::start(domain.bridge_parts(&store, &config), transport, &shutdown);
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
         started.push(Box::new(bridges.clone()));
+        let replica = boot::this_replica(&bridges.listen_addr(), &clock);
+        let replica_id = replica.id.clone();
+        started.push(Box::new(boot::heartbeat(
+            store.clone(),
+            replica,
+            config.store.lease,
+            clock.clone(),
+            shutdown.clone(),
+        )));
         started.push(Box::new(boot::prune_keys(
             store.clone(),
             config.mailbox.key_retention,
@@ -228,6 +237,8 @@ impl DaemonBuilder {
             thread_communication: config.thread_communication.describe().to_string(),
             config_file: home.config_file,
             store_location: home.store,
+            replica_id,
+            lease: config.store.lease,
         });
         let signals = domain.signals.clone();
         let services = domain.services(bridges, info.clone());

@@ -7,6 +7,7 @@
 //! url = "sqlite://…"            # default: HOME/kiki.db; or "postgres://user@host/db"
 //! password_file = "pg.pass"     # Postgres: the password's owner-only file (or KIKI_STORE_PASSWORD)
 //! pool_size = 8                 # Postgres: the most connections kept to the server
+//! lease = "10s"                 # a team home's replicas: what one claimed is its own this long without a heartbeat
 //!
 //! [thread_communication]
 //! enabled = true                # unset: off by default, threads opt in
@@ -97,7 +98,7 @@ pub struct Config {
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct StoreConfig {
     /// `sqlite://PATH` (or a bare path), or `postgres://…`. Default: `HOME/kiki.db`.
@@ -106,6 +107,16 @@ pub struct StoreConfig {
     pub password_file: Option<std::path::PathBuf>,
     /// The most connections to a Postgres store.
     pub pool_size: Option<u32>,
+    /// How long what a replica of a team home claimed stays its own without a heartbeat:
+    /// each replica writes one every third of it. Default `10s`.
+    #[serde(with = "duration")]
+    pub lease: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { url: None, password_file: None, pool_size: None, lease: Duration::from_secs(10) }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -449,6 +460,9 @@ impl Config {
         }
         if self.turns.max_output_bytes == 0 {
             problems.push("turns.max_output_bytes: must be at least 1".into());
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&self.store.lease) {
+            problems.push("store.lease: must be between 1s and 10m".into());
         }
         if self.store.pool_size.is_some_and(|size| !(1..=1_000).contains(&size)) {
             problems.push("store.pool_size: must be between 1 and 1000".into());

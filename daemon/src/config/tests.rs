@@ -10,6 +10,7 @@ fn problems(text: &str) -> Vec<String> {
 #[test]
 fn empty_config_defaults_to_echo() {
     let config = Config::parse("").expect("valid");
+    assert_eq!(config.store.lease, Duration::from_secs(10), "a team home's lease");
     assert_eq!(config.default_profile(), "echo");
     assert!(config.profile("echo").is_some());
     assert!(config.profile("nope").is_none());
@@ -27,13 +28,14 @@ fn exec_profile_and_default() {
 
 #[test]
 fn every_section_and_key_is_read() {
-    let text = "[store]\nurl = \"sqlite://x.db\"\n[thread_communication]\nenabled = false\n\
+    let text = "[store]\nurl = \"sqlite://x.db\"\nlease = \"4s\"\n[thread_communication]\nenabled = false\n\
                 [turns]\nmax_output_bytes = 7\n[mailbox]\ndelivery_wait = \"1s\"\nkey_retention = \"2d\"\n\
                 [bridge]\nlisten = \"127.0.0.1:4433\"\nretry_window = \"1m\"\nrequest_expiry = \"2h\"\n\
                 connect_timeout = \"3s\"\n[rooms]\nmax_agent_wakes = 4\n\
                 [profiles.a]\nexecutor = \"echo\"\nenabled = false\nthread_communication = true\n";
     let config = Config::parse(text).expect("valid");
     assert_eq!(config.store.url.as_deref(), Some("sqlite://x.db"));
+    assert_eq!(config.store.lease, Duration::from_secs(4));
     assert_eq!(config.thread_communication.enabled, Some(false));
     assert_eq!(config.turns.max_output_bytes, 7);
     assert_eq!(config.mailbox.delivery_wait, Duration::from_secs(1));
@@ -220,6 +222,8 @@ fn only_close_names_are_suggested() {
 fn empty_windows_programs_and_endless_retention_are_refused() {
     for (text, says) in [
         ("[bridge]\nretry_window = \"0s\"\n", "bridge.retry_window: must be more than 0"),
+        ("[store]\nlease = \"500ms\"\n", "store.lease: must be between 1s and 10m"),
+        ("[store]\nlease = \"1h\"\n", "store.lease: must be between 1s and 10m"),
         ("[profiles.a]\nexecutor = \"exec\"\ncommand = [\"\"]\n", "profiles.a.command"),
         ("[mailbox]\nkey_retention = \"18446744073709551615s\"\n", "mailbox.key_retention"),
     ] {

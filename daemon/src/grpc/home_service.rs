@@ -32,6 +32,10 @@ pub struct HomeInfo {
     pub config_file: PathBuf,
     /// Where the store is.
     pub store_location: crate::store::StoreLocation,
+    /// This process among the home's replicas.
+    pub replica_id: String,
+    /// `[store] lease`.
+    pub lease: std::time::Duration,
 }
 
 /// How long ThreadStop waits for the stopped turn's end: the agent's grace to stop
@@ -69,6 +73,21 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let running_turns = store.running_turns().await.map_err(|e| status(e.into()))?;
         let agents_cost_usd = store.cost(None).await.map_err(|e| status(e.into()))?;
         let i = &self.info;
+        let now = self.threads.clock().now_ms();
+        let replicas = store.replicas().await.map_err(|e| status(e.into()))?;
+        let replicas = replicas
+            .into_iter()
+            .map(|r| pb::Replica {
+                live: now - r.heartbeat_at < crate::time::ms(i.lease),
+                this: r.id == i.replica_id,
+                id: r.id,
+                host: r.host,
+                pid: r.pid,
+                bridge_listen: r.bridge_listen,
+                started_at: crate::time::rfc3339(r.started_at),
+                heartbeat_at: crate::time::rfc3339(r.heartbeat_at),
+            })
+            .collect();
         Ok(Response::new(pb::StatusResponse {
             home_id: i.home_id.clone(),
             home: i.home.clone(),
@@ -84,6 +103,8 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             bridge_listen: i.bridge_listen.clone(),
             thread_communication: i.thread_communication.clone(),
             agents_cost_usd,
+            lease_ms: i.lease.as_millis() as u64,
+            replicas,
         }))
     }
 

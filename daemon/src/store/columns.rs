@@ -315,6 +315,20 @@ pub fn receipt_from(row: &impl Columns) -> StoreResult<ReceiptRecord> {
     })
 }
 
+/// A replica's row (`REPLICA_COLUMNS`).
+pub fn replica_from(row: &impl Columns) -> StoreResult<ReplicaRecord> {
+    Ok(ReplicaRecord {
+        id: row.get("id")?,
+        host: row.get("host")?,
+        pid: row.get::<i64>("pid")? as u32,
+        bridge_listen: row.get("bridge_listen")?,
+        started_at: row.get("started_at")?,
+        heartbeat_at: row.get("heartbeat_at")?,
+    })
+}
+
+pub const REPLICA_COLUMNS: &str = "id, host, pid, bridge_listen, started_at, heartbeat_at";
+
 pub fn room_from(row: &impl Columns) -> StoreResult<RoomRecord> {
     Ok(RoomRecord {
         seq: row.get("seq")?,

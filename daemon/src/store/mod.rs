@@ -16,6 +16,7 @@ mod outbox;
 mod permissions;
 mod postgres;
 mod receipts;
+mod replicas;
 mod rooms;
 pub mod rules;
 mod sqlite;
@@ -35,6 +36,7 @@ pub use outbox::*;
 pub use permissions::*;
 pub use postgres::{PostgresOptions, PostgresStore, is_postgres_url, redacted};
 pub use receipts::*;
+pub use replicas::*;
 pub use rooms::*;
 pub use sqlite::SqliteStore;
 pub use threads::*;
@@ -114,6 +116,7 @@ pub trait Store:
     + PermissionStore
     + ReceiptStore
     + RoomStore
+    + ReplicaStore
     + 'static
 {
     /// Where committed changes are published (see [`Change`]).

@@ -4,8 +4,8 @@
 
 use kiki_daemon::executors::render;
 use kiki_daemon::store::{
-    CommunicationSetting, EventKind, InputKind, InterruptedTurn, NewInput, NewThread, SourceRef, Store,
-    StoreError, ThreadQuery, TurnClaim, TurnOutcome, TurnStatus,
+    CommunicationSetting, EventKind, InputKind, InterruptedTurn, NewInput, NewThread, ReplicaRecord,
+    SourceRef, Store, StoreError, ThreadQuery, TurnClaim, TurnOutcome, TurnStatus,
 };
 
 mod bridges;
@@ -55,7 +55,8 @@ macro_rules! store_conformance {
             a_local_key_names_its_message, attention_is_open_until_answered,
             decided_pairing_requests_are_pruned_and_pending_ones_kept,
             hearing_from_a_peer_sets_only_its_last_success, an_outbox_entry_is_found_by_its_key,
-            a_closed_store_takes_no_more_work, committed_changes_are_published_before_the_write_answers);
+            a_closed_store_takes_no_more_work, committed_changes_are_published_before_the_write_answers,
+            replicas_beat_are_listed_and_forgotten);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -320,6 +321,38 @@ pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
 pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {
     assert_eq!(store.enqueue_input("th_missing", &user("in_1", "x")).await.expect("enqueue"), None);
     assert!(store.claim_turn("th_missing", turn("tu_1", true), 1).await.expect("claim").is_none());
+}
+
+/// Replicas are recorded by their heartbeats (a later one moves only the time, and the
+/// bridge address it bound), listed longest running first, taken off when they stop, and
+/// forgotten by another's heartbeat once silent past the bound it gives.
+pub async fn replicas_beat_are_listed_and_forgotten(store: &dyn Store) {
+    let replica = |id: &str, started_at: i64| ReplicaRecord {
+        id: id.into(),
+        host: "box".into(),
+        pid: 7,
+        bridge_listen: "127.0.0.1:1".into(),
+        started_at,
+        heartbeat_at: started_at,
+    };
+    let (mut a, b, c) = (replica("rep_a", 100), replica("rep_b", 200), replica("rep_c", 300));
+    store.heartbeat(&b, 0).await.expect("b");
+    store.heartbeat(&a, 0).await.expect("a");
+    a.heartbeat_at = 150;
+    a.bridge_listen = "127.0.0.1:2".into();
+    store
+        .heartbeat(&ReplicaRecord { host: "moved".into(), started_at: 999, ..a.clone() }, 0)
+        .await
+        .expect("a");
+    assert_eq!(store.replicas().await.expect("list"), [a.clone(), b.clone()], "host and start stay");
+    store.retire_replica("rep_b").await.expect("retire");
+    store.heartbeat(&c, 0).await.expect("c");
+    assert_eq!(store.replicas().await.expect("list"), [a.clone(), c.clone()]);
+    // c's heartbeat forgets those silent since before 200: a (at 150), never c itself.
+    store.heartbeat(&ReplicaRecord { heartbeat_at: 400, ..c.clone() }, 200).await.expect("c");
+    let listed = store.replicas().await.expect("list");
+    assert_eq!(listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["rep_c"]);
+    assert_eq!(listed[0].heartbeat_at, 400);
 }
 
 /// A sound store checks clean, quickly and fully; once closed it takes no more work, and

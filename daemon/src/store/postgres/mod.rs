@@ -19,6 +19,7 @@ mod notify;
 mod outbox;
 mod permissions;
 mod receipts;
+mod replicas;
 mod rooms;
 mod rows;
 mod threads;
@@ -38,7 +39,10 @@ use super::*;
 use rows::*;
 
 /// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "schema", include_str!("migrations/0001_schema.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "schema", include_str!("migrations/0001_schema.sql")),
+    (2, "replicas", include_str!("migrations/0002_replicas.sql")),
+];
 
 /// How every write begins: its transaction, and in the same round trip the home's write
 /// lock, an advisory lock held until the transaction ends (any fixed number: kiki's database
@@ -331,7 +335,8 @@ impl Store for PostgresStore {
     }
 }
 
-/// Every table of kiki's schema, for checks and `kiki store migrate`.
+/// Every table of kiki's schema but `replicas` (which processes serve the home now: not
+/// copied), for checks and `kiki store migrate`.
 pub const TABLES: &[&str] = &[
     "threads",
     "turns",

@@ -28,6 +28,7 @@ mod noted;
 mod outbox;
 mod permissions;
 mod receipts;
+mod replicas;
 mod rooms;
 mod rows;
 mod thread_cache;
@@ -94,6 +95,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (34, "turn parts", include_str!("migrations/0034_turn_parts.sql")),
     (35, "carrying bridge", include_str!("migrations/0035_carrying_bridge.sql")),
     (36, "open attention", include_str!("migrations/0036_open_attention.sql")),
+    (37, "replicas", include_str!("migrations/0037_replicas.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

@@ -19,6 +19,13 @@ fn up_status_down_and_an_owner_only_home() {
     let status = kiki_json(&home, &["status"]);
     assert_eq!(status["home_id"], up["home_id"]);
     assert_eq!(status["default_profile"], "echo");
+    // One replica serves a SQLite home: this process, its heartbeat fresh.
+    assert_eq!(status["lease_ms"], 10_000, "the default lease: {status}");
+    let replicas = status["replicas"].as_array().expect("replicas");
+    assert_eq!(replicas.len(), 1, "{status}");
+    assert_eq!((replicas[0]["this"].as_bool(), replicas[0]["live"].as_bool()), (Some(true), Some(true)));
+    assert_eq!(replicas[0]["pid"], status["pid"]);
+    assert_eq!(replicas[0]["bridge_listen"], status["bridge_listen"]);
     assert_eq!(mode(&home), 0o700, "home directory is owner-only");
     assert_eq!(mode(&home.join("kikid.sock")), 0o600, "socket is owner-only");
     assert_eq!(mode(&home.join("identity.key")), 0o600);
@@ -44,6 +51,10 @@ fn up_status_down_and_an_owner_only_home() {
     // The identity survives a restart.
     let up2 = kiki_json(&home, &["up"]);
     assert_eq!(up2["home_id"], up["home_id"]);
+    // The stopped kikid took itself off the record: the new one is the only replica.
+    let replicas = kiki_json(&home, &["status"])["replicas"].clone();
+    assert_eq!(replicas.as_array().map(Vec::len), Some(1), "{replicas}");
+    assert_eq!(replicas[0]["pid"], up2["pid"]);
 }
 
 /// `kiki up` run several times at once: one kikid serves the home, and every `kiki up`
