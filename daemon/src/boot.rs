@@ -70,13 +70,7 @@ pub(crate) fn open_home(
             Config::load(&config_file, must_exist)?
         }
     };
-    let store = StoreLocation::resolve(
-        config.store.url.as_deref(),
-        config.store.password_file.as_deref(),
-        config.store.pool_size,
-        dir.root(),
-        dir.sqlite_file(),
-    )?;
+    let store = config.store.location(&dir)?;
     if let Some(file) = store.sqlite_file() {
         for file in SqliteStore::files(file) {
             kiki_proto::home::trusted_if_present(&file, "store file")?;
@@ -327,11 +321,10 @@ pub(crate) fn prune_keys(
 
 /// This process as one of the home's replicas, made as it starts (a restart is a new one).
 pub(crate) fn this_replica(bridge_listen: &str, clock: &Clock) -> ReplicaRecord {
-    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     let now = clock.now_ms();
     ReplicaRecord {
         id: crate::threads::new_id("rep"),
-        host,
+        host: kiki_proto::home::host_name(),
         pid: std::process::id(),
         bridge_listen: bridge_listen.to_string(),
         started_at: now,
@@ -339,27 +332,32 @@ pub(crate) fn this_replica(bridge_listen: &str, clock: &Clock) -> ReplicaRecord 
     }
 }
 
-/// Writes this replica's heartbeat every third of the lease until shutdown, then takes it
-/// off the record. Replicas silent for an hour are forgotten by the others' heartbeats.
-pub(crate) fn heartbeat(
+/// Writes this replica's first heartbeat (before the home answers, so that its status
+/// lists it), then one every third of the lease until shutdown, and takes it off the record
+/// as it stops. Replicas silent for an hour are forgotten by the others' heartbeats.
+pub(crate) async fn heartbeat(
     store: Arc<dyn Store>,
     mut replica: ReplicaRecord,
     lease: Duration,
     clock: Clock,
     shutdown: CancellationToken,
 ) -> Task {
-    const FORGET_AFTER: Duration = Duration::from_secs(3600);
+    async fn beat(store: &dyn Store, replica: &mut ReplicaRecord, clock: &Clock) {
+        const FORGET_AFTER: Duration = Duration::from_secs(3600);
+        replica.heartbeat_at = clock.now_ms();
+        let forget_before = replica.heartbeat_at - time::ms(FORGET_AFTER);
+        if let Err(e) = store.heartbeat(replica, forget_before).await {
+            warn!(error = %e, "cannot write this replica's heartbeat");
+        }
+    }
+    beat(&*store, &mut replica, &clock).await;
     let handle = tokio::spawn(async move {
         loop {
-            replica.heartbeat_at = clock.now_ms();
-            let forget_before = replica.heartbeat_at - time::ms(FORGET_AFTER);
-            if let Err(e) = store.heartbeat(&replica, forget_before).await {
-                warn!(error = %e, "cannot write this replica's heartbeat");
-            }
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = clock.sleep(lease / 3) => {}
             }
+            beat(&*store, &mut replica, &clock).await;
         }
         if let Err(e) = store.retire_replica(&replica.id).await {
             warn!(error = %e, "cannot take this replica off the record");

@@ -101,16 +101,7 @@ pub async fn examine_stopped(
     // The store the config names, or the default one when the config cannot say.
     let location = Config::load(&config_file, false)
         .ok()
-        .and_then(|config| {
-            StoreLocation::resolve(
-                config.store.url.as_deref(),
-                config.store.password_file.as_deref(),
-                config.store.pool_size,
-                home.root(),
-                home.sqlite_file(),
-            )
-            .ok()
-        })
+        .and_then(|config| config.store.location(&home).ok())
         .unwrap_or_else(|| StoreLocation::Sqlite(home.sqlite_file()));
     let (daemon, _lock) = match home.lock() {
         Ok(lock) => (Finding::ok("daemon", "no kikid serves this home"), Some(lock)),

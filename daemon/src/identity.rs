@@ -3,7 +3,7 @@
 //! self-signed certificate of this key and peers pin the fingerprint.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The home's key pair and the id derived from it.
@@ -56,9 +56,7 @@ impl Identity {
         let io = |source| IdentityError::Io { path: shown.clone(), source };
         match std::fs::read_to_string(path) {
             Ok(pem) => {
-                kiki_proto::home::trusted(path, "identity key")?;
-                let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
-                if mode & 0o077 != 0 {
+                if let Some(mode) = kiki_proto::home::exposed(path, "identity key")? {
                     return Err(IdentityError::Exposed { path: shown, mode });
                 }
                 let key = rcgen::KeyPair::from_pem(&pem)
@@ -118,6 +116,7 @@ impl Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn created_once_then_stable() {

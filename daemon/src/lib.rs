@@ -210,13 +210,10 @@ impl DaemonBuilder {
         started.push(Box::new(bridges.clone()));
         let replica = boot::this_replica(&bridges.listen_addr(), &clock);
         let replica_id = replica.id.clone();
-        started.push(Box::new(boot::heartbeat(
-            store.clone(),
-            replica,
-            config.store.lease,
-            clock.clone(),
-            shutdown.clone(),
-        )));
+        started.push(Box::new(
+            boot::heartbeat(store.clone(), replica, config.store.lease, clock.clone(), shutdown.clone())
+                .await,
+        ));
         started.push(Box::new(boot::prune_keys(
             store.clone(),
             config.mailbox.key_retention,

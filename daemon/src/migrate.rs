@@ -39,14 +39,7 @@ pub async fn migrate_stopped(
     };
     let config_file = config_file.unwrap_or_else(|| home.config_file());
     let config = Config::load(&config_file, false).map_err(|e| e.to_string())?;
-    let from = StoreLocation::resolve(
-        config.store.url.as_deref(),
-        config.store.password_file.as_deref(),
-        config.store.pool_size,
-        home.root(),
-        home.sqlite_file(),
-    )
-    .map_err(|e| e.to_string())?;
+    let from = config.store.location(&home).map_err(|e| e.to_string())?;
     if from.sqlite_file().is_some_and(|file| !file.exists()) {
         return Err(format!("{} does not exist: there is no store to copy", from.describe()));
     }

@@ -117,6 +117,12 @@ impl Clock {
     /// `fut`, unless this clock reaches `at` first (an `at` passed already lets `fut` be
     /// polled once).
     pub async fn timeout_at<F: Future>(&self, at: Millis, fut: F) -> Result<F::Output, Elapsed> {
+        if let Kind::System = self.0 {
+            // tokio's own timeout polls `fut` first too, and costs no allocation: waits park
+            // on it at every call.
+            let left = Duration::from_millis((at - now_ms()).max(0) as u64);
+            return tokio::time::timeout(left, fut).await.map_err(|_| Elapsed);
+        }
         tokio::select! {
             biased;
             out = fut => Ok(out),
@@ -144,8 +150,6 @@ impl Clock {
             due.into_iter().for_each(Waker::wake);
             m.settle().await;
         }
-        let due = lock(&m.state).wake_due();
-        due.into_iter().for_each(Waker::wake);
         m.settle().await;
     }
 }

@@ -187,6 +187,21 @@ pub fn trusted(path: &Path, what: &'static str) -> Result<(), Untrusted> {
     trusted_as(&meta, path, what, nix::unistd::geteuid().as_raw())
 }
 
+/// The name of the machine this runs on (empty if it has none).
+pub fn host_name() -> String {
+    nix::unistd::gethostname().map(|name| name.to_string_lossy().trim().to_string()).unwrap_or_default()
+}
+
+/// [`trusted`], for a file that must be its owner's alone (a key, a password): the mode it
+/// has (`& 0o777`) if others may read it too, `None` if they may not.
+pub fn exposed(path: &Path, what: &'static str) -> Result<Option<u32>, Untrusted> {
+    let meta =
+        std::fs::metadata(path).map_err(|source| Untrusted::Io { path: path.to_path_buf(), source })?;
+    trusted_as(&meta, path, what, nix::unistd::geteuid().as_raw())?;
+    let mode = meta.permissions().mode() & 0o777;
+    Ok((mode & 0o077 != 0).then_some(mode))
+}
+
 /// [`trusted`] for a user id given (tests check another user's view of a file of theirs).
 fn trusted_as(meta: &std::fs::Metadata, path: &Path, what: &'static str, me: u32) -> Result<(), Untrusted> {
     if meta.uid() != me {

@@ -37,7 +37,7 @@ pub const STORE_ENV: &str = "KIKI_TEST_STORE";
 pub struct TestHome {
     dir: TempDir,
     /// The home's Postgres database, when the suite runs on Postgres (see [`STORE_ENV`]).
-    _database: Option<postgres::TestDatabase>,
+    database: Option<postgres::TestDatabase>,
     config: Config,
     transport: Option<kiki_daemon::TransportFactory>,
     clock: Clock,
@@ -108,7 +108,7 @@ impl TestHomeBuilder {
         let (handle, client) =
             boot(dir.path(), self.config.clone(), self.transport.clone(), self.clock.clone()).await;
         let (config, transport, clock) = (self.config, self.transport, self.clock);
-        TestHome { dir, _database: database, config, transport, clock, handle, client }
+        TestHome { dir, database, config, transport, clock, handle, client }
     }
 }
 
@@ -151,7 +151,7 @@ impl TestHome {
 
     /// The home's store, reached directly (past the API), whichever backend it is on.
     pub fn store(&self) -> StoreAccess {
-        match &self._database {
+        match &self.database {
             Some(database) => StoreAccess::Postgres(database.url_with_password()),
             None => StoreAccess::Sqlite(self.dir.path().join("kiki.db")),
         }

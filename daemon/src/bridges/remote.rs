@@ -37,7 +37,7 @@ impl Remote {
         }
         let result = self.links.call(&bridge, &wire::BridgeCall { call: Some(call) }, None).await;
         // Link health is written when it changes, not on every successful call.
-        let now = self.pairing.runner.clock().now_ms();
+        let now = self.pairing.now();
         let stale = bridge.last_success.is_none_or(|t| now - t > HEALTH_EVERY.as_millis() as i64);
         match &result {
             Ok(_) if stale || bridge.last_error_at > bridge.last_success => {

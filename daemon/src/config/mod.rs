@@ -113,6 +113,24 @@ pub struct StoreConfig {
     pub lease: Duration,
 }
 
+impl StoreConfig {
+    /// Where this config puts the store of the home `home` (see [`StoreLocation::resolve`]).
+    ///
+    /// [`StoreLocation::resolve`]: crate::store::StoreLocation::resolve
+    pub fn location(
+        &self,
+        home: &kiki_proto::home::HomeDir,
+    ) -> crate::store::StoreResult<crate::store::StoreLocation> {
+        crate::store::StoreLocation::resolve(
+            self.url.as_deref(),
+            self.password_file.as_deref(),
+            self.pool_size,
+            home.root(),
+            home.sqlite_file(),
+        )
+    }
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         Self { url: None, password_file: None, pool_size: None, lease: Duration::from_secs(10) }

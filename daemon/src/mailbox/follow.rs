@@ -106,7 +106,13 @@ impl Waits {
                 return Ok(());
             }
             // Until a part is kept or the turn ends (or kikid stops: the follower calls again).
-            if !self.park_while_followed(&subscription, self.runner.clock().now_ms() + 3_600_000, tx).await
+            if !self
+                .park_while_followed(
+                    &subscription,
+                    self.runner.clock().now_ms() + crate::time::ms(Duration::from_secs(3600)),
+                    tx,
+                )
+                .await
                 && (self.stopping.is_cancelled() || tx.is_closed())
             {
                 return Ok(());

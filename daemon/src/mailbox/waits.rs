@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kiki_proto as pb;
 use kiki_proto::limits::{self, WAIT_TARGETS_MAX, WAIT_TIMEOUT_DEFAULT_MS, WAIT_TIMEOUT_MAX_MS};
@@ -21,7 +20,6 @@ use crate::sync::uncancelled;
 use crate::threads::runner::TurnRunner;
 use crate::threads::signals::{self, Signals};
 use crate::threads::{Threads, cursor, switches};
-use crate::time::ms;
 
 /// Message ids one ThreadInbox call may name as taken.
 const INBOX_TAKEN_MAX: usize = 1_000;
@@ -278,7 +276,7 @@ impl Waits {
             })
             .await?
         };
-        let deadline = self.runner.clock().now_ms() + ms(Duration::from_millis(timeout.into()));
+        let deadline = self.runner.clock().now_ms() + i64::from(timeout);
         loop {
             if !self.runner.is_running(caller) {
                 return Ok((Vec::new(), delivered));

@@ -4,8 +4,9 @@
 //! Postgres' one schema); each column is read and written by the Postgres schema's type.
 
 use rusqlite::types::Value;
-use sqlx::{Connection as _, PgConnection, Row as _};
+use sqlx::{Connection as _, PgConnection};
 
+use super::columns::{Cell, Columns as _};
 use super::postgres::{TABLES, connect_options};
 use super::{StoreError, StoreLocation, StoreResult};
 
@@ -47,6 +48,17 @@ pub async fn copy_store(from: &StoreLocation, to: &StoreLocation) -> StoreResult
         )));
     }
     Ok(copied)
+}
+
+/// A cell read from Postgres, as SQLite keeps it (a switch is 0 or 1).
+fn value_of(cell: Cell<'_>) -> Value {
+    match cell {
+        Cell::Null => Value::Null,
+        Cell::Int(n) => Value::Integer(n),
+        Cell::Bool(b) => Value::Integer(b.into()),
+        Cell::Real(x) => Value::Real(x),
+        Cell::Text(text) => Value::Text(text.to_string()),
+    }
 }
 
 /// A table's columns, named, with their kinds.
@@ -169,28 +181,7 @@ impl Side {
             Self::Postgres(conn) => {
                 let rows = sqlx::query(&sql).fetch_all(&mut *conn).await?;
                 rows.iter()
-                    .map(|row| {
-                        columns
-                            .iter()
-                            .enumerate()
-                            .map(|(i, (_, kind))| {
-                                Ok(match kind {
-                                    Kind::Int => {
-                                        row.try_get::<Option<i64>, _>(i)?.map_or(Value::Null, Value::Integer)
-                                    }
-                                    Kind::Bool => row
-                                        .try_get::<Option<bool>, _>(i)?
-                                        .map_or(Value::Null, |b| Value::Integer(b.into())),
-                                    Kind::Real => {
-                                        row.try_get::<Option<f64>, _>(i)?.map_or(Value::Null, Value::Real)
-                                    }
-                                    Kind::Text => {
-                                        row.try_get::<Option<String>, _>(i)?.map_or(Value::Null, Value::Text)
-                                    }
-                                })
-                            })
-                            .collect()
-                    })
+                    .map(|row| names.iter().map(|name| Ok(value_of(row.cell(name)?))).collect())
                     .collect()
             }
         }

@@ -35,7 +35,10 @@ impl StoreLocation {
                 None => default_file,
             }));
         };
+        // A URL without its password reads differently: then it has one, and it wins.
+        let in_url = redacted(url) != url;
         let password = match password_file {
+            _ if in_url => None,
             Some(file) => Some(read_password(&home.join(file))?),
             None => std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()),
         };
@@ -75,15 +78,13 @@ impl StoreLocation {
 /// The first line of an owner-only password file (one others may read is refused: the
 /// password would not be the owner's alone).
 fn read_password(file: &Path) -> StoreResult<String> {
-    use std::os::unix::fs::PermissionsExt;
     let unusable =
         |why: String| StoreError::Backend(format!("store.password_file {}: {why}", file.display()));
-    kiki_proto::home::trusted(file, "store password file").map_err(|e| unusable(e.to_string()))?;
-    let mode = std::fs::metadata(file).map_err(|e| unusable(e.to_string()))?.permissions().mode();
-    if mode & 0o077 != 0 {
+    if let Some(mode) =
+        kiki_proto::home::exposed(file, "store password file").map_err(|e| unusable(e.to_string()))?
+    {
         return Err(unusable(format!(
-            "others may read it (mode {:o}); make it the owner's only: chmod 600 {}",
-            mode & 0o777,
+            "others may read it (mode {mode:o}); make it the owner's only: chmod 600 {}",
             file.display()
         )));
     }
@@ -93,4 +94,39 @@ fn read_password(file: &Path) -> StoreResult<String> {
         return Err(unusable("is empty".into()));
     }
     Ok(password.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_in_the_url_wins_over_the_file_and_the_environment() {
+        let home = tempfile::tempdir().expect("home");
+        let url = "postgres://kiki:in-the-url@db/kiki";
+        // The file is never read (it does not even exist).
+        let location = StoreLocation::resolve(
+            Some(url),
+            Some(Path::new("absent.pass")),
+            None,
+            home.path(),
+            PathBuf::new(),
+        )
+        .expect("resolved");
+        let StoreLocation::Postgres(options) = location else { panic!("a Postgres store") };
+        assert_eq!(options.password, None, "the URL's own is used");
+        let file = home.path().join("pg.pass");
+        std::fs::write(&file, "from-the-file\n").expect("write");
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+        let location = StoreLocation::resolve(
+            Some("postgres://kiki@db/kiki"),
+            Some(Path::new("pg.pass")),
+            None,
+            home.path(),
+            PathBuf::new(),
+        )
+        .expect("resolved");
+        let StoreLocation::Postgres(options) = location else { panic!("a Postgres store") };
+        assert_eq!(options.password.as_deref(), Some("from-the-file"));
+    }
 }

@@ -388,6 +388,22 @@ pub fn follow_up(
     }
 }
 
+impl FollowUp {
+    /// The message as it stands once the follow-up's writes are made.
+    pub fn applied(self, message: super::MessageRecord) -> super::MessageRecord {
+        match self {
+            FollowUp::Expire => super::MessageRecord {
+                status: MessageStatus::Undeliverable,
+                reason: super::EXPIRED.into(),
+                deadline: None,
+                ..message
+            },
+            FollowUp::Confirm => super::MessageRecord { deadline: None, ..message },
+            FollowUp::Keep => message,
+        }
+    }
+}
+
 /// Whether an attempt's outcome may still change an outbox entry standing at `status` (and
 /// due at `next_attempt_at`): one in flight (pending or accepted) moves on, and so does an
 /// expired one whose target is still to be asked where it stands (due before never); any
@@ -616,6 +632,25 @@ mod tests {
         assert_eq!(follow_up(Pending, Some(100), true, 50), FollowUp::Expire, "the source gave up");
         assert_eq!(follow_up(Pending, None, true, 50), FollowUp::Keep, "confirmed before");
         assert_eq!(follow_up(Delivered, Some(100), true, 500), FollowUp::Keep);
+        let pending = crate::store::MessageRecord {
+            id: "msg_1".into(),
+            target_thread: "th_a".into(),
+            source: None,
+            content: "hi".into(),
+            status: Pending,
+            reason: String::new(),
+            created_at: 1,
+            delivered_at: None,
+            turn_id: None,
+            deadline: Some(100),
+        };
+        let expired = FollowUp::Expire.applied(pending.clone());
+        assert_eq!(
+            (expired.status, expired.reason.as_str(), expired.deadline),
+            (Undeliverable, "expired", None)
+        );
+        assert_eq!(FollowUp::Confirm.applied(pending.clone()).deadline, None);
+        assert_eq!(FollowUp::Keep.applied(pending.clone()), pending);
     }
 
     #[test]

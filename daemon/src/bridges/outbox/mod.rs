@@ -395,8 +395,8 @@ impl Outbox {
             Verdict::Delivered => finish(self.now(), entry, OutboxStatus::Delivered, ""),
             // Followed up soon, before the target's deadline: that confirms it arrived.
             Verdict::Waiting => {
-                let (mut accepted, _) = finish(self.now(), entry, OutboxStatus::Accepted, "");
                 let now = self.now();
+                let (mut accepted, _) = finish(now, entry, OutboxStatus::Accepted, "");
                 let first = now + FOLLOW_UP_FIRST.as_millis() as i64;
                 accepted.next_attempt_at = within_the_window(first, now, expires_at);
                 (accepted, None)
@@ -466,10 +466,11 @@ impl Outbox {
     /// default window), so a peer gone for good costs no more than its accepted messages;
     /// never once the target may have forgotten the key.
     fn next_recheck(&self, entry: &OutboxRecord) -> i64 {
-        if age(self.now(), entry) > crate::config::MAX_RETRY_WINDOW {
+        let now = self.now();
+        if age(now, entry) > crate::config::MAX_RETRY_WINDOW {
             return i64::MAX;
         }
-        next_follow_up_at(self.now(), entry)
+        next_follow_up_at(now, entry)
     }
 
     /// An entry that expired here without its target's word, after the target was asked
@@ -585,9 +586,10 @@ impl Outbox {
     fn retry_later(&self, entry: OutboxRecord, why: &str) -> Outcome {
         self.unreached(&entry.peer_home_id);
         let last_answer = lock(&self.inner.answered).get(&entry.peer_home_id).copied().unwrap_or(0);
-        let silent = self.now() - entry.created_at.max(last_answer);
+        let now = self.now();
+        let silent = now - entry.created_at.max(last_answer);
         let delay = backoff(Duration::from_millis(silent.max(0) as u64));
-        retry_after(self.now(), entry, why, delay)
+        retry_after(now, entry, why, delay)
     }
 
     /// The entry's state for another attempt after the first backoff step only: its attempt

@@ -42,8 +42,7 @@ const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// How this home introduces itself in a pairing request: the machine's host name (the home
 /// id is shown beside it anyway), or the id's first characters if there is none.
 fn home_name(home_id: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    match host.trim() {
+    match kiki_proto::home::host_name().as_str() {
         "" => home_id.chars().take(8).collect(),
         host => host.chars().take(64).collect(),
     }
@@ -65,6 +64,11 @@ pub(super) struct Pairing {
 }
 
 impl Pairing {
+    /// The time by the home's clock.
+    pub(super) fn now(&self) -> crate::time::Millis {
+        self.runner.clock().now_ms()
+    }
+
     pub(super) async fn file_request(
         &self,
         peer: &str,
@@ -76,7 +80,7 @@ impl Pairing {
             return Err(Error::invalid("want", "name at least one of read, send, wake, wait").into());
         }
         let _filing = self.decisions.lock().await;
-        let now = self.runner.clock().now_ms();
+        let now = self.now();
         let requests = self.requests().await?;
         if let Some((refusal, why)) = policy::filing_refused(&requests, peer, from, now) {
             return Err(Rejection::Wire(refusal, why));
@@ -102,13 +106,8 @@ impl Pairing {
             self.table.find(|b| b.direction == Direction::Inbound && b.peer_home_id == peer).await?;
         // Read only: a peer's ping writes nothing, even an expiry.
         let requests = self.store.bridge_requests().await.map_err(Error::from)?;
-        let (state, bridge) = policy::grant_for_ping(
-            inbound.as_ref(),
-            &requests,
-            peer,
-            self.runner.clock().now_ms(),
-            self.request_expiry,
-        );
+        let (state, bridge) =
+            policy::grant_for_ping(inbound.as_ref(), &requests, peer, self.now(), self.request_expiry);
         if let Some(b) = bridge {
             return Ok(wire::PingReply {
                 state: state as i32,
@@ -140,7 +139,7 @@ impl Pairing {
         if let Some(request) = waiting {
             let withdrawn = BridgeRequestRecord {
                 status: RequestStatus::Withdrawn,
-                decided_at: Some(self.runner.clock().now_ms()),
+                decided_at: Some(self.now()),
                 ..request
             };
             self.table.save(None, &[withdrawn]).await.map_err(Error::from)?;
@@ -219,7 +218,7 @@ impl Pairing {
             }
             Err(e) => return Err(link_failure(address, e)),
         };
-        let now = self.runner.clock().now_ms();
+        let now = self.now();
         let bridge = BridgeRecord {
             id: previous.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| new_id("br")),
             direction: Direction::Outbound,
@@ -255,7 +254,7 @@ impl Pairing {
     /// its source keeps showing the outcome (see [`Pairing::refresh`]). The caller holds
     /// `decisions`.
     async fn requests(&self) -> Result<Vec<BridgeRequestRecord>> {
-        let now = self.runner.clock().now_ms();
+        let now = self.now();
         // (Under a minute of expiry, a peer's requests that the owner decided at once stop
         // counting against its rate limit early: the cap on waiting requests still holds.)
         let decided_before = now - self.request_expiry.as_millis() as i64;
@@ -319,7 +318,7 @@ impl Pairing {
                 format!("{:?} was not requested (wanted: {})", extra.as_str(), request.want.joined()),
             ));
         }
-        let now = self.runner.clock().now_ms();
+        let now = self.now();
         let previous = self
             .table
             .find(|b| b.direction == Direction::Inbound && b.peer_home_id == request.peer_home_id)
@@ -389,7 +388,7 @@ impl Pairing {
         let mut bridge = self.one_named(which, &bridges)?;
         self.name_is_free(name, &bridge.peer_home_id, &bridges)?;
         bridge.alias = name.to_string();
-        bridge.updated_at = self.runner.clock().now_ms();
+        bridge.updated_at = self.now();
         self.table.save(Some(&bridge), &[]).await?;
         info!(bridge_id = %bridge.id, alias = %bridge.alias, "bridge renamed");
         Ok(bridge)
@@ -431,7 +430,7 @@ impl Pairing {
         let _decision = self.decisions.lock().await;
         let mut request = self.pending_request(request_id).await?;
         request.status = RequestStatus::Rejected;
-        request.decided_at = Some(self.runner.clock().now_ms());
+        request.decided_at = Some(self.now());
         self.table.save(None, std::slice::from_ref(&request)).await?;
         Ok(request)
     }
@@ -470,7 +469,7 @@ impl Pairing {
     /// Revokes `bridge` here (the caller holds `decisions`).
     async fn revoke_bridge(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
         bridge.state = BridgeState::Revoked;
-        bridge.updated_at = self.runner.clock().now_ms();
+        bridge.updated_at = self.now();
         if bridge.direction == Direction::Inbound {
             // What the peer brought and no turn has taken yet is refused with it.
             self.table.changing(self.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
@@ -506,7 +505,7 @@ impl Pairing {
         };
         let mut bridge = bridge.clone();
         bridge.state = policy::inbound_switched(&bridge, enabled)?;
-        bridge.updated_at = self.runner.clock().now_ms();
+        bridge.updated_at = self.now();
         self.table.save(Some(&bridge), &[]).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
         if enabled {
@@ -568,13 +567,13 @@ impl Pairing {
                 // A permission this home cannot read (a newer peer's) grants nothing here.
                 bridge.permissions = permissions_from_wire(&p.permissions);
                 bridge.workspaces = p.workspaces;
-                bridge.last_success = Some(self.runner.clock().now_ms());
+                bridge.last_success = Some(self.now());
             }
             Ok(Ok(_)) => self.note_error(&mut bridge, "unexpected answer to a ping".into()),
             Ok(Err(e)) => self.note_error(&mut bridge, e.to_string()),
             Err(_) => self.note_error(&mut bridge, format!("no answer within {PING_TIMEOUT:?}")),
         }
-        bridge.updated_at = self.runner.clock().now_ms();
+        bridge.updated_at = self.now();
         // Saved with the state: the worker never sees the one without the other.
         let revoked_there = bridge.state == BridgeState::Revoked && was != BridgeState::Revoked;
         bridge.revoked_by_peer |= revoked_there;
@@ -613,6 +612,6 @@ impl Pairing {
 
     pub(super) fn note_error(&self, bridge: &mut BridgeRecord, error: String) {
         bridge.last_error = error;
-        bridge.last_error_at = Some(self.runner.clock().now_ms());
+        bridge.last_error_at = Some(self.now());
     }
 }

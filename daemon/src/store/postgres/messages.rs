@@ -376,23 +376,16 @@ async fn follow_up_message(
     let Some(message) = message_in(tx.conn(), message_id).await? else {
         return Ok(None);
     };
-    match rules::follow_up(message.status, message.deadline, window_over, now) {
-        rules::FollowUp::Expire => {
-            undeliver(tx, message_id, EXPIRED, now).await?;
-            Ok(Some(MessageRecord {
-                status: MessageStatus::Undeliverable,
-                reason: EXPIRED.into(),
-                deadline: None,
-                ..message
-            }))
-        }
+    let follow_up = rules::follow_up(message.status, message.deadline, window_over, now);
+    match follow_up {
+        rules::FollowUp::Expire => undeliver(tx, message_id, EXPIRED, now).await?,
         rules::FollowUp::Confirm => {
             sqlx::query("UPDATE messages SET deadline = NULL WHERE id = $1")
                 .bind(message_id)
                 .execute(tx.conn())
                 .await?;
-            Ok(Some(MessageRecord { deadline: None, ..message }))
         }
-        rules::FollowUp::Keep => Ok(Some(message)),
+        rules::FollowUp::Keep => {}
     }
+    Ok(Some(follow_up.applied(message)))
 }

@@ -44,6 +44,9 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "replicas", include_str!("migrations/0002_replicas.sql")),
 ];
 
+/// The schema version this kikid makes and reads: its last migration's.
+const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
 /// How every write begins: its transaction, and in the same round trip the home's write
 /// lock, an advisory lock held until the transaction ends (any fixed number: kiki's database
 /// is kiki's own).
@@ -247,7 +250,7 @@ async fn schema_problems(conn: &mut PgConnection) -> StoreResult<Vec<String>> {
             Ok(newest) => newest,
             Err(e) => return Ok(vec![format!("no kiki schema ({e}): kikid makes it at its first start")]),
         };
-    let known = MIGRATIONS.last().map_or(0, |&(version, _, _)| version);
+    let known = SCHEMA_VERSION;
     if newest != Some(known) {
         problems.push(format!("the schema is at version {}, this kikid's is {known}", newest.unwrap_or(0)));
     }
@@ -277,7 +280,7 @@ async fn migrate_locked(conn: &mut PgConnection) -> StoreResult<()> {
     // A database a newer kikid migrated may hold data in a form this one misreads.
     let newest: Option<i64> =
         sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations").fetch_one(&mut *conn).await?;
-    let known = MIGRATIONS.last().map_or(0, |&(version, _, _)| version);
+    let known = SCHEMA_VERSION;
     if let Some(newest) = newest.filter(|&v| v > known) {
         return Err(StoreError::Backend(format!(
             "the database is at schema version {newest}, written by a newer kikid (this one knows \

@@ -104,9 +104,10 @@ async fn hear(mut listener: PgListener, origin: String, changes: Arc<Publisher>)
     loop {
         match listener.recv().await {
             Ok(notification) => {
+                // This process hears its own notifies too: those are left undecoded.
                 let (from, heard) = decode(notification.payload());
                 if from != origin {
-                    changes.publish(heard);
+                    changes.publish(heard.collect());
                 }
             }
             // PgListener reconnects by itself at the next recv; notifies sent meanwhile are
@@ -142,23 +143,22 @@ fn payloads(origin: &str, changes: &BTreeSet<Change>) -> Vec<String> {
     out
 }
 
-/// The origin and changes of a payload; lines this kikid does not know are skipped.
-fn decode(payload: &str) -> (&str, Vec<Change>) {
+/// The origin and changes of a payload (decoded as they are taken); lines this kikid does
+/// not know are skipped.
+fn decode(payload: &str) -> (&str, impl Iterator<Item = Change> + '_) {
     let mut lines = payload.lines();
     let origin = lines.next().unwrap_or_default();
-    let changes = lines
-        .filter_map(|line| {
-            let (kind, id) = line.split_once(' ').unwrap_or((line, ""));
-            Some(match kind {
-                "T" => Change::Thread(id.to_string()),
-                "I" => Change::Inbox(id.to_string()),
-                "P" => Change::Parts(id.to_string()),
-                "A" => Change::Answered(id.to_string()),
-                "O" => Change::Outbox,
-                _ => return None,
-            })
+    let changes = lines.filter_map(|line| {
+        let (kind, id) = line.split_once(' ').unwrap_or((line, ""));
+        Some(match kind {
+            "T" => Change::Thread(id.to_string()),
+            "I" => Change::Inbox(id.to_string()),
+            "P" => Change::Parts(id.to_string()),
+            "A" => Change::Answered(id.to_string()),
+            "O" => Change::Outbox,
+            _ => return None,
         })
-        .collect();
+    });
     (origin, changes)
 }
 

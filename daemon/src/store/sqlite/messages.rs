@@ -343,22 +343,15 @@ pub(super) fn follow_up_message(
     let Some(message) = message_in(conn, message_id)? else {
         return Ok(None);
     };
-    match rules::follow_up(message.status, message.deadline, window_over, now) {
-        rules::FollowUp::Expire => {
-            undeliver(conn, message_id, EXPIRED, now)?;
-            Ok(Some(MessageRecord {
-                status: MessageStatus::Undeliverable,
-                reason: EXPIRED.into(),
-                deadline: None,
-                ..message
-            }))
-        }
+    let follow_up = rules::follow_up(message.status, message.deadline, window_over, now);
+    match follow_up {
+        rules::FollowUp::Expire => undeliver(conn, message_id, EXPIRED, now)?,
         rules::FollowUp::Confirm => {
             run(conn, "UPDATE messages SET deadline = NULL WHERE id = ?", [message_id])?;
-            Ok(Some(MessageRecord { deadline: None, ..message }))
         }
-        rules::FollowUp::Keep => Ok(Some(message)),
+        rules::FollowUp::Keep => {}
     }
+    Ok(Some(follow_up.applied(message)))
 }
 
 /// A turn's messages become undeliverable (`?` = reason, turn), found through the turn's
