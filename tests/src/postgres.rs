@@ -59,6 +59,25 @@ impl TestDatabase {
     pub fn url_with_password(&self) -> String {
         self.options.url.replacen("://kiki_test@", &format!("://kiki_test:{PASSWORD}@"), 1)
     }
+
+    /// Cuts every process off the database (its connections ended, new ones refused), as a
+    /// server going down does for it, or lets them in again. The server itself, shared by
+    /// the tests running beside this one, goes on.
+    pub async fn reachable(&self, reachable: bool) {
+        let mut admin = connect(server()).await;
+        let name = &self.name;
+        sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS {reachable}"))
+            .execute(&mut admin)
+            .await
+            .expect("allow or refuse connections");
+        if !reachable {
+            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+                .bind(name)
+                .execute(&mut admin)
+                .await
+                .expect("end the database's connections");
+        }
+    }
 }
 
 impl Drop for TestDatabase {

@@ -119,6 +119,11 @@ pub fn status(e: Error) -> Status {
         Error::Store(e @ StoreError::Busy) => Status::resource_exhausted(e.to_string()),
         // Not a failure: the home is stopping.
         Error::Store(e @ StoreError::Closed) => Status::unavailable(e.to_string()),
+        // Not kikid's failure: its database is down or restarting, and it reconnects.
+        Error::Store(e @ StoreError::Unavailable(_)) => {
+            tracing::warn!(error = %e, "store unavailable");
+            Status::unavailable(e.to_string())
+        }
         // Nothing was written; retrying helps once the owner frees space, not before.
         Error::Store(e @ StoreError::DiskFull(_)) => {
             tracing::error!(error = %e, "store write refused");

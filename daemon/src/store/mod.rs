@@ -61,6 +61,12 @@ pub enum StoreError {
     Conflict(String),
     #[error("{0}")]
     Backend(String),
+    /// The store's database cannot be reached now (a Postgres server down or restarting):
+    /// nothing was done, and kikid reconnects by itself. Names the database where known.
+    #[error(
+        "the store's database {0} is unavailable; kikid reconnects by itself: retry (a send with the same idempotency key)"
+    )]
+    Unavailable(String),
     /// Too many writes are queued; the caller should retry (sends with the same key).
     #[error("the store is busy (too many writes queued); retry, with the same idempotency key for a send")]
     Busy,

@@ -68,6 +68,40 @@ mod home {
         std::fs::write(home.join("config.toml"), config).expect("config");
     }
 
+    /// While its database cannot be reached a home answers at once that it is unavailable,
+    /// naming the database (never a hang past the client's bound, never the password), and
+    /// once it can be reached again the home serves by itself, nothing answered lost.
+    #[tokio::test]
+    async fn a_home_whose_database_goes_away_says_so_and_comes_back_by_itself() {
+        let database = TestDatabase::create().await;
+        let (_dir, home) = new_home();
+        let _down = Down(&home);
+        on_postgres(&home, &database);
+        kiki_json(&home, &["up"]);
+        let created = kiki_json(&home, &["thread", "create", "--prompt", "before", "--wait"]);
+        let id = created["thread"]["id"].as_str().expect("id").to_string();
+
+        database.reachable(false).await;
+        let started = std::time::Instant::now();
+        let out = kiki(&home, &["--json", "thread", "say", &id, "meanwhile"]);
+        assert!(!out.status.success(), "nothing can be stored meanwhile");
+        let error: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json error");
+        let message = error["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(error["error"]["code"], "unavailable", "{error}");
+        assert!(message.contains(&database.options.url) && message.contains("reconnects"), "{message}");
+        let password = database.options.password.as_deref().expect("password");
+        assert!(!message.contains(password), "{message}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "answered in {:?}", started.elapsed());
+
+        database.reachable(true).await;
+        kiki_json(&home, &["thread", "say", &id, "after"]);
+        let page = wait_for_turns(&home, &id, 2);
+        let mut inputs: Vec<&str> =
+            page["turns"].as_array().expect("turns").iter().filter_map(|t| t["input"].as_str()).collect();
+        inputs.sort_unstable();
+        assert_eq!(inputs, ["after", "before"], "the refused input was never stored: {page}");
+    }
+
     #[tokio::test]
     async fn a_home_runs_on_postgres_and_never_shows_its_password() {
         let database = TestDatabase::create().await;

@@ -99,7 +99,7 @@ impl BridgeStore for PostgresStore {
 
     async fn bridges(&self) -> StoreResult<Vec<BridgeRecord>> {
         let rows = sqlx::query(&format!("SELECT {BRIDGE_COLUMNS} FROM bridges ORDER BY created_at, id"))
-            .fetch_all(self.reads()?)
+            .fetch_all(&mut *self.read().await?)
             .await?;
         rows.iter().map(bridge_from).collect()
     }
@@ -109,7 +109,7 @@ impl BridgeStore for PostgresStore {
             "SELECT id, peer_home_id, name, want, status, created_at, decided_at, address FROM bridge_requests
              ORDER BY created_at, id",
         )
-        .fetch_all(self.reads()?)
+        .fetch_all(&mut *self.read().await?)
         .await?;
         rows.iter().map(request_from).collect()
     }

@@ -20,7 +20,7 @@ impl EventStore for PostgresStore {
         .bind(thread_id)
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(self.reads()?)
+        .fetch_all(&mut *self.read().await?)
         .await?;
         rows.iter().map(event_from).collect()
     }
@@ -32,7 +32,7 @@ impl EventStore for PostgresStore {
                     (SELECT events_before FROM turns WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1)",
         )
         .bind(thread_id)
-        .fetch_one(self.reads()?)
+        .fetch_one(&mut *self.read().await?)
         .await?;
         let last = last.unwrap_or(0);
         // No turn yet: from now on.
@@ -58,7 +58,7 @@ impl EventStore for PostgresStore {
         .bind(PermissionStatus::Pending)
         .bind(InputKind::User)
         .bind(i64::from(limit))
-        .fetch_all(self.reads()?)
+        .fetch_all(&mut *self.read().await?)
         .await?;
         rows.iter().map(event_from).collect()
     }

@@ -16,11 +16,11 @@ impl MessageStore for PostgresStore {
     }
 
     async fn message(&self, id: &str) -> StoreResult<Option<MessageRecord>> {
-        message_in(&mut *self.reads()?.acquire().await?, id).await
+        message_in(&mut *self.read().await?, id).await
     }
 
     async fn keyed_message(&self, scope: &str, key: &str) -> StoreResult<Option<(String, String)>> {
-        stored_key(&mut *self.reads()?.acquire().await?, scope, key).await
+        stored_key(&mut *self.read().await?, scope, key).await
     }
 
     async fn follow_up(
@@ -90,7 +90,7 @@ impl MessageStore for PostgresStore {
         )
         .bind(MessageStatus::Pending)
         .bind(now)
-        .fetch_one(self.reads()?)
+        .fetch_one(&mut *self.read().await?)
         .await?;
         if !any {
             return Ok(0);

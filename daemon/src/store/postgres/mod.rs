@@ -44,6 +44,10 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "replicas", include_str!("migrations/0002_replicas.sql")),
 ];
 
+/// How long a call waits for a connection to the database before it is told the database
+/// is unavailable.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// The schema version this kikid makes and reads: its last migration's.
 const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -131,7 +135,7 @@ impl From<sqlx::Error> for StoreError {
             }
             sqlx::Error::PoolClosed => StoreError::Closed,
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => {
-                StoreError::Backend(format!("the database is unavailable: {e}"))
+                StoreError::Unavailable(format!("({e})"))
             }
             _ => StoreError::Backend(e.to_string()),
         }
@@ -173,7 +177,9 @@ impl PostgresStore {
         let unusable = |e: sqlx::Error| unusable(e.into());
         let pool = PgPoolOptions::new()
             .max_connections(options.pool_size.max(2))
-            .acquire_timeout(Duration::from_secs(10))
+            // Under the client's own bound (5 s): a call meets a database that is down with
+            // an answer that says so, not with silence.
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(connect)
             .await
             .map_err(unusable)?;
@@ -195,8 +201,24 @@ impl PostgresStore {
         if self.closed.load(Ordering::Acquire) {
             return Err(StoreError::Closed);
         }
-        let conn = self.pool.begin_with(BEGIN_WRITE).await?;
+        let conn = self.pool.begin_with(BEGIN_WRITE).await.map_err(|e| self.unreachable(e))?;
         Ok(Tx { conn, noted: Vec::new(), clock: self.clock.clone() })
+    }
+
+    /// A connection for reads (no write lock: a read sees what had committed as it began).
+    pub(super) async fn read(&self) -> StoreResult<sqlx::pool::PoolConnection<Postgres>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        self.pool.acquire().await.map_err(|e| self.unreachable(e))
+    }
+
+    /// A connection that could not be had: the database is unavailable, named.
+    fn unreachable(&self, e: sqlx::Error) -> StoreError {
+        match StoreError::from(e) {
+            StoreError::Closed => StoreError::Closed,
+            e => StoreError::Unavailable(format!("{} ({e})", self.described)),
+        }
     }
 
     /// Commits a write, then publishes what it changed: here at once, to the other processes
@@ -208,14 +230,6 @@ impl PostgresStore {
             self.changes.publish(tx.noted);
         }
         Ok(())
-    }
-
-    /// The pool, for reads (no write lock: a read sees what had committed as it began).
-    pub(super) fn reads(&self) -> StoreResult<&PgPool> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(StoreError::Closed);
-        }
-        Ok(&self.pool)
     }
 }
 
@@ -320,7 +334,7 @@ impl Store for PostgresStore {
     /// every migration applied and every table readable. `pg_amcheck` checks pages and
     /// indexes (see `kiki doctor`).
     async fn check(&self, _full: bool) -> StoreResult<Vec<String>> {
-        schema_problems(&mut *self.reads()?.acquire().await?).await
+        schema_problems(&mut *self.read().await?).await
     }
 
     async fn backup(&self, _dest: &std::path::Path) -> StoreResult<()> {

@@ -57,7 +57,7 @@ impl OutboxStore for PostgresStore {
     }
 
     async fn outbox_due(&self, peer: &str, now: Millis, limit: u32) -> StoreResult<Vec<OutboxRecord>> {
-        let mut conn = self.reads()?.acquire().await?;
+        let mut conn = self.read().await?;
         let due = format!(
             "SELECT {OUTBOX_COLUMNS} FROM outbox
              WHERE peer_home_id = $1 AND status IN ($2, $3) AND next_attempt_at <= $4
@@ -113,7 +113,7 @@ impl OutboxStore for PostgresStore {
         .bind(OutboxStatus::Accepted)
         .bind(OutboxStatus::Expired)
         .bind(NEVER)
-        .fetch_one(self.reads()?)
+        .fetch_one(&mut *self.read().await?)
         .await?;
         Ok(next)
     }
@@ -135,7 +135,7 @@ impl OutboxStore for PostgresStore {
             .bind(created_at)
             .bind(id)
             .bind(i64::from(limit))
-            .fetch_all(self.reads()?)
+            .fetch_all(&mut *self.read().await?)
             .await?
             .iter()
             .map(outbox_from)
@@ -151,13 +151,13 @@ impl OutboxStore for PostgresStore {
         .bind(OutboxStatus::Pending)
         .bind(bridge_id)
         .bind(except)
-        .fetch_one(self.reads()?)
+        .fetch_one(&mut *self.read().await?)
         .await?;
         Ok(pending as u64)
     }
 
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
-        let mut conn = self.reads()?.acquire().await?;
+        let mut conn = self.read().await?;
         outbox_entry(&mut conn, peer, scope, key).await
     }
 

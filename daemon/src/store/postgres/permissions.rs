@@ -56,7 +56,7 @@ impl PermissionStore for PostgresStore {
     }
 
     async fn permission(&self, id: &str) -> StoreResult<Option<PermissionRecord>> {
-        permission_in(&mut *self.reads()?.acquire().await?, id).await
+        permission_in(&mut *self.read().await?, id).await
     }
 }
 

@@ -41,7 +41,7 @@ impl ReceiptStore for PostgresStore {
         .bind(peer)
         .bind(from_seq.unwrap_or(i64::MAX))
         .bind(i64::from(limit))
-        .fetch_all(self.reads()?)
+        .fetch_all(&mut *self.read().await?)
         .await?;
         rows.iter().map(|row| Ok((row.try_get("seq")?, receipt_from(row)?))).collect()
     }
@@ -50,7 +50,7 @@ impl ReceiptStore for PostgresStore {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE via_home = $1 AND status = $2")
             .bind(peer)
             .bind(MessageStatus::Pending)
-            .fetch_one(self.reads()?)
+            .fetch_one(&mut *self.read().await?)
             .await?;
         Ok(n as u64)
     }

@@ -21,14 +21,14 @@ impl ReplicaStore for PostgresStore {
         .bind(r.started_at)
         .bind(r.heartbeat_at)
         .bind(forget_before)
-        .execute(self.reads()?)
+        .execute(&mut *self.read().await?)
         .await?;
         Ok(())
     }
 
     async fn replicas(&self) -> StoreResult<Vec<ReplicaRecord>> {
         sqlx::query(&format!("SELECT {REPLICA_COLUMNS} FROM replicas ORDER BY started_at, id"))
-            .fetch_all(self.reads()?)
+            .fetch_all(&mut *self.read().await?)
             .await?
             .iter()
             .map(replica_from)
@@ -36,7 +36,7 @@ impl ReplicaStore for PostgresStore {
     }
 
     async fn retire_replica(&self, id: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM replicas WHERE id = $1").bind(id).execute(self.reads()?).await?;
+        sqlx::query("DELETE FROM replicas WHERE id = $1").bind(id).execute(&mut *self.read().await?).await?;
         Ok(())
     }
 }

@@ -26,7 +26,7 @@ impl RoomStore for PostgresStore {
     }
 
     async fn room(&self, id: &str) -> StoreResult<Option<RoomRecord>> {
-        room_by_id(&mut *self.reads()?.acquire().await?, id).await
+        room_by_id(&mut *self.read().await?, id).await
     }
 
     async fn list_rooms(&self, before_seq: Option<i64>, limit: u32) -> StoreResult<Vec<RoomRecord>> {
@@ -34,7 +34,7 @@ impl RoomStore for PostgresStore {
         sqlx::query(&sql)
             .bind(before_seq.unwrap_or(i64::MAX))
             .bind(i64::from(limit))
-            .fetch_all(self.reads()?)
+            .fetch_all(&mut *self.read().await?)
             .await?
             .iter()
             .map(room_from)
@@ -42,7 +42,7 @@ impl RoomStore for PostgresStore {
     }
 
     async fn room_members(&self, room_id: &str) -> StoreResult<Vec<MemberRecord>> {
-        members_of(&mut *self.reads()?.acquire().await?, room_id).await
+        members_of(&mut *self.read().await?, room_id).await
     }
 
     async fn add_member(&self, room_id: &str, member: &MemberRecord) -> StoreResult<AddOutcome> {
@@ -169,7 +169,7 @@ impl RoomStore for PostgresStore {
         key_scope: &str,
         key: &str,
     ) -> StoreResult<Option<(String, EntryRecord)>> {
-        entry_by_key(&mut *self.reads()?.acquire().await?, room_id, key_scope, key).await
+        entry_by_key(&mut *self.read().await?, room_id, key_scope, key).await
     }
 
     async fn room_entries(&self, room_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<EntryRecord>> {
@@ -180,7 +180,7 @@ impl RoomStore for PostgresStore {
             .bind(room_id)
             .bind(after_seq)
             .bind(i64::from(limit))
-            .fetch_all(self.reads()?)
+            .fetch_all(&mut *self.read().await?)
             .await?
             .iter()
             .map(entry_from)
@@ -192,7 +192,7 @@ impl RoomStore for PostgresStore {
             "SELECT id FROM rooms WHERE host_thread = $1 UNION SELECT room_id FROM room_members WHERE thread_id = $1",
         )
         .bind(thread_id)
-        .fetch_all(self.reads()?)
+        .fetch_all(&mut *self.read().await?)
         .await?)
     }
 
@@ -201,7 +201,7 @@ impl RoomStore for PostgresStore {
             "SELECT {DELIVERY_COLUMNS} FROM outbox WHERE room_entry = $1 ORDER BY created_at, id"
         ))
         .bind(entry_id)
-        .fetch_all(self.reads()?)
+        .fetch_all(&mut *self.read().await?)
         .await?;
         rows.iter().map(delivery_from).collect()
     }
@@ -209,7 +209,7 @@ impl RoomStore for PostgresStore {
     async fn room_home(&self, room_id: &str) -> StoreResult<Option<String>> {
         Ok(sqlx::query_scalar("SELECT home_id FROM remote_rooms WHERE room_id = $1")
             .bind(room_id)
-            .fetch_optional(self.reads()?)
+            .fetch_optional(&mut *self.read().await?)
             .await?)
     }
 

@@ -45,7 +45,7 @@ impl ThreadStore for PostgresStore {
     }
 
     async fn thread(&self, id: &str) -> StoreResult<Option<ThreadRecord>> {
-        thread_in(&mut *self.reads()?.acquire().await?, id).await
+        thread_in(&mut *self.read().await?, id).await
     }
 
     async fn list_threads(&self, query: &ThreadQuery) -> StoreResult<Vec<ThreadRecord>> {
@@ -61,7 +61,7 @@ impl ThreadStore for PostgresStore {
                 .bind(workspace)
                 .bind(before)
                 .bind(limit)
-                .fetch_all(self.reads()?)
+                .fetch_all(&mut *self.read().await?)
                 .await?
             }
             None => {
@@ -72,7 +72,7 @@ impl ThreadStore for PostgresStore {
                 ))
                 .bind(before)
                 .bind(limit)
-                .fetch_all(self.reads()?)
+                .fetch_all(&mut *self.read().await?)
                 .await?
             }
         };
@@ -80,7 +80,8 @@ impl ThreadStore for PostgresStore {
     }
 
     async fn count_threads(&self) -> StoreResult<u64> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM threads").fetch_one(self.reads()?).await?;
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM threads").fetch_one(&mut *self.read().await?).await?;
         Ok(n as u64)
     }
 

@@ -38,7 +38,7 @@ impl TurnStore for PostgresStore {
     }
 
     async fn inbox(&self, thread_id: &str, take_messages: bool) -> StoreResult<Vec<InputRecord>> {
-        let mut conn = self.reads()?.acquire().await?;
+        let mut conn = self.read().await?;
         let queued = queued_inputs(&mut conn, thread_id).await?;
         Ok(rules::plan_inbox(queued, take_messages, &disabled_peers(&mut conn).await?))
     }
@@ -85,7 +85,7 @@ impl TurnStore for PostgresStore {
         .bind(turn_id)
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(self.reads()?)
+        .fetch_all(&mut *self.read().await?)
         .await?;
         rows.iter().map(part_from).collect()
     }
@@ -93,7 +93,7 @@ impl TurnStore for PostgresStore {
     async fn latest_turn(&self, thread_id: &str) -> StoreResult<Option<(String, TurnStatus)>> {
         let row = sqlx::query("SELECT id, status FROM turns WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1")
             .bind(thread_id)
-            .fetch_optional(self.reads()?)
+            .fetch_optional(&mut *self.read().await?)
             .await?;
         row.as_ref().map(turn_status_from).transpose()
     }
@@ -101,7 +101,7 @@ impl TurnStore for PostgresStore {
     async fn agent_session(&self, thread_id: &str) -> StoreResult<Option<String>> {
         Ok(sqlx::query_scalar("SELECT session_id FROM agent_sessions WHERE thread_id = $1")
             .bind(thread_id)
-            .fetch_optional(self.reads()?)
+            .fetch_optional(&mut *self.read().await?)
             .await?)
     }
 
@@ -114,7 +114,7 @@ impl TurnStore for PostgresStore {
     }
 
     async fn cost(&self, thread_id: Option<&str>) -> StoreResult<f64> {
-        let mut conn = self.reads()?.acquire().await?;
+        let mut conn = self.read().await?;
         match thread_id {
             Some(thread_id) => thread_cost(&mut conn, thread_id).await,
             None => Ok(sqlx::query_scalar("SELECT COALESCE(SUM(cost_usd), 0) FROM turns")
@@ -187,7 +187,7 @@ impl TurnStore for PostgresStore {
         let turns: Vec<(String, Option<String>)> =
             sqlx::query_as("SELECT id, agent FROM turns WHERE status = $1")
                 .bind(TurnStatus::Running)
-                .fetch_all(self.reads()?)
+                .fetch_all(&mut *self.read().await?)
                 .await?;
         Ok(turns.into_iter().map(|(turn_id, agent)| InterruptedTurn { turn_id, agent }).collect())
     }
@@ -232,20 +232,20 @@ impl TurnStore for PostgresStore {
             "SELECT DISTINCT i.thread_id FROM inputs i JOIN threads t ON t.id = i.thread_id
              WHERE i.turn_id IS NULL AND i.wake AND NOT t.running",
         )
-        .fetch_all(self.reads()?)
+        .fetch_all(&mut *self.read().await?)
         .await?)
     }
 
     async fn running_turns(&self) -> StoreResult<u64> {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM turns WHERE status = $1")
             .bind(TurnStatus::Running)
-            .fetch_one(self.reads()?)
+            .fetch_one(&mut *self.read().await?)
             .await?;
         Ok(n as u64)
     }
 
     async fn ended_turns(&self, thread_id: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<TurnRecord>> {
-        let mut conn = self.reads()?.acquire().await?;
+        let mut conn = self.read().await?;
         let rows = sqlx::query(&format!(
             "SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = $1 AND seq > $2 AND status <> $3 ORDER BY seq LIMIT $4"
         ))
@@ -261,7 +261,7 @@ impl TurnStore for PostgresStore {
     }
 
     async fn last_ended_turns(&self, thread_id: &str, limit: u32) -> StoreResult<Vec<TurnRecord>> {
-        let mut conn = self.reads()?.acquire().await?;
+        let mut conn = self.read().await?;
         let rows = sqlx::query(&format!(
             "SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = $1 AND status <> $2 ORDER BY seq DESC LIMIT $3"
         ))
@@ -276,7 +276,7 @@ impl TurnStore for PostgresStore {
     }
 
     async fn turn(&self, thread_id: &str, turn_id: &str) -> StoreResult<Option<TurnRecord>> {
-        let mut conn = self.reads()?.acquire().await?;
+        let mut conn = self.read().await?;
         let row = sqlx::query(&format!("SELECT {TURN_COLUMNS} FROM turns WHERE thread_id = $1 AND id = $2"))
             .bind(thread_id)
             .bind(turn_id)
@@ -296,7 +296,7 @@ impl TurnStore for PostgresStore {
         .bind(thread_id)
         .bind(seq)
         .bind(TurnStatus::Running)
-        .fetch_one(self.reads()?)
+        .fetch_one(&mut *self.read().await?)
         .await?)
     }
 
