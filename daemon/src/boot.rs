@@ -86,16 +86,42 @@ pub(crate) fn open_home(
     Ok(OpenedHome { dir, lock, config: Arc::new(config), config_file, store, identity })
 }
 
-/// Opens the store and puts right what the last kikid left running: its turns are
-/// failed (never re-run), an `exec` agent it left running is stopped, and an `exec` turn
-/// whose agent never got its input gives its messages back as undeliverable.
+/// Opens the store and puts right what the replicas gone before left running (see
+/// [`take_over`]): the earlier kikids of this very home on this machine are gone for sure
+/// (this one holds the home's lock), others once their heartbeat is older than the lease.
 pub(crate) async fn open_store(
     location: &StoreLocation,
     clock: &Clock,
+    replica: &ReplicaRecord,
+    lease: Duration,
 ) -> Result<Arc<dyn Store>, StartError> {
     let store = location.open(clock).await?;
+    for gone in store.replicas().await? {
+        if gone.host == replica.host && gone.home == replica.home && gone.id != replica.id {
+            store.retire_replica(&gone.id).await?;
+        }
+    }
+    // On the record before this replica claims anything, so that no other takes its turns.
+    store.heartbeat(replica, 0).await?;
+    take_over(&*store, clock, clock.now_ms() - time::ms(lease)).await?;
+    Ok(store)
+}
+
+/// Fails the running turns of the replicas gone (none with a heartbeat at or after
+/// `live_since`): never re-run, an agent left running on this machine is stopped, and an
+/// `exec` turn whose agent never got its input gives its messages back as undeliverable.
+/// Returns their threads.
+pub(crate) async fn take_over(
+    store: &dyn Store,
+    clock: &Clock,
+    live_since: time::Millis,
+) -> Result<Vec<String>, crate::store::StoreError> {
+    let turns = store.interrupted_turns(live_since).await?;
+    if turns.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut stopped = 0;
-    for turn in store.interrupted_turns().await? {
+    for turn in turns {
         match turn.agent.as_deref() {
             // An exec agent never described never got its input: nothing was delivered.
             Some("") => {
@@ -108,11 +134,11 @@ pub(crate) async fn open_store(
     if stopped > 0 {
         warn!(agents = stopped, "stopped agent processes left running by the last stop");
     }
-    let interrupted = store.fail_interrupted_turns(INTERRUPTED, clock.now_ms()).await?;
+    let interrupted = store.fail_interrupted_turns(INTERRUPTED, clock.now_ms(), live_since).await?;
     if !interrupted.is_empty() {
         warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
     }
-    Ok(store)
+    Ok(interrupted)
 }
 
 /// The home's threads and what acts on them, wired together: the turn runner, the
@@ -140,11 +166,13 @@ impl Domain {
         home_id: &str,
         shutdown: &CancellationToken,
         clock: Clock,
+        replica: &str,
     ) -> Self {
         let signals = Signals::default();
         let outbox_work = Arc::new(tokio::sync::Notify::new());
         store.changes().listen(crate::threads::signals::wake_on(signals.clone(), outbox_work.clone()));
-        let runner = TurnRunner::new(store.clone(), config.clone(), home.root().to_path_buf(), clock);
+        let root = home.root().to_path_buf();
+        let runner = TurnRunner::new(store.clone(), config.clone(), root, clock, replica.to_string());
         let threads = Threads::new(store, config.clone(), runner.clone(), home_id.to_string());
         let send_keys = Arc::new(KeyLocks::default());
         let mailbox = Mailbox::new(
@@ -319,14 +347,16 @@ pub(crate) fn prune_keys(
     Task { name: "key pruning", handle }
 }
 
-/// This process as one of the home's replicas, made as it starts (a restart is a new one).
-pub(crate) fn this_replica(bridge_listen: &str, clock: &Clock) -> ReplicaRecord {
+/// This process as one of the home's replicas, made as it starts (a restart is a new one);
+/// its bridge address is known once its endpoint is bound.
+pub(crate) fn this_replica(home: &HomeDir, clock: &Clock) -> ReplicaRecord {
     let now = clock.now_ms();
     ReplicaRecord {
         id: crate::threads::new_id("rep"),
         host: kiki_proto::home::host_name(),
+        home: home.root().display().to_string(),
         pid: std::process::id(),
-        bridge_listen: bridge_listen.to_string(),
+        bridge_listen: String::new(),
         started_at: now,
         heartbeat_at: now,
     }
@@ -334,22 +364,30 @@ pub(crate) fn this_replica(bridge_listen: &str, clock: &Clock) -> ReplicaRecord 
 
 /// Writes this replica's first heartbeat (before the home answers, so that its status
 /// lists it), then one every third of the lease until shutdown, and takes it off the record
-/// as it stops. Replicas silent for an hour are forgotten by the others' heartbeats.
+/// as it stops. After each heartbeat that landed it takes over what replicas silent for a
+/// lease left running (see [`take_over`]) and has the runner go on with their threads'
+/// queues; one whose own heartbeat did not land takes over nothing. Replicas silent for an
+/// hour are forgotten by the others' heartbeats.
 pub(crate) async fn heartbeat(
     store: Arc<dyn Store>,
     mut replica: ReplicaRecord,
     lease: Duration,
-    clock: Clock,
+    runner: TurnRunner,
     shutdown: CancellationToken,
 ) -> Task {
-    async fn beat(store: &dyn Store, replica: &mut ReplicaRecord, clock: &Clock) {
+    async fn beat(store: &dyn Store, replica: &mut ReplicaRecord, clock: &Clock) -> bool {
         const FORGET_AFTER: Duration = Duration::from_secs(3600);
         replica.heartbeat_at = clock.now_ms();
         let forget_before = replica.heartbeat_at - time::ms(FORGET_AFTER);
-        if let Err(e) = store.heartbeat(replica, forget_before).await {
-            warn!(error = %e, "cannot write this replica's heartbeat");
+        match store.heartbeat(replica, forget_before).await {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(error = %e, "cannot write this replica's heartbeat");
+                false
+            }
         }
     }
+    let clock = runner.clock().clone();
     beat(&*store, &mut replica, &clock).await;
     let handle = tokio::spawn(async move {
         loop {
@@ -357,7 +395,13 @@ pub(crate) async fn heartbeat(
                 () = shutdown.cancelled() => break,
                 () = clock.sleep(lease / 3) => {}
             }
-            beat(&*store, &mut replica, &clock).await;
+            if !beat(&*store, &mut replica, &clock).await {
+                continue;
+            }
+            match take_over(&*store, &clock, replica.heartbeat_at - time::ms(lease)).await {
+                Ok(threads) => threads.iter().for_each(|thread| runner.kick(thread)),
+                Err(e) => warn!(error = %e, "cannot take over the turns of replicas gone"),
+            }
         }
         if let Err(e) = store.retire_replica(&replica.id).await {
             warn!(error = %e, "cannot take this replica off the record");

@@ -188,7 +188,8 @@ impl DaemonBuilder {
         let socket = home.dir.socket();
         started.push(Box::new(boot::HomeHeld { lock: home.lock, socket: socket.clone() }));
         let clock = self.clock.clone();
-        let store = boot::open_store(&home.store, &clock).await?;
+        let mut replica = boot::this_replica(&home.dir, &clock);
+        let store = boot::open_store(&home.store, &clock, &replica, config.store.lease).await?;
         started.push(Box::new(boot::StoreComponent(store.clone())));
         let domain = boot::Domain::assemble(
             store.clone(),
@@ -197,6 +198,7 @@ impl DaemonBuilder {
             &home_id,
             &shutdown,
             clock.clone(),
+            &replica.id,
         );
         started.push(Box::new(domain.start_turns().await?));
         let transport = match &self.transport {
@@ -208,11 +210,11 @@ impl DaemonBuilder {
         let bridges = bridges::Bridges::start(domain.bridge_parts(&store, &config), transport, &shutdown);
         info!(listen = %bridges.listen_addr(), "bridge endpoint listening");
         started.push(Box::new(bridges.clone()));
-        let replica = boot::this_replica(&bridges.listen_addr(), &clock);
+        replica.bridge_listen = bridges.listen_addr();
         let replica_id = replica.id.clone();
+        let lease = config.store.lease;
         started.push(Box::new(
-            boot::heartbeat(store.clone(), replica, config.store.lease, clock.clone(), shutdown.clone())
-                .await,
+            boot::heartbeat(store.clone(), replica, lease, domain.runner.clone(), shutdown.clone()).await,
         ));
         started.push(Box::new(boot::prune_keys(
             store.clone(),

@@ -119,7 +119,8 @@ fn sweep(server: &str) {
     });
 }
 
-fn block_on<T>(work: impl std::future::Future<Output = T>) -> T {
+/// Runs `work` on a runtime of its own (for tests that are not async).
+pub fn block_on<T>(work: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(work)
 }
 

@@ -320,6 +320,7 @@ pub fn replica_from(row: &impl Columns) -> StoreResult<ReplicaRecord> {
     Ok(ReplicaRecord {
         id: row.get("id")?,
         host: row.get("host")?,
+        home: row.get("home")?,
         pid: row.get::<i64>("pid")? as u32,
         bridge_listen: row.get("bridge_listen")?,
         started_at: row.get("started_at")?,
@@ -327,7 +328,7 @@ pub fn replica_from(row: &impl Columns) -> StoreResult<ReplicaRecord> {
     })
 }
 
-pub const REPLICA_COLUMNS: &str = "id, host, pid, bridge_listen, started_at, heartbeat_at";
+pub const REPLICA_COLUMNS: &str = "id, host, home, pid, bridge_listen, started_at, heartbeat_at";
 
 pub fn room_from(row: &impl Columns) -> StoreResult<RoomRecord> {
     Ok(RoomRecord {

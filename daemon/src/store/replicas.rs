@@ -13,8 +13,10 @@ use super::*;
 pub struct ReplicaRecord {
     /// Made by the process as it starts: a restart is a new replica.
     pub id: String,
-    /// The machine it runs on.
+    /// The machine it runs on, and its home directory there: a kikid that holds that home's
+    /// lock knows every other replica of the same machine and home is gone.
     pub host: String,
+    pub home: String,
     pub pid: u32,
     /// Its QUIC endpoint's address, as it bound it.
     pub bridge_listen: String,

@@ -186,6 +186,9 @@ pub struct TurnClaim {
     /// The profile's `max_cost_usd`: a thread whose turns have cost this much starts none
     /// (its input waits).
     pub budget: Option<f64>,
+    /// The replica claiming it (see `ReplicaStore`): the turn is its while its heartbeat
+    /// is younger than the lease.
+    pub replica: String,
 }
 
 /// How a turn ended.
@@ -269,13 +272,20 @@ pub trait TurnStore: Send + Sync {
     /// `executors::agent`); a turn that has ended is left alone.
     async fn record_agent(&self, turn_id: &str, agent: &str) -> StoreResult<()>;
 
-    /// The turns still `running` (startup after a crash, before
-    /// [`TurnStore::fail_interrupted_turns`]), with their recorded agent.
-    async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>>;
+    /// The turns still `running` whose replica is gone — none of the replicas with a
+    /// heartbeat at or after `live_since` claimed them (at startup after a crash, and as a
+    /// replica takes over another's work) — with their recorded agent.
+    async fn interrupted_turns(&self, live_since: Millis) -> StoreResult<Vec<InterruptedTurn>>;
 
-    /// Marks every turn still `running` as failed with `reason` (startup after a crash),
-    /// with a `terminal` event each. Returns the threads concerned.
-    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>>;
+    /// Marks those turns failed with `reason` (see [`TurnStore::interrupted_turns`]), with a
+    /// `terminal` event each, their threads idle again and their agents' pending permission
+    /// requests expired. Returns the threads concerned.
+    async fn fail_interrupted_turns(
+        &self,
+        reason: &str,
+        now: Millis,
+        live_since: Millis,
+    ) -> StoreResult<Vec<String>>;
 
     /// Threads with queued input and no running turn.
     async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>>;

@@ -112,6 +112,8 @@ struct Inner {
     home: PathBuf,
     /// The home's clock: turns' times, retry pauses.
     clock: Clock,
+    /// This process among the home's replicas: its claims are its turns.
+    replica: String,
     /// Threads with a runner task, and what that task has yet to look at.
     active: Mutex<HashMap<String, Activity>>,
     /// Live turn tokens → their turn. In memory only: a restart ends every turn.
@@ -125,13 +127,20 @@ struct Inner {
 }
 
 impl TurnRunner {
-    pub fn new(store: Arc<dyn Store>, config: Arc<Config>, home: PathBuf, clock: Clock) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: Arc<Config>,
+        home: PathBuf,
+        clock: Clock,
+        replica: String,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
                 config,
                 home,
                 clock,
+                replica,
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
@@ -192,7 +201,7 @@ impl TurnRunner {
     /// How to start `thread`'s next turn, for a claim made outside the runner (see
     /// [`TurnRunner::start_claimed`]).
     pub fn claim_for(&self, thread: &ThreadRecord) -> TurnClaim {
-        turn_claim(&self.inner.config, thread)
+        turn_claim(&self.inner.config, thread, &self.inner.replica)
     }
 
     /// The running turn a token belongs to.
@@ -307,8 +316,10 @@ impl Inner {
         let Some(thread) = self.store.thread(thread_id).await? else {
             return Ok(None);
         };
-        let claimed =
-            self.store.claim_turn(thread_id, turn_claim(&self.config, &thread), self.clock.now_ms()).await?;
+        let claimed = self
+            .store
+            .claim_turn(thread_id, turn_claim(&self.config, &thread, &self.replica), self.clock.now_ms())
+            .await?;
         Ok(claimed.map(|turn| (thread, turn)))
     }
 
@@ -574,14 +585,16 @@ fn spent(total: f64, budget: f64) -> String {
     format!("the thread's agents have spent ${total:.4} of its ${budget} budget (max_cost_usd)")
 }
 
-/// A new turn for `thread`: peer messages wait while its communication is off.
-fn turn_claim(config: &Config, thread: &ThreadRecord) -> TurnClaim {
+/// A new turn for `thread`, claimed by `replica`: peer messages wait while its
+/// communication is off.
+fn turn_claim(config: &Config, thread: &ThreadRecord, replica: &str) -> TurnClaim {
     TurnClaim {
         turn_id: new_id("tu"),
         take_messages: switches::communication(config, thread).is_ok(),
         render: executors::render,
         exec: config.profile(&thread.profile).is_some_and(|p| p.executor != ExecutorKind::Echo),
         budget: config.profile(&thread.profile).and_then(|p| p.max_cost_usd),
+        replica: replica.to_string(),
     }
 }
 

@@ -51,7 +51,14 @@ pub(super) fn bridged_message(id: &str, target: &str, peer: &str, key: &str) -> 
 
 /// How a test starts a turn: `take_messages` as the thread's communication switch says.
 pub(super) fn turn(turn_id: &str, take_messages: bool) -> TurnClaim {
-    TurnClaim { turn_id: turn_id.into(), take_messages, render, exec: false, budget: None }
+    TurnClaim {
+        turn_id: turn_id.into(),
+        take_messages,
+        render,
+        exec: false,
+        budget: None,
+        replica: String::new(),
+    }
 }
 
 pub(super) fn claim(turn_id: &str) -> Option<TurnClaim> {
@@ -313,7 +320,7 @@ pub async fn a_thread_read_after_a_change_shows_it(store: &dyn Store) {
     store.enqueue_input("th_a", &user("in_2", "again")).await.expect("enqueue");
     store.claim_turn("th_a", turn("tu_2", true), 6).await.expect("claim").expect("a turn");
     assert!(read().await.running);
-    store.fail_interrupted_turns("restart", 7).await.expect("fail");
+    store.fail_interrupted_turns("restart", 7, 0).await.expect("fail");
     assert!(!read().await.running, "every thread's record dropped");
 }
 

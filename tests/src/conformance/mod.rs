@@ -56,7 +56,7 @@ macro_rules! store_conformance {
             decided_pairing_requests_are_pruned_and_pending_ones_kept,
             hearing_from_a_peer_sets_only_its_last_success, an_outbox_entry_is_found_by_its_key,
             a_closed_store_takes_no_more_work, committed_changes_are_published_before_the_write_answers,
-            replicas_beat_are_listed_and_forgotten);
+            replicas_beat_are_listed_and_forgotten, only_the_turns_of_replicas_gone_are_taken_over);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -272,7 +272,10 @@ pub async fn interrupted_turns_fail_and_queue_survives(store: &dyn Store) {
     store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
     store.claim_turn("th_a", turn("tu_1", true), 2).await.expect("claim").expect("input");
     store.enqueue_input("th_a", &user("in_2", "behind")).await.expect("enqueue");
-    assert_eq!(store.fail_interrupted_turns("crashed", 3).await.expect("recover"), vec!["th_a".to_string()]);
+    assert_eq!(
+        store.fail_interrupted_turns("crashed", 3, 0).await.expect("recover"),
+        vec!["th_a".to_string()]
+    );
     let terminal = store.events_after("th_a", 0, 10).await.expect("events").pop().expect("terminal event");
     assert_eq!((terminal.kind, terminal.turn_status), (EventKind::Terminal, Some(TurnStatus::Failed)));
     let turn = store.turn("th_a", "tu_1").await.expect("turn").expect("exists");
@@ -302,7 +305,7 @@ pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
     };
     let empty = || Some(String::new());
     assert_eq!(
-        agents(store.interrupted_turns().await.expect("turns")),
+        agents(store.interrupted_turns(0).await.expect("turns")),
         [("tu_1".to_string(), empty()), ("tu_2".to_string(), empty()), ("tu_3".to_string(), None)],
         "exec turns start with an empty record"
     );
@@ -311,16 +314,55 @@ pub async fn agents_are_listed_while_their_turns_run(store: &dyn Store) {
     finish(store, "tu_2", "done").await;
     store.record_agent("tu_2", "13 1 boot").await.expect("an ended turn is left alone");
     assert_eq!(
-        agents(store.interrupted_turns().await.expect("turns")),
+        agents(store.interrupted_turns(0).await.expect("turns")),
         [("tu_1".to_string(), Some("11 1 boot".to_string())), ("tu_3".to_string(), None)]
     );
-    store.fail_interrupted_turns("crashed", 3).await.expect("recover");
-    assert!(store.interrupted_turns().await.expect("turns").is_empty());
+    store.fail_interrupted_turns("crashed", 3, 0).await.expect("recover");
+    assert!(store.interrupted_turns(0).await.expect("turns").is_empty());
 }
 
 pub async fn input_for_a_missing_thread_is_refused(store: &dyn Store) {
     assert_eq!(store.enqueue_input("th_missing", &user("in_1", "x")).await.expect("enqueue"), None);
     assert!(store.claim_turn("th_missing", turn("tu_1", true), 1).await.expect("claim").is_none());
+}
+
+/// A running turn is its replica's while that replica's heartbeat is at or after the
+/// bound given: only the turns of replicas silent since before it (or never on record) are
+/// interrupted — failed, their threads idle again for the queue to go on.
+pub async fn only_the_turns_of_replicas_gone_are_taken_over(store: &dyn Store) {
+    let beat = |id: &str, at: i64| ReplicaRecord {
+        id: id.into(),
+        host: "box".into(),
+        home: "/home/kiki".into(),
+        pid: 7,
+        bridge_listen: String::new(),
+        started_at: at,
+        heartbeat_at: at,
+    };
+    store.heartbeat(&beat("rep_live", 1000), 0).await.expect("live");
+    store.heartbeat(&beat("rep_gone", 100), 0).await.expect("gone");
+    for (thread, replica) in [("th_a", "rep_live"), ("th_b", "rep_gone"), ("th_c", "rep_never")] {
+        store
+            .create_thread(&new_thread(thread, "ws", 1), Some(&user(&format!("in_{thread}"), "go")))
+            .await
+            .expect("create");
+        let claim = TurnClaim { replica: replica.into(), ..turn(&format!("tu_{thread}"), true) };
+        store.claim_turn(thread, claim, 2).await.expect("claim").expect("a turn");
+    }
+    let gone: Vec<String> =
+        store.interrupted_turns(500).await.expect("interrupted").into_iter().map(|t| t.turn_id).collect();
+    assert_eq!(gone.len(), 2, "{gone:?}");
+    assert!(gone.contains(&"tu_th_b".to_string()) && gone.contains(&"tu_th_c".to_string()), "{gone:?}");
+    let mut failed = store.fail_interrupted_turns("taken over", 1200, 500).await.expect("take over");
+    failed.sort();
+    assert_eq!(failed, ["th_b", "th_c"]);
+    let live = store.turn("th_a", "tu_th_a").await.expect("turn").expect("exists");
+    assert_eq!(live.status, TurnStatus::Running, "a live replica's turn runs on");
+    assert!(store.thread("th_a").await.expect("read").expect("exists").running);
+    let taken = store.turn("th_b", "tu_th_b").await.expect("turn").expect("exists");
+    assert_eq!((taken.status, taken.error.as_str()), (TurnStatus::Failed, "taken over"));
+    assert!(!store.thread("th_b").await.expect("read").expect("exists").running, "idle for its queue");
+    assert!(store.interrupted_turns(500).await.expect("interrupted").is_empty(), "nothing left to take");
 }
 
 /// Replicas are recorded by their heartbeats (a later one moves only the time, and the
@@ -330,6 +372,7 @@ pub async fn replicas_beat_are_listed_and_forgotten(store: &dyn Store) {
     let replica = |id: &str, started_at: i64| ReplicaRecord {
         id: id.into(),
         host: "box".into(),
+        home: "/home/kiki".into(),
         pid: 7,
         bridge_listen: "127.0.0.1:1".into(),
         started_at,

@@ -28,4 +28,5 @@ mod smoke;
 mod spaces;
 mod store_postgres;
 mod store_sqlite;
+mod team_home;
 mod threads;

@@ -697,6 +697,7 @@ async fn claim_then_restart(home: &mut TestHome, thread_id: &str, exec: bool) ->
                 render: kiki_daemon::executors::render,
                 exec,
                 budget: None,
+                replica: String::new(),
             }),
             receipt: None,
             deadline: None,

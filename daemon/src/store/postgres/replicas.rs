@@ -10,8 +10,8 @@ impl ReplicaStore for PostgresStore {
     async fn heartbeat(&self, r: &ReplicaRecord, forget_before: Millis) -> StoreResult<()> {
         sqlx::query(
             "WITH forgotten AS (DELETE FROM replicas WHERE heartbeat_at < $7 AND id <> $1)
-             INSERT INTO replicas (id, host, pid, bridge_listen, started_at, heartbeat_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
+             INSERT INTO replicas (id, host, home, pid, bridge_listen, started_at, heartbeat_at)
+             VALUES ($1, $2, $8, $3, $4, $5, $6)
              ON CONFLICT (id) DO UPDATE SET heartbeat_at = $6, bridge_listen = $4",
         )
         .bind(&r.id)
@@ -21,6 +21,7 @@ impl ReplicaStore for PostgresStore {
         .bind(r.started_at)
         .bind(r.heartbeat_at)
         .bind(forget_before)
+        .bind(&r.home)
         .execute(&mut *self.read().await?)
         .await?;
         Ok(())

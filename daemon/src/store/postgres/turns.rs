@@ -183,39 +183,56 @@ impl TurnStore for PostgresStore {
         self.commit(tx).await
     }
 
-    async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
-        let turns: Vec<(String, Option<String>)> =
-            sqlx::query_as("SELECT id, agent FROM turns WHERE status = $1")
-                .bind(TurnStatus::Running)
-                .fetch_all(&mut *self.read().await?)
-                .await?;
+    async fn interrupted_turns(&self, live_since: Millis) -> StoreResult<Vec<InterruptedTurn>> {
+        let turns: Vec<(String, Option<String>)> = sqlx::query_as(
+            "SELECT id, agent FROM turns WHERE status = $1
+             AND replica_id NOT IN (SELECT id FROM replicas WHERE heartbeat_at >= $2)",
+        )
+        .bind(TurnStatus::Running)
+        .bind(live_since)
+        .fetch_all(&mut *self.read().await?)
+        .await?;
         Ok(turns.into_iter().map(|(turn_id, agent)| InterruptedTurn { turn_id, agent }).collect())
     }
 
-    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>> {
+    async fn fail_interrupted_turns(
+        &self,
+        reason: &str,
+        now: Millis,
+        live_since: Millis,
+    ) -> StoreResult<Vec<String>> {
         let mut tx = self.begin().await?;
         let failed: Vec<(String, String)> = sqlx::query_as(
-            "UPDATE turns SET status = $1, error = $2, ended_at = $3 WHERE status = $4 RETURNING id, thread_id",
+            "UPDATE turns SET status = $1, error = $2, ended_at = $3 WHERE status = $4
+             AND replica_id NOT IN (SELECT id FROM replicas WHERE heartbeat_at >= $5)
+             RETURNING id, thread_id",
         )
         .bind(TurnStatus::Failed)
         .bind(reason)
         .bind(now)
         .bind(TurnStatus::Running)
+        .bind(live_since)
         .fetch_all(tx.conn())
         .await?;
-        sqlx::query("UPDATE threads SET running = false, updated_at = $1 WHERE running")
+        for (turn_id, thread_id) in &failed {
+            sqlx::query("UPDATE threads SET running = false, updated_at = $1 WHERE id = $2")
+                .bind(now)
+                .bind(thread_id)
+                .execute(tx.conn())
+                .await?;
+            sqlx::query(
+                "UPDATE permission_requests SET status = $1, decided_at = $2, reason = $3
+                 WHERE turn_id = $4 AND status = $5",
+            )
+            .bind(PermissionStatus::Expired)
             .bind(now)
+            .bind(rules::PERMISSION_OUTLIVED_DAEMON)
+            .bind(turn_id)
+            .bind(PermissionStatus::Pending)
             .execute(tx.conn())
             .await?;
-        sqlx::query(
-            "UPDATE permission_requests SET status = $1, decided_at = $2, reason = $3 WHERE status = $4",
-        )
-        .bind(PermissionStatus::Expired)
-        .bind(now)
-        .bind(rules::PERMISSION_OUTLIVED_DAEMON)
-        .bind(PermissionStatus::Pending)
-        .execute(tx.conn())
-        .await?;
+            tx.note(Change::Thread(thread_id.clone()));
+        }
         for (turn_id, thread_id) in &failed {
             let mut terminal = event(thread_id, EventKind::Terminal, now);
             terminal.turn_id = Some(turn_id.clone());
@@ -348,7 +365,7 @@ pub(super) async fn claim_turn(
     now: Millis,
     arriving: Option<InputRecord>,
 ) -> StoreResult<Option<ClaimedTurn>> {
-    let TurnClaim { turn_id, take_messages, render, exec, budget } = claim;
+    let TurnClaim { turn_id, take_messages, render, exec, budget, replica } = claim;
     let idle_turns: Option<i64> =
         sqlx::query_scalar("SELECT turn_count FROM threads WHERE id = $1 AND NOT archived AND NOT running")
             .bind(thread_id)
@@ -374,8 +391,8 @@ pub(super) async fn claim_turn(
     };
     let rendered = render(&inputs);
     sqlx::query(
-        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = $2))",
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before, replica_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = $2), $8)",
     )
     .bind(turn_id)
     .bind(thread_id)
@@ -384,6 +401,7 @@ pub(super) async fn claim_turn(
     .bind(&rendered)
     .bind(now)
     .bind(exec.then_some(""))
+    .bind(replica)
     .execute(tx.conn())
     .await?;
     take(tx, turn_id, &taken, now).await?;

@@ -12,10 +12,10 @@ impl ReplicaStore for SqliteStore {
             .write(move |conn| {
                 run(
                     conn,
-                    "INSERT INTO replicas (id, host, pid, bridge_listen, started_at, heartbeat_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                    "INSERT INTO replicas (id, host, home, pid, bridge_listen, started_at, heartbeat_at)
+                     VALUES (?1, ?2, ?7, ?3, ?4, ?5, ?6)
                      ON CONFLICT (id) DO UPDATE SET heartbeat_at = ?6, bridge_listen = ?4",
-                    params![r.id, r.host, r.pid, r.bridge_listen, r.started_at, r.heartbeat_at],
+                    params![r.id, r.host, r.pid, r.bridge_listen, r.started_at, r.heartbeat_at, r.home],
                 )?;
                 run(
                     conn,

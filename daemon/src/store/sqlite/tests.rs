@@ -120,6 +120,7 @@ fn a_message_is_not_copied_into_its_input_and_its_turn_still_gets_its_content() 
         render: |_| String::new(),
         exec: false,
         budget: None,
+        replica: String::new(),
     };
     let claimed =
         claim_turn(&conn, "th_a", &claim, 2, None, &Clock::system()).expect("claim").expect("a turn");
@@ -156,6 +157,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
             render: |items| items.iter().map(|i| i.content.as_str()).collect::<Vec<_>>().join("|"),
             exec: false,
             budget: None,
+            replica: String::new(),
         }),
         receipt: None,
         deadline: None,

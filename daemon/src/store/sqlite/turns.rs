@@ -215,19 +215,27 @@ impl TurnStore for SqliteStore {
         self.write_statement(sql, (agent.to_string(), turn_id.to_string())).await
     }
 
-    async fn interrupted_turns(&self) -> StoreResult<Vec<InterruptedTurn>> {
+    async fn interrupted_turns(&self, live_since: Millis) -> StoreResult<Vec<InterruptedTurn>> {
         self.db
-            .read(|conn| {
+            .read(move |conn| {
                 let sql = sql!(
-                    "SELECT id, agent FROM turns WHERE status = '{running}'",
+                    "SELECT id, agent FROM turns WHERE status = '{running}'
+                     AND replica_id NOT IN (SELECT id FROM replicas WHERE heartbeat_at >= ?)",
                     running = TurnStatus::Running
                 );
-                all(conn, sql, [], |row| Ok(InterruptedTurn { turn_id: row.get(0)?, agent: row.get(1)? }))
+                all(conn, sql, [live_since], |row| {
+                    Ok(InterruptedTurn { turn_id: row.get(0)?, agent: row.get(1)? })
+                })
             })
             .await
     }
 
-    async fn fail_interrupted_turns(&self, reason: &str, now: Millis) -> StoreResult<Vec<String>> {
+    async fn fail_interrupted_turns(
+        &self,
+        reason: &str,
+        now: Millis,
+        live_since: Millis,
+    ) -> StoreResult<Vec<String>> {
         let reason = reason.to_string();
         self.db
             .write(move |conn| {
@@ -235,25 +243,31 @@ impl TurnStore for SqliteStore {
                     conn,
                     sql!(
                         "UPDATE turns SET status = '{failed}', error = ?, ended_at = ? WHERE status = '{running}'
+                         AND replica_id NOT IN (SELECT id FROM replicas WHERE heartbeat_at >= ?)
                          RETURNING id, thread_id",
                         failed = TurnStatus::Failed,
                         running = TurnStatus::Running
                     ),
-                    params![reason, now],
+                    params![reason, now, live_since],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )?;
-                run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE running = 1", [now])?;
-                run(
-                    conn,
-                    "UPDATE permission_requests SET status = ?, decided_at = ?, reason = ? WHERE status = ?",
-                    params![
-                        PermissionStatus::Expired,
-                        now,
-                        rules::PERMISSION_OUTLIVED_DAEMON,
-                        PermissionStatus::Pending
-                    ],
-                )?;
-                touched(None);
+                for (turn_id, thread_id) in &failed {
+                    run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?", params![now, thread_id])?;
+                    run(
+                        conn,
+                        "UPDATE permission_requests SET status = ?, decided_at = ?, reason = ?
+                         WHERE turn_id = ? AND status = ?",
+                        params![
+                            PermissionStatus::Expired,
+                            now,
+                            rules::PERMISSION_OUTLIVED_DAEMON,
+                            turn_id,
+                            PermissionStatus::Pending
+                        ],
+                    )?;
+                    touched(Some(thread_id));
+                    note(Change::Thread(thread_id.clone()));
+                }
                 for (turn_id, thread_id) in &failed {
                     let mut terminal = event(thread_id, EventKind::Terminal, now);
                     terminal.turn_id = Some(turn_id.clone());
@@ -420,7 +434,7 @@ pub(super) fn claim_turn(
     arriving: Option<InputRecord>,
     clock: &Clock,
 ) -> StoreResult<Option<ClaimedTurn>> {
-    let TurnClaim { turn_id, take_messages, render, exec, budget } = claim;
+    let TurnClaim { turn_id, take_messages, render, exec, budget, replica } = claim;
     let idle_turns = first(
         conn,
         "SELECT turn_count FROM threads WHERE id = ? AND archived = 0 AND running = 0",
@@ -448,10 +462,10 @@ pub(super) fn claim_turn(
     let rendered = render(&inputs);
     run(
         conn,
-        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before)
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before, replica_id)
          VALUES (?1, ?2, ?3, ?7, ?4, ?5, ?6,
-                 (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2))",
-        params![turn_id, thread_id, seq, rendered, now, exec.then_some(""), TurnStatus::Running],
+                 (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2), ?8)",
+        params![turn_id, thread_id, seq, rendered, now, exec.then_some(""), TurnStatus::Running, replica],
     )?;
     take(conn, turn_id, &taken, now)?;
     note(Change::Thread(thread_id.to_string()));

@@ -1,0 +1,82 @@
+//! A team home: several kikid processes (replicas) serving one home from one Postgres
+//! database, through the real binaries on the tests' real server.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kiki_tests::binaries::{Down, kiki_json, kill_9, new_home, pid_of};
+use kiki_tests::postgres::TestDatabase;
+
+/// A replica's config: the team's database (its password in an owner-only file), a short
+/// lease, and a profile whose agent holds its turn until it is stopped.
+fn replica_of(home: &Path, database: &TestDatabase) {
+    std::fs::create_dir_all(home).expect("home");
+    let password = home.join("pg.pass");
+    std::fs::write(&password, database.options.password.as_deref().expect("password"))
+        .expect("password file");
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let config = format!(
+        "[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\nlease = \"2s\"\n\n\
+         [profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; exec sleep 60\"]\n",
+        database.options.url
+    );
+    std::fs::write(home.join("config.toml"), config).expect("config");
+}
+
+/// The thread `id` as ThreadList shows it through `home`.
+fn listed(home: &Path, id: &str) -> serde_json::Value {
+    let list = kiki_json(home, &["thread", "list"]);
+    list["threads"].as_array().expect("threads").iter().find(|t| t["id"] == id).cloned().expect("listed")
+}
+
+/// A turn runs on the replica that claimed it while that replica's heartbeat is fresh: the
+/// other replica leaves it alone however long it runs. Once that replica is killed, the
+/// other takes its turn over within the lease (failed as interrupted, never re-run, its
+/// agent stopped) and the thread goes on there.
+#[test]
+fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
+    let database = kiki_tests::postgres::block_on(TestDatabase::create());
+    let ((_a_dir, a), (_b_dir, b)) = (new_home(), new_home());
+    let (_down_a, _down_b) = (Down(&a), Down(&b));
+    replica_of(&a, &database);
+    replica_of(&b, &database);
+    kiki_json(&a, &["up"]);
+    kiki_json(&b, &["up"]);
+    let replicas = kiki_json(&b, &["status"])["replicas"].as_array().map(Vec::len);
+    assert_eq!(replicas, Some(2), "both replicas are on record");
+
+    let created = kiki_json(&a, &["thread", "create", "--profile", "hold", "--prompt", "hold on"]);
+    let id = created["id"].as_str().expect("id").to_string();
+    // Longer than the lease, with both replicas beating: the turn stays a's.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(listed(&b, &id)["state"], "running", "b leaves a live replica's turn alone");
+    let ended = kiki_json(&b, &["thread", "read", &id, "--limit", "10"]);
+    assert_eq!(ended["turns"].as_array().map(Vec::len), Some(0), "{ended}");
+
+    kill_9(&pid_of(&a));
+    let killed = Instant::now();
+    let page = loop {
+        let page = kiki_json(&b, &["thread", "read", &id, "--limit", "10"]);
+        if page["turns"].as_array().is_some_and(|turns| !turns.is_empty()) {
+            break page;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(10), "never taken over: {page}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = killed.elapsed();
+    // Within the lease, plus a heartbeat's period for b to look, plus a second.
+    assert!(took < Duration::from_millis(2_000 + 667 + 1_000), "taken over after {took:?}");
+    let turn = &page["turns"][0];
+    assert_eq!(turn["status"], "failed", "{turn}");
+    assert!(turn["error"].as_str().unwrap_or_default().contains("not re-run"), "{turn}");
+    assert_eq!(listed(&b, &id)["state"], "idle");
+
+    // The thread goes on, on the replica that is left.
+    kiki_json(&b, &["thread", "say", &id, "again"]);
+    let started = Instant::now();
+    while listed(&b, &id)["state"] != "running" {
+        assert!(started.elapsed() < Duration::from_secs(10), "b never ran the next turn");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
