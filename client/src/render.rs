@@ -29,8 +29,9 @@ pub fn show_status(s: &pb::StatusResponse) {
             (false, true) => "live",
             (false, false) => "silent",
         };
+        let outbox = if r.works_outbox { " · works the outbox" } else { "" };
         outln!(
-            "          {} · {} pid {} · bridges {} · heartbeat {} · {state}",
+            "          {} · {} pid {} · bridges {} · heartbeat {} · {state}{outbox}",
             r.id,
             r.host,
             r.pid,

@@ -14,7 +14,6 @@ use tracing::{info, warn};
 
 use crate::StartError;
 use crate::config::Config;
-use crate::executors::agent::Agent;
 use crate::executors::desk::Desk;
 use crate::identity::{Creation, Identity};
 use crate::mailbox::{Mailbox, PermissionRequests, TurnDesk, Waits};
@@ -22,7 +21,7 @@ use crate::rooms::Rooms;
 use crate::store::{ReplicaRecord, SqliteStore, Store, StoreLocation};
 use crate::sync::KeyLocks;
 use crate::threads::Threads;
-use crate::threads::runner::{INTERRUPTED, TurnRunner};
+use crate::threads::runner::TurnRunner;
 use crate::threads::signals::Signals;
 use crate::time::{self, Clock};
 
@@ -87,7 +86,7 @@ pub(crate) fn open_home(
 }
 
 /// Opens the store and puts right what the replicas gone before left running (see
-/// [`take_over`]): the earlier kikids of this very home on this machine are gone for sure
+/// [`crate::replica::take_over`]): the earlier kikids of this very home on this machine are gone for sure
 /// (this one holds the home's lock), others once their heartbeat is older than the lease.
 pub(crate) async fn open_store(
     location: &StoreLocation,
@@ -103,42 +102,8 @@ pub(crate) async fn open_store(
     }
     // On the record before this replica claims anything, so that no other takes its turns.
     store.heartbeat(replica, 0).await?;
-    take_over(&*store, clock, clock.now_ms() - time::ms(lease)).await?;
+    crate::replica::take_over(&*store, clock, clock.now_ms() - time::ms(lease)).await?;
     Ok(store)
-}
-
-/// Fails the running turns of the replicas gone (none with a heartbeat at or after
-/// `live_since`): never re-run, an agent left running on this machine is stopped, and an
-/// `exec` turn whose agent never got its input gives its messages back as undeliverable.
-/// Returns their threads.
-pub(crate) async fn take_over(
-    store: &dyn Store,
-    clock: &Clock,
-    live_since: time::Millis,
-) -> Result<Vec<String>, crate::store::StoreError> {
-    let turns = store.interrupted_turns(live_since).await?;
-    if turns.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut stopped = 0;
-    for turn in turns {
-        match turn.agent.as_deref() {
-            // An exec agent never described never got its input: nothing was delivered.
-            Some("") => {
-                store.undeliver_turn_messages(&turn.turn_id, "kikid_stopped", clock.now_ms()).await?;
-            }
-            Some(record) => stopped += usize::from(Agent::from_record(record).is_some_and(|a| a.stop())),
-            None => {}
-        }
-    }
-    if stopped > 0 {
-        warn!(agents = stopped, "stopped agent processes left running by the last stop");
-    }
-    let interrupted = store.fail_interrupted_turns(INTERRUPTED, clock.now_ms(), live_since).await?;
-    if !interrupted.is_empty() {
-        warn!(turns = interrupted.len(), "marked turns interrupted by the last stop as failed");
-    }
-    Ok(interrupted)
 }
 
 /// The home's threads and what acts on them, wired together: the turn runner, the
@@ -156,6 +121,8 @@ pub(crate) struct Domain {
     /// Rung by whatever writes outbox entries (cross-home sends, room posts waking members
     /// of other homes): the outbox worker looks again.
     pub outbox_work: Arc<tokio::sync::Notify>,
+    /// Whether this replica works the outbox (decided by its heartbeat).
+    pub outbox_duty: Arc<crate::replica::OutboxDuty>,
 }
 
 impl Domain {
@@ -186,7 +153,19 @@ impl Domain {
         let timeout = config.threads.permission_timeout;
         let permissions = PermissionRequests::new(&threads, timeout, signals.clone(), shutdown.clone());
         let rooms = Rooms::new(threads.clone(), mailbox.clone(), config);
-        Self { signals, runner, threads, mailbox, waits, permissions, rooms, send_keys, outbox_work }
+        let outbox_duty = Arc::new(crate::replica::OutboxDuty::new(outbox_work.clone()));
+        Self {
+            signals,
+            runner,
+            threads,
+            mailbox,
+            waits,
+            permissions,
+            rooms,
+            send_keys,
+            outbox_work,
+            outbox_duty,
+        }
     }
 
     /// What the bridges work with.
@@ -204,6 +183,7 @@ impl Domain {
             rooms: self.rooms.clone(),
             send_keys: self.send_keys.clone(),
             outbox_work: self.outbox_work.clone(),
+            outbox_duty: self.outbox_duty.clone(),
         }
     }
 
@@ -345,69 +325,6 @@ pub(crate) fn prune_keys(
         }
     });
     Task { name: "key pruning", handle }
-}
-
-/// This process as one of the home's replicas, made as it starts (a restart is a new one);
-/// its bridge address is known once its endpoint is bound.
-pub(crate) fn this_replica(home: &HomeDir, clock: &Clock) -> ReplicaRecord {
-    let now = clock.now_ms();
-    ReplicaRecord {
-        id: crate::threads::new_id("rep"),
-        host: kiki_proto::home::host_name(),
-        home: home.root().display().to_string(),
-        pid: std::process::id(),
-        bridge_listen: String::new(),
-        started_at: now,
-        heartbeat_at: now,
-    }
-}
-
-/// Writes this replica's first heartbeat (before the home answers, so that its status
-/// lists it), then one every third of the lease until shutdown, and takes it off the record
-/// as it stops. After each heartbeat that landed it takes over what replicas silent for a
-/// lease left running (see [`take_over`]) and has the runner go on with their threads'
-/// queues; one whose own heartbeat did not land takes over nothing. Replicas silent for an
-/// hour are forgotten by the others' heartbeats.
-pub(crate) async fn heartbeat(
-    store: Arc<dyn Store>,
-    mut replica: ReplicaRecord,
-    lease: Duration,
-    runner: TurnRunner,
-    shutdown: CancellationToken,
-) -> Task {
-    async fn beat(store: &dyn Store, replica: &mut ReplicaRecord, clock: &Clock) -> bool {
-        const FORGET_AFTER: Duration = Duration::from_secs(3600);
-        replica.heartbeat_at = clock.now_ms();
-        let forget_before = replica.heartbeat_at - time::ms(FORGET_AFTER);
-        match store.heartbeat(replica, forget_before).await {
-            Ok(()) => true,
-            Err(e) => {
-                warn!(error = %e, "cannot write this replica's heartbeat");
-                false
-            }
-        }
-    }
-    let clock = runner.clock().clone();
-    beat(&*store, &mut replica, &clock).await;
-    let handle = tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = clock.sleep(lease / 3) => {}
-            }
-            if !beat(&*store, &mut replica, &clock).await {
-                continue;
-            }
-            match take_over(&*store, &clock, replica.heartbeat_at - time::ms(lease)).await {
-                Ok(threads) => threads.iter().for_each(|thread| runner.kick(thread)),
-                Err(e) => warn!(error = %e, "cannot take over the turns of replicas gone"),
-            }
-        }
-        if let Err(e) = store.retire_replica(&replica.id).await {
-            warn!(error = %e, "cannot take this replica off the record");
-        }
-    });
-    Task { name: "heartbeat", handle }
 }
 
 /// Binds the socket so that only the owner can connect: the home directory is 0700 and the

@@ -46,6 +46,7 @@ pub mod identity;
 pub mod mailbox;
 pub mod messaging;
 pub mod migrate;
+mod replica;
 pub mod rooms;
 pub mod runtime;
 pub mod store;
@@ -188,7 +189,7 @@ impl DaemonBuilder {
         let socket = home.dir.socket();
         started.push(Box::new(boot::HomeHeld { lock: home.lock, socket: socket.clone() }));
         let clock = self.clock.clone();
-        let mut replica = boot::this_replica(&home.dir, &clock);
+        let mut replica = replica::this_replica(&home.dir, &clock);
         let store = boot::open_store(&home.store, &clock, &replica, config.store.lease).await?;
         started.push(Box::new(boot::StoreComponent(store.clone())));
         let domain = boot::Domain::assemble(
@@ -214,7 +215,15 @@ impl DaemonBuilder {
         let replica_id = replica.id.clone();
         let lease = config.store.lease;
         started.push(Box::new(
-            boot::heartbeat(store.clone(), replica, lease, domain.runner.clone(), shutdown.clone()).await,
+            replica::heartbeat(
+                store.clone(),
+                replica,
+                lease,
+                domain.runner.clone(),
+                domain.outbox_duty.clone(),
+                shutdown.clone(),
+            )
+            .await,
         ));
         started.push(Box::new(boot::prune_keys(
             store.clone(),

@@ -124,6 +124,8 @@ pub struct HomeParts {
     pub send_keys: Arc<KeyLocks>,
     /// Rung by whatever writes outbox entries (room posts too): the worker looks again.
     pub outbox_work: Arc<tokio::sync::Notify>,
+    /// Whether this replica works the outbox's retries now.
+    pub outbox_duty: Arc<crate::replica::OutboxDuty>,
 }
 
 /// The bridges of one home. Cheap to clone.
@@ -148,7 +150,8 @@ impl Bridges {
     /// Starts answering peers on `endpoint` and shipping the outbox, until the home shuts
     /// down (`shutdown`) and [`Bridges::close`] joins what was started.
     pub fn start(home: HomeParts, endpoint: Arc<dyn Transport>, shutdown: &CancellationToken) -> Self {
-        let HomeParts { store, threads, config, mailbox, waits, rooms, send_keys, outbox_work } = home;
+        let HomeParts { store, threads, config, mailbox, waits, rooms, send_keys, outbox_work, outbox_duty } =
+            home;
         let table = Arc::new(BridgeTable::new(store.clone()));
         let links = Arc::new(Links::new(endpoint, config.bridge.connect_timeout));
         // Peers' parked calls, ended when their bridge is revoked or turned off.
@@ -171,6 +174,7 @@ impl Bridges {
                 store: store.clone(),
                 config: config.clone(),
                 outbox_work,
+                duty: outbox_duty,
                 send_keys,
                 clock: threads.clock().clone(),
             },

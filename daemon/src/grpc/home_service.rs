@@ -75,11 +75,16 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         let i = &self.info;
         let now = self.threads.clock().now_ms();
         let replicas = store.replicas().await.map_err(|e| status(e.into()))?;
+        let live_since = now - crate::time::ms(i.lease);
+        let works_outbox: Vec<bool> =
+            replicas.iter().map(|r| crate::replica::works_outbox(&r.id, &replicas, live_since)).collect();
         let replicas = replicas
             .into_iter()
-            .map(|r| pb::Replica {
-                live: now - r.heartbeat_at < crate::time::ms(i.lease),
+            .zip(works_outbox)
+            .map(|(r, works_outbox)| pb::Replica {
+                live: r.heartbeat_at >= live_since,
                 this: r.id == i.replica_id,
+                works_outbox,
                 id: r.id,
                 host: r.host,
                 pid: r.pid,

@@ -43,8 +43,13 @@ fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
     replica_of(&b, &database);
     kiki_json(&a, &["up"]);
     kiki_json(&b, &["up"]);
-    let replicas = kiki_json(&b, &["status"])["replicas"].as_array().map(Vec::len);
-    assert_eq!(replicas, Some(2), "both replicas are on record");
+    let status = kiki_json(&b, &["status"]);
+    let replicas = status["replicas"].as_array().expect("replicas");
+    assert_eq!(replicas.len(), 2, "both replicas are on record: {status}");
+    // One works the outbox: a, the longest running.
+    let working: Vec<&serde_json::Value> = replicas.iter().filter(|r| r["works_outbox"] == true).collect();
+    assert_eq!(working.len(), 1, "{status}");
+    assert_eq!(working[0]["pid"], kiki_json(&a, &["status"])["pid"], "{status}");
 
     let created = kiki_json(&a, &["thread", "create", "--profile", "hold", "--prompt", "hold on"]);
     let id = created["id"].as_str().expect("id").to_string();
@@ -71,6 +76,10 @@ fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
     assert_eq!(turn["status"], "failed", "{turn}");
     assert!(turn["error"].as_str().unwrap_or_default().contains("not re-run"), "{turn}");
     assert_eq!(listed(&b, &id)["state"], "idle");
+    // And b works the outbox now.
+    let status = kiki_json(&b, &["status"]);
+    let this = status["replicas"].as_array().expect("replicas").iter().find(|r| r["this"] == true).cloned();
+    assert_eq!(this.expect("b itself")["works_outbox"], true, "{status}");
 
     // The thread goes on, on the replica that is left.
     kiki_json(&b, &["thread", "say", &id, "again"]);

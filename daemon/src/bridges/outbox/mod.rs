@@ -99,6 +99,8 @@ pub(super) struct OutboxParts {
     pub(super) config: Arc<Config>,
     /// Rung whenever outbox entries are written or made due, or an attempt ends.
     pub(super) outbox_work: Arc<tokio::sync::Notify>,
+    /// Whether this replica works the outbox's retries now (see `replica::OutboxDuty`).
+    pub(super) duty: Arc<crate::replica::OutboxDuty>,
     /// Sends under way, one at a time per sender's key (shared with the mailbox).
     pub(super) send_keys: Arc<KeyLocks>,
     /// The home's clock: windows, backoff, follow-ups, attempts' bounds.
@@ -113,6 +115,7 @@ struct Inner {
     /// Told whenever outbox entries are written or made due, or an attempt ends: the
     /// worker looks again (see `Outbox::run_worker`).
     outbox_work: Arc<tokio::sync::Notify>,
+    duty: Arc<crate::replica::OutboxDuty>,
     /// Outcomes of sends already answered whose outbox write is still on its way: a send
     /// with the key looks here first (see `Outbox::run_recorder`).
     recording: std::sync::Mutex<Recording>,
@@ -147,7 +150,7 @@ struct Inner {
 
 impl Outbox {
     pub(super) fn new(parts: OutboxParts, tasks: TaskTracker) -> Self {
-        let OutboxParts { table, links, store, config, outbox_work, send_keys, clock } = parts;
+        let OutboxParts { table, links, store, config, outbox_work, duty, send_keys, clock } = parts;
         Self {
             inner: Arc::new(Inner {
                 table,
@@ -155,6 +158,7 @@ impl Outbox {
                 store,
                 config,
                 outbox_work,
+                duty,
                 recording: Default::default(),
                 outcomes_queued: Default::default(),
                 attempting: Default::default(),

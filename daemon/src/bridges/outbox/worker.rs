@@ -132,6 +132,15 @@ impl Outbox {
             let told = self.inner.outbox_work.notified();
             tokio::pin!(told);
             told.as_mut().enable();
+            // Another replica of the home works the outbox meanwhile (taking the duty rings
+            // `told`).
+            if !self.inner.duty.held() {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = &mut told => {}
+                }
+                continue;
+            }
             // Whatever their state: a revoked bridge's entries still have to end.
             let bridges = match self.inner.table.all().await {
                 Ok(bridges) => bridges,

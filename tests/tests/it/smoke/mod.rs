@@ -25,6 +25,7 @@ fn up_status_down_and_an_owner_only_home() {
     assert_eq!(replicas.len(), 1, "{status}");
     assert_eq!((replicas[0]["this"].as_bool(), replicas[0]["live"].as_bool()), (Some(true), Some(true)));
     assert_eq!(replicas[0]["pid"], status["pid"]);
+    assert_eq!(replicas[0]["works_outbox"], true, "the only replica works the outbox");
     assert_eq!(replicas[0]["bridge_listen"], status["bridge_listen"]);
     assert_eq!(mode(&home), 0o700, "home directory is owner-only");
     assert_eq!(mode(&home.join("kikid.sock")), 0o600, "socket is owner-only");
