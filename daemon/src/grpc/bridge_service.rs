@@ -70,7 +70,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRequestRequest>,
     ) -> Result<Response<pb::BridgeRequestResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let (bridge, request_id) =
             self.bridges.request(&caller, &r.address, &r.want, &r.expect, &r.name).await.map_err(status)?;
@@ -81,7 +81,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgePendingRequest>,
     ) -> Result<Response<pb::BridgePendingResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let requests = self.bridges.pending(&caller).await.map_err(status)?;
         Ok(Response::new(pb::BridgePendingResponse {
             requests: requests.into_iter().map(request_to_pb).collect(),
@@ -92,7 +92,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeApproveRequest>,
     ) -> Result<Response<pb::BridgeApproveResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let bridge = self
             .bridges
@@ -106,7 +106,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRejectRequest>,
     ) -> Result<Response<pb::BridgeRejectResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let rejected =
             self.bridges.reject(&caller, &request.into_inner().request_id).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRejectResponse { request: Some(request_to_pb(rejected)) }))
@@ -116,7 +116,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRenameRequest>,
     ) -> Result<Response<pb::BridgeRenameResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let bridge = self.bridges.rename(&caller, &r.bridge, &r.name).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRenameResponse { bridge: Some(self.listed(bridge).await) }))
@@ -126,7 +126,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeSetInboundRequest>,
     ) -> Result<Response<pb::BridgeSetInboundResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let bridge = self.bridges.set_inbound(&caller, &r.bridge, r.enabled).await.map_err(status)?;
         Ok(Response::new(pb::BridgeSetInboundResponse { bridge: Some(self.listed(bridge).await) }))
@@ -136,7 +136,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeRevokeRequest>,
     ) -> Result<Response<pb::BridgeRevokeResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let bridge = self.bridges.revoke(&caller, &request.into_inner().bridge).await.map_err(status)?;
         Ok(Response::new(pb::BridgeRevokeResponse { bridge: Some(self.listed(bridge).await) }))
     }
@@ -145,7 +145,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeListRequest>,
     ) -> Result<Response<pb::BridgeListResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let bridges = self.bridges.list(&caller).await.map_err(status)?;
         let mut listed = Vec::with_capacity(bridges.len());
         for b in bridges {
@@ -159,7 +159,7 @@ impl pb::bridge_service_server::BridgeService for BridgeServiceImpl {
         &self,
         request: Request<pb::BridgeReceiptsRequest>,
     ) -> Result<Response<pb::BridgeReceiptsResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let request = request.into_inner();
         let page = self
             .bridges

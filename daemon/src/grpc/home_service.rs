@@ -117,7 +117,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ShutdownRequest>,
     ) -> Result<Response<pb::ShutdownResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         caller.owner_only("shutdown").map_err(status)?;
         info!("shutdown requested over the API");
         self.shutdown.cancel();
@@ -129,7 +129,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadSayRequest>,
     ) -> Result<Response<pb::ThreadSayResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let said = self.threads.say(&caller, &target(r.target)?, &r.content).await.map_err(status)?;
         Ok(Response::new(pb::ThreadSayResponse {
@@ -144,7 +144,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadStopRequest>,
     ) -> Result<Response<pb::ThreadStopResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let t = target(request.into_inner().target)?;
         let stopped = self.threads.stop(&caller, &t, STOP_WAIT).await.map_err(status)?;
         info!(thread_id = %t.session_id, turn_id = %stopped.turn_id, "turn stopped by its owner");
@@ -159,7 +159,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadArchiveRequest>,
     ) -> Result<Response<pb::ThreadArchiveResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let done =
             self.mailbox.set_archived(&caller, &target(r.target)?, r.archived).await.map_err(status)?;
@@ -174,7 +174,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::ThreadSetRequest>,
     ) -> Result<Response<pb::ThreadSetResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let setting = communication_from_pb(r.communication)?;
         let thread =
@@ -187,7 +187,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::DoctorRequest>,
     ) -> Result<Response<pb::DoctorResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         caller.owner_only("doctor").map_err(status)?;
         let i = &self.info;
         let store = self.threads.store();
@@ -212,7 +212,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::BackupRequest>,
     ) -> Result<Response<pb::BackupResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         caller.owner_only("backup").map_err(status)?;
         let dest = PathBuf::from(request.into_inner().dest);
         let i = &self.info;
@@ -232,7 +232,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
         &self,
         request: Request<pb::AttentionListRequest>,
     ) -> Result<Response<pb::AttentionListResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let (open, more) = self.waits.open_attention(&caller).await.map_err(status)?;
         let open = open
             .into_iter()

@@ -142,8 +142,8 @@ pub fn status(e: Error) -> Status {
 
 /// Who makes a call: the turn its `kiki-token` metadata names, else the owner. A token
 /// that is not (or no longer) valid is refused rather than silently taken for the owner.
-pub fn caller<T>(threads: &Threads, request: &Request<T>) -> Result<Caller, Status> {
-    caller_of(threads, token_of(request)).map(Caller::from)
+pub async fn caller<T>(threads: &Threads, request: &Request<T>) -> Result<Caller, Status> {
+    caller_of(threads, token_of(request)).await.map(Caller::from)
 }
 
 /// The call's `kiki-token` header, if any (`Err` if it is not ASCII).
@@ -152,10 +152,14 @@ pub fn token_of<T>(request: &Request<T>) -> Option<Result<&str, ()>> {
 }
 
 /// [`caller`] from the token header's value, if there is one (`Err` if it is not ASCII).
-pub fn caller_of(threads: &Threads, token: Option<Result<&str, ()>>) -> Result<Option<TurnCaller>, Status> {
+pub async fn caller_of(
+    threads: &Threads,
+    token: Option<Result<&str, ()>>,
+) -> Result<Option<TurnCaller>, Status> {
     let Some(token) = token else { return Ok(None) };
     let token = token.map_err(|()| Status::unauthenticated("kiki-token: not valid ASCII"))?;
-    threads.runner().caller(token).map(Some).ok_or_else(|| {
+    let caller = threads.runner().caller(token).await.map_err(|e| status(e.into()))?;
+    caller.map(Some).ok_or_else(|| {
         Status::unauthenticated("KIKI_TOKEN is not valid: a turn's token stops working when its turn ends")
     })
 }

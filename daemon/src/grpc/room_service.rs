@@ -29,7 +29,7 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomCreateRequest>,
     ) -> Result<Response<pb::RoomCreateResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let view = self.rooms.create(&caller, &r.host, &r.name).await.map_err(status)?;
         Ok(Response::new(pb::RoomCreateResponse { room: Some(room_to_pb(&view)) }))
@@ -39,7 +39,7 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomListRequest>,
     ) -> Result<Response<pb::RoomListResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let (views, next_cursor) = self.rooms.list(&caller, r.limit, &r.cursor).await.map_err(status)?;
         Ok(Response::new(pb::RoomListResponse { rooms: views.iter().map(room_to_pb).collect(), next_cursor }))
@@ -49,7 +49,7 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomRemoveRequest>,
     ) -> Result<Response<pb::RoomRemoveResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let removed = self.rooms.remove(&caller, &r.room, &r.member).await.map_err(status)?;
         Ok(Response::new(pb::RoomRemoveResponse { removed }))
@@ -59,7 +59,7 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomAddPersonaRequest>,
     ) -> Result<Response<pb::RoomAddPersonaResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let added = self
             .rooms
@@ -73,7 +73,7 @@ impl pb::room_service_server::RoomService for RoomServiceImpl {
         &self,
         request: Request<pb::RoomSetStateRequest>,
     ) -> Result<Response<pb::RoomSetStateResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let change = match pb::RoomAction::try_from(r.action) {
             Ok(pb::RoomAction::Pause) => RoomChange::Pause,

@@ -41,7 +41,7 @@ impl ThreadServiceImpl {
     /// A peer tool called with `token` (the `kiki-token` header, if any): an agent's call
     /// needs a valid token and its thread's communication on (see [`Mailbox::peer_tool`]).
     pub async fn admit_peer_tool(&self, token: Option<Result<&str, ()>>, tool: &str) -> Result<(), Status> {
-        match super::caller_of(&self.threads, token)? {
+        match super::caller_of(&self.threads, token).await? {
             Some(caller) => self.mailbox.peer_tool(&caller, tool).await.map(drop).map_err(status),
             None => Ok(()),
         }
@@ -69,7 +69,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::ThreadCreateRequest>,
     ) -> Result<Response<pb::ThreadCreateResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let created = self
             .threads
@@ -149,7 +149,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::ThreadSendRequest>,
     ) -> Result<Response<pb::ThreadSendResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         if !r.room.is_empty() {
             if r.target.is_some() {
@@ -189,7 +189,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::RoomReadRequest>,
     ) -> Result<Response<pb::RoomReadResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let page = self.messaging.room_read(&caller, &r.room, r.limit, &r.after_id).await.map_err(status)?;
         Ok(Response::new(match page {
@@ -203,7 +203,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::RoomAddRequest>,
     ) -> Result<Response<pb::RoomAddResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let added = self.messaging.room_add(&caller, &r.room, &r.session_id).await.map_err(status)?;
         Ok(Response::new(pb::RoomAddResponse { added }))
@@ -213,7 +213,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::AttentionRequest>,
     ) -> Result<Response<pb::AttentionResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         self.waits.attention(&caller, &request.into_inner().reason).await.map_err(status)?;
         Ok(Response::new(pb::AttentionResponse {}))
     }
@@ -225,7 +225,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::ThreadFollowRequest>,
     ) -> Result<Response<Self::ThreadFollowStream>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let turn_id = (!r.turn_id.is_empty()).then_some(r.turn_id);
         let mut progress =
@@ -252,7 +252,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::PermissionAskRequest>,
     ) -> Result<Response<pb::PermissionAskResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let decision = self.permissions.ask_permission(&caller, &r.tool, &r.input).await.map_err(status)?;
         Ok(Response::new(pb::PermissionAskResponse {
@@ -267,7 +267,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::PermissionDecideRequest>,
     ) -> Result<Response<pb::PermissionDecideResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let stands = self
             .permissions
@@ -286,7 +286,7 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         &self,
         request: Request<pb::ThreadInboxRequest>,
     ) -> Result<Response<pb::ThreadInboxResponse>, Status> {
-        let caller = caller(&self.threads, &request)?;
+        let caller = caller(&self.threads, &request).await?;
         let r = request.into_inner();
         let (items, delivered) = self.waits.inbox(&caller, r.taken, r.timeout_ms).await.map_err(status)?;
         Ok(Response::new(pb::ThreadInboxResponse {

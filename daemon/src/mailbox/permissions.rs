@@ -88,7 +88,8 @@ impl PermissionRequests {
             if let Some(decided) = stands.filter(|r| r.status != PermissionStatus::Pending) {
                 return Ok(decision(decided));
             }
-            if !self.runner.is_running(caller) || !park(&clock, &subscription, deadline, &self.stopping).await
+            if !self.runner.is_running(caller).await
+                || !park(&clock, &subscription, deadline, &self.stopping).await
             {
                 break;
             }
@@ -96,7 +97,7 @@ impl PermissionRequests {
         // Unanswered: denied, for good — a late answer changes nothing.
         let expired = if self.stopping.is_cancelled() {
             "kikid stopped before an answer".to_string()
-        } else if !self.runner.is_running(caller) {
+        } else if !self.runner.is_running(caller).await {
             "the turn ended before an answer".to_string()
         } else {
             let timeout = humantime::format_duration(self.timeout);

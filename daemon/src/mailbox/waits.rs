@@ -255,7 +255,7 @@ impl Waits {
         // thread's own signal says its turn ended.
         let subscription = self.signals.subscribe(vec![thread_id.clone(), signals::inbox(&thread_id)]);
         // Only a running turn takes (a turn that ended leaves them for the next one).
-        if !self.runner.is_running(caller) {
+        if !self.runner.is_running(caller).await {
             return Ok((Vec::new(), Vec::new()));
         }
         let take_messages = match self.store.thread(&thread_id).await? {
@@ -278,7 +278,7 @@ impl Waits {
         };
         let deadline = self.runner.clock().now_ms() + i64::from(timeout);
         loop {
-            if !self.runner.is_running(caller) {
+            if !self.runner.is_running(caller).await {
                 return Ok((Vec::new(), delivered));
             }
             let Some(thread) = self.store.thread(&thread_id).await? else {

@@ -189,6 +189,9 @@ pub struct TurnClaim {
     /// The replica claiming it (see `ReplicaStore`): the turn is its while its heartbeat
     /// is younger than the lease.
     pub replica: String,
+    /// The SHA-256 (hex) of the token its agent gets (empty: none), so that any replica
+    /// knows the turn a call with that token comes from.
+    pub token_hash: String,
 }
 
 /// How a turn ended.
@@ -286,6 +289,10 @@ pub trait TurnStore: Send + Sync {
         now: Millis,
         live_since: Millis,
     ) -> StoreResult<Vec<String>>;
+
+    /// The running turn whose token hashes to `token_hash` (see [`TurnClaim::token_hash`]):
+    /// its thread and id. `None` once it has ended.
+    async fn turn_of_token(&self, token_hash: &str) -> StoreResult<Option<(String, String)>>;
 
     /// Threads with queued input and no running turn.
     async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>>;

@@ -114,6 +114,8 @@ struct Inner {
     clock: Clock,
     /// This process among the home's replicas: its claims are its turns.
     replica: String,
+    /// Makes its turns' tokens.
+    token_key: TokenKey,
     /// Threads with a runner task, and what that task has yet to look at.
     active: Mutex<HashMap<String, Activity>>,
     /// Live turn tokens → their turn. In memory only: a restart ends every turn.
@@ -141,6 +143,7 @@ impl TurnRunner {
                 home,
                 clock,
                 replica,
+                token_key: TokenKey::new(),
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
@@ -201,17 +204,29 @@ impl TurnRunner {
     /// How to start `thread`'s next turn, for a claim made outside the runner (see
     /// [`TurnRunner::start_claimed`]).
     pub fn claim_for(&self, thread: &ThreadRecord) -> TurnClaim {
-        turn_claim(&self.inner.config, thread, &self.inner.replica)
+        self.inner.new_claim(thread)
     }
 
-    /// The running turn a token belongs to.
-    pub fn caller(&self, token: &str) -> Option<TurnCaller> {
-        lock(&self.inner.tokens).get(token).cloned()
+    /// The running turn a token belongs to: one this replica runs, else one another
+    /// replica of the home runs (found in the store by the token's hash).
+    pub async fn caller(&self, token: &str) -> Result<Option<TurnCaller>, crate::store::StoreError> {
+        if let Some(caller) = lock(&self.inner.tokens).get(token).cloned() {
+            return Ok(Some(caller));
+        }
+        let turn = self.inner.store.turn_of_token(&token_hash(token)).await?;
+        Ok(turn.map(|(thread_id, turn_id)| TurnCaller { thread_id, turn_id }))
     }
 
-    /// Whether the caller's turn still runs (its token still works).
-    pub fn is_running(&self, caller: &TurnCaller) -> bool {
-        lock(&self.inner.tokens).values().any(|running| running == caller)
+    /// Whether the caller's turn still runs (its token still works), here or on another
+    /// replica. While the store cannot say, it is taken to run (a wait keeps its own bound).
+    pub async fn is_running(&self, caller: &TurnCaller) -> bool {
+        if lock(&self.inner.tokens).values().any(|running| running == caller) {
+            return true;
+        }
+        match self.inner.store.turn(&caller.thread_id, &caller.turn_id).await {
+            Ok(turn) => turn.is_some_and(|turn| turn.status == TurnStatus::Running),
+            Err(_) => true,
+        }
     }
 
     /// Stops the thread's running turn (see [`TurnInput::stop`]): its agent is interrupted
@@ -316,10 +331,7 @@ impl Inner {
         let Some(thread) = self.store.thread(thread_id).await? else {
             return Ok(None);
         };
-        let claimed = self
-            .store
-            .claim_turn(thread_id, turn_claim(&self.config, &thread, &self.replica), self.clock.now_ms())
-            .await?;
+        let claimed = self.store.claim_turn(thread_id, self.new_claim(&thread), self.clock.now_ms()).await?;
         Ok(claimed.map(|turn| (thread, turn)))
     }
 
@@ -355,7 +367,7 @@ impl Inner {
             let reason = format!("profile {:?} is not configured in this home", thread.profile);
             return self.fail_before_agent(turn, reason, "executor_failed").await;
         };
-        let token = new_token();
+        let token = self.token_key.token(&turn.id);
         lock(&self.tokens).insert(
             token.clone(),
             TurnCaller { thread_id: turn.thread_id.clone(), turn_id: turn.id.clone() },
@@ -585,16 +597,26 @@ fn spent(total: f64, budget: f64) -> String {
     format!("the thread's agents have spent ${total:.4} of its ${budget} budget (max_cost_usd)")
 }
 
-/// A new turn for `thread`, claimed by `replica`: peer messages wait while its
-/// communication is off.
-fn turn_claim(config: &Config, thread: &ThreadRecord, replica: &str) -> TurnClaim {
+impl Inner {
+    /// A new turn for `thread`, claimed by this replica, with its token's hash: peer
+    /// messages wait while its communication is off.
+    fn new_claim(&self, thread: &ThreadRecord) -> TurnClaim {
+        let turn_id = new_id("tu");
+        let token_hash = token_hash(&self.token_key.token(&turn_id));
+        TurnClaim { replica: self.replica.clone(), token_hash, ..turn_claim(&self.config, thread, turn_id) }
+    }
+}
+
+/// A new turn `turn_id` for `thread`: peer messages wait while its communication is off.
+fn turn_claim(config: &Config, thread: &ThreadRecord, turn_id: String) -> TurnClaim {
     TurnClaim {
-        turn_id: new_id("tu"),
+        turn_id,
         take_messages: switches::communication(config, thread).is_ok(),
         render: executors::render,
         exec: config.profile(&thread.profile).is_some_and(|p| p.executor != ExecutorKind::Echo),
         budget: config.profile(&thread.profile).and_then(|p| p.max_cost_usd),
-        replica: replica.to_string(),
+        replica: String::new(),
+        token_hash: String::new(),
     }
 }
 
@@ -614,8 +636,25 @@ fn turn_failed(turn_id: &str, reason: &str, now: i64) -> TurnOutcome {
 const UNKNOWN_AGENT: &str = "unknown";
 
 /// 256 random bits, hex.
-fn new_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    data_encoding::HEXLOWER.encode(&bytes)
+/// Makes turn tokens: a turn's token is its id signed with this process's secret key, so
+/// that a claim can record the token's hash (see [`TurnClaim::token_hash`]) before the turn
+/// starts; only the hash is stored, and no one without the key can make a token.
+struct TokenKey(ring::hmac::Key);
+
+impl TokenKey {
+    fn new() -> Self {
+        let mut secret = [0u8; 32];
+        rand::rng().fill_bytes(&mut secret);
+        Self(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret))
+    }
+
+    fn token(&self, turn_id: &str) -> String {
+        data_encoding::HEXLOWER.encode(ring::hmac::sign(&self.0, turn_id.as_bytes()).as_ref())
+    }
+}
+
+/// How a token is kept: its SHA-256, in hex.
+fn token_hash(token: &str) -> String {
+    use sha2::Digest;
+    data_encoding::HEXLOWER.encode(&sha2::Sha256::digest(token.as_bytes()))
 }

@@ -58,6 +58,7 @@ pub(super) fn turn(turn_id: &str, take_messages: bool) -> TurnClaim {
         exec: false,
         budget: None,
         replica: String::new(),
+        token_hash: String::new(),
     }
 }
 

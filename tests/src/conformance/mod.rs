@@ -56,7 +56,8 @@ macro_rules! store_conformance {
             decided_pairing_requests_are_pruned_and_pending_ones_kept,
             hearing_from_a_peer_sets_only_its_last_success, an_outbox_entry_is_found_by_its_key,
             a_closed_store_takes_no_more_work, committed_changes_are_published_before_the_write_answers,
-            replicas_beat_are_listed_and_forgotten, only_the_turns_of_replicas_gone_are_taken_over);
+            replicas_beat_are_listed_and_forgotten, only_the_turns_of_replicas_gone_are_taken_over,
+            a_running_turn_is_found_by_its_tokens_hash);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -363,6 +364,29 @@ pub async fn only_the_turns_of_replicas_gone_are_taken_over(store: &dyn Store) {
     assert_eq!((taken.status, taken.error.as_str()), (TurnStatus::Failed, "taken over"));
     assert!(!store.thread("th_b").await.expect("read").expect("exists").running, "idle for its queue");
     assert!(store.interrupted_turns(500).await.expect("interrupted").is_empty(), "nothing left to take");
+}
+
+/// A running turn is found by its token's hash (any replica can tell whose an agent's call
+/// is); an unknown hash finds nothing, and neither does the hash once the turn has ended.
+pub async fn a_running_turn_is_found_by_its_tokens_hash(store: &dyn Store) {
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
+    let claim = TurnClaim { token_hash: "ab12".into(), ..turn("tu_1", true) };
+    store.claim_turn("th_a", claim, 2).await.expect("claim").expect("a turn");
+    let found = store.turn_of_token("ab12").await.expect("look up");
+    assert_eq!(found, Some(("th_a".to_string(), "tu_1".to_string())));
+    assert_eq!(store.turn_of_token("cd34").await.expect("look up"), None);
+    assert_eq!(store.turn_of_token("").await.expect("look up"), None, "a claim without a token has none");
+    let ended = TurnOutcome {
+        turn_id: "tu_1".into(),
+        status: TurnStatus::Completed,
+        output: "done".into(),
+        error: String::new(),
+        now: 3,
+        usage: None,
+        agent_session: None,
+    };
+    store.finish_turn(&ended).await.expect("finish");
+    assert_eq!(store.turn_of_token("ab12").await.expect("look up"), None, "its token ended with it");
 }
 
 /// Replicas are recorded by their heartbeats (a later one moves only the time, and the

@@ -5,11 +5,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kiki_tests::binaries::{Down, kiki_json, kill_9, new_home, pid_of};
+use kiki_tests::binaries::{Down, kiki_json, kiki_with_env, kill_9, new_home, pid_of};
 use kiki_tests::postgres::TestDatabase;
 
 /// A replica's config: the team's database (its password in an owner-only file), a short
-/// lease, and a profile whose agent holds its turn until it is stopped.
+/// lease, and a profile whose agent leaves its token in its home and holds its turn until
+/// it is stopped.
 fn replica_of(home: &Path, database: &TestDatabase) {
     std::fs::create_dir_all(home).expect("home");
     let password = home.join("pg.pass");
@@ -18,7 +19,8 @@ fn replica_of(home: &Path, database: &TestDatabase) {
     std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let config = format!(
         "[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\nlease = \"2s\"\n\n\
-         [profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; exec sleep 60\"]\n",
+         [profiles.hold]\nexecutor = \"exec\"\n\
+         command = [\"sh\", \"-c\", \"echo $KIKI_TOKEN > $KIKI_HOME/token; cat > /dev/null; exec sleep 60\"]\n",
         database.options.url
     );
     std::fs::write(home.join("config.toml"), config).expect("config");
@@ -31,9 +33,10 @@ fn listed(home: &Path, id: &str) -> serde_json::Value {
 }
 
 /// A turn runs on the replica that claimed it while that replica's heartbeat is fresh: the
-/// other replica leaves it alone however long it runs. Once that replica is killed, the
-/// other takes its turn over within the lease (failed as interrupted, never re-run, its
-/// agent stopped) and the thread goes on there.
+/// other replica leaves it alone however long it runs, and knows the turn's token (an
+/// agent's call reaching it acts as that turn). Once that replica is killed, the other
+/// takes its turn over within the lease (failed as interrupted, never re-run, its agent
+/// stopped; its token no longer works) and the thread goes on there.
 #[test]
 fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
     let database = kiki_tests::postgres::block_on(TestDatabase::create());
@@ -58,6 +61,15 @@ fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
     assert_eq!(listed(&b, &id)["state"], "running", "b leaves a live replica's turn alone");
     let ended = kiki_json(&b, &["thread", "read", &id, "--limit", "10"]);
     assert_eq!(ended["turns"].as_array().map(Vec::len), Some(0), "{ended}");
+    // The agent's token, made by a, is known at b: an agent's `kiki down` is refused there
+    // as not the owner's, not as an unknown token.
+    let token = std::fs::read_to_string(a.join("token")).expect("the agent's token");
+    let as_agent = |home: &Path| {
+        let out = kiki_with_env(home, &["--json", "down"], &[("KIKI_TOKEN", token.trim())]);
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        said["error"]["code"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(as_agent(&b), "permission_denied", "b knows a's turn by its token");
 
     kill_9(&pid_of(&a));
     let killed = Instant::now();
@@ -76,6 +88,7 @@ fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
     assert_eq!(turn["status"], "failed", "{turn}");
     assert!(turn["error"].as_str().unwrap_or_default().contains("not re-run"), "{turn}");
     assert_eq!(listed(&b, &id)["state"], "idle");
+    assert_eq!(as_agent(&b), "unauthenticated", "the token ended with its turn");
     // And b works the outbox now.
     let status = kiki_json(&b, &["status"]);
     let this = status["replicas"].as_array().expect("replicas").iter().find(|r| r["this"] == true).cloned();

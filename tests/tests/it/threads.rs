@@ -698,6 +698,7 @@ async fn claim_then_restart(home: &mut TestHome, thread_id: &str, exec: bool) ->
                 exec,
                 budget: None,
                 replica: String::new(),
+                token_hash: String::new(),
             }),
             receipt: None,
             deadline: None,

@@ -244,6 +244,14 @@ impl TurnStore for PostgresStore {
         Ok(failed.into_iter().map(|(_, thread_id)| thread_id).collect())
     }
 
+    async fn turn_of_token(&self, token_hash: &str) -> StoreResult<Option<(String, String)>> {
+        Ok(sqlx::query_as("SELECT thread_id, id FROM turns WHERE token_hash = $1 AND status = $2")
+            .bind(token_hash)
+            .bind(TurnStatus::Running)
+            .fetch_optional(&mut *self.read().await?)
+            .await?)
+    }
+
     async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar(
             "SELECT DISTINCT i.thread_id FROM inputs i JOIN threads t ON t.id = i.thread_id
@@ -365,7 +373,7 @@ pub(super) async fn claim_turn(
     now: Millis,
     arriving: Option<InputRecord>,
 ) -> StoreResult<Option<ClaimedTurn>> {
-    let TurnClaim { turn_id, take_messages, render, exec, budget, replica } = claim;
+    let TurnClaim { turn_id, take_messages, render, exec, budget, replica, token_hash } = claim;
     let idle_turns: Option<i64> =
         sqlx::query_scalar("SELECT turn_count FROM threads WHERE id = $1 AND NOT archived AND NOT running")
             .bind(thread_id)
@@ -391,8 +399,10 @@ pub(super) async fn claim_turn(
     };
     let rendered = render(&inputs);
     sqlx::query(
-        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before, replica_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = $2), $8)",
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before, replica_id,
+                            token_hash)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = $2), $8,
+                 NULLIF($9, ''))",
     )
     .bind(turn_id)
     .bind(thread_id)
@@ -402,6 +412,7 @@ pub(super) async fn claim_turn(
     .bind(now)
     .bind(exec.then_some(""))
     .bind(replica)
+    .bind(token_hash)
     .execute(tx.conn())
     .await?;
     take(tx, turn_id, &taken, now).await?;

@@ -121,6 +121,7 @@ fn a_message_is_not_copied_into_its_input_and_its_turn_still_gets_its_content() 
         exec: false,
         budget: None,
         replica: String::new(),
+        token_hash: String::new(),
     };
     let claimed =
         claim_turn(&conn, "th_a", &claim, 2, None, &Clock::system()).expect("claim").expect("a turn");
@@ -158,6 +159,7 @@ fn a_send_that_starts_its_turn_is_written_taken_and_one_that_may_not_be_taken_wa
             exec: false,
             budget: None,
             replica: String::new(),
+            token_hash: String::new(),
         }),
         receipt: None,
         deadline: None,

@@ -280,6 +280,19 @@ impl TurnStore for SqliteStore {
             .await
     }
 
+    async fn turn_of_token(&self, token_hash: &str) -> StoreResult<Option<(String, String)>> {
+        let token_hash = token_hash.to_string();
+        self.db
+            .lookup(move |conn| {
+                let sql = sql!(
+                    "SELECT thread_id, id FROM turns WHERE token_hash = ? AND status = '{running}'",
+                    running = TurnStatus::Running
+                );
+                first(conn, sql, [&token_hash], |row| Ok((row.get(0)?, row.get(1)?)))
+            })
+            .await
+    }
+
     async fn threads_with_queued_input(&self) -> StoreResult<Vec<String>> {
         self.db
             .read(|conn| {
@@ -434,7 +447,7 @@ pub(super) fn claim_turn(
     arriving: Option<InputRecord>,
     clock: &Clock,
 ) -> StoreResult<Option<ClaimedTurn>> {
-    let TurnClaim { turn_id, take_messages, render, exec, budget, replica } = claim;
+    let TurnClaim { turn_id, take_messages, render, exec, budget, replica, token_hash } = claim;
     let idle_turns = first(
         conn,
         "SELECT turn_count FROM threads WHERE id = ? AND archived = 0 AND running = 0",
@@ -462,10 +475,21 @@ pub(super) fn claim_turn(
     let rendered = render(&inputs);
     run(
         conn,
-        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before, replica_id)
+        "INSERT INTO turns (id, thread_id, seq, status, input, started_at, agent, events_before, replica_id,
+                            token_hash)
          VALUES (?1, ?2, ?3, ?7, ?4, ?5, ?6,
-                 (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2), ?8)",
-        params![turn_id, thread_id, seq, rendered, now, exec.then_some(""), TurnStatus::Running, replica],
+                 (SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?2), ?8, NULLIF(?9, ''))",
+        params![
+            turn_id,
+            thread_id,
+            seq,
+            rendered,
+            now,
+            exec.then_some(""),
+            TurnStatus::Running,
+            replica,
+            token_hash
+        ],
     )?;
     take(conn, turn_id, &taken, now)?;
     note(Change::Thread(thread_id.to_string()));
