@@ -60,6 +60,19 @@ impl TestDatabase {
         self.options.url.replacen("://kiki_test@", &format!("://kiki_test:{PASSWORD}@"), 1)
     }
 
+    /// Ends the connections listening for the database's change notifications, as a
+    /// network cut or a server restart does.
+    pub async fn end_listeners(&self) {
+        let mut admin = connect(server()).await;
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%'",
+        )
+        .bind(&self.name)
+        .execute(&mut admin)
+        .await
+        .expect("end the listening connections");
+    }
+
     /// Cuts every process off the database (its connections ended, new ones refused), as a
     /// server going down does for it, or lets them in again. The server itself, shared by
     /// the tests running beside this one, goes on.

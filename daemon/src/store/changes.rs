@@ -24,6 +24,9 @@ pub enum Change {
     Answered(String),
     /// Outbox entries were written or made due.
     Outbox,
+    /// Other processes' changes may have gone unheard (the database's notifications were
+    /// cut off for a while): every listener looks again.
+    Missed,
 }
 
 pub type Listener = Arc<dyn Fn(&[Change]) + Send + Sync>;

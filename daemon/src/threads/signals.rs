@@ -39,6 +39,10 @@ pub fn wake_on(signals: Signals, outbox_work: Arc<Notify>) -> crate::store::List
                 Change::Parts(thread) => signals.notify(&parts(thread)),
                 Change::Answered(request) => signals.notify(&answered(request)),
                 Change::Outbox => outbox_work.notify_one(),
+                Change::Missed => {
+                    signals.notify_all();
+                    outbox_work.notify_one();
+                }
             }
         }
     })
@@ -80,6 +84,15 @@ impl Signals {
     /// Something about `thread` changed: wake the callers waiting on it.
     pub fn notify(&self, thread: &str) {
         if let Some(parked) = self.lock().get(thread) {
+            for notify in parked.values() {
+                notify.notify_one();
+            }
+        }
+    }
+
+    /// Anything may have changed: wake every parked caller.
+    pub fn notify_all(&self) {
+        for parked in self.lock().values() {
             for notify in parked.values() {
                 notify.notify_one();
             }

@@ -44,6 +44,46 @@ async fn committed_changes_reach_another_process_on_the_database() {
     other.close().await;
 }
 
+/// While a process's listening connection is cut off, what others commit may go unheard:
+/// its listeners are told to look again (and go on being told, once a second, for a while
+/// after), and once it listens again it hears the others' commits as before.
+#[tokio::test]
+async fn listeners_look_again_while_the_notifications_are_cut_off() {
+    use kiki_daemon::store::{Change, ThreadStore};
+    let database = TestDatabase::create().await;
+    let writer = PostgresStore::open(&database.options).await.expect("open");
+    let other = PostgresStore::open(&database.options).await.expect("open again");
+    let (heard, mut hearing) = tokio::sync::mpsc::unbounded_channel();
+    other.changes().listen(Arc::new(move |changes: &[Change]| {
+        let _ = heard.send(changes.to_vec());
+    }));
+    // Both processes' listening connections are cut (the database's admin ends them).
+    database.end_listeners().await;
+    until(&mut hearing, Change::Missed).await;
+    let looked_again = std::time::Instant::now();
+    until(&mut hearing, Change::Missed).await;
+    assert!(looked_again.elapsed() >= std::time::Duration::from_millis(500), "about once a second");
+    writer
+        .create_thread(&kiki_tests::conformance::new_thread("th_after", "ws", 1), None)
+        .await
+        .expect("create");
+    until(&mut hearing, Change::Thread("th_after".into())).await;
+    writer.close().await;
+    other.close().await;
+}
+
+/// Waits until `wanted` is among the changes heard.
+async fn until(
+    hearing: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<kiki_daemon::store::Change>>,
+    wanted: kiki_daemon::store::Change,
+) {
+    tokio::time::timeout(kiki_tests::PATIENCE, async {
+        while !hearing.recv().await.expect("listening").contains(&wanted) {}
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never heard {wanted:?}"))
+}
+
 mod home {
     //! A home on Postgres through the real binaries: config, password file, status,
     //! doctor, backup and `kiki store migrate` both ways.

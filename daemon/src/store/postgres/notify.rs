@@ -7,10 +7,13 @@
 //! under load, one notify carries many commits' changes. The other processes `LISTEN` and
 //! publish what they hear to their own listeners, which read the store again (see
 //! [`Change`]). A process that dies between its commit and its notify leaves the others to
-//! learn of that commit by their next look; the team home's replicas look at least once a
-//! second.
+//! learn of that commit by their next look. While this process's own listening connection
+//! is cut off (and for a few seconds after it is back), notifies sent meanwhile are lost:
+//! then every listener here is told to look again ([`Change::Missed`]) once a second —
+//! the only time kiki looks without being told, and never more often.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sqlx::PgPool;
@@ -25,6 +28,11 @@ use crate::sync::lock;
 const CHANNEL: &str = "kiki_changes";
 /// A notify's payload must stay under 8000 bytes; changes beyond this go in the next one.
 const PAYLOAD_MAX: usize = 7_000;
+/// How often listeners look again while notifications may be lost.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How long after the listening connection was last found cut off listeners go on looking
+/// (it reconnects by itself meanwhile, and a notify sent before it listens again is lost).
+const LOOK_AFTER_A_CUT: Duration = Duration::from_secs(5);
 
 pub(super) struct Notifier {
     /// This process, so that it skips its own notifies (it published them at commit).
@@ -55,9 +63,12 @@ impl Notifier {
         });
         let mut listener = PgListener::connect_with(&pool).await?;
         listener.listen(CHANNEL).await?;
-        let heard = tokio::spawn(hear(listener, notifier.origin.clone(), changes));
+        // Until when (ms on the wall clock) listeners look again on their own.
+        let cut_until = Arc::new(AtomicI64::new(0));
+        let heard = tokio::spawn(hear(listener, notifier.origin.clone(), changes.clone(), cut_until.clone()));
+        let looked = tokio::spawn(look_while_cut(changes, cut_until));
         let told = tokio::spawn(tell(pool, Arc::downgrade(&notifier), notifier.wake.clone()));
-        lock(&notifier.tasks).extend([heard, told]);
+        lock(&notifier.tasks).extend([heard, looked, told]);
         Ok(notifier)
     }
 
@@ -99,23 +110,43 @@ async fn tell(pool: PgPool, notifier: std::sync::Weak<Notifier>, wake: Arc<Notif
     }
 }
 
-/// Publishes what the other processes say they changed.
-async fn hear(mut listener: PgListener, origin: String, changes: Arc<Publisher>) {
+/// Publishes what the other processes say they changed. When the listening connection is
+/// found cut off, notifies sent meanwhile are lost: listeners are told to look again, now
+/// and (see [`look_while_cut`]) until a while after it is back.
+async fn hear(mut listener: PgListener, origin: String, changes: Arc<Publisher>, cut_until: Arc<AtomicI64>) {
+    let cut = |changes: &Publisher| {
+        cut_until.store(crate::time::now_ms() + crate::time::ms(LOOK_AFTER_A_CUT), Ordering::Release);
+        changes.publish(vec![Change::Missed]);
+    };
     loop {
-        match listener.recv().await {
-            Ok(notification) => {
+        match listener.try_recv().await {
+            Ok(Some(notification)) => {
                 // This process hears its own notifies too: those are left undecoded.
                 let (from, heard) = decode(notification.payload());
                 if from != origin {
                     changes.publish(heard.collect());
                 }
             }
-            // PgListener reconnects by itself at the next recv; notifies sent meanwhile are
-            // lost, so the team home's replicas also look on their own.
-            Err(e) => {
-                tracing::warn!(error = %e, "lost the database's change notifications; reconnecting");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+            // Cut off: the next call reconnects.
+            Ok(None) => {
+                tracing::warn!("lost the database's change notifications; reconnecting");
+                cut(&changes);
             }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for the database's change notifications; retrying");
+                cut(&changes);
+                tokio::time::sleep(LOOK_EVERY).await;
+            }
+        }
+    }
+}
+
+/// Tells listeners to look again once a second while notifications may be lost.
+async fn look_while_cut(changes: Arc<Publisher>, cut_until: Arc<AtomicI64>) {
+    loop {
+        tokio::time::sleep(LOOK_EVERY).await;
+        if crate::time::now_ms() < cut_until.load(Ordering::Acquire) {
+            changes.publish(vec![Change::Missed]);
         }
     }
 }
@@ -131,6 +162,8 @@ fn payloads(origin: &str, changes: &BTreeSet<Change>) -> Vec<String> {
             Change::Parts(id) => format!("P {id}"),
             Change::Answered(id) => format!("A {id}"),
             Change::Outbox => "O".to_string(),
+            // Only ever published here, never sent.
+            Change::Missed => continue,
         };
         let last = out.last_mut().expect("one payload at least");
         if last.len() + 1 + line.len() > PAYLOAD_MAX {
