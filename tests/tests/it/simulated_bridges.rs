@@ -411,7 +411,23 @@ async fn a_confirmed_message_waits_past_its_window() {
     let sent = a.send(remote_send("bee", &t, "held", "k1")).await.expect("send");
     assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
     assert_eq!(receipt_no_longer(&a, "bee", "k1", "pending").await.status().word(), "accepted");
-    kiki_tests::advance_in_steps(&clock, window + Duration::from_secs(2), Duration::from_millis(100)).await;
+    // The source's follow-up confirms it within the window (the target drops its deadline);
+    // the clock moves on only as fast as that happens, then past the window.
+    let confirmed = "SELECT COUNT(*) FROM messages WHERE content = 'held' AND deadline IS NULL";
+    let (_, passed) = kiki_tests::eventually_advancing(
+        &clock,
+        Duration::from_millis(100),
+        window,
+        "the follow-up to confirm the message",
+        || async { (b.store().count(confirmed).await == 1).then_some(()) },
+    )
+    .await;
+    kiki_tests::advance_in_steps(
+        &clock,
+        window + Duration::from_secs(2) - passed,
+        Duration::from_millis(100),
+    )
+    .await;
     b.say(&t, "the user speaks").await.expect("say");
     let turn = b.wait_turns(&t, 1).await.remove(0);
     assert!(turn.output.contains("echo: held"), "{}", turn.output);
