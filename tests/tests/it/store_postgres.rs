@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kiki_daemon::store::{PostgresStore, Store};
+use kiki_daemon::store::{Change, PostgresStore, Store, ThreadStore};
 use kiki_tests::postgres::TestDatabase;
 
 async fn postgres() -> (Arc<dyn Store>, TestDatabase) {
@@ -18,45 +18,37 @@ kiki_tests::store_conformance!(postgres());
 /// home's replicas), through the coalesced notifications.
 #[tokio::test]
 async fn committed_changes_reach_another_process_on_the_database() {
-    use kiki_daemon::store::{Change, ThreadStore};
     let database = TestDatabase::create().await;
-    let writer = PostgresStore::open(&database.options).await.expect("open");
-    let other = PostgresStore::open(&database.options).await.expect("open again");
-    let (heard, mut hearing) = tokio::sync::mpsc::unbounded_channel();
-    other.changes().listen(Arc::new(move |changes: &[Change]| {
-        let _ = heard.send(changes.to_vec());
-    }));
+    let (writer, other, mut hearing) = two_processes(&database).await;
     writer
         .create_thread(&kiki_tests::conformance::new_thread("th_far", "ws", 1), None)
         .await
         .expect("create");
-    let changes = tokio::time::timeout(kiki_tests::PATIENCE, async {
-        let mut all = Vec::new();
-        while !all.contains(&Change::Thread("th_far".into())) {
-            all.extend(hearing.recv().await.expect("listening"));
-        }
-        all
-    })
-    .await
-    .expect("the other process hears of the commit");
-    assert!(changes.contains(&Change::Thread("th_far".into())), "{changes:?}");
+    until(&mut hearing, Change::Thread("th_far".into())).await;
     writer.close().await;
     other.close().await;
 }
+
+/// Two stores on `database`, as two processes would have, and what the second hears.
+async fn two_processes(database: &TestDatabase) -> (PostgresStore, PostgresStore, Hearing) {
+    let writer = PostgresStore::open(&database.options).await.expect("open");
+    let other = PostgresStore::open(&database.options).await.expect("open again");
+    let (heard, hearing) = tokio::sync::mpsc::unbounded_channel();
+    other.changes().listen(Arc::new(move |changes: &[Change]| {
+        let _ = heard.send(changes.to_vec());
+    }));
+    (writer, other, hearing)
+}
+
+type Hearing = tokio::sync::mpsc::UnboundedReceiver<Vec<Change>>;
 
 /// While a process's listening connection is cut off, what others commit may go unheard:
 /// its listeners are told to look again (and go on being told, once a second, for a while
 /// after), and once it listens again it hears the others' commits as before.
 #[tokio::test]
 async fn listeners_look_again_while_the_notifications_are_cut_off() {
-    use kiki_daemon::store::{Change, ThreadStore};
     let database = TestDatabase::create().await;
-    let writer = PostgresStore::open(&database.options).await.expect("open");
-    let other = PostgresStore::open(&database.options).await.expect("open again");
-    let (heard, mut hearing) = tokio::sync::mpsc::unbounded_channel();
-    other.changes().listen(Arc::new(move |changes: &[Change]| {
-        let _ = heard.send(changes.to_vec());
-    }));
+    let (writer, other, mut hearing) = two_processes(&database).await;
     // Both processes' listening connections are cut (the database's admin ends them).
     database.end_listeners().await;
     until(&mut hearing, Change::Missed).await;
@@ -73,10 +65,7 @@ async fn listeners_look_again_while_the_notifications_are_cut_off() {
 }
 
 /// Waits until `wanted` is among the changes heard.
-async fn until(
-    hearing: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<kiki_daemon::store::Change>>,
-    wanted: kiki_daemon::store::Change,
-) {
+async fn until(hearing: &mut Hearing, wanted: Change) {
     tokio::time::timeout(kiki_tests::PATIENCE, async {
         while !hearing.recv().await.expect("listening").contains(&wanted) {}
     })
