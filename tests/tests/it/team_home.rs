@@ -102,3 +102,74 @@ fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// 64 senders, half through each replica, every message sent through both with one key:
+/// each is taken by exactly one turn, whichever replica claimed it, and the thread's turns
+/// never overlap.
+#[tokio::test]
+async fn sends_through_two_replicas_run_each_message_once_one_turn_at_a_time() {
+    use kiki_proto as pb;
+    let database = TestDatabase::create().await;
+    let ((_a_dir, a), (_b_dir, b)) = (new_home(), new_home());
+    let (_down_a, _down_b) = (Down(&a), Down(&b));
+    replica_of(&a, &database);
+    replica_of(&b, &database);
+    kiki_json(&a, &["up"]);
+    kiki_json(&b, &["up"]);
+    let created = kiki_json(&a, &["thread", "create", "--title", "shared"]);
+    let id = created["id"].as_str().expect("id").to_string();
+
+    const SENDERS: usize = 64;
+    let mut sends = Vec::new();
+    for i in 0..SENDERS {
+        // Through one replica, and again (same key) through the other, at once.
+        for home in [&a, &b] {
+            let (socket, id) = (home.join("kikid.sock"), id.clone());
+            sends.push(tokio::spawn(async move {
+                let mut threads = kiki_client::Client::connect(&socket).await.expect("connect").threads();
+                let request = pb::ThreadSendRequest {
+                    target: Some(kiki_tests::local(&id)),
+                    content: format!("message {i:02}"),
+                    idempotency_key: format!("k{i}"),
+                    ..Default::default()
+                };
+                threads.thread_send(request).await.expect("send").into_inner().message_id
+            }));
+        }
+    }
+    let mut ids = Vec::new();
+    for send in sends {
+        ids.push(send.await.expect("sender"));
+    }
+    for pair in ids.chunks(2) {
+        assert_eq!(pair[0], pair[1], "one key, one message, whichever replica was asked");
+    }
+
+    // Every message ends up in exactly one turn.
+    let started = Instant::now();
+    let turns = loop {
+        let page = kiki_json(&b, &["thread", "read", &id, "--limit", "100"]);
+        let turns = page["turns"].as_array().cloned().unwrap_or_default();
+        let taken = turns
+            .iter()
+            .map(|t| t["input"].as_str().unwrap_or_default().matches("message ").count())
+            .sum::<usize>();
+        if taken >= SENDERS && listed(&b, &id)["state"] == "idle" {
+            break turns;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "not all taken: {page}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let inputs: String = turns.iter().filter_map(|t| t["input"].as_str()).collect::<Vec<_>>().join("\n");
+    for i in 0..SENDERS {
+        assert_eq!(inputs.matches(&format!("message {i:02}")).count(), 1, "message {i:02} once: {inputs}");
+    }
+    // One turn at a time: each started after the one before it ended.
+    for pair in turns.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        assert!(
+            before["ended_at"].as_str() <= after["started_at"].as_str(),
+            "turns overlap: {before} / {after}"
+        );
+    }
+}
