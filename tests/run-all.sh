@@ -38,6 +38,8 @@ if [ ! -x "$KIKI_AGENT_CLIS_OLD/node_modules/.bin/codex" ]; then
 fi
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A whole run builds everything once: incremental state would only double the disk it takes.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --bins --locked
