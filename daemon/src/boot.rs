@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use crate::StartError;
 use crate::config::Config;
 use crate::executors::desk::Desk;
-use crate::identity::{Creation, Identity};
+use crate::identity::{Creation, Identity, IdentityError};
 use crate::mailbox::{Mailbox, PermissionRequests, TurnDesk, Waits};
 use crate::rooms::Rooms;
 use crate::store::{ReplicaRecord, SqliteStore, Store, StoreLocation};
@@ -89,12 +89,14 @@ pub(crate) fn open_home(
 /// [`crate::replica::take_over`]): the earlier kikids of this very home on this machine are gone for sure
 /// (this one holds the home's lock), others once their heartbeat is older than the lease.
 pub(crate) async fn open_store(
-    location: &StoreLocation,
+    home: &OpenedHome,
+    new_identity: bool,
     clock: &Clock,
     replica: &ReplicaRecord,
     lease: Duration,
 ) -> Result<Arc<dyn Store>, StartError> {
-    let store = location.open(clock).await?;
+    let store = home.store.open(clock).await?;
+    belongs_to_home(&*store, home, new_identity).await?;
     for gone in store.replicas().await? {
         if gone.host == replica.host && gone.home == replica.home && gone.id != replica.id {
             store.retire_replica(&gone.id).await?;
@@ -104,6 +106,30 @@ pub(crate) async fn open_store(
     store.heartbeat(replica, 0).await?;
     crate::replica::take_over(&*store, clock, clock.now_ms() - time::ms(lease)).await?;
     Ok(store)
+}
+
+/// Checks that the store is this identity's home (recording it when the store is new to
+/// one): a replica of a team home started with another key is refused, and the key this
+/// start made for it removed again, leaving no trace.
+async fn belongs_to_home(store: &dyn Store, home: &OpenedHome, new_identity: bool) -> Result<(), StartError> {
+    let ours = home.identity.home_id();
+    let recorded = store.claim_home(ours, new_identity).await?;
+    if recorded == ours {
+        return Ok(());
+    }
+    let path = home.dir.identity_file();
+    if home.identity.created()
+        && let Err(e) = std::fs::remove_file(&path)
+    {
+        warn!(error = %e, path = %path.display(), "cannot remove the identity key made for this start");
+    }
+    Err(IdentityError::OtherHome {
+        path: path.display().to_string(),
+        store: store.describe(),
+        recorded,
+        ours: ours.to_string(),
+    }
+    .into())
 }
 
 /// The home's threads and what acts on them, wired together: the turn runner, the

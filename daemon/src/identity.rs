@@ -10,6 +10,8 @@ use std::path::Path;
 pub struct Identity {
     key: rcgen::KeyPair,
     home_id: String,
+    /// Made by this start (the key file did not exist).
+    created: bool,
 }
 
 impl std::fmt::Debug for Identity {
@@ -37,6 +39,15 @@ pub enum IdentityError {
          be requested and approved again"
     )]
     Missing { path: String, store: String },
+    /// The store is another identity's: a replica (or a restored home) started with the
+    /// wrong key would serve the store's threads and bridges as another home.
+    #[error(
+        "the store ({store}) belongs to home {recorded}, but identity key {path} is home {ours}: \
+         every kikid serving one home needs the same identity.key. Copy it from a running replica \
+         or a backup (`kiki backup` keeps it), or make this key the home's with `kikid \
+         --new-identity`; every bridge must then be requested and approved again"
+    )]
+    OtherHome { path: String, store: String, recorded: String, ours: String },
 }
 
 /// Whether a missing key may be created: only for a new home, or when its owner asks.
@@ -61,7 +72,7 @@ impl Identity {
                 }
                 let key = rcgen::KeyPair::from_pem(&pem)
                     .map_err(|e| IdentityError::Invalid { path: shown.clone(), message: e.to_string() })?;
-                Ok(Self::from_key(key))
+                Ok(Self::from_key(key, false))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && creation == Creation::Refused => {
                 Err(IdentityError::Missing { path: shown, store: store.to_string() })
@@ -90,15 +101,20 @@ impl Identity {
                 if let Some(dir) = path.parent() {
                     std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
                 }
-                Ok(Self::from_key(key))
+                Ok(Self::from_key(key, true))
             }
             Err(e) => Err(io(e)),
         }
     }
 
-    fn from_key(key: rcgen::KeyPair) -> Self {
+    fn from_key(key: rcgen::KeyPair, created: bool) -> Self {
         let home_id = kiki_bridge::home_id_of(&rcgen::PublicKeyData::subject_public_key_info(&key));
-        Self { key, home_id }
+        Self { key, home_id, created }
+    }
+
+    /// Whether this start made the key (its file did not exist).
+    pub fn created(&self) -> bool {
+        self.created
     }
 
     /// Base32 (RFC 4648, no padding) of the SHA-256 of the public key's

@@ -95,7 +95,7 @@ impl StartError {
         match self {
             StartError::Config(_) => 2,
             StartError::Lock(LockError::Held { .. })
-            | StartError::Identity(IdentityError::Missing { .. }) => 6,
+            | StartError::Identity(IdentityError::Missing { .. } | IdentityError::OtherHome { .. }) => 6,
             StartError::Untrusted(_)
             | StartError::Identity(IdentityError::Untrusted(_) | IdentityError::Exposed { .. }) => 7,
             StartError::Store(StoreError::DiskFull(_)) => 8,
@@ -186,11 +186,11 @@ impl DaemonBuilder {
         let shutdown = CancellationToken::new();
         let mut started: Vec<Box<dyn boot::Component>> = Vec::new();
 
-        let socket = home.dir.socket();
-        started.push(Box::new(boot::HomeHeld { lock: home.lock, socket: socket.clone() }));
         let clock = self.clock.clone();
         let mut replica = replica::this_replica(&home.dir, &clock);
-        let store = boot::open_store(&home.store, &clock, &replica, config.store.lease).await?;
+        let store = boot::open_store(&home, self.new_identity, &clock, &replica, config.store.lease).await?;
+        let socket = home.dir.socket();
+        started.push(Box::new(boot::HomeHeld { lock: home.lock, socket: socket.clone() }));
         started.push(Box::new(boot::StoreComponent(store.clone())));
         let domain = boot::Domain::assemble(
             store.clone(),

@@ -28,6 +28,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(75);
 /// and hold a stranger's slot at a target that has not approved this home (yet).
 const IDLE_CONNECTION: Duration = Duration::from_secs(30);
 
+/// How long a dial to one of a bridge's addresses may go unanswered before the next is
+/// dialed too (RFC 8305's connection attempt delay).
+const NEXT_ADDRESS_AFTER: Duration = Duration::from_millis(250);
+
 /// The connection to one peer, if dialed.
 type ConnectionSlot = Arc<tokio::sync::Mutex<Option<Cached>>>;
 
@@ -52,6 +56,9 @@ pub(super) struct Links {
     answered_unconfirmed: std::sync::Mutex<HashSet<String>>,
     /// Rung when `answered_unconfirmed` gets a bridge.
     pub(super) unconfirmed_answered: tokio::sync::Notify,
+    /// The address each peer last answered at, of those its bridge lists (a team home's
+    /// replicas): dialed first next time.
+    answered_at: std::sync::Mutex<HashMap<String, SocketAddr>>,
 }
 
 impl Links {
@@ -62,6 +69,7 @@ impl Links {
             connect_timeout,
             answered_unconfirmed: Default::default(),
             unconfirmed_answered: Default::default(),
+            answered_at: Default::default(),
         }
     }
 
@@ -75,25 +83,54 @@ impl Links {
         self.endpoint.home_id()
     }
 
-    /// Dials `addr` for a new bridge (pinned to `expect` when given): the connection is
-    /// kept for the peer's later calls once the caller knows who answered (see
-    /// [`Links::keep`]).
-    pub(super) async fn dial(
+    /// Dials `addrs` (the replicas of one home) pinned to `expect` when given, the first
+    /// first and each next one when the last has not answered within [`NEXT_ADDRESS_AFTER`]
+    /// or failed (as happy eyeballs does), and takes the first connection made; the first
+    /// failure if none is (a wrong peer at once). For a new bridge, the connection is kept
+    /// for the peer's later calls once the caller knows who answered (see [`Links::keep`]).
+    pub(super) async fn dial_any(
         &self,
-        addr: SocketAddr,
+        addrs: &[SocketAddr],
         expect: Option<&str>,
-    ) -> std::result::Result<Arc<dyn Link>, kiki_bridge::EndpointError> {
-        match tokio::time::timeout(self.connect_timeout, self.endpoint.connect(addr, expect)).await {
-            Ok(dialed) => dialed,
-            // QUIC would wait out its idle timeout: the home's one bound on reaching a peer.
-            Err(_) => Err(kiki_bridge::EndpointError::Connect {
-                addr,
-                message: format!(
-                    "no answer within {} (`[bridge] connect_timeout`)",
-                    humantime::format_duration(self.connect_timeout)
-                ),
-            }),
+    ) -> std::result::Result<(SocketAddr, Arc<dyn Link>), kiki_bridge::EndpointError> {
+        let mut waiting = addrs.iter().copied();
+        let mut dialing = tokio::task::JoinSet::new();
+        let mut first_failure = None;
+        let dial_next = |dialing: &mut tokio::task::JoinSet<_>, next: Option<SocketAddr>| {
+            let Some(addr) = next else { return false };
+            let (endpoint, timeout, expect) =
+                (self.endpoint.clone(), self.connect_timeout, expect.map(str::to_string));
+            dialing.spawn(async move { (addr, dial(&*endpoint, timeout, addr, expect.as_deref()).await) });
+            true
+        };
+        dial_next(&mut dialing, waiting.next());
+        loop {
+            tokio::select! {
+                Some(done) = dialing.join_next() => {
+                    let Ok((addr, dialed)) = done else { continue };
+                    match dialed {
+                        // The others, if any, are dropped with `dialing`.
+                        Ok(link) => return Ok((addr, link)),
+                        Err(e @ kiki_bridge::EndpointError::WrongPeer(_)) => return Err(e),
+                        Err(e) => {
+                            debug!(%addr, error = %e, "bridge address did not answer");
+                            first_failure.get_or_insert(e);
+                            if !dial_next(&mut dialing, waiting.next()) && dialing.is_empty() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                () = tokio::time::sleep(NEXT_ADDRESS_AFTER), if waiting.len() > 0 => {
+                    dial_next(&mut dialing, waiting.next());
+                }
+                else => break,
+            }
         }
+        Err(first_failure.unwrap_or_else(|| kiki_bridge::EndpointError::Connect {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            message: "no address to dial".into(),
+        }))
     }
 
     /// Keeps `link` as the connection to `peer`.
@@ -181,12 +218,22 @@ impl Links {
             cached.taken = Instant::now();
             return Ok(cached.link.clone());
         }
-        let addr: SocketAddr = bridge
-            .address
-            .parse()
-            .map_err(|_| Error::FailedPrecondition(format!("bridge {} has no usable address", bridge.id)))?;
-        let peer =
-            self.dial(addr, Some(&bridge.peer_home_id)).await.map_err(|e| dial_failure(&bridge.alias, e))?;
+        let mut addrs: Vec<SocketAddr> =
+            bridge.address.split(',').filter_map(|a| a.trim().parse().ok()).collect();
+        if addrs.is_empty() {
+            return Err(Error::FailedPrecondition(format!("bridge {} has no usable address", bridge.id)));
+        }
+        // The address that answered last, first.
+        if let Some(last) = lock(&self.answered_at).get(&bridge.peer_home_id)
+            && let Some(at) = addrs.iter().position(|a| a == last)
+        {
+            addrs[..=at].rotate_right(1);
+        }
+        let (addr, peer) = self
+            .dial_any(&addrs, Some(&bridge.peer_home_id))
+            .await
+            .map_err(|e| dial_failure(&bridge.alias, e))?;
+        lock(&self.answered_at).insert(bridge.peer_home_id.clone(), addr);
         *slot = Some(Cached { link: peer.clone(), taken: Instant::now() });
         Ok(peer)
     }
@@ -230,6 +277,26 @@ pub(super) async fn call_link(
     // A peer on another build may answer what this one cannot read: retrying repeats it.
     wire::BridgeReply::decode(reply.as_slice())
         .map_err(|e| LinkError::fault(format!("undecodable reply: {e}")))
+}
+
+/// Dials `addr` (pinned to `expect` when given), for at most `timeout`.
+async fn dial(
+    endpoint: &dyn Transport,
+    timeout: Duration,
+    addr: SocketAddr,
+    expect: Option<&str>,
+) -> std::result::Result<Arc<dyn Link>, kiki_bridge::EndpointError> {
+    match tokio::time::timeout(timeout, endpoint.connect(addr, expect)).await {
+        Ok(dialed) => dialed,
+        // QUIC would wait out its idle timeout: the home's one bound on reaching a peer.
+        Err(_) => Err(kiki_bridge::EndpointError::Connect {
+            addr,
+            message: format!(
+                "no answer within {} (`[bridge] connect_timeout`)",
+                humantime::format_duration(timeout)
+            ),
+        }),
+    }
 }
 
 /// A failed call as this home's caller sees it: a lost link is worth retrying
@@ -281,13 +348,26 @@ pub async fn quic_transport(
     }
 }
 
-pub(super) async fn resolve(address: &str) -> Result<SocketAddr> {
-    if let Ok(addr) = address.parse() {
-        return Ok(addr);
+/// A bridge's address: one `host:port`, or several separated by commas (a team home's
+/// replicas, tried in turn); a host name stands for every address it resolves to.
+pub(super) async fn resolve(address: &str) -> Result<Vec<SocketAddr>> {
+    let mut all = Vec::new();
+    for one in address.split(',').map(str::trim) {
+        let resolved: Vec<SocketAddr> = match one.parse() {
+            Ok(addr) => vec![addr],
+            Err(_) => tokio::net::lookup_host(one).await.map(Iterator::collect).unwrap_or_default(),
+        };
+        if resolved.is_empty() {
+            return Err(Error::invalid(
+                "address",
+                format!("{one:?} is not host:port (several are separated by commas)"),
+            ));
+        }
+        for addr in resolved {
+            if !all.contains(&addr) {
+                all.push(addr);
+            }
+        }
     }
-    tokio::net::lookup_host(address)
-        .await
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| Error::invalid("address", format!("{address:?} is not host:port")))
+    Ok(all)
 }

@@ -1,53 +1,61 @@
 //! The bridge table: every bridge record of this home, kept in memory and read again after
 //! each change, so the check every peer call makes costs no store read.
+//!
+//! A change is learnt from the store's published changes ([`Change::Bridges`]), whichever
+//! process made it: on a team home a decision or a revocation through one replica holds on
+//! every replica as soon as its store hears of it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
-use crate::store::Direction;
-use crate::store::{BridgeRecord, BridgeRequestRecord, Store, StoreResult};
+use crate::store::{BridgeRecord, BridgeRequestRecord, Change, Direction, Store, StoreResult};
 
 pub(super) struct BridgeTable {
     store: Arc<dyn Store>,
-    /// The table as last read; `None` once a change made it stale.
-    cache: tokio::sync::Mutex<Option<Arc<Vec<BridgeRecord>>>>,
+    /// Counts the changes heard of: a table read before the last one is stale.
+    changes: Arc<AtomicU64>,
+    /// The table as last read, with the count of changes it was read after.
+    cache: tokio::sync::Mutex<Option<(u64, Arc<Vec<BridgeRecord>>)>>,
 }
 
 impl BridgeTable {
     pub(super) fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, cache: Default::default() }
+        let changes = Arc::new(AtomicU64::new(0));
+        store.changes().listen(Arc::new({
+            let changes = changes.clone();
+            move |heard: &[Change]| {
+                if heard.iter().any(|c| matches!(c, Change::Bridges | Change::Missed)) {
+                    changes.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }));
+        Self { store, changes, cache: Default::default() }
     }
 
-    /// Every bridge, from memory: the table is read once and re-read after each change, so
-    /// the per-call permission check costs no store read.
+    /// Every bridge, from memory while no change was heard of since it was read.
     pub(super) async fn all(&self) -> StoreResult<Arc<Vec<BridgeRecord>>> {
         let mut cache = self.cache.lock().await;
-        if let Some(bridges) = &*cache {
+        // Taken before the read: a change committed while it runs makes this read stale.
+        let changes = self.changes.load(Ordering::Acquire);
+        if let Some((read_after, bridges)) = &*cache
+            && *read_after == changes
+        {
             return Ok(bridges.clone());
         }
         let bridges = Arc::new(self.store.bridges().await?);
-        *cache = Some(bridges.clone());
+        *cache = Some((changes, bridges.clone()));
         Ok(bridges)
     }
 
-    /// Saves a bridge and/or requests, in one write; saving a bridge drops the cached bridge
-    /// table (requests alone leave it: every bridged call reads the cache).
+    /// Saves a bridge and/or requests, in one write (the store publishes the change, which
+    /// makes the table stale before the write answers).
     pub(super) async fn save(
         &self,
         bridge: Option<&BridgeRecord>,
         requests: &[BridgeRequestRecord],
     ) -> StoreResult<()> {
-        let save = self.store.save_bridge(bridge, requests);
-        if bridge.is_some() { self.changing(save).await } else { save.await }
-    }
-
-    /// Runs a store write that changes the bridge table, holding the cache so no read
-    /// refills it meanwhile, then drops it.
-    pub(super) async fn changing<T>(&self, write: impl Future<Output = T>) -> T {
-        let mut cache = self.cache.lock().await;
-        let done = write.await;
-        *cache = None;
-        done
+        self.store.save_bridge(bridge, requests).await
     }
 
     pub(super) async fn find(&self, pick: impl Fn(&BridgeRecord) -> bool) -> Result<Option<BridgeRecord>> {

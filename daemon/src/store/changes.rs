@@ -24,6 +24,9 @@ pub enum Change {
     Answered(String),
     /// Outbox entries were written or made due.
     Outbox,
+    /// The home's bridges changed (a decision, a grant, a revocation, a link's health): the
+    /// bridge table every peer call is checked against is read again.
+    Bridges,
     /// Other processes' changes may have gone unheard (the database's notifications were
     /// cut off for a while): every listener looks again.
     Missed,

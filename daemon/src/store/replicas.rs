@@ -35,4 +35,14 @@ pub trait ReplicaStore: Send + Sync {
 
     /// Removes a replica that stops.
     async fn retire_replica(&self, id: &str) -> StoreResult<()>;
+
+    /// The home this store belongs to (its identity's id): records `ours` when none is on
+    /// record yet, or instead of the one on record when `replace` (the home was given a new
+    /// identity), and answers the one on record after that.
+    async fn claim_home(&self, ours: &str, replace: bool) -> StoreResult<String>;
 }
+
+/// [`ReplicaStore::claim_home`] in one statement, for both backends (`$1` ours, `$2` replace).
+pub(super) const CLAIM_HOME: &str = "INSERT INTO home (only_row, home_id) VALUES (1, $1)
+     ON CONFLICT (only_row) DO UPDATE SET home_id = CASE WHEN $2 THEN excluded.home_id ELSE home.home_id END
+     RETURNING home_id";

@@ -39,6 +39,8 @@ pub fn wake_on(signals: Signals, outbox_work: Arc<Notify>) -> crate::store::List
                 Change::Parts(thread) => signals.notify(&parts(thread)),
                 Change::Answered(request) => signals.notify(&answered(request)),
                 Change::Outbox => outbox_work.notify_one(),
+                // The bridge table listens for it itself.
+                Change::Bridges => {}
                 Change::Missed => {
                     signals.notify_all();
                     outbox_work.notify_one();

@@ -57,6 +57,7 @@ macro_rules! store_conformance {
             hearing_from_a_peer_sets_only_its_last_success, an_outbox_entry_is_found_by_its_key,
             a_closed_store_takes_no_more_work, committed_changes_are_published_before_the_write_answers,
             replicas_beat_are_listed_and_forgotten, only_the_turns_of_replicas_gone_are_taken_over,
+            the_first_identity_to_claim_a_store_is_its_home,
             a_running_turn_is_found_by_its_tokens_hash);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
@@ -420,6 +421,16 @@ pub async fn replicas_beat_are_listed_and_forgotten(store: &dyn Store) {
     let listed = store.replicas().await.expect("list");
     assert_eq!(listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["rep_c"]);
     assert_eq!(listed[0].heartbeat_at, 400);
+}
+
+/// The first identity to claim a store is its home's; another is answered the one on
+/// record, unless it replaces it (a home given a new identity).
+pub async fn the_first_identity_to_claim_a_store_is_its_home(store: &dyn Store) {
+    assert_eq!(store.claim_home("HOME_A", false).await.expect("claim"), "HOME_A");
+    assert_eq!(store.claim_home("HOME_A", false).await.expect("again"), "HOME_A");
+    assert_eq!(store.claim_home("HOME_B", false).await.expect("another"), "HOME_A", "not taken over");
+    assert_eq!(store.claim_home("HOME_B", true).await.expect("replace"), "HOME_B");
+    assert_eq!(store.claim_home("HOME_A", false).await.expect("the old"), "HOME_B");
 }
 
 /// A sound store checks clean, quickly and fully; once closed it takes no more work, and

@@ -297,5 +297,14 @@ pub async fn committed_changes_are_published_before_the_write_answers(store: &dy
     inbound_bridge(store, "PEER", kiki_daemon::store::BridgeState::Disabled).await;
     take();
     inbound_bridge(store, "PEER", kiki_daemon::store::BridgeState::Active).await;
-    assert_eq!(take(), [Change::Inbox("th_a".into())], "its held message may be taken now");
+    assert_eq!(
+        take(),
+        [Change::Inbox("th_a".into()), Change::Bridges],
+        "its held message may be taken now, and the bridge table is stale"
+    );
+    let bridge = store.bridges().await.expect("bridges").remove(0);
+    store.bridge_heard_from(&bridge.id, 9).await.expect("heard");
+    assert_eq!(take(), [Change::Bridges]);
+    store.revoke_inbound(&bridge, 10).await.expect("revoke");
+    assert!(take().contains(&Change::Bridges));
 }

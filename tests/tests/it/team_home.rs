@@ -5,11 +5,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kiki_tests::binaries::{Down, kiki_json, kiki_with_env, kill_9, new_home, pid_of};
+use kiki_tests::binaries::{Down, free_udp_port, kiki, kiki_json, kiki_with_env, kill_9, new_home, pid_of};
 use kiki_tests::postgres::TestDatabase;
 
 /// A replica's config: the team's database (its password in an owner-only file), a short
-/// lease, and a profile whose agent leaves its token in its home and holds its turn until
+/// lease, a fixed bridge port, peer messages taken, and a profile whose agent leaves its token in its home and holds its turn until
 /// it is stopped.
 fn replica_of(home: &Path, database: &TestDatabase) {
     std::fs::create_dir_all(home).expect("home");
@@ -19,11 +19,56 @@ fn replica_of(home: &Path, database: &TestDatabase) {
     std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let config = format!(
         "[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\nlease = \"2s\"\n\n\
+         [bridge]\nlisten = \"127.0.0.1:{}\"\n[mailbox]\ndelivery_wait = \"200ms\"\n\
+         [thread_communication]\nenabled = true\n\n\
          [profiles.hold]\nexecutor = \"exec\"\n\
          command = [\"sh\", \"-c\", \"echo $KIKI_TOKEN > $KIKI_HOME/token; cat > /dev/null; exec sleep 60\"]\n",
-        database.options.url
+        database.options.url,
+        free_udp_port()
     );
     std::fs::write(home.join("config.toml"), config).expect("config");
+}
+
+/// Gives the replica in `home` the identity of the one in `first` (every replica of a home
+/// has the same key), as an operator copies the key or mounts it as a secret.
+fn same_identity(first: &Path, home: &Path) {
+    let key = home.join("identity.key");
+    std::fs::copy(first.join("identity.key"), &key).expect("copy the key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+}
+
+/// Two replicas of one home on `database`, both up, the second with the first's key.
+fn two_replicas(database: &TestDatabase, a: &Path, b: &Path) {
+    replica_of(a, database);
+    replica_of(b, database);
+    kiki_json(a, &["up"]);
+    same_identity(a, b);
+    kiki_json(b, &["up"]);
+}
+
+/// A replica started with another identity than the home's is refused, before it serves
+/// anything, saying which key is whose, and the key it made for itself is gone again.
+#[test]
+fn a_replica_with_another_identity_is_refused() {
+    let database = kiki_tests::postgres::block_on(TestDatabase::create());
+    let ((_a_dir, a), (_b_dir, b)) = (new_home(), new_home());
+    let (_down_a, _down_b) = (Down(&a), Down(&b));
+    replica_of(&a, &database);
+    replica_of(&b, &database);
+    kiki_json(&a, &["up"]);
+    let home_id = kiki_json(&a, &["status"])["home_id"].as_str().expect("home id").to_string();
+    let out = kiki(&b, &["up"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{said}");
+    assert!(said.contains(&format!("belongs to home {home_id}")), "{said}");
+    assert!(said.contains("same identity.key"), "{said}");
+    assert!(!b.join("identity.key").exists(), "the key made for the refused start is removed");
+    assert_eq!(kiki_json(&a, &["status"])["replicas"].as_array().map(Vec::len), Some(1));
+
+    // With the home's key it serves the same home.
+    same_identity(&a, &b);
+    kiki_json(&b, &["up"]);
+    assert_eq!(kiki_json(&b, &["status"])["home_id"], home_id);
 }
 
 /// The thread `id` as ThreadList shows it through `home`.
@@ -42,10 +87,7 @@ fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
     let database = kiki_tests::postgres::block_on(TestDatabase::create());
     let ((_a_dir, a), (_b_dir, b)) = (new_home(), new_home());
     let (_down_a, _down_b) = (Down(&a), Down(&b));
-    replica_of(&a, &database);
-    replica_of(&b, &database);
-    kiki_json(&a, &["up"]);
-    kiki_json(&b, &["up"]);
+    two_replicas(&database, &a, &b);
     let status = kiki_json(&b, &["status"]);
     let replicas = status["replicas"].as_array().expect("replicas");
     assert_eq!(replicas.len(), 2, "both replicas are on record: {status}");
@@ -112,10 +154,7 @@ async fn sends_through_two_replicas_run_each_message_once_one_turn_at_a_time() {
     let database = TestDatabase::create().await;
     let ((_a_dir, a), (_b_dir, b)) = (new_home(), new_home());
     let (_down_a, _down_b) = (Down(&a), Down(&b));
-    replica_of(&a, &database);
-    replica_of(&b, &database);
-    kiki_json(&a, &["up"]);
-    kiki_json(&b, &["up"]);
+    two_replicas(&database, &a, &b);
     let created = kiki_json(&a, &["thread", "create", "--title", "shared"]);
     let id = created["id"].as_str().expect("id").to_string();
 
@@ -171,5 +210,109 @@ async fn sends_through_two_replicas_run_each_message_once_one_turn_at_a_time() {
             before["ended_at"].as_str() <= after["started_at"].as_str(),
             "turns overlap: {before} / {after}"
         );
+    }
+}
+
+/// The messages `home`'s thread `id` took into its turns, by their content's first word
+/// (an `m…` each): panics on one taken twice.
+fn taken_once(home: &Path, id: &str) -> Vec<String> {
+    let page = kiki_json(home, &["thread", "read", id, "--limit", "100"]);
+    let mut taken: Vec<String> = page["turns"]
+        .as_array()
+        .expect("turns")
+        .iter()
+        .flat_map(|t| t["input"].as_str().unwrap_or_default().lines().map(str::to_string).collect::<Vec<_>>())
+        .filter(|line| line.starts_with('m'))
+        .collect();
+    taken.sort();
+    let all = taken.len();
+    taken.dedup();
+    assert_eq!(all, taken.len(), "no message twice: {taken:?}");
+    taken
+}
+
+/// A peer's bridge to a team home lists both replicas' addresses. The request, filed through
+/// the first, is approved through the second, and access turned off and on through the
+/// second holds at once at the first, where the peer's calls go. Then the replica the peer's
+/// connection goes to is killed mid-stream: the peer's sends go on through the other, and
+/// every message is taken by a turn exactly once.
+#[test]
+fn a_peer_sends_through_whichever_replica_answers_and_each_message_arrives_once() {
+    let database = kiki_tests::postgres::block_on(TestDatabase::create());
+    let ((_a_dir, a), (_b_dir, b), (_p_dir, p)) = (new_home(), new_home(), new_home());
+    let (_down_a, _down_b, _down_p) = (Down(&a), Down(&b), Down(&p));
+    two_replicas(&database, &a, &b);
+    std::fs::create_dir_all(&p).expect("peer home");
+    std::fs::write(p.join("config.toml"), format!("[bridge]\nlisten = \"127.0.0.1:{}\"\n", free_udp_port()))
+        .expect("peer config");
+    kiki_json(&p, &["up"]);
+    let (a_status, b_status) = (kiki_json(&a, &["status"]), kiki_json(&b, &["status"]));
+    let home_id = a_status["home_id"].as_str().expect("home id").to_string();
+    let addresses = format!(
+        "{},{}",
+        a_status["bridge_listen"].as_str().expect("a"),
+        b_status["bridge_listen"].as_str().expect("b")
+    );
+    let requested = kiki_json(
+        &p,
+        &["bridge", "request", &addresses, "--want", "send,wake", "--expect", &home_id, "--name", "team"],
+    );
+    let request = requested["request_id"].as_str().expect("request id").to_string();
+    let pending = kiki_json(&b, &["bridge", "pending"]);
+    assert!(pending.to_string().contains(&request), "a request filed through a is pending at b: {pending}");
+    kiki_json(&b, &["bridge", "approve", &request, "--allow", "send,wake"]);
+    let target =
+        kiki_json(&a, &["thread", "create", "--title", "inbox"])["id"].as_str().expect("id").to_string();
+    let send = |key: &str| {
+        kiki_json(&p, &["thread", "send", &format!("team/{target}"), "--key", key, "--content", key])
+    };
+    assert_eq!(send("m00")["status"], "delivered", "approved through b, served by a");
+
+    let peer_id = kiki_json(&p, &["status"])["home_id"].as_str().expect("peer id").to_string();
+    kiki_json(&b, &["bridge", "disable", &peer_id]);
+    let held = send("m01");
+    assert_eq!(held["status"], "pending", "turned off through b, refused by a at once: {held}");
+    kiki_json(&b, &["bridge", "enable", &peer_id]);
+    let started = Instant::now();
+    while taken_once(&b, &target).len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the held message never came");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    const MESSAGES: usize = 20;
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sender = {
+        let (p, target, answered) = (p.clone(), target.clone(), answered.clone());
+        std::thread::spawn(move || {
+            for i in 2..MESSAGES {
+                let key = format!("m{i:02}");
+                kiki_json(
+                    &p,
+                    &["thread", "send", &format!("team/{target}"), "--key", &key, "--content", &key],
+                );
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    let started = Instant::now();
+    while answered.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        assert!(!sender.is_finished(), "the sender stopped early");
+        assert!(started.elapsed() < Duration::from_secs(60), "three sends not answered in 60 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill_9(&pid_of(&a));
+    sender.join().expect("every send answered (durable at the peer)");
+    let started = Instant::now();
+    loop {
+        let taken = taken_once(&b, &target);
+        if taken.len() == MESSAGES {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "only {} of {MESSAGES} arrived: {taken:?}",
+            taken.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }

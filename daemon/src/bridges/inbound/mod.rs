@@ -129,7 +129,7 @@ impl Inbound {
             return;
         }
         // Only that column: the record read above may be outdated by a decision meanwhile.
-        if let Err(e) = self.table.changing(self.store.bridge_heard_from(&bridge.id, now)).await {
+        if let Err(e) = self.store.bridge_heard_from(&bridge.id, now).await {
             warn!(error = %e, "cannot record an inbound bridge's health");
         }
     }

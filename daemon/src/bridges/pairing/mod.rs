@@ -6,7 +6,7 @@
 //! outbound bridge, which `kiki bridge list` refreshes by pinging the target; revoking it
 //! there tells the target (`WithdrawCall`). Every decision holds the owner's decisions lock.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -166,10 +166,10 @@ impl Pairing {
         if let Some(problem) = (!name.is_empty()).then(|| alias_problem(name)).flatten() {
             return Err(Error::invalid("name", problem));
         }
-        let addr = resolve(address).await?;
+        let addrs = resolve(address).await?;
         let started = Instant::now();
         let expect = (!expect.is_empty()).then_some(expect.as_str());
-        let peer = self.links.dial(addr, expect).await.map_err(|e| match e {
+        let (_, peer) = self.links.dial_any(&addrs, expect).await.map_err(|e| match e {
             kiki_bridge::EndpointError::WrongPeer(wrong) => Error::FailedPrecondition(format!(
                 "{address} is home {}, not the expected {}; nothing was filed",
                 wrong.actual, wrong.expected
@@ -224,7 +224,7 @@ impl Pairing {
             direction: Direction::Outbound,
             peer_home_id: peer_home_id.clone(),
             alias,
-            address: addr.to_string(),
+            address: addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(","),
             state: BridgeState::Requested,
             permissions: previous.as_ref().map(|b| b.permissions).unwrap_or_default(),
             workspaces: previous.as_ref().map(|b| b.workspaces.clone()).unwrap_or_default(),
@@ -472,7 +472,7 @@ impl Pairing {
         bridge.updated_at = self.now();
         if bridge.direction == Direction::Inbound {
             // What the peer brought and no turn has taken yet is refused with it.
-            self.table.changing(self.store.revoke_inbound(&bridge, bridge.updated_at)).await?;
+            self.store.revoke_inbound(&bridge, bridge.updated_at).await?;
         } else {
             self.table.save(Some(&bridge), &[]).await?;
             // Its pending sends are refused now (`bridge_revoked`), not when their backoff

@@ -44,6 +44,7 @@ impl BridgeStore for PostgresStore {
 
     async fn bridge_heard_from(&self, bridge_id: &str, now: Millis) -> StoreResult<()> {
         let mut tx = self.begin().await?;
+        tx.note(Change::Bridges);
         sqlx::query("UPDATE bridges SET last_success = $1 WHERE id = $2")
             .bind(now)
             .bind(bridge_id)
@@ -128,6 +129,7 @@ impl BridgeStore for PostgresStore {
 }
 
 pub(super) async fn upsert_bridge(tx: &mut Tx, b: &BridgeRecord) -> StoreResult<()> {
+    tx.note(Change::Bridges);
     // As SQLite's INSERT OR REPLACE: the record replaces whichever row holds its id or its
     // direction and peer (both unique).
     sqlx::query("DELETE FROM bridges WHERE direction = $1 AND peer_home_id = $2 AND id <> $3")

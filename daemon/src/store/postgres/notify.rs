@@ -151,7 +151,7 @@ async fn look_while_cut(changes: Arc<Publisher>, cut_until: Arc<AtomicI64>) {
     }
 }
 
-/// `origin` then one change per line (`T id`, `I id`, `P id`, `A id`, `O`), cut into
+/// `origin` then one change per line (`T id`, `I id`, `P id`, `A id`, `O`, `B`), cut into
 /// payloads that fit a notify.
 fn payloads(origin: &str, changes: &BTreeSet<Change>) -> Vec<String> {
     let mut out = vec![origin.to_string()];
@@ -162,6 +162,7 @@ fn payloads(origin: &str, changes: &BTreeSet<Change>) -> Vec<String> {
             Change::Parts(id) => format!("P {id}"),
             Change::Answered(id) => format!("A {id}"),
             Change::Outbox => "O".to_string(),
+            Change::Bridges => "B".to_string(),
             // Only ever published here, never sent.
             Change::Missed => continue,
         };
@@ -189,6 +190,7 @@ fn decode(payload: &str) -> (&str, impl Iterator<Item = Change> + '_) {
             "P" => Change::Parts(id.to_string()),
             "A" => Change::Answered(id.to_string()),
             "O" => Change::Outbox,
+            "B" => Change::Bridges,
             _ => return None,
         })
     });
@@ -205,6 +207,7 @@ mod tests {
             .map(|i| Change::Thread(format!("th_{i:026}")))
             .chain([
                 Change::Outbox,
+                Change::Bridges,
                 Change::Inbox("a".into()),
                 Change::Parts("b".into()),
                 Change::Answered("c".into()),

@@ -40,4 +40,12 @@ impl ReplicaStore for PostgresStore {
         sqlx::query("DELETE FROM replicas WHERE id = $1").bind(id).execute(&mut *self.read().await?).await?;
         Ok(())
     }
+
+    async fn claim_home(&self, ours: &str, replace: bool) -> StoreResult<String> {
+        Ok(sqlx::query_scalar(CLAIM_HOME)
+            .bind(ours)
+            .bind(replace)
+            .fetch_one(&mut *self.read().await?)
+            .await?)
+    }
 }

@@ -43,7 +43,13 @@ impl BridgeStore for SqliteStore {
     }
 
     async fn bridge_heard_from(&self, bridge_id: &str, now: Millis) -> StoreResult<()> {
-        self.write_statement("UPDATE bridges SET last_success = ? WHERE id = ?", (now, bridge_id.to_string()))
+        let bridge_id = bridge_id.to_string();
+        self.db
+            .write(move |conn| {
+                note(Change::Bridges);
+                run(conn, "UPDATE bridges SET last_success = ? WHERE id = ?", params![now, bridge_id])
+                    .map(drop)
+            })
             .await
     }
 
@@ -128,6 +134,7 @@ impl BridgeStore for SqliteStore {
 }
 
 pub(super) fn upsert_bridge(conn: &Connection, b: &BridgeRecord) -> StoreResult<()> {
+    note(Change::Bridges);
     run(
         conn,
         &format!(

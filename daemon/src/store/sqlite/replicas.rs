@@ -44,4 +44,14 @@ impl ReplicaStore for SqliteStore {
         let id = id.to_string();
         self.db.write(move |conn| run(conn, "DELETE FROM replicas WHERE id = ?", [&id]).map(drop)).await
     }
+
+    async fn claim_home(&self, ours: &str, replace: bool) -> StoreResult<String> {
+        let ours = ours.to_string();
+        self.db
+            .write(move |conn| {
+                let claimed = first(conn, CLAIM_HOME, params![ours, replace], |row| Ok(row.get(0)?))?;
+                claimed.ok_or_else(|| StoreError::Backend("the home's record was not written".into()))
+            })
+            .await
+    }
 }
