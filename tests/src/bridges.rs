@@ -27,6 +27,23 @@ impl TestHome {
         approve(target, &request_id, permissions, vec![]).await
     }
 
+    /// [`TestHome::bridge_named`] to a team home: its `replicas`' addresses listed, the
+    /// request approved through the last of them.
+    pub async fn bridge_to_replicas(
+        &self,
+        replicas: &[&TestHome],
+        alias: &str,
+        permissions: &str,
+    ) -> pb::Bridge {
+        let mut addresses = Vec::new();
+        for replica in replicas {
+            addresses.push(replica.bridge_listen().await);
+        }
+        let (first, last) = (replicas[0], replicas[replicas.len() - 1]);
+        let request_id = request_at(self, first, addresses.join(","), permissions, alias).await;
+        approve(last, &request_id, permissions, vec![]).await
+    }
+
     /// [`TestHome::bridge_named`], dialing `target` through a relay whose datagrams can be
     /// held back or dropped (a stalled or broken network).
     pub async fn bridge_through_relay(&self, target: &TestHome, alias: &str, permissions: &str) -> UdpRelay {

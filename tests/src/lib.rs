@@ -49,6 +49,8 @@ pub struct TestHomeBuilder {
     config: Config,
     transport: Option<kiki_daemon::TransportFactory>,
     clock: Clock,
+    /// The identity key the home starts with (a replica's: its team home's), if not its own.
+    identity: Option<PathBuf>,
 }
 
 /// A manual clock at the wall clock's time, for homes whose timings a test moves on with
@@ -95,6 +97,14 @@ impl TestHomeBuilder {
         self
     }
 
+    /// Another replica of `home` (a team home on Postgres): its store and its identity key.
+    pub fn replica_of(mut self, home: &TestHome) -> Self {
+        assert!(home.config.store.url.is_some(), "a replica shares its home's Postgres store");
+        self.config.store = home.config.store.clone();
+        self.identity = Some(home.dir().join("identity.key"));
+        self
+    }
+
     pub async fn start(mut self) -> TestHome {
         let dir = tempfile::Builder::new().prefix("kiki-test-").tempdir().expect("temp dir");
         let database = match std::env::var(STORE_ENV).as_deref() {
@@ -104,6 +114,12 @@ impl TestHomeBuilder {
         };
         if let Some(database) = &database {
             self.config.store.url = Some(database.url_with_password());
+        }
+        if let Some(key) = &self.identity {
+            let copy = dir.path().join("identity.key");
+            std::fs::copy(key, &copy).expect("the home's identity key");
+            std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("chmod");
         }
         let (handle, client) =
             boot(dir.path(), self.config.clone(), self.transport.clone(), self.clock.clone()).await;
@@ -129,7 +145,7 @@ async fn boot(
 
 impl TestHome {
     pub fn builder() -> TestHomeBuilder {
-        TestHomeBuilder { config: Config::default(), transport: None, clock: Clock::system() }
+        TestHomeBuilder { config: Config::default(), transport: None, clock: Clock::system(), identity: None }
     }
 
     pub fn client(&self) -> &Client {

@@ -321,3 +321,69 @@ async fn a_mention_right_after_approval_wakes_the_member() {
     let turn = b.wait_turns(&xb, 1).await.remove(0).output;
     assert!(turn.contains("wake up"), "{turn}");
 }
+
+/// A team room: the room lives on a team home served by two replicas sharing one Postgres
+/// store and identity, its members in three personal homes, each bridged both ways with the
+/// team home (their bridges to it list both replicas, approved through the second). The
+/// room is made through one replica and its members added through either. A member's post
+/// mentioning a member of another home, and the owner's post through the other replica,
+/// each wake whom they mention, once, and both replicas read one log. With the first
+/// replica stopped, the second carries the next wake.
+#[tokio::test]
+async fn a_team_room_on_two_replicas_wakes_members_of_three_homes() {
+    let database = kiki_tests::postgres::TestDatabase::create().await;
+    let url = database.url_with_password();
+    let r1 = TestHome::builder()
+        .open_to_peers(Duration::from_secs(60))
+        .config(|c| {
+            c.store.url = Some(url);
+            c.store.lease = Duration::from_secs(2);
+        })
+        .start()
+        .await;
+    let r2 = TestHome::builder().open_to_peers(Duration::from_secs(60)).replica_of(&r1).start().await;
+    assert_eq!(r1.handle().home_id(), r2.handle().home_id());
+    let (p1, p2, p3) = (member_home().await, member_home().await, member_home().await);
+    let host = r1.thread("echo", None).await.id;
+    let x1 = p1.thread("mentioner", None).await.id;
+    let x2 = p2.thread("member", None).await.id;
+    let x3 = p3.thread("member", None).await.id;
+    for (member, alias) in [(&p1, "m1"), (&p2, "m2"), (&p3, "m3")] {
+        r1.bridge_named(member, alias, "send,wake").await;
+        member.bridge_to_replicas(&[&r1, &r2], "team", "send,read").await;
+    }
+    let room = r2.create_room(&host, "team").await.id;
+    assert!(add(&r1, &room, &format!("m1/{x1}")).await.expect("p1's member joins through r1"));
+    assert!(add(&r2, &room, &format!("m2/{x2}")).await.expect("p2's member joins through r2"));
+    assert!(add(&r1, &room, &format!("m3/{x3}")).await.expect("p3's member joins through r1"));
+    let member = |home: &TestHome, thread: &str| format!("{}/{thread}", home.handle().home_id());
+
+    p1.say(&x1, &format!("room: {room}\nmention: {}", member(&p3, &x3))).await.expect("say");
+    let said = p1.wait_turns(&x1, 1).await.remove(0).output;
+    assert!(said.contains("post: ok"), "{said}");
+    let woken = p3.wait_turns(&x3, 1).await.remove(0).output;
+    assert!(woken.contains("over to you") && woken.contains(&member(&p1, &x1)), "{woken}");
+    assert!(woken.contains("post: ok"), "p3's member posts back: {woken}");
+
+    let posted = post(&r2, &room, "your turn", &[&member(&p2, &x2)]).await;
+    assert_eq!(posted.woke, [member(&p2, &x2)]);
+    let woken = p2.wait_turns(&x2, 1).await.remove(0).output;
+    assert!(woken.contains("your turn"), "{woken}");
+    let contents = |log: pb::RoomReadResponse| log.entries.into_iter().map(|e| e.content).collect::<Vec<_>>();
+    let through_r1 = eventually("p2's reply in the log", || async {
+        let log = contents(read(&r1, &room).await);
+        (log.len() == 4).then_some(log)
+    })
+    .await;
+    assert_eq!(through_r1, contents(read(&r2, &room).await), "one log, whichever replica reads it");
+    assert_eq!(through_r1[..2], ["over to you".to_string(), format!("reply from {x3}")]);
+
+    r1.handle().shutdown();
+    r1.handle().stopped().await;
+    let posted = post(&r2, &room, "still here", &[&member(&p1, &x1)]).await;
+    assert_eq!(posted.woke, [member(&p1, &x1)]);
+    let woken = p1.wait_turns(&x1, 2).await.remove(1).input;
+    assert!(woken.contains("still here"), "{woken}");
+    // Each woken once: one turn per mention.
+    assert_eq!((p2.all_turns(&x2).await.len(), p3.all_turns(&x3).await.len()), (1, 1));
+}
