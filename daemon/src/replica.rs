@@ -36,7 +36,7 @@ pub(crate) fn this_replica(home: &HomeDir, clock: &Clock) -> ReplicaRecord {
 /// as it stops. After each heartbeat that landed it takes over what replicas silent for a
 /// lease left running (see [`take_over`]) and has the runner go on with their threads'
 /// queues; one whose own heartbeat did not land takes over nothing, and works no outbox
-/// (see [`OutboxDuty`]). Replicas silent for an hour are forgotten by the others'
+/// (see [`OutboxDuty`]), nor does it for a lease after its heartbeats land again. Replicas silent for an hour are forgotten by the others'
 /// heartbeats.
 pub(crate) async fn heartbeat(
     store: Arc<dyn Store>,
@@ -62,14 +62,23 @@ pub(crate) async fn heartbeat(
     let landed = beat(&*store, &mut replica, &clock).await;
     duty.decide(landed, &*store, &replica, lease).await;
     let handle = tokio::spawn(async move {
+        // Back from a time without the store, this replica's heartbeats were not the only
+        // ones that could not land: it gives the others a lease to beat again before it
+        // judges any of them gone (takes over their turns, or the outbox from them).
+        let (mut cut_off, mut judge_from) = (!landed, 0);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = clock.sleep(lease / 3) => {}
             }
             let landed = beat(&*store, &mut replica, &clock).await;
-            duty.decide(landed, &*store, &replica, lease).await;
-            if !landed {
+            if landed && cut_off {
+                judge_from = replica.heartbeat_at + time::ms(lease);
+            }
+            cut_off = !landed;
+            let judging = landed && replica.heartbeat_at >= judge_from;
+            duty.decide(judging, &*store, &replica, lease).await;
+            if !judging {
                 continue;
             }
             match take_over(&*store, &clock, replica.heartbeat_at - time::ms(lease)).await {

@@ -150,3 +150,89 @@ fn unique_suffix() -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).expect("time").as_nanos();
     format!("{}_{}_{}", std::process::id(), nanos, NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
 }
+
+/// A PostgreSQL server of one test's own — a cluster made by `initdb` in a temporary
+/// directory, on a free port, trusting local logins — that the test may stop and start
+/// again: a restart of the shared server would fail the tests running beside it.
+pub struct TestCluster {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    pub port: u16,
+}
+
+impl TestCluster {
+    /// Makes the cluster and starts it (PostgreSQL is installed by `tests/postgres-up.sh`).
+    pub fn start() -> Self {
+        server();
+        let version = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL is installed")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .max()
+            .expect("a PostgreSQL version");
+        let bin = std::path::PathBuf::from(format!("/usr/lib/postgresql/{version}/bin"));
+        let dir = tempfile::Builder::new().prefix("kiki-pg-").tempdir().expect("temp dir");
+        // The server runs as `postgres`, which must reach and own its directory.
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        run("chown", &["postgres:postgres", &dir.path().display().to_string()]);
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+        let cluster = Self { dir, bin, port };
+        cluster.as_postgres(
+            "initdb",
+            &["--auth=trust", "--username=postgres", "--no-sync", "-D", &cluster.data()],
+        );
+        cluster.start_again();
+        cluster
+    }
+
+    /// Its URL (no password: it trusts local logins).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server at once, as a crash does (`pg_ctl stop -m immediate`): what it
+    /// acknowledged is in its log, and comes back with recovery when it starts again.
+    pub fn crash(&self) {
+        self.as_postgres("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]);
+    }
+
+    /// Starts the server (again), and returns once it takes connections.
+    pub fn start_again(&self) {
+        let options =
+            format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.path().display());
+        let log = self.dir.path().join("server.log").display().to_string();
+        self.as_postgres("pg_ctl", &["-D", &self.data(), "-o", &options, "-l", &log, "-w", "start"]);
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn as_postgres(&self, program: &str, args: &[&str]) {
+        let program = self.bin.join(program).display().to_string();
+        let mut all = vec!["-u", "postgres", "--", program.as_str()];
+        all.extend_from_slice(args);
+        run("runuser", &all);
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        let data = self.data();
+        let program = self.bin.join("pg_ctl").display().to_string();
+        let _ = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--", &program, "-D", &data, "-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+fn run(program: &str, args: &[&str]) {
+    let out = std::process::Command::new(program).args(args).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

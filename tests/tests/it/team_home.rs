@@ -6,27 +6,33 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kiki_tests::binaries::{Down, free_udp_port, kiki, kiki_json, kiki_with_env, kill_9, new_home, pid_of};
-use kiki_tests::postgres::TestDatabase;
+use kiki_tests::postgres::{TestCluster, TestDatabase};
 
-/// A replica's config: the team's database (its password in an owner-only file), a short
-/// lease, a fixed bridge port, peer messages taken, and a profile whose agent leaves its token in its home and holds its turn until
-/// it is stopped.
-fn replica_of(home: &Path, database: &TestDatabase) {
+/// A replica's config: the team's database at `url` (its password, if any, in an
+/// owner-only file), a short lease, a fixed bridge port, peer messages taken, and a profile
+/// whose agent leaves its token in its home and holds its turn until it is stopped.
+fn replica_at(home: &Path, url: &str, password: Option<&str>) {
     std::fs::create_dir_all(home).expect("home");
-    let password = home.join("pg.pass");
-    std::fs::write(&password, database.options.password.as_deref().expect("password"))
-        .expect("password file");
-    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let config = format!(
-        "[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\nlease = \"2s\"\n\n\
-         [bridge]\nlisten = \"127.0.0.1:{}\"\n[mailbox]\ndelivery_wait = \"200ms\"\n\
+    let mut config = format!("[store]\nurl = \"{url}\"\nlease = \"2s\"\n");
+    if let Some(password) = password {
+        let file = home.join("pg.pass");
+        std::fs::write(&file, password).expect("password file");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        config.push_str("password_file = \"pg.pass\"\n");
+    }
+    config.push_str(&format!(
+        "\n[bridge]\nlisten = \"127.0.0.1:{}\"\n[mailbox]\ndelivery_wait = \"200ms\"\n\
          [thread_communication]\nenabled = true\n\n\
          [profiles.hold]\nexecutor = \"exec\"\n\
          command = [\"sh\", \"-c\", \"echo $KIKI_TOKEN > $KIKI_HOME/token; cat > /dev/null; exec sleep 60\"]\n",
-        database.options.url,
         free_udp_port()
-    );
+    ));
     std::fs::write(home.join("config.toml"), config).expect("config");
+}
+
+/// [`replica_at`] on a test database.
+fn replica_of(home: &Path, database: &TestDatabase) {
+    replica_at(home, &database.options.url, database.options.password.as_deref());
 }
 
 /// Gives the replica in `home` the identity of the one in `first` (every replica of a home
@@ -41,6 +47,11 @@ fn same_identity(first: &Path, home: &Path) {
 fn two_replicas(database: &TestDatabase, a: &Path, b: &Path) {
     replica_of(a, database);
     replica_of(b, database);
+    both_up(a, b);
+}
+
+/// Starts the replica configured in `a`, then the one in `b` with `a`'s key.
+fn both_up(a: &Path, b: &Path) {
     kiki_json(a, &["up"]);
     same_identity(a, b);
     kiki_json(b, &["up"]);
@@ -315,4 +326,116 @@ fn a_peer_sends_through_whichever_replica_answers_and_each_message_arrives_once(
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// PostgreSQL crashes and comes back while senders go through both replicas. Meanwhile the
+/// sends fail with UNAVAILABLE (naming the database once it is found down); the replicas reconnect by themselves
+/// and sends go through both again; and every send that was answered — before, during or
+/// after — is there: sent again with its key, it is replayed, never made anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_under_load_loses_nothing_acknowledged() {
+    use kiki_proto as pb;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let cluster =
+        Arc::new(tokio::task::spawn_blocking(TestCluster::start).await.expect("the test's own server"));
+    let ((_a_dir, a), (_b_dir, b)) = (new_home(), new_home());
+    let (_down_a, _down_b) = (Down(&a), Down(&b));
+    replica_at(&a, &cluster.url(), None);
+    replica_at(&b, &cluster.url(), None);
+    both_up(&a, &b);
+    let thread =
+        kiki_json(&a, &["thread", "create", "--title", "load"])["id"].as_str().expect("id").to_string();
+
+    let (stop, answers) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let mut senders = Vec::new();
+    for i in 0..8 {
+        let socket = if i % 2 == 0 { a.join("kikid.sock") } else { b.join("kikid.sock") };
+        let (thread, stop, answers) = (thread.clone(), stop.clone(), answers.clone());
+        senders.push(tokio::spawn(async move {
+            let mut threads = kiki_client::Client::connect(&socket).await.expect("connect").threads();
+            let (mut answered, mut failed) = (Vec::new(), Vec::new());
+            for n in 0.. {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let key = format!("s{i}-{n}");
+                let request = pb::ThreadSendRequest {
+                    target: Some(kiki_tests::local(&thread)),
+                    content: key.clone(),
+                    idempotency_key: key.clone(),
+                    ..Default::default()
+                };
+                match threads.thread_send(request).await {
+                    Ok(sent) => {
+                        answered.push((key, sent.into_inner().message_id));
+                        answers.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Err(e) => {
+                        failed.push(e);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+            (socket, answered, failed)
+        }));
+    }
+    let answered_by = |n: usize| {
+        let answers = answers.clone();
+        async move {
+            let started = Instant::now();
+            while answers.load(Ordering::Acquire) < n {
+                assert!(started.elapsed() < Duration::from_secs(30), "sends stopped going through");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    answered_by(50).await;
+    tokio::task::spawn_blocking({
+        let cluster = cluster.clone();
+        move || cluster.crash()
+    })
+    .await
+    .expect("crash");
+    // Longer than a call waits for a connection (3 s), so that calls fail meanwhile.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before_restart = answers.load(Ordering::Acquire);
+    tokio::task::spawn_blocking({
+        let cluster = cluster.clone();
+        move || cluster.start_again()
+    })
+    .await
+    .expect("start");
+    answered_by(before_restart + 100).await;
+    stop.store(true, Ordering::Release);
+
+    let database = format!("127.0.0.1:{}", cluster.port);
+    let (mut all_failed, mut named) = (0, 0);
+    for sender in senders {
+        let (socket, answered, failed) = sender.await.expect("sender");
+        all_failed += failed.len();
+        // A call that found the server down names it; one cut off mid-statement says what
+        // broke. Either is to be retried, and says so.
+        for e in &failed {
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+            assert!(e.message().contains("is unavailable; kikid reconnects by itself: retry"), "{e:?}");
+            named += usize::from(e.message().contains(&database));
+        }
+        assert!(answered.len() > 5, "{} answered through {}", answered.len(), socket.display());
+        let mut threads = kiki_client::Client::connect(&socket).await.expect("connect").threads();
+        for (key, message_id) in answered {
+            let again = pb::ThreadSendRequest {
+                target: Some(kiki_tests::local(&thread)),
+                content: key.clone(),
+                idempotency_key: key.clone(),
+                ..Default::default()
+            };
+            let replay = threads.thread_send(again).await.expect("sent again").into_inner();
+            assert!(
+                replay.replayed && replay.message_id == message_id,
+                "{key}: {replay:?} after {message_id}"
+            );
+        }
+    }
+    assert!(all_failed > 0 && named > 0, "the sends met the server down: {named} of {all_failed} named it");
 }
