@@ -15,6 +15,7 @@
 
 mod agent_clis;
 mod bridges;
+mod deploy;
 mod mailbox;
 mod mcp;
 mod mcp_install;
