@@ -18,7 +18,8 @@ use crate::render::{granted, permissions, scope};
 pub enum BridgeCommand {
     /// Ask the home at ADDRESS (host:port of its QUIC endpoint) for a bridge.
     Request {
-        /// The target's QUIC endpoint, host:port (`kiki status` there shows it).
+        /// The target's QUIC endpoint, host:port (`kiki status` there shows it); a team
+        /// home's replicas as several, separated by commas, tried in turn.
         address: String,
         /// Permissions wanted: read,send,wake,wait.
         #[arg(long, required = true)]
