@@ -286,6 +286,57 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
 
+/// A team home's replicas hear each other's changes: a claude turn started through one
+/// replica asks a permission, and a ThreadWait parked on the other returns with the
+/// request; answered through the other, the agent is told, and a wait there returns when
+/// the turn ends.
+#[tokio::test]
+async fn a_permission_answered_through_another_replica_reaches_the_running_turn() {
+    let state = tempfile::tempdir().expect("state");
+    let database = kiki_tests::postgres::TestDatabase::create().await;
+    let url = database.url_with_password();
+    let r1 = with_claude(state.path(), None).config(|c| c.store.url = Some(url)).start().await;
+    let r2 = with_claude(state.path(), None).replica_of(&r1).start().await;
+    let wait_on_r2 = |cursor: String, thread: String| {
+        let mut parked = r2.client().threads();
+        tokio::spawn(async move {
+            let request = pb::ThreadWaitRequest {
+                targets: vec![kiki_tests::local(&thread)],
+                timeout_ms: Some(30_000),
+                cursors: [(thread.clone(), cursor)].into_iter().collect(),
+            };
+            parked.thread_wait(request).await.expect("wait").into_inner().results.remove(0)
+        })
+    };
+    let thread = r1.session_thread("claude", "use Bash", None).await.expect("create");
+    let now = pb::ThreadWaitRequest {
+        targets: vec![kiki_tests::local(&thread)],
+        timeout_ms: Some(0),
+        cursors: Default::default(),
+    };
+    let cursor =
+        r2.client().threads().thread_wait(now).await.expect("cursor").into_inner().results[0].cursor.clone();
+    let asked = wait_on_r2(cursor, thread.clone()).await.expect("waiter");
+    let request = asked.events.iter().map(|e| e.request_id.clone()).find(|id| !id.is_empty());
+    let request = request.expect("the wait on r2 returned with the permission request");
+
+    let ended = wait_on_r2(asked.cursor, thread.clone());
+    let answered = r2.decide(&request, true, "").await.expect("approved through r2");
+    assert_eq!(answered.status().word(), "allowed");
+    let turns = r1.wait_turns(&thread, 1).await;
+    assert!(turns[0].output.ends_with("Bash: allow"), "the agent was told: {:?}", turns[0].output);
+    let mut ended = ended.await.expect("waiter");
+    let terminal =
+        |result: &pb::WaitResult| result.events.iter().any(|e| e.kind == pb::EventKind::Terminal as i32);
+    for _ in 0..5 {
+        if terminal(&ended) || ended.events.is_empty() {
+            break;
+        }
+        ended = wait_on_r2(ended.cursor, thread.clone()).await.expect("waiter");
+    }
+    assert!(terminal(&ended), "a wait on r2 returned when the turn ended: {ended:?}");
+}
+
 /// A running turn's progress is followed as it happens — the agent's text, its tool call
 /// and the result — then its end; the parts stay with the turn and can be followed again.
 #[tokio::test]
