@@ -289,9 +289,9 @@ async fn an_agents_permission_request_is_answered_by_the_owner_or_denied_in_time
 /// A team home's replicas hear each other's changes: a claude turn started through one
 /// replica asks a permission, and a ThreadWait parked on the other returns with the
 /// request; answered through the other, the agent is told, and a wait there returns when
-/// the turn ends.
+/// the turn ends. The next turn's progress is followed through the other as it happens.
 #[tokio::test]
-async fn a_permission_answered_through_another_replica_reaches_the_running_turn() {
+async fn a_replica_hears_the_others_turn_its_permission_requests_and_progress() {
     let state = tempfile::tempdir().expect("state");
     let database = kiki_tests::postgres::TestDatabase::create().await;
     let url = database.url_with_password();
@@ -335,6 +335,20 @@ async fn a_permission_answered_through_another_replica_reaches_the_running_turn(
         ended = wait_on_r2(ended.cursor, thread.clone()).await.expect("waiter");
     }
     assert!(terminal(&ended), "a wait on r2 returned when the turn ended: {ended:?}");
+
+    // The next turn, started through r1, followed through r2 as it happens.
+    r1.say(&thread, "slow").await.expect("say");
+    let follow = pb::ThreadFollowRequest {
+        target: Some(kiki_tests::local(&thread)),
+        turn_id: String::new(),
+        wait_ms: Some(10_000),
+    };
+    let mut progress = r2.client().threads().thread_follow(follow).await.expect("follow").into_inner();
+    let mut kinds = Vec::new();
+    while let Some(part) = progress.message().await.expect("part") {
+        kinds.push(part.kind().word());
+    }
+    assert_eq!(kinds, ["text", "tool", "tool_result", "text", "end"]);
 }
 
 /// A running turn's progress is followed as it happens — the agent's text, its tool call
