@@ -45,6 +45,21 @@ pub(crate) struct OpenedHome {
     pub identity: Identity,
 }
 
+/// The config a start of the home at `home` will run with (`config_file`, else the home's
+/// `config.toml`; a file another user could have written is refused), and the home's
+/// directory: read before the daemon starts, so that `[log]` decides kikid's log.
+pub fn read_config(
+    home: Option<PathBuf>,
+    config_file: Option<PathBuf>,
+) -> Result<(HomeDir, Config), StartError> {
+    let dir = HomeDir::resolve(home).map_err(|source| StartError::Home { path: "(unset)".into(), source })?;
+    let must_exist = config_file.is_some();
+    let config_file = config_file.unwrap_or_else(|| dir.config_file());
+    kiki_proto::home::trusted_if_present(&config_file, "config file")?;
+    let config = Config::load(&config_file, must_exist)?;
+    Ok((dir, config))
+}
+
 /// Creates (or checks) and locks the home, reads its config and its identity. A config
 /// or store file another user could have written is refused: a config names the programs
 /// kikid runs, a store its identity's history.

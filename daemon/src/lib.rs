@@ -34,6 +34,7 @@
 
 pub mod backup;
 mod boot;
+pub use boot::read_config;
 pub mod bridges;
 pub mod caller;
 pub mod config;
@@ -43,6 +44,7 @@ pub mod error;
 pub mod executors;
 pub mod grpc;
 pub mod identity;
+pub mod logging;
 pub mod mailbox;
 pub mod messaging;
 pub mod migrate;

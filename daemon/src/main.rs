@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use kiki_daemon::Daemon;
 use tokio::signal::unix::{SignalKind, signal};
-use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
 #[command(name = "kikid", version, about = "Run a kiki home in the foreground")]
@@ -54,30 +53,38 @@ fn main() -> ExitCode {
 async fn run() -> ExitCode {
     // Everything kikid creates (socket, store, logs) is for its owner only.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("KIKI_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        // Colour only for a terminal: `kiki up` sends kikid's log to a file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        // A log write that fails (its disk is full) loses that line and nothing else: the
-        // layer would otherwise report it with `eprintln!`, which panics when stderr — the
-        // same full file — fails too, in whichever task was logging (a call, a turn).
-        .log_internal_errors(false)
-        .init();
+    let args = Args::parse();
+    // The config first: its `[log]` decides the log. One that cannot be read stops a start
+    // here, on stderr; `--check` reports it among its findings.
+    let config = kiki_daemon::read_config(args.home.clone(), args.config.clone());
+    let (home, log) = match &config {
+        Ok((home, config)) => (Some(home.root().to_path_buf()), config.log.clone()),
+        Err(_) => (None, Default::default()),
+    };
+    if let Err(e) = kiki_daemon::logging::init(home.as_deref().unwrap_or(std::path::Path::new(".")), &log) {
+        eprintln!("kikid: cannot open the log file: {e}");
+        return ExitCode::FAILURE;
+    }
     if !kiki_daemon::runtime::LIFO_SLOT_OFF {
         tracing::warn!(
             "built without --cfg tokio_unstable: tokio's LIFO slot stays on, and concurrent answers \
              are flushed one by one (see daemon/src/runtime.rs)"
         );
     }
-    let args = Args::parse();
     if args.check {
         return check(args).await;
     }
     if let Some(to) = args.migrate_store_to {
         return migrate(args.home, args.config, &to, args.password_file).await;
     }
-    let mut builder = Daemon::builder().new_identity(args.new_identity);
+    let config = match config {
+        Ok((_, config)) => config,
+        Err(e) => {
+            eprintln!("kikid: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let mut builder = Daemon::builder().new_identity(args.new_identity).config(config);
     if let Some(home) = args.home {
         builder = builder.home(home);
     }

@@ -32,6 +32,11 @@
 //! max_agent_wakes = 20          # two threads' agents wake each other this often without the owner
 //! permission_timeout = "10m"    # an agent's permission request is denied unanswered after this
 //!
+//! [log]
+//! level = "info"                # tracing directives; KIKI_LOG wins
+//! format = "text"               # or "json", one object per line
+//! file = "logs/kikid.log"       # under the home, rotated daily, 7 kept; default stderr
+//!
 //! [profiles.claude]
 //! executor = "claude"           # "echo" | "exec" | "claude" | "codex" | "acp"
 //! command = ["claude"]          # claude, codex: the CLI and its arguments; exec, acp: the whole command
@@ -82,7 +87,7 @@ const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 /// Sections of kiki's config that this kikid does not implement yet. They are
 /// refused rather than ignored (a config relying on them would seem to work), but not
 /// called typos.
-const NOT_YET_SECTIONS: &[&str] = &["otel", "metrics", "web", "log"];
+const NOT_YET_SECTIONS: &[&str] = &["otel", "metrics", "web"];
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -94,8 +99,36 @@ pub struct Config {
     pub bridge: BridgeConfig,
     pub rooms: RoomsConfig,
     pub threads: ThreadsConfig,
+    pub log: LogConfig,
     /// Named executors; `echo` exists even when not listed.
     pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+/// kikid's log: what, in which form, where.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct LogConfig {
+    /// What is logged, as `tracing` directives (`info`, `warn,kiki_daemon::bridges=debug`);
+    /// `KIKI_LOG` in kikid's environment wins. Default `info`.
+    pub level: String,
+    /// `text` (default) or `json`, one object per line.
+    pub format: LogFormat,
+    /// A file under the home to log to instead of stderr (`logs/kikid.log`), rotated daily
+    /// (`logs/kikid.log.2026-12-05`), the last 7 kept. Default: stderr.
+    pub file: Option<std::path::PathBuf>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { level: "info".into(), format: LogFormat::Text, file: None }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -395,6 +428,7 @@ impl Config {
                 "bridge" => read.section(&key, value, &mut config.bridge),
                 "rooms" => read.section(&key, value, &mut config.rooms),
                 "threads" => read.section(&key, value, &mut config.threads),
+                "log" => read.section(&key, value, &mut config.log),
                 "profiles" => read.profiles(value, &mut config.profiles),
                 _ => read.unknown(&key, &key, span, "section", field_names::<Config>(), NOT_YET_SECTIONS),
             }
@@ -489,6 +523,21 @@ impl Config {
             && !self.store.url.as_deref().is_some_and(crate::store::is_postgres_url)
         {
             problems.push("store.password_file: only a postgres:// store takes a password".into());
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&self.log.level) {
+            problems.push(format!(
+                "log.level: not a log filter ({e}); e.g. \"info\" or \"warn,kiki_daemon=debug\""
+            ));
+        }
+        if let Some(file) = &self.log.file
+            && (file.is_absolute()
+                || file.file_name().is_none()
+                || file.components().any(|c| !matches!(c, std::path::Component::Normal(_))))
+        {
+            problems.push(format!(
+                "log.file: a file under the home, like \"logs/kikid.log\" (no leading /, no ..), got {}",
+                file.display()
+            ));
         }
         if !(1..=10_000).contains(&self.rooms.max_agent_wakes) {
             problems.push("rooms.max_agent_wakes: must be between 1 and 10000".into());

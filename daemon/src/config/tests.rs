@@ -69,7 +69,7 @@ fn known_keys_are_learned_from_serde() {
     );
     // Every section `Config` has is read, none is taken for an unknown one.
     let text: String = field_names::<Config>().iter().map(|section| format!("[{section}]\n")).collect();
-    assert_eq!(field_names::<Config>().len(), 8);
+    assert_eq!(field_names::<Config>().len(), 9);
     Config::parse(&text).expect("every section, empty");
 }
 
@@ -170,7 +170,7 @@ fn unknown_keys_without_a_close_name_list_the_known_ones() {
 
 #[test]
 fn config_sections_and_keys_not_implemented_yet_are_refused_as_such() {
-    for section in ["otel", "metrics", "web", "log"] {
+    for section in ["otel", "metrics", "web"] {
         let said = problems(&format!("[{section}]\nx = 1\n"));
         assert_eq!(
             said,
@@ -180,6 +180,25 @@ fn config_sections_and_keys_not_implemented_yet_are_refused_as_such() {
             )]
         );
     }
+}
+
+#[test]
+fn the_log_takes_a_filter_a_format_and_a_file_under_the_home() {
+    let config = Config::parse(
+        "[log]\nlevel = \"warn,kiki_daemon::bridges=debug\"\nformat = \"json\"\nfile = \"logs/kikid.log\"\n",
+    )
+    .expect("valid");
+    assert_eq!(config.log.format, crate::config::LogFormat::Json);
+    assert_eq!(config.log.file.as_deref(), Some(std::path::Path::new("logs/kikid.log")));
+    assert_eq!(
+        problems("[log]\nlevel = \"[oops\"\nfile = \"../kikid.log\"\n"),
+        [
+            "log.level: not a log filter (invalid filter directive); e.g. \"info\" or \"warn,kiki_daemon=debug\"",
+            "log.file: a file under the home, like \"logs/kikid.log\" (no leading /, no ..), got ../kikid.log",
+        ]
+    );
+    let said = problems("[log]\nformat = \"xml\"\n");
+    assert!(said[0].starts_with("log.format:") && said[0].contains("expected `text` or `json`"), "{said:?}");
 }
 
 #[test]

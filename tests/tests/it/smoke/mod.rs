@@ -176,6 +176,32 @@ fn kiki_up_lists_every_mistake_in_the_config() {
     assert_eq!(error["error"]["code"], "invalid_argument");
 }
 
+/// `[log]` decides kikid's log from its first line: JSON objects in a dated file under the
+/// home, at the level asked (a debug line appears only with `debug`).
+#[test]
+fn the_log_goes_where_the_config_says_in_the_form_it_says() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    let config = "[log]\nformat = \"json\"\nfile = \"logs/kikid.log\"\nlevel = \"info\"\n";
+    std::fs::write(home.join("config.toml"), config).expect("config");
+    kiki_json(&home, &["up"]);
+    let logs: Vec<std::path::PathBuf> = std::fs::read_dir(home.join("logs"))
+        .expect("the log directory")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let name = logs[0].file_name().expect("name").to_string_lossy().to_string();
+    assert!(name.starts_with("kikid.log.20"), "rotated daily, dated: {name}");
+    assert_eq!(mode(&logs[0]) & 0o077, 0, "the owner's only");
+    let text = std::fs::read_to_string(&logs[0]).expect("log");
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str(l).expect("one JSON object a line")).collect();
+    let serving = lines.iter().find(|l| l["fields"]["message"] == "kikid is serving").expect("serving");
+    assert_eq!(serving["level"], "INFO", "{serving}");
+    assert!(lines.iter().all(|l| l["level"] != "DEBUG"), "info and above only");
+}
+
 #[test]
 fn the_version_is_text_or_one_json_document() {
     let (_dir, home) = new_home();
