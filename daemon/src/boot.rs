@@ -180,7 +180,9 @@ impl Domain {
         let outbox_work = Arc::new(tokio::sync::Notify::new());
         store.changes().listen(crate::threads::signals::wake_on(signals.clone(), outbox_work.clone()));
         let root = home.root().to_path_buf();
-        let runner = TurnRunner::new(store.clone(), config.clone(), root, clock, replica.to_string());
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let runner =
+            TurnRunner::new(store.clone(), config.clone(), root, clock, replica.to_string(), metrics);
         let threads = Threads::new(store, config.clone(), runner.clone(), home_id.to_string());
         let send_keys = Arc::new(KeyLocks::default());
         let mailbox = Mailbox::new(
@@ -324,6 +326,19 @@ impl Component for Task {
     async fn stop(self: Box<Self>) {
         let _ = self.handle.await;
     }
+}
+
+/// Serves the home's metrics on `[metrics] listen` until shutdown.
+pub(crate) async fn serve_metrics(
+    listen: std::net::SocketAddr,
+    metrics: Arc<crate::metrics::Metrics>,
+    shutdown: CancellationToken,
+) -> Result<Task, StartError> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| StartError::Listen { path: format!("{listen} ([metrics] listen)"), source })?;
+    let handle = tokio::spawn(crate::metrics::serve(listener, metrics, shutdown));
+    Ok(Task { name: "metrics", handle })
 }
 
 /// Forgets idempotency keys older than the retention, hourly, until shutdown: a chunk at a

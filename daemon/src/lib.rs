@@ -47,6 +47,7 @@ pub mod identity;
 pub mod logging;
 pub mod mailbox;
 pub mod messaging;
+pub mod metrics;
 pub mod migrate;
 mod replica;
 pub mod rooms;
@@ -227,6 +228,10 @@ impl DaemonBuilder {
             )
             .await,
         ));
+        if let Some(listen) = config.metrics.listen {
+            let metrics = domain.threads.metrics().clone();
+            started.push(Box::new(boot::serve_metrics(listen, metrics, shutdown.clone()).await?));
+        }
         started.push(Box::new(boot::prune_keys(
             store.clone(),
             config.mailbox.key_retention,

@@ -177,6 +177,7 @@ impl Bridges {
                 duty: outbox_duty,
                 send_keys,
                 clock: threads.clock().clone(),
+                metrics: threads.metrics().clone(),
             },
             tasks.clone(),
         );

@@ -37,6 +37,9 @@
 //! format = "text"               # or "json", one object per line
 //! file = "logs/kikid.log"       # under the home, rotated daily, 7 kept; default stderr
 //!
+//! [metrics]
+//! listen = "127.0.0.1:9464"     # serve the Prometheus text format here; default: not served
+//!
 //! [profiles.claude]
 //! executor = "claude"           # "echo" | "exec" | "claude" | "codex" | "acp"
 //! command = ["claude"]          # claude, codex: the CLI and its arguments; exec, acp: the whole command
@@ -87,7 +90,7 @@ const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 /// Sections of kiki's config that this kikid does not implement yet. They are
 /// refused rather than ignored (a config relying on them would seem to work), but not
 /// called typos.
-const NOT_YET_SECTIONS: &[&str] = &["otel", "metrics", "web"];
+const NOT_YET_SECTIONS: &[&str] = &["otel", "web"];
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -100,8 +103,18 @@ pub struct Config {
     pub rooms: RoomsConfig,
     pub threads: ThreadsConfig,
     pub log: LogConfig,
+    pub metrics: MetricsConfig,
     /// Named executors; `echo` exists even when not listed.
     pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+/// kikid's metrics.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct MetricsConfig {
+    /// A TCP address to serve the home's metrics on, in the Prometheus text format
+    /// (`127.0.0.1:9464`); default none (not served). Anyone who reaches it reads them.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// kikid's log: what, in which form, where.
@@ -315,6 +328,17 @@ pub enum ExecutorKind {
 }
 
 impl ExecutorKind {
+    /// Its name in configs (and metrics' labels).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Echo => "echo",
+            Self::Exec => "exec",
+            Self::Claude => "claude",
+            Self::Codex => "codex",
+            Self::Acp => "acp",
+        }
+    }
+
     /// Whether the executor keeps the agent's own session and resumes it turn after turn.
     pub fn keeps_session(&self) -> bool {
         matches!(self, Self::Claude | Self::Codex | Self::Acp)
@@ -429,6 +453,7 @@ impl Config {
                 "rooms" => read.section(&key, value, &mut config.rooms),
                 "threads" => read.section(&key, value, &mut config.threads),
                 "log" => read.section(&key, value, &mut config.log),
+                "metrics" => read.section(&key, value, &mut config.metrics),
                 "profiles" => read.profiles(value, &mut config.profiles),
                 _ => read.unknown(&key, &key, span, "section", field_names::<Config>(), NOT_YET_SECTIONS),
             }

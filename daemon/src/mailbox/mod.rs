@@ -154,6 +154,19 @@ impl Mailbox {
         content: &str,
         key: &str,
     ) -> Result<Sent> {
+        let answer = self.send_uncounted(caller, target, content, key).await;
+        self.threads.metrics().sent(&answer);
+        answer
+    }
+
+    /// [`Mailbox::send`], before its answer is counted.
+    async fn send_uncounted(
+        &self,
+        caller: &Caller,
+        target: &pb::ThreadRef,
+        content: &str,
+        key: &str,
+    ) -> Result<Sent> {
         limits::text("content", content, limits::CONTENT_MAX_CHARS)?;
         limits::text("idempotency_key", key, limits::KEY_MAX_CHARS)?;
         let thread = self.threads.get(&target.host_id, &target.workspace_id, &target.session_id).await?;

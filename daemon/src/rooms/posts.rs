@@ -193,7 +193,10 @@ impl Rooms {
         })
         .await?;
         match outcome {
-            PostOutcome::Posted { entry, .. } => Ok(Posted { entry, key, replayed: false }),
+            PostOutcome::Posted { entry, paused, .. } => {
+                self.inner.threads.metrics().room_post(entry.woke.len(), paused.is_some());
+                Ok(Posted { entry, key, replayed: false })
+            }
             PostOutcome::Replayed(entry) => Ok(Posted { entry, key, replayed: true }),
             PostOutcome::KeyConflict { entry_id } => Err(key_conflict(&entry_id, &view.room.id)),
             PostOutcome::RoomGone => Err(no_room(room_id)),

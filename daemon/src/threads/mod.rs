@@ -135,6 +135,11 @@ impl Threads {
         &self.runner
     }
 
+    /// The home's metrics.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        self.runner.metrics()
+    }
+
     /// The home's clock (the runner's).
     pub fn clock(&self) -> &Clock {
         self.runner.clock()

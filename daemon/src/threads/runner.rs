@@ -114,6 +114,8 @@ struct Inner {
     clock: Clock,
     /// This process among the home's replicas: its claims are its turns.
     replica: String,
+    /// The home's metrics (turns ended, by executor; agents' usage, by profile).
+    metrics: Arc<crate::metrics::Metrics>,
     /// Makes its turns' tokens.
     token_key: TokenKey,
     /// Threads with a runner task, and what that task has yet to look at.
@@ -135,6 +137,7 @@ impl TurnRunner {
         home: PathBuf,
         clock: Clock,
         replica: String,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -143,6 +146,7 @@ impl TurnRunner {
                 home,
                 clock,
                 replica,
+                metrics,
                 token_key: TokenKey::new(),
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
@@ -157,6 +161,11 @@ impl TurnRunner {
     /// The home's clock.
     pub fn clock(&self) -> &Clock {
         &self.inner.clock
+    }
+
+    /// The home's metrics.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.inner.metrics
     }
 
     /// Gives executors the mailbox to ask for permissions and mid-turn input (see
@@ -387,10 +396,10 @@ impl Inner {
             turn.id.clone(),
             followed,
         ));
-        let [home, thread, token_name] = kiki_proto::agents::IDENTITY;
+        let [home_var, thread_var, token_name] = kiki_proto::agents::IDENTITY;
         let env = vec![
-            (home, self.home.display().to_string()),
-            (thread, turn.thread_id.clone()),
+            (home_var, self.home.display().to_string()),
+            (thread_var, turn.thread_id.clone()),
             (token_name, token.clone()),
         ];
         let input = TurnInput {
@@ -423,8 +432,8 @@ impl Inner {
         lock(&self.tokens).remove(&token);
         // Every part is kept before the turn is seen to end (the executor dropped its sink).
         let _ = recorder.await;
-        self.conclude(turn, &profile, Ran { result, stopped, owner_stopped: stop.is_cancelled(), report })
-            .await;
+        let ran = Ran { result, stopped, owner_stopped: stop.is_cancelled(), report };
+        self.conclude(turn, (&thread.profile, &profile), ran).await;
     }
 
     /// The thread's agent session, for an executor that keeps one.
@@ -442,7 +451,7 @@ impl Inner {
     /// status, output and usage; a lost agent session makes its messages undeliverable and
     /// tells the owner (before the end, so a caller waiting for the end sees why too); a
     /// turn that spent the thread's budget says so.
-    async fn conclude(&self, turn: &TurnRecord, profile: &ProfileConfig, ran: Ran) {
+    async fn conclude(&self, turn: &TurnRecord, (name, profile): (&str, &ProfileConfig), ran: Ran) {
         let Ran { result, stopped, owner_stopped, report } = ran;
         if let Err(failure) = &result
             && !failure.agent_started
@@ -475,6 +484,8 @@ impl Inner {
             agent_session: report.session,
         };
         info!(turn_id = %turn.id, status = outcome.status.as_str(), "turn ended");
+        let ran = Duration::from_millis((outcome.now - turn.started_at).max(0) as u64);
+        self.metrics.turn_ended(profile.executor.as_str(), name, outcome.status, ran, usage);
         self.finish(outcome).await;
         if let (Some(budget), Some(spent)) = (profile.max_cost_usd, usage.map(|u| u.cost_usd)) {
             self.check_budget(&turn.thread_id, &turn.id, budget, spent).await;
@@ -528,6 +539,7 @@ impl Inner {
     /// `kikid_stopped`), with an event to target and sources.
     async fn fail_before_agent(&self, turn: &crate::store::TurnRecord, reason: String, code: &str) {
         warn!(turn_id = %turn.id, %reason, "the agent could not be started");
+        self.metrics.turn_ended("none", "", TurnStatus::Failed, Duration::ZERO, None);
         self.undeliver(&turn.id, code).await;
         self.finish(turn_failed(&turn.id, &reason, self.clock.now_ms())).await;
     }

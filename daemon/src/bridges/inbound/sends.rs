@@ -41,10 +41,15 @@ impl Inbound {
             reason: String::new(),
             at: self.threads.clock().now_ms(),
         };
+        let metrics = self.threads.metrics();
         let (code, message) = match self.accept_from(peer, &call, receipt.clone()).await {
-            Ok(sent) => return crate::convert::sent_to_pb(sent),
+            Ok(sent) => {
+                metrics.sent(&Ok(sent.clone()));
+                return crate::convert::sent_to_pb(sent);
+            }
             Err(refusal) => refusal,
         };
+        metrics.refused(code.as_str());
         debug!(peer, %code, %message, "bridged send refused");
         (receipt.status, receipt.reason) = (OutboxStatus::Rejected, code.to_string());
         // No message of this home's: the receipt shows the id its source named it by.

@@ -105,9 +105,12 @@ pub(super) struct OutboxParts {
     pub(super) send_keys: Arc<KeyLocks>,
     /// The home's clock: windows, backoff, follow-ups, attempts' bounds.
     pub(super) clock: Clock,
+    /// The home's metrics (attempts, links' round trips).
+    pub(super) metrics: Arc<crate::metrics::Metrics>,
 }
 
 struct Inner {
+    metrics: Arc<crate::metrics::Metrics>,
     table: Arc<BridgeTable>,
     links: Arc<Links>,
     store: Arc<dyn Store>,
@@ -150,9 +153,10 @@ struct Inner {
 
 impl Outbox {
     pub(super) fn new(parts: OutboxParts, tasks: TaskTracker) -> Self {
-        let OutboxParts { table, links, store, config, outbox_work, duty, send_keys, clock } = parts;
+        let OutboxParts { table, links, store, config, outbox_work, duty, send_keys, clock, metrics } = parts;
         Self {
             inner: Arc::new(Inner {
+                metrics,
                 table,
                 links,
                 store,
@@ -395,7 +399,10 @@ impl Outbox {
         // An attempt under way as the window ends runs its course (up to ATTEMPT_TIMEOUT):
         // its call may have reached the target, which may still take the message.
         let expires_at = self.expires_at(&entry);
-        let mut outcome = match self.ship(&bridge, &mut entry).await {
+        let verdict = self.ship(&bridge, &mut entry).await;
+        let answered = matches!(verdict, Verdict::Delivered | Verdict::Waiting | Verdict::Refused(_));
+        self.inner.metrics.outbox_attempt(answered);
+        let mut outcome = match verdict {
             Verdict::Delivered => finish(self.now(), entry, OutboxStatus::Delivered, ""),
             // Followed up soon, before the target's deadline: that confirms it arrived.
             Verdict::Waiting => {
@@ -531,12 +538,16 @@ impl Outbox {
         final_if: fn(Refusal) -> bool,
         withdraw_after: Option<Instant>,
     ) -> std::result::Result<Reply, Verdict> {
-        match self
+        let started = Instant::now();
+        let answer = self
             .inner
             .clock
             .timeout(ATTEMPT_TIMEOUT, self.inner.links.call(bridge, call, withdraw_after))
-            .await
-        {
+            .await;
+        if let Ok(Ok(_)) = &answer {
+            self.inner.metrics.link_rtt(&bridge.peer_home_id, started.elapsed());
+        }
+        match answer {
             Ok(Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) }))
                 if refusal_from_wire(&e).is_some_and(final_if) =>
             {

@@ -202,6 +202,50 @@ fn the_log_goes_where_the_config_says_in_the_form_it_says() {
     assert!(lines.iter().all(|l| l["level"] != "DEBUG"), "info and above only");
 }
 
+/// `[metrics] listen` serves the home's metrics in the Prometheus text format; they move
+/// with what the home does: a send that starts a turn, one refused, the turn that ran.
+#[test]
+fn metrics_are_served_and_count_sends_refusals_and_turns() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+    std::fs::write(home.join("config.toml"), format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"))
+        .expect("config");
+    kiki_json(&home, &["up"]);
+    let scrape = || {
+        use std::io::{Read, Write};
+        let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        http.write_all(b"GET /metrics HTTP/1.1\r\nHost: kiki\r\nConnection: close\r\n\r\n").expect("ask");
+        let mut answer = String::new();
+        http.read_to_string(&mut answer).expect("read");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        answer
+    };
+    let value = |text: &str, series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+            .map_or(0.0, |v| v.trim().parse().expect("a number"))
+    };
+    let before = scrape();
+    assert!(before.contains("# TYPE kiki_deliveries counter"), "{before}");
+    let thread =
+        kiki_json(&home, &["thread", "create", "--title", "metered"])["id"].as_str().expect("id").to_string();
+    let sent = kiki_json(&home, &["thread", "send", &thread, "--key", "m1", "--content", "hello"]);
+    assert_eq!(sent["status"], "delivered");
+    wait_for_turns(&home, &thread, 1);
+    let out =
+        kiki(&home, &["thread", "send", "th_00000000000000000000000000", "--key", "m2", "--content", "x"]);
+    assert!(!out.status.success(), "no such thread");
+    let after = scrape();
+    assert_eq!(value(&after, "kiki_sends_total{outcome=\"delivered\"}"), 1.0, "{after}");
+    assert_eq!(value(&after, "kiki_deliveries_total"), 1.0, "{after}");
+    assert_eq!(value(&after, "kiki_sends_total{outcome=\"refused\"}"), 1.0, "{after}");
+    assert_eq!(value(&after, "kiki_rejections_total{reason=\"not_found\"}"), 1.0, "{after}");
+    assert_eq!(value(&after, "kiki_turns_total{executor=\"echo\",outcome=\"completed\"}"), 1.0, "{after}");
+    assert_eq!(value(&after, "kiki_turn_duration_seconds_count{executor=\"echo\"}"), 1.0, "{after}");
+}
+
 #[test]
 fn the_version_is_text_or_one_json_document() {
     let (_dir, home) = new_home();
