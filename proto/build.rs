@@ -49,6 +49,7 @@ const ENUM_FIELDS: &[(&str, &str)] = &[
     ("kiki.v1.BridgeRequestRecord.status", "bridge_request_status"),
     ("kiki.v1.Receipt.direction", "direction"),
     ("kiki.v1.Receipt.status", "delivery_status"),
+    ("kiki.v1.HomeEvent.kind", "home_event_kind"),
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

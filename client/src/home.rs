@@ -68,6 +68,26 @@ pub enum HomeCommand {
         after_help = "Examples:\n  kiki doctor\n  kiki --json doctor   # the findings, each with what to do"
     )]
     Doctor,
+    /// The home's event feed: sends, refusals, turns started and ended, permission
+    /// requests, room posts, outbox attempts and bridge decisions since kikid started (the
+    /// last 1,000), oldest first; with --follow, each new one as it happens.
+    #[command(
+        after_help = "Examples:\n  kiki events\n  kiki events --follow --thread th_01…\n  kiki --json events --follow --bridge laptop   # one JSON object a line"
+    )]
+    Events {
+        /// Keep watching: print each new event as it happens, until interrupted.
+        #[arg(long)]
+        follow: bool,
+        /// Only this thread's events.
+        #[arg(long, value_name = "THREAD")]
+        thread: Option<String>,
+        /// Only this room's events.
+        #[arg(long, value_name = "ROOM")]
+        room: Option<String>,
+        /// Only what came over or went out on this bridge (its id, name or peer home id).
+        #[arg(long, value_name = "BRIDGE")]
+        bridge: Option<String>,
+    },
     /// Copy the running home (identity key, config, a consistent copy of the store) into
     /// DIR, a new or empty directory: `kikid --home DIR` or copying its files back restores it.
     #[command(
@@ -178,6 +198,15 @@ pub async fn run(home: &Path, command: HomeCommand, json: bool) -> Result<()> {
         HomeCommand::Down => down(home, json).await,
         HomeCommand::Status => status(home, json).await,
         HomeCommand::Doctor => doctor(home, json).await,
+        HomeCommand::Events { follow, thread, room, bridge } => {
+            let request = pb::EventsRequest {
+                follow,
+                thread_id: thread.unwrap_or_default(),
+                room_id: room.unwrap_or_default(),
+                bridge: bridge.unwrap_or_default(),
+            };
+            events(home, request, json).await
+        }
         HomeCommand::Backup { dir } => backup(home, &dir, json).await,
         HomeCommand::Attention { list: Some(AttentionCommand::List), .. } => attention_list(home, json).await,
         HomeCommand::Attention { reason, list: None } => {
@@ -407,6 +436,27 @@ async fn attention_list(home: &Path, json: bool) -> Result<()> {
     }
     if open.more {
         hint!("more are open than shown: answer these first");
+    }
+    Ok(())
+}
+
+/// `kiki events`: a line per event (with --json, one document of them, or with --follow one
+/// JSON object a line, as they come).
+async fn events(home: &Path, request: pb::EventsRequest, json: bool) -> Result<()> {
+    let follow = request.follow;
+    let mut feed = connect(home).await?.home().events(request).await?.into_inner();
+    let mut all = Vec::new();
+    while let Some(event) = feed.message().await? {
+        match (json, follow) {
+            (true, true) => outln!("{}", serde_json::to_string(&event)?),
+            (true, false) => all.push(event),
+            (false, _) => {
+                outln!("{}  {:<18} {}", event.at, event.kind().word(), event.summary);
+            }
+        }
+    }
+    if json && !follow {
+        print_json(&serde_json::json!({ "events": all }));
     }
     Ok(())
 }

@@ -180,9 +180,9 @@ impl Domain {
         let outbox_work = Arc::new(tokio::sync::Notify::new());
         store.changes().listen(crate::threads::signals::wake_on(signals.clone(), outbox_work.clone()));
         let root = home.root().to_path_buf();
-        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let observer = Arc::new(crate::observe::Observer::new(clock.clone()));
         let runner =
-            TurnRunner::new(store.clone(), config.clone(), root, clock, replica.to_string(), metrics);
+            TurnRunner::new(store.clone(), config.clone(), root, clock, replica.to_string(), observer);
         let threads = Threads::new(store, config.clone(), runner.clone(), home_id.to_string());
         let send_keys = Arc::new(KeyLocks::default());
         let mailbox = Mailbox::new(
@@ -331,13 +331,13 @@ impl Component for Task {
 /// Serves the home's metrics on `[metrics] listen` until shutdown.
 pub(crate) async fn serve_metrics(
     listen: std::net::SocketAddr,
-    metrics: Arc<crate::metrics::Metrics>,
+    observer: Arc<crate::observe::Observer>,
     shutdown: CancellationToken,
 ) -> Result<Task, StartError> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| StartError::Listen { path: format!("{listen} ([metrics] listen)"), source })?;
-    let handle = tokio::spawn(crate::metrics::serve(listener, metrics, shutdown));
+    let handle = tokio::spawn(crate::observe::metrics::serve(listener, observer, shutdown));
     Ok(Task { name: "metrics", handle })
 }
 

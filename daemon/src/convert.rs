@@ -469,6 +469,32 @@ pub fn inbound_receipt_to_pb(r: crate::store::ReceiptRecord) -> pb::Receipt {
     }
 }
 
+/// An event of the home's feed, as `kiki events` shows it.
+pub fn feed_event_to_pb(e: &crate::observe::feed::FeedEvent) -> pb::HomeEvent {
+    use crate::observe::feed::FeedKind;
+    let kind = match e.kind {
+        FeedKind::Send => pb::HomeEventKind::Send,
+        FeedKind::Refusal => pb::HomeEventKind::Refusal,
+        FeedKind::TurnStarted => pb::HomeEventKind::TurnStarted,
+        FeedKind::TurnEnded => pb::HomeEventKind::TurnEnded,
+        FeedKind::PermissionRequest => pb::HomeEventKind::PermissionRequest,
+        FeedKind::RoomPost => pb::HomeEventKind::RoomPost,
+        FeedKind::Outbox => pb::HomeEventKind::Outbox,
+        FeedKind::Bridge => pb::HomeEventKind::Bridge,
+    };
+    pb::HomeEvent {
+        seq: e.seq,
+        at: crate::time::rfc3339(e.at),
+        kind: kind as i32,
+        thread_id: e.thread_id.clone(),
+        room_id: e.room_id.clone(),
+        peer_home_id: e.peer_home_id.clone(),
+        message_id: e.message_id.clone(),
+        turn_id: e.turn_id.clone(),
+        summary: e.summary.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,8 +47,8 @@ pub mod identity;
 pub mod logging;
 pub mod mailbox;
 pub mod messaging;
-pub mod metrics;
 pub mod migrate;
+pub mod observe;
 mod replica;
 pub mod rooms;
 pub mod runtime;
@@ -229,8 +229,8 @@ impl DaemonBuilder {
             .await,
         ));
         if let Some(listen) = config.metrics.listen {
-            let metrics = domain.threads.metrics().clone();
-            started.push(Box::new(boot::serve_metrics(listen, metrics, shutdown.clone()).await?));
+            let observer = domain.threads.observer().clone();
+            started.push(Box::new(boot::serve_metrics(listen, observer, shutdown.clone()).await?));
         }
         started.push(Box::new(boot::prune_keys(
             store.clone(),

@@ -108,6 +108,7 @@ pub mod json {
         super::BridgeState => "BRIDGE_STATE_",
         super::Permission => "PERMISSION_",
         super::BridgeRequestStatus => "BRIDGE_REQUEST_STATUS_",
+        super::HomeEventKind => "HOME_EVENT_KIND_",
     }
 
     /// The words of a list of values, joined by commas (`read,send`).
@@ -162,6 +163,7 @@ pub mod json {
         direction => super::Direction;
         bridge_state => super::BridgeState;
         bridge_request_status => super::BridgeRequestStatus;
+        home_event_kind => super::HomeEventKind;
     }
 
     /// A list of permissions, as the list of their words.

@@ -177,7 +177,7 @@ impl Bridges {
                 duty: outbox_duty,
                 send_keys,
                 clock: threads.clock().clone(),
-                metrics: threads.metrics().clone(),
+                observer: threads.observer().clone(),
             },
             tasks.clone(),
         );

@@ -64,6 +64,71 @@ impl HomeServiceImpl {
 
 #[tonic::async_trait]
 impl pb::home_service_server::HomeService for HomeServiceImpl {
+    type EventsStream = tokio_stream::wrappers::ReceiverStream<Result<pb::HomeEvent, Status>>;
+
+    #[instrument(level = "debug", skip_all)]
+    async fn events(
+        &self,
+        request: Request<pb::EventsRequest>,
+    ) -> Result<Response<Self::EventsStream>, Status> {
+        let caller = caller(&self.threads, &request).await?;
+        caller.owner_only("events").map_err(status)?;
+        let r = request.into_inner();
+        let peer = match r.bridge.as_str() {
+            "" => None,
+            name => {
+                let bridges = self.threads.store().bridges().await.map_err(|e| status(e.into()))?;
+                let bridge = bridges.into_iter().find(|b| b.answers_to(name)).ok_or_else(|| {
+                    Status::not_found(format!("bridge: no bridge by the name or id {name:?}"))
+                })?;
+                Some(bridge.peer_home_id)
+            }
+        };
+        let wanted = move |e: &crate::observe::feed::FeedEvent| {
+            (r.thread_id.is_empty() || e.thread_id == r.thread_id)
+                && (r.room_id.is_empty() || e.room_id == r.room_id)
+                && peer.as_ref().is_none_or(|p| &e.peer_home_id == p)
+        };
+        let (kept, mut live) = self.threads.observer().feed().follow();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let follow = r.follow;
+        tokio::spawn(async move {
+            for event in kept.iter().filter(|e| wanted(e)) {
+                if tx.send(Ok(crate::convert::feed_event_to_pb(event))).await.is_err() {
+                    return;
+                }
+            }
+            if !follow {
+                return;
+            }
+            loop {
+                // A reader that goes away ends this relay.
+                let next = tokio::select! {
+                    next = live.recv() => next,
+                    () = tx.closed() => return,
+                };
+                match next {
+                    Ok(event) if wanted(&event) => {
+                        if tx.send(Ok(crate::convert::feed_event_to_pb(&event))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    // A reader too slow for the feed misses what it fell behind by, and is told.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        let said = Status::data_loss(format!(
+                            "events: {missed} events went by unread; follow again"
+                        ));
+                        let _ = tx.send(Err(said)).await;
+                        return;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
     async fn status(
         &self,
         _request: Request<pb::StatusRequest>,

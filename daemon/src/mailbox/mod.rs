@@ -155,7 +155,7 @@ impl Mailbox {
         key: &str,
     ) -> Result<Sent> {
         let answer = self.send_uncounted(caller, target, content, key).await;
-        self.threads.metrics().sent(&answer);
+        self.threads.observer().sent(&target.session_id, "", &answer);
         answer
     }
 

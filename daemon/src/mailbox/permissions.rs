@@ -81,6 +81,7 @@ impl PermissionRequests {
             Ok::<_, Error>(())
         })
         .await?;
+        self.runner.observer().permission_requested(&caller.thread_id, &caller.turn_id, &request.id, tool);
         let clock = self.runner.clock().clone();
         let deadline = clock.now_ms() + ms(self.timeout);
         loop {

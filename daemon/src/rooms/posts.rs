@@ -194,7 +194,12 @@ impl Rooms {
         .await?;
         match outcome {
             PostOutcome::Posted { entry, paused, .. } => {
-                self.inner.threads.metrics().room_post(entry.woke.len(), paused.is_some());
+                self.inner.threads.observer().room_post(
+                    &entry.room_id,
+                    &entry.id,
+                    &entry.woke,
+                    paused.is_some(),
+                );
                 Ok(Posted { entry, key, replayed: false })
             }
             PostOutcome::Replayed(entry) => Ok(Posted { entry, key, replayed: true }),

@@ -135,9 +135,9 @@ impl Threads {
         &self.runner
     }
 
-    /// The home's metrics.
-    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
-        self.runner.metrics()
+    /// The home's observer: its metrics and event feed.
+    pub fn observer(&self) -> &Arc<crate::observe::Observer> {
+        self.runner.observer()
     }
 
     /// The home's clock (the runner's).

@@ -114,8 +114,8 @@ struct Inner {
     clock: Clock,
     /// This process among the home's replicas: its claims are its turns.
     replica: String,
-    /// The home's metrics (turns ended, by executor; agents' usage, by profile).
-    metrics: Arc<crate::metrics::Metrics>,
+    /// The home's metrics and event feed (turns started and ended).
+    observer: Arc<crate::observe::Observer>,
     /// Makes its turns' tokens.
     token_key: TokenKey,
     /// Threads with a runner task, and what that task has yet to look at.
@@ -137,7 +137,7 @@ impl TurnRunner {
         home: PathBuf,
         clock: Clock,
         replica: String,
-        metrics: Arc<crate::metrics::Metrics>,
+        observer: Arc<crate::observe::Observer>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -146,7 +146,7 @@ impl TurnRunner {
                 home,
                 clock,
                 replica,
-                metrics,
+                observer,
                 token_key: TokenKey::new(),
                 active: Mutex::new(HashMap::new()),
                 tokens: Mutex::new(HashMap::new()),
@@ -163,9 +163,9 @@ impl TurnRunner {
         &self.inner.clock
     }
 
-    /// The home's metrics.
-    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
-        &self.inner.metrics
+    /// The home's observer: its metrics and event feed.
+    pub fn observer(&self) -> &Arc<crate::observe::Observer> {
+        &self.inner.observer
     }
 
     /// Gives executors the mailbox to ask for permissions and mid-turn input (see
@@ -382,6 +382,7 @@ impl Inner {
             TurnCaller { thread_id: turn.thread_id.clone(), turn_id: turn.id.clone() },
         );
         info!(turn_id = %turn.id, seq = turn.seq, profile = %thread.profile, "turn started");
+        self.observer.turn_started(&turn.thread_id, &turn.id, &thread.profile);
         let cwd = PathBuf::from(&thread.cwd);
         // Set once the agent is recorded: only then does it get its input.
         let given = Arc::new(AtomicBool::new(false));
@@ -485,7 +486,8 @@ impl Inner {
         };
         info!(turn_id = %turn.id, status = outcome.status.as_str(), "turn ended");
         let ran = Duration::from_millis((outcome.now - turn.started_at).max(0) as u64);
-        self.metrics.turn_ended(profile.executor.as_str(), name, outcome.status, ran, usage);
+        let executor = profile.executor.as_str();
+        self.observer.turn_ended(&turn.thread_id, &turn.id, executor, name, outcome.status, ran, usage);
         self.finish(outcome).await;
         if let (Some(budget), Some(spent)) = (profile.max_cost_usd, usage.map(|u| u.cost_usd)) {
             self.check_budget(&turn.thread_id, &turn.id, budget, spent).await;
@@ -539,7 +541,15 @@ impl Inner {
     /// `kikid_stopped`), with an event to target and sources.
     async fn fail_before_agent(&self, turn: &crate::store::TurnRecord, reason: String, code: &str) {
         warn!(turn_id = %turn.id, %reason, "the agent could not be started");
-        self.metrics.turn_ended("none", "", TurnStatus::Failed, Duration::ZERO, None);
+        self.observer.turn_ended(
+            &turn.thread_id,
+            &turn.id,
+            "none",
+            "",
+            TurnStatus::Failed,
+            Duration::ZERO,
+            None,
+        );
         self.undeliver(&turn.id, code).await;
         self.finish(turn_failed(&turn.id, &reason, self.clock.now_ms())).await;
     }

@@ -41,15 +41,15 @@ impl Inbound {
             reason: String::new(),
             at: self.threads.clock().now_ms(),
         };
-        let metrics = self.threads.metrics();
+        let observer = self.threads.observer();
         let (code, message) = match self.accept_from(peer, &call, receipt.clone()).await {
             Ok(sent) => {
-                metrics.sent(&Ok(sent.clone()));
+                observer.sent(&call.target_session, peer, &Ok(sent.clone()));
                 return crate::convert::sent_to_pb(sent);
             }
             Err(refusal) => refusal,
         };
-        metrics.refused(code.as_str());
+        observer.refused(&call.target_session, peer, code.as_str());
         debug!(peer, %code, %message, "bridged send refused");
         (receipt.status, receipt.reason) = (OutboxStatus::Rejected, code.to_string());
         // No message of this home's: the receipt shows the id its source named it by.

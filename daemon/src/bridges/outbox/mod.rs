@@ -105,12 +105,12 @@ pub(super) struct OutboxParts {
     pub(super) send_keys: Arc<KeyLocks>,
     /// The home's clock: windows, backoff, follow-ups, attempts' bounds.
     pub(super) clock: Clock,
-    /// The home's metrics (attempts, links' round trips).
-    pub(super) metrics: Arc<crate::metrics::Metrics>,
+    /// The home's metrics and feed (attempts, links' round trips).
+    pub(super) observer: Arc<crate::observe::Observer>,
 }
 
 struct Inner {
-    metrics: Arc<crate::metrics::Metrics>,
+    observer: Arc<crate::observe::Observer>,
     table: Arc<BridgeTable>,
     links: Arc<Links>,
     store: Arc<dyn Store>,
@@ -153,10 +153,11 @@ struct Inner {
 
 impl Outbox {
     pub(super) fn new(parts: OutboxParts, tasks: TaskTracker) -> Self {
-        let OutboxParts { table, links, store, config, outbox_work, duty, send_keys, clock, metrics } = parts;
+        let OutboxParts { table, links, store, config, outbox_work, duty, send_keys, clock, observer } =
+            parts;
         Self {
             inner: Arc::new(Inner {
-                metrics,
+                observer,
                 table,
                 links,
                 store,
@@ -400,8 +401,13 @@ impl Outbox {
         // its call may have reached the target, which may still take the message.
         let expires_at = self.expires_at(&entry);
         let verdict = self.ship(&bridge, &mut entry).await;
-        let answered = matches!(verdict, Verdict::Delivered | Verdict::Waiting | Verdict::Refused(_));
-        self.inner.metrics.outbox_attempt(answered);
+        let (answered, outcome) = match &verdict {
+            Verdict::Delivered => (true, "delivered".to_string()),
+            Verdict::Waiting => (true, "accepted".to_string()),
+            Verdict::Refused(reason) => (true, format!("refused: {reason}")),
+            Verdict::NotNow(why) | Verdict::Unanswered(why) => (false, format!("to be retried: {why}")),
+        };
+        self.inner.observer.outbox_attempt(&entry.peer_home_id, &entry.id, answered, &outcome);
         let mut outcome = match verdict {
             Verdict::Delivered => finish(self.now(), entry, OutboxStatus::Delivered, ""),
             // Followed up soon, before the target's deadline: that confirms it arrived.
@@ -545,7 +551,7 @@ impl Outbox {
             .timeout(ATTEMPT_TIMEOUT, self.inner.links.call(bridge, call, withdraw_after))
             .await;
         if let Ok(Ok(_)) = &answer {
-            self.inner.metrics.link_rtt(&bridge.peer_home_id, started.elapsed());
+            self.inner.observer.link_rtt(&bridge.peer_home_id, started.elapsed());
         }
         match answer {
             Ok(Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) }))

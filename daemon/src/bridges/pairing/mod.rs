@@ -353,6 +353,8 @@ impl Pairing {
         request.decided_at = Some(now);
         self.table.save(Some(&bridge), std::slice::from_ref(&request)).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge approved");
+        let granted: Vec<&str> = bridge.permissions.iter().map(|p| p.as_str()).collect();
+        self.runner.observer().bridge_changed(&bridge, &format!("approved: {}", granted.join(",")));
         Ok(bridge)
     }
 
@@ -483,6 +485,7 @@ impl Pairing {
         }
         self.parked.cut_off(&bridge);
         warn!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, "bridge revoked");
+        self.runner.observer().bridge_changed(&bridge, "revoked");
         Ok(bridge)
     }
 
@@ -508,6 +511,7 @@ impl Pairing {
         bridge.updated_at = self.now();
         self.table.save(Some(&bridge), &[]).await?;
         info!(bridge_id = %bridge.id, peer = %bridge.peer_home_id, enabled, "bridge inbound access set");
+        self.runner.observer().bridge_changed(&bridge, if enabled { "enabled" } else { "disabled" });
         if enabled {
             // Messages held back while it was off may start turns now.
             for thread in self.store.threads_with_queued_input().await? {

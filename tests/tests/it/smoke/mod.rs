@@ -246,6 +246,57 @@ fn metrics_are_served_and_count_sends_refusals_and_turns() {
     assert_eq!(value(&after, "kiki_turn_duration_seconds_count{executor=\"echo\"}"), 1.0, "{after}");
 }
 
+/// `kiki events --follow` shows a send and its delivery as they happen, the turn it started
+/// and its end; `kiki events` lists what happened since kikid started, filtered by thread.
+#[test]
+fn events_follow_a_send_and_its_turn_as_they_happen() {
+    use std::io::BufRead;
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    let other =
+        kiki_json(&home, &["thread", "create", "--title", "other"])["id"].as_str().expect("id").to_string();
+    kiki_json(&home, &["thread", "send", &other, "--key", "o1", "--content", "elsewhere"]);
+    let thread =
+        kiki_json(&home, &["thread", "create", "--title", "watched"])["id"].as_str().expect("id").to_string();
+    let mut follower = Command::new(binary("kiki"))
+        .arg("--home")
+        .arg(&home)
+        .args(["--json", "events", "--follow", "--thread", &thread])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kiki events --follow");
+    let mut lines = std::io::BufReader::new(follower.stdout.take().expect("stdout")).lines();
+    let sent = kiki_json(&home, &["thread", "send", &thread, "--key", "w1", "--content", "watch this"]);
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let line = lines.next().expect("an event").expect("a line");
+        let event: serde_json::Value = serde_json::from_str(&line).expect("one JSON object a line");
+        assert_eq!(event["thread_id"], thread.as_str(), "only the thread's: {event}");
+        seen.push(event);
+    }
+    let _ = follower.kill();
+    let _ = follower.wait();
+    // The send's answer and its turn's start come of one commit, in either order.
+    let kind = |e: &serde_json::Value| e["kind"].as_str().unwrap_or_default().to_string();
+    let mut first_two: Vec<String> = seen[..2].iter().map(kind).collect();
+    first_two.sort();
+    assert_eq!(first_two, ["send", "turn_started"], "{seen:?}");
+    assert_eq!(kind(&seen[2]), "turn_ended", "{seen:?}");
+    let send = seen.iter().find(|e| e["kind"] == "send").expect("the send");
+    assert_eq!(send["message_id"], sent["message_id"]);
+    assert!(send["summary"].as_str().unwrap_or_default().ends_with("delivered"), "{seen:?}");
+    assert!(seen[2]["summary"].as_str().unwrap_or_default().contains("completed"), "{seen:?}");
+
+    let all = kiki_json(&home, &["events"]);
+    let sends = all["events"].as_array().expect("events").iter().filter(|e| e["kind"] == "send").count();
+    assert_eq!(sends, 2, "both threads' sends: {all}");
+    let filtered = kiki_json(&home, &["events", "--thread", &other]);
+    assert!(filtered["events"].as_array().expect("events").iter().all(|e| e["thread_id"] == other.as_str()));
+    let out = kiki(&home, &["events", "--bridge", "nosuch"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no bridge by the name or id \"nosuch\""));
+}
+
 #[test]
 fn the_version_is_text_or_one_json_document() {
     let (_dir, home) = new_home();

@@ -1,6 +1,6 @@
 //! The home's metrics, in the Prometheus text format on `[metrics] listen` (OpenMetrics):
-//! counters and histograms kept as things happen, by the part that makes them happen.
-//! One [`Metrics`] per home (a process may run several in tests), handed to its parts.
+//! counters and histograms kept as things happen (see [`super::Observer`]). One per home
+//! (a process may run several in tests).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -255,8 +255,12 @@ fn reason_of(e: &Error) -> String {
     }
 }
 
-/// Serves `metrics` at `GET /metrics` (any path, in fact) on `listener` until `stop`.
-pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
+/// Serves the home's metrics at `GET /metrics` (any path, in fact) on `listener` until `stop`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    observer: Arc<super::Observer>,
+    stop: CancellationToken,
+) {
     info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "metrics listening");
     loop {
         let (stream, _) = tokio::select! {
@@ -269,11 +273,11 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, sto
                 }
             },
         };
-        let metrics = metrics.clone();
+        let observer = observer.clone();
         tokio::spawn(async move {
             let answer =
                 hyper::service::service_fn(move |_request: hyper::Request<hyper::body::Incoming>| {
-                    let body = metrics.encode();
+                    let body = observer.metrics().encode();
                     async move {
                         hyper::Response::builder()
                             .header(
