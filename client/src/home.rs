@@ -58,9 +58,13 @@ pub enum HomeCommand {
     Down,
     /// Describe the running home.
     #[command(
-        after_help = "Examples:\n  kiki status\n  kiki --json status   # home_id, pid, socket, store, profiles, bridge_listen, …"
+        after_help = "Examples:\n  kiki status\n  kiki status --workers   # and what each background worker is doing\n  kiki --json status   # home_id, pid, socket, store, profiles, bridge_listen, …"
     )]
-    Status,
+    Status {
+        /// Also list the home's background workers: what each is doing and its last error.
+        #[arg(long)]
+        workers: bool,
+    },
     /// What is wrong with the home and what to do: its files' owners and modes, the config,
     /// the identity key, a full check of the store, free disk space. Works whether or not
     /// the daemon runs; exits 1 when it finds a problem.
@@ -196,7 +200,7 @@ pub async fn run(home: &Path, command: HomeCommand, json: bool) -> Result<()> {
     match command {
         HomeCommand::Up { new_identity } => up(home, new_identity, json).await,
         HomeCommand::Down => down(home, json).await,
-        HomeCommand::Status => status(home, json).await,
+        HomeCommand::Status { workers } => status(home, workers, json).await,
         HomeCommand::Doctor => doctor(home, json).await,
         HomeCommand::Events { follow, thread, room, bridge } => {
             let request = pb::EventsRequest {
@@ -339,9 +343,9 @@ async fn down(home: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-async fn status(home: &Path, json: bool) -> Result<()> {
+async fn status(home: &Path, workers: bool, json: bool) -> Result<()> {
     let mut service = connect(home).await?.home();
-    let asked = tokio::time::timeout(ANSWER_TIMEOUT, service.status(pb::StatusRequest {})).await;
+    let asked = tokio::time::timeout(ANSWER_TIMEOUT, service.status(pb::StatusRequest { workers })).await;
     let status = asked.map_err(|_| {
         tonic::Status::unavailable(format!("kikid did not answer within {ANSWER_TIMEOUT:?}"))
     })??;
@@ -487,7 +491,7 @@ fn print_status(status: &pb::StatusResponse, json: bool) {
 async fn status_if_answering(socket: &Path) -> Result<Option<pb::StatusResponse>, tonic::Status> {
     let ask = async {
         let Ok(client) = Client::connect(socket).await else { return Ok(None) };
-        match client.home().status(pb::StatusRequest {}).await {
+        match client.home().status(pb::StatusRequest::default()).await {
             Ok(status) => Ok(Some(status.into_inner())),
             // Nobody there after all: a status this client made from a broken connection (it
             // has a source; a daemon's answer never does) — the daemon stopped between the two

@@ -4,7 +4,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), kiki_client::ClientError> {
 //! let client = kiki_client::Client::connect(&kiki_client::home_dir(None)?.join("kikid.sock")).await?;
-//! let status = client.home().status(kiki_proto::StatusRequest {}).await?;
+//! let status = client.home().status(kiki_proto::StatusRequest::default()).await?;
 //! println!("{}", status.into_inner().home_id);
 //! # Ok(()) }
 //! ```

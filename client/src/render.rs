@@ -39,6 +39,16 @@ pub fn show_status(s: &pb::StatusResponse) {
             r.heartbeat_at
         );
     }
+    if !s.workers.is_empty() {
+        outln!("workers   {}", s.workers.len());
+    }
+    for w in &s.workers {
+        let failed = match w.last_error.as_str() {
+            "" => String::new(),
+            error => format!(" · last error at {}: {error}", w.last_error_at),
+        };
+        outln!("          {:<26} {:<8} {} rounds{failed}", w.name, w.state, w.rounds);
+    }
 }
 
 /// A page of ended turns, each with its input quoted, and how to read what was cut.

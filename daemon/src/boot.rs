@@ -337,7 +337,12 @@ pub(crate) async fn serve_metrics(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| StartError::Listen { path: format!("{listen} ([metrics] listen)"), source })?;
-    let handle = tokio::spawn(crate::observe::metrics::serve(listener, observer, shutdown));
+    let worker = observer.worker("metrics");
+    let handle = tokio::spawn(async move {
+        // Busy answering scrapes; it only fails to start.
+        worker.busy();
+        crate::observe::metrics::serve(listener, observer, shutdown).await
+    });
     Ok(Task { name: "metrics", handle })
 }
 
@@ -348,11 +353,13 @@ pub(crate) fn prune_keys(
     retention: Duration,
     clock: Clock,
     shutdown: CancellationToken,
+    worker: crate::observe::workers::Worker,
 ) -> Task {
     const EVERY: Duration = Duration::from_secs(3600);
     const CHUNK: u32 = 1000;
     let handle = tokio::spawn(async move {
         loop {
+            worker.busy();
             let before = clock.now_ms() - time::ms(retention);
             let mut pruned = 0;
             loop {
@@ -367,6 +374,7 @@ pub(crate) fn prune_keys(
                     }
                     Err(e) => {
                         warn!(error = %e, "cannot prune idempotency keys");
+                        worker.failed(&e);
                         break;
                     }
                 }
@@ -374,6 +382,7 @@ pub(crate) fn prune_keys(
             if pruned > 0 {
                 info!(keys = pruned, "pruned expired idempotency keys");
             }
+            worker.idle();
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = clock.sleep(EVERY) => {}

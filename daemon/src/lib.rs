@@ -237,6 +237,7 @@ impl DaemonBuilder {
             config.mailbox.key_retention,
             clock.clone(),
             shutdown.clone(),
+            domain.threads.observer().worker("key pruning"),
         )));
 
         let listener = boot::bind_owner_only(&socket)?;

@@ -59,6 +59,7 @@ pub(crate) async fn heartbeat(
         }
     }
     let clock = runner.clock().clone();
+    let worker = runner.observer().worker("heartbeat");
     let landed = beat(&*store, &mut replica, &clock).await;
     duty.decide(landed, &*store, &replica, lease).await;
     let handle = tokio::spawn(async move {
@@ -67,11 +68,16 @@ pub(crate) async fn heartbeat(
         // judges any of them gone (takes over their turns, or the outbox from them).
         let (mut cut_off, mut judge_from) = (!landed, 0);
         loop {
+            worker.idle();
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = clock.sleep(lease / 3) => {}
             }
+            worker.busy();
             let landed = beat(&*store, &mut replica, &clock).await;
+            if !landed {
+                worker.failed(&"this replica's heartbeat did not land (see the log)");
+            }
             if landed && cut_off {
                 judge_from = replica.heartbeat_at + time::ms(lease);
             }
@@ -83,7 +89,10 @@ pub(crate) async fn heartbeat(
             }
             match take_over(&*store, &clock, replica.heartbeat_at - time::ms(lease)).await {
                 Ok(threads) => threads.iter().for_each(|thread| runner.kick(thread)),
-                Err(e) => warn!(error = %e, "cannot take over the turns of replicas gone"),
+                Err(e) => {
+                    warn!(error = %e, "cannot take over the turns of replicas gone");
+                    worker.failed(&e);
+                }
             }
         }
         if let Err(e) = store.retire_replica(&replica.id).await {

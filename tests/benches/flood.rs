@@ -53,7 +53,7 @@ async fn main() {
         .expect("config");
     kiki(&home, &["up"]);
     let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
-    let status = client.home().status(pb::StatusRequest {}).await.expect("status").into_inner();
+    let status = client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
     let created = client
         .threads()
         .thread_create(pb::ThreadCreateRequest {

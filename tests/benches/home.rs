@@ -46,7 +46,7 @@ async fn main() {
     let first_up = t.elapsed();
 
     let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
-    let status = client.home().status(pb::StatusRequest {}).await.expect("status").into_inner();
+    let status = client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = rss_kb(status.pid);
     drop(client);
@@ -93,7 +93,7 @@ async fn main() {
     }
     first_page.sort();
     deep_pages.sort();
-    let status = client.home().status(pb::StatusRequest {}).await.expect("status").into_inner();
+    let status = client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
     let loaded_rss = rss_kb(status.pid);
     kiki(&home, &["down"]);
 

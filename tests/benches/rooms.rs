@@ -64,7 +64,7 @@ impl Home {
         }
         kiki_json(home, &["up"]);
         let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
-        let status = client.home().status(pb::StatusRequest {}).await.expect("status").into_inner();
+        let status = client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
         Self { home: home.to_path_buf(), client, pid: status.pid }
     }
 

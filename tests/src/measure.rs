@@ -149,7 +149,7 @@ impl HeldHome {
         .expect("config");
         crate::binaries::kiki_json(&home, &["up"]);
         let client = kiki_client::Client::connect(&home.join("kikid.sock")).await.expect("connect");
-        let status = client.home().status(kiki_proto::StatusRequest {}).await.expect("status");
+        let status = client.home().status(kiki_proto::StatusRequest::default()).await.expect("status");
         let created =
             crate::binaries::kiki_json(&home, &["thread", "create", "--profile", "hold", "--prompt", "x"]);
         let held = created["id"].as_str().expect("id").to_string();

@@ -298,8 +298,12 @@ pub async fn carry(home: &Path, name: &str) -> Result<()> {
     say("starting");
     let space = Registry::open(home)?.get(name).cloned().with_context(|| format!("no space {name}"))?;
     let carried: Carried = space.carried.with_context(|| format!("space {name} is not carried over ssh"))?;
-    let here =
-        crate::connect::connect(home).await?.home().status(kiki_proto::StatusRequest {}).await?.into_inner();
+    let here = crate::connect::connect(home)
+        .await?
+        .home()
+        .status(kiki_proto::StatusRequest::default())
+        .await?
+        .into_inner();
     let local_bridge = loopback(&here.bridge_listen)?;
     let ports = Arc::new([
         Port::new(&format!("127.0.0.1:{}", carried.local_port), &local_bridge).await?,

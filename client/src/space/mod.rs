@@ -158,7 +158,7 @@ async fn add(home: &Path, asked: Asked<'_>, want: &str, grant: Option<&str>, jso
         .into());
     }
     let local = connect(home).await.context("the local home must run (kiki up) to add a space")?;
-    let here = local.home().status(pb::StatusRequest {}).await?.into_inner();
+    let here = local.home().status(pb::StatusRequest::default()).await?.into_inner();
     let remote = Remote::open(home, name, target).await?;
     let remote_home = remote_path(&remote, asked.remote_home.unwrap_or("~/.kiki")).await?;
     let (kiki, uploaded) = ensure_binaries(&remote, &remote_home, json).await?;
@@ -557,7 +557,7 @@ async fn remove(home: &Path, name: &str, stop: bool, json: bool) -> Result<()> {
     carry::stop(home, name)?;
     // The other ends, there, if the machine can be reached: revoked here, its bridges to this
     // home carry nothing any more (their peer refuses them), and learn so from this home.
-    let here = local.home().status(pb::StatusRequest {}).await?.into_inner();
+    let here = local.home().status(pb::StatusRequest::default()).await?.into_inner();
     let there = async {
         let remote = Remote::open(home, name, &space.target).await?;
         let theirs = remote_kiki(&remote, &space.kiki, &space.remote_home, &["bridge", "list"]).await?;

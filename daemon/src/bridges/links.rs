@@ -240,12 +240,14 @@ impl Links {
 
     /// Lets go of the dialed connections no call has taken for [`IDLE_CONNECTION`] and none
     /// holds now, every few seconds until `stop` (the next call dials again).
-    pub(super) async fn run_idle(&self, stop: CancellationToken) {
+    pub(super) async fn run_idle(&self, stop: CancellationToken, worker: crate::observe::workers::Worker) {
         loop {
+            worker.idle();
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(IDLE_CONNECTION / 3) => {}
             }
+            worker.busy();
             let slots: Vec<ConnectionSlot> = lock(&self.connections).values().cloned().collect();
             for slot in slots {
                 // A slot busy dialing is in use.

@@ -152,6 +152,7 @@ impl Bridges {
     pub fn start(home: HomeParts, endpoint: Arc<dyn Transport>, shutdown: &CancellationToken) -> Self {
         let HomeParts { store, threads, config, mailbox, waits, rooms, send_keys, outbox_work, outbox_duty } =
             home;
+        let observer = threads.observer().clone();
         let table = Arc::new(BridgeTable::new(store.clone()));
         let links = Arc::new(Links::new(endpoint, config.bridge.connect_timeout));
         // Peers' parked calls, ended when their bridge is revoked or turned off.
@@ -195,8 +196,9 @@ impl Bridges {
         });
         tasks.spawn(inbound.clone().run(stop.clone(), tasks.clone()));
         tasks.spawn({
-            let (inbound, stop) = (inbound, stop.clone());
-            async move { inbound.run_expiry(stop).await }
+            let (inbound, stop, worker) =
+                (inbound, stop.clone(), observer.worker("bridged messages' expiry"));
+            async move { inbound.run_expiry(stop, worker).await }
         });
         tasks.spawn({
             let (outbox, stop) = (outbox.clone(), stop.clone());
@@ -207,12 +209,12 @@ impl Bridges {
             async move { outbox.run_recorder(stop).await }
         });
         tasks.spawn({
-            let (links, stop) = (links.clone(), stop.clone());
-            async move { links.run_idle(stop).await }
+            let (links, stop, worker) = (links.clone(), stop.clone(), observer.worker("idle connections"));
+            async move { links.run_idle(stop, worker).await }
         });
         tasks.spawn({
-            let (pairing, stop) = (pairing.clone(), stop.clone());
-            async move { pairing.run_learning(stop).await }
+            let (pairing, stop, worker) = (pairing.clone(), stop.clone(), observer.worker("grants learnt"));
+            async move { pairing.run_learning(stop, worker).await }
         });
         let remote = Remote { table: table.clone(), links: links.clone(), pairing: pairing.clone() };
         Self { inner: Arc::new(Parts { table, links, store, pairing, remote, outbox, stop, tasks }) }

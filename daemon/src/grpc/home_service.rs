@@ -131,8 +131,28 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
 
     async fn status(
         &self,
-        _request: Request<pb::StatusRequest>,
+        request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        let workers = match request.into_inner().workers {
+            false => Vec::new(),
+            true => self
+                .threads
+                .observer()
+                .workers()
+                .into_iter()
+                .map(|w| pb::Worker {
+                    name: w.name.to_string(),
+                    state: w.state.to_string(),
+                    rounds: w.rounds,
+                    last_error_at: w
+                        .last_error
+                        .as_ref()
+                        .map(|(at, _)| crate::time::rfc3339(*at))
+                        .unwrap_or_default(),
+                    last_error: w.last_error.map(|(_, e)| e).unwrap_or_default(),
+                })
+                .collect(),
+        };
         let store = self.threads.store();
         let threads = store.count_threads().await.map_err(|e| status(e.into()))?;
         let running_turns = store.running_turns().await.map_err(|e| status(e.into()))?;
@@ -175,6 +195,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             agents_cost_usd,
             lease_ms: i.lease.as_millis() as u64,
             replicas,
+            workers,
         }))
     }
 

@@ -1,9 +1,11 @@
 //! What a home tells its operator as it runs: each part that makes something happen tells
 //! the home's [`Observer`] once, which counts it in the [metrics](metrics::Metrics) and
-//! puts it on the [feed](feed::Feed) (`kiki events`).
+//! puts it on the [feed](feed::Feed) (`kiki events`); its background loops are
+//! [workers](workers::Workers) (`kiki status --workers`).
 
 pub mod feed;
 pub mod metrics;
+pub mod workers;
 
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use crate::time::Clock;
 pub struct Observer {
     metrics: Metrics,
     feed: Feed,
+    workers: workers::Workers,
     clock: Clock,
 }
 
@@ -30,7 +33,7 @@ impl std::fmt::Debug for Observer {
 
 impl Observer {
     pub fn new(clock: Clock) -> Self {
-        Self { metrics: Metrics::default(), feed: Feed::default(), clock }
+        Self { metrics: Metrics::default(), feed: Feed::default(), workers: Default::default(), clock }
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -39,6 +42,15 @@ impl Observer {
 
     pub fn feed(&self) -> &Feed {
         &self.feed
+    }
+
+    /// Registers a background worker named `name` (see [`workers`]).
+    pub fn worker(&self, name: &'static str) -> workers::Worker {
+        self.workers.start(name, &self.clock)
+    }
+
+    pub fn workers(&self) -> Vec<workers::WorkerView> {
+        self.workers.list()
     }
 
     fn publish(&self, mut event: FeedEvent) {

@@ -14,7 +14,7 @@ fn create_in(cwd: &std::path::Path) -> pb::ThreadCreateRequest {
 }
 
 async fn count_threads(home: &TestHome) -> u64 {
-    home.client().home().status(pb::StatusRequest {}).await.expect("status").into_inner().threads
+    home.client().home().status(pb::StatusRequest::default()).await.expect("status").into_inner().threads
 }
 
 #[tokio::test]

@@ -62,12 +62,15 @@ impl Inbound {
     /// task of `tasks`.
     pub(super) async fn run(self: Arc<Self>, stop: CancellationToken, tasks: TaskTracker) {
         let accepting = self;
+        let worker = accepting.threads.observer().worker("bridge endpoint");
         loop {
+            worker.idle();
             let next = tokio::select! {
                 () = stop.cancelled() => break,
                 next = accepting.links.endpoint().accept() => next,
             };
             let Some(peer) = next else { break };
+            worker.busy();
             // A peer with a bridge here gets a known peer's allowance — also when the
             // bridge is disabled, or revoked within the time its keys are kept: its
             // retries and follow-ups about what it sent are answered (large sends

@@ -124,10 +124,15 @@ impl Inbound {
     /// source confirmed them, about when it passes, until `stop`: their receipts then say
     /// `expired`, as their sources do, also for a thread that runs no turn for a long time.
     /// (A claim expires its thread's overdue messages first, whatever this sweep has done.)
-    pub(in crate::bridges) async fn run_expiry(&self, stop: CancellationToken) {
+    pub(in crate::bridges) async fn run_expiry(
+        &self,
+        stop: CancellationToken,
+        worker: crate::observe::workers::Worker,
+    ) {
         const EVERY: Duration = Duration::from_secs(1);
         const CHUNK: u32 = 256;
         loop {
+            worker.busy();
             // A full chunk: more may be overdue, so the next one goes at once.
             let more = match self.store.expire_overdue_messages(self.threads.clock().now_ms(), CHUNK).await {
                 Ok(n) => {
@@ -138,12 +143,14 @@ impl Inbound {
                 }
                 Err(e) => {
                     warn!(error = %e, "cannot expire overdue bridged messages");
+                    worker.failed(&e);
                     false
                 }
             };
             if more && !stop.is_cancelled() {
                 continue;
             }
+            worker.idle();
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = self.threads.clock().sleep(EVERY) => {}

@@ -48,11 +48,14 @@ impl Outbox {
     /// writes what is left). A write waits [`RECORD_LINGER`] after the first outcome queued,
     /// or until [`MAX_QUEUED_OUTCOMES`] are, and carries all of them.
     pub(crate) async fn run_recorder(&self, stop: CancellationToken) {
+        let worker = self.inner.observer.worker("outbox recorder");
         loop {
+            worker.idle();
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = self.inner.outcomes_queued.notified() => {}
             }
+            worker.busy();
             // Real time: a linger batching writes, no timing of the home's.
             let linger = tokio::time::sleep(RECORD_LINGER);
             tokio::pin!(linger);

@@ -127,7 +127,9 @@ impl Outbox {
     /// ([`Outbox::work_arrived`]: an entry written or made due, an attempt ended), whichever
     /// comes first — never a fixed poll.
     pub(crate) async fn run_worker(&self, stop: CancellationToken) {
+        let worker = self.inner.observer.worker("outbox");
         for pass in 0usize.. {
+            worker.idle();
             // Taken before the pass: work announced during it starts the next one at once.
             let told = self.inner.outbox_work.notified();
             tokio::pin!(told);
@@ -141,11 +143,13 @@ impl Outbox {
                 }
                 continue;
             }
+            worker.busy();
             // Whatever their state: a revoked bridge's entries still have to end.
             let bridges = match self.inner.table.all().await {
                 Ok(bridges) => bridges,
                 Err(e) => {
                     warn!(error = %e, "cannot read the bridges");
+                    worker.failed(&e);
                     Default::default()
                 }
             };
@@ -171,6 +175,7 @@ impl Outbox {
                     }
                     Err(e) => {
                         warn!(error = %e, "cannot read the outbox");
+                        worker.failed(&e);
                         break;
                     }
                 }
@@ -179,6 +184,7 @@ impl Outbox {
             let nap = next_due
                 .map_or(LOOK_AT_LEAST_EVERY, |at| Duration::from_millis((at - self.now()).max(0) as u64))
                 .min(LOOK_AT_LEAST_EVERY);
+            worker.idle();
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = &mut told => {}

@@ -539,12 +539,18 @@ impl Pairing {
 
     /// Asks the targets of bridges whose calls they answered, though this home did not know
     /// they approved them (see `Links::answered`), what they granted, until `stop`.
-    pub(super) async fn run_learning(&self, stop: CancellationToken) {
+    pub(super) async fn run_learning(
+        &self,
+        stop: CancellationToken,
+        worker: crate::observe::workers::Worker,
+    ) {
         loop {
+            worker.idle();
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = self.links.unconfirmed_answered.notified() => {}
             }
+            worker.busy();
             for id in self.links.take_answered_unconfirmed() {
                 let bridge = match self.table.find(|b| b.id == id).await {
                     Ok(Some(b)) if !matches!(b.state, BridgeState::Active | BridgeState::Revoked) => b,
@@ -556,6 +562,7 @@ impl Pairing {
                 };
                 if let Err(e) = self.refresh(bridge).await {
                     warn!(error = %e, "cannot learn a bridge's grant");
+                    worker.failed(&e);
                 }
             }
         }

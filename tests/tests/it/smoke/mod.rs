@@ -297,6 +297,30 @@ fn events_follow_a_send_and_its_turn_as_they_happen() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no bridge by the name or id \"nosuch\""));
 }
 
+/// `kiki status --workers` lists the home's background workers, each running; plain
+/// `kiki status` leaves them out.
+#[test]
+fn status_lists_the_background_workers_when_asked() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    kiki_json(&home, &["up"]);
+    assert_eq!(kiki_json(&home, &["status"])["workers"].as_array().map(Vec::len), Some(0));
+    let status = kiki_json(&home, &["status", "--workers"]);
+    let workers = status["workers"].as_array().expect("workers");
+    let names: Vec<&str> = workers.iter().map(|w| w["name"].as_str().unwrap_or_default()).collect();
+    for name in ["heartbeat", "outbox", "outbox recorder", "bridge endpoint", "key pruning"] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    for worker in workers {
+        assert!(["idle", "busy"].contains(&worker["state"].as_str().unwrap_or_default()), "{worker}");
+        assert_eq!(worker["last_error"], "", "{worker}");
+    }
+    let beat = workers.iter().find(|w| w["name"] == "heartbeat").expect("heartbeat");
+    assert!(beat["rounds"].as_u64().is_some(), "{beat}");
+    let text = String::from_utf8(kiki(&home, &["status", "--workers"]).stdout).expect("utf-8");
+    assert!(text.lines().any(|l| l.trim_start().starts_with("outbox ")), "{text}");
+}
+
 #[test]
 fn the_version_is_text_or_one_json_document() {
     let (_dir, home) = new_home();
