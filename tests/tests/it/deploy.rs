@@ -185,3 +185,72 @@ impl Drop for Replica {
         let _ = self.0.wait();
     }
 }
+
+/// `deploy/dev-cluster.sh` starts three homes bridged both ways with metrics on: each has
+/// an active bridge to and from each other, a send crosses, metrics answer; `down` stops them.
+#[test]
+fn the_dev_cluster_is_three_bridged_homes_with_metrics() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bin = binary("kikid").parent().expect("the binaries' directory").to_path_buf();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let base = 20_000 + std::process::id() % 5_000;
+    let script = deploy().join("dev-cluster.sh");
+    let run = |args: &[&str]| {
+        let out = Command::new("bash")
+            .arg(&script)
+            .args(args)
+            .env("PATH", &path)
+            .env("PORT_BASE", base.to_string())
+            .output()
+            .expect("dev-cluster.sh");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let cluster = dir.path().join("dev");
+    let said = run(&[&cluster.display().to_string()]);
+    let homes: Vec<PathBuf> = (1..=3).map(|n| cluster.join(format!("home{n}"))).collect();
+    struct Stop<'a>(&'a [PathBuf]);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            for home in self.0 {
+                let _ = kiki(home, &["down"]);
+            }
+        }
+    }
+    let _stop = Stop(&homes);
+    for (n, home) in homes.iter().enumerate() {
+        let bridges = kiki_json(home, &["bridge", "list"]);
+        let bridges = bridges["bridges"].as_array().expect("bridges");
+        assert_eq!(bridges.len(), 4, "two out, two in: {bridges:?}");
+        assert!(bridges.iter().all(|b| b["state"] == "active"), "{bridges:?}");
+        assert!(
+            said.contains(&format!("metrics http://127.0.0.1:{}/metrics", base + 101 + n as u32)),
+            "{said}"
+        );
+    }
+    let inbox = kiki_json(&homes[1], &["thread", "create", "--title", "inbox"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let sent = kiki_json(
+        &homes[0],
+        &["thread", "send", &format!("home2/{inbox}"), "--key", "k1", "--content", "hello"],
+    );
+    assert_eq!(sent["status"], "delivered", "{sent}");
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut http = std::net::TcpStream::connect(("127.0.0.1", (base + 102) as u16)).expect("metrics");
+        http.write_all(b"GET /metrics HTTP/1.1\r\nHost: kiki\r\nConnection: close\r\n\r\n").expect("ask");
+        let mut answer = String::new();
+        http.read_to_string(&mut answer).expect("read");
+        answer
+    };
+    assert!(metrics.contains("kiki_sends_total{outcome=\"delivered\"} 1"), "{metrics}");
+    run(&[&cluster.display().to_string(), "down"]);
+    assert!(!kiki(&homes[0], &["status"]).status.success(), "stopped");
+}
