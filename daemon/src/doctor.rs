@@ -13,7 +13,8 @@ use kiki_proto::home::{self, HomeDir, LockError};
 /// One thing looked at, and what was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
-    /// "home", "config", "identity", "store", "disk" or "daemon".
+    /// "home", "config", "identity", "store", "disk", "daemon", and for a running daemon
+    /// "bridge", "clock", "turns", "permissions".
     pub check: &'static str,
     pub ok: bool,
     /// What was found, naming the path.
@@ -81,6 +82,104 @@ pub async fn examine(
         }
     }
     findings
+}
+
+/// A peer's clock further off than this is a problem: retry windows, expiry and permission
+/// timeouts are compared across homes.
+pub const MAX_SKEW_MS: i64 = 2_000;
+/// A turn running longer than this is worth a look.
+pub const LONG_TURN_MS: i64 = 3_600_000;
+
+/// The running daemon's look at its links: each outbound bridge pinged (a real round trip:
+/// the peer answering, what it says of the grant, its clock), each revoked one named.
+pub fn links(
+    checked: Vec<(crate::store::BridgeRecord, Option<crate::error::Result<crate::bridges::LinkProbe>>)>,
+) -> Vec<Finding> {
+    use crate::store::{BridgeState, Direction};
+    use kiki_proto::bridge::v1::GrantState;
+    let mut findings = Vec::new();
+    for (bridge, probe) in checked {
+        let name = format!("bridge {} ({})", bridge.alias, bridge.peer_home_id);
+        let again =
+            format!("kiki bridge request {} --want … --expect {}", bridge.address, bridge.peer_home_id);
+        match (bridge.direction, bridge.state, probe) {
+            (Direction::Outbound, BridgeState::Revoked, _) => findings.push(Finding::wrong(
+                "bridge",
+                format!("{name} is revoked: nothing goes over it"),
+                format!("ask its owner and request it again ({again}), or leave it"),
+            )),
+            (Direction::Outbound, _, Some(Err(e))) => findings.push(Finding::wrong(
+                "bridge",
+                format!("{name} at {}: {e}", bridge.address),
+                "is that home running (`kiki up` there) and its address right? Sends wait in the outbox meanwhile",
+            )),
+            (Direction::Outbound, _, Some(Ok(probe))) => {
+                let ms = probe.rtt.as_secs_f64() * 1000.0;
+                findings.push(match probe.grant {
+                    GrantState::Active => Finding::ok("bridge", format!("{name} answered in {ms:.1} ms; active")),
+                    GrantState::Revoked => Finding::wrong(
+                        "bridge",
+                        format!("{name}: its owner revoked it"),
+                        format!("ask its owner and request it again ({again})"),
+                    ),
+                    GrantState::Disabled => Finding::wrong(
+                        "bridge",
+                        format!("{name}: its owner turned its access off for now; sends wait"),
+                        "ask its owner to `kiki bridge enable` it",
+                    ),
+                    GrantState::Pending => Finding::wrong(
+                        "bridge",
+                        format!("{name}: the request waits for its owner's decision"),
+                        "ask its owner to `kiki bridge approve` it",
+                    ),
+                    other => Finding::wrong(
+                        "bridge",
+                        format!("{name}: the target has {} it", other.as_str_name().trim_start_matches("GRANT_STATE_").to_lowercase()),
+                        format!("request it again ({again})"),
+                    ),
+                });
+                if let Some(skew) = probe.skew_ms.filter(|s| s.abs() > MAX_SKEW_MS) {
+                    let way = if skew > 0 { "ahead of" } else { "behind" };
+                    findings.push(Finding::wrong(
+                        "clock",
+                        format!("{}'s clock is {:.1} s {way} this one's", bridge.peer_home_id, skew.abs() as f64 / 1000.0),
+                        "synchronize both machines' clocks (NTP): retry windows and expiry are compared across homes",
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    findings
+}
+
+/// Turns this daemon has run for longer than [`LONG_TURN_MS`] at `now`.
+pub fn long_turns(
+    running: &[(String, String, crate::store::Millis)],
+    now: crate::store::Millis,
+) -> Vec<Finding> {
+    running
+        .iter()
+        .filter(|(_, _, started)| now - started > LONG_TURN_MS)
+        .map(|(thread, turn, started)| {
+            Finding::wrong(
+                "turns",
+                format!("turn {turn} of {thread} has run for {:.1} h", (now - started) as f64 / 3_600_000.0),
+                format!("see what it does with `kiki thread read {thread} --follow`; stop it with `kiki thread stop {thread}`"),
+            )
+        })
+        .collect()
+}
+
+/// Agents' permission requests that wait for the owner.
+pub fn waiting_permissions(waiting: usize) -> Option<Finding> {
+    (waiting > 0).then(|| {
+        Finding::wrong(
+            "permissions",
+            format!("{waiting} agent permission request(s) wait for an answer"),
+            "`kiki attention list`, then `kiki approve ID` or `kiki deny ID`",
+        )
+    })
 }
 
 /// [`examine`] for a home no daemon answers for: the home's lock is taken meanwhile, so no

@@ -47,7 +47,7 @@ use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 pub use links::quic_transport;
-pub use pairing::parse_permissions;
+pub use pairing::{LinkProbe, parse_permissions};
 pub use receipts::ReceiptPage;
 
 use crate::caller::Caller;
@@ -55,7 +55,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::mailbox::{Mailbox, Sent, WaitResult, Waits};
 use crate::rooms::Rooms;
-use crate::store::{BridgeRecord, BridgeRequestRecord, SourceRef, Store};
+use crate::store::{BridgeRecord, BridgeRequestRecord, BridgeState, Direction, SourceRef, Store};
 use crate::sync::KeyLocks;
 use crate::threads::Threads;
 use inbound::Inbound;
@@ -301,6 +301,27 @@ impl Bridges {
     }
 
     /// `kiki bridge list`: every bridge, outbound ones refreshed by a real round trip.
+    /// `kiki doctor`'s look at the links: every bridge, each outbound one that is not
+    /// revoked with what a ping over it found (all pinged at once: a dead peer costs its
+    /// ping's bound, not one for each).
+    pub async fn check_links(&self) -> Result<Vec<(BridgeRecord, Option<Result<LinkProbe>>)>> {
+        let bridges = self.inner.table.all().await?;
+        let mut pings = tokio::task::JoinSet::new();
+        for (i, bridge) in bridges.iter().enumerate() {
+            if bridge.direction == Direction::Outbound && bridge.state != BridgeState::Revoked {
+                let (bridges, bridge) = (self.clone(), bridge.clone());
+                pings.spawn(async move { (i, bridges.inner.pairing.probe(&bridge).await) });
+            }
+        }
+        let mut probes: Vec<Option<Result<LinkProbe>>> = bridges.iter().map(|_| None).collect();
+        while let Some(done) = pings.join_next().await {
+            if let Ok((i, probe)) = done {
+                probes[i] = Some(probe);
+            }
+        }
+        Ok(bridges.iter().cloned().zip(probes).collect())
+    }
+
     pub async fn list(&self, caller: &Caller) -> Result<Vec<BridgeRecord>> {
         caller.owner_only("managing bridges")?;
         self.inner.pairing.list().await

@@ -44,6 +44,7 @@ const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 pub struct HomeServiceImpl {
     threads: Threads,
+    bridges: crate::bridges::Bridges,
     mailbox: Mailbox,
     waits: Waits,
     info: Arc<HomeInfo>,
@@ -53,12 +54,13 @@ pub struct HomeServiceImpl {
 impl HomeServiceImpl {
     pub fn new(
         threads: Threads,
+        bridges: crate::bridges::Bridges,
         mailbox: Mailbox,
         waits: Waits,
         info: Arc<HomeInfo>,
         shutdown: CancellationToken,
     ) -> Self {
-        Self { threads, mailbox, waits, info, shutdown }
+        Self { threads, bridges, mailbox, waits, info, shutdown }
     }
 }
 
@@ -290,6 +292,11 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             message: format!("kikid pid {} serves this home since {}", std::process::id(), i.started_at),
             fix: String::new(),
         });
+        findings.extend(doctor::links(self.bridges.check_links().await.map_err(status)?));
+        let now = self.threads.clock().now_ms();
+        findings.extend(doctor::long_turns(&self.threads.runner().running(), now));
+        let open = store.open_attention(1000).await.map_err(|e| status(e.into()))?;
+        findings.extend(doctor::waiting_permissions(open.iter().filter(|e| e.request_id.is_some()).count()));
         let findings = findings.into_iter().map(crate::convert::finding_to_pb).collect();
         Ok(Response::new(pb::DoctorResponse { findings }))
     }

@@ -74,7 +74,7 @@ pub async fn serve(
         .layer(wait_route::WaitRouteLayer::new(thread_service.clone()))
         .add_service(pb::thread_service_server::ThreadServiceServer::new(thread_service))
         .add_service(pb::bridge_service_server::BridgeServiceServer::new(
-            bridge_service::BridgeServiceImpl::new(threads.clone(), bridges),
+            bridge_service::BridgeServiceImpl::new(threads.clone(), bridges.clone()),
         ))
         .add_service(pb::room_service_server::RoomServiceServer::new(room_service::RoomServiceImpl::new(
             threads.clone(),
@@ -82,6 +82,7 @@ pub async fn serve(
         )))
         .add_service(pb::home_service_server::HomeServiceServer::new(HomeServiceImpl::new(
             threads,
+            bridges,
             mailbox,
             waits,
             info,

@@ -64,6 +64,7 @@ struct Ran {
 /// A turn being run: how its owner stops it, and how the stop learns it ended.
 struct RunningTurn {
     turn_id: String,
+    started_at: crate::store::Millis,
     stop: CancellationToken,
     /// Cancelled once the turn's end is recorded.
     ended: CancellationToken,
@@ -166,6 +167,14 @@ impl TurnRunner {
     /// The home's observer: its metrics and event feed.
     pub fn observer(&self) -> &Arc<crate::observe::Observer> {
         &self.inner.observer
+    }
+
+    /// The turns this process runs now: (thread, turn, when it started).
+    pub fn running(&self) -> Vec<(String, String, crate::store::Millis)> {
+        lock(&self.inner.running)
+            .iter()
+            .map(|(thread, turn)| (thread.clone(), turn.turn_id.clone(), turn.started_at))
+            .collect()
     }
 
     /// Gives executors the mailbox to ask for permissions and mid-turn input (see
@@ -358,7 +367,12 @@ impl Inner {
         let ended = CancellationToken::new();
         lock(&self.running).insert(
             thread.id.clone(),
-            RunningTurn { turn_id: claimed.turn.id.clone(), stop: stop.clone(), ended: ended.clone() },
+            RunningTurn {
+                turn_id: claimed.turn.id.clone(),
+                started_at: claimed.turn.started_at,
+                stop: stop.clone(),
+                ended: ended.clone(),
+            },
         );
         let _running = RunGuard { running: &self.running, thread_id: thread.id.clone(), ended };
         self.run_turn(thread, claimed, stop.clone()).await;

@@ -49,6 +49,16 @@ fn home_name(home_id: &str) -> String {
 }
 
 /// Pairing's part of the bridges, with what it works with.
+/// What a ping over an outbound bridge found (see [`Pairing::probe`]).
+#[derive(Debug, Clone)]
+pub struct LinkProbe {
+    pub rtt: Duration,
+    /// Where the target says the bridge stands.
+    pub grant: wire::GrantState,
+    /// The target's clock minus this one's, when it said its time.
+    pub skew_ms: Option<i64>,
+}
+
 pub(super) struct Pairing {
     pub(super) table: Arc<BridgeTable>,
     pub(super) links: Arc<Links>,
@@ -108,14 +118,38 @@ impl Pairing {
         let requests = self.store.bridge_requests().await.map_err(Error::from)?;
         let (state, bridge) =
             policy::grant_for_ping(inbound.as_ref(), &requests, peer, self.now(), self.request_expiry);
+        let now_ms = self.now();
         if let Some(b) = bridge {
             return Ok(wire::PingReply {
                 state: state as i32,
                 permissions: permissions_to_wire(b.permissions),
                 workspaces: b.workspaces,
+                now_ms,
             });
         }
-        Ok(wire::PingReply { state: state as i32, permissions: Vec::new(), workspaces: Vec::new() })
+        Ok(wire::PingReply { state: state as i32, permissions: Vec::new(), workspaces: Vec::new(), now_ms })
+    }
+
+    /// `kiki doctor`'s look at an outbound bridge: a ping's round trip, what the target says
+    /// of the grant, and its clock as it answered.
+    pub(super) async fn probe(&self, bridge: &BridgeRecord) -> Result<LinkProbe> {
+        let ping = wire::BridgeCall { call: Some(Call::Ping(wire::PingCall {})) };
+        let (sent_at, started) = (self.now(), Instant::now());
+        match tokio::time::timeout(PING_TIMEOUT, self.links.call(bridge, &ping, None)).await {
+            Ok(Ok(wire::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
+                let rtt = started.elapsed();
+                let grant = p.state();
+                // The target's clock against this one's at the middle of the round trip.
+                let skew_ms = (p.now_ms != 0).then(|| p.now_ms - (sent_at + rtt.as_millis() as i64 / 2));
+                Ok(LinkProbe { rtt, grant, skew_ms })
+            }
+            Ok(Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) })) => Err(from_wire(&bridge.alias, e)),
+            Ok(Ok(_)) => {
+                Err(Error::FailedPrecondition(format!("{}: unexpected answer to a ping", bridge.alias)))
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Unavailable(format!("{}: no answer within {PING_TIMEOUT:?}", bridge.alias))),
+        }
     }
 
     /// The peer revoked its side (see `WithdrawCall`): the inbound bridge its request made is

@@ -3,6 +3,7 @@
 //! what becomes of them, and the faults they must survive. A module per topic; what the
 //! topics share is in `kiki_tests::bridges`.
 
+mod doctor;
 mod faults;
 mod follow_ups;
 mod pairing;
