@@ -332,6 +332,7 @@ impl Component for Task {
 pub(crate) async fn serve_metrics(
     listen: std::net::SocketAddr,
     observer: Arc<crate::observe::Observer>,
+    sample: crate::observe::metrics::Sampler,
     shutdown: CancellationToken,
 ) -> Result<Task, StartError> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -341,7 +342,7 @@ pub(crate) async fn serve_metrics(
     let handle = tokio::spawn(async move {
         // Busy answering scrapes; it only fails to start.
         worker.busy();
-        crate::observe::metrics::serve(listener, observer, shutdown).await
+        crate::observe::metrics::serve(listener, observer, sample, shutdown).await
     });
     Ok(Task { name: "metrics", handle })
 }

@@ -230,7 +230,8 @@ impl DaemonBuilder {
         ));
         if let Some(listen) = config.metrics.listen {
             let observer = domain.threads.observer().clone();
-            started.push(Box::new(boot::serve_metrics(listen, observer, shutdown.clone()).await?));
+            let sample = observe::metrics::Sampler { store: store.clone(), signals: domain.signals.clone() };
+            started.push(Box::new(boot::serve_metrics(listen, observer, sample, shutdown.clone()).await?));
         }
         started.push(Box::new(boot::prune_keys(
             store.clone(),

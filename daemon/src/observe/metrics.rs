@@ -70,6 +70,10 @@ pub struct Metrics {
     loop_guard_trips: Counter,
     outbox_attempts: Family<Outcome, Counter>,
     link_rtt_seconds: Family<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    outbox_pending: Family<Peer, Gauge>,
+    permission_requests_waiting: Gauge,
+    waiters_parked: Gauge,
+    expirations: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -135,8 +139,36 @@ impl Default for Metrics {
             "The last call's round trip to each peer home this home calls",
             link_rtt_seconds.clone(),
         );
+        let outbox_pending = Family::<Peer, Gauge>::default();
+        registry.register(
+            "outbox_pending",
+            "Messages to each peer home not acknowledged yet (at the scrape)",
+            outbox_pending.clone(),
+        );
+        let permission_requests_waiting = Gauge::default();
+        registry.register(
+            "permission_requests_waiting",
+            "Agents' permission requests waiting for the owner (at the scrape)",
+            permission_requests_waiting.clone(),
+        );
+        let waiters_parked = Gauge::default();
+        registry.register(
+            "waiters_parked",
+            "Calls parked waiting for a change: ThreadWaits, sends waiting for delivery, followers (at the scrape)",
+            waiters_parked.clone(),
+        );
+        let expirations = Counter::default();
+        registry.register(
+            "expirations",
+            "Messages from other homes that expired here unanswered at the end of their window",
+            expirations.clone(),
+        );
         Self {
             registry,
+            expirations,
+            outbox_pending,
+            permission_requests_waiting,
+            waiters_parked,
             sends,
             rejections,
             deliveries,
@@ -224,6 +256,20 @@ impl Metrics {
         self.link_rtt_seconds.get_or_create(&Peer { peer: peer.into() }).set(rtt.as_secs_f64());
     }
 
+    /// `n` bridged messages expired at their deadline.
+    pub fn expired(&self, n: u64) {
+        self.expirations.inc_by(n);
+    }
+
+    /// Sets the gauges read at a scrape: how much waits, now.
+    pub fn sampled(&self, outbox_pending: &[(String, u64)], permissions_waiting: usize, parked: usize) {
+        for (peer, pending) in outbox_pending {
+            self.outbox_pending.get_or_create(&Peer { peer: peer.clone() }).set(*pending as i64);
+        }
+        self.permission_requests_waiting.set(permissions_waiting as i64);
+        self.waiters_parked.set(parked as i64);
+    }
+
     /// The metrics in the text format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
@@ -259,6 +305,7 @@ fn reason_of(e: &Error) -> String {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     observer: Arc<super::Observer>,
+    sample: Sampler,
     stop: CancellationToken,
 ) {
     info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "metrics listening");
@@ -273,12 +320,14 @@ pub async fn serve(
                 }
             },
         };
-        let observer = observer.clone();
+        let (observer, sample) = (observer.clone(), sample.clone());
         tokio::spawn(async move {
             let answer =
                 hyper::service::service_fn(move |_request: hyper::Request<hyper::body::Incoming>| {
-                    let body = observer.metrics().encode();
+                    let (observer, sample) = (observer.clone(), sample.clone());
                     async move {
+                        sample.sample(observer.metrics()).await;
+                        let body = observer.metrics().encode();
                         hyper::Response::builder()
                             .header(
                                 "content-type",
@@ -290,5 +339,39 @@ pub async fn serve(
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, answer).await;
         });
+    }
+}
+
+/// What a scrape reads of the home besides the counters: the store's outbox and open
+/// permission requests, and the callers parked.
+#[derive(Clone)]
+pub struct Sampler {
+    pub store: Arc<dyn crate::store::Store>,
+    pub signals: crate::threads::signals::Signals,
+}
+
+impl Sampler {
+    async fn sample(&self, metrics: &Metrics) {
+        use crate::store::Direction;
+        let mut pending = Vec::new();
+        match self.store.bridges().await {
+            Ok(bridges) => {
+                for bridge in bridges.iter().filter(|b| b.direction == Direction::Outbound) {
+                    match self.store.outbox_pending(&bridge.peer_home_id, &bridge.id, &[]).await {
+                        Ok(n) => pending.push((bridge.peer_home_id.clone(), n)),
+                        Err(e) => warn!(error = %e, "cannot count the outbox for the metrics"),
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot read the bridges for the metrics"),
+        }
+        let waiting = match self.store.open_attention(10_000).await {
+            Ok(open) => open.iter().filter(|e| e.request_id.is_some()).count(),
+            Err(e) => {
+                warn!(error = %e, "cannot read the open permission requests for the metrics");
+                0
+            }
+        };
+        metrics.sampled(&pending, waiting, self.signals.parked());
     }
 }

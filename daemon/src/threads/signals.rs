@@ -106,6 +106,17 @@ impl Signals {
         self.lock().len()
     }
 
+    /// How many callers are parked (ThreadWaits, senders waiting for delivery, followers,
+    /// permission requests waiting for an answer).
+    pub fn parked(&self) -> usize {
+        let waiters = self.lock();
+        let mut ids: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        for parked in waiters.values() {
+            ids.extend(parked.keys());
+        }
+        ids.len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<u64, Arc<Notify>>>> {
         self.inner.waiters.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }

@@ -138,6 +138,7 @@ impl Inbound {
                 Ok(n) => {
                     if n > 0 {
                         debug!(messages = n, "bridged messages expired at their deadline");
+                        self.threads.observer().metrics().expired(n);
                     }
                     n == u64::from(CHUNK)
                 }

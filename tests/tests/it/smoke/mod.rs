@@ -244,6 +244,10 @@ fn metrics_are_served_and_count_sends_refusals_and_turns() {
     assert_eq!(value(&after, "kiki_rejections_total{reason=\"not_found\"}"), 1.0, "{after}");
     assert_eq!(value(&after, "kiki_turns_total{executor=\"echo\",outcome=\"completed\"}"), 1.0, "{after}");
     assert_eq!(value(&after, "kiki_turn_duration_seconds_count{executor=\"echo\"}"), 1.0, "{after}");
+    // Read at the scrape: nothing waits now.
+    assert_eq!(value(&after, "kiki_waiters_parked"), 0.0, "{after}");
+    assert!(after.contains("\nkiki_permission_requests_waiting 0\n"), "{after}");
+    assert!(after.contains("\nkiki_expirations_total 0\n"), "{after}");
 }
 
 /// `kiki events --follow` shows a send and its delivery as they happen, the turn it started
