@@ -89,6 +89,10 @@ pub async fn examine(
 pub const MAX_SKEW_MS: i64 = 2_000;
 /// A turn running longer than this is worth a look.
 pub const LONG_TURN_MS: i64 = 3_600_000;
+/// A thread that has spent this part of its budget is nearly out.
+pub const BUDGET_WARNING: f64 = 0.8;
+/// How many of the newest threads have their spending looked at.
+pub const BUDGET_THREADS: u32 = 1000;
 
 /// The running daemon's look at its links: each outbound bridge pinged (a real round trip:
 /// the peer answering, what it says of the grant, its clock), each revoked one named.
@@ -169,6 +173,43 @@ pub fn long_turns(
             )
         })
         .collect()
+}
+
+/// A bridge whose oldest unacknowledged message has waited more than half its retry window
+/// (`waited` of `window`): it expires at the window's end.
+pub fn stale_outbox(
+    bridge: &crate::store::BridgeRecord,
+    waited: std::time::Duration,
+    window: std::time::Duration,
+) -> Option<Finding> {
+    (waited > window / 2).then(|| {
+        Finding::wrong(
+            "outbox",
+            format!(
+                "bridge {} ({}): a message has waited {} of its {} retry window",
+                bridge.alias,
+                bridge.peer_home_id,
+                humantime::format_duration(std::time::Duration::from_secs(waited.as_secs())),
+                humantime::format_duration(window)
+            ),
+            format!("it expires at the window's end unless {} answers: see the bridge's finding above, `kiki bridge receipts {}`", bridge.alias, bridge.alias),
+        )
+    })
+}
+
+/// A thread that has spent at least [`BUDGET_WARNING`] of its profile's budget.
+pub fn budget(thread: &str, profile: &str, spent: f64, budget: f64) -> Option<Finding> {
+    (spent >= budget * BUDGET_WARNING).then(|| {
+        Finding::wrong(
+            "budget",
+            format!("thread {thread} has spent ${spent:.2} of its profile {profile}'s ${budget:.2}"),
+            if spent >= budget {
+                format!("it starts no more turns: raise `max_cost_usd` of [profiles.{profile}] and restart kikid")
+            } else {
+                format!("it stops at ${budget:.2}; raise `max_cost_usd` of [profiles.{profile}] if it should go on")
+            },
+        )
+    })
 }
 
 /// Agents' permission requests that wait for the owner.
@@ -301,5 +342,30 @@ fn disk(store_path: &Path) -> Finding {
             }
         }
         Err(e) => Finding::wrong("disk", format!("cannot read the free space of {}: {e}", dir.display()), ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_nearly_or_wholly_spent_is_flagged_with_what_to_do() {
+        assert_eq!(budget("th_1", "claude", 0.5, 1.0), None);
+        let nearly = budget("th_1", "claude", 0.8, 1.0).expect("nearly spent");
+        assert!(nearly.message.contains("$0.80 of its profile claude's $1.00"), "{nearly:?}");
+        assert!(nearly.fix.contains("it stops at $1.00"), "{nearly:?}");
+        let spent = budget("th_1", "claude", 1.2, 1.0).expect("spent");
+        assert!(spent.fix.starts_with("it starts no more turns"), "{spent:?}");
+    }
+
+    #[test]
+    fn permission_requests_waiting_are_counted() {
+        assert_eq!(waiting_permissions(0), None);
+        let two = waiting_permissions(2).expect("two wait");
+        assert!(
+            two.message.starts_with("2 agent permission") && two.fix.contains("kiki attention list"),
+            "{two:?}"
+        );
     }
 }

@@ -230,7 +230,11 @@ impl DaemonBuilder {
         ));
         if let Some(listen) = config.metrics.listen {
             let observer = domain.threads.observer().clone();
-            let sample = observe::metrics::Sampler { store: store.clone(), signals: domain.signals.clone() };
+            let sample = observe::metrics::Sampler {
+                store: store.clone(),
+                signals: domain.signals.clone(),
+                clock: clock.clone(),
+            };
             started.push(Box::new(boot::serve_metrics(listen, observer, sample, shutdown.clone()).await?));
         }
         started.push(Box::new(boot::prune_keys(

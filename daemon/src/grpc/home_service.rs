@@ -292,8 +292,29 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
             message: format!("kikid pid {} serves this home since {}", std::process::id(), i.started_at),
             fix: String::new(),
         });
-        findings.extend(doctor::links(self.bridges.check_links().await.map_err(status)?));
+        let links = self.bridges.check_links().await.map_err(status)?;
         let now = self.threads.clock().now_ms();
+        let window = self.threads.config().bridge.retry_window;
+        for (bridge, _) in links.iter().filter(|(b, _)| b.direction == crate::store::Direction::Outbound) {
+            let oldest =
+                store.outbox_oldest_pending(&bridge.peer_home_id).await.map_err(|e| status(e.into()))?;
+            if let Some(oldest) = oldest {
+                let waited = std::time::Duration::from_millis((now - oldest).max(0) as u64);
+                findings.extend(doctor::stale_outbox(bridge, waited, window));
+            }
+        }
+        findings.extend(doctor::links(links));
+        let config = self.threads.config();
+        if config.profiles.values().any(|p| p.max_cost_usd.is_some()) {
+            let query = crate::store::ThreadQuery { limit: doctor::BUDGET_THREADS, ..Default::default() };
+            for thread in store.list_threads(&query).await.map_err(|e| status(e.into()))? {
+                let Some(budget) = config.profile(&thread.profile).and_then(|p| p.max_cost_usd) else {
+                    continue;
+                };
+                let spent = store.cost(Some(&thread.id)).await.map_err(|e| status(e.into()))?;
+                findings.extend(doctor::budget(&thread.id, &thread.profile, spent, budget));
+            }
+        }
         findings.extend(doctor::long_turns(&self.threads.runner().running(), now));
         let open = store.open_attention(1000).await.map_err(|e| status(e.into()))?;
         findings.extend(doctor::waiting_permissions(open.iter().filter(|e| e.request_id.is_some()).count()));

@@ -71,6 +71,7 @@ pub struct Metrics {
     outbox_attempts: Family<Outcome, Counter>,
     link_rtt_seconds: Family<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>,
     outbox_pending: Family<Peer, Gauge>,
+    outbox_oldest_seconds: Family<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>,
     permission_requests_waiting: Gauge,
     waiters_parked: Gauge,
     expirations: Counter,
@@ -145,6 +146,12 @@ impl Default for Metrics {
             "Messages to each peer home not acknowledged yet (at the scrape)",
             outbox_pending.clone(),
         );
+        let outbox_oldest_seconds = Family::<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "outbox_oldest_seconds",
+            "How long the oldest message to each peer home not acknowledged yet has waited (at the scrape)",
+            outbox_oldest_seconds.clone(),
+        );
         let permission_requests_waiting = Gauge::default();
         registry.register(
             "permission_requests_waiting",
@@ -167,6 +174,7 @@ impl Default for Metrics {
             registry,
             expirations,
             outbox_pending,
+            outbox_oldest_seconds,
             permission_requests_waiting,
             waiters_parked,
             sends,
@@ -262,9 +270,11 @@ impl Metrics {
     }
 
     /// Sets the gauges read at a scrape: how much waits, now.
-    pub fn sampled(&self, outbox_pending: &[(String, u64)], permissions_waiting: usize, parked: usize) {
-        for (peer, pending) in outbox_pending {
-            self.outbox_pending.get_or_create(&Peer { peer: peer.clone() }).set(*pending as i64);
+    pub fn sampled(&self, outbox: &[OutboxBacklog], permissions_waiting: usize, parked: usize) {
+        for backlog in outbox {
+            let peer = Peer { peer: backlog.peer.clone() };
+            self.outbox_pending.get_or_create(&peer).set(backlog.pending as i64);
+            self.outbox_oldest_seconds.get_or_create(&peer).set(backlog.oldest.as_secs_f64());
         }
         self.permission_requests_waiting.set(permissions_waiting as i64);
         self.waiters_parked.set(parked as i64);
@@ -342,12 +352,21 @@ pub async fn serve(
     }
 }
 
+/// What waits in the outbox for one peer.
+pub struct OutboxBacklog {
+    pub peer: String,
+    pub pending: u64,
+    /// How long the oldest has waited (zero when none waits).
+    pub oldest: Duration,
+}
+
 /// What a scrape reads of the home besides the counters: the store's outbox and open
 /// permission requests, and the callers parked.
 #[derive(Clone)]
 pub struct Sampler {
     pub store: Arc<dyn crate::store::Store>,
     pub signals: crate::threads::signals::Signals,
+    pub clock: crate::time::Clock,
 }
 
 impl Sampler {
@@ -357,9 +376,20 @@ impl Sampler {
         match self.store.bridges().await {
             Ok(bridges) => {
                 for bridge in bridges.iter().filter(|b| b.direction == Direction::Outbound) {
-                    match self.store.outbox_pending(&bridge.peer_home_id, &bridge.id, &[]).await {
-                        Ok(n) => pending.push((bridge.peer_home_id.clone(), n)),
-                        Err(e) => warn!(error = %e, "cannot count the outbox for the metrics"),
+                    let peer = &bridge.peer_home_id;
+                    let counted = self.store.outbox_pending(peer, &bridge.id, &[]).await;
+                    let oldest = self.store.outbox_oldest_pending(peer).await;
+                    match (counted, oldest) {
+                        (Ok(n), Ok(oldest)) => pending.push(OutboxBacklog {
+                            peer: peer.clone(),
+                            pending: n,
+                            oldest: oldest.map_or(Duration::ZERO, |at| {
+                                Duration::from_millis((self.clock.now_ms() - at).max(0) as u64)
+                            }),
+                        }),
+                        (Err(e), _) | (_, Err(e)) => {
+                            warn!(error = %e, "cannot read the outbox for the metrics")
+                        }
                     }
                 }
             }

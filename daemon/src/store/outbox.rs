@@ -126,6 +126,10 @@ pub trait OutboxStore: Send + Sync {
     /// those with an id in `except` left out.
     async fn outbox_pending(&self, peer: &str, bridge_id: &str, except: &[String]) -> StoreResult<u64>;
 
+    /// When the oldest entry to `peer` the target has not acknowledged (`pending`) was
+    /// written, if there is one (`kiki doctor`, the metrics).
+    async fn outbox_oldest_pending(&self, peer: &str) -> StoreResult<Option<Millis>>;
+
     /// The outbox entry of a sender's key: the one for `peer`, or else one for another peer
     /// (a key names one message, wherever it went).
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>>;

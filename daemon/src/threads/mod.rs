@@ -131,6 +131,10 @@ impl Threads {
         &self.store
     }
 
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
     pub fn runner(&self) -> &TurnRunner {
         &self.runner
     }

@@ -416,6 +416,26 @@ pub async fn hearing_from_a_peer_sets_only_its_last_success(store: &dyn Store) {
     store.bridge_heard_from("br_missing", 43).await.expect("an unknown bridge changes nothing");
 }
 
+/// The oldest entry a peer has not acknowledged is found; one acknowledged, or another
+/// peer's, is not counted.
+pub async fn the_oldest_pending_entry_is_found(store: &dyn Store) {
+    assert_eq!(store.outbox_oldest_pending("PEER").await.expect("none"), None);
+    let entry = |id: &str, key: &str, created_at: i64, status: OutboxStatus| OutboxRecord {
+        created_at,
+        status,
+        next_attempt_at: if status == OutboxStatus::Pending { 100 } else { i64::MAX },
+        ..outbox(id, key, 100)
+    };
+    store.outbox_insert(&entry("msg_1", "k1", 30, OutboxStatus::Pending)).await.expect("insert");
+    store.outbox_insert(&entry("msg_2", "k2", 20, OutboxStatus::Pending)).await.expect("insert");
+    store.outbox_insert(&entry("msg_3", "k3", 10, OutboxStatus::Delivered)).await.expect("insert");
+    let other =
+        OutboxRecord { peer_home_id: "OTHER".into(), ..entry("msg_4", "k4", 5, OutboxStatus::Pending) };
+    store.outbox_insert(&other).await.expect("insert");
+    assert_eq!(store.outbox_oldest_pending("PEER").await.expect("oldest"), Some(20));
+    assert_eq!(store.outbox_oldest_pending("OTHER").await.expect("oldest"), Some(5));
+}
+
 /// A sender's key finds its outbox entry: the one for the peer asked, else the one it made
 /// for another peer; none for a key never used.
 pub async fn an_outbox_entry_is_found_by_its_key(store: &dyn Store) {

@@ -55,6 +55,7 @@ macro_rules! store_conformance {
             a_local_key_names_its_message, attention_is_open_until_answered,
             decided_pairing_requests_are_pruned_and_pending_ones_kept,
             hearing_from_a_peer_sets_only_its_last_success, an_outbox_entry_is_found_by_its_key,
+            the_oldest_pending_entry_is_found,
             a_closed_store_takes_no_more_work, committed_changes_are_published_before_the_write_answers,
             replicas_beat_are_listed_and_forgotten, only_the_turns_of_replicas_gone_are_taken_over,
             the_first_identity_to_claim_a_store_is_its_home,

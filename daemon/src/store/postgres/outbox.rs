@@ -156,6 +156,14 @@ impl OutboxStore for PostgresStore {
         Ok(pending as u64)
     }
 
+    async fn outbox_oldest_pending(&self, peer: &str) -> StoreResult<Option<Millis>> {
+        Ok(sqlx::query_scalar("SELECT MIN(created_at) FROM outbox WHERE peer_home_id = $1 AND status = $2")
+            .bind(peer)
+            .bind(OutboxStatus::Pending)
+            .fetch_one(&mut *self.read().await?)
+            .await?)
+    }
+
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
         let mut conn = self.read().await?;
         outbox_entry(&mut conn, peer, scope, key).await

@@ -132,6 +132,17 @@ impl OutboxStore for SqliteStore {
         self.db.read(move |conn| count(conn, outbox_pending_sql(), params![peer, bridge_id, except])).await
     }
 
+    async fn outbox_oldest_pending(&self, peer: &str) -> StoreResult<Option<Millis>> {
+        let peer = peer.to_string();
+        let sql = sql!(
+            "SELECT MIN(created_at) FROM outbox INDEXED BY outbox_due
+             WHERE peer_home_id = ? AND {awaiting} AND status = '{pending}'",
+            awaiting = awaiting(),
+            pending = OutboxStatus::Pending
+        );
+        self.db.read(move |conn| Ok(conn.prepare_cached(sql)?.query_row([&peer], |row| row.get(0))?)).await
+    }
+
     async fn outbox_by_key(&self, peer: &str, scope: &str, key: &str) -> StoreResult<Option<OutboxRecord>> {
         if !self.outbox_keys.may_hold(scope, key) {
             return Ok(None);

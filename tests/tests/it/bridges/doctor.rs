@@ -78,3 +78,28 @@ async fn doctor_flags_a_stopped_peer_a_revoked_bridge_a_skewed_clock_and_a_long_
     );
     busy.stop(&thread).await.expect("stop");
 }
+
+/// A message to a peer that does not answer, waiting more than half its retry window, is
+/// flagged with the bridge it waits on.
+#[tokio::test]
+async fn doctor_flags_a_message_waiting_past_half_its_window() {
+    let clock = kiki_tests::manual_clock();
+    let a = TestHome::builder().open_to_peers(Duration::from_secs(60)).clock(&clock).start().await;
+    let b = open_home().await;
+    a.bridge_named(&b, "bee", "send").await;
+    let target = b.thread("echo", None).await.id;
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    let request = pb::ThreadSendRequest {
+        target: Some(pb::ThreadRef { host_id: "bee".into(), session_id: target, ..Default::default() }),
+        content: "anyone?".into(),
+        idempotency_key: "k1".into(),
+        ..Default::default()
+    };
+    a.client().threads().thread_send(request).await.expect("pending at the source");
+    assert!(!doctor(&a).await.iter().any(|f| f.check == "outbox"), "not waited long yet");
+    clock.advance(Duration::from_secs(40)).await;
+    let findings = doctor(&a).await;
+    let waiting = found(&findings, "outbox", "bridge bee");
+    assert!(!waiting.ok && waiting.message.contains("of its 1m retry window"), "{waiting:?}");
+}
