@@ -384,8 +384,10 @@ pub(super) async fn claim_turn(
     }
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
-    let at = tx.time(now);
-    messages::expire_overdue_in_thread(tx, thread_id, at).await?;
+    // The turn starts when this write runs, not when it was asked for: a claim that waited
+    // for the home's write lock behind the thread's last turn's end starts after that end.
+    let now = tx.time(now);
+    messages::expire_overdue_in_thread(tx, thread_id, now).await?;
     let facts = rules::ClaimFacts {
         idle_turns,
         cost: if budget.is_some() { thread_cost(tx.conn(), thread_id).await? } else { 0.0 },

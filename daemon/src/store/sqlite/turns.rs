@@ -459,8 +459,10 @@ pub(super) fn claim_turn(
     }
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
-    let at = write_time(clock, now);
-    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, at], at)?;
+    // The turn starts when this write runs, not when it was asked for: a claim queued
+    // behind the thread's last turn's end starts after that end.
+    let now = write_time(clock, now);
+    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, now], now)?;
     let facts = rules::ClaimFacts {
         idle_turns,
         cost: if budget.is_some() { thread_cost(conn, thread_id)? } else { 0.0 },
