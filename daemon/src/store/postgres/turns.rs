@@ -374,20 +374,24 @@ pub(super) async fn claim_turn(
     arriving: Option<InputRecord>,
 ) -> StoreResult<Option<ClaimedTurn>> {
     let TurnClaim { turn_id, take_messages, render, exec, budget, replica, token_hash } = claim;
-    let idle_turns: Option<i64> =
-        sqlx::query_scalar("SELECT turn_count FROM threads WHERE id = $1 AND NOT archived AND NOT running")
-            .bind(thread_id)
-            .fetch_optional(tx.conn())
-            .await?;
-    if idle_turns.is_none() {
+    let idle: Option<(i64, Option<Millis>)> = sqlx::query_as(
+        "SELECT turn_count, (SELECT ended_at FROM turns WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1)
+         FROM threads WHERE id = $1 AND NOT archived AND NOT running",
+    )
+    .bind(thread_id)
+    .fetch_optional(tx.conn())
+    .await?;
+    let Some((turns, last_ended)) = idle else {
         return Ok(None);
-    }
+    };
+    let idle_turns = Some(turns);
+    // Never before the thread's last turn ended: a claim asked for while that turn ran,
+    // and waiting for the home's write lock behind its end, starts after it.
+    let now = now.max(last_ended.unwrap_or(0));
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
-    // The turn starts when this write runs, not when it was asked for: a claim that waited
-    // for the home's write lock behind the thread's last turn's end starts after that end.
-    let now = tx.time(now);
-    messages::expire_overdue_in_thread(tx, thread_id, now).await?;
+    let at = tx.time(now);
+    messages::expire_overdue_in_thread(tx, thread_id, at).await?;
     let facts = rules::ClaimFacts {
         idle_turns,
         cost: if budget.is_some() { thread_cost(tx.conn(), thread_id).await? } else { 0.0 },

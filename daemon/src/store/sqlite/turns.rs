@@ -448,21 +448,24 @@ pub(super) fn claim_turn(
     clock: &Clock,
 ) -> StoreResult<Option<ClaimedTurn>> {
     let TurnClaim { turn_id, take_messages, render, exec, budget, replica, token_hash } = claim;
-    let idle_turns = first(
+    let idle = first(
         conn,
-        "SELECT turn_count FROM threads WHERE id = ? AND archived = 0 AND running = 0",
+        "SELECT turn_count, (SELECT ended_at FROM turns WHERE thread_id = ?1 ORDER BY seq DESC LIMIT 1)
+         FROM threads WHERE id = ?1 AND archived = 0 AND running = 0",
         [thread_id],
-        |row| Ok(row.get::<_, i64>(0)?),
+        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Option<Millis>>(1)?)),
     )?;
-    if idle_turns.is_none() {
+    let Some((turns, last_ended)) = idle else {
         return Ok(None);
-    }
+    };
+    let idle_turns = Some(turns);
+    // Never before the thread's last turn ended: a claim asked for while that turn ran,
+    // and queued behind its end, starts after it.
+    let now = now.max(last_ended.unwrap_or(0));
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
-    // The turn starts when this write runs, not when it was asked for: a claim queued
-    // behind the thread's last turn's end starts after that end.
-    let now = write_time(clock, now);
-    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, now], now)?;
+    let at = write_time(clock, now);
+    expire_overdue(conn, overdue_thread_messages_sql(), params![thread_id, at], at)?;
     let facts = rules::ClaimFacts {
         idle_turns,
         cost: if budget.is_some() { thread_cost(conn, thread_id)? } else { 0.0 },
