@@ -146,6 +146,7 @@ impl Links {
 
     /// One call over `bridge`, reconnecting once if the cached connection is gone. Dropped
     /// from `withdraw_after` on, its request is withdrawn (see `Link::call`).
+    #[tracing::instrument(name = "bridge call", level = "debug", skip_all, fields(bridge_id = %bridge.id, peer = %bridge.peer_home_id))]
     pub(super) async fn call(
         &self,
         bridge: &BridgeRecord,

@@ -70,6 +70,8 @@ pub async fn serve(
     // No tonic concurrency limit: it would count parked waits with the other calls.
     // `wait_route` applies each connection's own limits instead.
     tonic::transport::Server::builder()
+        // A span per call, named by its method, around everything the call does.
+        .trace_fn(|request| tracing::debug_span!("rpc", method = %request.uri().path()))
         .max_concurrent_streams(STREAMS_PER_CONNECTION)
         .layer(wait_route::WaitRouteLayer::new(thread_service.clone()))
         .add_service(pb::thread_service_server::ThreadServiceServer::new(thread_service))

@@ -61,6 +61,12 @@ impl Observer {
     /// A send to `thread_id` answered (or refused), from this home or from `peer`.
     pub fn sent(&self, thread_id: &str, peer: &str, answer: &Result<Sent, Error>) {
         self.metrics.sent(answer);
+        match answer {
+            Ok(sent) => {
+                tracing::debug!(message_id = %sent.message_id, status = sent.status.as_str(), replayed = sent.replayed, "send answered")
+            }
+            Err(e) => tracing::debug!(error = %e, "send refused"),
+        }
         let from = if peer.is_empty() { String::new() } else { format!(" from {}", short(peer)) };
         let mut event = match answer {
             Ok(sent) => {

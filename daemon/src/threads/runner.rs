@@ -379,6 +379,7 @@ impl Inner {
         stop.is_cancelled()
     }
 
+    #[tracing::instrument(name = "turn", level = "info", skip_all, fields(turn = %claimed.turn.id))]
     async fn run_turn(&self, thread: &ThreadRecord, claimed: ClaimedTurn, stop: CancellationToken) {
         let turn = &claimed.turn;
         if self.stop.is_cancelled() {

@@ -375,6 +375,12 @@ impl Outbox {
 
     /// One delivery attempt: the entry's new state, and the event a final failure gives its
     /// sending thread. Nothing is recorded here (see [`Outbox::record`]).
+    #[tracing::instrument(
+        name = "outbox attempt",
+        level = "debug",
+        skip_all,
+        fields(message_id = %entry.id, peer = %entry.peer_home_id, attempts = entry.attempts)
+    )]
     async fn attempt(&self, mut entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<Outcome> {
         let now = self.now();
         let bridge = match bridge {

@@ -202,6 +202,38 @@ fn the_log_goes_where_the_config_says_in_the_form_it_says() {
     assert!(lines.iter().all(|l| l["level"] != "DEBUG"), "info and above only");
 }
 
+/// Each call runs in a span named by its method, and what it does carries the ids it is
+/// about: a send's answer is logged inside the ThreadSend call's span and the thread's, with
+/// its message id.
+#[test]
+fn a_sends_log_line_carries_its_call_thread_and_message() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    let config = "[log]\nformat = \"json\"\nfile = \"logs/kikid.log\"\nlevel = \"info,kiki_daemon=debug\"\n";
+    std::fs::write(home.join("config.toml"), config).expect("config");
+    kiki_json(&home, &["up"]);
+    let thread =
+        kiki_json(&home, &["thread", "create", "--title", "traced"])["id"].as_str().expect("id").to_string();
+    let sent = kiki_json(&home, &["thread", "send", &thread, "--key", "t1", "--content", "trace me"]);
+    let log =
+        std::fs::read_dir(home.join("logs")).expect("logs").next().expect("a file").expect("entry").path();
+    let line = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .find(|l| {
+            l["fields"]["message"] == "send answered" && l["fields"]["message_id"] == sent["message_id"]
+        })
+        .expect("the send's answer, logged");
+    let spans = line["spans"].as_array().expect("spans");
+    assert!(
+        spans.iter().any(|s| s["name"] == "rpc" && s["method"] == "/kiki.v1.ThreadService/ThreadSend"),
+        "{line}"
+    );
+    assert!(spans.iter().any(|s| s["thread_id"] == thread.as_str()), "{line}");
+}
+
 /// `[metrics] listen` serves the home's metrics in the Prometheus text format; they move
 /// with what the home does: a send that starts a turn, one refused, the turn that ran.
 #[test]
