@@ -181,6 +181,10 @@ impl Domain {
         store.changes().listen(crate::threads::signals::wake_on(signals.clone(), outbox_work.clone()));
         let root = home.root().to_path_buf();
         let observer = Arc::new(crate::observe::Observer::new(clock.clone()));
+        store.changes().on_commit({
+            let observer = observer.clone();
+            Arc::new(move |writes, took| observer.metrics().committed(writes, took))
+        });
         let runner =
             TurnRunner::new(store.clone(), config.clone(), root, clock, replica.to_string(), observer);
         let threads = Threads::new(store, config.clone(), runner.clone(), home_id.to_string());

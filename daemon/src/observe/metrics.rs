@@ -75,6 +75,8 @@ pub struct Metrics {
     permission_requests_waiting: Gauge,
     waiters_parked: Gauge,
     expirations: Counter,
+    commit_seconds: Histogram,
+    commit_writes: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -170,8 +172,22 @@ impl Default for Metrics {
             "Messages from other homes that expired here unanswered at the end of their window",
             expirations.clone(),
         );
+        let commit_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 16));
+        registry.register(
+            "store_commit_seconds",
+            "How long the store's commits took (SQLite: a batch's writes and its fsync; Postgres: a write from its lock to its commit)",
+            commit_seconds.clone(),
+        );
+        let commit_writes = Histogram::new(exponential_buckets(1.0, 2.0, 10));
+        registry.register(
+            "store_commit_writes",
+            "How many writes each commit carried (SQLite's group commit; 1 on Postgres)",
+            commit_writes.clone(),
+        );
         Self {
             registry,
+            commit_seconds,
+            commit_writes,
             expirations,
             outbox_pending,
             outbox_oldest_seconds,
@@ -262,6 +278,12 @@ impl Metrics {
     /// A call to `peer` answered after `rtt`.
     pub fn link_rtt(&self, peer: &str, rtt: Duration) {
         self.link_rtt_seconds.get_or_create(&Peer { peer: peer.into() }).set(rtt.as_secs_f64());
+    }
+
+    /// A store commit of `writes` writes that took `took`.
+    pub fn committed(&self, writes: usize, took: Duration) {
+        self.commit_seconds.observe(took.as_secs_f64());
+        self.commit_writes.observe(writes as f64);
     }
 
     /// `n` bridged messages expired at their deadline.

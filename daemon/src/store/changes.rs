@@ -34,16 +34,33 @@ pub enum Change {
 
 pub type Listener = Arc<dyn Fn(&[Change]) + Send + Sync>;
 
+/// Told of each commit: how many writes it carried (a SQLite writer commits the writes
+/// queued together in one transaction) and how long it took.
+pub type CommitListener = Arc<dyn Fn(usize, std::time::Duration) + Send + Sync>;
+
 /// The store's listeners.
 #[derive(Default)]
 pub struct Publisher {
     listeners: RwLock<Vec<Listener>>,
+    commits: RwLock<Vec<CommitListener>>,
 }
 
 impl Publisher {
     /// Adds a listener for every change committed from now on.
     pub fn listen(&self, listener: Listener) {
         self.listeners.write().unwrap_or_else(|p| p.into_inner()).push(listener);
+    }
+
+    /// Adds a listener for every commit from now on (the metrics).
+    pub fn on_commit(&self, listener: CommitListener) {
+        self.commits.write().unwrap_or_else(|p| p.into_inner()).push(listener);
+    }
+
+    /// A commit of `writes` writes took `took`.
+    pub fn committed(&self, writes: usize, took: std::time::Duration) {
+        for listener in self.commits.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            listener(writes, took);
+        }
     }
 
     /// Tells every listener of `changes` (each once), after their commit.

@@ -149,6 +149,8 @@ pub(super) struct Tx {
     conn: sqlx::Transaction<'static, Postgres>,
     noted: Vec<Change>,
     clock: Clock,
+    /// When the write began (its write lock taken): what its commit took, for the metrics.
+    began: std::time::Instant,
 }
 
 impl Tx {
@@ -203,7 +205,7 @@ impl PostgresStore {
             return Err(StoreError::Closed);
         }
         let conn = self.pool.begin_with(BEGIN_WRITE).await.map_err(|e| self.unreachable(e))?;
-        Ok(Tx { conn, noted: Vec::new(), clock: self.clock.clone() })
+        Ok(Tx { conn, noted: Vec::new(), clock: self.clock.clone(), began: std::time::Instant::now() })
     }
 
     /// A connection for reads (no write lock: a read sees what had committed as it began).
@@ -226,6 +228,7 @@ impl PostgresStore {
     /// on the database by the notifier.
     pub(super) async fn commit(&self, tx: Tx) -> StoreResult<()> {
         tx.conn.commit().await?;
+        self.changes.committed(1, tx.began.elapsed());
         if !tx.noted.is_empty() {
             self.notifier.committed(&tx.noted);
             self.changes.publish(tx.noted);

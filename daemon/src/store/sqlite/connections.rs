@@ -126,7 +126,7 @@ impl Connections {
         path: &Path,
         readers: usize,
         setup: impl FnOnce(&mut Connection) -> StoreResult<()>,
-        committed: impl Fn() + Send + 'static,
+        committed: impl Fn(usize, std::time::Duration) + Send + 'static,
     ) -> StoreResult<Self> {
         let mut writer = Connection::open_with_flags(
             path,
@@ -320,7 +320,11 @@ fn serve_reads(mut conn: Connection, mut next: impl FnMut() -> Option<Box<dyn Jo
 
 /// The writer's thread: takes every queued write (up to [`MAX_BATCH`]), commits them as
 /// one transaction, then answers them all.
-fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, committed: impl Fn()) {
+fn serve_writes(
+    mut conn: Connection,
+    jobs: &mpsc::Receiver<Box<dyn Job>>,
+    committed: impl Fn(usize, std::time::Duration),
+) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH
@@ -328,9 +332,10 @@ fn serve_writes(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, commi
         {
             batch.push(job);
         }
+        let started = std::time::Instant::now();
         let failure = commit(&mut conn, &mut batch).err().map(StoreError::from);
         if failure.is_none() {
-            committed();
+            committed(batch.len(), started.elapsed());
         }
         for job in batch {
             job.answer(failure.as_ref());
@@ -410,7 +415,7 @@ mod tests {
                     conn.execute_batch("CREATE TABLE t (name TEXT PRIMARY KEY)")?;
                     Ok(())
                 },
-                || {},
+                |_, _| {},
             )
             .expect("open"),
         );
@@ -465,7 +470,7 @@ mod tests {
                 conn.execute_batch("CREATE TABLE t (name TEXT PRIMARY KEY)")?;
                 Ok(())
             },
-            || {},
+            |_, _| {},
         )
         .expect("open");
         db.write(|conn| insert(conn, "before")).await.expect("write before closing");

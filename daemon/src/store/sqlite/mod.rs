@@ -224,8 +224,9 @@ impl SqliteStore {
                 owner_only(&owned);
                 Ok(())
             };
-            let committed = move || {
+            let committed = move |writes, took| {
                 cache.committed();
+                publisher.committed(writes, took);
                 publisher.publish(noted::take());
             };
             Connections::open(&owned, READ_CONNECTIONS, setup, committed)

@@ -280,6 +280,12 @@ fn metrics_are_served_and_count_sends_refusals_and_turns() {
     assert_eq!(value(&after, "kiki_waiters_parked"), 0.0, "{after}");
     assert!(after.contains("\nkiki_permission_requests_waiting 0\n"), "{after}");
     assert!(after.contains("\nkiki_expirations_total 0\n"), "{after}");
+    // Every write committed is timed, with the writes it carried.
+    assert!(value(&after, "kiki_store_commit_seconds_count") >= 3.0, "{after}");
+    assert!(
+        value(&after, "kiki_store_commit_writes_sum") >= value(&after, "kiki_store_commit_writes_count"),
+        "{after}"
+    );
 }
 
 /// `kiki events --follow` shows a send and its delivery as they happen, the turn it started
