@@ -591,3 +591,22 @@ impl Drop for UdpRelay {
         }
     }
 }
+
+/// The metrics a home serves on `127.0.0.1:port` (`[metrics] listen`), and the value of one
+/// series of them (`name{labels}`; 0 when absent).
+pub fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the metrics' port");
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: kiki\r\nConnection: close\r\n\r\n").expect("ask");
+    let mut answer = String::new();
+    http.read_to_string(&mut answer).expect("read");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer
+}
+
+/// The value of the series `series` (`name{labels}`) in scraped metrics; 0 when absent.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+        .map_or(0.0, |v| v.trim().parse().expect("a number"))
+}

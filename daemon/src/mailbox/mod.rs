@@ -284,6 +284,7 @@ impl Mailbox {
             }
             // Held by the loop guard: nothing will wake the target for it.
             SendOutcome::Accepted { message_id, held: true, .. } => {
+                self.threads.observer().metrics().held_by_loop_guard();
                 return Ok(Sent::new(message_id, MessageStatus::Pending));
             }
             SendOutcome::Accepted { message_id, .. } => message_id,

@@ -68,6 +68,7 @@ pub struct Metrics {
     room_posts: Counter,
     room_wakes: Counter,
     loop_guard_trips: Counter,
+    loop_guard_holds: Counter,
     outbox_attempts: Family<Outcome, Counter>,
     link_rtt_seconds: Family<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>,
     outbox_pending: Family<Peer, Gauge>,
@@ -130,6 +131,12 @@ impl Default for Metrics {
         registry.register("room_wakes", "Members woken by room posts", room_wakes.clone());
         let loop_guard_trips = Counter::default();
         registry.register("loop_guard_trips", "Rooms paused by the loop guard", loop_guard_trips.clone());
+        let loop_guard_holds = Counter::default();
+        registry.register(
+            "loop_guard_holds",
+            "Messages between two threads' agents held without waking, past `[threads] max_agent_wakes`",
+            loop_guard_holds.clone(),
+        );
         let outbox_attempts = Family::<Outcome, Counter>::default();
         registry.register(
             "outbox_attempts",
@@ -203,6 +210,7 @@ impl Default for Metrics {
             room_posts,
             room_wakes,
             loop_guard_trips,
+            loop_guard_holds,
             outbox_attempts,
             link_rtt_seconds,
         }
@@ -267,6 +275,11 @@ impl Metrics {
         if paused {
             self.loop_guard_trips.inc();
         }
+    }
+
+    /// A message between two threads' agents held by the loop guard.
+    pub fn held_by_loop_guard(&self) {
+        self.loop_guard_holds.inc();
     }
 
     /// An outbox attempt at a peer: answered, or to be retried.

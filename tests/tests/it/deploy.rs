@@ -242,14 +242,7 @@ fn the_dev_cluster_is_three_bridged_homes_with_metrics() {
         &["thread", "send", &format!("home2/{inbox}"), "--key", "k1", "--content", "hello"],
     );
     assert_eq!(sent["status"], "delivered", "{sent}");
-    let metrics = {
-        use std::io::{Read, Write};
-        let mut http = std::net::TcpStream::connect(("127.0.0.1", (base + 102) as u16)).expect("metrics");
-        http.write_all(b"GET /metrics HTTP/1.1\r\nHost: kiki\r\nConnection: close\r\n\r\n").expect("ask");
-        let mut answer = String::new();
-        http.read_to_string(&mut answer).expect("read");
-        answer
-    };
+    let metrics = kiki_tests::scrape((base + 102) as u16);
     assert!(metrics.contains("kiki_sends_total{outcome=\"delivered\"} 1"), "{metrics}");
     run(&[&cluster.display().to_string(), "down"]);
     assert!(!kiki(&homes[0], &["status"]).status.success(), "stopped");

@@ -195,11 +195,13 @@ target=$(printf '%s\n' "$input" | sed -n 's/^\[kiki message [^ ]* from \(th_[0-9
 {kiki} thread send "$target" --key "k$(date +%s%N)" --content thanks > /dev/null && echo "thanked $target""#,
         kiki = kiki.display()
     );
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
     let home = TestHome::builder()
         .shell_profile("polite", &polite)
         .config(|c| {
             c.thread_communication.enabled = Some(true);
             c.threads.max_agent_wakes = 3;
+            c.metrics.listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
         })
         .start()
         .await;
@@ -216,6 +218,8 @@ target=$(printf '%s\n' "$input" | sed -n 's/^\[kiki message [^ ]* from \(th_[0-9
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(home.all_turns(&a).await.len(), 2, "a's owner started one, b woke it once");
     assert_eq!(home.all_turns(&b).await.len(), 2, "and no more");
+    let metrics = tokio::task::spawn_blocking(move || kiki_tests::scrape(port)).await.expect("scrape");
+    assert_eq!(kiki_tests::metric(&metrics, "kiki_loop_guard_holds_total"), 1.0, "{metrics}");
     // The owner speaks to a: the held message goes in with it, and b is woken again.
     home.say(&a, "go on").await.expect("say");
     let turns = home.wait_turns(&a, 3).await;

@@ -245,20 +245,8 @@ fn metrics_are_served_and_count_sends_refusals_and_turns() {
     std::fs::write(home.join("config.toml"), format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"))
         .expect("config");
     kiki_json(&home, &["up"]);
-    let scrape = || {
-        use std::io::{Read, Write};
-        let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        http.write_all(b"GET /metrics HTTP/1.1\r\nHost: kiki\r\nConnection: close\r\n\r\n").expect("ask");
-        let mut answer = String::new();
-        http.read_to_string(&mut answer).expect("read");
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        answer
-    };
-    let value = |text: &str, series: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
-            .map_or(0.0, |v| v.trim().parse().expect("a number"))
-    };
+    let scrape = || kiki_tests::scrape(port);
+    let value = kiki_tests::metric;
     let before = scrape();
     assert!(before.contains("# TYPE kiki_deliveries counter"), "{before}");
     let thread =
