@@ -118,6 +118,17 @@ fn the_team_homes_files_hold_what_kikid_loads_and_start_two_replicas() {
     let secrets: Vec<&String> = files.iter().filter(|(s, _)| s == "secrets").map(|(_, f)| f).collect();
     assert_eq!(configs, ["./replica.toml"], "{files:?}");
     assert_eq!(secrets, ["./secrets/identity.key", "./secrets/db.password"], "{files:?}");
+    // The secrets stay out of git and out of the image built from the repository.
+    let root = deploy().join("..");
+    let ignored = |file: &str| std::fs::read_to_string(root.join(file)).unwrap_or_default();
+    assert!(
+        ignored(".gitignore").lines().any(|l| l == "/deploy/team-home/secrets/"),
+        "git ignores the secrets"
+    );
+    assert!(
+        ignored(".dockerignore").lines().any(|l| l == "deploy/team-home/secrets"),
+        "the image leaves them out"
+    );
     let replica_toml = deploy().join("team-home/replica.toml");
     let replica = Config::load(&replica_toml, true).expect("replica.toml loads");
     replica.validate().expect("replica.toml is valid");
