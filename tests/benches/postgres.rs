@@ -13,12 +13,9 @@
 //! Rounds alternate pgbench and kiki; the ratio printed is kiki ÷ pgbench per round.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kiki_client::Client;
-use kiki_proto as pb;
-use kiki_tests::local;
-use kiki_tests::measure::HeldHome;
+use kiki_tests::measure::{HeldHome, durable_sends};
 use kiki_tests::postgres::TestDatabase;
 
 const ROUNDS: usize = 3;
@@ -52,7 +49,14 @@ async fn main() {
         let mut ratios = Vec::new();
         for round in 0..rounds {
             let floor = pgbench(&floor_db, &script, clients, seconds);
-            let sends = kiki_sends(&home, &held, clients, Duration::from_secs(seconds), round).await;
+            let sends = durable_sends(
+                &[&home],
+                std::slice::from_ref(&held),
+                clients,
+                Duration::from_secs(seconds),
+                &format!("r{round}"),
+            )
+            .await;
             ratios.push(sends / floor);
             println!(
                 "  {clients:>2} client(s), round {}: pgbench {floor:>8.0} tx/s   kiki {sends:>8.0} sends/s   kiki ÷ pgbench {:.2}",
@@ -103,41 +107,6 @@ fn parts(database: &TestDatabase) -> (String, String, String) {
     let (address, name) = rest.split_once('/').expect("/database");
     let (host, port) = address.rsplit_once(':').unwrap_or((address, "5432"));
     (host.to_string(), port.to_string(), name.to_string())
-}
-
-/// ThreadSends a second from `clients` connections for `period`.
-async fn kiki_sends(
-    home: &std::path::Path,
-    held: &str,
-    clients: usize,
-    period: Duration,
-    round: usize,
-) -> f64 {
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let (socket, held) = (home.join("kikid.sock"), held.to_string());
-        tasks.push(tokio::spawn(async move {
-            let mut threads = Client::connect(&socket).await.expect("connect").threads();
-            let mut sent = 0usize;
-            while started.elapsed() < period {
-                let request = pb::ThreadSendRequest {
-                    target: Some(local(&held)),
-                    content: "x".repeat(200),
-                    idempotency_key: format!("r{round}-c{c}-{sent}"),
-                    ..Default::default()
-                };
-                threads.thread_send(request).await.expect("send");
-                sent += 1;
-            }
-            sent
-        }));
-    }
-    let mut sent = 0;
-    for task in tasks {
-        sent += task.await.expect("client");
-    }
-    sent as f64 / started.elapsed().as_secs_f64()
 }
 
 fn env_or(name: &str, default: usize) -> usize {

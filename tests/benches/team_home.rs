@@ -21,7 +21,7 @@ use kiki_client::Client;
 use kiki_proto as pb;
 use kiki_tests::binaries::{kiki_json, kill_9, pid_of};
 use kiki_tests::local;
-use kiki_tests::measure::{ms, percentile, setting, us};
+use kiki_tests::measure::{durable_sends, ms, percentile, setting, us};
 use kiki_tests::postgres::TestDatabase;
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -74,11 +74,11 @@ async fn main() {
         // run second would pay for it every time.
         let period = Duration::from_secs(seconds);
         let (one, both) = if round % 2 == 0 {
-            let one = sends(&[&a], &held, period, &format!("one-{round}")).await;
-            (one, sends(&[&a, &b], &held, period, &format!("both-{round}")).await)
+            let one = durable_sends(&[&a], &held, 64, period, &format!("one-{round}")).await;
+            (one, durable_sends(&[&a, &b], &held, 64, period, &format!("both-{round}")).await)
         } else {
-            let both = sends(&[&a, &b], &held, period, &format!("both-{round}")).await;
-            (sends(&[&a], &held, period, &format!("one-{round}")).await, both)
+            let both = durable_sends(&[&a, &b], &held, 64, period, &format!("both-{round}")).await;
+            (durable_sends(&[&a], &held, 64, period, &format!("one-{round}")).await, both)
         };
         ratios.push(both / one);
         println!(
@@ -187,34 +187,4 @@ async fn wake(sender: &Client, waiter: &Client, echo: &str, i: usize) -> Duratio
     sender.threads().thread_send(send).await.expect("send");
     let answered = Instant::now();
     wait.await.expect("waiter").saturating_duration_since(answered)
-}
-
-/// Durable sends a second from 64 clients spread over `replicas`, for `period`.
-async fn sends(replicas: &[&Path], held: &[String], period: Duration, round: &str) -> f64 {
-    let started = Instant::now();
-    let mut clients = Vec::new();
-    for c in 0..64 {
-        let socket = replicas[c % replicas.len()].join("kikid.sock");
-        let (target, round) = (held[c % held.len()].clone(), round.to_string());
-        clients.push(tokio::spawn(async move {
-            let mut threads = Client::connect(&socket).await.expect("connect").threads();
-            let mut sent = 0usize;
-            while started.elapsed() < period {
-                let request = pb::ThreadSendRequest {
-                    target: Some(local(&target)),
-                    content: "x".repeat(200),
-                    idempotency_key: format!("{round}-{c}-{sent}"),
-                    ..Default::default()
-                };
-                threads.thread_send(request).await.expect("send");
-                sent += 1;
-            }
-            sent
-        }));
-    }
-    let mut sent = 0;
-    for client in clients {
-        sent += client.await.expect("client");
-    }
-    sent as f64 / started.elapsed().as_secs_f64()
 }

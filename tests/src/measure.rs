@@ -158,3 +158,41 @@ impl HeldHome {
         Self { home, client, pid: status.into_inner().pid, held }
     }
 }
+
+/// Durable ThreadSends of 200-byte messages a second from `clients` connections for `period`,
+/// client `c` sending through the home at `homes[c % len]` to `targets[c % len]`; keys are
+/// `ROUND-c-n`, so rounds never replay each other.
+pub async fn durable_sends(
+    homes: &[&Path],
+    targets: &[String],
+    clients: usize,
+    period: Duration,
+    round: &str,
+) -> f64 {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let socket = homes[c % homes.len()].join("kikid.sock");
+        let (target, round) = (targets[c % targets.len()].clone(), round.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut threads = kiki_client::Client::connect(&socket).await.expect("connect").threads();
+            let mut sent = 0usize;
+            while started.elapsed() < period {
+                let request = kiki_proto::ThreadSendRequest {
+                    target: Some(crate::local(&target)),
+                    content: "x".repeat(200),
+                    idempotency_key: format!("{round}-{c}-{sent}"),
+                    ..Default::default()
+                };
+                threads.thread_send(request).await.expect("send");
+                sent += 1;
+            }
+            sent
+        }));
+    }
+    let mut sent = 0;
+    for task in tasks {
+        sent += task.await.expect("client");
+    }
+    sent as f64 / started.elapsed().as_secs_f64()
+}
