@@ -15,9 +15,13 @@ pub async fn connect(home: &Path) -> Result<Client> {
     as_caller(Client::connect(&socket(home)).await?)
 }
 
-/// The client acting as the calling turn when `KIKI_TOKEN` is set: the daemon then refuses
-/// owner actions.
+/// The client acting as the calling turn when `KIKI_TOKEN` is set (the daemon then refuses
+/// owner actions), in the trace of `TRACEPARENT` when set.
 pub fn as_caller(client: Client) -> Result<Client> {
+    let client = match kiki_client::env_var(kiki_proto::TRACE_ENV) {
+        Some(traceparent) => client.with_trace(&traceparent),
+        None => client,
+    };
     Ok(match kiki_client::env_var("KIKI_TOKEN") {
         Some(token) => client.with_token(&token)?,
         None => client,

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! A process started by a turn's executor has `KIKI_TOKEN`; [`Client::with_token`] makes
-//! its calls act as that turn's thread.
+//! its calls act as that turn's thread. It also has `TRACEPARENT`; [`Client::with_trace`]
+//! makes the home's spans for its calls part of the turn's trace.
 
 use std::path::{Path, PathBuf};
 
@@ -52,35 +53,45 @@ pub fn home_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
     Ok(home.root().to_path_buf())
 }
 
-/// Adds the turn token, when there is one, to every call.
+/// Adds to every call the turn token, the trace context and the `kiki mcp` tool it serves,
+/// where there are.
 #[derive(Clone, Default)]
-pub struct TokenInterceptor {
+pub struct CallInterceptor {
     token: Option<AsciiMetadataValue>,
+    trace: Option<AsciiMetadataValue>,
+    tool: Option<AsciiMetadataValue>,
 }
 
-impl Interceptor for TokenInterceptor {
+impl Interceptor for CallInterceptor {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.token {
-            request.metadata_mut().insert(pb::TOKEN_METADATA_KEY, token.clone());
+        let metadata = request.metadata_mut();
+        for (key, value) in [
+            (pb::TOKEN_METADATA_KEY, &self.token),
+            (pb::TRACE_METADATA_KEY, &self.trace),
+            (pb::MCP_TOOL_METADATA_KEY, &self.tool),
+        ] {
+            if let Some(value) = value {
+                metadata.insert(key, value.clone());
+            }
         }
         Ok(request)
     }
 }
 
 pub type ThreadClient =
-    pb::thread_service_client::ThreadServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+    pb::thread_service_client::ThreadServiceClient<InterceptedService<Channel, CallInterceptor>>;
 pub type BridgeClient =
-    pb::bridge_service_client::BridgeServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+    pb::bridge_service_client::BridgeServiceClient<InterceptedService<Channel, CallInterceptor>>;
 pub type HomeClient =
-    pb::home_service_client::HomeServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+    pb::home_service_client::HomeServiceClient<InterceptedService<Channel, CallInterceptor>>;
 pub type RoomClient =
-    pb::room_service_client::RoomServiceClient<InterceptedService<Channel, TokenInterceptor>>;
+    pb::room_service_client::RoomServiceClient<InterceptedService<Channel, CallInterceptor>>;
 
 /// A connection to one home. Cheap to clone; calls may run concurrently.
 #[derive(Clone)]
 pub struct Client {
     channel: Channel,
-    interceptor: TokenInterceptor,
+    interceptor: CallInterceptor,
 }
 
 impl Client {
@@ -102,13 +113,26 @@ impl Client {
                     socket: socket.display().to_string(),
                     message: source_message(&e),
                 })?;
-        Ok(Self { channel, interceptor: TokenInterceptor::default() })
+        Ok(Self { channel, interceptor: CallInterceptor::default() })
     }
 
     /// Acts as the turn that owns `token` (the `KIKI_TOKEN` an executor hands its agent).
     pub fn with_token(mut self, token: &str) -> Result<Self, ClientError> {
         self.interceptor.token = Some(token.parse().map_err(|_| ClientError::BadToken)?);
         Ok(self)
+    }
+
+    /// Continues the trace `traceparent` names (W3C; an agent's `TRACEPARENT`): the home's
+    /// spans for these calls join it. One that is not a header value is left out.
+    pub fn with_trace(mut self, traceparent: &str) -> Self {
+        self.interceptor.trace = traceparent.parse().ok().filter(|_| !traceparent.is_empty());
+        self
+    }
+
+    /// Marks the calls as serving the `kiki mcp` tool `tool` (named on the home's spans).
+    pub fn for_tool(mut self, tool: &str) -> Self {
+        self.interceptor.tool = tool.parse().ok();
+        self
     }
 
     /// The underlying channel, for other services on the same socket (e.g. reflection).

@@ -112,6 +112,8 @@ pub(crate) async fn open_store(
 ) -> Result<Arc<dyn Store>, StartError> {
     let store = home.store.open(clock).await?;
     belongs_to_home(&*store, home, new_identity).await?;
+    // The spans' home is known now: their export may begin.
+    crate::observe::traces::begin(home.identity.home_id());
     for gone in store.replicas().await? {
         if gone.host == replica.host && gone.home == replica.home && gone.id != replica.id {
             store.retire_replica(&gone.id).await?;

@@ -5,34 +5,36 @@
 
 use std::path::Path;
 
-use tracing_subscriber::EnvFilter;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer, Registry, fmt};
 
-use crate::config::{LogConfig, LogFormat};
+use crate::config::{LogConfig, LogFormat, OtelConfig};
+use crate::observe::traces;
 
 /// Rotated files kept besides the one being written.
 const KEPT_FILES: usize = 7;
 
-/// Installs the process's log for the home at `home`. A log write that fails (its disk is
-/// full) loses that line and nothing else: the layer would otherwise report it with
-/// `eprintln!`, which panics when stderr — maybe the same full file — fails too, in whichever
-/// task was logging.
-pub fn init(home: &Path, config: &LogConfig) -> std::io::Result<()> {
+/// Installs the process's log for the home at `home`, and its traces' recording when
+/// `otel` names a collector (exported from [`traces::begin`] on). A log write that fails
+/// (its disk is full) loses that line and nothing else: the layer would otherwise report it
+/// with `eprintln!`, which panics when stderr — maybe the same full file — fails too, in
+/// whichever task was logging.
+pub fn init(home: &Path, config: &LogConfig, otel: &OtelConfig) -> std::io::Result<()> {
     let filter = EnvFilter::try_from_env("KIKI_LOG")
         .or_else(|_| EnvFilter::builder().parse(&config.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).log_internal_errors(false);
-    match (&config.file, config.format) {
-        (None, format) => {
-            // Colour only for a terminal: `kiki up` sends kikid's stderr to a file.
-            let builder = builder
+    let log = match &config.file {
+        // Colour only for a terminal: `kiki up` sends kikid's stderr to a file.
+        None => formatted(
+            fmt::layer()
                 .with_writer(std::io::stderr)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().init(),
-            }
-        }
-        (Some(file), format) => {
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            config.format,
+        ),
+        Some(file) => {
             let path = home.join(file);
             let dir = path.parent().unwrap_or(home);
             std::fs::create_dir_all(dir)?;
@@ -43,12 +45,35 @@ pub fn init(home: &Path, config: &LogConfig) -> std::io::Result<()> {
                 .max_log_files(KEPT_FILES + 1)
                 .build(dir)
                 .map_err(std::io::Error::other)?;
-            let builder = builder.with_writer(appender).with_ansi(false);
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().init(),
-            }
+            formatted(fmt::layer().with_writer(appender).with_ansi(false), config.format)
         }
-    }
+    };
+    // Traces have a filter of their own: every span kiki makes, whatever the log shows.
+    let traces = otel.endpoint.as_deref().map(|endpoint| {
+        tracing_opentelemetry::layer()
+            .with_tracer(traces::tracer(endpoint))
+            .with_filter(Targets::new().with_targets(TRACED.iter().map(|t| (*t, Level::DEBUG))))
+    });
+    tracing_subscriber::registry().with(log.with_filter(filter)).with(traces).init();
     Ok(())
+}
+
+/// The crates whose spans are traced.
+const TRACED: &[&str] = &["kiki_daemon", "kiki_bridge", "kikid"];
+
+type BoxedLayer = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// The log's lines, as text or JSON.
+fn formatted<W>(
+    layer: fmt::Layer<Registry, fmt::format::DefaultFields, fmt::format::Format, W>,
+    format: LogFormat,
+) -> BoxedLayer
+where
+    W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    let layer = layer.log_internal_errors(false);
+    match format {
+        LogFormat::Text => Box::new(layer),
+        LogFormat::Json => Box::new(layer.json()),
+    }
 }

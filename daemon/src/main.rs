@@ -57,11 +57,15 @@ async fn run() -> ExitCode {
     // The config first: its `[log]` decides the log. One that cannot be read stops a start
     // here, on stderr; `--check` reports it among its findings.
     let config = kiki_daemon::read_config(args.home.clone(), args.config.clone());
-    let (home, log) = match &config {
-        Ok((home, config)) => (Some(home.root().to_path_buf()), config.log.clone()),
-        Err(_) => (None, Default::default()),
+    let (home, log, otel) = match &config {
+        Ok((home, config)) => (Some(home.root().to_path_buf()), config.log.clone(), config.otel.clone()),
+        // `--check` and `--migrate-store-to` trace nothing.
+        Err(_) => (None, Default::default(), Default::default()),
     };
-    if let Err(e) = kiki_daemon::logging::init(home.as_deref().unwrap_or(std::path::Path::new(".")), &log) {
+    let otel = if args.check || args.migrate_store_to.is_some() { Default::default() } else { otel };
+    if let Err(e) =
+        kiki_daemon::logging::init(home.as_deref().unwrap_or(std::path::Path::new(".")), &log, &otel)
+    {
         eprintln!("kikid: cannot open the log file: {e}");
         return ExitCode::FAILURE;
     }
@@ -113,6 +117,8 @@ async fn run() -> ExitCode {
     }
     handle.shutdown();
     handle.stopped().await;
+    // The last spans leave before the process does (the export needs the runtime).
+    let _ = tokio::task::spawn_blocking(kiki_daemon::observe::traces::flush).await;
     ExitCode::SUCCESS
 }
 

@@ -16,7 +16,8 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub async fn uncancelled<T: Send + 'static>(
     work: impl Future<Output = crate::error::Result<T>> + Send + 'static,
 ) -> crate::error::Result<T> {
-    match tokio::spawn(work).await {
+    // In the caller's span: what it does is part of the call (and of its trace).
+    match tokio::spawn(tracing::Instrument::in_current_span(work)).await {
         Ok(done) => done,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(_) => Err(crate::error::Error::Unavailable("kikid is stopping".into())),

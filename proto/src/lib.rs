@@ -34,6 +34,13 @@ pub mod v1 {
 pub mod bridge {
     pub mod v1 {
         tonic::include_proto!("kiki.bridge.v1");
+
+        impl BridgeCall {
+            /// The call `call`, outside any trace (the bridge call adds its own).
+            pub fn new(call: bridge_call::Call) -> Self {
+                Self { call: Some(call), traceparent: String::new() }
+            }
+        }
     }
 }
 
@@ -55,6 +62,17 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("kiki
 /// gRPC metadata key carrying the per-turn secret an executor hands its agent
 /// (`KIKI_TOKEN`). A call that carries it acts as that turn's thread.
 pub const TOKEN_METADATA_KEY: &str = "kiki-token";
+
+/// gRPC metadata key carrying the W3C trace context a call continues (`kiki` and `kiki mcp`
+/// pass on their environment's `TRACEPARENT`, which a turn's agent has).
+pub const TRACE_METADATA_KEY: &str = "traceparent";
+
+/// The environment variable a process finds its trace context in (W3C's convention for
+/// processes), set for an agent by its turn.
+pub const TRACE_ENV: &str = "TRACEPARENT";
+
+/// gRPC metadata key naming the `kiki mcp` tool a call serves (recorded on the call's span).
+pub const MCP_TOOL_METADATA_KEY: &str = "kiki-mcp-tool";
 
 /// The one spelling of every `kiki.v1` enum outside protobuf ([`Word`]), and the serde
 /// serializers `build.rs` names for enum fields: a value prints as the lower-case name of its

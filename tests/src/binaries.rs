@@ -166,13 +166,18 @@ impl Drop for Paired {
 }
 
 pub fn paired_homes() -> Paired {
-    let (dir_a, a) = new_home();
-    paired_homes_from(a, vec![dir_a])
+    paired_homes_with("")
 }
 
-/// [`paired_homes`] with the source home at `a` (e.g. on a small disk of a test's);
+/// [`paired_homes`] with `config` added to both homes' config.
+pub fn paired_homes_with(config: &str) -> Paired {
+    let (dir_a, a) = new_home();
+    paired_homes_from(a, vec![dir_a], config)
+}
+
+/// [`paired_homes_with`] with the source home at `a` (e.g. on a small disk of a test's);
 /// `dirs` are kept until the homes are stopped.
-pub fn paired_homes_from(a: PathBuf, mut dirs: Vec<tempfile::TempDir>) -> Paired {
+pub fn paired_homes_from(a: PathBuf, mut dirs: Vec<tempfile::TempDir>, extra: &str) -> Paired {
     let (dir_b, b) = new_home();
     dirs.push(dir_b);
     let mut pair = Paired { a, b, target: String::new(), _dirs: dirs };
@@ -180,7 +185,7 @@ pub fn paired_homes_from(a: PathBuf, mut dirs: Vec<tempfile::TempDir>) -> Paired
     for home in [a, b] {
         std::fs::create_dir_all(home).expect("home");
         let config = format!(
-            "[bridge]\nlisten = \"127.0.0.1:{}\"\n[thread_communication]\nenabled = true\n[mailbox]\ndelivery_wait = \"200ms\"\n",
+            "[bridge]\nlisten = \"127.0.0.1:{}\"\n[thread_communication]\nenabled = true\n[mailbox]\ndelivery_wait = \"200ms\"\n{extra}",
             free_udp_port()
         );
         std::fs::write(home.join("config.toml"), config).expect("config");

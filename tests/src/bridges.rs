@@ -260,7 +260,7 @@ pub async fn link_from(
 pub async fn raw_call(link: &PeerConnection, call: wire::bridge_call::Call) -> wire::bridge_reply::Reply {
     use kiki_bridge::Link;
     use prost::Message;
-    let call = wire::BridgeCall { call: Some(call) };
+    let call = wire::BridgeCall::new(call);
     let reply = link.call(call.encode_to_vec(), None).await.expect("call");
     wire::BridgeReply::decode(reply.as_slice()).expect("reply").reply.expect("a reply")
 }

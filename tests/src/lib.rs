@@ -10,6 +10,7 @@ pub mod conformance;
 pub mod flood;
 pub mod mcp;
 pub mod measure;
+pub mod otlp;
 pub mod postgres;
 pub mod sessions;
 pub mod sshd;

@@ -30,6 +30,34 @@ fn fits(request: &impl prost::Message) -> Result<(), Refused> {
     Ok(())
 }
 
+tokio::task_local! {
+    /// The tool call being served: its calls to kikid name it and continue its trace.
+    static TOOL_CALL: ToolCall;
+}
+
+/// A tool call, as kikid's spans name it.
+#[derive(Clone, Debug)]
+pub struct ToolCall {
+    pub tool: String,
+    /// The W3C trace context the call continues: the client's `_meta.traceparent`, else
+    /// `kiki mcp`'s `TRACEPARENT` (the turn that started it).
+    pub traceparent: Option<String>,
+}
+
+impl ToolCall {
+    /// The call to tool `tool` with the request's `_meta`.
+    pub fn new(tool: &str, context: &RequestContext<RoleServer>) -> Self {
+        let traceparent =
+            context.meta.0.get(pb::TRACE_METADATA_KEY).and_then(Value::as_str).map(str::to_string);
+        Self { tool: tool.to_string(), traceparent }
+    }
+
+    /// Runs `serve` as this call.
+    pub async fn serve<T>(self, serve: impl Future<Output = T>) -> T {
+        TOOL_CALL.scope(self, serve).await
+    }
+}
+
 /// Who the tools act as, and the home they talk to.
 pub struct Caller {
     pub socket: PathBuf,
@@ -66,6 +94,10 @@ impl Caller {
             )),
             other => Refused(other.to_string()),
         })?;
+        let connected = match kiki_client::env_var(pb::TRACE_ENV) {
+            Some(traceparent) => connected.with_trace(&traceparent),
+            None => connected,
+        };
         let client = match &self.token {
             Some(token) => connected.with_token(token).map_err(|e| Refused(e.to_string()))?,
             None => connected,
@@ -74,10 +106,21 @@ impl Caller {
         Ok(client)
     }
 
-    /// kikid's thread service for `request`, once it is known to fit kikid's message limit.
+    /// kikid's thread service for `request`, once it is known to fit kikid's message limit,
+    /// for the tool call being served.
     pub async fn threads(&self, request: &impl prost::Message) -> Result<kiki_client::ThreadClient, Refused> {
         fits(request)?;
-        Ok(self.client().await?.threads())
+        let client = self.client().await?;
+        let client = TOOL_CALL
+            .try_with(|call| {
+                let client = client.clone().for_tool(&call.tool);
+                match &call.traceparent {
+                    Some(traceparent) => client.with_trace(traceparent),
+                    None => client,
+                }
+            })
+            .unwrap_or(client);
+        Ok(client.threads())
     }
 }
 

@@ -147,6 +147,7 @@ impl ServerHandler for KikiServer {
         if !self.tools.has_route(&request.name) {
             return arguments::unknown_tool(&request.name).into_call_tool_result();
         }
-        self.tools.call(ToolCallContext::new(self.caller.as_ref(), request, context)).await
+        let call = calls::ToolCall::new(&request.name, &context);
+        call.serve(self.tools.call(ToolCallContext::new(self.caller.as_ref(), request, context))).await
     }
 }

@@ -154,6 +154,15 @@ impl Links {
         withdraw_after: Option<Instant>,
     ) -> Result<wire::BridgeReply> {
         let started = Instant::now();
+        // The target's spans for it join this one's trace.
+        let traced;
+        let call = match crate::observe::traces::traceparent(&tracing::Span::current()) {
+            traceparent if traceparent.is_empty() => call,
+            traceparent => {
+                traced = wire::BridgeCall { traceparent, ..call.clone() };
+                &traced
+            }
+        };
         let mut failed: Option<Arc<dyn Link>> = None;
         for attempt in 0..2 {
             let peer = self.connection(bridge, failed.as_ref()).await.map_err(|e| took(e, started))?;

@@ -35,7 +35,7 @@ impl Remote {
         if bridge.state == BridgeState::Revoked {
             return Err(Error::PermissionDenied(format!("{host}: {}", Refusal::BridgeRevoked)));
         }
-        let result = self.links.call(&bridge, &wire::BridgeCall { call: Some(call) }, None).await;
+        let result = self.links.call(&bridge, &wire::BridgeCall::new(call), None).await;
         // Link health is written when it changes, not on every successful call.
         let now = self.pairing.now();
         let stale = bridge.last_success.is_none_or(|t| now - t > HEALTH_EVERY.as_millis() as i64);

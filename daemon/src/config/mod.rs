@@ -40,6 +40,9 @@
 //! [metrics]
 //! listen = "127.0.0.1:9464"     # serve the Prometheus text format here; default: not served
 //!
+//! [otel]
+//! endpoint = "http://127.0.0.1:4317"   # export traces over OTLP/gRPC here; default: not exported
+//!
 //! [profiles.claude]
 //! executor = "claude"           # "echo" | "exec" | "claude" | "codex" | "acp"
 //! command = ["claude"]          # claude, codex: the CLI and its arguments; exec, acp: the whole command
@@ -90,7 +93,7 @@ const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 /// Sections of kiki's config that this kikid does not implement yet. They are
 /// refused rather than ignored (a config relying on them would seem to work), but not
 /// called typos.
-const NOT_YET_SECTIONS: &[&str] = &["otel", "web"];
+const NOT_YET_SECTIONS: &[&str] = &["web"];
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -104,6 +107,7 @@ pub struct Config {
     pub threads: ThreadsConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
+    pub otel: OtelConfig,
     /// Named executors; `echo` exists even when not listed.
     pub profiles: BTreeMap<String, ProfileConfig>,
 }
@@ -115,6 +119,15 @@ pub struct MetricsConfig {
     /// A TCP address to serve the home's metrics on, in the Prometheus text format
     /// (`127.0.0.1:9464`); default none (not served). Anyone who reaches it reads them.
     pub listen: Option<std::net::SocketAddr>,
+}
+
+/// kikid's traces.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct OtelConfig {
+    /// An OpenTelemetry collector's OTLP/gRPC address (`http://127.0.0.1:4317`) to export
+    /// the home's spans to; default none (not exported).
+    pub endpoint: Option<String>,
 }
 
 /// kikid's log: what, in which form, where.
@@ -454,6 +467,7 @@ impl Config {
                 "threads" => read.section(&key, value, &mut config.threads),
                 "log" => read.section(&key, value, &mut config.log),
                 "metrics" => read.section(&key, value, &mut config.metrics),
+                "otel" => read.section(&key, value, &mut config.otel),
                 "profiles" => read.profiles(value, &mut config.profiles),
                 _ => read.unknown(&key, &key, span, "section", field_names::<Config>(), NOT_YET_SECTIONS),
             }
@@ -562,6 +576,15 @@ impl Config {
             problems.push(format!(
                 "log.file: a file under the home, like \"logs/kikid.log\" (no leading /, no ..), got {}",
                 file.display()
+            ));
+        }
+        if let Some(endpoint) = &self.otel.endpoint
+            && !endpoint.parse::<http::Uri>().is_ok_and(|uri| {
+                matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some()
+            })
+        {
+            problems.push(format!(
+                "otel.endpoint: an OTLP/gRPC collector's URL, like \"http://127.0.0.1:4317\", got {endpoint:?}"
             ));
         }
         if !(1..=10_000).contains(&self.rooms.max_agent_wakes) {

@@ -131,7 +131,7 @@ fn bad_keys_across_sections_and_profiles_are_all_reported_with_their_lines() {
                 [bridge]\nretry_windw = \"1m\"\nlisten = 5\n\
                 [profiles.a]\nexecutor = \"echo\"\nenable = false\ndefault = \"yes\"\n\
                 [profiles.B]\ncommand = [\"cat\"]\n\
-                [otel]\nendpoint = \"x\"\n";
+                [web]\nlisten = \"x\"\n";
     assert_eq!(
         problems(text),
         [
@@ -142,7 +142,7 @@ fn bad_keys_across_sections_and_profiles_are_all_reported_with_their_lines() {
             "profiles.a.default: line 9, column 11 (`default = \"yes\"`): invalid type: string \"yes\", expected a boolean",
             "profiles.B.executor: line 10, column 11 (`[profiles.B]`): required",
             "profiles.B: a profile name is 1-64 characters of a-z, 0-9, '-' and '_'",
-            "otel: line 12, column 2 (`[otel]`): not supported by this version of kikid yet (a section of kiki's config, not a typo); remove it",
+            "web: line 12, column 2 (`[web]`): not supported by this version of kikid yet (a section of kiki's config, not a typo); remove it",
         ]
     );
 }
@@ -170,16 +170,11 @@ fn unknown_keys_without_a_close_name_list_the_known_ones() {
 
 #[test]
 fn config_sections_and_keys_not_implemented_yet_are_refused_as_such() {
-    for section in ["otel", "web"] {
-        let said = problems(&format!("[{section}]\nx = 1\n"));
-        assert_eq!(
-            said,
-            [format!(
-                "{section}: line 1, column 2 (`[{section}]`): not supported by this version of kikid yet \
-                 (a section of kiki's config, not a typo); remove it"
-            )]
-        );
-    }
+    assert_eq!(
+        problems("[web]\nx = 1\n"),
+        ["web: line 1, column 2 (`[web]`): not supported by this version of kikid yet \
+          (a section of kiki's config, not a typo); remove it"]
+    );
 }
 
 #[test]
@@ -199,6 +194,21 @@ fn the_log_takes_a_filter_a_format_and_a_file_under_the_home() {
     );
     let said = problems("[log]\nformat = \"xml\"\n");
     assert!(said[0].starts_with("log.format:") && said[0].contains("expected `text` or `json`"), "{said:?}");
+}
+
+#[test]
+fn traces_go_to_an_otlp_collector_url() {
+    let config = Config::parse("[otel]\nendpoint = \"http://127.0.0.1:4317\"\n").expect("valid");
+    assert_eq!(config.otel.endpoint.as_deref(), Some("http://127.0.0.1:4317"));
+    assert_eq!(Config::parse("").expect("valid").otel.endpoint, None, "not exported by default");
+    for bad in ["127.0.0.1:4317", "grpc://collector:4317", "http://"] {
+        assert_eq!(
+            problems(&format!("[otel]\nendpoint = \"{bad}\"\n")),
+            [format!(
+                "otel.endpoint: an OTLP/gRPC collector's URL, like \"http://127.0.0.1:4317\", got {bad:?}"
+            )]
+        );
+    }
 }
 
 #[test]

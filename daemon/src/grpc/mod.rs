@@ -70,8 +70,22 @@ pub async fn serve(
     // No tonic concurrency limit: it would count parked waits with the other calls.
     // `wait_route` applies each connection's own limits instead.
     tonic::transport::Server::builder()
-        // A span per call, named by its method, around everything the call does.
-        .trace_fn(|request| tracing::debug_span!("rpc", method = %request.uri().path()))
+        // A span per call, named by its method, around everything the call does; it
+        // continues the caller's trace (`kiki`'s, an agent's, `kiki mcp`'s tool call).
+        .trace_fn(|request| {
+            let header = |name| request.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
+            let span = tracing::debug_span!(
+                "rpc",
+                method = %request.uri().path(),
+                mcp_tool = tracing::field::Empty
+            );
+            let tool = header(kiki_proto::MCP_TOOL_METADATA_KEY);
+            if !tool.is_empty() {
+                span.record("mcp_tool", tool);
+            }
+            crate::observe::traces::continue_trace(&span, header(kiki_proto::TRACE_METADATA_KEY));
+            span
+        })
         .max_concurrent_streams(STREAMS_PER_CONNECTION)
         .layer(wait_route::WaitRouteLayer::new(thread_service.clone()))
         .add_service(pb::thread_service_server::ThreadServiceServer::new(thread_service))

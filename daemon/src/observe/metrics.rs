@@ -76,6 +76,7 @@ pub struct Metrics {
     permission_requests_waiting: Gauge,
     waiters_parked: Gauge,
     expirations: Counter,
+    trace_spans_dropped: Counter,
     commit_seconds: Histogram,
     commit_writes: Histogram,
 }
@@ -179,6 +180,12 @@ impl Default for Metrics {
             "Messages from other homes that expired here unanswered at the end of their window",
             expirations.clone(),
         );
+        let trace_spans_dropped = Counter::default();
+        registry.register(
+            "trace_spans_dropped",
+            "Spans not exported because the export queue was full (`[otel] endpoint` down or slow)",
+            trace_spans_dropped.clone(),
+        );
         let commit_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 16));
         registry.register(
             "store_commit_seconds",
@@ -193,6 +200,7 @@ impl Default for Metrics {
         );
         Self {
             registry,
+            trace_spans_dropped,
             commit_seconds,
             commit_writes,
             expirations,
@@ -313,6 +321,8 @@ impl Metrics {
         }
         self.permission_requests_waiting.set(permissions_waiting as i64);
         self.waiters_parked.set(parked as i64);
+        let dropped = super::traces::dropped_spans();
+        self.trace_spans_dropped.inc_by(dropped.saturating_sub(self.trace_spans_dropped.get()));
     }
 
     /// The metrics in the text format.

@@ -1,10 +1,12 @@
 //! What a home tells its operator as it runs: each part that makes something happen tells
 //! the home's [`Observer`] once, which counts it in the [metrics](metrics::Metrics) and
 //! puts it on the [feed](feed::Feed) (`kiki events`); its background loops are
-//! [workers](workers::Workers) (`kiki status --workers`).
+//! [workers](workers::Workers) (`kiki status --workers`). Its spans are exported as
+//! [traces] that cross homes.
 
 pub mod feed;
 pub mod metrics;
+pub mod traces;
 pub mod workers;
 
 use std::time::Duration;

@@ -230,6 +230,8 @@ impl Rooms {
         }
         let bridges = self.inner.store.bridges().await?;
         let now = self.now();
+        // The post's trace: the wakes in other homes join it.
+        let trace = crate::observe::traces::traceparent(&tracing::Span::current());
         Ok(remote
             .into_iter()
             .filter_map(|member| {
@@ -237,7 +239,14 @@ impl Rooms {
                     tag: RoomTag { room: view.room.id.clone(), entry: entry_id.to_string() },
                     author: author.cloned(),
                 };
-                let record = room_delivery(&bridges, member.member_id.split_once('/')?, entry, content, now)?;
+                let record = room_delivery(
+                    &bridges,
+                    member.member_id.split_once('/')?,
+                    entry,
+                    content,
+                    now,
+                    trace.clone(),
+                )?;
                 Some((member.member_id.clone(), record))
             })
             .collect())

@@ -112,7 +112,7 @@ pub const TURN_COLUMNS: &str = "id, thread_id, seq, status, input, output, error
 
 pub const OUTBOX_COLUMNS: &str = "id, bridge_id, peer_home_id, target_session, source_thread, content, key_scope, key, \
      request_hash, status, reason, remote_message_id, attempts, next_attempt_at, created_at, updated_at, source_workspace, \
-     room_id, room_entry, room_author_host, room_author";
+     room_id, room_entry, room_author_host, room_author, trace";
 
 pub const MESSAGE_COLUMNS: &str = "id, target_thread, source_host, source_thread, source_workspace, content, status, reason, created_at, delivered_at, turn_id, deadline";
 
@@ -217,6 +217,7 @@ pub fn outbox_from(row: &impl Columns) -> StoreResult<OutboxRecord> {
         status: row.get("status")?,
         reason: row.get("reason")?,
         remote_message_id: row.get("remote_message_id")?,
+        trace: row.get("trace")?,
         attempts: row.get("attempts")?,
         next_attempt_at: row.get("next_attempt_at")?,
         created_at: row.get("created_at")?,

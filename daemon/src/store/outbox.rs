@@ -30,6 +30,9 @@ pub struct OutboxRecord {
     pub updated_at: Millis,
     /// Set when the message is a room entry waking a member of the peer's home.
     pub room: Option<OutboundEntry>,
+    /// The W3C trace context (`traceparent`) of the call that made it: its attempts,
+    /// however late, are spans of that trace. Empty: not traced.
+    pub trace: String,
 }
 
 /// A room entry of this home on its way to a member in another home.
@@ -53,6 +56,7 @@ pub fn room_delivery(
     entry: OutboundEntry,
     content: &str,
     now: Millis,
+    trace: String,
 ) -> Option<OutboxRecord> {
     let (home, session) = member;
     let bridge = bridges
@@ -84,6 +88,7 @@ pub fn room_delivery(
         created_at: now,
         updated_at: now,
         room: Some(entry),
+        trace,
     })
 }
 

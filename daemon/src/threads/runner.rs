@@ -20,7 +20,7 @@ use std::time::Duration;
 use rand::RngCore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, Span, error, info, info_span, warn};
 
 use crate::config::{Config, ExecutorKind, ProfileConfig};
 use crate::executors::agent::Agent;
@@ -97,9 +97,10 @@ impl Drop for RunGuard<'_> {
 struct Activity {
     /// Kicked since the task last looked at the queue.
     dirty: bool,
-    /// A turn claimed elsewhere, to run next. At most one: the thread is marked running
+    /// A turn claimed elsewhere, to run next, with the span of the call that claimed it
+    /// (the turn's trace continues that call's). At most one: the thread is marked running
     /// until that turn ends, so no other claim can succeed before the task takes it.
-    handoff: Option<Box<(ThreadRecord, ClaimedTurn)>>,
+    handoff: Option<Box<(ThreadRecord, ClaimedTurn, Span)>>,
 }
 
 #[derive(Clone)]
@@ -198,7 +199,8 @@ impl TurnRunner {
             return; // the restart records the turn as interrupted
         }
         let id = thread.id.clone();
-        self.wake(&id, Activity { dirty: false, handoff: Some(Box::new((thread, claimed))) });
+        let handoff = Some(Box::new((thread, claimed, Span::current())));
+        self.wake(&id, Activity { dirty: false, handoff });
     }
 
     /// Gives `work` to the thread's task, starting one if it has none.
@@ -299,8 +301,8 @@ impl Inner {
                 activity.handoff.take()
             };
             if let Some(handoff) = handoff {
-                let (thread, turn) = *handoff;
-                let stopped = self.run(&thread, turn).await;
+                let (thread, turn, cause) = *handoff;
+                let stopped = self.run(&thread, turn, cause).await;
                 if stopped {
                     self.hold(&thread_id);
                     continue;
@@ -310,7 +312,7 @@ impl Inner {
                 match self.claim(&thread_id).await {
                     Ok(Some((thread, turn))) => {
                         retry = RETRY_FIRST;
-                        let stopped = self.run(&thread, turn).await;
+                        let stopped = self.run(&thread, turn, Span::none()).await;
                         if stopped {
                             self.hold(&thread_id);
                             break;
@@ -361,8 +363,9 @@ impl Inner {
         }
     }
 
-    /// Runs a claimed turn to its recorded end; `true` if its owner stopped it.
-    async fn run(&self, thread: &ThreadRecord, claimed: ClaimedTurn) -> bool {
+    /// Runs a claimed turn to its recorded end; `true` if its owner stopped it. Its span
+    /// continues `cause`'s trace (the call whose input started it), if any.
+    async fn run(&self, thread: &ThreadRecord, claimed: ClaimedTurn, cause: Span) -> bool {
         let stop = CancellationToken::new();
         let ended = CancellationToken::new();
         lock(&self.running).insert(
@@ -375,11 +378,13 @@ impl Inner {
             },
         );
         let _running = RunGuard { running: &self.running, thread_id: thread.id.clone(), ended };
-        self.run_turn(thread, claimed, stop.clone()).await;
+        let span = info_span!("turn", turn = %claimed.turn.id);
+        crate::observe::traces::continue_span(&span, &cause);
+        drop(cause);
+        self.run_turn(thread, claimed, stop.clone()).instrument(span).await;
         stop.is_cancelled()
     }
 
-    #[tracing::instrument(name = "turn", level = "info", skip_all, fields(turn = %claimed.turn.id))]
     async fn run_turn(&self, thread: &ThreadRecord, claimed: ClaimedTurn, stop: CancellationToken) {
         let turn = &claimed.turn;
         if self.stop.is_cancelled() {
@@ -413,11 +418,16 @@ impl Inner {
             followed,
         ));
         let [home_var, thread_var, token_name] = kiki_proto::agents::IDENTITY;
-        let env = vec![
+        let mut env = vec![
             (home_var, self.home.display().to_string()),
             (thread_var, turn.thread_id.clone()),
             (token_name, token.clone()),
         ];
+        // The agent's calls to kiki (and anything it runs that reads it) join the turn's trace.
+        let traceparent = crate::observe::traces::traceparent(&Span::current());
+        if !traceparent.is_empty() {
+            env.push((kiki_proto::TRACE_ENV, traceparent));
+        }
         let input = TurnInput {
             items: &claimed.inputs,
             rendered: &turn.input,

@@ -27,6 +27,7 @@ fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
         next_attempt_at: due,
         created_at: 1,
         updated_at: 1,
+        trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
     }
 }
 
@@ -50,9 +51,8 @@ async fn entries_are_unique_and_scheduled(store: &dyn Store) {
     assert_eq!(third.expect("insert"), None);
     let again = store.outbox_insert(&outbox("msg_4", "k3", 1)).await.expect("insert");
     assert_eq!(again.as_ref().map(|e| e.id.as_str()), Some("msg_3"), "same key later: the stored one");
-    let due: Vec<String> =
-        store.outbox_due("PEER", 20, 10).await.expect("due").into_iter().map(|e| e.id).collect();
-    assert_eq!(due, ["msg_1"]);
+    let due = store.outbox_due("PEER", 20, 10).await.expect("due");
+    assert_eq!(due, [entries[0].clone()], "kept whole, its trace context too");
     // What the worker sleeps until: the first entry due after now, not one due already.
     assert_eq!(store.outbox_next_due("PEER", 5).await.expect("next"), Some(10));
     assert_eq!(store.outbox_next_due("PEER", 20).await.expect("next"), Some(50));

@@ -435,6 +435,7 @@ pub async fn a_post_reaches_a_member_of_another_home_through_the_outbox(store: &
             created_at: 10,
             updated_at: 10,
             room: Some(OutboundEntry { tag: entry_tag(entry).expect("tag"), author: None }),
+            trace: String::new(),
         };
         (format!("{home}/th_far"), record)
     };

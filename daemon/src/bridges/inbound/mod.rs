@@ -18,7 +18,7 @@ use kiki_proto::bridge::v1 as wire;
 use prost::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::warn;
+use tracing::{Instrument, warn};
 use wire::bridge_call::Call;
 use wire::bridge_reply::Reply;
 
@@ -112,9 +112,16 @@ impl Inbound {
     /// Answers one call from `peer` (a verified home id) at the address `from`. A call over
     /// an inbound bridge is a real round trip from the peer: it is that bridge's link health.
     pub(super) async fn handle(&self, peer: &str, from: IpAddr, call: wire::BridgeCall) -> wire::BridgeReply {
-        let reply = self.answer(peer, from, call).await;
-        self.heard_from(peer).await;
-        reply
+        // Its span continues the caller's trace.
+        let span = tracing::debug_span!("bridge serve", peer = %peer);
+        crate::observe::traces::continue_trace(&span, &call.traceparent);
+        async {
+            let reply = self.answer(peer, from, call).await;
+            self.heard_from(peer).await;
+            reply
+        }
+        .instrument(span)
+        .await
     }
 
     /// Records that `peer` reached its inbound bridge, when the last record is stale

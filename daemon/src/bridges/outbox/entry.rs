@@ -152,23 +152,21 @@ pub(super) fn within_the_window(due: i64, now: i64, expires_at: i64) -> i64 {
 /// The bridge call that ships an entry (again: the target answers a known key from its
 /// dedup), with what is `left` of its retry window: the target's deadline for it.
 pub(super) fn send_call(entry: &OutboxRecord, left: Duration) -> wire::BridgeCall {
-    wire::BridgeCall {
-        call: Some(Call::ThreadSend(wire::BridgeSendCall {
-            target_session: entry.target_session.clone(),
-            content: entry.content.clone(),
-            idempotency_key: entry.key.clone(),
-            source_thread: entry.source_thread.clone().unwrap_or_default(),
-            source_workspace: entry.source_workspace.clone(),
-            window_left_ms: (left.as_millis() as u64).max(1),
-            message_id: entry.id.clone(),
-            room: entry.room.as_ref().map(|r| wire::RoomTag {
-                room_id: r.tag.room.clone(),
-                entry_id: r.tag.entry.clone(),
-                author_host: r.author.as_ref().map(|a| a.host_id.clone()).unwrap_or_default(),
-                author_thread: r.author.as_ref().map(|a| a.thread_id.clone()).unwrap_or_default(),
-            }),
-        })),
-    }
+    wire::BridgeCall::new(Call::ThreadSend(wire::BridgeSendCall {
+        target_session: entry.target_session.clone(),
+        content: entry.content.clone(),
+        idempotency_key: entry.key.clone(),
+        source_thread: entry.source_thread.clone().unwrap_or_default(),
+        source_workspace: entry.source_workspace.clone(),
+        window_left_ms: (left.as_millis() as u64).max(1),
+        message_id: entry.id.clone(),
+        room: entry.room.as_ref().map(|r| wire::RoomTag {
+            room_id: r.tag.room.clone(),
+            entry_id: r.tag.entry.clone(),
+            author_host: r.author.as_ref().map(|a| a.host_id.clone()).unwrap_or_default(),
+            author_thread: r.author.as_ref().map(|a| a.thread_id.clone()).unwrap_or_default(),
+        }),
+    }))
 }
 
 /// The bridge call that asks where the entries' messages stand (their keys only), which
@@ -181,7 +179,7 @@ pub(super) fn follow_up_call(entries: &[OutboxRecord], window_over: bool) -> wir
             idempotency_key: e.key.clone(),
         })
         .collect();
-    wire::BridgeCall { call: Some(Call::FollowUp(wire::FollowUpCall { keys, window_over })) }
+    wire::BridgeCall::new(Call::FollowUp(wire::FollowUpCall { keys, window_over }))
 }
 
 /// An entry the target refused for good (or expired: its deadline passed there first).

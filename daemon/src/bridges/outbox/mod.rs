@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use kiki_proto::bridge::v1 as wire;
 use tokio_util::task::TaskTracker;
-use tracing::warn;
+use tracing::{Instrument, warn};
 use wire::bridge_reply::Reply;
 
 pub(crate) use backoff::backoff;
@@ -374,14 +374,20 @@ impl Outbox {
     }
 
     /// One delivery attempt: the entry's new state, and the event a final failure gives its
-    /// sending thread. Nothing is recorded here (see [`Outbox::record`]).
-    #[tracing::instrument(
-        name = "outbox attempt",
-        level = "debug",
-        skip_all,
-        fields(message_id = %entry.id, peer = %entry.peer_home_id, attempts = entry.attempts)
-    )]
-    async fn attempt(&self, mut entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<Outcome> {
+    /// sending thread. Nothing is recorded here (see [`Outbox::record`]). Its span is one of
+    /// the send's trace, whenever and wherever it runs.
+    async fn attempt(&self, entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<Outcome> {
+        let span = tracing::debug_span!(
+            "outbox attempt",
+            message_id = %entry.id,
+            peer = %entry.peer_home_id,
+            attempts = entry.attempts
+        );
+        crate::observe::traces::continue_attempt(&span, &entry.trace, entry.attempts);
+        self.deliver(entry, bridge).instrument(span).await
+    }
+
+    async fn deliver(&self, mut entry: OutboxRecord, bridge: Option<&BridgeRecord>) -> Result<Outcome> {
         let now = self.now();
         let bridge = match bridge {
             Some(b) => b.clone(),
@@ -752,6 +758,8 @@ fn new_entry(
         created_at: now,
         updated_at: now,
         room: None,
+        // The send's: its attempts join its trace.
+        trace: crate::observe::traces::traceparent(&tracing::Span::current()),
     }
 }
 

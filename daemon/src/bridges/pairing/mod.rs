@@ -133,7 +133,7 @@ impl Pairing {
     /// `kiki doctor`'s look at an outbound bridge: a ping's round trip, what the target says
     /// of the grant, and its clock as it answered.
     pub(super) async fn probe(&self, bridge: &BridgeRecord) -> Result<LinkProbe> {
-        let ping = wire::BridgeCall { call: Some(Call::Ping(wire::PingCall {})) };
+        let ping = wire::BridgeCall::new(Call::Ping(wire::PingCall {}));
         let (sent_at, started) = (self.now(), Instant::now());
         match tokio::time::timeout(PING_TIMEOUT, self.links.call(bridge, &ping, None)).await {
             Ok(Ok(wire::BridgeReply { reply: Some(Reply::Ping(p)) })) => {
@@ -236,12 +236,10 @@ impl Pairing {
             None => name.to_string(),
         };
         self.name_is_free(&alias, &peer_home_id, &existing)?;
-        let pair = wire::BridgeCall {
-            call: Some(Call::Pair(wire::PairCall {
-                name: home_name(self.links.home_id()),
-                want: permissions_to_wire(want),
-            })),
-        };
+        let pair = wire::BridgeCall::new(Call::Pair(wire::PairCall {
+            name: home_name(self.links.home_id()),
+            want: permissions_to_wire(want),
+        }));
         let request_id = match call_link(peer.as_ref(), &pair, None).await {
             Ok(wire::BridgeReply { reply: Some(Reply::Pair(p)) }) => p.request_id,
             Ok(wire::BridgeReply { reply: Some(Reply::Error(e)) }) => return Err(from_wire(address, e)),
@@ -487,7 +485,7 @@ impl Pairing {
             // Tell the target, so its owner's list agrees and a new request needs a new
             // approval. Best effort, briefly: the revocation here stands either way.
             let withdraw = wire::WithdrawCall { request_id: bridge.request_id.clone() };
-            let withdraw = wire::BridgeCall { call: Some(Call::Withdraw(withdraw)) };
+            let withdraw = wire::BridgeCall::new(Call::Withdraw(withdraw));
             // Given up, it is withdrawn (its stream reset) rather than left to arrive late.
             let given_up = Some(Instant::now());
             match tokio::time::timeout(PING_TIMEOUT, self.links.call(&bridge, &withdraw, given_up)).await {
@@ -604,7 +602,7 @@ impl Pairing {
 
     /// Pings the target: records link health and learns what it granted.
     async fn refresh(&self, mut bridge: BridgeRecord) -> Result<BridgeRecord> {
-        let ping = wire::BridgeCall { call: Some(Call::Ping(wire::PingCall {})) };
+        let ping = wire::BridgeCall::new(Call::Ping(wire::PingCall {}));
         let was = bridge.state;
         match tokio::time::timeout(PING_TIMEOUT, self.links.call(&bridge, &ping, None)).await {
             Ok(Ok(wire::BridgeReply { reply: Some(Reply::Ping(p)) })) => {

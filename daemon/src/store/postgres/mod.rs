@@ -43,6 +43,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "schema", include_str!("migrations/0001_schema.sql")),
     (2, "replicas", include_str!("migrations/0002_replicas.sql")),
     (3, "home", include_str!("migrations/0003_home.sql")),
+    (4, "outbox_trace", include_str!("migrations/0004_outbox_trace.sql")),
 ];
 
 /// How long a call waits for a connection to the database before it is told the database

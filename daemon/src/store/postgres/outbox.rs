@@ -231,7 +231,7 @@ pub(super) async fn insert_outbox(tx: &mut Tx, e: &OutboxRecord) -> StoreResult<
     let author = room.and_then(|r| r.author.as_ref());
     let sql = format!(
         "INSERT INTO outbox ({OUTBOX_COLUMNS})
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
          ON CONFLICT (key_scope, key, peer_home_id) DO NOTHING"
     );
     let inserted = sqlx::query(&sql)
@@ -256,6 +256,7 @@ pub(super) async fn insert_outbox(tx: &mut Tx, e: &OutboxRecord) -> StoreResult<
         .bind(room.map(|r| &r.tag.entry))
         .bind(author.map(|a| &a.host_id))
         .bind(author.map(|a| &a.thread_id))
+        .bind(&e.trace)
         .execute(tx.conn())
         .await?
         .rows_affected();

@@ -97,6 +97,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (36, "open attention", include_str!("migrations/0036_open_attention.sql")),
     (37, "replicas", include_str!("migrations/0037_replicas.sql")),
     (38, "home", include_str!("migrations/0038_home.sql")),
+    (39, "outbox_trace", include_str!("migrations/0039_outbox_trace.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.

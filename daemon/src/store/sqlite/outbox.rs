@@ -269,7 +269,7 @@ pub(super) fn insert_outbox(conn: &Connection, e: &OutboxRecord) -> StoreResult<
         conn,
         &format!(
             "INSERT INTO outbox ({OUTBOX_COLUMNS})
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (key_scope, key, peer_home_id) DO NOTHING"
         ),
         params![
@@ -293,7 +293,8 @@ pub(super) fn insert_outbox(conn: &Connection, e: &OutboxRecord) -> StoreResult<
             room.map(|r| &r.tag.room),
             room.map(|r| &r.tag.entry),
             author.map(|a| &a.host_id),
-            author.map(|a| &a.thread_id)
+            author.map(|a| &a.thread_id),
+            e.trace
         ],
     )?;
     Ok(inserted > 0)

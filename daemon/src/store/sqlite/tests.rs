@@ -237,6 +237,7 @@ async fn the_outbox_keys_filter_holds_what_the_outbox_held_at_open_and_every_key
         next_attempt_at: 1,
         created_at: 1,
         updated_at: 1,
+        trace: String::new(),
     };
     let first = SqliteStore::open_path(&path).await.expect("open");
     assert_eq!(first.outbox_insert(&entry("msg_1", "old")).await.expect("insert"), None);

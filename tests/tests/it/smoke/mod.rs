@@ -8,6 +8,7 @@ use kiki_tests::binaries::{
 use tokio_stream_shim::next_message;
 
 mod crashes;
+mod traces;
 
 #[test]
 fn up_status_down_and_an_owner_only_home() {
