@@ -51,7 +51,7 @@ async fn main() {
             let floor = pgbench(&floor_db, &script, clients, seconds);
             let sends = durable_sends(
                 &[&home],
-                std::slice::from_ref(&held),
+                &[kiki_tests::local(&held)],
                 clients,
                 Duration::from_secs(seconds),
                 &format!("r{round}"),

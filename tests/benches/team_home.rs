@@ -67,6 +67,7 @@ async fn main() {
                 .to_string()
         })
         .collect();
+    let held: Vec<_> = held.iter().map(|h| kiki_tests::local(h)).collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut ratios = Vec::new();
     for round in 0..rounds {

@@ -166,10 +166,11 @@ impl Drop for Paired {
 }
 
 pub fn paired_homes() -> Paired {
-    paired_homes_with("")
+    paired_homes_with("[mailbox]\ndelivery_wait = \"200ms\"\n")
 }
 
-/// [`paired_homes`] with `config` added to both homes' config.
+/// Two homes, `a` with a bridge to `b` allowed `send,wake` (named `bee`) and a thread at `b`
+/// (`target`), each with its own bridge port, threads open to peers, and `config`.
 pub fn paired_homes_with(config: &str) -> Paired {
     let (dir_a, a) = new_home();
     paired_homes_from(a, vec![dir_a], config)
@@ -185,7 +186,7 @@ pub fn paired_homes_from(a: PathBuf, mut dirs: Vec<tempfile::TempDir>, extra: &s
     for home in [a, b] {
         std::fs::create_dir_all(home).expect("home");
         let config = format!(
-            "[bridge]\nlisten = \"127.0.0.1:{}\"\n[thread_communication]\nenabled = true\n[mailbox]\ndelivery_wait = \"200ms\"\n{extra}",
+            "[bridge]\nlisten = \"127.0.0.1:{}\"\n[thread_communication]\nenabled = true\n{extra}",
             free_udp_port()
         );
         std::fs::write(home.join("config.toml"), config).expect("config");

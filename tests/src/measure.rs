@@ -160,11 +160,12 @@ impl HeldHome {
 }
 
 /// Durable ThreadSends of 200-byte messages a second from `clients` connections for `period`,
-/// client `c` sending through the home at `homes[c % len]` to `targets[c % len]`; keys are
-/// `ROUND-c-n`, so rounds never replay each other.
+/// client `c` sending through the home at `homes[c % len]` to `targets[c % len]` (a thread of
+/// that home, or of a peer through a bridge); keys are `ROUND-c-n`, so rounds never replay
+/// each other.
 pub async fn durable_sends(
     homes: &[&Path],
-    targets: &[String],
+    targets: &[kiki_proto::ThreadRef],
     clients: usize,
     period: Duration,
     round: &str,
@@ -179,7 +180,7 @@ pub async fn durable_sends(
             let mut sent = 0usize;
             while started.elapsed() < period {
                 let request = kiki_proto::ThreadSendRequest {
-                    target: Some(crate::local(&target)),
+                    target: Some(target.clone()),
                     content: "x".repeat(200),
                     idempotency_key: format!("{round}-{c}-{sent}"),
                     ..Default::default()

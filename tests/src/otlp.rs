@@ -3,6 +3,7 @@
 //! sent with its resource's `service.*` attributes.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -40,21 +41,31 @@ impl ReceivedSpan {
 pub struct Receiver {
     pub addr: SocketAddr,
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    count: Arc<AtomicU64>,
 }
 
 impl Receiver {
-    /// Serves on a free loopback port, on the calling runtime.
+    /// Serves on a free loopback port, on the calling runtime, keeping every span.
     pub async fn start() -> Self {
+        Self::serve(true).await
+    }
+
+    /// Serves, counting the spans only (for a bench's long runs).
+    pub async fn counting() -> Self {
+        Self::serve(false).await
+    }
+
+    async fn serve(keep: bool) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let service = Collector { spans: spans.clone() };
+        let (spans, count) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicU64::new(0)));
+        let service = Collector { spans: spans.clone(), count: count.clone(), keep };
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(TraceServiceServer::new(service))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
-        Self { addr, spans }
+        Self { addr, spans, count }
     }
 
     /// The `[otel] endpoint` that reaches it.
@@ -62,7 +73,12 @@ impl Receiver {
         format!("http://{}", self.addr)
     }
 
-    /// Every span received so far.
+    /// How many spans it received.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Every span received so far (none when only counting).
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         self.spans.lock().expect("spans").clone()
     }
@@ -70,6 +86,8 @@ impl Receiver {
 
 struct Collector {
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    count: Arc<AtomicU64>,
+    keep: bool,
 }
 
 #[tonic::async_trait]
@@ -78,8 +96,15 @@ impl TraceService for Collector {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let request = request.into_inner();
+        let spans =
+            request.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum::<usize>();
+        self.count.fetch_add(spans as u64, Ordering::Relaxed);
+        if !self.keep {
+            return Ok(tonic::Response::new(ExportTraceServiceResponse::default()));
+        }
         let mut received = Vec::new();
-        for resource_spans in request.into_inner().resource_spans {
+        for resource_spans in request.resource_spans {
             let resource = resource_spans.resource.map(|r| texts(&r.attributes)).unwrap_or_default();
             let of_resource = |key: &str| {
                 resource.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_default()

@@ -539,7 +539,8 @@ fn a_full_disk_under_the_log_never_takes_a_call_or_a_turn_down() {
 #[test]
 fn a_full_disk_at_the_source_loses_no_outbox_entry() {
     let disk = SmallDisk::mount(16);
-    let pair = paired_homes_from(disk.path.join("home"), Vec::new(), "");
+    let pair =
+        paired_homes_from(disk.path.join("home"), Vec::new(), "[mailbox]\ndelivery_wait = \"200ms\"\n");
     let (a, b) = (pair.a.clone(), pair.b.clone());
     let target = format!("bee/{}", pair.target);
     kiki_json(&b, &["down"]);

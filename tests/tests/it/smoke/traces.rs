@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use kiki_tests::binaries::{kiki_json, kiki_with_env, paired_homes_with, wait_for_turns};
+use kiki_tests::binaries::{Down, kiki_json, kiki_with_env, new_home, paired_homes_with, wait_for_turns};
 use kiki_tests::otlp::{ReceivedSpan, Receiver};
 
 /// What the agent at the target prints: the `TRACEPARENT` its turn gave it.
@@ -15,7 +15,10 @@ const TRACED_AGENT: &str = "[profiles.traced]\nexecutor = \"exec\"\n\
 fn a_cross_home_send_is_one_trace_from_the_cli_to_the_agent_retries_included() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let receiver = runtime.block_on(Receiver::start());
-    let pair = paired_homes_with(&format!("[otel]\nendpoint = \"{}\"\n{TRACED_AGENT}", receiver.endpoint()));
+    let pair = paired_homes_with(&format!(
+        "[mailbox]\ndelivery_wait = \"200ms\"\n[otel]\nendpoint = \"{}\"\n{TRACED_AGENT}",
+        receiver.endpoint()
+    ));
     let (a, b) = (pair.a.as_path(), pair.b.as_path());
     let target = format!("bee/{}", pair.target);
     let id = |home| kiki_json(home, &["status"])["home_id"].as_str().expect("id").to_string();
@@ -96,6 +99,63 @@ fn a_cross_home_send_is_one_trace_from_the_cli_to_the_agent_retries_included() {
         "every attempt, retries included, is linked to the send: {attempts:#?}"
     );
     assert_eq!(find(&b_id, second_trace, "turn").len(), 1, "{spans:#?}");
+}
+
+/// A collector that takes connections but never answers costs the home nothing it serves:
+/// sends go on at full speed, the spans that cannot leave are dropped and counted, and
+/// stopping waits for it a bounded time only.
+#[test]
+fn a_collector_that_never_answers_neither_breaks_nor_holds_up_the_home() {
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    // Connections land in its backlog and are never read.
+    let black_hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let collector = black_hole.local_addr().expect("addr").port();
+    let metrics =
+        std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+    std::fs::write(
+        home.join("config.toml"),
+        format!("[otel]\nendpoint = \"http://127.0.0.1:{collector}\"\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n"),
+    )
+    .expect("config");
+    kiki_json(&home, &["up"]);
+    let thread =
+        kiki_json(&home, &["thread", "create", "--title", "t"])["id"].as_str().expect("id").to_string();
+    // Far more spans than the export queue holds (4096), faster than a stuck export drains.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let client = kiki_client::Client::connect(&home.join("kikid.sock")).await.expect("connect");
+        let mut senders = tokio::task::JoinSet::new();
+        for sender in 0..64 {
+            let (client, thread) = (client.clone(), thread.clone());
+            senders.spawn(async move {
+                for n in 0..32 {
+                    let request = kiki_proto::ThreadSendRequest {
+                        target: Some(kiki_tests::local(&thread)),
+                        content: "hi".into(),
+                        idempotency_key: format!("k{sender}-{n}"),
+                        ..Default::default()
+                    };
+                    client.threads().thread_send(request).await.expect("every send answered");
+                }
+            });
+        }
+        while let Some(done) = senders.join_next().await {
+            done.expect("sender");
+        }
+    });
+    let scraped = kiki_tests::scrape(metrics);
+    assert!(kiki_tests::metric(&scraped, "kiki_trace_spans_dropped_total") > 0.0, "{scraped}");
+    assert_eq!(kiki_tests::metric(&scraped, "kiki_sends_total{outcome=\"refused\"}"), 0.0, "{scraped}");
+    let stopping = Instant::now();
+    assert_eq!(kiki_json(&home, &["down"])["stopped"], true);
+    assert!(
+        stopping.elapsed() < Duration::from_secs(20),
+        "the last export is bounded, not retried on: {:?}",
+        stopping.elapsed()
+    );
+    drop(black_hole);
 }
 
 /// The spans received once `done` says they are all there (export is in batches).
