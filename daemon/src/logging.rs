@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use tracing::Level;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer, Registry, fmt};
@@ -48,18 +48,27 @@ pub fn init(home: &Path, config: &LogConfig, otel: &OtelConfig) -> std::io::Resu
             formatted(fmt::layer().with_writer(appender).with_ansi(false), config.format)
         }
     };
-    // Traces have a filter of their own: every span kiki makes, whatever the log shows.
+    // Traces have a filter of their own, whatever the log shows: the spans a message's
+    // trace is made of, and the warnings and errors met in them. Each span carries its
+    // fields only (no source location, thread or timing attributes: half an export's bytes).
     let traces = otel.endpoint.as_deref().map(|endpoint| {
         tracing_opentelemetry::layer()
             .with_tracer(traces::tracer(endpoint))
-            .with_filter(Targets::new().with_targets(TRACED.iter().map(|t| (*t, Level::DEBUG))))
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
+            // kiki reads a span's context itself where it passes it on; attaching it to the
+            // thread at every poll of every call would cost each call for nothing.
+            .with_context_activation(false)
+            .with_filter(filter_fn(|meta| match meta.is_span() {
+                true => traces::SPANS.contains(&meta.name()) && meta.target().starts_with("kiki_daemon"),
+                false => *meta.level() <= Level::WARN,
+            }))
     });
     tracing_subscriber::registry().with(log.with_filter(filter)).with(traces).init();
     Ok(())
 }
-
-/// The crates whose spans are traced.
-const TRACED: &[&str] = &["kiki_daemon", "kiki_bridge", "kikid"];
 
 type BoxedLayer = Box<dyn Layer<Registry> + Send + Sync>;
 

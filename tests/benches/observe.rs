@@ -13,14 +13,15 @@
 //! `ROUNDS` (4), `SECONDS` (3 per phase) and `SENDERS` (64) shape it.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kiki_proto::ThreadRef;
 use kiki_tests::binaries::{Paired, kiki_json, paired_homes_with};
-use kiki_tests::measure::{durable_sends, setting};
+use kiki_tests::measure::{durable_sends, process_cpu_time, setting};
 use kiki_tests::otlp::Receiver;
 
-/// Busy threads: sends to them queue, and their acceptance is what is measured.
+/// Busy threads for local sends: sends to them queue, and their acceptance is what is
+/// measured.
 const HOLD: &str = "[mailbox]\ndelivery_wait = \"0s\"\n[profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"600\"]\n";
 
 /// Two homes bridged, and a busy thread at the target for each sender's home to send to.
@@ -30,17 +31,22 @@ struct Setup {
 }
 
 impl Setup {
+    /// Observed: both homes export their traces to `receiver`, and the sending one serves
+    /// its metrics.
     fn new(observed: Option<&Receiver>) -> Self {
-        let metrics = observed.map(|_| free_tcp_port());
-        let config = match observed {
-            Some(receiver) => format!(
-                "{HOLD}[otel]\nendpoint = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:{}\"\n",
-                receiver.endpoint(),
-                metrics.expect("port")
-            ),
-            None => HOLD.to_string(),
+        let Some(receiver) = observed else {
+            return Self { pair: paired_homes_with(HOLD), metrics: None };
         };
-        Self { pair: paired_homes_with(&config), metrics }
+        let pair = paired_homes_with(&format!("{HOLD}[otel]\nendpoint = \"{}\"\n", receiver.endpoint()));
+        // Each home's metrics need a port of their own: the sender's, added once it is paired.
+        let port = free_tcp_port();
+        kiki_json(&pair.a, &["down"]);
+        let config = pair.a.join("config.toml");
+        let mut text = std::fs::read_to_string(&config).expect("config");
+        text.push_str(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+        std::fs::write(&config, text).expect("config");
+        kiki_json(&pair.a, &["up"]);
+        Self { pair, metrics: Some(port) }
     }
 
     /// A busy thread of `home`, as a sender at `a` names it.
@@ -57,6 +63,23 @@ impl Setup {
         (self.pair.a.clone(), self.pair.b.clone())
     }
 
+    /// A thread of `home` that takes what it is sent (an echo), as a sender at `a` names it:
+    /// messages to another home that are taken end their outbox entries' follow-ups, which
+    /// would otherwise go on behind the next phases.
+    fn echo(&self, home: &Path, via: &str) -> ThreadRef {
+        let created = kiki_json(home, &["thread", "create", "--title", "echo"]);
+        ThreadRef {
+            host_id: via.into(),
+            workspace_id: String::new(),
+            session_id: created["id"].as_str().expect("id").into(),
+        }
+    }
+
+    /// The kikid of `home`.
+    fn pid(&self, home: &Path) -> u32 {
+        kiki_json(home, &["status"])["pid"].as_u64().expect("pid") as u32
+    }
+
     fn scrape(&self) {
         if let Some(port) = self.metrics {
             assert!(kiki_tests::scrape(port).contains("kiki_sends_total"), "metrics served");
@@ -68,9 +91,31 @@ fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
 }
 
+/// Waits (at most 30 s) until the kikids at `pids` are idle: under 5% of a core for 500 ms,
+/// so that no phase pays for the work the one before left (follow-ups, turns).
+async fn settle(pids: &[u32]) {
+    let cpu = || pids.iter().map(|pid| process_cpu_time(*pid)).sum::<Duration>();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        let before = cpu();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if cpu() - before < Duration::from_millis(25) {
+            return;
+        }
+    }
+    println!("  (the homes did not go idle within 30 s)");
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
+}
+
+/// One phase's numbers.
+struct Phase {
+    sends_per_s: f64,
+    /// The sending and the receiving kikid's CPU per send (the same process for a local send).
+    cpu_per_send: Duration,
 }
 
 #[tokio::main]
@@ -80,54 +125,59 @@ async fn main() {
     let period = Duration::from_secs(seconds);
     let receiver = Receiver::counting().await;
     let (off, on) = (Setup::new(None), Setup::new(Some(&receiver)));
-    let targets = |setup: &Setup| {
-        let (a, b) = setup.homes();
-        (a.clone(), setup.held(&a, ""), setup.held(&b, "bee"))
-    };
-    let (off_a, off_local, off_remote) = targets(&off);
-    let (on_a, on_local, on_remote) = targets(&on);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
     println!("observe: {senders} senders, {rounds} rounds of {seconds} s per phase, off and on alternating");
+    // Each phase sends to threads of its own: a thread's queue grows with what it is sent.
+    let phase = async |setup: &Setup, remote: bool, name: &str| {
+        let (a, b) = setup.homes();
+        let target = if remote { setup.echo(&b, "bee") } else { setup.held(&a, "") };
+        let pids: Vec<u32> = if remote { vec![setup.pid(&a), setup.pid(&b)] } else { vec![setup.pid(&a)] };
+        let cpu = || pids.iter().map(|pid| process_cpu_time(*pid)).sum::<Duration>();
+        settle(&[
+            off.pid(&off.homes().0),
+            off.pid(&off.homes().1),
+            on.pid(&on.homes().0),
+            on.pid(&on.homes().1),
+        ])
+        .await;
+        let (started, before) = (Instant::now(), cpu());
+        let rate = durable_sends(&[&a], std::slice::from_ref(&target), senders, period, name).await;
+        let sent = rate * started.elapsed().as_secs_f64();
+        let cpu_per_send = (cpu() - before).div_f64(sent.max(1.0));
+        setup.scrape();
+        Phase { sends_per_s: rate, cpu_per_send }
+    };
     let (mut local, mut remote) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        let phase = async |a: &Path, target: &ThreadRef, name: &str, setup: &Setup| {
-            let rate = durable_sends(
-                &[a],
-                std::slice::from_ref(target),
-                senders,
-                period,
-                &format!("{name}-{round}"),
-            )
-            .await;
-            setup.scrape();
-            rate
-        };
-        // Whichever runs second pays for the stores' growth: the order flips every round.
-        let ((l_off, l_on), (r_off, r_on)) = if round % 2 == 0 {
-            (
-                (phase(&off_a, &off_local, "l-off", &off).await, phase(&on_a, &on_local, "l-on", &on).await),
-                (
-                    phase(&off_a, &off_remote, "r-off", &off).await,
-                    phase(&on_a, &on_remote, "r-on", &on).await,
-                ),
-            )
-        } else {
-            let l_on = phase(&on_a, &on_local, "l-on", &on).await;
-            let l_off = phase(&off_a, &off_local, "l-off", &off).await;
-            let r_on = phase(&on_a, &on_remote, "r-on", &on).await;
-            ((l_off, l_on), (phase(&off_a, &off_remote, "r-off", &off).await, r_on))
-        };
-        local.push(l_on / l_off);
-        remote.push(r_on / r_off);
-        println!(
-            "  round {}: local off {l_off:>7.0} on {l_on:>7.0} sends/s ({:.2})   cross-home off {r_off:>7.0} on {r_on:>7.0} sends/s ({:.2})",
-            round + 1,
-            l_on / l_off,
-            r_on / r_off
-        );
+        for (remote_sends, ratios) in [(false, &mut local), (true, &mut remote)] {
+            let kind = if remote_sends { "cross-home" } else { "local" };
+            // Whichever runs second pays for the stores' growth: the order flips every round.
+            let (off_phase, on_phase) = if round % 2 == 0 {
+                let off_phase = phase(&off, remote_sends, &format!("{kind}-off-{round}")).await;
+                (off_phase, phase(&on, remote_sends, &format!("{kind}-on-{round}")).await)
+            } else {
+                let on_phase = phase(&on, remote_sends, &format!("{kind}-on-{round}")).await;
+                (phase(&off, remote_sends, &format!("{kind}-off-{round}")).await, on_phase)
+            };
+            let ratio = on_phase.sends_per_s / off_phase.sends_per_s;
+            ratios.push(ratio);
+            println!(
+                "  round {} {kind:>10}: off {:>6.0} sends/s, kikid CPU {:>4.0} µs/send   on {:>6.0} sends/s, {:>4.0} µs/send   on ÷ off {ratio:.2}",
+                round + 1,
+                off_phase.sends_per_s,
+                off_phase.cpu_per_send.as_secs_f64() * 1e6,
+                on_phase.sends_per_s,
+                on_phase.cpu_per_send.as_secs_f64() * 1e6,
+            );
+        }
     }
-    println!("  spans received by the collector: {}", receiver.count());
+    let dropped = on
+        .metrics
+        .map(|port| kiki_tests::metric(&kiki_tests::scrape(port), "kiki_trace_spans_dropped_total"));
+    println!(
+        "  spans received by the collector (in this process, on the same cores): {}; dropped by the sending home: {}",
+        receiver.count(),
+        dropped.unwrap_or_default()
+    );
     println!("local sends, observed ÷ not, median: {:.2} (target >= 0.95)", median(local));
     println!("cross-home sends, observed ÷ not, median: {:.2} (target >= 0.9)", median(remote));
 }

@@ -152,6 +152,8 @@ pub(super) struct Tx {
     clock: Clock,
     /// When the write began (its write lock taken): what its commit took, for the metrics.
     began: std::time::Instant,
+    /// The write's span, from asking for the lock to the commit (closed with the `Tx`).
+    _span: tracing::Span,
 }
 
 impl Tx {
@@ -205,8 +207,10 @@ impl PostgresStore {
         if self.closed.load(Ordering::Acquire) {
             return Err(StoreError::Closed);
         }
+        let span = tracing::debug_span!("store write");
         let conn = self.pool.begin_with(BEGIN_WRITE).await.map_err(|e| self.unreachable(e))?;
-        Ok(Tx { conn, noted: Vec::new(), clock: self.clock.clone(), began: std::time::Instant::now() })
+        let began = std::time::Instant::now();
+        Ok(Tx { conn, noted: Vec::new(), clock: self.clock.clone(), began, _span: span })
     }
 
     /// A connection for reads (no write lock: a read sees what had committed as it began).

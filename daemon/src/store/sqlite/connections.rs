@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
-use tracing::error;
+use tracing::{Instrument, error};
 
 use crate::store::{StoreError, StoreResult};
 use crate::sync::lock;
@@ -185,7 +185,9 @@ impl Connections {
             None => Err(StoreError::Closed),
         };
         queued?;
-        answer.await.map_err(|_| abandoned())?.map_err(|e| e.at(&self.path))
+        // From the queue to the commit's answer: the wait for the writer and the group's fsync.
+        let committed = answer.instrument(tracing::debug_span!("store write"));
+        committed.await.map_err(|_| abandoned())?.map_err(|e| e.at(&self.path))
     }
 
     /// Runs `work` on a read-only connection.

@@ -130,7 +130,7 @@ fn a_collector_that_never_answers_neither_breaks_nor_holds_up_the_home() {
         for sender in 0..64 {
             let (client, thread) = (client.clone(), thread.clone());
             senders.spawn(async move {
-                for n in 0..32 {
+                for n in 0..100 {
                     let request = kiki_proto::ThreadSendRequest {
                         target: Some(kiki_tests::local(&thread)),
                         content: "hi".into(),
