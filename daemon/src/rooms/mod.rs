@@ -156,6 +156,7 @@ impl Rooms {
 
     /// RoomRead: the room, its roster and the entries after `after` (a previous
     /// `next_cursor`; empty: from the first). Changes nothing and wakes nobody.
+    #[tracing::instrument(level = "debug", skip_all, fields(room_id = %room_id))]
     pub async fn read(
         &self,
         caller: &Caller,

@@ -20,6 +20,7 @@ impl Rooms {
     /// ThreadSend to a room: by the caller's thread (a member, its communication on), or by
     /// the owner. Durable before it answers; the members it wakes have it queued, an idle
     /// one's turn started.
+    #[tracing::instrument(level = "debug", skip_all, fields(room_id = %room_id))]
     pub async fn post(
         &self,
         caller: &Caller,
@@ -52,6 +53,7 @@ impl Rooms {
 
     /// A post by a thread of the home `peer` (its bridge grants `send`), attributed to that
     /// home and thread; refused unless the thread is a member.
+    #[tracing::instrument(level = "debug", skip_all, fields(room_id = %room_id, peer = %peer))]
     pub async fn post_from_peer(
         &self,
         peer: &str,

@@ -12,7 +12,7 @@ const TRACED_AGENT: &str = "[profiles.traced]\nexecutor = \"exec\"\n\
      command = [\"sh\", \"-c\", \"read -r line; echo \\\"$TRACEPARENT\\\"\"]\ndefault = true\n";
 
 #[test]
-fn a_cross_home_send_is_one_trace_from_the_cli_to_the_agent_retries_included() {
+fn a_cross_home_send_or_room_post_is_one_trace_from_the_cli_to_the_agent_retries_included() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let receiver = runtime.block_on(Receiver::start());
     let pair = paired_homes_with(&format!(
@@ -55,6 +55,30 @@ fn a_cross_home_send_is_one_trace_from_the_cli_to_the_agent_retries_included() {
     let turns = wait_for_turns(b, &pair.target, 2);
     let given = turns["turns"][1]["output"].as_str().expect("output").trim().to_string();
     assert!(given.starts_with(&format!("00-{second_trace}-")), "{given:?}");
+
+    // A room post on `a` mentioning the member at `b` wakes it in the post's trace.
+    let host = kiki_json(a, &["thread", "create", "--profile", "echo", "--title", "host"])["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let room = kiki_json(a, &["room", "create", "--host", &host, "--name", "traced"])["room"]["id"]
+        .as_str()
+        .expect("room")
+        .to_string();
+    assert_eq!(kiki_json(a, &["room", "add", &room, &target])["added"], true);
+    let room_trace = "e2a1b8c9d0f1e2a3b4c5d6e7f8091a2b";
+    let posted = kiki_with_env(
+        a,
+        &["--json", "room", "send", &room, "--content", "over to you", "--mention", &target, "--key", "r1"],
+        &[("TRACEPARENT", &format!("00-{room_trace}-1a2b3c4d5e6f7081-01"))],
+    );
+    assert!(posted.status.success(), "{}", String::from_utf8_lossy(&posted.stdout));
+    let turns = wait_for_turns(b, &pair.target, 3);
+    let given = turns["turns"][2]["output"].as_str().expect("output").trim().to_string();
+    assert!(
+        given.starts_with(&format!("00-{room_trace}-")),
+        "the woken member's turn is the post's: {given:?}"
+    );
 
     // Stopping flushes what is still queued.
     kiki_json(a, &["down"]);
@@ -99,6 +123,57 @@ fn a_cross_home_send_is_one_trace_from_the_cli_to_the_agent_retries_included() {
         "every attempt, retries included, is linked to the send: {attempts:#?}"
     );
     assert_eq!(find(&b_id, second_trace, "turn").len(), 1, "{spans:#?}");
+}
+
+/// The ThreadWait route beside tonic and `kiki mcp`'s tool calls continue their caller's
+/// trace too; a tool call's span names the tool.
+#[test]
+fn waits_and_mcp_tool_calls_continue_the_callers_trace() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let receiver = runtime.block_on(Receiver::start());
+    let (_dir, home) = new_home();
+    let _down = Down(&home);
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(home.join("config.toml"), format!("[otel]\nendpoint = \"{}\"\n", receiver.endpoint()))
+        .expect("config");
+    kiki_json(&home, &["up"]);
+    let thread =
+        kiki_json(&home, &["thread", "create", "--title", "t"])["id"].as_str().expect("id").to_string();
+    let (wait_trace, mcp_trace) = ("5b8aa5a2d2c872e8321cf37308d69df2", "71699b6e7bc45c1c8e5b5d5b5e5a5b5c");
+    let waited = kiki_with_env(
+        &home,
+        &["--json", "thread", "wait", &thread, "--timeout-ms", "0"],
+        &[("TRACEPARENT", &format!("00-{wait_trace}-051581bf3cb55c13-01"))],
+    );
+    assert!(waited.status.success(), "{}", String::from_utf8_lossy(&waited.stdout));
+    let kiki = kiki_tests::binaries::binary("kiki");
+    runtime.block_on(async {
+        let traceparent = format!("00-{mcp_trace}-0f0e0d0c0b0a0908-01");
+        let (session, _pushed) =
+            kiki_tests::mcp::start(&kiki, Some(&home), &[], &[("TRACEPARENT", &traceparent)], false)
+                .await
+                .expect("kiki mcp");
+        kiki_tests::mcp::call(&session, "ThreadList", serde_json::json!({})).await.expect("ThreadList");
+        session.cancel().await.expect("close");
+    });
+    kiki_json(&home, &["down"]);
+    let spans = eventually_spans(&receiver, |spans| {
+        spans.iter().any(|s| s.trace_id == wait_trace) && spans.iter().any(|s| s.trace_id == mcp_trace)
+    });
+    let call = |trace: &str| {
+        spans
+            .iter()
+            .find(|s| s.trace_id == trace && s.name == "rpc")
+            .unwrap_or_else(|| panic!("a call in trace {trace}: {spans:#?}"))
+            .clone()
+    };
+    let wait = call(wait_trace);
+    assert_eq!(wait.attribute("method"), Some("/kiki.v1.ThreadService/ThreadWait"));
+    assert_eq!(wait.parent_span_id, "051581bf3cb55c13");
+    let tool = call(mcp_trace);
+    assert_eq!(tool.attribute("method"), Some("/kiki.v1.ThreadService/ThreadList"));
+    assert_eq!(tool.attribute("mcp_tool"), Some("ThreadList"), "{tool:#?}");
+    assert_eq!(tool.parent_span_id, "0f0e0d0c0b0a0908");
 }
 
 /// A collector that takes connections but never answers costs the home nothing it serves:
