@@ -29,6 +29,55 @@ async fn committed_changes_reach_another_process_on_the_database() {
     other.close().await;
 }
 
+/// Writes that come together share one transaction and one commit (group commit); one that
+/// fails (a duplicate thread id) or whose caller goes away takes none of the others with it,
+/// and each is answered once it is durable.
+#[tokio::test]
+async fn writes_that_come_together_commit_together_and_a_failed_one_alone() {
+    let database = TestDatabase::create().await;
+    let store = Arc::new(PostgresStore::open(&database.options).await.expect("open"));
+    let batches = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = batches.clone();
+    store.changes().on_commit(Arc::new(move |writes, _| seen.lock().expect("batches").push(writes)));
+    let thread = |id: &str| kiki_tests::conformance::new_thread(id, "ws", 1);
+    store.create_thread(&thread("th_0"), None).await.expect("first");
+    let mut writes = tokio::task::JoinSet::new();
+    for n in 0..40 {
+        let store = store.clone();
+        // Every fourth asks for a thread that exists: refused, alone.
+        let id = if n % 4 == 0 { "th_0".to_string() } else { format!("th_{n}") };
+        writes.spawn(async move { (n, store.create_thread(&thread(&id), None).await.map(|t| t.id)) });
+    }
+    // Callers that give up at once, in the middle of the others.
+    for n in 40..45 {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(
+                std::time::Duration::ZERO,
+                store.create_thread(&thread(&format!("th_{n}")), None),
+            )
+            .await;
+        });
+    }
+    while let Some(done) = writes.join_next().await {
+        let (n, created) = done.expect("write");
+        match n % 4 {
+            0 => assert!(
+                matches!(created, Err(kiki_daemon::store::StoreError::Conflict(_))),
+                "{n}: {created:?}"
+            ),
+            _ => assert_eq!(created.expect("created"), format!("th_{n}")),
+        }
+    }
+    for n in (1..40).filter(|n| n % 4 != 0) {
+        assert!(store.thread(&format!("th_{n}")).await.expect("read").is_some(), "th_{n} committed");
+    }
+    store.create_thread(&thread("th_after"), None).await.expect("the store goes on");
+    let batches = batches.lock().expect("batches").clone();
+    assert!(batches.iter().any(|&writes| writes > 1), "some writes shared a commit: {batches:?}");
+    assert!(batches.iter().sum::<usize>() >= 32, "every kept write counted once: {batches:?}");
+}
+
 /// Two stores on `database`, as two processes would have, and what the second hears.
 async fn two_processes(database: &TestDatabase) -> (PostgresStore, PostgresStore, Hearing) {
     let writer = PostgresStore::open(&database.options).await.expect("open");

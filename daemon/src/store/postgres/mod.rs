@@ -12,6 +12,7 @@
 //! inside a write's transaction (that takes a global lock at commit and serialises every
 //! notifying commit), but one payload per batch of commits, sent after them by one task.
 
+mod batch;
 mod bridges;
 mod events;
 mod messages;
@@ -36,6 +37,7 @@ pub(super) use sqlx::{PgConnection, PgPool, Postgres, Row};
 
 use super::*;
 
+use batch::Tx;
 use rows::*;
 
 /// Schema migrations, applied in order, each once (recorded in `schema_migrations`).
@@ -53,10 +55,6 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The schema version this kikid makes and reads: its last migration's.
 const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
-/// How every write begins: its transaction, and in the same round trip the home's write
-/// lock, an advisory lock held until the transaction ends (any fixed number: kiki's database
-/// is kiki's own).
-const BEGIN_WRITE: &str = "BEGIN; SELECT pg_advisory_xact_lock(1802071913)";
 /// The advisory lock migrations run under, so that two kikids starting at once on one
 /// database migrate it once.
 const MIGRATION_LOCK: i64 = 0x6b696b6a;
@@ -113,6 +111,8 @@ pub struct PostgresStore {
     changes: Arc<Publisher>,
     /// Tells the other processes on this database what commits here changed.
     notifier: Arc<notify::Notifier>,
+    /// The writes under way, committed together (see [`batch`]).
+    writes: Arc<batch::Writes>,
     closed: Arc<AtomicBool>,
     /// The home's clock, read as a write runs (see [`PostgresStore::on_clock`]).
     clock: Clock,
@@ -144,36 +144,6 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// A write under way: its transaction (holding the home's write lock) and the changes it
-/// made, published once it commits.
-pub(super) struct Tx {
-    conn: sqlx::Transaction<'static, Postgres>,
-    noted: Vec<Change>,
-    clock: Clock,
-    /// When the write began (its write lock taken): what its commit took, for the metrics.
-    began: std::time::Instant,
-    /// The write's span, from asking for the lock to the commit (closed with the `Tx`).
-    _span: tracing::Span,
-}
-
-impl Tx {
-    /// The connection to run the write's statements on.
-    pub(super) fn conn(&mut self) -> &mut PgConnection {
-        &mut self.conn
-    }
-
-    /// Notes that this write makes `change` (published after commit).
-    pub(super) fn note(&mut self, change: Change) {
-        self.noted.push(change);
-    }
-
-    /// The time this write decides what is overdue by (see [`write_time`]), for a write
-    /// asked for at `asked`.
-    pub(super) fn time(&self, asked: Millis) -> Millis {
-        write_time(&self.clock, asked)
-    }
-}
-
 impl PostgresStore {
     /// Connects to the database `options` name and applies pending migrations.
     pub async fn open(options: &PostgresOptions) -> StoreResult<Self> {
@@ -192,7 +162,16 @@ impl PostgresStore {
         migrate(&pool).await?;
         let changes = Arc::new(Publisher::default());
         let notifier = notify::Notifier::start(pool.clone(), changes.clone()).await?;
-        Ok(Self { pool, described, changes, notifier, closed: Default::default(), clock: Clock::system() })
+        let writes = batch::Writes::new(changes.clone(), notifier.clone());
+        Ok(Self {
+            pool,
+            described,
+            changes,
+            notifier,
+            writes,
+            closed: Default::default(),
+            clock: Clock::system(),
+        })
     }
 
     /// The store with its writes reading `clock` (the system's by default), as
@@ -202,15 +181,13 @@ impl PostgresStore {
         self
     }
 
-    /// Starts a write: a transaction holding the home's write lock.
-    pub(super) async fn begin(&self) -> StoreResult<Tx> {
+    /// Starts a write: its turn in a transaction holding the home's write lock, shared with
+    /// the writes that come meanwhile (see [`batch`]).
+    async fn begin(&self) -> StoreResult<Tx> {
         if self.closed.load(Ordering::Acquire) {
             return Err(StoreError::Closed);
         }
-        let span = tracing::debug_span!("store write");
-        let conn = self.pool.begin_with(BEGIN_WRITE).await.map_err(|e| self.unreachable(e))?;
-        let began = std::time::Instant::now();
-        Ok(Tx { conn, noted: Vec::new(), clock: self.clock.clone(), began, _span: span })
+        self.writes.begin(self).await
     }
 
     /// A connection for reads (no write lock: a read sees what had committed as it began).
@@ -229,16 +206,10 @@ impl PostgresStore {
         }
     }
 
-    /// Commits a write, then publishes what it changed: here at once, to the other processes
-    /// on the database by the notifier.
-    pub(super) async fn commit(&self, tx: Tx) -> StoreResult<()> {
-        tx.conn.commit().await?;
-        self.changes.committed(1, tx.began.elapsed());
-        if !tx.noted.is_empty() {
-            self.notifier.committed(&tx.noted);
-            self.changes.publish(tx.noted);
-        }
-        Ok(())
+    /// Commits a write (with its batch), then publishes what it changed: here at once, to
+    /// the other processes on the database by the notifier.
+    async fn commit(&self, tx: Tx) -> StoreResult<()> {
+        batch::Writes::commit(tx).await
     }
 }
 
