@@ -189,13 +189,13 @@ impl Default for Metrics {
         let commit_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 16));
         registry.register(
             "store_commit_seconds",
-            "How long the store's commits took (SQLite: a batch's writes and its fsync; Postgres: a write from its lock to its commit)",
+            "How long the store's commits took (SQLite: a batch's writes and its fsync; Postgres: a batch from taking the write lock to its commit)",
             commit_seconds.clone(),
         );
         let commit_writes = Histogram::new(exponential_buckets(1.0, 2.0, 10));
         registry.register(
             "store_commit_writes",
-            "How many writes each commit carried (SQLite's group commit; 1 on Postgres)",
+            "How many writes each commit carried (the store's group commit)",
             commit_writes.clone(),
         );
         Self {
