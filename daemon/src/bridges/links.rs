@@ -153,6 +153,18 @@ impl Links {
         call: &wire::BridgeCall,
         withdraw_after: Option<Instant>,
     ) -> Result<wire::BridgeReply> {
+        self.call_in_current_span(bridge, call, withdraw_after).await
+    }
+
+    /// [`Links::call`] in the caller's span, for a caller whose span stands for the call and
+    /// names its bridge (an outbox attempt): one span less per message carried, which is
+    /// what tracing a cross-home send costs.
+    pub(super) async fn call_in_current_span(
+        &self,
+        bridge: &BridgeRecord,
+        call: &wire::BridgeCall,
+        withdraw_after: Option<Instant>,
+    ) -> Result<wire::BridgeReply> {
         let started = Instant::now();
         // The target's spans for it join this one's trace.
         let traced;

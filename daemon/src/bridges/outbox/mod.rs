@@ -380,6 +380,7 @@ impl Outbox {
         let span = tracing::debug_span!(
             "outbox attempt",
             message_id = %entry.id,
+            bridge_id = %entry.bridge_id,
             peer = %entry.peer_home_id,
             attempts = entry.attempts
         );
@@ -548,7 +549,8 @@ impl Outbox {
     /// One call to the bridge's peer: its reply, or, when it brought no answer about the
     /// messages it carried, the verdict for each of them — refused for good if the whole
     /// call was refused with one of `final_codes`. An answer from the peer counts as contact
-    /// (see [`Outbox::link_up`]); a refusal for now does not.
+    /// (see [`Outbox::link_up`]); a refusal for now does not. In the caller's span, which
+    /// names the bridge: an attempt's, or a follow-up's.
     async fn ask(
         &self,
         bridge: &BridgeRecord,
@@ -560,7 +562,7 @@ impl Outbox {
         let answer = self
             .inner
             .clock
-            .timeout(ATTEMPT_TIMEOUT, self.inner.links.call(bridge, call, withdraw_after))
+            .timeout(ATTEMPT_TIMEOUT, self.inner.links.call_in_current_span(bridge, call, withdraw_after))
             .await;
         if let Ok(Ok(_)) = &answer {
             self.inner.observer.link_rtt(&bridge.peer_home_id, started.elapsed());
@@ -667,14 +669,16 @@ impl Outbox {
         for ((bridge, window_over), mut group) in asked {
             let now = self.now();
             let call = follow_up_call(&group, window_over);
-            let verdicts: Vec<Verdict> =
-                match self.ask(&bridge, &call, Refusal::ends_each_message, None).await {
-                    Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
-                        reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
-                    }
-                    Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
-                    Err(verdict) => vec![verdict; group.len()],
-                };
+            let span =
+                tracing::debug_span!("outbox follow-up", bridge_id = %bridge.id, peer = %bridge.peer_home_id);
+            let asked = self.ask(&bridge, &call, Refusal::ends_each_message, None).instrument(span).await;
+            let verdicts: Vec<Verdict> = match asked {
+                Ok(Reply::FollowUp(reply)) if reply.answers.len() == group.len() => {
+                    reply.answers.iter().zip(group.iter_mut()).map(|(a, e)| verdict(a, e)).collect()
+                }
+                Ok(other) => vec![Verdict::NotNow(format!("unexpected answer: {other:?}")); group.len()],
+                Err(verdict) => vec![verdict; group.len()],
+            };
             for (entry, verdict) in group.into_iter().zip(verdicts) {
                 if matches!(verdict, Verdict::Unanswered(_)) && !self.answered_since(&entry.peer_home_id, now)
                 {

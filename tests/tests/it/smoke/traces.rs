@@ -92,14 +92,19 @@ fn a_cross_home_send_or_room_post_is_one_trace_from_the_cli_to_the_agent_retries
         spans.iter().filter(|s| s.service_instance == home && s.trace_id == trace && s.name == name).collect()
     };
 
-    // Sender: the call's span is the caller's child; the bridge call is in the same trace.
+    // Sender: the call's span is the caller's child; the attempt that carried the message
+    // over the bridge (its bridge call) is in the same trace.
     let calls = find(&a_id, first_trace, "rpc");
     let send = calls
         .iter()
         .find(|s| s.attribute("method") == Some("/kiki.v1.ThreadService/ThreadSend"))
         .unwrap_or_else(|| panic!("the send's call span: {spans:#?}"));
     assert_eq!(send.parent_span_id, caller_span);
-    assert!(!find(&a_id, first_trace, "bridge call").is_empty(), "{spans:#?}");
+    let attempt = find(&a_id, first_trace, "outbox attempt");
+    assert!(
+        attempt.iter().any(|s| s.attribute("bridge_id").is_some_and(|b| b.starts_with("br_"))),
+        "{spans:#?}"
+    );
     // Target: the served call and the turn are in it, the turn being what the agent got.
     assert!(!find(&b_id, first_trace, "bridge serve").is_empty(), "{spans:#?}");
     let turn = find(&b_id, first_trace, "turn");
