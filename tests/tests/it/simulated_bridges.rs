@@ -433,3 +433,35 @@ async fn a_confirmed_message_waits_past_its_window() {
     assert!(turn.output.contains("echo: held"), "{}", turn.output);
     delivered_receipt(&a, "k1").await;
 }
+
+/// A message its source could not confirm (the link cut once it arrived) expires at the
+/// target when its deadline passes, and the target's metrics count it.
+#[tokio::test]
+async fn an_unconfirmed_message_expires_at_the_target_and_is_counted() {
+    let network = MemoryNetwork::new();
+    let window = Duration::from_secs(2);
+    let clock = kiki_tests::manual_clock();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+    let a =
+        open_home_on(&network).clock(&clock).config(move |c| c.bridge.retry_window = window).start().await;
+    let b = open_home_on(&network)
+        .clock(&clock)
+        .config(move |c| c.metrics.listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))))
+        .start()
+        .await;
+    a.bridge_to(&b, "send").await;
+    let t = b.thread("echo", None).await.id;
+    let sent = a.send(remote_send("bee", &t, "unconfirmed", "k1")).await.expect("send");
+    assert_eq!(sent.status(), pb::SendStatus::Pending, "no wake: it waits at the target");
+    network.partition(a.handle().home_id(), b.handle().home_id(), true);
+    let scrape =
+        || async { tokio::task::spawn_blocking(move || kiki_tests::scrape(port)).await.expect("scrape") };
+    assert_eq!(kiki_tests::metric(&scrape().await, "kiki_expirations_total"), 0.0);
+    kiki_tests::advance_in_steps(&clock, window + Duration::from_secs(2), Duration::from_millis(100)).await;
+    let a_id = a.handle().home_id().to_string();
+    kiki_tests::eventually_on(&clock, "the target to expire it", || async {
+        receipts(&b, &a_id).await.into_iter().find(|r| r.status().word() == "expired")
+    })
+    .await;
+    assert_eq!(kiki_tests::metric(&scrape().await, "kiki_expirations_total"), 1.0);
+}
