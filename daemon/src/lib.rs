@@ -19,6 +19,7 @@
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
 //! - [`convert`]: records ↔ `kiki.v1` messages, for the two protobuf edges (gRPC, the bridge
 //!   wire codec).
+//! - [`tools`]: the session tools a home runs in its threads' workspaces (the file tools).
 //! - [`sync`], [`time`]: small helpers.
 //! - [`runtime`]: the tokio runtime kikid runs on (no LIFO slot, so answers are flushed in batches).
 //!
@@ -56,6 +57,7 @@ pub mod store;
 pub mod sync;
 pub mod threads;
 pub mod time;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::sync::Arc;
