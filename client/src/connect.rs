@@ -18,12 +18,17 @@ pub async fn connect(home: &Path) -> Result<Client> {
 /// The client acting as the calling turn when `KIKI_TOKEN` is set (the daemon then refuses
 /// owner actions), in the trace of `TRACEPARENT` when set.
 pub fn as_caller(client: Client) -> Result<Client> {
-    let client = match kiki_client::env_var(kiki_proto::TRACE_ENV) {
-        Some(traceparent) => client.with_trace(&traceparent),
-        None => client,
-    };
+    let client = in_callers_trace(client);
     Ok(match kiki_client::env_var("KIKI_TOKEN") {
         Some(token) => client.with_token(&token)?,
         None => client,
     })
+}
+
+/// The client continuing the trace of `TRACEPARENT` (a turn's agent has it), when set.
+pub fn in_callers_trace(client: Client) -> Client {
+    match kiki_client::env_var(kiki_proto::TRACE_ENV) {
+        Some(traceparent) => client.with_trace(&traceparent),
+        None => client,
+    }
 }

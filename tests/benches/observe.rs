@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kiki_proto::ThreadRef;
-use kiki_tests::binaries::{Paired, kiki_json, paired_homes_with};
+use kiki_tests::binaries::{Paired, free_tcp_port, kiki_json, paired_homes_with};
 use kiki_tests::measure::{durable_sends, process_cpu_time, setting};
 use kiki_tests::otlp::Receiver;
 
@@ -49,14 +49,9 @@ impl Setup {
         Self { pair, metrics: Some(port) }
     }
 
-    /// A busy thread of `home`, as a sender at `a` names it.
+    /// A busy thread of `home`, as a sender at `a` names it (`via`: the bridge's name).
     fn held(&self, home: &Path, via: &str) -> ThreadRef {
-        let created = kiki_json(home, &["thread", "create", "--profile", "hold", "--prompt", "x"]);
-        ThreadRef {
-            host_id: via.into(),
-            workspace_id: String::new(),
-            session_id: created["id"].as_str().expect("id").into(),
-        }
+        new_thread(home, via, &["--profile", "hold", "--prompt", "x"])
     }
 
     fn homes(&self) -> (PathBuf, PathBuf) {
@@ -67,12 +62,7 @@ impl Setup {
     /// messages to another home that are taken end their outbox entries' follow-ups, which
     /// would otherwise go on behind the next phases.
     fn echo(&self, home: &Path, via: &str) -> ThreadRef {
-        let created = kiki_json(home, &["thread", "create", "--title", "echo"]);
-        ThreadRef {
-            host_id: via.into(),
-            workspace_id: String::new(),
-            session_id: created["id"].as_str().expect("id").into(),
-        }
+        new_thread(home, via, &["--title", "echo"])
     }
 
     /// The kikid of `home`.
@@ -87,8 +77,15 @@ impl Setup {
     }
 }
 
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
+/// A thread made in `home` by `kiki thread create ARGS…`, as a sender reaching it `via` a
+/// bridge of that name names it (`""`: the sender's own home).
+fn new_thread(home: &Path, via: &str, args: &[&str]) -> ThreadRef {
+    let created = kiki_json(home, &[&["thread", "create"], args].concat());
+    ThreadRef {
+        host_id: via.into(),
+        workspace_id: String::new(),
+        session_id: created["id"].as_str().expect("id").into(),
+    }
 }
 
 /// Waits (at most 30 s) until the kikids at `pids` are idle: under 5% of a core for 500 ms,

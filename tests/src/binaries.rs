@@ -148,6 +148,11 @@ pub fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
 }
 
+/// A loopback TCP port free a moment ago (for a server a test starts: metrics, sshd…).
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
+}
+
 /// Two real homes on fixed ports, `a` bridged to `b` (alias `bee`) with send+wake, and a
 /// thread at `b`; both are stopped when this is dropped, before their directories go.
 pub struct Paired {

@@ -593,8 +593,7 @@ impl Drop for UdpRelay {
     }
 }
 
-/// The metrics a home serves on `127.0.0.1:port` (`[metrics] listen`), and the value of one
-/// series of them (`name{labels}`; 0 when absent).
+/// The metrics a home serves on `127.0.0.1:port` (`[metrics] listen`), in the text format.
 pub fn scrape(port: u16) -> String {
     use std::io::{Read, Write};
     let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the metrics' port");

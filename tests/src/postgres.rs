@@ -175,8 +175,7 @@ impl TestCluster {
         std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
         run("chown", &["postgres:postgres", &dir.path().display().to_string()]);
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+        let port = crate::binaries::free_tcp_port();
         let cluster = Self { dir, bin, port };
         cluster.as_postgres(
             "initdb",

@@ -40,7 +40,7 @@ impl Sshd {
         keygen(&path.join("host_key"));
         keygen(&path.join("client_key"));
         std::fs::copy(path.join("client_key.pub"), path.join("authorized_keys")).expect("authorized_keys");
-        let port = free_tcp_port();
+        let port = crate::binaries::free_tcp_port();
         std::fs::create_dir_all("/run/sshd").expect("sshd's privilege separation directory");
         std::fs::write(
             path.join("sshd_config"),
@@ -223,10 +223,6 @@ fn keygen(path: &Path) {
         .status()
         .expect("ssh-keygen");
     assert!(done.success(), "ssh-keygen {}", path.display());
-}
-
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port()
 }
 
 fn whoami() -> String {

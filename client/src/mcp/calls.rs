@@ -94,10 +94,7 @@ impl Caller {
             )),
             other => Refused(other.to_string()),
         })?;
-        let connected = match kiki_client::env_var(pb::TRACE_ENV) {
-            Some(traceparent) => connected.with_trace(&traceparent),
-            None => connected,
-        };
+        let connected = crate::connect::in_callers_trace(connected);
         let client = match &self.token {
             Some(token) => connected.with_token(token).map_err(|e| Refused(e.to_string()))?,
             None => connected,

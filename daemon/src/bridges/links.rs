@@ -166,19 +166,12 @@ impl Links {
         withdraw_after: Option<Instant>,
     ) -> Result<wire::BridgeReply> {
         let started = Instant::now();
-        // The target's spans for it join this one's trace.
-        let traced;
-        let call = match crate::observe::traces::traceparent(&tracing::Span::current()) {
-            traceparent if traceparent.is_empty() => call,
-            traceparent => {
-                traced = wire::BridgeCall { traceparent, ..call.clone() };
-                &traced
-            }
-        };
+        let request = traced_request(call, &crate::observe::traces::traceparent(&tracing::Span::current()));
         let mut failed: Option<Arc<dyn Link>> = None;
         for attempt in 0..2 {
             let peer = self.connection(bridge, failed.as_ref()).await.map_err(|e| took(e, started))?;
-            match tokio::time::timeout(CALL_TIMEOUT, call_link(peer.as_ref(), call, withdraw_after)).await {
+            let answer = send_request(peer.as_ref(), request.clone(), withdraw_after);
+            match tokio::time::timeout(CALL_TIMEOUT, answer).await {
                 Ok(Ok(reply)) => {
                     self.answered(bridge, &reply);
                     return Ok(reply);
@@ -297,7 +290,29 @@ pub(super) async fn call_link(
     call: &wire::BridgeCall,
     withdraw_after: Option<Instant>,
 ) -> std::result::Result<wire::BridgeReply, LinkError> {
-    let reply = link.call(call.encode_to_vec(), withdraw_after).await?;
+    send_request(link, call.encode_to_vec(), withdraw_after).await
+}
+
+/// `call` encoded, continuing the trace `traceparent` names (if any) so that the target's
+/// spans for it join it. The field is appended to the call's encoding rather than set on a
+/// copy of the call: concatenated encodings decode as one message, and a send's content is
+/// not copied for it.
+fn traced_request(call: &wire::BridgeCall, traceparent: &str) -> Vec<u8> {
+    let mut request = call.encode_to_vec();
+    if !traceparent.is_empty() {
+        let trace = wire::BridgeCall { call: None, traceparent: traceparent.to_string() };
+        trace.encode(&mut request).expect("a Vec grows as needed");
+    }
+    request
+}
+
+/// An encoded call over a link, its reply decoded.
+async fn send_request(
+    link: &dyn Link,
+    request: Vec<u8>,
+    withdraw_after: Option<Instant>,
+) -> std::result::Result<wire::BridgeReply, LinkError> {
+    let reply = link.call(request, withdraw_after).await?;
     // A peer on another build may answer what this one cannot read: retrying repeats it.
     wire::BridgeReply::decode(reply.as_slice())
         .map_err(|e| LinkError::fault(format!("undecodable reply: {e}")))

@@ -57,15 +57,19 @@ pub fn dropped_spans() -> u64 {
 /// The tracer the `tracing` layer records spans with, for export to `endpoint` (an
 /// `http://host:port` OTLP/gRPC collector). Nothing leaves before [`begin`].
 pub fn tracer(endpoint: &str) -> opentelemetry_sdk::trace::Tracer {
-    let export = EXPORT.get_or_init(|| Export {
-        endpoint: endpoint.to_string(),
-        processor: Deferred::default().into(),
-        provider: OnceLock::new(),
+    let export = EXPORT.get_or_init(|| {
+        let processor = Arc::new(Deferred::default());
+        let provider =
+            SdkTracerProvider::builder().with_span_processor(DeferredHandle(processor.clone())).build();
+        Export { endpoint: endpoint.to_string(), processor, provider }
     });
-    let provider = export.provider.get_or_init(|| {
-        SdkTracerProvider::builder().with_span_processor(DeferredHandle(export.processor.clone())).build()
-    });
-    provider.tracer("kikid")
+    export.provider.tracer("kikid")
+}
+
+/// Whether spans are recorded for export: without, a span has no trace context to read or
+/// set, and the calls below return at once.
+fn recording() -> bool {
+    EXPORT.get().is_some()
 }
 
 /// Starts exporting, as the home whose id is `home_id` (its spans' `service.instance.id`).
@@ -88,7 +92,7 @@ pub fn begin(home_id: &str) {
             return;
         }
     };
-    let counted = Counted { inner: exporter, queued: export.processor.clone() };
+    let counted = Counted { inner: exporter, deferred: export.processor.clone() };
     let mut processor = BatchSpanProcessor::builder(counted)
         .with_batch_config(BatchConfigBuilder::default().with_max_queue_size(QUEUE).build())
         .build();
@@ -118,6 +122,9 @@ pub fn flush() {
 /// The trace context `span` continues, as a `traceparent` value; empty when traces are not
 /// recorded.
 pub fn traceparent(span: &tracing::Span) -> String {
+    if !recording() {
+        return String::new();
+    }
     let context = span.context();
     if !context.span().span_context().is_valid() {
         return String::new();
@@ -147,6 +154,9 @@ pub fn continue_attempt(span: &tracing::Span, traceparent: &str, attempts: i64) 
 
 /// Makes `span` a child of `cause` (a span of this process), which may have ended.
 pub fn continue_span(span: &tracing::Span, cause: &tracing::Span) {
+    if !recording() {
+        return;
+    }
     let context = cause.context();
     if context.span().span_context().is_valid() {
         let _ = span.set_parent(context);
@@ -154,7 +164,7 @@ pub fn continue_span(span: &tracing::Span, cause: &tracing::Span) {
 }
 
 fn context_of(traceparent: &str) -> Option<Context> {
-    if traceparent.is_empty() {
+    if traceparent.is_empty() || !recording() {
         return None;
     }
     let carrier = HashMap::from([(TRACEPARENT.to_string(), traceparent.to_string())]);
@@ -166,7 +176,7 @@ fn context_of(traceparent: &str) -> Option<Context> {
 struct Export {
     endpoint: String,
     processor: Arc<Deferred>,
-    provider: OnceLock<SdkTracerProvider>,
+    provider: SdkTracerProvider,
 }
 
 /// The batch processor once the export began, and how many spans it holds: the queue's
@@ -211,12 +221,12 @@ impl SpanProcessor for DeferredHandle {
 #[derive(Debug)]
 struct Counted<E> {
     inner: E,
-    queued: Arc<Deferred>,
+    deferred: Arc<Deferred>,
 }
 
 impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        self.queued.queued.fetch_sub(batch.len(), Ordering::Relaxed);
+        self.deferred.queued.fetch_sub(batch.len(), Ordering::Relaxed);
         self.inner.export(batch).await
     }
 

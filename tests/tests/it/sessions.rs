@@ -195,7 +195,7 @@ target=$(printf '%s\n' "$input" | sed -n 's/^\[kiki message [^ ]* from \(th_[0-9
 {kiki} thread send "$target" --key "k$(date +%s%N)" --content thanks > /dev/null && echo "thanked $target""#,
         kiki = kiki.display()
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+    let port = kiki_tests::binaries::free_tcp_port();
     let home = TestHome::builder()
         .shell_profile("polite", &polite)
         .config(|c| {

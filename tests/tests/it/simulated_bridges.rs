@@ -441,7 +441,7 @@ async fn an_unconfirmed_message_expires_at_the_target_and_is_counted() {
     let network = MemoryNetwork::new();
     let window = Duration::from_secs(2);
     let clock = kiki_tests::manual_clock();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+    let port = kiki_tests::binaries::free_tcp_port();
     let a =
         open_home_on(&network).clock(&clock).config(move |c| c.bridge.retry_window = window).start().await;
     let b = open_home_on(&network)

@@ -47,8 +47,14 @@ struct Batch {
 struct Members {
     joined: usize,
     finished: usize,
-    /// Whether writes may still join (until the last joined one finished).
-    open: bool,
+}
+
+impl Members {
+    /// Whether writes may still join: until the last joined one finished (then none can
+    /// join, so it stays closed).
+    fn open(&self) -> bool {
+        self.finished < self.joined
+    }
 }
 
 /// The transaction, which the batch's writes use one at a time.
@@ -190,13 +196,13 @@ impl Writes {
         let mut open = lock(&self.open);
         if let Some(batch) = open.as_ref() {
             let mut members = lock(&batch.members);
-            if members.open && members.joined < MOST_WRITES {
+            if members.open() && members.joined < MOST_WRITES {
                 members.joined += 1;
                 return batch.clone();
             }
         }
         let batch = Arc::new(Batch {
-            members: Mutex::new(Members { joined: 1, finished: 0, open: true }),
+            members: Mutex::new(Members { joined: 1, finished: 0 }),
             shared: Default::default(),
             outcome: watch::Sender::new(None),
         });
@@ -210,8 +216,7 @@ impl Writes {
         let last = {
             let mut members = lock(&batch.members);
             members.finished += 1;
-            members.open &= members.finished < members.joined;
-            !members.open
+            !members.open()
         };
         let mut outcome = batch.outcome.subscribe();
         if last {

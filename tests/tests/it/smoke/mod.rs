@@ -242,7 +242,7 @@ fn metrics_are_served_and_count_sends_refusals_and_turns() {
     let (_dir, home) = new_home();
     let _down = Down(&home);
     std::fs::create_dir_all(&home).expect("home");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+    let port = kiki_tests::binaries::free_tcp_port();
     std::fs::write(home.join("config.toml"), format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"))
         .expect("config");
     kiki_json(&home, &["up"]);

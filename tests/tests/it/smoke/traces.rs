@@ -192,8 +192,7 @@ fn a_collector_that_never_answers_neither_breaks_nor_holds_up_the_home() {
     // Connections land in its backlog and are never read.
     let black_hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let collector = black_hole.local_addr().expect("addr").port();
-    let metrics =
-        std::net::TcpListener::bind("127.0.0.1:0").expect("probe").local_addr().expect("addr").port();
+    let metrics = kiki_tests::binaries::free_tcp_port();
     std::fs::write(
         home.join("config.toml"),
         format!("[otel]\nendpoint = \"http://127.0.0.1:{collector}\"\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n"),
