@@ -164,13 +164,23 @@ pub fn continue_span(span: &tracing::Span, cause: &tracing::Span) {
 }
 
 fn context_of(traceparent: &str) -> Option<Context> {
-    if traceparent.is_empty() || !recording() {
+    recording().then(|| parse(traceparent)).flatten()
+}
+
+/// The context a `traceparent` from a caller or a peer names: none for anything but a
+/// valid one, and nothing longer than a W3C one (55 characters) can be is even parsed.
+fn parse(traceparent: &str) -> Option<Context> {
+    if traceparent.is_empty() || traceparent.len() > MAX_TRACEPARENT {
         return None;
     }
     let carrier = HashMap::from([(TRACEPARENT.to_string(), traceparent.to_string())]);
     let context = TraceContextPropagator::new().extract(&carrier);
     context.span().span_context().is_valid().then_some(context)
 }
+
+/// Longer than any `traceparent` of a version this build knows (55 characters), with room
+/// for a later version's extra fields.
+const MAX_TRACEPARENT: usize = 128;
 
 /// The process's one export.
 struct Export {
@@ -240,5 +250,21 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_well_formed_traceparent_names_a_context() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let context = parse(good).expect("valid");
+        assert_eq!(context.span().span_context().trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        for bad in ["", "00-zzzz-garbage", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"] {
+            assert!(parse(bad).is_none(), "{bad}");
+        }
+        assert!(parse(&format!("{good}{}", "-0".repeat(100))).is_none(), "too long to be parsed");
     }
 }
