@@ -9,6 +9,7 @@ use protox::prost::Message;
 
 const PROTOS: &[&str] = &[
     "kiki/v1/common.proto",
+    "kiki/v1/tools.proto",
     "kiki/v1/threads.proto",
     "kiki/v1/home.proto",
     "kiki/v1/bridges.proto",
@@ -50,6 +51,8 @@ const ENUM_FIELDS: &[(&str, &str)] = &[
     ("kiki.v1.Receipt.direction", "direction"),
     ("kiki.v1.Receipt.status", "delivery_status"),
     ("kiki.v1.HomeEvent.kind", "home_event_kind"),
+    ("kiki.v1.ToolCallResponse.outcome", "tool_outcome"),
+    ("kiki.v1.ToolCallRecord.outcome", "tool_outcome"),
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

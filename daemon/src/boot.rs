@@ -166,6 +166,10 @@ pub(crate) struct Domain {
     pub outbox_work: Arc<tokio::sync::Notify>,
     /// Whether this replica works the outbox (decided by its heartbeat).
     pub outbox_duty: Arc<crate::replica::OutboxDuty>,
+    /// The session tools (files, shell, todo, cron), their tasks and their cron scheduler.
+    pub tools: crate::tools::SessionTools,
+    pub tasks: crate::tools::shell::Tasks,
+    pub crons: crate::tools::cron::Scheduler,
 }
 
 impl Domain {
@@ -201,6 +205,19 @@ impl Domain {
         let waits = Waits::new(threads.clone(), config.clone(), signals.clone(), shutdown.clone());
         let timeout = config.threads.permission_timeout;
         let permissions = PermissionRequests::new(&threads, timeout, signals.clone(), shutdown.clone());
+        let tasks = crate::tools::shell::Tasks::new(
+            home.root().join("tasks"),
+            threads.clone(),
+            config.background.clone(),
+        );
+        let crons = crate::tools::cron::Scheduler::default();
+        let tools = crate::tools::SessionTools::new(
+            threads.clone(),
+            permissions.clone(),
+            config.clone(),
+            tasks.clone(),
+            crons.clone(),
+        );
         let rooms = Rooms::new(threads.clone(), mailbox.clone(), config);
         let outbox_duty = Arc::new(crate::replica::OutboxDuty::new(outbox_work.clone()));
         Self {
@@ -214,6 +231,9 @@ impl Domain {
             send_keys,
             outbox_work,
             outbox_duty,
+            tools,
+            tasks,
+            crons,
         }
     }
 
@@ -242,8 +262,8 @@ impl Domain {
         bridges: crate::bridges::Bridges,
         info: Arc<crate::grpc::HomeInfo>,
     ) -> crate::grpc::Services {
-        let Domain { threads, mailbox, waits, permissions, rooms, .. } = self;
-        crate::grpc::Services { threads, mailbox, waits, permissions, bridges, rooms, info }
+        let Domain { threads, mailbox, waits, permissions, rooms, tools, .. } = self;
+        crate::grpc::Services { threads, mailbox, waits, permissions, bridges, rooms, tools, info }
     }
 
     /// Starts running turns — the queued ones at once — with the turns' desk (what their
@@ -257,6 +277,33 @@ impl Domain {
             self.runner.kick(&thread_id);
         }
         Ok(Turns { runner: self.runner.clone(), _desk: desk })
+    }
+}
+
+/// The session tools' background work: the cron scheduler, and the tasks Bash started (ended
+/// when the home stops).
+pub(crate) struct SessionWork {
+    pub tasks: crate::tools::shell::Tasks,
+    pub scheduler: tokio::task::JoinHandle<()>,
+}
+
+impl SessionWork {
+    pub(crate) fn start(domain: &Domain, shutdown: &CancellationToken) -> Self {
+        let store = domain.threads.store().clone();
+        let scheduler =
+            tokio::spawn(domain.crons.clone().run(store, domain.threads.clone(), shutdown.clone()));
+        Self { tasks: domain.tasks.clone(), scheduler }
+    }
+}
+
+#[async_trait]
+impl Component for SessionWork {
+    fn name(&self) -> &'static str {
+        "background tasks and crons"
+    }
+    async fn stop(self: Box<Self>) {
+        self.tasks.stop_all().await;
+        let _ = self.scheduler.await;
     }
 }
 

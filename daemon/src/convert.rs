@@ -12,7 +12,7 @@ use crate::rooms::{Posted, RoomPage, RoomView};
 use crate::store::{
     BridgeState, CommunicationSetting, Direction, EntryRecord, EventKind, EventRecord, InputKind,
     InputRecord, MemberKind, MessageStatus, OutboxStatus, PartKind, PermissionStatus, Permissions,
-    RequestStatus, SourceRef, ThreadRecord, TurnStatus, rules,
+    RequestStatus, SourceRef, ThreadRecord, ToolCallRecord, ToolOutcome, TurnStatus, rules,
 };
 use crate::threads::{Read, TurnView};
 use crate::time::rfc3339;
@@ -142,6 +142,7 @@ pub fn event_to_pb(e: EventRecord) -> pb::Event {
             EventKind::Attention => pb::EventKind::Attention,
             EventKind::Lifecycle => pb::EventKind::Lifecycle,
             EventKind::Undeliverable => pb::EventKind::Undeliverable,
+            EventKind::Task => pb::EventKind::Task,
         } as i32,
         at: rfc3339(e.at),
         turn_id: e.turn_id.unwrap_or_default(),
@@ -161,6 +162,7 @@ pub fn event_from_pb(e: pb::Event, thread_id: &str) -> Option<EventRecord> {
         pb::EventKind::Attention => EventKind::Attention,
         pb::EventKind::Lifecycle => EventKind::Lifecycle,
         pb::EventKind::Undeliverable => EventKind::Undeliverable,
+        pb::EventKind::Task => EventKind::Task,
         pb::EventKind::Unspecified => return None,
     };
     let turn_status = match e.turn_status() {
@@ -233,6 +235,7 @@ pub fn read_to_pb(read: Read, host_id: &str, communication: (bool, String)) -> p
             next_cursor: None,
             thread: Some(thread_to_pb(&s.thread, host_id, communication)),
             coverage: None,
+            tool_calls: Vec::new(),
             segment: Some(pb::ContentSegment {
                 content_ref: s.content_ref,
                 text: s.text,
@@ -259,6 +262,7 @@ pub fn read_to_pb(read: Read, host_id: &str, communication: (bool, String)) -> p
                 next_cursor: page.next_cursor,
                 segment: None,
                 coverage: Some(coverage),
+                tool_calls: Vec::new(),
             }
         }
     }
@@ -492,6 +496,28 @@ pub fn feed_event_to_pb(e: &crate::observe::feed::FeedEvent) -> pb::HomeEvent {
         message_id: e.message_id.clone(),
         turn_id: e.turn_id.clone(),
         summary: e.summary.clone(),
+    }
+}
+
+/// A session-tool call as ThreadRead shows it.
+pub fn tool_call_to_pb(c: ToolCallRecord) -> pb::ToolCallRecord {
+    pb::ToolCallRecord {
+        seq: c.seq as u64,
+        turn_id: c.turn_id.unwrap_or_default(),
+        name: c.name,
+        arguments: c.arguments,
+        outcome: tool_outcome_to_pb(c.outcome) as i32,
+        result: c.result,
+        duration_ms: c.duration_ms.max(0) as u64,
+        at: rfc3339(c.at),
+    }
+}
+
+pub fn tool_outcome_to_pb(outcome: ToolOutcome) -> pb::ToolOutcome {
+    match outcome {
+        ToolOutcome::Ok => pb::ToolOutcome::Ok,
+        ToolOutcome::Error => pb::ToolOutcome::Error,
+        ToolOutcome::Denied => pb::ToolOutcome::Denied,
     }
 }
 

@@ -207,6 +207,7 @@ impl DaemonBuilder {
             &replica.id,
         );
         started.push(Box::new(domain.start_turns().await?));
+        started.push(Box::new(boot::SessionWork::start(&domain, &shutdown)));
         let transport = match &self.transport {
             Some(factory) => factory(&home_id),
             None => {

@@ -127,6 +127,7 @@ pub mod json {
         super::Permission => "PERMISSION_",
         super::BridgeRequestStatus => "BRIDGE_REQUEST_STATUS_",
         super::HomeEventKind => "HOME_EVENT_KIND_",
+        super::ToolOutcome => "TOOL_OUTCOME_",
     }
 
     /// The words of a list of values, joined by commas (`read,send`).
@@ -182,6 +183,7 @@ pub mod json {
         bridge_state => super::BridgeState;
         bridge_request_status => super::BridgeRequestStatus;
         home_event_kind => super::HomeEventKind;
+        tool_outcome => super::ToolOutcome;
     }
 
     /// A list of permissions, as the list of their words.

@@ -43,13 +43,17 @@
 //! [otel]
 //! endpoint = "http://127.0.0.1:4317"   # export traces over OTLP/gRPC here; default: not exported
 //!
+//! [background]
+//! bash_auto_background_on_timeout = true   # a timed-out foreground Bash command goes on as a task
+//! bash_task_timeout_s = 600     # a background task's budget; 0: none
+//!
 //! [profiles.claude]
 //! executor = "claude"           # "echo" | "exec" | "claude" | "codex" | "acp"
 //! command = ["claude"]          # claude, codex: the CLI and its arguments; exec, acp: the whole command
 //! default = true                # at most one profile; otherwise `echo` is the default
 //! enabled = true
 //! thread_communication = true   # this profile's threads opt in to peer communication
-//! allowed_tools = ["mcp__kiki__ThreadSend"]   # claude, codex, acp: tools allowed without asking
+//! allowed_tools = ["mcp__kiki__ThreadSend", "Bash"]   # tools allowed without asking (session tools: any executor)
 //! max_cost_usd = 5.0            # a thread's agent may spend this much, then the thread pauses
 //! ```
 //!
@@ -108,8 +112,26 @@ pub struct Config {
     pub log: LogConfig,
     pub metrics: MetricsConfig,
     pub otel: OtelConfig,
+    pub background: BackgroundConfig,
     /// Named executors; `echo` exists even when not listed.
     pub profiles: BTreeMap<String, ProfileConfig>,
+}
+
+/// The session tools' shell: what happens to a command that outlives its time.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BackgroundConfig {
+    /// A foreground `Bash` command that hits its timeout moves to the background (true,
+    /// the default) instead of being ended.
+    pub bash_auto_background_on_timeout: bool,
+    /// A background task's budget in seconds (0: none). Default 600.
+    pub bash_task_timeout_s: u64,
+}
+
+impl Default for BackgroundConfig {
+    fn default() -> Self {
+        Self { bash_auto_background_on_timeout: true, bash_task_timeout_s: 600 }
+    }
 }
 
 /// kikid's metrics.
@@ -374,9 +396,10 @@ pub struct ProfileConfig {
     /// Opens (or closes) peer communication for this profile's threads when the home's
     /// `[thread_communication] enabled` is not `false` and the thread has no switch of its own.
     pub thread_communication: Option<bool>,
-    /// `claude`, `codex`, `acp`: tools the agent may use without asking the owner (Claude
-    /// Code's `--allowedTools`; Codex's `command`, `file_change` and `permissions`; an ACP tool call's kind
-    /// or title).
+    /// Tools the agent may use without asking the owner: the home's session tools by name
+    /// (`Bash`, or `mcp__kiki__Bash`), for any executor; and for `claude`, `codex`, `acp` the
+    /// agent's own (Claude Code's `--allowedTools`; Codex's `command`, `file_change` and
+    /// `permissions`; an ACP tool call's kind or title).
     pub allowed_tools: Vec<String>,
     /// What one thread's agent may spend in all (as the agent reports its cost); once
     /// spent, the thread starts no more turns and its owner gets an `attention` event.
@@ -468,6 +491,7 @@ impl Config {
                 "log" => read.section(&key, value, &mut config.log),
                 "metrics" => read.section(&key, value, &mut config.metrics),
                 "otel" => read.section(&key, value, &mut config.otel),
+                "background" => read.section(&key, value, &mut config.background),
                 "profiles" => read.profiles(value, &mut config.profiles),
                 _ => read.unknown(&key, &key, span, "section", field_names::<Config>(), NOT_YET_SECTIONS),
             }
@@ -504,11 +528,6 @@ impl Config {
                     problems.push(format!("profiles.{name}.command: the echo executor takes no command"))
                 }
                 _ => {}
-            }
-            if !profile.allowed_tools.is_empty() && !profile.executor.keeps_session() {
-                problems.push(format!(
-                    "profiles.{name}.allowed_tools: only the claude, codex and acp executors take it"
-                ));
             }
             if let Some(budget) = profile.max_cost_usd
                 && !(budget.is_finite() && budget > 0.0)

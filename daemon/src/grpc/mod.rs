@@ -10,6 +10,7 @@ mod connection;
 mod home_service;
 mod room_service;
 mod thread_service;
+mod tool_service;
 mod wait_route;
 
 use std::future::Future;
@@ -42,6 +43,7 @@ pub struct Services {
     pub permissions: PermissionRequests,
     pub bridges: Bridges,
     pub rooms: Rooms,
+    pub tools: crate::tools::SessionTools,
     pub info: Arc<HomeInfo>,
 }
 
@@ -52,7 +54,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
     request_shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), ServeError> {
-    let Services { threads, mailbox, waits, permissions, bridges, rooms, info } = services;
+    let Services { threads, mailbox, waits, permissions, bridges, rooms, tools, info } = services;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
@@ -66,6 +68,7 @@ pub async fn serve(
         permissions,
         bridges.clone(),
         rooms.clone(),
+        tools.clone(),
     );
     // No tonic concurrency limit: it would count parked waits with the other calls.
     // `wait_route` applies each connection's own limits instead.
@@ -92,6 +95,10 @@ pub async fn serve(
         .add_service(pb::bridge_service_server::BridgeServiceServer::new(
             bridge_service::BridgeServiceImpl::new(threads.clone(), bridges.clone()),
         ))
+        .add_service(pb::tool_service_server::ToolServiceServer::new(tool_service::ToolServiceImpl::new(
+            threads.clone(),
+            tools,
+        )))
         .add_service(pb::room_service_server::RoomServiceServer::new(room_service::RoomServiceImpl::new(
             threads.clone(),
             rooms,

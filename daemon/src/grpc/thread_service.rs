@@ -23,9 +23,44 @@ pub struct ThreadServiceImpl {
     waits: Waits,
     permissions: PermissionRequests,
     messaging: Messaging,
+    tools: crate::tools::SessionTools,
 }
 
 impl ThreadServiceImpl {
+    /// ThreadRead with tool_calls: a page of a thread's session-tool calls (this home's
+    /// threads only; the cursor is the last seq read).
+    async fn read_tool_calls(
+        &self,
+        request: Request<pb::ThreadReadRequest>,
+    ) -> Result<Response<pb::ThreadReadResponse>, Status> {
+        let caller = caller(&self.threads, &request).await?;
+        let r = request.into_inner();
+        let target = target(r.target)?;
+        if !r.content_ref.is_empty() || r.last.is_some() {
+            return Err(status(Error::invalid("tool_calls", "reads pages with limit and cursor only")));
+        }
+        let limit = r.limit.unwrap_or(20);
+        if !(1..=100).contains(&limit) {
+            return Err(status(Error::invalid("limit", format!("1-100, got {limit}"))));
+        }
+        let after = if r.cursor.is_empty() {
+            0
+        } else {
+            r.cursor
+                .parse::<i64>()
+                .map_err(|_| status(Error::invalid("cursor", "not a cursor of tool calls")))?
+        };
+        let thread = self.threads.named(&target).await.map_err(status)?;
+        let calls = self.tools.history(&caller, &thread.id, after, limit).await.map_err(status)?;
+        let next_cursor =
+            (calls.len() == limit as usize).then(|| calls.last().map(|c| c.seq.to_string())).flatten();
+        Ok(Response::new(pb::ThreadReadResponse {
+            tool_calls: calls.into_iter().map(crate::convert::tool_call_to_pb).collect(),
+            next_cursor,
+            ..Default::default()
+        }))
+    }
+
     pub fn new(
         threads: Threads,
         mailbox: Mailbox,
@@ -33,9 +68,10 @@ impl ThreadServiceImpl {
         permissions: PermissionRequests,
         bridges: Bridges,
         rooms: Rooms,
+        tools: crate::tools::SessionTools,
     ) -> Self {
         let messaging = Messaging::new(threads.clone(), mailbox.clone(), waits.clone(), bridges, rooms);
-        Self { threads, mailbox, waits, permissions, messaging }
+        Self { threads, mailbox, waits, permissions, messaging, tools }
     }
 
     /// A peer tool called with `token` (the `kiki-token` header, if any): an agent's call
@@ -125,6 +161,9 @@ impl pb::thread_service_server::ThreadService for ThreadServiceImpl {
         request: Request<pb::ThreadReadRequest>,
     ) -> Result<Response<pb::ThreadReadResponse>, Status> {
         self.admit(&request, "ThreadRead").await?;
+        if request.get_ref().tool_calls {
+            return self.read_tool_calls(request).await;
+        }
         let r = request.into_inner();
         let target = target(r.target)?;
         let query =

@@ -414,3 +414,34 @@ pub fn delivery_from(row: &impl Columns) -> StoreResult<EntryDelivery> {
 pub fn turn_status_from(row: &impl Columns) -> StoreResult<(String, TurnStatus)> {
     Ok((row.get("id")?, row.get("status")?))
 }
+
+pub const TOOL_CALL_COLUMNS: &str =
+    "seq, thread_id, turn_id, name, arguments, outcome, result, duration_ms, at";
+
+pub fn tool_call_from(row: &impl Columns) -> StoreResult<ToolCallRecord> {
+    Ok(ToolCallRecord {
+        seq: row.get("seq")?,
+        thread_id: row.get("thread_id")?,
+        turn_id: row.get("turn_id")?,
+        name: row.get("name")?,
+        arguments: row.get("arguments")?,
+        outcome: row.get("outcome")?,
+        result: row.get("result")?,
+        duration_ms: row.get("duration_ms")?,
+        at: row.get("at")?,
+    })
+}
+
+pub const CRON_COLUMNS: &str = "id, thread_id, cron, prompt, recurring, created_at, next_fire_at";
+
+pub fn cron_from(row: &impl Columns) -> StoreResult<CronRecord> {
+    Ok(CronRecord {
+        id: row.get("id")?,
+        thread_id: row.get("thread_id")?,
+        cron: row.get("cron")?,
+        prompt: row.get("prompt")?,
+        recurring: row.get("recurring")?,
+        created_at: row.get("created_at")?,
+        next_fire_at: row.get("next_fire_at")?,
+    })
+}

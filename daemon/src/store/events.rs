@@ -10,6 +10,8 @@ words! {
         Attention => "attention",
         Lifecycle => "lifecycle",
         Undeliverable => "undeliverable",
+        /// A background task of the thread ended.
+        Task => "task",
     }
 }
 

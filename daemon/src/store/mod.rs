@@ -21,6 +21,7 @@ mod rooms;
 pub mod rules;
 mod sqlite;
 mod threads;
+mod tools;
 mod turns;
 mod words;
 
@@ -40,6 +41,7 @@ pub use replicas::*;
 pub use rooms::*;
 pub use sqlite::SqliteStore;
 pub use threads::*;
+pub use tools::*;
 pub use turns::*;
 pub use words::{BridgeState, Direction, OutboxStatus, Permission, Permissions, Refusal, RequestStatus};
 pub(crate) use words::{row_words, words};
@@ -120,6 +122,7 @@ pub trait Store:
     + BridgeStore
     + OutboxStore
     + PermissionStore
+    + ToolStore
     + ReceiptStore
     + RoomStore
     + ReplicaStore

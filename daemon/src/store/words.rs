@@ -57,7 +57,8 @@ macro_rules! row_words {
             CommunicationSetting,
             PermissionStatus,
             EventKind,
-            PartKind
+            PartKind,
+            ToolOutcome
         );
     };
 }

@@ -501,6 +501,22 @@ impl Threads {
         Ok(Said { input_id, turn_started: true, reason: String::new() })
     }
 
+    /// Input for a thread from the home itself (a background task's end, a cron's fire):
+    /// queued durably, then a turn starts if the thread is idle.
+    pub async fn queue_input(&self, thread_id: &str, content: &str) -> Result<()> {
+        let input = user_input(content, self.clock().now_ms());
+        let (store, runner, thread_id) = (self.store.clone(), self.runner.clone(), thread_id.to_string());
+        uncancelled(async move {
+            store
+                .enqueue_input(&thread_id, &input)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("no thread {thread_id} in this home")))?;
+            runner.kick(&thread_id);
+            Ok(())
+        })
+        .await
+    }
+
     /// The owner stops the thread's running turn (`kiki thread stop`): its agent is
     /// interrupted and the turn ends `cancelled`, its agent session kept to resume; input it
     /// had not taken stays queued. Waits up to `wait` for the turn's end to be recorded.
@@ -594,7 +610,7 @@ fn view(turn: TurnRecord) -> TurnView {
     TurnView { turn, input_truncated, output_truncated, content_refs }
 }
 
-fn user_input(content: &str, now: i64) -> NewInput {
+pub(crate) fn user_input(content: &str, now: i64) -> NewInput {
     NewInput {
         id: new_id("in"),
         kind: InputKind::User,

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The most lines one `Read` returns.
@@ -40,7 +41,8 @@ pub fn resolve(cwd: &Path, path: &str) -> Result<PathBuf, FileToolError> {
 }
 
 /// `Read`'s arguments.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReadArgs {
     pub path: String,
     /// The first line to return, from 1; negative counts from the end (-1: the last line).
@@ -178,7 +180,8 @@ fn line_endings(text: &str) -> LineEndings {
 }
 
 /// `Write`'s arguments.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WriteArgs {
     pub path: String,
     pub content: String,
@@ -224,7 +227,8 @@ pub fn write(cwd: &Path, args: &WriteArgs) -> Result<WriteResult, FileToolError>
 }
 
 /// `Edit`'s arguments.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EditArgs {
     pub path: String,
     pub old_string: String,

@@ -9,6 +9,7 @@
 use std::path::Path;
 use std::time::SystemTime;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::files::{FileToolError, resolve};
@@ -17,7 +18,8 @@ use super::files::{FileToolError, resolve};
 pub const GLOB_DEFAULT_LIMIT: u64 = 100;
 
 /// `Glob`'s arguments.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GlobArgs {
     /// A glob over paths relative to `path` (`**/*.rs`, `src/*.{ts,tsx}`).
     pub pattern: String,
@@ -220,7 +222,8 @@ mod tests {
 pub const GREP_DEFAULT_LIMIT: u64 = 250;
 
 /// `Grep`'s arguments (ripgrep's flags by their names).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GrepArgs {
     /// A regular expression (Rust's syntax, as ripgrep's).
     pub pattern: String,

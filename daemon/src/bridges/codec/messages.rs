@@ -10,7 +10,8 @@ use kiki_proto as pb;
 use kiki_proto::Word;
 use kiki_proto::bridge::v1 as wire;
 
-/// A message or enum of the local API and its counterpart on the wire.
+/// A message or enum of the local API and its counterpart on the wire. A message's fields
+/// that are this home's own (`+ local { … }`) do not cross: left out going out, empty coming in.
 pub(in crate::bridges) trait Mirror: Sized {
     type Wire;
     fn to_wire(self) -> Self::Wire;
@@ -61,16 +62,16 @@ macro_rules! mirror {
     (@from many $f:ident) => { $f.into_iter().map(Mirror::from_wire).collect() };
     (@to $enum:ident $f:ident) => { enum_to_wire::<pb::$enum>($f) };
     (@from $enum:ident $f:ident) => { enum_from_wire::<pb::$enum>($f) };
-    ($($local:ident = $wire:ident { $($field:ident: $how:tt),* $(,)? })*) => {$(
+    ($($local:ident = $wire:ident { $($field:ident: $how:tt),* $(,)? } $(+ local { $($only:ident),* })?)*) => {$(
         impl Mirror for pb::$local {
             type Wire = wire::$wire;
             fn to_wire(self) -> wire::$wire {
-                let pb::$local { $($field),* } = self;
+                let pb::$local { $($field,)* $($($only: _,)*)? } = self;
                 wire::$wire { $($field: mirror!(@to $how $field)),* }
             }
             fn from_wire(w: wire::$wire) -> Self {
                 let wire::$wire { $($field),* } = w;
-                pb::$local { $($field: mirror!(@from $how $field)),* }
+                pb::$local { $($field: mirror!(@from $how $field),)* $($($only: Default::default(),)*)? }
             }
         }
     )*};
@@ -100,7 +101,7 @@ mirror_enum! {
     Communication { Unspecified, Default, On, Off }
     TurnStatus { Unspecified, Running, Completed, Failed, Cancelled }
     InputKind { Unspecified, User, Message }
-    EventKind { Unspecified, Terminal, Attention, Lifecycle, Undeliverable }
+    EventKind { Unspecified, Terminal, Attention, Lifecycle, Undeliverable, Task }
     SendStatus { Unspecified, Delivered, Pending, Undeliverable }
 }
 
@@ -132,7 +133,7 @@ mirror! {
         segment: one,
         thread: one,
         coverage: one,
-    }
+    } + local { tool_calls }
     Coverage = Coverage { turns_total: same, first_seq: same, last_seq: same, complete: same }
     Turn = Turn {
         id: same,
@@ -252,6 +253,8 @@ mod tests {
             usage: Some(pb::TurnUsage { input_tokens: 1, output_tokens: 2, cost_usd: 0.5 }),
         };
         pb::ThreadReadResponse {
+            // This home's own: does not cross.
+            tool_calls: Vec::new(),
             turns: vec![turn],
             next_cursor: Some("c".into()),
             segment: Some(pb::ContentSegment {

@@ -24,6 +24,7 @@ mod replicas;
 mod rooms;
 mod rows;
 mod threads;
+mod tools;
 mod turns;
 
 use std::str::FromStr;
@@ -46,6 +47,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "replicas", include_str!("migrations/0002_replicas.sql")),
     (3, "home", include_str!("migrations/0003_home.sql")),
     (4, "outbox_trace", include_str!("migrations/0004_outbox_trace.sql")),
+    (5, "session tools", include_str!("migrations/0005_session_tools.sql")),
 ];
 
 /// How long a call waits for a connection to the database before it is told the database

@@ -33,6 +33,7 @@ mod rooms;
 mod rows;
 mod thread_cache;
 mod threads;
+mod tools;
 mod turns;
 
 use std::path::{Path, PathBuf};
@@ -98,6 +99,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (37, "replicas", include_str!("migrations/0037_replicas.sql")),
     (38, "home", include_str!("migrations/0038_home.sql")),
     (39, "outbox_trace", include_str!("migrations/0039_outbox_trace.sql")),
+    (40, "session tools", include_str!("migrations/0040_session_tools.sql")),
 ];
 
 /// Readers in parallel with the single writer; a home's reads are short.
