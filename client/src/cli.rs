@@ -99,6 +99,10 @@ pub enum Command {
     /// The collaboration tools as an MCP server on stdio, for agent CLIs; `kiki mcp install`
     /// sets an agent up to start it.
     Mcp(McpArgs),
+    /// The home's session tools (files, shell, tasks, todo, cron): list them, or call one
+    /// for a thread.
+    #[command(subcommand, after_help = crate::tool::TOOL_EXAMPLES)]
+    Tool(crate::tool::ToolCommand),
     /// Spaces: machines reached over SSH, each a home of its own, bridged with this one.
     #[command(subcommand, after_help = SPACE_EXAMPLES)]
     Space(SpaceCommand),
@@ -131,6 +135,7 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Room(command) => room::run(&home, command, args.json).await,
         Command::Bridge(command) => bridge::run(&home, command, args.json).await,
         Command::Mcp(command) => mcp::run(&home, command, args.json).await,
+        Command::Tool(command) => crate::tool::run(&home, command, args.json).await,
         Command::Space(command) => space::run(&home, command, args.json).await,
         Command::Store(command) => home::store(&home, command, args.json).await,
     }

@@ -84,6 +84,8 @@ pub type BridgeClient =
     pb::bridge_service_client::BridgeServiceClient<InterceptedService<Channel, CallInterceptor>>;
 pub type HomeClient =
     pb::home_service_client::HomeServiceClient<InterceptedService<Channel, CallInterceptor>>;
+pub type ToolClient =
+    pb::tool_service_client::ToolServiceClient<InterceptedService<Channel, CallInterceptor>>;
 pub type RoomClient =
     pb::room_service_client::RoomServiceClient<InterceptedService<Channel, CallInterceptor>>;
 
@@ -161,6 +163,15 @@ impl Client {
     /// ThreadSend.
     pub fn rooms(&self) -> RoomClient {
         pb::room_service_client::RoomServiceClient::with_interceptor(
+            self.channel.clone(),
+            self.interceptor.clone(),
+        )
+        .max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// The home's session tools (files, shell, tasks, todo, cron), listed and called.
+    pub fn tools(&self) -> ToolClient {
+        pb::tool_service_client::ToolServiceClient::with_interceptor(
             self.channel.clone(),
             self.interceptor.clone(),
         )

@@ -29,6 +29,7 @@ mod render;
 mod room;
 mod space;
 mod thread;
+mod tool;
 
 use std::process::ExitCode;
 

@@ -133,7 +133,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// Reports an error on stderr (and as JSON on stdout with `--json`); returns the exit code.
 pub fn report(error: &anyhow::Error, json: bool) -> ExitCode {
     // The findings are the output, already printed.
-    if error.downcast_ref::<ProblemsFound>().is_some() {
+    if error.downcast_ref::<ProblemsFound>().is_some() || error.downcast_ref::<ToolFailed>().is_some() {
         return ExitCode::FAILURE;
     }
     let (code, message) = match error.downcast_ref::<ClientError>() {
@@ -169,6 +169,12 @@ pub struct KikidFailed {
     pub code: Option<i32>,
     pub message: String,
 }
+
+/// `kiki tool call`: the tool ran into an error or was denied (its answer, printed, says
+/// why): exit 1.
+#[derive(Debug, thiserror::Error)]
+#[error("the tool's outcome: {0}")]
+pub struct ToolFailed(pub String);
 
 /// `kiki doctor` found something wrong: exit 1, the findings already printed.
 #[derive(Debug, thiserror::Error)]

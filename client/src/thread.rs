@@ -95,6 +95,10 @@ pub enum ThreadCommand {
         /// per part).
         #[arg(long, conflicts_with_all = ["limit", "cursor", "content_ref"])]
         follow: bool,
+        /// The thread's session-tool calls (name, arguments, outcome, duration) instead of its
+        /// turns, oldest first: a page of --limit from --cursor.
+        #[arg(long, conflicts_with_all = ["last", "content_ref", "follow"])]
+        tools: bool,
     },
     /// Send a message to a thread: durable, idempotent by --key. From inside a turn the
     /// message is attributed to that turn's thread.
@@ -193,7 +197,17 @@ pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> 
             }
             follow(&client, target, json).await
         }
-        ThreadCommand::Read { reference: target, last, limit, cursor, content_ref, all, follow: false } => {
+        ThreadCommand::Read { reference: target, limit, cursor, tools: true, .. } => {
+            let request = pb::ThreadReadRequest {
+                target: Some(reference(&target)?),
+                limit,
+                cursor: cursor.unwrap_or_default(),
+                tool_calls: true,
+                ..Default::default()
+            };
+            read_tool_calls(&client, request, json).await
+        }
+        ThreadCommand::Read { reference: target, last, limit, cursor, content_ref, all, .. } => {
             // A person reads a thread from its end; a script (--json) keeps the API's order.
             let paged = limit.is_some() || cursor.is_some() || content_ref.is_some();
             let last = last.or((!json && !paged).then_some(READ_LAST_DEFAULT));
@@ -203,6 +217,7 @@ pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> 
                 cursor: cursor.unwrap_or_default(),
                 content_ref: content_ref.unwrap_or_default(),
                 last,
+                tool_calls: false,
             };
             if all {
                 read_whole_field(&client, request, json).await
@@ -224,6 +239,29 @@ pub async fn run(home: &Path, command: ThreadCommand, json: bool) -> Result<()> 
         ThreadCommand::Archive { reference } => archive(&client, &reference, true, json).await,
         ThreadCommand::Unarchive { reference } => archive(&client, &reference, false, json).await,
     }
+}
+
+/// `kiki thread read --tools`: a page of the thread's session-tool calls.
+async fn read_tool_calls(client: &Client, request: pb::ThreadReadRequest, json: bool) -> Result<()> {
+    let page = client.threads().thread_read(request).await?.into_inner();
+    if json {
+        print_json(&serde_json::json!({ "tool_calls": page.tool_calls, "next_cursor": page.next_cursor }));
+        return Ok(());
+    }
+    for call in &page.tool_calls {
+        let outcome =
+            pb::ToolOutcome::try_from(call.outcome).map(|o| kiki_proto::Word::word(&o)).unwrap_or_default();
+        let by = if call.turn_id.is_empty() { "owner".to_string() } else { call.turn_id.clone() };
+        outln!("#{} {} {}  {} in {} ms  ({by})", call.seq, call.at, call.name, outcome, call.duration_ms);
+        outln!("  {}", call.arguments);
+        if let Some(first) = call.result.lines().next() {
+            outln!("  → {first}");
+        }
+    }
+    if let Some(cursor) = &page.next_cursor {
+        outln!("more: --cursor {cursor}");
+    }
+    Ok(())
 }
 
 /// `kiki thread create`; with `wait`, also waits for the first turn and prints it.

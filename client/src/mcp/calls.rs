@@ -106,9 +106,20 @@ impl Caller {
     /// kikid's thread service for `request`, once it is known to fit kikid's message limit,
     /// for the tool call being served.
     pub async fn threads(&self, request: &impl prost::Message) -> Result<kiki_client::ThreadClient, Refused> {
+        Ok(self.for_call(request).await?.threads())
+    }
+
+    /// kikid's session tools for `request`, as [`Caller::threads`].
+    pub async fn tools(&self, request: &impl prost::Message) -> Result<kiki_client::ToolClient, Refused> {
+        Ok(self.for_call(request).await?.tools())
+    }
+
+    /// The connection for `request` (once it fits kikid's limit), naming the tool call
+    /// being served and continuing its trace.
+    async fn for_call(&self, request: &impl prost::Message) -> Result<Client, Refused> {
         fits(request)?;
         let client = self.client().await?;
-        let client = TOOL_CALL
+        Ok(TOOL_CALL
             .try_with(|call| {
                 let client = client.clone().for_tool(&call.tool);
                 match &call.traceparent {
@@ -116,8 +127,7 @@ impl Caller {
                     None => client,
                 }
             })
-            .unwrap_or(client);
-        Ok(client.threads())
+            .unwrap_or(client))
     }
 }
 

@@ -1,4 +1,5 @@
-//! `kiki mcp`: the collaboration tools as an MCP server on stdio, named
+//! `kiki mcp`: the collaboration tools — and the home's session tools (`session.rs`) — as an
+//! MCP server on stdio, named
 //! `kiki` (an agent sees `mcp__kiki__ThreadSend`), and `kiki mcp install`, which sets agent
 //! CLIs up to start it.
 //!
@@ -11,6 +12,7 @@ mod calls;
 mod channel;
 pub mod install;
 mod params;
+mod session;
 mod skim;
 mod tools;
 mod transport;
@@ -45,6 +47,11 @@ pub struct McpArgs {
     /// install` records the home it was run with here, for the agent outside a turn).
     #[arg(long, value_name = "DIR")]
     default_home: Option<std::path::PathBuf>,
+    /// Outside a turn, the thread the home's session tools (Read, Edit, Bash, …) act for:
+    /// its workspace is where they work, its history where their calls are kept. Without
+    /// it (and outside a turn) they are not offered. Inside a turn they act for the turn's.
+    #[arg(long, value_name = "SESSION")]
+    thread: Option<String>,
 }
 
 impl McpArgs {
@@ -63,13 +70,14 @@ enum McpCommand {
 const MCP_EXAMPLES: &str = "\
 Examples:
   kiki mcp                          # the server on stdio (an agent CLI starts it)
+  kiki --space dev mcp --thread th_1   # with the session tools of thread th_1 in space dev
   kiki mcp install claude           # adds it to ~/.claude.json; codex, gemini, kimi likewise
   kiki mcp install codex --print    # shows what it would write";
 
 pub async fn run(home: &Path, args: McpArgs, json: bool) -> Result<()> {
     match args.command {
         Some(McpCommand::Install(install)) => install::run(home, install, json),
-        None => serve(home, Duration::from_millis(args.tool_timeout_ms)).await,
+        None => serve(home, Duration::from_millis(args.tool_timeout_ms), args.thread).await,
     }
 }
 
@@ -78,14 +86,15 @@ pub async fn run(home: &Path, args: McpArgs, json: bool) -> Result<()> {
 const LAST_WRITES: Duration = Duration::from_secs(5);
 
 /// Serves MCP on stdin/stdout until the client closes it.
-async fn serve(home: &Path, tool_timeout: Duration) -> Result<()> {
+async fn serve(home: &Path, tool_timeout: Duration, thread: Option<String>) -> Result<()> {
     let token = kiki_client::env_var("KIKI_TOKEN");
     let (stdio, writing) = transport::Stdio::start(tools::all());
     // Only inside a turn is there a turn to ask the owner's permission for.
     let tools = tools::router(token.is_some());
     let caller = Arc::new(Caller::new(crate::connect::socket(home), token, tool_timeout, stdio.answers()));
     let pusher = Pusher::default();
-    let running = KikiServer { caller, tools, pusher: pusher.clone() }.serve(stdio).await?;
+    let session = session::SessionTools::new(thread);
+    let running = KikiServer { caller, tools, session, pusher: pusher.clone() }.serve(stdio).await?;
     running.waiting().await?;
     // The client closed the session: nothing more is pushed.
     pusher.stop.cancel();
@@ -97,6 +106,8 @@ struct KikiServer {
     caller: Arc<Caller>,
     /// The tools this session serves (see `tools.rs`).
     tools: ToolRouter<Caller>,
+    /// The home's session tools, forwarded to kikid (see `session.rs`).
+    session: session::SessionTools,
     pusher: Pusher,
 }
 
@@ -136,7 +147,9 @@ impl ServerHandler for KikiServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::listed(&self.tools)))
+        let mut listed = tools::listed(&self.tools);
+        listed.extend(self.session.list(&self.caller).await.iter().cloned());
+        Ok(ListToolsResult::with_all_items(listed))
     }
 
     async fn call_tool(
@@ -144,10 +157,17 @@ impl ServerHandler for KikiServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let call = calls::ToolCall::new(&request.name, &context);
         if !self.tools.has_route(&request.name) {
+            if self.session.has(&self.caller, &request.name).await {
+                let (name, arguments) = (request.name.clone(), request.arguments);
+                return call
+                    .serve(self.session.call(&self.caller, &name, arguments))
+                    .await
+                    .into_call_tool_result();
+            }
             return arguments::unknown_tool(&request.name).into_call_tool_result();
         }
-        let call = calls::ToolCall::new(&request.name, &context);
         call.serve(self.tools.call(ToolCallContext::new(self.caller.as_ref(), request, context))).await
     }
 }

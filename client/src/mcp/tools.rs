@@ -145,6 +145,7 @@ impl Caller {
             cursor: args.cursor.unwrap_or_default(),
             content_ref: args.content_ref.unwrap_or_default(),
             last: None,
+            tool_calls: false,
         };
         let page = self.threads(&request).await?.thread_read(request).await.map_err(refused)?.into_inner();
         let summary = match &page.segment {

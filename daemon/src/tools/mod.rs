@@ -38,6 +38,8 @@ use registry::Registry;
 
 /// The largest arguments a call takes (a `Write` of a whole file).
 pub const ARGUMENTS_MAX_BYTES: usize = 1024 * 1024;
+/// How much of its arguments a call's record keeps (a `Write`'s content can be long).
+pub const RECORDED_ARGUMENTS_CHARS: usize = 10_000;
 /// How much of a result a call's record keeps.
 pub const RECORDED_RESULT_CHARS: usize = 2_000;
 /// How much of a call's arguments a turn's part shows.
@@ -195,14 +197,6 @@ impl SessionTools {
         })?;
         let started = Instant::now();
         let turn = caller.turn().cloned();
-        if let Some(turn) = &turn {
-            self.part(
-                &turn.turn_id,
-                PartKind::Tool,
-                format!("{name} {}", preview(arguments, PART_ARGUMENTS_CHARS)),
-            )
-            .await;
-        }
         let ran = match (&prepared.asks, &turn) {
             (Some(why), Some(_)) if !self.allowed_by_profile(&thread, name) => {
                 let input = preview(arguments, limits::TOOL_INPUT_MAX_CHARS - 1);
@@ -237,9 +231,12 @@ impl SessionTools {
                 };
                 match (prepared.run)(context).await {
                     Ok(output) => (ToolOutcome::Ok, output.text, Some(output.structured)),
-                    // Arguments found wrong only once the tool looked (a line past the end):
-                    // the agent's error, told as such, and kept like any other.
-                    Err(e) => (ToolOutcome::Error, e.to_string(), None),
+                    // Arguments found wrong once the tool looked at them (a range, a field of
+                    // one action): refused like any bad input, nothing kept.
+                    Err(ToolError::Invalid { field, message }) => {
+                        return Err(Error::invalid("arguments", format!("{field}: {message}")));
+                    }
+                    Err(ToolError::Failed(why)) => (ToolOutcome::Error, why, None),
                 }
             }
         };
@@ -249,7 +246,7 @@ impl SessionTools {
             thread_id: thread.id.clone(),
             turn_id: turn.as_ref().map(|t| t.turn_id.clone()),
             name: name.to_string(),
-            arguments: arguments.to_string(),
+            arguments: preview(arguments, RECORDED_ARGUMENTS_CHARS),
             outcome,
             result: preview(&text, RECORDED_RESULT_CHARS),
             duration_ms,
@@ -259,13 +256,16 @@ impl SessionTools {
         let seq =
             crate::sync::uncancelled(async move { Ok::<_, Error>(store.record_tool_call(&kept).await?) })
                 .await?;
+        // Inside a turn, also the turn's progress (what `kiki thread read --follow` shows).
         if let Some(turn) = &turn {
-            let summary = format!(
+            let call = format!("{name} {}", preview(arguments, PART_ARGUMENTS_CHARS));
+            self.part(&turn.turn_id, PartKind::Tool, call).await;
+            let result = format!(
                 "{name}: {} in {duration_ms} ms\n{}",
                 outcome.as_str(),
                 preview(&text, PART_ARGUMENTS_CHARS)
             );
-            self.part(&turn.turn_id, PartKind::ToolResult, summary).await;
+            self.part(&turn.turn_id, PartKind::ToolResult, result).await;
         }
         Ok(Called { text, structured, outcome, seq })
     }

@@ -246,6 +246,7 @@ async fn read_pages_turns_in_chronological_order() {
             cursor,
             content_ref: String::new(),
             last: None,
+            tool_calls: false,
         })
     };
     let first = read(None, String::new()).await.expect("read");
@@ -335,6 +336,7 @@ async fn read_last_gives_the_newest_turns_oldest_first() {
             cursor,
             content_ref: content_ref.into(),
             last: Some(5),
+            tool_calls: false,
         })
     };
     let cursor = default.next_cursor.expect("a cursor");
@@ -384,6 +386,7 @@ async fn oversized_output_is_read_back_exactly_through_content_refs() {
                 cursor: cursor.clone(),
                 limit: None,
                 last: None,
+                tool_calls: false,
             })
             .await
             .expect("segment");
