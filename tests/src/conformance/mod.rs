@@ -11,12 +11,14 @@ use kiki_daemon::store::{
 mod bridges;
 mod messages;
 mod rooms;
+mod tools;
 mod turns;
 
 pub use bridges::*;
 use messages::turn;
 pub use messages::*;
 pub use rooms::*;
+pub use tools::*;
 pub use turns::*;
 
 /// Generates one `#[tokio::test]` per conformance case for a backend.
@@ -59,7 +61,9 @@ macro_rules! store_conformance {
             a_closed_store_takes_no_more_work, committed_changes_are_published_before_the_write_answers,
             replicas_beat_are_listed_and_forgotten, only_the_turns_of_replicas_gone_are_taken_over,
             the_first_identity_to_claim_a_store_is_its_home,
-            a_running_turn_is_found_by_its_tokens_hash);
+            a_running_turn_is_found_by_its_tokens_hash,
+            tool_calls_are_numbered_per_thread_and_paged, a_todo_write_on_a_stale_revision_writes_nothing,
+            a_cron_fires_once_per_time_and_a_thread_holds_so_many);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]

@@ -23,6 +23,7 @@ mod rooms;
 mod rooms_cli;
 mod safety;
 mod session_agents;
+mod session_tools;
 mod sessions;
 mod simulated_bridges;
 mod smoke;

@@ -394,19 +394,49 @@ fn the_bridges_are_carried_over_ssh_when_udp_is_blocked() {
 }
 
 /// `kiki mcp --space NAME`: an agent CLI here gets the space's home's tools, through the
-/// forwarded socket — it lists and sends to threads there as if it ran there.
+/// forwarded socket — it lists and sends to threads there as if it ran there, and with
+/// `--thread` edits and builds in that thread's workspace there (the session tools run in
+/// the space's home, and its thread keeps the calls).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_here_uses_the_spaces_tools_through_kiki_mcp_space() {
     let s = Setup::start();
     s.add(&[]);
-    let thread = s.there(&["thread", "create", "--profile", "echo", "--title", "over mcp"]);
+    let workspace = s.sshd.remote_dir("workspace");
+    let cwd = workspace.to_str().expect("path");
+    let thread = s.there(&["thread", "create", "--profile", "echo", "--title", "over mcp", "--cwd", cwd]);
     let thread = thread["id"].as_str().expect("id").to_string();
     let config = s.sshd.config();
     let env = [("KIKI_SSH_CONFIG", config.to_str().expect("path"))];
-    let (session, _) =
-        kiki_tests::mcp::start(&binary("kiki"), Some(&s.local), &["--space", "dev"], &env, false)
-            .await
-            .expect("kiki mcp --space starts");
+    let (session, _) = kiki_tests::mcp::start(
+        &binary("kiki"),
+        Some(&s.local),
+        &["--space", "dev", "--thread", &thread],
+        &env,
+        false,
+    )
+    .await
+    .expect("kiki mcp --space starts");
+    let tools = session.list_all_tools().await.expect("tools/list");
+    assert!(tools.iter().any(|t| t.name == "Bash") && tools.iter().any(|t| t.name == "ThreadSend"));
+    let call = async |tool: &str, arguments: serde_json::Value| {
+        let result = kiki_tests::mcp::call(&session, tool, arguments).await.expect("answered");
+        assert_ne!(result.is_error, Some(true), "{tool}: {}", kiki_tests::mcp::text(&result));
+        kiki_tests::mcp::text(&result)
+    };
+    call("Write", serde_json::json!({"path": "src/lib.txt", "content": "fn main() {}\n"})).await;
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("src/lib.txt")).expect("written there"),
+        "fn main() {}\n"
+    );
+    call("Edit", serde_json::json!({"path": "src/lib.txt", "old_string": "main", "new_string": "start"}))
+        .await;
+    assert!(call("Read", serde_json::json!({"path": "src/lib.txt"})).await.contains("fn start() {}"));
+    let built = call("Bash", serde_json::json!({"command": "pwd && wc -c < src/lib.txt"})).await;
+    assert_eq!(built, format!("{}\n14\n", workspace.canonicalize().expect("path").display()));
+    let kept = s.there(&["thread", "read", &thread, "--tools"]);
+    let names: Vec<&str> =
+        kept["tool_calls"].as_array().expect("calls").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["Write", "Edit", "Read", "Bash"], "{kept}");
     let listed =
         kiki_tests::mcp::call(&session, "ThreadList", serde_json::json!({})).await.expect("ThreadList");
     let listed = listed.structured_content.expect("structured");
