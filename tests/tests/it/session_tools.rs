@@ -241,7 +241,7 @@ async fn a_stopped_task_ends_its_whole_process_group_and_output_pages_by_bytes()
         ran(&home, &thread, "TaskOutput", json!({"task_id": task, "offset": 0, "max_bytes": 100})).await;
     assert_eq!((first["offset"].clone(), first["has_more"].clone()), (json!(0), json!(true)));
     let next = first["next_offset"].as_u64().expect("next offset");
-    assert!(next <= 100 && next >= 97, "{first}");
+    assert!((97..=100).contains(&next), "{first}");
     let text = first["output"].as_str().expect("text");
     assert!(text.starts_with("line 1 é\nline 2 é\n"), "{text}");
     let refused =
