@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::registry::{Registry, Spec, Tool, always, never, outside_workspace};
+use super::registry::{Registry, Spec, Tool, never, outside_workspace};
 use super::{Approval, Output, ToolContext, ToolError, cron, files, search, shell, todo};
 
 pub fn all() -> Arc<Registry> {
@@ -96,7 +96,9 @@ pub fn all() -> Arc<Registry> {
                 read_only: false,
                 approval: Approval::Always,
             },
-            always,
+            |args: &shell::BashArgs, cwd: &Path| {
+                args.check(cwd).map(|()| Some("Bash asks the owner first".into()))
+            },
             |context: ToolContext, args: shell::BashArgs| async move { shell::bash(&context, args).await },
         ),
         Tool::new(
@@ -129,7 +131,7 @@ pub fn all() -> Arc<Registry> {
                 read_only: false,
                 approval: Approval::Always,
             },
-            always,
+            |_: &shell::TaskStopArgs, _: &Path| Ok(Some("TaskStop asks the owner first".into())),
             |context: ToolContext, args: shell::TaskStopArgs| async move {
                 shell::task_stop(&context, args).await
             },
@@ -166,7 +168,7 @@ pub fn all() -> Arc<Registry> {
                 read_only: false,
                 approval: Approval::Always,
             },
-            |args: &cron::CronArgs, _: &Path| args.asks(),
+            |args: &cron::CronArgs, _: &Path| args.check(),
             |context: ToolContext, args: cron::CronArgs| async move { cron::cron_tool(&context, args).await },
         ),
     ])

@@ -52,10 +52,66 @@ pub struct CronArgs {
     pub id: Option<String>,
 }
 
+/// A checked `Cron` call.
+enum Action {
+    Create { schedule: Box<Schedule>, expression: String, prompt: String, recurring: bool },
+    List,
+    Delete { id: String },
+}
+
 impl CronArgs {
-    /// Create and delete ask the owner first; list does not.
-    pub fn asks(&self) -> Option<String> {
-        (self.action != "list").then(|| format!("Cron {} asks the owner first", self.action))
+    /// Checks the call (before anyone is asked): create and delete ask the owner first,
+    /// list does not.
+    pub fn check(&self) -> Result<Option<String>, ToolError> {
+        Ok(match self.action()? {
+            Action::List => None,
+            _ => Some(format!("Cron {} asks the owner first", self.action)),
+        })
+    }
+
+    /// The call, its fields checked for its action.
+    fn action(&self) -> Result<Action, ToolError> {
+        let given = [
+            ("cron", self.cron.is_some()),
+            ("prompt", self.prompt.is_some()),
+            ("recurring", self.recurring.is_some()),
+            ("id", self.id.is_some()),
+        ];
+        let only = |takes: &[&str]| match given.iter().find(|(field, given)| *given && !takes.contains(field))
+        {
+            Some((field, _)) => {
+                Err(ToolError::invalid(*field, format!("not taken by action {:?}", self.action)))
+            }
+            None => Ok(()),
+        };
+        match self.action.as_str() {
+            "create" => {
+                only(&["cron", "prompt", "recurring"])?;
+                let expression =
+                    self.cron.clone().ok_or_else(|| ToolError::invalid("cron", "required to create"))?;
+                let schedule = Schedule::parse(&expression).map_err(|e| ToolError::invalid("cron", e))?;
+                let prompt = self.prompt.clone().unwrap_or_default();
+                if prompt.trim().is_empty() || prompt.len() > PROMPT_MAX_BYTES {
+                    return Err(ToolError::invalid(
+                        "prompt",
+                        format!("1-{PROMPT_MAX_BYTES} bytes of UTF-8, got {}", prompt.len()),
+                    ));
+                }
+                Ok(Action::Create {
+                    schedule: Box::new(schedule),
+                    expression,
+                    prompt,
+                    recurring: self.recurring.unwrap_or(true),
+                })
+            }
+            "list" => only(&[]).map(|()| Action::List),
+            "delete" => {
+                only(&["id"])?;
+                let id = self.id.clone().ok_or_else(|| ToolError::invalid("id", "required to delete"))?;
+                Ok(Action::Delete { id })
+            }
+            other => Err(ToolError::invalid("action", format!("create, list or delete, got {other:?}"))),
+        }
     }
 }
 
@@ -160,43 +216,24 @@ fn disabled() -> bool {
     std::env::var(DISABLE_VAR).is_ok_and(|v| v == "1")
 }
 
-/// `Cron`.
+/// `Cron` (its arguments checked: [`CronArgs::check`]).
 pub async fn cron_tool(context: &ToolContext, args: CronArgs) -> Result<Output, ToolError> {
     let thread = &context.thread.id;
     let now = context.threads.clock().now_ms();
-    let not_for = |field: &str, given: bool| {
-        if given {
-            Err(ToolError::invalid(field.to_string(), format!("not taken by action {:?}", args.action)))
-        } else {
-            Ok(())
-        }
-    };
-    match args.action.as_str() {
-        "create" => {
-            not_for("id", args.id.is_some())?;
+    match args.action()? {
+        Action::Create { schedule, expression, prompt, recurring } => {
             if disabled() {
                 return Err(ToolError::Failed(format!(
                     "scheduled prompts are disabled here ({DISABLE_VAR}=1)"
                 )));
             }
-            let expression =
-                args.cron.as_deref().ok_or_else(|| ToolError::invalid("cron", "required to create"))?;
-            let schedule = Schedule::parse(expression).map_err(|e| ToolError::invalid("cron", e))?;
-            let prompt = args.prompt.clone().unwrap_or_default();
-            if prompt.trim().is_empty() || prompt.len() > PROMPT_MAX_BYTES {
-                return Err(ToolError::invalid(
-                    "prompt",
-                    format!("1-{PROMPT_MAX_BYTES} bytes of UTF-8, got {}", prompt.len()),
-                ));
-            }
-            let recurring = args.recurring.unwrap_or(true);
             let id = new_id("cron");
             let next_fire_at = next_fire(&schedule, &id, recurring, now)
                 .ok_or_else(|| ToolError::invalid("cron", "names no time to come"))?;
             let record = CronRecord {
                 id,
                 thread_id: thread.clone(),
-                cron: expression.to_string(),
+                cron: expression,
                 prompt,
                 recurring,
                 created_at: now,
@@ -215,15 +252,7 @@ pub async fn cron_tool(context: &ToolContext, args: CronArgs) -> Result<Output, 
                 "recurring": recurring,
             })))
         }
-        "list" => {
-            for (field, given) in [
-                ("cron", args.cron.is_some()),
-                ("prompt", args.prompt.is_some()),
-                ("recurring", args.recurring.is_some()),
-                ("id", args.id.is_some()),
-            ] {
-                not_for(field, given)?;
-            }
+        Action::List => {
             let crons = context.store.crons(Some(thread)).await?;
             let records: Vec<_> = crons
                 .iter()
@@ -243,30 +272,19 @@ pub async fn cron_tool(context: &ToolContext, args: CronArgs) -> Result<Output, 
             let text = if records.is_empty() {
                 "no scheduled prompts".to_string()
             } else {
-                records
-                    .iter()
-                    .map(|r| serde_json::to_string_pretty(r).unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join("\n---\n")
+                let each: Vec<String> =
+                    records.iter().map(|r| serde_json::to_string_pretty(r).unwrap_or_default()).collect();
+                each.join("\n---\n")
             };
             Ok(Output { text, structured: json!({ "crons": records }) })
         }
-        "delete" => {
-            for (field, given) in [
-                ("cron", args.cron.is_some()),
-                ("prompt", args.prompt.is_some()),
-                ("recurring", args.recurring.is_some()),
-            ] {
-                not_for(field, given)?;
-            }
-            let id = args.id.as_deref().ok_or_else(|| ToolError::invalid("id", "required to delete"))?;
-            if !context.store.delete_cron(thread, id).await? {
+        Action::Delete { id } => {
+            if !context.store.delete_cron(thread, &id).await? {
                 return Err(ToolError::Failed(format!("No cron job with id {id}")));
             }
             context.crons.changed();
             Ok(Output::json(&json!({ "deleted": id })))
         }
-        other => Err(ToolError::invalid("action", format!("create, list or delete, got {other:?}"))),
     }
 }
 

@@ -39,12 +39,13 @@ pub struct Tool {
 }
 
 impl Tool {
-    /// A tool taking arguments `A`: `asks` says, for one call's arguments in a workspace,
-    /// why the owner must be asked (`None`: allowed); `run` runs it.
+    /// A tool taking arguments `A`: `asks` checks one call's arguments in a workspace before
+    /// anything runs or anyone is asked (an error refuses the call), and says why the owner
+    /// must be asked (`None`: allowed); `run` runs it.
     pub fn new<A, Asks, Run, Fut>(spec: Spec, asks: Asks, run: Run) -> Self
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
-        Asks: Fn(&A, &Path) -> Option<String> + Send + Sync + 'static,
+        Asks: Fn(&A, &Path) -> Result<Option<String>, ToolError> + Send + Sync + 'static,
         Run: Fn(ToolContext, A) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Output, ToolError>> + Send + 'static,
     {
@@ -55,7 +56,7 @@ impl Tool {
                 let field = if field == "." { "arguments".to_string() } else { field };
                 ToolError::invalid(field, e.into_inner().to_string())
             })?;
-            let asks = asks(&args, cwd);
+            let asks = asks(&args, cwd)?;
             let run = run.clone();
             Ok(Prepared {
                 asks,
@@ -111,20 +112,15 @@ impl Registry {
 }
 
 /// Asks nothing (read-only tools, and those whose rule is the owner's own call).
-pub fn never<A>(_: &A, _: &Path) -> Option<String> {
-    None
-}
-
-/// Asks always.
-pub fn always<A>(_: &A, _: &Path) -> Option<String> {
-    Some("the tool asks the owner first".to_string())
+pub fn never<A>(_: &A, _: &Path) -> Result<Option<String>, ToolError> {
+    Ok(None)
 }
 
 /// Asks when `path` (relative ones taken from the workspace) is outside the workspace.
-pub fn outside_workspace(path: &str, cwd: &Path) -> Option<String> {
+pub fn outside_workspace(path: &str, cwd: &Path) -> Result<Option<String>, ToolError> {
     let full = normalize(&cwd.join(path));
-    (!full.starts_with(normalize(cwd)))
-        .then(|| format!("{} is outside the thread's workspace", full.display()))
+    let outside = !full.starts_with(normalize(cwd));
+    Ok(outside.then(|| format!("{} is outside the thread's workspace", full.display())))
 }
 
 /// `path` with `.` and `..` resolved lexically, and symlinks of its existing part followed:
@@ -166,13 +162,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("workspace");
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(ws.join("src")).expect("workspace");
-        assert_eq!(outside_workspace("src/new/file.rs", &ws), None);
-        assert_eq!(outside_workspace(ws.join("a.txt").to_str().expect("workspace"), &ws), None);
-        assert!(outside_workspace("../escape.txt", &ws).is_some());
-        assert!(outside_workspace("src/../../escape.txt", &ws).is_some());
-        assert!(outside_workspace("/etc/passwd", &ws).is_some());
+        let asks = |path: &str| outside_workspace(path, &ws).expect("checked");
+        assert_eq!(asks("src/new/file.rs"), None);
+        assert_eq!(asks(ws.join("a.txt").to_str().expect("workspace")), None);
+        assert!(asks("../escape.txt").is_some());
+        assert!(asks("src/../../escape.txt").is_some());
+        assert!(asks("/etc/passwd").is_some());
         // A link inside the workspace to a directory outside it does not make a way out.
         std::os::unix::fs::symlink(dir.path(), ws.join("link")).expect("workspace");
-        assert!(outside_workspace("link/escape.txt", &ws).is_some());
+        assert!(asks("link/escape.txt").is_some());
     }
 }

@@ -385,27 +385,45 @@ impl Tasks {
     }
 }
 
-/// `Bash`.
+impl BashArgs {
+    /// Where it runs: `cwd` from the workspace, else the workspace.
+    fn dir(&self, workspace: &Path) -> PathBuf {
+        self.cwd.as_ref().map_or_else(|| workspace.to_path_buf(), |dir| workspace.join(dir))
+    }
+
+    /// The rules of its arguments, checked before anyone is asked.
+    pub fn check(&self, workspace: &Path) -> Result<(), ToolError> {
+        if self.command.trim().is_empty() {
+            return Err(ToolError::invalid("command", "required"));
+        }
+        let dir = self.dir(workspace);
+        if !dir.is_dir() {
+            return Err(ToolError::invalid("cwd", format!("{} is not a directory", dir.display())));
+        }
+        if self.run_in_background {
+            if self.description.as_deref().unwrap_or("").trim().is_empty() {
+                return Err(ToolError::invalid("description", "required with run_in_background"));
+            }
+            if self.timeout.is_some() {
+                return Err(ToolError::invalid("timeout", "for foreground commands (see disable_timeout)"));
+            }
+        } else if self.disable_timeout {
+            return Err(ToolError::invalid("disable_timeout", "for background tasks (run_in_background)"));
+        }
+        let timeout = self.timeout.unwrap_or(FOREGROUND_DEFAULT_MS);
+        if !(1..=FOREGROUND_MAX_MS).contains(&timeout) {
+            return Err(ToolError::invalid("timeout", format!("1-{FOREGROUND_MAX_MS} ms, got {timeout}")));
+        }
+        Ok(())
+    }
+}
+
+/// `Bash` (its arguments checked: [`BashArgs::check`]).
 pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolError> {
-    if args.command.trim().is_empty() {
-        return Err(ToolError::invalid("command", "required"));
-    }
-    let cwd = match &args.cwd {
-        Some(dir) => context.cwd.join(dir),
-        None => context.cwd.clone(),
-    };
-    if !cwd.is_dir() {
-        return Err(ToolError::invalid("cwd", format!("{} is not a directory", cwd.display())));
-    }
+    let cwd = args.dir(&context.cwd);
     let tasks = &context.tasks;
     if args.run_in_background {
         let description = args.description.as_deref().unwrap_or("").trim();
-        if description.is_empty() {
-            return Err(ToolError::invalid("description", "required with run_in_background"));
-        }
-        if args.timeout.is_some() {
-            return Err(ToolError::invalid("timeout", "for foreground commands (see disable_timeout)"));
-        }
         let deadline = if args.disable_timeout { None } else { tasks.budget() };
         let task = tasks.start(&context.thread.id, &cwd, &args.command, description, true, deadline).await?;
         return Ok(Output::json(&serde_json::json!({
@@ -415,13 +433,7 @@ pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolE
             "message": "started in the background; its end is reported to this thread",
         })));
     }
-    if args.disable_timeout {
-        return Err(ToolError::invalid("disable_timeout", "for background tasks (run_in_background)"));
-    }
     let timeout = args.timeout.unwrap_or(FOREGROUND_DEFAULT_MS);
-    if !(1..=FOREGROUND_MAX_MS).contains(&timeout) {
-        return Err(ToolError::invalid("timeout", format!("1-{FOREGROUND_MAX_MS} ms, got {timeout}")));
-    }
     let description = args.description.as_deref().unwrap_or("");
     let task = tasks.start(&context.thread.id, &cwd, &args.command, description, false, None).await?;
     let clock = context.threads.clock().clone();

@@ -257,13 +257,15 @@ async fn a_stopped_task_ends_its_whole_process_group_and_output_pages_by_bytes()
 }
 
 /// Inside a turn the rules ask the owner: Bash (unless the profile allows it) and a write
-/// outside the workspace; a write inside it is allowed.
+/// outside the workspace; a write inside it is allowed. A call with bad arguments is refused
+/// before anyone is asked.
 #[tokio::test]
 async fn inside_a_turn_bash_and_writes_outside_the_workspace_ask_the_owner() {
     let outside = tempfile::tempdir().expect("dir");
     let kiki = binary("kiki");
     let script = format!(
-        "{kiki} tool call Bash '{{\"command\": \"echo approved > bash.txt\"}}' --thread \"$KIKI_THREAD_ID\" >/dev/null 2>&1; \
+        "{kiki} tool call Bash '{{\"command\": \"\"}}' --thread \"$KIKI_THREAD_ID\" >/dev/null 2>&1; \
+         {kiki} tool call Bash '{{\"command\": \"echo approved > bash.txt\"}}' --thread \"$KIKI_THREAD_ID\" >/dev/null 2>&1; \
          {kiki} tool call Write '{{\"path\": \"{out}/x.txt\", \"content\": \"x\"}}' --thread \"$KIKI_THREAD_ID\" >/dev/null 2>&1; \
          {kiki} tool call Write '{{\"path\": \"inside.txt\", \"content\": \"in\"}}' --thread \"$KIKI_THREAD_ID\" >/dev/null 2>&1; \
          echo done",
