@@ -21,11 +21,12 @@ pub fn all() -> Arc<Registry> {
             |context: ToolContext, args: files::ReadArgs| {
                 blocking(move || {
                     let read = files::read(&context.cwd, &args)?;
-                    let mut text = read.content.clone();
+                    let structured = serde_json::to_value(&read).unwrap_or_default();
+                    let mut text = read.content;
                     if let Some(notice) = &read.truncated {
                         text.push_str(&format!("\n[{notice}]"));
                     }
-                    Ok(Output { text, structured: serde_json::to_value(&read).unwrap_or_default() })
+                    Ok(Output { text, structured })
                 })
             },
         ),

@@ -68,7 +68,9 @@ pub enum LineEndings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReadResult {
     pub path: String,
-    /// The lines, each as `NUMBER\tTEXT` (the number right-aligned in six columns).
+    /// The lines, each as `NUMBER\tTEXT` (the number right-aligned in six columns): the
+    /// answer's text, not repeated in its structured result (which says where they are).
+    #[serde(skip)]
     pub content: String,
     /// The first line returned (from 1) and how many were.
     pub start_line: u64,

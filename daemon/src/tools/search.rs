@@ -105,17 +105,25 @@ fn walker(root: &Path, include_ignored: bool) -> ignore::WalkBuilder {
 
 /// The files of `walk` that may be listed or searched, and what went wrong on the way.
 fn files(walk: ignore::WalkBuilder) -> (Vec<ignore::DirEntry>, Vec<String>) {
-    let (mut files, mut warnings) = (Vec::new(), Vec::new());
-    for entry in walk.build() {
-        match entry {
-            Ok(entry) if entry.file_type().is_some_and(|t| t.is_file()) && !is_sensitive(entry.path()) => {
-                files.push(entry)
+    // Walked on every core, as ripgrep walks (the order is the caller's to set).
+    let found = std::sync::Mutex::new((Vec::new(), Vec::new()));
+    walk.build_parallel().run(|| {
+        let found = &found;
+        Box::new(move |entry| {
+            let mut found = found.lock().unwrap_or_else(|p| p.into_inner());
+            match entry {
+                Ok(entry)
+                    if entry.file_type().is_some_and(|t| t.is_file()) && !is_sensitive(entry.path()) =>
+                {
+                    found.0.push(entry)
+                }
+                Ok(_) => {}
+                Err(e) => found.1.push(e.to_string()),
             }
-            Ok(_) => {}
-            Err(e) => warnings.push(e.to_string()),
-        }
-    }
-    (files, warnings)
+            ignore::WalkState::Continue
+        })
+    });
+    found.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The page of `items` from `offset` (default 0), at most `head_limit` (default `default`;
@@ -318,7 +326,7 @@ pub fn grep(cwd: &Path, args: &GrepArgs) -> Result<GrepResult, FileToolError> {
         Some(both) => (both, both),
         None => (args.before.unwrap_or(0), args.after.unwrap_or(0)),
     };
-    let mut searcher = SearcherBuilder::new()
+    let searcher = SearcherBuilder::new()
         .line_number(true)
         .multi_line(args.multiline)
         .before_context(if content { before as usize } else { 0 })
@@ -327,18 +335,37 @@ pub fn grep(cwd: &Path, args: &GrepArgs) -> Result<GrepResult, FileToolError> {
         .build();
     let numbered = args.line_numbers.unwrap_or(true);
     let (searched, mut warnings) = files(walk);
+    // The files are searched on every core, as ripgrep does; each thread takes every n-th.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(searched.len().max(1));
+    let found: Vec<(Vec<(String, Vec<String>, u64)>, Vec<String>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|worker| {
+                let (searched, matcher, mut searcher) = (&searched, &matcher, searcher.clone());
+                scope.spawn(move || {
+                    let (mut files, mut warnings) = (Vec::new(), Vec::new());
+                    for entry in searched.iter().skip(worker).step_by(threads) {
+                        let shown = entry.path().display().to_string();
+                        let mut sink =
+                            Lines { path: &shown, numbered, lines: Vec::new(), matches: 0, last: None };
+                        if let Err(e) = searcher.search_path(matcher, entry.path(), &mut sink) {
+                            warnings.push(format!("{shown}: {e}"));
+                            continue;
+                        }
+                        if sink.matches > 0 {
+                            let (lines, matches) = (sink.lines, sink.matches);
+                            files.push((shown, lines, matches));
+                        }
+                    }
+                    (files, warnings)
+                })
+            })
+            .collect();
+        workers.into_iter().filter_map(|w| w.join().ok()).collect()
+    });
     let mut files: Vec<(String, Vec<String>, u64)> = Vec::new();
-    for entry in searched {
-        let shown = entry.path().display().to_string();
-        let mut sink = Lines { path: &shown, numbered, lines: Vec::new(), matches: 0, last: None };
-        if let Err(e) = searcher.search_path(&matcher, entry.path(), &mut sink) {
-            warnings.push(format!("{shown}: {e}"));
-            continue;
-        }
-        if sink.matches > 0 {
-            let (lines, matches) = (sink.lines, sink.matches);
-            files.push((shown, lines, matches));
-        }
+    for (some, problems) in found {
+        files.extend(some);
+        warnings.extend(problems);
     }
     files.sort_by(|a, b| a.0.cmp(&b.0));
     let entries: Vec<String> = match mode {
