@@ -337,7 +337,7 @@ pub fn grep(cwd: &Path, args: &GrepArgs) -> Result<GrepResult, FileToolError> {
     let (searched, mut warnings) = files(walk);
     // The files are searched on every core, as ripgrep does; each thread takes every n-th.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(searched.len().max(1));
-    let found: Vec<(Vec<(String, Vec<String>, u64)>, Vec<String>)> = std::thread::scope(|scope| {
+    let found: Vec<(Vec<Matched>, Vec<String>)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|worker| {
                 let (searched, matcher, mut searcher) = (&searched, &matcher, searcher.clone());
@@ -362,7 +362,7 @@ pub fn grep(cwd: &Path, args: &GrepArgs) -> Result<GrepResult, FileToolError> {
             .collect();
         workers.into_iter().filter_map(|w| w.join().ok()).collect()
     });
-    let mut files: Vec<(String, Vec<String>, u64)> = Vec::new();
+    let mut files: Vec<Matched> = Vec::new();
     for (some, problems) in found {
         files.extend(some);
         warnings.extend(problems);
@@ -376,6 +376,9 @@ pub fn grep(cwd: &Path, args: &GrepArgs) -> Result<GrepResult, FileToolError> {
     let (entries, total, next_offset) = page(entries, args.offset, args.head_limit, GREP_DEFAULT_LIMIT);
     Ok(GrepResult { mode, entries, total, next_offset, warnings })
 }
+
+/// A file that matched: its path as shown, its lines (content mode), its match count.
+type Matched = (String, Vec<String>, u64);
 
 /// One file's matching lines with their context, as ripgrep prints them.
 struct Lines<'p> {
