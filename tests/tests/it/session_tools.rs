@@ -282,6 +282,13 @@ async fn inside_a_turn_bash_and_writes_outside_the_workspace_ask_the_owner() {
         .await;
     let workspace = home.workdir("agent");
     let thread = thread_in(&home, "agent", &workspace).await;
+    // The turn's progress, followed as it runs: its tool calls are parts of it.
+    let follow = pb::ThreadFollowRequest {
+        target: Some(local(&thread)),
+        turn_id: String::new(),
+        wait_ms: Some(10_000),
+    };
+    let mut progress = home.client().threads().thread_follow(follow).await.expect("follow").into_inner();
     home.say(&thread, "go").await.expect("turn");
     let answer = async |allow: bool| {
         let request_id = eventually("a permission request", || async {
@@ -300,6 +307,18 @@ async fn inside_a_turn_bash_and_writes_outside_the_workspace_ask_the_owner() {
     answer(true).await;
     answer(false).await;
     home.wait_turns(&thread, 1).await;
+    let mut parts = Vec::new();
+    while let Some(part) = progress.message().await.expect("part") {
+        parts.push((kiki_proto::Word::word(&part.kind()), part.text));
+    }
+    let kinds: Vec<&str> = parts.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["tool", "tool_result", "tool", "tool_result", "tool", "tool_result", "end"],
+        "{parts:?}"
+    );
+    assert!(parts[0].1.starts_with("Bash {") && parts[1].1.starts_with("Bash: ok in"), "{parts:?}");
+    assert!(parts[3].1.starts_with("Write: denied"), "{parts:?}");
     assert_eq!(std::fs::read_to_string(workspace.join("bash.txt")).expect("approved bash ran"), "approved\n");
     assert!(!outside.path().join("x.txt").exists(), "the denied write was not made");
     assert_eq!(std::fs::read_to_string(workspace.join("inside.txt")).expect("written"), "in");
