@@ -426,3 +426,27 @@ async fn a_cron_fires_after_a_restart_once_for_the_fires_it_missed() {
             .expect("answered");
     assert!(full.text.contains("50"), "{}", full.text);
 }
+
+/// A task an agent starts in the background outlives its turn; its end starts the thread's
+/// next turn, which gets the report as its input.
+#[tokio::test]
+async fn a_background_task_outlives_its_turn_and_its_end_is_the_next_turns_input() {
+    let script = format!(
+        "if grep -q start; then {kiki} tool call Bash '{{\"command\": \"sleep 1; echo late\", \"run_in_background\": true, \"description\": \"late\"}}' --thread \"$KIKI_THREAD_ID\" >/dev/null; fi; echo ok",
+        kiki = binary("kiki").display()
+    );
+    let home = TestHome::builder()
+        .shell_profile("agent", &script)
+        .config(|c| c.profiles.get_mut("agent").expect("agent").allowed_tools = vec!["Bash".into()])
+        .start()
+        .await;
+    let thread = thread_in(&home, "agent", &home.workdir("agent")).await;
+    home.say(&thread, "start the slow job").await.expect("turn");
+    let turns = home.wait_turns(&thread, 2).await;
+    assert_eq!(turns[0].output, "ok\n");
+    assert!(turns[1].started_at > turns[0].ended_at, "the report came after the first turn ended");
+    let report = &turns[1].input;
+    assert!(report.contains("<task-notification>") && report.contains("late"), "{report}");
+    let kept = history(&home, &thread).await;
+    assert_eq!((kept.len(), kept[0].turn_id.as_str()), (1, turns[0].id.as_str()));
+}
