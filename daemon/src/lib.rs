@@ -19,7 +19,9 @@
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
 //! - [`convert`]: records ↔ `kiki.v1` messages, for the two protobuf edges (gRPC, the bridge
 //!   wire codec).
-//! - [`tools`]: the session tools a home runs in its threads' workspaces (the file tools).
+//! - [`tools`]: the session tools a home runs in its threads' workspaces (files, search,
+//!   Bash and its background tasks, TodoList, Cron): one registry, approval, every call
+//!   recorded; the tasks and the cron scheduler.
 //! - [`sync`], [`time`]: small helpers.
 //! - [`runtime`]: the tokio runtime kikid runs on (no LIFO slot, so answers are flushed in batches).
 //!
@@ -27,11 +29,12 @@
 //!
 //! [`DaemonBuilder::start`] reads like a startup script: open and lock the home (config,
 //! identity), open the store (failing turns a crash interrupted), assemble the threads and
-//! their services, start turns (the queued ones at once), the bridges and key pruning,
+//! their services, start turns (the queued ones at once), the session tools' tasks and crons,
+//! the bridges and key pruning,
 //! bind the socket (0600) and serve. Each part started is a component that says what it
 //! stops; [`DaemonHandle::shutdown`] stops them in reverse: the calls (in-flight ones
-//! finish within a grace period), key pruning, the bridge endpoint, running turns (recorded
-//! as failed), the store, then the socket and the lock.
+//! finish within a grace period), key pruning, the bridge endpoint, background tasks and the
+//! cron scheduler, running turns (recorded as failed), the store, then the socket and the lock.
 
 pub mod backup;
 mod boot;
