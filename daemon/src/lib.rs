@@ -30,8 +30,7 @@
 //! [`DaemonBuilder::start`] reads like a startup script: open and lock the home (config,
 //! identity), open the store (failing turns a crash interrupted), assemble the threads and
 //! their services, start turns (the queued ones at once), the session tools' tasks and crons,
-//! the bridges and key pruning,
-//! bind the socket (0600) and serve. Each part started is a component that says what it
+//! the bridges and key pruning, bind the socket (0600) and serve. Each part started is a component that says what it
 //! stops; [`DaemonHandle::shutdown`] stops them in reverse: the calls (in-flight ones
 //! finish within a grace period), key pruning, the bridge endpoint, background tasks and the
 //! cron scheduler, running turns (recorded as failed), the store, then the socket and the lock.
