@@ -7,14 +7,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// `target/<profile>/NAME`, found from the running test executable (`…/deps/test-hash`), or
+/// `target/<profile>/NAME`, found from the running executable (a test's or bench's
+/// `…/deps/test-hash`, or a binary beside them such as `kiki-bench`), or
 /// `$KIKI_BINARIES/NAME` if that is set (a bench comparing two builds).
 pub fn binary(name: &str) -> PathBuf {
     if let Some(dir) = std::env::var_os("KIKI_BINARIES") {
         return PathBuf::from(dir).join(name);
     }
     let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let beside = exe.parent().expect("the executable's directory");
+    let dir = if beside.ends_with("deps") { beside.parent().expect("target dir") } else { beside };
     let path = dir.join(name);
     assert!(path.is_file(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
     path

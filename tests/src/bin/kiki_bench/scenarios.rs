@@ -1,0 +1,387 @@
+//! The scenarios, each runnable alone. Those with a peer run kiki and NATS JetStream in the
+//! same rounds, interleaved (which goes first turns each round), and report the median of the
+//! per-round ratios.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kiki_client::Client;
+use kiki_proto as pb;
+use kiki_tests::binaries::kiki_json;
+use kiki_tests::measure::{peak_rss_kb_of, process_cpu_time};
+
+use super::load::{closed_loop, one_by_one};
+use super::nats;
+use super::report::{Measured, Round, Row, median};
+
+/// What every scenario is given.
+pub struct Bench {
+    pub dir: PathBuf,
+    pub rounds: usize,
+    pub period: Duration,
+    /// Rows of every scenario run, in order.
+    pub rows: Vec<Row>,
+    /// Latency distributions to plot: a scenario's title and its systems'.
+    pub plots: Vec<(String, Vec<Measured>)>,
+    nats_binary: Option<PathBuf>,
+}
+
+/// The names `kiki-bench` takes, in the order `all` runs them.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("floor-fsync", "write + fdatasync of a 4 KiB page"),
+    ("floor-rtt", "a UDP and a Unix-socket round trip on loopback"),
+    ("grpc-noop", "a kikid call that touches no store (ToolList)"),
+    (
+        "send-durable-1",
+        "ThreadSend of 200 bytes, one sender, to a busy thread and to an idle echo thread, beside a NATS JetStream publish",
+    ),
+    ("send-durable-64", "the same from 64 senders on their own connections"),
+    ("send-dup", "every second send repeats a key: the repeats' latency and what they write"),
+];
+
+impl Bench {
+    pub fn new(dir: PathBuf, rounds: usize, period: Duration) -> Self {
+        Self { dir, rounds, period, rows: Vec::new(), plots: Vec::new(), nats_binary: None }
+    }
+
+    pub async fn run(&mut self, scenario: &str) {
+        match scenario {
+            "floor-fsync" => self.floor_fsync().await,
+            "floor-rtt" => self.floor_rtt().await,
+            "grpc-noop" => self.grpc_noop().await,
+            "send-durable-1" => self.send_durable(1).await,
+            "send-durable-64" => self.send_durable(64).await,
+            "send-dup" => self.send_dup().await,
+            other => panic!("no scenario {other:?}"),
+        }
+    }
+
+    fn nats(&mut self) -> PathBuf {
+        self.nats_binary.get_or_insert_with(nats::server_binary).clone()
+    }
+
+    async fn floor_fsync(&mut self) {
+        progress("floor-fsync", "4 KiB write + fdatasync");
+        let mut file = std::fs::File::create(self.dir.join("fsync-probe")).expect("probe");
+        let block = [7u8; 4096];
+        let round = one_by_one(1_000, |_| {
+            file.write_all(&block).expect("write");
+            file.sync_data().expect("fdatasync");
+            std::future::ready(())
+        })
+        .await;
+        self.floor("floor-fsync", "4 KiB page", &round);
+    }
+
+    async fn floor_rtt(&mut self) {
+        progress("floor-rtt", "UDP and Unix-socket ping-pong");
+        let a = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("a");
+        let b = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("b");
+        a.connect(b.local_addr().expect("b")).await.expect("connect");
+        b.connect(a.local_addr().expect("a")).await.expect("connect");
+        let mut buf = [0u8; 1200];
+        let mut times = Vec::new();
+        for _ in 0..2_000 {
+            let t = Instant::now();
+            a.send(&[1u8; 200]).await.expect("send");
+            b.recv(&mut buf).await.expect("recv");
+            b.send(&[2u8; 200]).await.expect("send");
+            a.recv(&mut buf).await.expect("recv");
+            times.push(t.elapsed());
+        }
+        self.floor("floor-rtt", "UDP", &round_of(&times));
+        let (mut x, mut y) = tokio::net::UnixStream::pair().expect("pair");
+        let mut times = Vec::new();
+        for _ in 0..2_000 {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let t = Instant::now();
+            x.write_all(&[1u8; 200]).await.expect("write");
+            y.read_exact(&mut buf[..200]).await.expect("read");
+            y.write_all(&[2u8; 200]).await.expect("write");
+            x.read_exact(&mut buf[..200]).await.expect("read");
+            times.push(t.elapsed());
+        }
+        self.floor("floor-rtt", "Unix socket", &round_of(&times));
+    }
+
+    fn floor(&mut self, scenario: &str, variant: &str, round: &Round) {
+        let mut measured = Measured::new("floor", variant);
+        measured.add(round);
+        self.rows.push(Row::of(scenario, &measured));
+    }
+
+    async fn grpc_noop(&mut self) {
+        let home = KikiHome::start(&self.dir.join("noop"), 0, 0).await;
+        progress("grpc-noop", "ToolList, one client");
+        let tools = home.client.tools();
+        let mut measured = Measured::new("kiki", "ToolList");
+        for _ in 0..self.rounds {
+            let round = closed_loop(
+                std::slice::from_ref(&tools),
+                self.period,
+                || home.cpu(),
+                |mut tools, _, _| async move {
+                    tools.tool_list(pb::ToolListRequest {}).await.expect("ToolList");
+                },
+            )
+            .await;
+            measured.add(&round);
+        }
+        measured.server_peak_rss_kb = home.peak_rss_kb();
+        self.rows.push(Row::of("grpc-noop", &measured));
+        home.stop();
+    }
+
+    /// ThreadSend of 200-byte messages from `senders` clients: to busy threads (a durable
+    /// append) and to idle `echo` threads (each send delivered, a turn started), in rounds
+    /// interleaved with NATS JetStream publishes from as many clients.
+    async fn send_durable(&mut self, senders: usize) {
+        let scenario = format!("send-durable-{senders}");
+        let busy_threads = senders.min(16);
+        let home = KikiHome::start(&self.dir.join(&scenario), busy_threads, senders).await;
+        let server =
+            nats::Server::start(&self.nats(), &self.dir.join(format!("{scenario}-nats")), "peer", "");
+        let js = nats::connect(&server.url).await;
+        nats::file_stream(&js, "BENCH", vec!["bench.>".into()]).await;
+        let mut contexts = Vec::new();
+        let mut kiki_clients = Vec::new();
+        for _ in 0..senders {
+            contexts.push(nats::connect(&server.url).await);
+            kiki_clients.push(Client::connect(&home.socket()).await.expect("connect").threads());
+        }
+        let payload = bytes::Bytes::from(vec![b'x'; 200]);
+        let busy = Arc::new(home.busy.clone());
+        let idle = Arc::new(home.idle.clone());
+        let mut results = [
+            Measured::new("kiki", "busy thread"),
+            Measured::new("kiki", "idle echo thread"),
+            Measured::new("NATS", "JetStream file, sync always"),
+        ];
+        let mut ratios = [Vec::new(), Vec::new()];
+        let mut p50_ratio = Vec::new();
+        for round in 0..self.rounds {
+            let mut this = [None, None, None];
+            for step in 0..3 {
+                let which = (step + round) % 3;
+                progress(
+                    &scenario,
+                    &format!("round {}/{}: {}", round + 1, self.rounds, results[which].variant),
+                );
+                settle().await;
+                let measured = match which {
+                    0 | 1 => {
+                        let targets = if which == 0 { busy.clone() } else { idle.clone() };
+                        let key = format!("r{round}-{which}");
+                        closed_loop(
+                            &kiki_clients,
+                            self.period,
+                            || home.cpu(),
+                            move |mut threads, c, n| {
+                                let (targets, key) = (targets.clone(), key.clone());
+                                async move {
+                                    let request = pb::ThreadSendRequest {
+                                        target: Some(kiki_tests::local(&targets[c % targets.len()])),
+                                        content: "x".repeat(200),
+                                        idempotency_key: format!("{key}-{c}-{n}"),
+                                        ..Default::default()
+                                    };
+                                    threads.thread_send(request).await.expect("send");
+                                }
+                            },
+                        )
+                        .await
+                    }
+                    _ => {
+                        let (payload, pid) = (payload.clone(), server.pid());
+                        closed_loop(
+                            &contexts,
+                            self.period,
+                            || process_cpu_time(pid),
+                            move |js, c, n| {
+                                let payload = payload.clone();
+                                async move {
+                                    nats::publish(
+                                        &js,
+                                        format!("bench.{c}"),
+                                        format!("r{round}-{c}-{n}"),
+                                        payload,
+                                    )
+                                    .await;
+                                }
+                            },
+                        )
+                        .await
+                    }
+                };
+                results[which].add(&measured);
+                this[which] = Some(measured);
+            }
+            let [Some(b), Some(i), Some(n)] = this else { unreachable!("every system ran") };
+            ratios[0].push(b.throughput() / n.throughput());
+            ratios[1].push(i.throughput() / n.throughput());
+            p50_ratio.push(b.p50() / n.p50());
+        }
+        results[0].server_peak_rss_kb = home.peak_rss_kb();
+        results[1].server_peak_rss_kb = home.peak_rss_kb();
+        results[2].server_peak_rss_kb = peak_rss_kb_of(server.pid());
+        let [busy_ratio, idle_ratio] = ratios.map(median);
+        let p50_ratio = median(p50_ratio);
+        let (target_busy, target_idle, met_busy, met_idle) = if senders == 1 {
+            (
+                format!("p50 ≤ NATS's (kiki ÷ NATS p50 {p50_ratio:.2}) and throughput ≥ 1.0×"),
+                "throughput ≥ 1.0×".to_string(),
+                p50_ratio <= 1.0 && busy_ratio >= 1.0,
+                idle_ratio >= 1.0,
+            )
+        } else {
+            ("≥ 2× NATS".to_string(), "≥ 2× NATS".to_string(), busy_ratio >= 2.0, idle_ratio >= 2.0)
+        };
+        let mut busy_row = Row::of(&scenario, &results[0]).with_target(&target_busy, Some(met_busy));
+        busy_row.ratio = Some(busy_ratio);
+        let mut idle_row = Row::of(&scenario, &results[1]).with_target(&target_idle, Some(met_idle));
+        idle_row.ratio = Some(idle_ratio);
+        self.rows.extend([busy_row, idle_row, Row::of(&scenario, &results[2])]);
+        self.plots
+            .push((format!("{scenario}: latency, kiki vs NATS JetStream"), results.into_iter().collect()));
+        home.stop();
+    }
+
+    /// Sends whose every second one repeats the key (and content) of the one before: the
+    /// repeats are answered from the stored key. Reports the repeats' latency and the bytes
+    /// kikid wrote while answering only repeats, beside a NATS publish of a seen message id.
+    async fn send_dup(&mut self) {
+        let home = KikiHome::start(&self.dir.join("send-dup"), 1, 0).await;
+        let server = nats::Server::start(&self.nats(), &self.dir.join("send-dup-nats"), "peer", "");
+        let js = nats::connect(&server.url).await;
+        nats::file_stream(&js, "BENCH", vec!["bench.>".into()]).await;
+        let mut threads = home.client.threads();
+        let target = kiki_tests::local(&home.busy[0]);
+        let sends = 2_000;
+        progress("send-dup", "kiki: each send, then its repeat");
+        let (mut new, mut repeats) =
+            (Measured::new("kiki", "new keys"), Measured::new("kiki", "repeated keys"));
+        let mut written = 0;
+        for i in 0..sends {
+            let request = pb::ThreadSendRequest {
+                target: Some(target.clone()),
+                content: format!("{i:0200}"),
+                idempotency_key: format!("dup-{i}"),
+                ..Default::default()
+            };
+            let t = Instant::now();
+            threads.thread_send(request.clone()).await.expect("send");
+            new.add(&round_of(&[t.elapsed()]));
+            let before = home.bytes_written();
+            let t = Instant::now();
+            let answer = threads.thread_send(request).await.expect("repeat").into_inner();
+            repeats.add(&round_of(&[t.elapsed()]));
+            written += home.bytes_written() - before;
+            assert!(answer.replayed, "a repeat is answered from its key");
+        }
+        progress("send-dup", "NATS: each publish, then its repeat");
+        let mut nats_repeats = Measured::new("NATS", "repeated Nats-Msg-Id");
+        let payload = bytes::Bytes::from(vec![b'x'; 200]);
+        for i in 0..sends {
+            nats::publish(&js, "bench.dup".into(), format!("dup-{i}"), payload.clone()).await;
+            let t = Instant::now();
+            let duplicate = nats::publish(&js, "bench.dup".into(), format!("dup-{i}"), payload.clone()).await;
+            nats_repeats.add(&round_of(&[t.elapsed()]));
+            assert!(duplicate, "NATS knows the id");
+        }
+        // Nothing written means no WAL frame, so no commit and no fsync.
+        let target =
+            format!("nothing stored, no fsync: {written} bytes written by kikid over {sends} repeats");
+        self.rows.push(Row::of("send-dup", &new));
+        self.rows.push(Row::of("send-dup", &repeats).with_target(&target, Some(written == 0)));
+        self.rows.push(Row::of("send-dup", &nats_repeats));
+        home.stop();
+    }
+}
+
+/// A few seconds for the disk and the servers to settle between phases.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+fn round_of(times: &[Duration]) -> Round {
+    let mut round = Round {
+        latencies: super::report::histogram(),
+        ops: times.len() as u64,
+        seconds: times.iter().sum::<Duration>().as_secs_f64(),
+        server_cpu: Duration::ZERO,
+    };
+    for t in times {
+        super::report::record(&mut round.latencies, *t);
+    }
+    round
+}
+
+/// The progress line: which scenario, and where it is.
+pub fn progress(scenario: &str, what: &str) {
+    eprint!("\r\x1b[2K{scenario}: {what}");
+    let _ = std::io::stderr().flush();
+}
+
+/// A home on the release binaries with `busy` threads held by a sleeping agent and `idle`
+/// `echo` threads; `delivery_wait = 0`, so a send to a busy thread answers once it is durable.
+struct KikiHome {
+    home: PathBuf,
+    client: Client,
+    pid: u32,
+    busy: Vec<String>,
+    idle: Vec<String>,
+}
+
+impl KikiHome {
+    async fn start(dir: &Path, busy: usize, idle: usize) -> Self {
+        let home = dir.join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::write(
+            home.join("config.toml"),
+            "[mailbox]\ndelivery_wait = \"0s\"\n[profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"3600\"]\n",
+        )
+        .expect("config");
+        kiki_json(&home, &["up"]);
+        let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
+        let status = client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
+        let create = |profile: &str, prompt: Option<&str>| {
+            let mut args = vec!["thread", "create", "--profile", profile];
+            if let Some(prompt) = prompt {
+                args.extend(["--prompt", prompt]);
+            }
+            kiki_json(&home, &args)["id"].as_str().expect("id").to_string()
+        };
+        let busy = (0..busy).map(|_| create("hold", Some("hold"))).collect();
+        let idle = (0..idle).map(|_| create("echo", None)).collect();
+        // The held agents have started: sends to their threads queue behind their turns.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Self { home, client, pid: status.pid, busy, idle }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.home.join("kikid.sock")
+    }
+
+    fn cpu(&self) -> Duration {
+        process_cpu_time(self.pid)
+    }
+
+    fn peak_rss_kb(&self) -> u64 {
+        peak_rss_kb_of(self.pid)
+    }
+
+    /// Bytes kikid has caused to be written to storage.
+    fn bytes_written(&self) -> u64 {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.pid)).unwrap_or_default();
+        io.lines()
+            .find_map(|l| l.strip_prefix("write_bytes:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn stop(self) {
+        kiki_json(&self.home, &["down"]);
+    }
+}
