@@ -27,19 +27,28 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts one in `dir` (its config and store), with `extra` config (a leaf node's).
+    /// Starts one with JetStream in `dir` (its config and store), with `extra` config (a
+    /// leaf node's remotes).
     pub fn start(binary: &Path, dir: &Path, name: &str, extra: &str) -> Self {
+        let jetstream = format!(
+            "jetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n{extra}",
+            dir.join("js").display()
+        );
+        Self::with_config(binary, dir, name, &jetstream)
+    }
+
+    /// Starts one without JetStream that leaf nodes join on `leaf_port`: the side publishers
+    /// reach, whose messages a leaf node's stream stores.
+    pub fn start_hub(binary: &Path, dir: &Path, leaf_port: u16) -> Self {
+        Self::with_config(binary, dir, "hub", &format!("leafnodes {{ listen: 127.0.0.1:{leaf_port} }}\n"))
+    }
+
+    fn with_config(binary: &Path, dir: &Path, name: &str, rest: &str) -> Self {
         std::fs::create_dir_all(dir).expect("nats dir");
         let port = free_tcp_port();
         let config = dir.join("nats.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "server_name: {name}\nlisten: 127.0.0.1:{port}\njetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n{extra}",
-                dir.join("js").display()
-            ),
-        )
-        .expect("nats config");
+        std::fs::write(&config, format!("server_name: {name}\nlisten: 127.0.0.1:{port}\n{rest}"))
+            .expect("nats config");
         let child = Command::new(binary)
             .arg("-c")
             .arg(&config)

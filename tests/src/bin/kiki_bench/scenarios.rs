@@ -39,6 +39,11 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     ("send-durable-64", "the same from 64 senders on their own connections"),
     ("send-dup", "every second send repeats a key: the repeats' latency and what they write"),
+    (
+        "bridge-send-1",
+        "a cross-home ThreadSend over a bridge (QUIC on loopback) to a busy thread, one sender, beside two NATS servers joined by a leaf node",
+    ),
+    ("bridge-send-64", "the same from 64 senders"),
 ];
 
 impl Bench {
@@ -54,6 +59,8 @@ impl Bench {
             "send-durable-1" => self.send_durable(1).await,
             "send-durable-64" => self.send_durable(64).await,
             "send-dup" => self.send_dup().await,
+            "bridge-send-1" => self.bridge_send(1).await,
+            "bridge-send-64" => self.bridge_send(64).await,
             other => panic!("no scenario {other:?}"),
         }
     }
@@ -248,6 +255,132 @@ impl Bench {
         home.stop();
     }
 
+    /// Cross-home ThreadSends of 200-byte messages from `senders` clients of home A to busy
+    /// threads of home B over a `send` bridge (each answered once B holds it: B's commit, A's
+    /// record of the answer), in rounds interleaved with publishes to a NATS server whose
+    /// stream lives on a second server joined to it by a leaf node (each answered once the
+    /// second stored and synced it).
+    async fn bridge_send(&mut self, senders: usize) {
+        let scenario = format!("bridge-send-{senders}");
+        let source = KikiHome::start(&self.dir.join(format!("{scenario}-a")), 0, 0).await;
+        let target = KikiHome::start(&self.dir.join(format!("{scenario}-b")), senders.min(16), 0).await;
+        source.bridge_to(&target, "b", "send");
+        let nats = self.nats();
+        let leaf_port = nats::free_tcp_port();
+        let hub = nats::Server::start_hub(&nats, &self.dir.join(format!("{scenario}-nats-a")), leaf_port);
+        let store = nats::Server::start(
+            &nats,
+            &self.dir.join(format!("{scenario}-nats-b")),
+            "store",
+            &format!("leafnodes {{ remotes: [ {{ url: \"nats-leaf://127.0.0.1:{leaf_port}\" }} ] }}\n"),
+        );
+        nats::file_stream(&nats::connect(&store.url).await, "BRIDGE", vec!["bridge.>".into()]).await;
+        let mut contexts = Vec::new();
+        let mut kiki_clients = Vec::new();
+        for _ in 0..senders {
+            contexts.push(nats::connect(&hub.url).await);
+            kiki_clients.push(Client::connect(&source.socket()).await.expect("connect").threads());
+        }
+        // The leaf node has carried the stream's interest to the hub once a publish is stored.
+        nats::publish(&contexts[0], "bridge.warm".into(), "warm".into(), bytes::Bytes::from_static(b"w"))
+            .await;
+        let payload = bytes::Bytes::from(vec![b'x'; 200]);
+        let held = Arc::new(target.busy.clone());
+        let cpu = || source.cpu() + target.cpu();
+        let mut results =
+            [Measured::new("kiki", "two homes, a bridge"), Measured::new("NATS", "two servers, a leaf node")];
+        let mut ratios = Vec::new();
+        for round in 0..self.rounds {
+            let mut this = [None, None];
+            for step in 0..2 {
+                let which = (step + round) % 2;
+                progress(
+                    &scenario,
+                    &format!(
+                        "round {}/{}: {} {}",
+                        round + 1,
+                        self.rounds,
+                        results[which].system,
+                        results[which].variant
+                    ),
+                );
+                settle().await;
+                let measured = if which == 0 {
+                    let held = held.clone();
+                    closed_loop(&kiki_clients, self.period, cpu, move |mut threads, c, n| {
+                        let held = held.clone();
+                        async move {
+                            let request = pb::ThreadSendRequest {
+                                target: Some(pb::ThreadRef {
+                                    host_id: "b".into(),
+                                    workspace_id: String::new(),
+                                    session_id: held[c % held.len()].clone(),
+                                }),
+                                content: "x".repeat(200),
+                                idempotency_key: format!("r{round}-{c}-{n}"),
+                                ..Default::default()
+                            };
+                            threads.thread_send(request).await.expect("send");
+                        }
+                    })
+                    .await
+                } else {
+                    let (payload, pids) = (payload.clone(), (hub.pid(), store.pid()));
+                    closed_loop(
+                        &contexts,
+                        self.period,
+                        move || process_cpu_time(pids.0) + process_cpu_time(pids.1),
+                        move |js, c, n| {
+                            let payload = payload.clone();
+                            async move {
+                                nats::publish(
+                                    &js,
+                                    format!("bridge.{c}"),
+                                    format!("r{round}-{c}-{n}"),
+                                    payload,
+                                )
+                                .await;
+                            }
+                        },
+                    )
+                    .await
+                };
+                results[which].add(&measured);
+                this[which] = Some(measured);
+            }
+            let [Some(k), Some(n)] = this else { unreachable!("both ran") };
+            ratios.push(k.throughput() / n.throughput());
+        }
+        results[0].server_peak_rss_kb = source.peak_rss_kb() + target.peak_rss_kb();
+        results[1].server_peak_rss_kb = peak_rss_kb_of(hub.pid()) + peak_rss_kb_of(store.pid());
+        let ratio = median(ratios);
+        let floors = |name: &str, variant: &str| {
+            self.rows.iter().find(|r| r.scenario == name && r.variant == variant).map(|r| r.p50_us)
+        };
+        let mut row = Row::of(&scenario, &results[0]);
+        row.ratio = Some(ratio);
+        let row = if senders == 1 {
+            let bound = floors("floor-fsync", "4 KiB page")
+                .zip(floors("floor-rtt", "UDP"))
+                .map(|(f, r)| 2.0 * f + r + 500.0);
+            let target = match bound {
+                Some(bound) => format!("p50 ≤ 2 fsyncs + 1 round trip + 0.5 ms = {:.2} ms", bound / 1000.0),
+                None => "p50 ≤ 2 fsyncs + 1 round trip + 0.5 ms (run floor-fsync and floor-rtt first)".into(),
+            };
+            let met = bound.map(|b| row.p50_us <= b);
+            row.with_target(&target, met)
+        } else {
+            row.with_target("≥ 2× the NATS pair", Some(ratio >= 2.0))
+        };
+        self.rows.extend([row, Row::of(&scenario, &results[1])]);
+        self.plots.push((
+            format!("{scenario}: latency across two homes, kiki vs two NATS servers"),
+            results.into_iter().collect(),
+        ));
+        source.stop();
+        target.stop();
+    }
+
     /// Sends whose every second one repeats the key (and content) of the one before: the
     /// repeats are answered from the stored key. Reports the repeats' latency and the bytes
     /// kikid wrote while answering only repeats, beside a NATS publish of a seen message id.
@@ -340,7 +473,11 @@ impl KikiHome {
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(
             home.join("config.toml"),
-            "[mailbox]\ndelivery_wait = \"0s\"\n[profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"3600\"]\n",
+            format!(
+                "[mailbox]\ndelivery_wait = \"0s\"\n[thread_communication]\nenabled = true\n[bridge]\nlisten = \"127.0.0.1:{}\"\n\
+                 [profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"3600\"]\n",
+                kiki_tests::binaries::free_udp_port()
+            ),
         )
         .expect("config");
         kiki_json(&home, &["up"]);
@@ -358,6 +495,19 @@ impl KikiHome {
         // The held agents have started: sends to their threads queue behind their turns.
         tokio::time::sleep(Duration::from_millis(300)).await;
         Self { home, client, pid: status.pid, busy, idle }
+    }
+
+    /// A bridge from this home to `target` with `permissions`, named `alias` here.
+    fn bridge_to(&self, target: &KikiHome, alias: &str, permissions: &str) {
+        let status = kiki_json(&target.home, &["status"]);
+        let (address, id) =
+            (status["bridge_listen"].as_str().expect("listen"), status["home_id"].as_str().expect("id"));
+        let requested = kiki_json(
+            &self.home,
+            &["bridge", "request", address, "--want", permissions, "--expect", id, "--name", alias],
+        );
+        let request = requested["request_id"].as_str().expect("request id");
+        kiki_json(&target.home, &["bridge", "approve", request, "--allow", permissions]);
     }
 
     fn socket(&self) -> PathBuf {
