@@ -12,11 +12,27 @@ use crate::tools::SessionTools;
 pub struct ToolServiceImpl {
     threads: Threads,
     tools: SessionTools,
+    /// ToolList's answer: the registry does not change while kikid runs.
+    listed: pb::ToolListResponse,
 }
 
 impl ToolServiceImpl {
     pub fn new(threads: Threads, tools: SessionTools) -> Self {
-        Self { threads, tools }
+        let listed = pb::ToolListResponse {
+            tools: tools
+                .registry()
+                .all()
+                .map(|tool| pb::ToolSpec {
+                    name: tool.name.to_string(),
+                    title: tool.title.to_string(),
+                    description: tool.description.to_string(),
+                    input_schema: tool.schema.to_string(),
+                    read_only: tool.read_only,
+                    approval: tool.approval.as_str().to_string(),
+                })
+                .collect(),
+        };
+        Self { threads, tools, listed }
     }
 }
 
@@ -26,20 +42,7 @@ impl pb::tool_service_server::ToolService for ToolServiceImpl {
         &self,
         _request: Request<pb::ToolListRequest>,
     ) -> Result<Response<pb::ToolListResponse>, Status> {
-        let tools = self
-            .tools
-            .registry()
-            .all()
-            .map(|tool| pb::ToolSpec {
-                name: tool.name.to_string(),
-                title: tool.title.to_string(),
-                description: tool.description.to_string(),
-                input_schema: tool.schema.to_string(),
-                read_only: tool.read_only,
-                approval: tool.approval.as_str().to_string(),
-            })
-            .collect();
-        Ok(Response::new(pb::ToolListResponse { tools }))
+        Ok(Response::new(self.listed.clone()))
     }
 
     async fn tool_call(

@@ -39,6 +39,16 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     ("send-durable-64", "the same from 64 senders on their own connections"),
     ("send-dup", "every second send repeats a key: the repeats' latency and what they write"),
+    ("wait-wake", "a ThreadWait parked on an echo thread returns: from the send's answer until the wait's"),
+    ("wait-idle-10k", "10,000 ThreadWaits parked at once: the RSS they add to kikid"),
+    (
+        "room-post",
+        "the owner's post mentioning six idle echo members: from its answer until their six turns ended",
+    ),
+    (
+        "mcp-send",
+        "ThreadSend through a warm `kiki mcp` session (rmcp's client) beside the same send over gRPC",
+    ),
     (
         "bridge-send-1",
         "a cross-home ThreadSend over a bridge (QUIC on loopback) to a busy thread, one sender, beside two NATS servers joined by a leaf node",
@@ -59,6 +69,10 @@ impl Bench {
             "send-durable-1" => self.send_durable(1).await,
             "send-durable-64" => self.send_durable(64).await,
             "send-dup" => self.send_dup().await,
+            "wait-wake" => self.wait_wake().await,
+            "wait-idle-10k" => self.wait_idle().await,
+            "room-post" => self.room_post().await,
+            "mcp-send" => self.mcp_send().await,
             "bridge-send-1" => self.bridge_send(1).await,
             "bridge-send-64" => self.bridge_send(64).await,
             other => panic!("no scenario {other:?}"),
@@ -252,6 +266,137 @@ impl Bench {
         self.rows.extend([busy_row, idle_row, Row::of(&scenario, &results[2])]);
         self.plots
             .push((format!("{scenario}: latency, kiki vs NATS JetStream"), results.into_iter().collect()));
+        home.stop();
+    }
+
+    /// Sends to an idle `echo` thread, each with a ThreadWait parked on it: from the send's
+    /// answer until the wait returns (its turn ended).
+    async fn wait_wake(&mut self) {
+        let home = KikiHome::start(&self.dir.join("wait-wake"), 0, 1).await;
+        let mut wakes = Vec::new();
+        for i in 0..(self.rounds * 100) {
+            progress("wait-wake", &format!("wake {}/{}", i + 1, self.rounds * 100));
+            let request = pb::ThreadSendRequest {
+                target: Some(kiki_tests::local(&home.idle[0])),
+                content: format!("wake {i}"),
+                idempotency_key: format!("wake-{i}"),
+                ..Default::default()
+            };
+            wakes.push(home.wake_round(request, &home.idle).await);
+        }
+        let mut measured = Measured::new("kiki", "send answered → wait returns");
+        measured.add(&round_of(&wakes));
+        let row = Row::of("wait-wake", &measured);
+        let met = row.p50_us <= 150.0;
+        self.rows.push(row.with_target("p50 ≤ 150 µs", Some(met)));
+        home.stop();
+    }
+
+    /// 10,000 ThreadWaits parked on a busy thread over 100 connections: kikid's RSS before
+    /// and while they wait.
+    async fn wait_idle(&mut self) {
+        let home = KikiHome::start(&self.dir.join("wait-idle"), 1, 0).await;
+        progress("wait-idle-10k", "parking 10,000 ThreadWaits");
+        let before = home.rss_kb();
+        let mut connections = Vec::new();
+        for _ in 0..100 {
+            connections.push(Client::connect(&home.socket()).await.expect("connect"));
+        }
+        let mut parked = Vec::new();
+        for i in 0..10_000 {
+            let (mut threads, target) = (connections[i % connections.len()].threads(), home.busy[0].clone());
+            parked.push(tokio::spawn(async move {
+                let request = pb::ThreadWaitRequest {
+                    targets: vec![kiki_tests::local(&target)],
+                    timeout_ms: Some(60_000),
+                    ..Default::default()
+                };
+                let _ = threads.thread_wait(request).await;
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let added_kb = home.rss_kb().saturating_sub(before);
+        for task in &parked {
+            task.abort();
+        }
+        let mut measured = Measured::new("kiki", "10,000 parked waits");
+        measured.server_peak_rss_kb = home.peak_rss_kb();
+        let row = Row::of("wait-idle-10k", &measured);
+        let target = format!("≤ 50 MB extra RSS: {:.1} MB added", added_kb as f64 / 1024.0);
+        self.rows.push(row.with_target(&target, Some(added_kb <= 50 * 1024)));
+        home.stop();
+    }
+
+    /// The owner's post to a room hosted by a busy thread, mentioning six idle `echo`
+    /// members: from its answer until the six turns ended.
+    async fn room_post(&mut self) {
+        let home = KikiHome::start(&self.dir.join("room-post"), 1, 6).await;
+        let room = kiki_json(&home.home, &["room", "create", "--host", &home.busy[0], "--name", "bench"]);
+        let room = room["room"]["id"].as_str().or(room["id"].as_str()).expect("room id").to_string();
+        for member in &home.idle {
+            kiki_json(&home.home, &["room", "add", &room, member]);
+        }
+        let mut wakes = Vec::new();
+        for i in 0..(self.rounds * 40) {
+            progress("room-post", &format!("post {}/{}", i + 1, self.rounds * 40));
+            let request = pb::ThreadSendRequest {
+                room: room.clone(),
+                content: format!("post {i}"),
+                idempotency_key: format!("post-{i}"),
+                mentions: home.idle.clone(),
+                ..Default::default()
+            };
+            wakes.push(home.wake_round(request, &home.idle).await);
+        }
+        let mut measured = Measured::new("kiki", "post answered → six turns ended");
+        measured.add(&round_of(&wakes));
+        let row = Row::of("room-post", &measured);
+        let met = row.p50_us <= 5_000.0;
+        self.rows.push(row.with_target("p50 ≤ 5 ms", Some(met)));
+        home.stop();
+    }
+
+    /// ThreadSends to a busy thread through a warm `kiki mcp` session, alternately with the
+    /// same send over the bench's gRPC connection.
+    async fn mcp_send(&mut self) {
+        let home = KikiHome::start(&self.dir.join("mcp-send"), 1, 0).await;
+        let kiki = kiki_tests::binaries::binary("kiki");
+        let (session, _) =
+            kiki_tests::mcp::start(&kiki, Some(&home.home), &[], &[], false).await.expect("kiki mcp starts");
+        let mut threads = home.client.threads();
+        let (mut over_mcp, mut over_grpc) = (Vec::new(), Vec::new());
+        let sends = self.rounds * 200;
+        for i in 0..sends + 50 {
+            progress("mcp-send", &format!("send {}/{}", i + 1, sends + 50));
+            let arguments = serde_json::json!({
+                "session_id": home.busy[0], "content": "x".repeat(200), "idempotency_key": format!("mcp-{i}"),
+            });
+            let t = Instant::now();
+            let result = kiki_tests::mcp::call(&session, "ThreadSend", arguments).await.expect("answered");
+            let mcp = t.elapsed();
+            assert_ne!(result.is_error, Some(true), "{}", kiki_tests::mcp::text(&result));
+            let request = pb::ThreadSendRequest {
+                target: Some(kiki_tests::local(&home.busy[0])),
+                content: "x".repeat(200),
+                idempotency_key: format!("grpc-{i}"),
+                ..Default::default()
+            };
+            let t = Instant::now();
+            threads.thread_send(request).await.expect("send");
+            if i >= 50 {
+                over_mcp.push(mcp);
+                over_grpc.push(t.elapsed());
+            }
+        }
+        let _ = session.cancel().await;
+        let (mut through, mut direct) =
+            (Measured::new("kiki", "through kiki mcp"), Measured::new("kiki", "over gRPC"));
+        through.add(&round_of(&over_mcp));
+        direct.add(&round_of(&over_grpc));
+        let (a, b) = (Row::of("mcp-send", &through), Row::of("mcp-send", &direct));
+        let extra = a.p50_us - b.p50_us;
+        let target = format!("p50 − gRPC's < 0.3 ms: {:.3} ms", extra / 1000.0);
+        self.rows.extend([a.with_target(&target, Some(extra < 300.0)), b]);
         home.stop();
     }
 
@@ -520,6 +665,41 @@ impl KikiHome {
 
     fn peak_rss_kb(&self) -> u64 {
         peak_rss_kb_of(self.pid)
+    }
+
+    fn rss_kb(&self) -> u64 {
+        kiki_tests::measure::rss_kb(self.pid)
+    }
+
+    /// ThreadWaits parked on `woken` (from their events so far), then `request` sent: from
+    /// its answer until every wait returned (each thread's turn ended).
+    async fn wake_round(&self, request: pb::ThreadSendRequest, woken: &[String]) -> Duration {
+        let targets: Vec<pb::ThreadRef> = woken.iter().map(|t| kiki_tests::local(t)).collect();
+        let now =
+            pb::ThreadWaitRequest { targets: targets.clone(), timeout_ms: Some(0), ..Default::default() };
+        let results = self.client.threads().thread_wait(now).await.expect("cursors").into_inner().results;
+        let mut waits = Vec::new();
+        for (thread, result) in woken.iter().zip(results) {
+            let mut threads = self.client.threads();
+            let request = pb::ThreadWaitRequest {
+                targets: vec![kiki_tests::local(thread)],
+                timeout_ms: Some(10_000),
+                cursors: [(thread.clone(), result.cursor)].into_iter().collect(),
+            };
+            waits.push(tokio::spawn(async move {
+                let answer = threads.thread_wait(request).await.expect("wait").into_inner();
+                assert!(!answer.timed_out, "a woken thread's turn ended within 10 s");
+                Instant::now()
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        self.client.threads().thread_send(request).await.expect("send");
+        let answered = Instant::now();
+        let mut last = Duration::ZERO;
+        for wait in waits {
+            last = last.max(wait.await.expect("a wait").saturating_duration_since(answered));
+        }
+        last
     }
 
     /// Bytes kikid has caused to be written to storage.
