@@ -142,14 +142,17 @@ pub fn markdown(rows: &[Row]) -> String {
             Some(false) => " ✗",
             None => "",
         };
+        // A row that timed nothing (a memory figure) leaves the latency columns empty.
+        let timed = r.ops_per_s > 0.0;
+        let shown = |us: f64| if timed { latency(us) } else { String::new() };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {}{} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}{} |\n",
             r.scenario,
             system,
-            latency(r.p50_us),
-            latency(r.p99_us),
-            latency(r.p999_us),
-            r.ops_per_s,
+            shown(r.p50_us),
+            shown(r.p99_us),
+            shown(r.p999_us),
+            if timed { format!("{:.0}", r.ops_per_s) } else { String::new() },
             r.cpu_s_per_1000.map_or(String::new(), |c| format!("{c:.3}")),
             r.peak_rss_kb.map_or(String::new(), |kb| format!("{:.1} MB", kb as f64 / 1024.0)),
             r.ratio.map_or(String::new(), |x| format!("{x:.2}×")),
