@@ -50,6 +50,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "ThreadSend through a warm `kiki mcp` session (rmcp's client) beside the same send over gRPC",
     ),
     (
+        "read-page",
+        "ThreadRead pages of 100 turns from a thread of 1,000,000 (seeded into the store), walking forward and the newest",
+    ),
+    (
         "bridge-send-1",
         "a cross-home ThreadSend over a bridge (QUIC on loopback) to a busy thread, one sender, beside two NATS servers joined by a leaf node",
     ),
@@ -73,6 +77,7 @@ impl Bench {
             "wait-idle-10k" => self.wait_idle().await,
             "room-post" => self.room_post().await,
             "mcp-send" => self.mcp_send().await,
+            "read-page" => self.read_page().await,
             "bridge-send-1" => self.bridge_send(1).await,
             "bridge-send-64" => self.bridge_send(64).await,
             other => panic!("no scenario {other:?}"),
@@ -400,6 +405,65 @@ impl Bench {
         home.stop();
     }
 
+    /// Pages of 100 ended turns from a thread of `TURNS` (1,000,000), seeded into the stopped
+    /// home's SQLite file in one statement (a million turns through the API would measure
+    /// agents, not reads): walking forward from the first page by cursor, and the newest page.
+    async fn read_page(&mut self) {
+        let turns = kiki_tests::measure::setting("TURNS", 1_000_000) as i64;
+        let mut home = KikiHome::start(&self.dir.join("read-page"), 0, 1).await;
+        let thread = home.idle[0].clone();
+        progress("read-page", &format!("seeding {turns} turns"));
+        kiki_json(&home.home, &["down"]);
+        let db = rusqlite::Connection::open(home.home.join("kiki.db")).expect("the store");
+        db.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+             INSERT INTO turns (id, thread_id, seq, status, input, output, started_at, ended_at)
+             SELECT printf('tu_seed%08d', i), ?1, i, 'completed',
+                    printf('input %d: about as long as a short request to an agent, a line or two.', i),
+                    printf('output %d: about as long as a short answer from an agent, a line or two.', i),
+                    1700000000000 + 2 * i, 1700000000001 + 2 * i FROM n",
+            rusqlite::params![thread, turns],
+        )
+        .expect("seed turns");
+        db.execute("UPDATE threads SET turn_count = ?2 WHERE id = ?1", rusqlite::params![thread, turns])
+            .expect("turn count");
+        drop(db);
+        home.up().await;
+        let mut threads = home.client.threads();
+        let (mut forward, mut newest) =
+            (Measured::new("kiki", "pages walking forward"), Measured::new("kiki", "the newest page"));
+        let mut cursor = String::new();
+        for i in 0..(self.rounds * 200) {
+            progress("read-page", &format!("page {}/{}", i + 1, self.rounds * 200));
+            let request = pb::ThreadReadRequest {
+                target: Some(kiki_tests::local(&thread)),
+                limit: Some(100),
+                cursor: cursor.clone(),
+                ..Default::default()
+            };
+            let t = Instant::now();
+            let page = threads.thread_read(request).await.expect("a page").into_inner();
+            forward.add(&round_of(&[t.elapsed()]));
+            assert_eq!(page.turns.len(), 100, "a full page");
+            cursor = page.next_cursor.unwrap_or_default();
+            let request = pb::ThreadReadRequest {
+                target: Some(kiki_tests::local(&thread)),
+                last: Some(100),
+                ..Default::default()
+            };
+            let t = Instant::now();
+            let page = threads.thread_read(request).await.expect("the newest").into_inner();
+            newest.add(&round_of(&[t.elapsed()]));
+            assert_eq!(page.turns.last().map(|t| t.seq), Some(turns as u64));
+        }
+        for measured in [&forward, &newest] {
+            let row = Row::of("read-page", measured);
+            let met = row.p99_us <= 2_000.0;
+            self.rows.push(row.with_target("p99 ≤ 2 ms", Some(met)));
+        }
+        home.stop();
+    }
+
     /// Cross-home ThreadSends of 200-byte messages from `senders` clients of home A to busy
     /// threads of home B over a `send` bridge (each answered once B holds it: B's commit, A's
     /// record of the answer), in rounds interleaved with publishes to a NATS server whose
@@ -709,6 +773,15 @@ impl KikiHome {
             .find_map(|l| l.strip_prefix("write_bytes:"))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Starts the (stopped) home again and reconnects.
+    async fn up(&mut self) {
+        kiki_json(&self.home, &["up"]);
+        self.client = Client::connect(&self.socket()).await.expect("connect");
+        let status =
+            self.client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
+        self.pid = status.pid;
     }
 
     fn stop(self) {
