@@ -49,6 +49,9 @@ impl EndpointError {
 }
 
 /// The longest a peer's handshake may take before it is dropped.
+/// The most a closing endpoint waits for its connections to drain (see [`BridgeEndpoint::close`]).
+pub const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes under way at once; more are refused until some end.
 pub const MAX_HANDSHAKES: usize = 64;
@@ -174,10 +177,13 @@ impl BridgeEndpoint {
         self.accepted.lock().await.recv().await
     }
 
-    /// Closes every connection and stops accepting.
+    /// Closes every connection and stops accepting. The close frames go out at once; waiting
+    /// for the connections to finish draining (three probe timeouts each, which a link that
+    /// lost packets has backed off to seconds) is bounded by [`CLOSE_GRACE`], so a home stops
+    /// promptly whatever its links went through.
     pub async fn close(&self) {
         self.endpoint.close(0u32.into(), b"home stopping");
-        self.endpoint.wait_idle().await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.endpoint.wait_idle()).await;
     }
 }
 

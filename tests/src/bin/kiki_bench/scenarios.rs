@@ -50,6 +50,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "ThreadSend through a warm `kiki mcp` session (rmcp's client) beside the same send over gRPC",
     ),
     (
+        "bridge-heal",
+        "a cross-home send made during a 5 s partition (a UDP relay dropping datagrams): from the heal until the target's turn ended",
+    ),
+    (
         "read-page",
         "ThreadRead pages of 100 turns from a thread of 1,000,000 (seeded into the store), walking forward and the newest",
     ),
@@ -78,6 +82,7 @@ impl Bench {
             "room-post" => self.room_post().await,
             "mcp-send" => self.mcp_send().await,
             "read-page" => self.read_page().await,
+            "bridge-heal" => self.bridge_heal().await,
             "bridge-send-1" => self.bridge_send(1).await,
             "bridge-send-64" => self.bridge_send(64).await,
             other => panic!("no scenario {other:?}"),
@@ -464,6 +469,81 @@ impl Bench {
         home.stop();
     }
 
+    /// A send over a bridge whose link is cut (a UDP relay on the path drops every datagram)
+    /// for 5 s: from the heal until the target's `echo` turn for it ended.
+    async fn bridge_heal(&mut self) {
+        let source = KikiHome::start(&self.dir.join("bridge-heal-a"), 0, 0).await;
+        let target = KikiHome::start(&self.dir.join("bridge-heal-b"), 0, 1).await;
+        let listen =
+            kiki_json(&target.home, &["status"])["bridge_listen"].as_str().expect("listen").to_string();
+        let relay = kiki_tests::UdpRelay::start(listen.parse().expect("an address")).await;
+        source.bridge_via(&target, &relay.addr.to_string(), "b", "send,wake");
+        let thread = target.idle[0].clone();
+        let newest = || {
+            let mut threads = target.client.threads();
+            let request = pb::ThreadReadRequest {
+                target: Some(kiki_tests::local(&thread)),
+                last: Some(1),
+                ..Default::default()
+            };
+            async move {
+                threads
+                    .thread_read(request)
+                    .await
+                    .expect("read")
+                    .into_inner()
+                    .turns
+                    .last()
+                    .map_or(0, |t| t.seq)
+            }
+        };
+        let mut heals = Vec::new();
+        for round in 0..self.rounds.min(3) {
+            progress(
+                "bridge-heal",
+                &format!("round {}/{}: partitioned for 5 s", round + 1, self.rounds.min(3)),
+            );
+            let before = newest().await;
+            relay.partition(true);
+            let mut threads = source.client.threads();
+            let request = pb::ThreadSendRequest {
+                target: Some(pb::ThreadRef {
+                    host_id: "b".into(),
+                    workspace_id: String::new(),
+                    session_id: thread.clone(),
+                }),
+                content: format!("sent during partition {round}"),
+                idempotency_key: format!("heal-{round}"),
+                ..Default::default()
+            };
+            let sending = tokio::spawn(async move { threads.thread_send(request).await.map(drop) });
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            relay.partition(false);
+            let healed = Instant::now();
+            progress(
+                "bridge-heal",
+                &format!("round {}/{}: healed, waiting for the delivery", round + 1, self.rounds.min(3)),
+            );
+            loop {
+                if newest().await > before {
+                    break;
+                }
+                assert!(healed.elapsed() < Duration::from_secs(120), "no delivery within 2 min of the heal");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            heals.push(healed.elapsed());
+            let _ = sending.await;
+        }
+        let mut measured = Measured::new("kiki", "heal → delivered, turn ended");
+        measured.add(&round_of(&heals));
+        let row = Row::of("bridge-heal", &measured);
+
+        let met = row.p50_us <= 31_000_000.0;
+        self.rows.push(row.with_target("≤ the backoff cap (30 s) + 1 s", Some(met)));
+        source.stop();
+        target.stop();
+    }
+
     /// Cross-home ThreadSends of 200-byte messages from `senders` clients of home A to busy
     /// threads of home B over a `send` bridge (each answered once B holds it: B's commit, A's
     /// record of the answer), in rounds interleaved with publishes to a NATS server whose
@@ -709,8 +789,13 @@ impl KikiHome {
     /// A bridge from this home to `target` with `permissions`, named `alias` here.
     fn bridge_to(&self, target: &KikiHome, alias: &str, permissions: &str) {
         let status = kiki_json(&target.home, &["status"]);
-        let (address, id) =
-            (status["bridge_listen"].as_str().expect("listen"), status["home_id"].as_str().expect("id"));
+        self.bridge_via(target, status["bridge_listen"].as_str().expect("listen"), alias, permissions);
+    }
+
+    /// [`KikiHome::bridge_to`] reaching `target` at `address` (a relay on the path).
+    fn bridge_via(&self, target: &KikiHome, address: &str, alias: &str, permissions: &str) {
+        let status = kiki_json(&target.home, &["status"]);
+        let id = status["home_id"].as_str().expect("id");
         let requested = kiki_json(
             &self.home,
             &["bridge", "request", address, "--want", permissions, "--expect", id, "--name", alias],
