@@ -12,11 +12,10 @@
 //! clients on their own connections, the home's store on a database of the same server.
 //! Rounds alternate pgbench and kiki; the ratio printed is kiki ÷ pgbench per round.
 
-use std::process::Command;
 use std::time::Duration;
 
 use kiki_tests::measure::{HeldHome, durable_sends};
-use kiki_tests::postgres::TestDatabase;
+use kiki_tests::postgres::{TestDatabase, pgbench, psql};
 
 const ROUNDS: usize = 3;
 const SECONDS: u64 = 5;
@@ -68,45 +67,6 @@ async fn main() {
         println!("pg-send-{clients}: kiki ÷ pgbench, median {:.2} (target ≥ 0.8)", ratios[ratios.len() / 2]);
     }
     kiki_tests::binaries::kiki_json(&home, &["down"]);
-}
-
-/// pgbench's transactions a second (without connection time).
-fn pgbench(database: &TestDatabase, script: &std::path::Path, clients: usize, seconds: u64) -> f64 {
-    let (host, port, name) = parts(database);
-    let out = Command::new("pgbench")
-        .args(["-n", "-h", &host, "-p", &port, "-U", "kiki_test", "-T", &seconds.to_string()])
-        .args(["-c", &clients.to_string(), "-j", &clients.min(2).to_string(), "-f"])
-        .arg(script)
-        .arg(&name)
-        .env("PGPASSWORD", database.options.password.as_deref().expect("password"))
-        .output()
-        .expect("pgbench (postgresql-contrib)");
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "pgbench failed: {said}{}", String::from_utf8_lossy(&out.stderr));
-    said.lines()
-        .find_map(|line| line.strip_prefix("tps = "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|tps| tps.parse().ok())
-        .unwrap_or_else(|| panic!("no tps in pgbench's output: {said}"))
-}
-
-fn psql(database: &TestDatabase, sql: &str) {
-    let (host, port, name) = parts(database);
-    let ok = Command::new("psql")
-        .args(["-q", "-h", &host, "-p", &port, "-U", "kiki_test", "-d", &name, "-c", sql])
-        .env("PGPASSWORD", database.options.password.as_deref().expect("password"))
-        .status()
-        .expect("psql")
-        .success();
-    assert!(ok, "psql {sql}");
-}
-
-/// Host, port and database of a test database's URL (`postgres://user@host:port/name`).
-fn parts(database: &TestDatabase) -> (String, String, String) {
-    let rest = database.options.url.split_once('@').expect("user@").1;
-    let (address, name) = rest.split_once('/').expect("/database");
-    let (host, port) = address.rsplit_once(':').unwrap_or((address, "5432"));
-    (host.to_string(), port.to_string(), name.to_string())
 }
 
 fn env_or(name: &str, default: usize) -> usize {

@@ -235,3 +235,42 @@ fn run(program: &str, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// pgbench's transactions a second (without connection time).
+pub fn pgbench(database: &TestDatabase, script: &std::path::Path, clients: usize, seconds: u64) -> f64 {
+    let (host, port, name) = parts(database);
+    let out = std::process::Command::new("pgbench")
+        .args(["-n", "-h", &host, "-p", &port, "-U", "kiki_test", "-T", &seconds.to_string()])
+        .args(["-c", &clients.to_string(), "-j", &clients.min(2).to_string(), "-f"])
+        .arg(script)
+        .arg(&name)
+        .env("PGPASSWORD", database.options.password.as_deref().expect("password"))
+        .output()
+        .expect("pgbench (postgresql-contrib)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "pgbench failed: {said}{}", String::from_utf8_lossy(&out.stderr));
+    said.lines()
+        .find_map(|line| line.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|tps| tps.parse().ok())
+        .unwrap_or_else(|| panic!("no tps in pgbench's output: {said}"))
+}
+
+pub fn psql(database: &TestDatabase, sql: &str) {
+    let (host, port, name) = parts(database);
+    let ok = std::process::Command::new("psql")
+        .args(["-q", "-h", &host, "-p", &port, "-U", "kiki_test", "-d", &name, "-c", sql])
+        .env("PGPASSWORD", database.options.password.as_deref().expect("password"))
+        .status()
+        .expect("psql")
+        .success();
+    assert!(ok, "psql {sql}");
+}
+
+/// Host, port and database of a test database's URL (`postgres://user@host:port/name`).
+fn parts(database: &TestDatabase) -> (String, String, String) {
+    let rest = database.options.url.split_once('@').expect("user@").1;
+    let (address, name) = rest.split_once('/').expect("/database");
+    let (host, port) = address.rsplit_once(':').unwrap_or((address, "5432"));
+    (host.to_string(), port.to_string(), name.to_string())
+}

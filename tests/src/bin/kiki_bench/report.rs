@@ -79,6 +79,8 @@ pub struct Row {
     pub scenario: String,
     pub system: String,
     pub variant: String,
+    /// Whether its latencies were measured (a memory figure, pgbench's rate, have none).
+    pub timed: bool,
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
@@ -100,6 +102,7 @@ impl Row {
             scenario: scenario.into(),
             system: m.system.clone(),
             variant: m.variant.clone(),
+            timed: !m.latencies.is_empty(),
             p50_us: q(0.5),
             p99_us: q(0.99),
             p999_us: q(0.999),
@@ -142,9 +145,8 @@ pub fn markdown(rows: &[Row]) -> String {
             Some(false) => " ✗",
             None => "",
         };
-        // A row that timed nothing (a memory figure) leaves the latency columns empty.
-        let timed = r.ops_per_s > 0.0;
-        let shown = |us: f64| if timed { latency(us) } else { String::new() };
+        // A row that timed nothing (a memory figure, pgbench's rate) leaves them empty.
+        let shown = |us: f64| if r.timed { latency(us) } else { String::new() };
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}{} |\n",
             r.scenario,
@@ -152,7 +154,7 @@ pub fn markdown(rows: &[Row]) -> String {
             shown(r.p50_us),
             shown(r.p99_us),
             shown(r.p999_us),
-            if timed { format!("{:.0}", r.ops_per_s) } else { String::new() },
+            if r.ops_per_s > 0.0 { format!("{:.0}", r.ops_per_s) } else { String::new() },
             r.cpu_s_per_1000.map_or(String::new(), |c| format!("{c:.3}")),
             r.peak_rss_kb.map_or(String::new(), |kb| format!("{:.1} MB", kb as f64 / 1024.0)),
             r.ratio.map_or(String::new(), |x| format!("{x:.2}×")),

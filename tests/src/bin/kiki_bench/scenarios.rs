@@ -54,6 +54,11 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "a cross-home send made during a 5 s partition (a UDP relay dropping datagrams): from the heal until the target's turn ended",
     ),
     (
+        "pg-send-1",
+        "ThreadSend of 200 bytes to a busy thread on a Postgres store, one client, beside pgbench's single-row insert on the same server",
+    ),
+    ("pg-send-16", "the same from 16 clients"),
+    (
         "read-page",
         "ThreadRead pages of 100 turns from a thread of 1,000,000 (seeded into the store), walking forward and the newest",
     ),
@@ -83,6 +88,8 @@ impl Bench {
             "mcp-send" => self.mcp_send().await,
             "read-page" => self.read_page().await,
             "bridge-heal" => self.bridge_heal().await,
+            "pg-send-1" => self.pg_send(1).await,
+            "pg-send-16" => self.pg_send(16).await,
             "bridge-send-1" => self.bridge_send(1).await,
             "bridge-send-64" => self.bridge_send(64).await,
             other => panic!("no scenario {other:?}"),
@@ -544,6 +551,76 @@ impl Bench {
         target.stop();
     }
 
+    /// Durable ThreadSends to busy threads of a home whose store is a database of the
+    /// machine's PostgreSQL (`tests/postgres-up.sh`), in rounds alternating with `pgbench`
+    /// running a single-row insert transaction of a 200-byte value against another database
+    /// of the same server, from as many clients.
+    async fn pg_send(&mut self, clients: usize) {
+        use kiki_tests::postgres::{TestDatabase, pgbench, psql};
+        let scenario = format!("pg-send-{clients}");
+        progress(&scenario, "starting PostgreSQL (tests/postgres-up.sh)");
+        let (floor_db, store_db) = (TestDatabase::create().await, TestDatabase::create().await);
+        let dir = self.dir.join(&scenario);
+        std::fs::create_dir_all(dir.join("home")).expect("home");
+        let pass = dir.join("home/pg.pass");
+        std::fs::write(&pass, store_db.options.password.clone().expect("password")).expect("password file");
+        std::fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+        let store = format!(
+            "[store]\nurl = \"{}\"\npassword_file = \"pg.pass\"\npool_size = 16\n",
+            store_db.options.url
+        );
+        let home = KikiHome::start_with(&dir, clients.min(16), 0, &store).await;
+        let script = dir.join("insert.sql");
+        std::fs::write(&script, format!("INSERT INTO floor (v) VALUES ('{}');\n", "x".repeat(200)))
+            .expect("script");
+        psql(
+            &floor_db,
+            "CREATE TABLE floor (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v TEXT NOT NULL)",
+        );
+        let mut senders = Vec::new();
+        for _ in 0..clients {
+            senders.push(Client::connect(&home.socket()).await.expect("connect").threads());
+        }
+        let held = Arc::new(home.busy.clone());
+        let (mut kiki, mut floor) =
+            (Measured::new("kiki", "Postgres store"), Measured::new("pgbench", "single-row insert"));
+        let mut ratios = Vec::new();
+        for round in 0..self.rounds {
+            progress(&scenario, &format!("round {}/{}", round + 1, self.rounds));
+            settle().await;
+            let tps = pgbench(&floor_db, &script, clients, self.period.as_secs().max(1));
+            let held = held.clone();
+            let measured = closed_loop(
+                &senders,
+                self.period,
+                || home.cpu(),
+                move |mut threads, c, n| {
+                    let held = held.clone();
+                    async move {
+                        let request = pb::ThreadSendRequest {
+                            target: Some(kiki_tests::local(&held[c % held.len()])),
+                            content: "x".repeat(200),
+                            idempotency_key: format!("r{round}-{c}-{n}"),
+                            ..Default::default()
+                        };
+                        threads.thread_send(request).await.expect("send");
+                    }
+                },
+            )
+            .await;
+            ratios.push(measured.throughput() / tps);
+            floor.ops += (tps * self.period.as_secs_f64()) as u64;
+            floor.seconds += self.period.as_secs_f64();
+            kiki.add(&measured);
+        }
+        kiki.server_peak_rss_kb = home.peak_rss_kb();
+        let mut row = Row::of(&scenario, &kiki);
+        row.ratio = Some(median(ratios));
+        self.rows.push(row.with_target("kiki ÷ pgbench, reported (no target here)", None));
+        self.rows.push(Row::of(&scenario, &floor));
+        home.stop();
+    }
+
     /// Cross-home ThreadSends of 200-byte messages from `senders` clients of home A to busy
     /// threads of home B over a `send` bridge (each answered once B holds it: B's commit, A's
     /// record of the answer), in rounds interleaved with publishes to a NATS server whose
@@ -758,13 +835,18 @@ struct KikiHome {
 
 impl KikiHome {
     async fn start(dir: &Path, busy: usize, idle: usize) -> Self {
+        Self::start_with(dir, busy, idle, "").await
+    }
+
+    /// [`KikiHome::start`] with more config (sections of its own: `[store]`).
+    async fn start_with(dir: &Path, busy: usize, idle: usize, extra: &str) -> Self {
         let home = dir.join("home");
         std::fs::create_dir_all(&home).expect("home");
         std::fs::write(
             home.join("config.toml"),
             format!(
                 "[mailbox]\ndelivery_wait = \"0s\"\n[thread_communication]\nenabled = true\n[bridge]\nlisten = \"127.0.0.1:{}\"\n\
-                 [profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"3600\"]\n",
+                 [profiles.hold]\nexecutor = \"exec\"\ncommand = [\"sleep\", \"3600\"]\n{extra}",
                 kiki_tests::binaries::free_udp_port()
             ),
         )
