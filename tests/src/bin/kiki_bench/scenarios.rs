@@ -59,6 +59,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     ("pg-send-16", "the same from 16 clients"),
     (
+        "restart-recover",
+        "kill -9 of a home holding 1,000,000 messages and 10,000 pending bridged sends (seeded into its store): time until it serves again, and until its outbox drained",
+    ),
+    (
         "read-page",
         "ThreadRead pages of 100 turns from a thread of 1,000,000 (seeded into the store), walking forward and the newest",
     ),
@@ -87,6 +91,7 @@ impl Bench {
             "room-post" => self.room_post().await,
             "mcp-send" => self.mcp_send().await,
             "read-page" => self.read_page().await,
+            "restart-recover" => self.restart_recover().await,
             "bridge-heal" => self.bridge_heal().await,
             "pg-send-1" => self.pg_send(1).await,
             "pg-send-16" => self.pg_send(16).await,
@@ -619,6 +624,90 @@ impl Bench {
         self.rows.push(row.with_target("kiki ÷ pgbench, reported (no target here)", None));
         self.rows.push(Row::of(&scenario, &floor));
         home.stop();
+    }
+
+    /// A home holding `MESSAGES` (1,000,000) delivered messages and `PENDING` (10,000)
+    /// bridged sends not yet answered — seeded into its stopped store in two statements, the
+    /// pending ones due at once — is started, killed with `kill -9`, and started again: the
+    /// time from `kiki up` until it answers, and until its outbox drained into the peer.
+    async fn restart_recover(&mut self) {
+        let messages = kiki_tests::measure::setting("MESSAGES", 1_000_000) as i64;
+        let pending = kiki_tests::measure::setting("PENDING", 10_000) as i64;
+        let mut source = KikiHome::start(&self.dir.join("restart-a"), 0, 1).await;
+        let target = KikiHome::start(&self.dir.join("restart-b"), 1, 0).await;
+        source.bridge_to(&target, "b", "send");
+        let peer = kiki_json(&target.home, &["status"])["home_id"].as_str().expect("id").to_string();
+        let bridges = kiki_json(&source.home, &["bridge", "list"]);
+        let bridge = bridges["bridges"]
+            .as_array()
+            .and_then(|all| all.iter().find(|b| b["direction"] == "outbound"))
+            .and_then(|b| b["id"].as_str())
+            .expect("the outbound bridge")
+            .to_string();
+        progress(
+            "restart-recover",
+            &format!("seeding {messages} messages and {pending} pending bridged sends"),
+        );
+        kiki_json(&source.home, &["down"]);
+        let db = rusqlite::Connection::open(source.home.join("kiki.db")).expect("the store");
+        db.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+             INSERT INTO messages (id, target_thread, content, status, created_at, delivered_at)
+             SELECT printf('msg_seed%08d', i), ?1, printf('message %d, about as long as a short note between agents.', i),
+                    'delivered', 1700000000000 + i, 1700000000000 + i FROM n",
+            rusqlite::params![source.idle[0], messages],
+        )
+        .expect("seed messages");
+        let now = kiki_daemon::time::now_ms();
+        db.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?4)
+             INSERT INTO outbox (id, bridge_id, peer_home_id, target_session, content, key_scope, key,
+                                 request_hash, status, next_attempt_at, created_at, updated_at)
+             SELECT printf('msg_outbox%08d', i), ?1, ?2, ?3, printf('pending send %d', i), '', printf('seed-%d', i),
+                    printf('%064d', i), 'pending', 0, ?5, ?5 FROM n",
+            rusqlite::params![bridge, peer, target.busy[0], pending, now],
+        )
+        .expect("seed the outbox");
+        drop(db);
+        source.up().await;
+        progress("restart-recover", "kill -9, then kiki up");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(source.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill -9");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        source.up().await;
+        let serving = started.elapsed();
+        let outbound_pending = || {
+            let listed = kiki_json(&source.home, &["bridge", "list"]);
+            listed["bridges"]
+                .as_array()
+                .and_then(|all| all.iter().find(|b| b["direction"] == "outbound"))
+                .and_then(|b| b["pending"].as_u64())
+                .unwrap_or(u64::MAX)
+        };
+        loop {
+            let left = outbound_pending();
+            progress("restart-recover", &format!("{left} bridged sends still pending"));
+            if left == 0 {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(600), "the outbox did not drain in 10 minutes");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let drained = started.elapsed();
+        let mut up = Measured::new("kiki", "kiki up → answering");
+        up.add(&round_of(&[serving]));
+        let mut emptied = Measured::new("kiki", &format!("kiki up → {pending} bridged sends answered"));
+        emptied.add(&round_of(&[drained]));
+        let row = Row::of("restart-recover", &up);
+        let met = row.p50_us <= 1_000_000.0;
+        self.rows.push(row.with_target("serving within 1 s", Some(met)));
+        self.rows.push(Row::of("restart-recover", &emptied));
+        source.stop();
+        target.stop();
     }
 
     /// Cross-home ThreadSends of 200-byte messages from `senders` clients of home A to busy
