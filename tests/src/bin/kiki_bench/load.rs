@@ -63,3 +63,47 @@ where
     round.seconds = started.elapsed().as_secs_f64();
     round
 }
+
+/// Durable ThreadSends of 200 bytes for `period`, sender `c` to `targets[c % len]`, keys
+/// `KEY-c-n` (a round's own `key`, so rounds never replay each other).
+pub async fn thread_sends(
+    senders: &[kiki_client::ThreadClient],
+    targets: Vec<kiki_proto::ThreadRef>,
+    key: String,
+    period: Duration,
+    cpu: impl Fn() -> Duration,
+) -> Round {
+    let targets = std::sync::Arc::new(targets);
+    closed_loop(senders, period, cpu, move |mut threads, c, n| {
+        let request = kiki_proto::ThreadSendRequest {
+            target: Some(targets[c % targets.len()].clone()),
+            content: "x".repeat(200),
+            idempotency_key: format!("{key}-{c}-{n}"),
+            ..Default::default()
+        };
+        async move {
+            threads.thread_send(request).await.expect("send");
+        }
+    })
+    .await
+}
+
+/// Durable JetStream publishes of 200 bytes for `period`, sender `c` to `PREFIX.c`, message
+/// ids `KEY-c-n`; the CPU is that of the servers `pids`.
+pub async fn nats_publishes(
+    senders: &[async_nats::jetstream::Context],
+    prefix: &str,
+    key: String,
+    period: Duration,
+    pids: Vec<u32>,
+) -> Round {
+    let (payload, prefix) = (bytes::Bytes::from(vec![b'x'; 200]), prefix.to_string());
+    let cpu = || pids.iter().map(|pid| kiki_tests::measure::process_cpu_time(*pid)).sum();
+    closed_loop(senders, period, cpu, move |js, c, n| {
+        let (subject, id, payload) = (format!("{prefix}.{c}"), format!("{key}-{c}-{n}"), payload.clone());
+        async move {
+            super::nats::publish(&js, subject, id, payload).await;
+        }
+    })
+    .await
+}

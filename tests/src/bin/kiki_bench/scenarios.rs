@@ -4,7 +4,6 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiki_client::Client;
@@ -12,7 +11,7 @@ use kiki_proto as pb;
 use kiki_tests::binaries::kiki_json;
 use kiki_tests::measure::{peak_rss_kb_of, process_cpu_time};
 
-use super::load::{closed_loop, one_by_one};
+use super::load::{closed_loop, nats_publishes, one_by_one, thread_sends};
 use super::nats;
 use super::report::{Measured, Round, Row, median};
 
@@ -194,9 +193,6 @@ impl Bench {
             contexts.push(nats::connect(&server.url).await);
             kiki_clients.push(Client::connect(&home.socket()).await.expect("connect").threads());
         }
-        let payload = bytes::Bytes::from(vec![b'x'; 200]);
-        let busy = Arc::new(home.busy.clone());
-        let idle = Arc::new(home.idle.clone());
         let mut results = [
             Measured::new("kiki", "busy thread"),
             Measured::new("kiki", "idle echo thread"),
@@ -215,45 +211,20 @@ impl Bench {
                 settle().await;
                 let measured = match which {
                     0 | 1 => {
-                        let targets = if which == 0 { busy.clone() } else { idle.clone() };
-                        let key = format!("r{round}-{which}");
-                        closed_loop(
-                            &kiki_clients,
-                            self.period,
-                            || home.cpu(),
-                            move |mut threads, c, n| {
-                                let (targets, key) = (targets.clone(), key.clone());
-                                async move {
-                                    let request = pb::ThreadSendRequest {
-                                        target: Some(kiki_tests::local(&targets[c % targets.len()])),
-                                        content: "x".repeat(200),
-                                        idempotency_key: format!("{key}-{c}-{n}"),
-                                        ..Default::default()
-                                    };
-                                    threads.thread_send(request).await.expect("send");
-                                }
-                            },
-                        )
+                        let threads = if which == 0 { &home.busy } else { &home.idle };
+                        let targets = threads.iter().map(|t| kiki_tests::local(t)).collect();
+                        thread_sends(&kiki_clients, targets, format!("r{round}-{which}"), self.period, || {
+                            home.cpu()
+                        })
                         .await
                     }
                     _ => {
-                        let (payload, pid) = (payload.clone(), server.pid());
-                        closed_loop(
+                        nats_publishes(
                             &contexts,
+                            "bench",
+                            format!("r{round}"),
                             self.period,
-                            || process_cpu_time(pid),
-                            move |js, c, n| {
-                                let payload = payload.clone();
-                                async move {
-                                    nats::publish(
-                                        &js,
-                                        format!("bench.{c}"),
-                                        format!("r{round}-{c}-{n}"),
-                                        payload,
-                                    )
-                                    .await;
-                                }
-                            },
+                            vec![server.pid()],
                         )
                         .await
                     }
@@ -586,7 +557,6 @@ impl Bench {
         for _ in 0..clients {
             senders.push(Client::connect(&home.socket()).await.expect("connect").threads());
         }
-        let held = Arc::new(home.busy.clone());
         let (mut kiki, mut floor) =
             (Measured::new("kiki", "Postgres store"), Measured::new("pgbench", "single-row insert"));
         let mut ratios = Vec::new();
@@ -594,25 +564,9 @@ impl Bench {
             progress(&scenario, &format!("round {}/{}", round + 1, self.rounds));
             settle().await;
             let tps = pgbench(&floor_db, &script, clients, self.period.as_secs().max(1));
-            let held = held.clone();
-            let measured = closed_loop(
-                &senders,
-                self.period,
-                || home.cpu(),
-                move |mut threads, c, n| {
-                    let held = held.clone();
-                    async move {
-                        let request = pb::ThreadSendRequest {
-                            target: Some(kiki_tests::local(&held[c % held.len()])),
-                            content: "x".repeat(200),
-                            idempotency_key: format!("r{round}-{c}-{n}"),
-                            ..Default::default()
-                        };
-                        threads.thread_send(request).await.expect("send");
-                    }
-                },
-            )
-            .await;
+            let targets = home.busy.iter().map(|t| kiki_tests::local(t)).collect();
+            let measured =
+                thread_sends(&senders, targets, format!("r{round}"), self.period, || home.cpu()).await;
             ratios.push(measured.throughput() / tps);
             floor.ops += (tps * self.period.as_secs_f64()) as u64;
             floor.seconds += self.period.as_secs_f64();
@@ -739,8 +693,6 @@ impl Bench {
         // The leaf node has carried the stream's interest to the hub once a publish is stored.
         nats::publish(&contexts[0], "bridge.warm".into(), "warm".into(), bytes::Bytes::from_static(b"w"))
             .await;
-        let payload = bytes::Bytes::from(vec![b'x'; 200]);
-        let held = Arc::new(target.busy.clone());
         let cpu = || source.cpu() + target.cpu();
         let mut results =
             [Measured::new("kiki", "two homes, a bridge"), Measured::new("NATS", "two servers, a leaf node")];
@@ -761,44 +713,19 @@ impl Bench {
                 );
                 settle().await;
                 let measured = if which == 0 {
-                    let held = held.clone();
-                    closed_loop(&kiki_clients, self.period, cpu, move |mut threads, c, n| {
-                        let held = held.clone();
-                        async move {
-                            let request = pb::ThreadSendRequest {
-                                target: Some(pb::ThreadRef {
-                                    host_id: "b".into(),
-                                    workspace_id: String::new(),
-                                    session_id: held[c % held.len()].clone(),
-                                }),
-                                content: "x".repeat(200),
-                                idempotency_key: format!("r{round}-{c}-{n}"),
-                                ..Default::default()
-                            };
-                            threads.thread_send(request).await.expect("send");
-                        }
-                    })
-                    .await
+                    let targets = target
+                        .busy
+                        .iter()
+                        .map(|t| pb::ThreadRef {
+                            host_id: "b".into(),
+                            workspace_id: String::new(),
+                            session_id: t.clone(),
+                        })
+                        .collect();
+                    thread_sends(&kiki_clients, targets, format!("r{round}"), self.period, cpu).await
                 } else {
-                    let (payload, pids) = (payload.clone(), (hub.pid(), store.pid()));
-                    closed_loop(
-                        &contexts,
-                        self.period,
-                        move || process_cpu_time(pids.0) + process_cpu_time(pids.1),
-                        move |js, c, n| {
-                            let payload = payload.clone();
-                            async move {
-                                nats::publish(
-                                    &js,
-                                    format!("bridge.{c}"),
-                                    format!("r{round}-{c}-{n}"),
-                                    payload,
-                                )
-                                .await;
-                            }
-                        },
-                    )
-                    .await
+                    let pids = vec![hub.pid(), store.pid()];
+                    nats_publishes(&contexts, "bridge", format!("r{round}"), self.period, pids).await
                 };
                 results[which].add(&measured);
                 this[which] = Some(measured);
@@ -940,9 +867,7 @@ impl KikiHome {
             ),
         )
         .expect("config");
-        kiki_json(&home, &["up"]);
-        let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
-        let status = client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
+        let (client, pid) = serve(&home).await;
         let create = |profile: &str, prompt: Option<&str>| {
             let mut args = vec!["thread", "create", "--profile", profile];
             if let Some(prompt) = prompt {
@@ -954,7 +879,7 @@ impl KikiHome {
         let idle = (0..idle).map(|_| create("echo", None)).collect();
         // The held agents have started: sends to their threads queue behind their turns.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        Self { home, client, pid: status.pid, busy, idle }
+        Self { home, client, pid, busy, idle }
     }
 
     /// A bridge from this home to `target` with `permissions`, named `alias` here.
@@ -1033,14 +958,18 @@ impl KikiHome {
 
     /// Starts the (stopped) home again and reconnects.
     async fn up(&mut self) {
-        kiki_json(&self.home, &["up"]);
-        self.client = Client::connect(&self.socket()).await.expect("connect");
-        let status =
-            self.client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
-        self.pid = status.pid;
+        (self.client, self.pid) = serve(&self.home).await;
     }
 
     fn stop(self) {
         kiki_json(&self.home, &["down"]);
     }
+}
+
+/// `kiki up` on `home`: a connection to it, and kikid's pid.
+async fn serve(home: &Path) -> (Client, u32) {
+    kiki_json(home, &["up"]);
+    let client = Client::connect(&home.join("kikid.sock")).await.expect("connect");
+    let status = client.home().status(pb::StatusRequest::default()).await.expect("status").into_inner();
+    (client, status.pid)
 }
