@@ -1,6 +1,7 @@
 //! Small synchronisation helpers shared across the daemon.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Locks `m`, ignoring poisoning: every mutex here guards plain maps and queues that a
@@ -13,14 +14,44 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// is dropped when its client cancels or its deadline passes; a committed write must still
 /// be followed by what it implies (a claimed turn started, queued input kicked), or a thread
 /// would stay `running` with no turn, or its input would wait for the next restart.
-pub async fn uncancelled<T: Send + 'static>(
-    work: impl Future<Output = crate::error::Result<T>> + Send + 'static,
-) -> crate::error::Result<T> {
+///
+/// The work runs in the caller's task, and only if the caller is dropped before it ends is
+/// the rest spawned as a task of its own: spawning every time would add two task switches
+/// (there and back) to each send, a large share of a durable send's cost.
+pub fn uncancelled<T, F>(work: F) -> Uncancelled<F>
+where
+    F: Future<Output = crate::error::Result<T>> + Send + 'static,
+{
     // In the caller's span: what it does is part of the call (and of its trace).
-    match tokio::spawn(tracing::Instrument::in_current_span(work)).await {
-        Ok(done) => done,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => Err(crate::error::Error::Unavailable("kikid is stopping".into())),
+    Uncancelled { work: Some(Box::pin(tracing::Instrument::in_current_span(work))) }
+}
+
+/// The future [`uncancelled`] returns.
+pub struct Uncancelled<F: Future + Send + 'static> {
+    /// `None` once it ended.
+    work: Option<Pin<Box<tracing::instrument::Instrumented<F>>>>,
+}
+
+impl<F: Future + Send + 'static> Future for Uncancelled<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let work = self.work.as_mut().expect("an uncancelled future polled after it ended");
+        let done = std::task::ready!(work.as_mut().poll(cx));
+        self.work = None;
+        std::task::Poll::Ready(done)
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for Uncancelled<F> {
+    fn drop(&mut self) {
+        // Abandoned half-way: the rest runs on as a task. Without a runtime (the home is
+        // being torn down) there is nothing left to run it on.
+        if let (Some(work), Ok(runtime)) = (self.work.take(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn(async move {
+                let _ = work.await;
+            });
+        }
     }
 }
 
