@@ -4,11 +4,11 @@
 use kiki_proto as pb;
 use kiki_proto::Word;
 use kiki_proto::bridge::v1 as wire;
-use kiki_tests::TestHome;
 use kiki_tests::bridges::{
-    approve, approve_refused, link_from, list_via, outbound_listed, pending_requests, permission_words,
-    raw_call, remote, remote_send, request,
+    approve, approve_refused, link_from, list_via, open_home, outbound_listed, pending_requests,
+    permission_words, raw_call, remote, remote_send, request,
 };
+use kiki_tests::{TestHome, eventually};
 use tonic::Code;
 
 #[tokio::test]
@@ -384,4 +384,36 @@ async fn bridges_keep_their_names_unless_renamed_and_show_what_was_asked() {
     let bad = b.client().bridges().bridge_rename(rename).await.expect_err("not a name");
     assert_eq!(bad.code(), Code::InvalidArgument);
     assert!(bad.message().starts_with("name: "), "{}", bad.message());
+}
+
+/// The source learns that its bridge was approved from the first call the target serves
+/// over it, without anyone listing its bridges: right after the approval the source still
+/// holds the bridge `requested`; a send over it is served, and the source's own record turns
+/// `active` with the grant. Its listing shows that once the target has stopped — the
+/// listing's ping then finds nobody, so it can show only what the source already knew.
+#[tokio::test]
+async fn a_call_served_over_a_new_bridge_tells_the_source_it_was_approved() {
+    let (a, b) = (open_home().await, open_home().await);
+    let t = b.thread("echo", None).await;
+    a.bridge_to(&b, "send,wake").await;
+    let store = a.store();
+    let state = async || store.rows("SELECT state, 0 FROM bridges WHERE direction = 'outbound'").await;
+    assert_eq!(state().await, [("requested".to_string(), 0)], "nothing has told the source yet");
+
+    let sent = a.send(remote_send("bee", &t.id, "hello", "k")).await.expect("send");
+    assert_ne!(sent.status(), pb::SendStatus::Undeliverable, "served: {sent:?}");
+    eventually("the source to record the bridge active", || async {
+        (state().await == [("active".to_string(), 0)]).then_some(())
+    })
+    .await;
+
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    let listed = outbound_listed(&a).await;
+    assert!(!listed.last_error.is_empty(), "the listing's ping found nobody: {listed:?}");
+    assert_eq!(
+        (listed.state().word().as_str(), permission_words(&listed.permissions)),
+        ("active", vec!["send".to_string(), "wake".to_string()]),
+        "learnt from the send, not from the listing"
+    );
 }

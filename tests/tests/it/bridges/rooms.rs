@@ -322,6 +322,124 @@ async fn a_mention_right_after_approval_wakes_the_member() {
     assert!(turn.contains("wake up"), "{turn}");
 }
 
+/// A room entry's delivery to a member in another home is a bridged send like any other:
+/// while the member's home is away it is `pending`, in the room's log and in the bridge's
+/// receipts, and tried again and again; the home stays away past the retry window and it
+/// ends `expired`, the receipt saying so. (On a manual clock, moved on by the test.)
+#[tokio::test]
+async fn a_room_delivery_to_a_home_away_past_the_window_expires_with_a_receipt() {
+    // Long enough for a second attempt whatever the first took (an attempt's bound is 5 s,
+    // the pause after it about as long as the silence so far).
+    let window = Duration::from_secs(20);
+    let clock = kiki_tests::manual_clock();
+    let a = TestHome::builder()
+        .clock(&clock)
+        .open_to_peers(window)
+        .config(|c| c.bridge.connect_timeout = Duration::from_millis(200))
+        .start()
+        .await;
+    let b = TestHome::builder().clock(&clock).open_to_peers(Duration::from_secs(60)).start().await;
+    let host = a.thread("echo", None).await.id;
+    let xb = b.thread("echo", None).await.id;
+    a.bridge_named(&b, "bb", "send,wake").await;
+    let room = a.create_room(&host, "team").await.id;
+    assert!(add(&a, &room, &format!("bb/{xb}")).await.expect("joins"));
+    // The join told `a` its bridge was approved (the next test covers a home that has not
+    // heard yet).
+    let store = a.store();
+    eventually("a to record its bridge active", || async {
+        let states = store.rows("SELECT state, 0 FROM bridges WHERE direction = 'outbound'").await;
+        (states == [("active".to_string(), 0)]).then_some(())
+    })
+    .await;
+    b.handle().shutdown();
+    b.handle().stopped().await;
+
+    let member = format!("{}/{xb}", b.handle().home_id());
+    let started = clock.now_ms();
+    let posted = post(&a, &room, "anyone there?", &[&member]).await;
+    assert_eq!(posted.woke, std::slice::from_ref(&member));
+    let delivery = async || {
+        let log = read(&a, &room).await;
+        let delivery = &log.entries[0].deliveries[0];
+        (log.entries[0].id.clone(), delivery.status().word(), delivery.reason.clone())
+    };
+    let (entry, status, _) = delivery().await;
+    assert_eq!(status, "pending");
+    let key = format!("room:{entry}:{xb}");
+    let receipt = |status: &'static str| {
+        let key = key.clone();
+        let a = &a;
+        async move {
+            receipts(a, "bb")
+                .await
+                .into_iter()
+                .find(|r| r.idempotency_key == key && r.status().word() == status)
+        }
+    };
+    assert!(receipt("pending").await.is_some(), "{:?}", receipts(&a, "bb").await);
+
+    let (expired, _) =
+        kiki_tests::eventually_advancing(&clock, STEP, LIMIT, "the delivery to expire", || {
+            receipt("expired")
+        })
+        .await;
+    assert_eq!(expired.reason, "expired", "{expired:?}");
+    assert!(expired.attempts >= 2, "retried within the window: {expired:?}");
+    let took = Duration::from_millis((clock.now_ms() - started) as u64);
+    assert!(took >= window, "expired after {took:?}, before the window ended");
+    assert_eq!(delivery().await, (entry, "expired".to_string(), "expired".to_string()));
+}
+
+/// A room delivery waits for a member's home that is away, whatever the room's home last
+/// heard of its bridge there: it posts while the member's home is stopped and while it still
+/// holds that bridge `requested` (as when the member's home went away before the join's
+/// answer could teach it the approval: its record is set back so while it is stopped), and
+/// the delivery is `pending`, not given up; the member's home comes back within the window
+/// and its member is woken, once.
+#[tokio::test]
+async fn a_room_delivery_wakes_a_member_whose_home_is_back_within_the_window() {
+    let (mut a, mut b) = (open_home().await, open_home().await);
+    let host = a.thread("echo", None).await.id;
+    let xb = b.thread("echo", None).await.id;
+    a.bridge_named(&b, "bb", "send,wake").await;
+    let room = a.create_room(&host, "team").await.id;
+    assert!(add(&a, &room, &format!("bb/{xb}")).await.expect("joins"));
+    b.handle().shutdown();
+    b.handle().stopped().await;
+    let store = a.store();
+    a.restart_with(async |_| {
+        let sql = "UPDATE bridges SET state = 'requested' WHERE direction = 'outbound'";
+        assert_eq!(store.execute(sql).await, 1, "set back");
+    })
+    .await;
+
+    let member = format!("{}/{xb}", b.handle().home_id());
+    let posted = post(&a, &room, "wake up when you are back", &[&member]).await;
+    assert_eq!(posted.woke, std::slice::from_ref(&member));
+    let log = read(&a, &room).await;
+    assert_eq!(log.entries[0].deliveries[0].status().word(), "pending", "{log:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(read(&a, &room).await.entries[0].deliveries[0].status().word(), "pending");
+
+    b.restart().await;
+    let turn = b.wait_turns(&xb, 1).await.remove(0);
+    assert!(turn.output.contains("wake up when you are back"), "{}", turn.output);
+    eventually("the delivery confirmed in the room's log", || async {
+        let log = read(&a, &room).await;
+        (log.entries[0].deliveries[0].status().word() == "delivered").then_some(())
+    })
+    .await;
+    let receipt = receipts(&a, "bb").await.pop().expect("the delivery's receipt");
+    assert_eq!(receipt.status().word(), "delivered", "{receipt:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.all_turns(&xb).await.len(), 1, "woken once");
+}
+
+/// How far a test moves a manual clock between looks, and at most in all.
+const STEP: Duration = Duration::from_millis(100);
+const LIMIT: Duration = Duration::from_secs(120);
+
 /// A team room: the room lives on a team home served by two replicas sharing one Postgres
 /// store and identity, its members in three personal homes, each bridged both ways with the
 /// team home (their bridges to it list both replicas, approved through the second). The
