@@ -63,7 +63,7 @@ macro_rules! store_conformance {
             the_first_identity_to_claim_a_store_is_its_home,
             a_running_turn_is_found_by_its_tokens_hash,
             tool_calls_are_numbered_per_thread_and_paged, a_todo_write_on_a_stale_revision_writes_nothing,
-            a_cron_fires_once_per_time_and_a_thread_holds_so_many);
+            a_cron_fires_once_per_time_and_a_thread_holds_so_many, every_change_to_the_crons_is_published);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]

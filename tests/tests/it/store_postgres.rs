@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kiki_daemon::store::{Change, PostgresStore, Store, ThreadStore};
+use kiki_daemon::store::{Change, CronRecord, PostgresStore, Store, ThreadStore, ToolStore};
 use kiki_tests::postgres::TestDatabase;
 
 async fn postgres() -> (Arc<dyn Store>, TestDatabase) {
@@ -15,7 +15,7 @@ async fn postgres() -> (Arc<dyn Store>, TestDatabase) {
 kiki_tests::store_conformance!(postgres());
 
 /// What one process commits reaches the listeners of another on the same database (a team
-/// home's replicas), through the coalesced notifications.
+/// home's replicas), through the coalesced notifications: a thread's changes, the crons'.
 #[tokio::test]
 async fn committed_changes_reach_another_process_on_the_database() {
     let database = TestDatabase::create().await;
@@ -25,6 +25,17 @@ async fn committed_changes_reach_another_process_on_the_database() {
         .await
         .expect("create");
     until(&mut hearing, Change::Thread("th_far".into())).await;
+    let cron = CronRecord {
+        id: "cr_far".into(),
+        thread_id: "th_far".into(),
+        cron: "*/5 * * * *".into(),
+        prompt: "p".into(),
+        recurring: true,
+        created_at: 1,
+        next_fire_at: 100,
+    };
+    assert!(writer.add_cron(&cron, 1).await.expect("add"));
+    until(&mut hearing, Change::Crons).await;
     writer.close().await;
     other.close().await;
 }
