@@ -11,12 +11,15 @@
 //!   inbox gives. Both say what is delivered ([`Taken`]).
 //! - A room post ([`plan_post`]): whom it wakes (the owner's unmentioned post the host, any
 //!   other post the members it mentions), unless the room is paused or the loop guard
-//!   pauses it now.
+//!   pauses it now; a post whose key was used before is answered by the key
+//!   ([`post_by_key`]).
+//! - A turn's end ([`finish_turn`], [`fail_interrupted_turn`]): what else it writes
+//!   ([`TurnEnd`]).
 
 use super::{
     ClaimedTurn, EntryRecord, EventKind, EventRecord, InputKind, InputRecord, MemberKind, MemberRecord,
-    MessageStatus, Millis, NewEntry, NewInput, NewMessage, OutboxStatus, RoomRecord, RoomTag, SendOutcome,
-    SourceRef, event, local_sender, message_input_id,
+    MessageStatus, Millis, NewEntry, NewInput, NewMessage, OutboxStatus, PostOutcome, RoomRecord, RoomTag,
+    SendOutcome, SourceRef, TurnOutcome, TurnStatus, event, local_sender, message_input_id,
 };
 
 /// What a send's decision rests on, read in the transaction that would store it.
@@ -124,6 +127,21 @@ pub struct ClaimFacts {
     pub queued: Vec<Queued>,
     /// The peers whose bridge's inbound access is off.
     pub disabled_peers: Vec<String>,
+}
+
+/// When a claimed turn starts: when it was asked for, but never before the thread's last
+/// turn ended (a claim asked for while that turn ran, and queued behind its end, starts
+/// after it).
+pub fn turn_start(asked: Millis, last_ended: Option<Millis>) -> Millis {
+    asked.max(last_ended.unwrap_or(0))
+}
+
+/// The time a write that may expire what is overdue or start a turn decides by: the time
+/// it was asked at, or the clock's (`running`) as it runs if that is later (it may have
+/// waited for other writes, and a replay answered meanwhile may have declared a message
+/// expired).
+pub fn write_time(asked: Millis, running: Millis) -> Millis {
+    asked.max(running)
 }
 
 /// What a claim writes: the turn (`seq`, and the inputs it takes in order, `arriving`
@@ -459,11 +477,6 @@ pub fn paused_notice(room_id: &str, why: &str) -> String {
     format!("room {room_id} paused: {why}")
 }
 
-/// Why a permission request still pending when its turn ends is answered `expired`.
-pub const PERMISSION_OUTLIVED_TURN: &str = "the turn ended before an answer";
-/// … and one still pending when kikid stopped (found so at the next start).
-pub const PERMISSION_OUTLIVED_DAEMON: &str = "kikid stopped before an answer";
-
 /// A member a post wakes, as the post's transaction reaches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Woken {
@@ -588,6 +601,75 @@ pub fn plan_post(
         }
     }
     Ok(plan)
+}
+
+/// Why a permission request still pending when its turn ends is answered `expired`.
+pub const PERMISSION_OUTLIVED_TURN: &str = "the turn ended before an answer";
+/// … and one still pending when kikid stopped (found so at the next start).
+pub const PERMISSION_OUTLIVED_DAEMON: &str = "kikid stopped before an answer";
+
+/// What ending a turn writes once its row says it ended (only a running turn ends, once):
+/// its thread is idle again, its permission requests still pending are answered `expired`
+/// (nobody can act on the answer now), the agent's session is kept for the thread's next
+/// turn, and the thread's log gets the terminal event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnEnd {
+    pub thread_id: String,
+    pub turn_id: String,
+    /// When the thread went idle and the requests were answered.
+    pub now: Millis,
+    /// Why its pending permission requests expired.
+    pub permissions_expired: &'static str,
+    pub agent_session: Option<String>,
+    pub terminal: EventRecord,
+}
+
+/// A turn of `thread_id` its runner finished with `outcome`.
+pub fn finish_turn(thread_id: &str, outcome: &TurnOutcome) -> TurnEnd {
+    turn_end(thread_id, &outcome.turn_id, outcome.status, &outcome.error, outcome.now)
+        .with_session(outcome.agent_session.clone())
+}
+
+/// A turn of `thread_id` failed for `reason` because the kikid that ran it is gone: no
+/// session to keep (its agent never said), its requests outlived that kikid.
+pub fn fail_interrupted_turn(thread_id: &str, turn_id: &str, reason: &str, now: Millis) -> TurnEnd {
+    TurnEnd {
+        permissions_expired: PERMISSION_OUTLIVED_DAEMON,
+        ..turn_end(thread_id, turn_id, TurnStatus::Failed, reason, now)
+    }
+}
+
+fn turn_end(thread_id: &str, turn_id: &str, status: TurnStatus, reason: &str, now: Millis) -> TurnEnd {
+    TurnEnd {
+        thread_id: thread_id.to_string(),
+        turn_id: turn_id.to_string(),
+        now,
+        permissions_expired: PERMISSION_OUTLIVED_TURN,
+        agent_session: None,
+        terminal: EventRecord {
+            turn_id: Some(turn_id.to_string()),
+            turn_status: Some(status),
+            reason: reason.to_string(),
+            ..event(thread_id, EventKind::Terminal, now)
+        },
+    }
+}
+
+impl TurnEnd {
+    fn with_session(self, agent_session: Option<String>) -> Self {
+        TurnEnd { agent_session, ..self }
+    }
+}
+
+/// A post whose key was used before in its room (by the post of hash `kept_hash`, which
+/// logged `entry`) is answered by its key, even if the room changed since: the same post
+/// again replays its entry, another post conflicts with it.
+pub fn post_by_key(request_hash: &str, kept_hash: &str, entry: EntryRecord) -> PostOutcome {
+    if kept_hash == request_hash {
+        PostOutcome::Replayed(entry)
+    } else {
+        PostOutcome::KeyConflict { entry_id: entry.id }
+    }
 }
 
 #[cfg(test)]
@@ -1038,5 +1120,89 @@ mod tests {
         assert!(outcome_applies(Expired, 5), "expired, its target still to be asked");
         assert!(!outcome_applies(Expired, Millis::MAX), "expired and settled");
         assert!(!outcome_applies(Delivered, 5) && !outcome_applies(Rejected, 5), "final");
+    }
+
+    #[test]
+    fn a_finished_turn_idles_its_thread_expires_its_requests_and_keeps_its_session() {
+        let outcome = TurnOutcome {
+            turn_id: "tu_1".into(),
+            status: TurnStatus::Failed,
+            output: "half".into(),
+            error: "agent exited 1".into(),
+            now: 9,
+            usage: None,
+            agent_session: Some("sess_7".into()),
+        };
+        let end = finish_turn("th_a", &outcome);
+        let terminal = EventRecord {
+            turn_id: Some("tu_1".into()),
+            turn_status: Some(TurnStatus::Failed),
+            reason: "agent exited 1".into(),
+            ..event("th_a", EventKind::Terminal, 9)
+        };
+        assert_eq!(
+            end,
+            TurnEnd {
+                thread_id: "th_a".into(),
+                turn_id: "tu_1".into(),
+                now: 9,
+                permissions_expired: PERMISSION_OUTLIVED_TURN,
+                agent_session: Some("sess_7".into()),
+                terminal,
+            }
+        );
+        let done = finish_turn(
+            "th_a",
+            &TurnOutcome { status: TurnStatus::Completed, error: String::new(), ..outcome },
+        );
+        assert_eq!(
+            (done.terminal.turn_status, done.terminal.reason.as_str()),
+            (Some(TurnStatus::Completed), "")
+        );
+    }
+
+    #[test]
+    fn an_interrupted_turn_fails_and_its_requests_outlived_kikid() {
+        let end = fail_interrupted_turn("th_a", "tu_1", "kikid stopped during this turn", 5);
+        assert_eq!(end.permissions_expired, PERMISSION_OUTLIVED_DAEMON);
+        assert_eq!(end.agent_session, None, "its agent never said");
+        assert_eq!(end.terminal.turn_status, Some(TurnStatus::Failed));
+        assert_eq!(end.terminal.reason, "kikid stopped during this turn");
+        assert_eq!((end.terminal.kind, end.terminal.at, end.now), (EventKind::Terminal, 5, 5));
+        assert_eq!(end.terminal.turn_id.as_deref(), Some("tu_1"));
+    }
+
+    #[test]
+    fn a_posts_key_replays_the_same_post_and_refuses_another() {
+        let entry = EntryRecord {
+            room_id: "rm_1".into(),
+            seq: 3,
+            id: "en_1".into(),
+            author: None,
+            content: "hi".into(),
+            mentions: Vec::new(),
+            woke: Vec::new(),
+            at: 1,
+            deliveries: Vec::new(),
+        };
+        assert!(matches!(post_by_key("h1", "h1", entry.clone()), PostOutcome::Replayed(e) if e == entry));
+        let conflict = post_by_key("h2", "h1", entry);
+        assert!(
+            matches!(&conflict, PostOutcome::KeyConflict { entry_id } if entry_id == "en_1"),
+            "{conflict:?}"
+        );
+    }
+
+    #[test]
+    fn a_turn_starts_when_asked_but_never_before_the_last_one_ended() {
+        assert_eq!(turn_start(10, None), 10, "the thread's first turn");
+        assert_eq!(turn_start(10, Some(7)), 10);
+        assert_eq!(turn_start(10, Some(12)), 12, "asked for while the last one ran");
+    }
+
+    #[test]
+    fn a_write_decides_by_the_clock_when_it_ran_later_than_asked() {
+        assert_eq!(write_time(10, 15), 15, "it waited for other writes");
+        assert_eq!(write_time(10, 8), 10, "asked for a later time than the clock's");
     }
 }
