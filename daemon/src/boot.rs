@@ -185,6 +185,7 @@ impl Domain {
         let signals = Signals::default();
         let outbox_work = Arc::new(tokio::sync::Notify::new());
         store.changes().listen(crate::threads::signals::wake_on(signals.clone(), outbox_work.clone()));
+        let crons = crate::tools::cron::Scheduler::listening(store.changes());
         let root = home.root().to_path_buf();
         let observer = Arc::new(crate::observe::Observer::new(clock.clone()));
         store.changes().on_commit({
@@ -210,13 +211,11 @@ impl Domain {
             threads.clone(),
             config.background.clone(),
         );
-        let crons = crate::tools::cron::Scheduler::default();
         let tools = crate::tools::SessionTools::new(
             threads.clone(),
             permissions.clone(),
             config.clone(),
             tasks.clone(),
-            crons.clone(),
         );
         let rooms = Rooms::new(threads.clone(), mailbox.clone(), config);
         let outbox_duty = Arc::new(crate::replica::OutboxDuty::new(outbox_work.clone()));

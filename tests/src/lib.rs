@@ -338,6 +338,89 @@ impl StoreAccess {
         }
     }
 
+    /// Every row of every table of the home's data (not the migrations each store applied,
+    /// nor the processes serving it), each as its columns by name with their values, sorted:
+    /// two stores that hold the same data, whatever their backends, dump the same. The
+    /// tables are the live schema's, so a table a migration adds is in it.
+    pub async fn dump(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        const NOT_DATA: &[&str] = &["schema_migrations", "replicas"];
+        let mut dump = std::collections::BTreeMap::new();
+        match self {
+            Self::Sqlite(path) => {
+                use rusqlite::types::Value;
+                let db = rusqlite::Connection::open(path).expect("open the store");
+                let tables: Vec<String> = db
+                    .prepare(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                    )
+                    .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
+                    .expect("tables");
+                for table in tables.into_iter().filter(|t| !NOT_DATA.contains(&t.as_str())) {
+                    let mut statement = db.prepare(&format!("SELECT * FROM {table}")).expect("select");
+                    let names: Vec<String> = statement.column_names().iter().map(|n| n.to_string()).collect();
+                    let rows = statement
+                        .query_map([], |row| {
+                            let cells = (0..names.len()).map(|i| {
+                                Ok(match row.get::<_, Value>(i)? {
+                                    Value::Null => "NULL".to_string(),
+                                    Value::Integer(n) => n.to_string(),
+                                    Value::Real(x) => format!("{x:?}"),
+                                    Value::Text(text) => format!("{text:?}"),
+                                    Value::Blob(bytes) => format!("{bytes:?}"),
+                                })
+                            });
+                            Ok(dumped_row(&names, cells.collect::<rusqlite::Result<Vec<_>>>()?))
+                        })
+                        .and_then(Iterator::collect::<rusqlite::Result<Vec<String>>>)
+                        .unwrap_or_else(|e| panic!("{table}: {e}"));
+                    dump.insert(table, sorted(rows));
+                }
+            }
+            Self::Postgres(url) => {
+                use sqlx::{Column, Row, TypeInfo, ValueRef};
+                let mut db = postgres(url).await;
+                let tables: Vec<String> = sqlx::query_scalar(
+                    "SELECT tablename::TEXT FROM pg_tables WHERE schemaname = current_schema()",
+                )
+                .fetch_all(&mut db)
+                .await
+                .expect("tables");
+                for table in tables.into_iter().filter(|t| !NOT_DATA.contains(&t.as_str())) {
+                    let rows = sqlx::query(&format!("SELECT * FROM {table}"))
+                        .fetch_all(&mut db)
+                        .await
+                        .unwrap_or_else(|e| panic!("{table}: {e}"));
+                    let rows: Vec<String> = rows
+                        .iter()
+                        .map(|row| {
+                            let names: Vec<String> =
+                                row.columns().iter().map(|c| c.name().to_string()).collect();
+                            let cells = (0..row.len()).map(|i| {
+                                let raw = row.try_get_raw(i).expect("cell");
+                                if raw.is_null() {
+                                    return "NULL".to_string();
+                                }
+                                let kind = raw.type_info().name().to_string();
+                                match kind.as_str() {
+                                    "INT8" => row.get::<i64, _>(i).to_string(),
+                                    "INT4" => row.get::<i32, _>(i).to_string(),
+                                    // As SQLite keeps a switch.
+                                    "BOOL" => i64::from(row.get::<bool, _>(i)).to_string(),
+                                    "FLOAT8" => format!("{:?}", row.get::<f64, _>(i)),
+                                    "TEXT" | "VARCHAR" => format!("{:?}", row.get::<String, _>(i)),
+                                    other => panic!("{table}: a column of type {other}"),
+                                }
+                            });
+                            dumped_row(&names, cells.collect())
+                        })
+                        .collect();
+                    dump.insert(table, sorted(rows));
+                }
+            }
+        }
+        dump
+    }
+
     /// The number `query` (a `SELECT COUNT(*) …`) answers.
     pub async fn count(&self, query: &str) -> i64 {
         let rows = self.rows(query).await;
@@ -345,6 +428,19 @@ impl StoreAccess {
             .and_then(|(n, _)| n.parse().ok())
             .unwrap_or_else(|| panic!("{query}: no number in {rows:?}"))
     }
+}
+
+/// A row as [`StoreAccess::dump`] shows it: `column=value`, by column name.
+fn dumped_row(names: &[String], cells: Vec<String>) -> String {
+    let mut pairs: Vec<String> =
+        names.iter().zip(cells).map(|(name, cell)| format!("{name}={cell}")).collect();
+    pairs.sort();
+    pairs.join(" ")
+}
+
+fn sorted(mut rows: Vec<String>) -> Vec<String> {
+    rows.sort();
+    rows
 }
 
 async fn postgres(url: &str) -> sqlx::PgConnection {

@@ -1,9 +1,9 @@
 //! What committed writes changed, published by the store after each commit — before their
 //! callers hear back — to whoever listens: ThreadWait and senders waiting for delivery,
 //! ThreadInbox, followers of running turns, permission requests waiting for an answer, the
-//! outbox worker. No write site wakes anybody by hand: a backend notes each change where it
+//! outbox worker, the bridge table, the cron scheduler. No write site wakes anybody by hand: a backend notes each change where it
 //! writes it (in the few generic steps every write goes through: an event, a queued input,
-//! a turn started, a part, an answer, an outbox entry), and a listener that learns of a change
+//! a turn started, a part, an answer, an outbox entry, a cron), and a listener that learns of a change
 //! reads the store again, so a change noted by a write that was then rolled back costs one
 //! look and nothing more.
 
@@ -27,6 +27,9 @@ pub enum Change {
     /// The home's bridges changed (a decision, a grant, a revocation, a link's health): the
     /// bridge table every peer call is checked against is read again.
     Bridges,
+    /// The home's scheduled prompts changed (one made, deleted or fired): the cron scheduler
+    /// looks at the next fire time again.
+    Crons,
     /// Other processes' changes may have gone unheard (the database's notifications were
     /// cut off for a while): every listener looks again.
     Missed,

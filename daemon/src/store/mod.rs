@@ -49,11 +49,10 @@ pub(crate) use words::{row_words, words};
 use crate::time::Clock;
 pub use crate::time::Millis;
 
-/// The time a write that may expire what is overdue or start a turn decides by: the time
-/// it was asked at, or `clock`'s time as it runs if that is later (it may have waited for
-/// other writes, and a replay answered meanwhile may have declared a message expired).
+/// The time a write asked for at `asked` decides by (see [`rules::write_time`]), read from
+/// `clock` as it runs.
 fn write_time(clock: &Clock, asked: Millis) -> Millis {
-    asked.max(clock.now_ms())
+    rules::write_time(asked, clock.now_ms())
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -39,8 +39,8 @@ pub fn wake_on(signals: Signals, outbox_work: Arc<Notify>) -> crate::store::List
                 Change::Parts(thread) => signals.notify(&parts(thread)),
                 Change::Answered(request) => signals.notify(&answered(request)),
                 Change::Outbox => outbox_work.notify_one(),
-                // The bridge table listens for it itself.
-                Change::Bridges => {}
+                // The bridge table and the cron scheduler listen for theirs themselves.
+                Change::Bridges | Change::Crons => {}
                 Change::Missed => {
                     signals.notify_all();
                     outbox_work.notify_one();

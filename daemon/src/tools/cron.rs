@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{Output, ToolContext, ToolError};
-use crate::store::{CronRecord, Millis, Store};
+use crate::store::{Change, CronRecord, Millis, Publisher, Store};
 use crate::threads::{Threads, new_id, user_input};
 use crate::time::rfc3339;
 
@@ -244,7 +244,6 @@ pub async fn cron_tool(context: &ToolContext, args: CronArgs) -> Result<Output, 
                     "this thread has {MAX_PER_THREAD} scheduled prompts, the most it may; delete one first"
                 )));
             }
-            context.crons.changed();
             Ok(Output::json(&json!({
                 "id": record.id,
                 "humanSchedule": schedule.describe(),
@@ -282,22 +281,32 @@ pub async fn cron_tool(context: &ToolContext, args: CronArgs) -> Result<Output, 
             if !context.store.delete_cron(thread, &id).await? {
                 return Err(ToolError::Failed(format!("No cron job with id {id}")));
             }
-            context.crons.changed();
             Ok(Output::json(&json!({ "deleted": id })))
         }
     }
 }
 
 /// Fires the home's crons when they are due.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Scheduler {
     wake: Arc<Notify>,
 }
 
 impl Scheduler {
-    /// A cron was made or deleted: the next fire time is looked at again.
-    pub fn changed(&self) {
-        self.wake.notify_one();
+    /// A scheduler that looks at the next fire time again whenever the store publishes that
+    /// the crons changed, whichever replica of the home changed them (or that changes may
+    /// have gone unheard).
+    pub fn listening(changes: &Publisher) -> Self {
+        let wake = Arc::new(Notify::new());
+        changes.listen(Arc::new({
+            let wake = wake.clone();
+            move |changes: &[Change]| {
+                if changes.iter().any(|c| matches!(c, Change::Crons | Change::Missed)) {
+                    wake.notify_one();
+                }
+            }
+        }));
+        Self { wake }
     }
 
     /// Runs until `stopping`: fires every due cron (those missed while the home was down
@@ -327,7 +336,9 @@ impl Scheduler {
                     Some(now + 5_000)
                 }
             };
-            // Looked at again at least hourly: another replica's crons are not announced here.
+            // Looked at again at least hourly all the same: the sleep is timed by the monotonic
+            // clock and fire times by the wall clock, which may jump (a suspended laptop, a
+            // clock set right).
             let until = next.unwrap_or(i64::MAX).min(now + 60 * MINUTE).max(now + 1);
             tokio::select! {
                 () = clock.sleep_until(until) => {}

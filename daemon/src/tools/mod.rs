@@ -121,7 +121,6 @@ pub struct ToolContext {
     pub store: Arc<dyn Store>,
     pub threads: Threads,
     pub tasks: shell::Tasks,
-    pub crons: cron::Scheduler,
 }
 
 /// The answer to a call that ran (or was denied).
@@ -141,7 +140,6 @@ pub struct SessionTools {
     permissions: PermissionRequests,
     config: Arc<Config>,
     tasks: shell::Tasks,
-    crons: cron::Scheduler,
 }
 
 impl SessionTools {
@@ -150,9 +148,8 @@ impl SessionTools {
         permissions: PermissionRequests,
         config: Arc<Config>,
         tasks: shell::Tasks,
-        crons: cron::Scheduler,
     ) -> Self {
-        Self { registry: catalog::all(), threads, permissions, config, tasks, crons }
+        Self { registry: catalog::all(), threads, permissions, config, tasks }
     }
 
     pub fn registry(&self) -> &Registry {
@@ -227,7 +224,6 @@ impl SessionTools {
                     store: self.threads.store().clone(),
                     threads: self.threads.clone(),
                     tasks: self.tasks.clone(),
-                    crons: self.crons.clone(),
                 };
                 match (prepared.run)(context).await {
                     Ok(output) => (ToolOutcome::Ok, output.text, Some(output.structured)),

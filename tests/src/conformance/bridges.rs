@@ -7,7 +7,8 @@ use kiki_daemon::store::{
     SendOutcome, Store, StoreError,
 };
 
-fn outbox(id: &str, key: &str, due: i64) -> OutboxRecord {
+/// A pending outbox entry to the peer `PEER` under `key`, due at `due`, traced.
+pub fn outbox_entry(id: &str, key: &str, due: i64) -> OutboxRecord {
     OutboxRecord {
         room: None,
         id: id.into(),
@@ -39,7 +40,8 @@ pub async fn outbox_entries_are_unique_per_key_and_come_due(store: &dyn Store) {
 /// Three entries, two of them under one key: the first stays, and the entries come due,
 /// are put off behind a silent peer's probe and made due again with the link.
 async fn entries_are_unique_and_scheduled(store: &dyn Store) {
-    let entries = [outbox("msg_1", "k1", 10), outbox("msg_2", "k1", 10), outbox("msg_3", "k3", 50)];
+    let entries =
+        [outbox_entry("msg_1", "k1", 10), outbox_entry("msg_2", "k1", 10), outbox_entry("msg_3", "k3", 50)];
     let (first, second, third) = tokio::join!(
         store.outbox_insert(&entries[0]),
         store.outbox_insert(&entries[1]),
@@ -49,7 +51,7 @@ async fn entries_are_unique_and_scheduled(store: &dyn Store) {
     let second = second.expect("insert");
     assert_eq!(second.as_ref().map(|e| e.id.as_str()), Some("msg_1"), "same key at once: the first");
     assert_eq!(third.expect("insert"), None);
-    let again = store.outbox_insert(&outbox("msg_4", "k3", 1)).await.expect("insert");
+    let again = store.outbox_insert(&outbox_entry("msg_4", "k3", 1)).await.expect("insert");
     assert_eq!(again.as_ref().map(|e| e.id.as_str()), Some("msg_3"), "same key later: the stored one");
     let due = store.outbox_due("PEER", 20, 10).await.expect("due");
     assert_eq!(due, [entries[0].clone()], "kept whole, its trace context too");
@@ -87,7 +89,7 @@ async fn entries_are_unique_and_scheduled(store: &dyn Store) {
 /// The entries of [`entries_are_unique_and_scheduled`] paged, counted and settled: an
 /// outcome is final, an accepted entry comes due for its follow-up.
 async fn entries_page_and_settle(store: &dyn Store) {
-    let mut done = outbox("msg_1", "k1", 10);
+    let mut done = outbox_entry("msg_1", "k1", 10);
     done.status = OutboxStatus::Delivered;
     store.outbox_update(&[(done, None)]).await.expect("update");
     let listed: Vec<(String, String)> = store
@@ -116,7 +118,7 @@ async fn entries_page_and_settle(store: &dyn Store) {
     );
     // Outcomes are saved several at a time. An outcome is final: a late attempt's outcome
     // changes nothing and adds no event, and the others saved with it still move on.
-    let mut late = outbox("msg_1", "k1", 10);
+    let mut late = outbox_entry("msg_1", "k1", 10);
     late.status = OutboxStatus::Rejected;
     let event = EventRecord {
         seq: 0,
@@ -130,7 +132,7 @@ async fn entries_page_and_settle(store: &dyn Store) {
         request_id: None,
         at: 30,
     };
-    let mut accepted = outbox("msg_3", "k3", 40);
+    let mut accepted = outbox_entry("msg_3", "k3", 40);
     accepted.status = OutboxStatus::Accepted;
     store.outbox_update(&[(late, Some(event)), (accepted.clone(), None)]).await.expect("update");
     let [third, first]: [OutboxRecord; 2] =
@@ -250,7 +252,7 @@ pub async fn a_bridged_message_needs_an_active_bridge_when_it_commits(store: &dy
     assert!(matches!(outcome, SendOutcome::IdTaken), "{outcome:?}");
     assert_eq!(store.keyed_message("HOME_P/th_far", "k2").await.expect("read"), None, "nothing stored");
     // Nor the id of a message this home sent away (its peer knows that one).
-    store.outbox_insert(&outbox("msg_sent", "k-out", 1)).await.expect("outbox");
+    store.outbox_insert(&outbox_entry("msg_sent", "k-out", 1)).await.expect("outbox");
     let sent_away = NewMessage { id: "msg_sent".into(), key: "k3".into(), ..m.clone() };
     let outcome = store.accept_message(&sent_away).await.expect("decided");
     assert!(matches!(outcome, SendOutcome::IdTaken), "{outcome:?}");
@@ -424,7 +426,7 @@ pub async fn the_oldest_pending_entry_is_found(store: &dyn Store) {
         created_at,
         status,
         next_attempt_at: if status == OutboxStatus::Pending { 100 } else { i64::MAX },
-        ..outbox(id, key, 100)
+        ..outbox_entry(id, key, 100)
     };
     store.outbox_insert(&entry("msg_1", "k1", 30, OutboxStatus::Pending)).await.expect("insert");
     store.outbox_insert(&entry("msg_2", "k2", 20, OutboxStatus::Pending)).await.expect("insert");
@@ -439,7 +441,7 @@ pub async fn the_oldest_pending_entry_is_found(store: &dyn Store) {
 /// A sender's key finds its outbox entry: the one for the peer asked, else the one it made
 /// for another peer; none for a key never used.
 pub async fn an_outbox_entry_is_found_by_its_key(store: &dyn Store) {
-    store.outbox_insert(&outbox("msg_1", "k1", 10)).await.expect("insert");
+    store.outbox_insert(&outbox_entry("msg_1", "k1", 10)).await.expect("insert");
     let found = store.outbox_by_key("PEER", "th_me", "k1").await.expect("by key").expect("found");
     assert_eq!(found.id, "msg_1");
     let elsewhere = store.outbox_by_key("OTHER", "th_me", "k1").await.expect("by key").expect("found");

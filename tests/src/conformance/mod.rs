@@ -63,7 +63,9 @@ macro_rules! store_conformance {
             the_first_identity_to_claim_a_store_is_its_home,
             a_running_turn_is_found_by_its_tokens_hash,
             tool_calls_are_numbered_per_thread_and_paged, a_todo_write_on_a_stale_revision_writes_nothing,
-            a_cron_fires_once_per_time_and_a_thread_holds_so_many);
+            a_cron_fires_once_per_time_and_a_thread_holds_so_many, every_change_to_the_crons_is_published,
+            the_store_names_where_it_lives_without_a_password,
+            a_backup_is_a_whole_copy_or_names_what_to_run_instead);
     };
     (@cases $make:expr; $($case:ident),*) => {$(
         #[tokio::test]
@@ -447,4 +449,46 @@ pub async fn a_closed_store_takes_no_more_work(store: &dyn Store) {
     store.close().await;
     let refused = store.create_thread(&new_thread("th_b", "ws", 2), None).await.expect_err("closed");
     assert!(matches!(refused, StoreError::Closed), "{refused:?}");
+}
+
+/// A store names where its data lives — a SQLite file by its path, a database by its URL —
+/// and never shows a password in it.
+pub async fn the_store_names_where_it_lives_without_a_password(store: &dyn Store) {
+    let described = store.describe();
+    let (scheme, rest) = described.split_once("://").unwrap_or_else(|| panic!("a URL: {described}"));
+    assert!(["sqlite", "postgres", "postgresql"].contains(&scheme), "{described}");
+    let authority = rest.split('/').next().unwrap_or_default();
+    if let Some((user, _host)) = authority.rsplit_once('@') {
+        assert!(!user.contains(':'), "no password: {described}");
+    }
+    if scheme == "sqlite" {
+        assert!(std::path::Path::new(rest).is_file(), "the store's own file: {described}");
+    }
+}
+
+/// `kiki backup` of a running home: a SQLite store writes a whole copy, one moment of it,
+/// into a new owner-only file (never over one); a Postgres store copies nothing and names the
+/// tool that does (`pg_dump`) with its database.
+pub async fn a_backup_is_a_whole_copy_or_names_what_to_run_instead(store: &dyn Store) {
+    use kiki_daemon::store::ThreadStore as _;
+    use std::os::unix::fs::PermissionsExt;
+    store.create_thread(&new_thread("th_a", "ws", 1), Some(&user("in_1", "a"))).await.expect("create");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join("backup.db");
+    let backup = store.backup(&dest).await;
+    if !store.describe().starts_with("sqlite://") {
+        let refused = backup.expect_err("a database server's store is not copied to a file");
+        let said = refused.to_string();
+        assert!(said.contains("pg_dump") && said.contains(&store.describe()), "{said}");
+        assert!(!dest.exists(), "nothing written");
+        return;
+    }
+    backup.expect("backup");
+    let mode = std::fs::metadata(&dest).expect("the copy").permissions().mode();
+    assert_eq!(mode & 0o077, 0, "owner-only: {mode:o}");
+    let again = store.backup(&dest).await.expect_err("never over a file");
+    assert!(again.to_string().contains("exists already"), "{again}");
+    let copy = kiki_daemon::store::SqliteStore::open_path(&dest).await.expect("the copy opens");
+    assert!(copy.thread("th_a").await.expect("read").is_some(), "the copy holds the thread");
+    copy.close().await;
 }

@@ -94,3 +94,29 @@ pub async fn a_cron_fires_once_per_time_and_a_thread_holds_so_many(store: &dyn S
     assert!(!store.delete_cron("th_a", "cr_2").await.expect("delete"));
     assert!(!store.delete_cron("th_a", "cr_4").await.expect("delete"), "another thread's stays");
 }
+
+/// Each commit that changes the crons (one made, fired, deleted) publishes it, so the
+/// scheduler of every replica looks again; a write that changed none publishes nothing.
+pub async fn every_change_to_the_crons_is_published(store: &dyn Store) {
+    use kiki_daemon::store::Change;
+    store.create_thread(&new_thread("th_a", "ws", 1), None).await.expect("create");
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Change>::new()));
+    let listener = heard.clone();
+    store.changes().listen(std::sync::Arc::new(move |changes: &[Change]| {
+        listener.lock().expect("lock").extend_from_slice(changes);
+    }));
+    let crons_changed = || std::mem::take(&mut *heard.lock().expect("lock")).contains(&Change::Crons);
+    assert!(store.add_cron(&cron("cr_1", "th_a", 100), 1).await.expect("add"));
+    assert!(crons_changed(), "made");
+    assert!(!store.add_cron(&cron("cr_2", "th_a", 100), 1).await.expect("add"), "full");
+    assert!(!crons_changed(), "none made");
+    let due = cron("cr_1", "th_a", 100);
+    assert!(store.fire_cron(&due, &user("in_f1", "fire"), Some(400)).await.expect("fire"));
+    assert!(crons_changed(), "moved on by its fire");
+    assert!(!store.fire_cron(&due, &user("in_f2", "fire again"), Some(400)).await.expect("fire"));
+    assert!(!crons_changed(), "fired once");
+    assert!(!store.delete_cron("th_a", "cr_9").await.expect("delete"));
+    assert!(!crons_changed(), "none deleted");
+    assert!(store.delete_cron("th_a", "cr_1").await.expect("delete"));
+    assert!(crons_changed(), "deleted");
+}

@@ -427,6 +427,42 @@ async fn a_cron_fires_after_a_restart_once_for_the_fires_it_missed() {
     assert!(full.text.contains("50"), "{}", full.text);
 }
 
+/// A cron made while the scheduler sleeps (nothing due for an hour) fires on time: the
+/// store publishes its commit, and the scheduler looks at the next fire time again.
+#[tokio::test]
+async fn a_cron_made_while_the_scheduler_sleeps_fires_on_time() {
+    let clock = kiki_tests::manual_clock();
+    let home = TestHome::builder().clock(&clock).start().await;
+    let thread = thread_in(&home, "echo", &home.workdir("ws")).await;
+    let every_five = json!({"action": "create", "cron": "*/5 * * * *", "prompt": "look around"});
+    ran(&home, &thread, "Cron", every_five).await;
+    // Its first fire is at most 5 minutes and its jitter (30 s) away.
+    clock.advance(Duration::from_secs(6 * 60)).await;
+    let turns = home.wait_turns(&thread, 1).await;
+    assert!(turns[0].input.contains("look around"), "{}", turns[0].input);
+}
+
+/// A team home's replicas hear of each other's crons: one made through the first replica,
+/// which then stops, is fired by the second when it is due.
+#[tokio::test]
+async fn a_cron_made_through_one_replica_is_fired_by_another() {
+    let database = kiki_tests::postgres::TestDatabase::create().await;
+    let clock = kiki_tests::manual_clock();
+    let url = database.url_with_password();
+    let r1 = TestHome::builder().clock(&clock).config(|c| c.store.url = Some(url)).start().await;
+    let r2 = TestHome::builder().clock(&clock).replica_of(&r1).start().await;
+    let thread = thread_in(&r1, "echo", &r1.workdir("ws")).await;
+    let every_five = json!({"action": "create", "cron": "*/5 * * * *", "prompt": "look around"});
+    ran(&r1, &thread, "Cron", every_five).await;
+    r1.handle().shutdown();
+    r1.handle().stopped().await;
+    // The second's scheduler slept until an hour from now, the most it sleeps: only the
+    // change it heard makes it fire in 6 minutes.
+    clock.advance(Duration::from_secs(6 * 60)).await;
+    let turns = r2.wait_turns(&thread, 1).await;
+    assert!(turns[0].input.contains("look around"), "{}", turns[0].input);
+}
+
 /// A task an agent starts in the background outlives its turn; its end starts the thread's
 /// next turn, which gets the report as its input.
 #[tokio::test]

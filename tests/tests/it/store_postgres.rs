@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kiki_daemon::store::{Change, PostgresStore, Store, ThreadStore};
+use kiki_daemon::store::{Change, CronRecord, PostgresStore, Store, ThreadStore, ToolStore};
 use kiki_tests::postgres::TestDatabase;
 
 async fn postgres() -> (Arc<dyn Store>, TestDatabase) {
@@ -15,7 +15,7 @@ async fn postgres() -> (Arc<dyn Store>, TestDatabase) {
 kiki_tests::store_conformance!(postgres());
 
 /// What one process commits reaches the listeners of another on the same database (a team
-/// home's replicas), through the coalesced notifications.
+/// home's replicas), through the coalesced notifications: a thread's changes, the crons'.
 #[tokio::test]
 async fn committed_changes_reach_another_process_on_the_database() {
     let database = TestDatabase::create().await;
@@ -25,6 +25,17 @@ async fn committed_changes_reach_another_process_on_the_database() {
         .await
         .expect("create");
     until(&mut hearing, Change::Thread("th_far".into())).await;
+    let cron = CronRecord {
+        id: "cr_far".into(),
+        thread_id: "th_far".into(),
+        cron: "*/5 * * * *".into(),
+        prompt: "p".into(),
+        recurring: true,
+        created_at: 1,
+        next_fire_at: 100,
+    };
+    assert!(writer.add_cron(&cron, 1).await.expect("add"));
+    until(&mut hearing, Change::Crons).await;
     writer.close().await;
     other.close().await;
 }
@@ -129,6 +140,8 @@ mod home {
     use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
+    use kiki_daemon::store::{OutboxStore as _, SqliteStore, Store as _};
+    use kiki_tests::StoreAccess;
     use kiki_tests::binaries::{Down, kiki, kiki_json, new_home, wait_for_turns};
     use kiki_tests::postgres::TestDatabase;
 
@@ -241,6 +254,9 @@ mod home {
         }
     }
 
+    /// Every table of both schemas is copied, every column of it — the session tools'
+    /// records, the home's identity, an outbox entry's trace — and the copy holds what its
+    /// source did, row for row, both ways.
     #[tokio::test]
     async fn a_store_migrates_to_postgres_and_back_with_every_row() {
         let database = TestDatabase::create().await;
@@ -253,19 +269,40 @@ mod home {
         wait_for_turns(&home, &id, 2);
         let room = kiki_json(&home, &["room", "create", "--host", &id, "--name", "r"]);
         assert!(room["room"]["id"].is_string(), "{room}");
+        let todo = r#"{"todos": [{"title": "copy every table", "status": "in_progress"}]}"#;
+        kiki_json(&home, &["tool", "call", "TodoList", todo, "--thread", &id]);
+        let cron = r#"{"action": "create", "cron": "0 3 * * *", "prompt": "nightly"}"#;
+        let cron = kiki_json(&home, &["tool", "call", "Cron", cron, "--thread", &id]);
+        let cron: serde_json::Value =
+            serde_json::from_str(cron["structured"].as_str().expect("made")).expect("json");
+        let cron = cron["id"].as_str().expect("its id").to_string();
 
         let to = database.url_with_password();
         let running = kiki(&home, &["store", "migrate", "--to", &to]);
         assert!(!running.status.success(), "a running home's store is not copied");
         assert!(String::from_utf8_lossy(&running.stderr).contains("kiki down"), "{running:?}");
         kiki_json(&home, &["down"]);
+        // A send to another home still pending, in the trace of the call that made it.
+        let file = home.join("kiki.db");
+        let store = SqliteStore::open_path(&file).await.expect("the home's store");
+        let pending = kiki_tests::conformance::outbox_entry("msg_away", "k_away", i64::MAX - 1);
+        store.outbox_insert(&pending).await.expect("an outbox entry");
+        store.close().await;
+        let source = StoreAccess::Sqlite(file).dump().await;
+        for (table, rows) in [("tool_calls", 2), ("todo_lists", 1), ("crons", 1), ("home", 1), ("outbox", 1)]
+        {
+            assert_eq!(source[table].len(), rows, "{table}: {:?}", source[table]);
+        }
+        assert!(source["outbox"][0].contains(&pending.trace), "{:?}", source["outbox"]);
 
         let migrated = kiki_json(&home, &["store", "migrate", "--to", &to]);
         assert_eq!(migrated["to"], database.options.url, "named without its password: {migrated}");
         let rows = migrated["rows"].clone();
-        assert_eq!(rows["threads"], 1, "{migrated}");
-        assert_eq!(rows["turns"], 2, "{migrated}");
-        assert_eq!(rows["rooms"], 1, "{migrated}");
+        for (table, copied) in &source {
+            assert_eq!(rows[table], copied.len(), "{table} counted: {migrated}");
+        }
+        let on_postgres = StoreAccess::Postgres(to.clone());
+        assert_eq!(on_postgres.dump().await, source, "the copy on Postgres holds what the file did");
         let again = kiki(&home, &["store", "migrate", "--to", &to]);
         assert!(!again.status.success(), "a target with data is refused");
         assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"), "{again:?}");
@@ -277,10 +314,17 @@ mod home {
         assert_eq!(read["turns"].as_array().expect("turns").len(), 2, "{read}");
         kiki_json(&home, &["thread", "say", &id, "three"]);
         wait_for_turns(&home, &id, 3);
+        let listed = kiki_json(&home, &["tool", "call", "Cron", r#"{"action": "list"}"#, "--thread", &id]);
+        assert!(
+            listed["structured"].as_str().is_some_and(|s| s.contains(&cron)),
+            "the cron came along: {listed}"
+        );
         kiki_json(&home, &["down"]);
         let back = dir.path().join("back.db");
         let migrated = kiki_json(&home, &["store", "migrate", "--to", &back.display().to_string()]);
         assert_eq!(migrated["rows"]["turns"], 3, "{migrated}");
+        let copied_back = StoreAccess::Sqlite(back.clone()).dump().await;
+        assert_eq!(copied_back, on_postgres.dump().await, "the file copied back holds what Postgres did");
         std::fs::write(home.join("config.toml"), format!("[store]\nurl = \"sqlite://{}\"\n", back.display()))
             .expect("config");
         kiki_json(&home, &["up"]);

@@ -151,7 +151,7 @@ async fn look_while_cut(changes: Arc<Publisher>, cut_until: Arc<AtomicI64>) {
     }
 }
 
-/// `origin` then one change per line (`T id`, `I id`, `P id`, `A id`, `O`, `B`), cut into
+/// `origin` then one change per line (`T id`, `I id`, `P id`, `A id`, `O`, `B`, `C`), cut into
 /// payloads that fit a notify.
 fn payloads(origin: &str, changes: &BTreeSet<Change>) -> Vec<String> {
     let mut out = vec![origin.to_string()];
@@ -163,6 +163,7 @@ fn payloads(origin: &str, changes: &BTreeSet<Change>) -> Vec<String> {
             Change::Answered(id) => format!("A {id}"),
             Change::Outbox => "O".to_string(),
             Change::Bridges => "B".to_string(),
+            Change::Crons => "C".to_string(),
             // Only ever published here, never sent.
             Change::Missed => continue,
         };
@@ -191,6 +192,7 @@ fn decode(payload: &str) -> (&str, impl Iterator<Item = Change> + '_) {
             "A" => Change::Answered(id.to_string()),
             "O" => Change::Outbox,
             "B" => Change::Bridges,
+            "C" => Change::Crons,
             _ => return None,
         })
     });
@@ -208,6 +210,7 @@ mod tests {
             .chain([
                 Change::Outbox,
                 Change::Bridges,
+                Change::Crons,
                 Change::Inbox("a".into()),
                 Change::Parts("b".into()),
                 Change::Answered("c".into()),

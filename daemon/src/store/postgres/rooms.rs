@@ -236,13 +236,9 @@ impl RoomStore for PostgresStore {
 /// A post, as [`RoomStore::post_to_room`] describes it.
 async fn post(tx: &mut Tx, e: &NewEntry) -> StoreResult<PostOutcome> {
     let Some(room) = room_by_id(tx.conn(), &e.room_id).await? else { return Ok(PostOutcome::RoomGone) };
-    // The key decides first: a retry answers with its entry, even if the room changed since.
+    // The key decides first, whatever the room is now.
     if let Some((hash, entry)) = entry_by_key(tx.conn(), &e.room_id, &e.key_scope, &e.key).await? {
-        return Ok(if hash == e.request_hash {
-            PostOutcome::Replayed(entry)
-        } else {
-            PostOutcome::KeyConflict { entry_id: entry.id }
-        });
+        return Ok(rules::post_by_key(&e.request_hash, &hash, entry));
     }
     let members = members_of(tx.conn(), &e.room_id).await?;
     let plan = match rules::plan_post(&room, &members, e.author.as_ref(), &e.mentions, e.max_agent_wakes) {

@@ -84,6 +84,7 @@ impl ToolStore for PostgresStore {
             .bind(c.next_fire_at)
             .execute(tx.conn())
             .await?;
+        tx.note(Change::Crons);
         self.commit(tx).await?;
         Ok(true)
     }
@@ -105,8 +106,12 @@ impl ToolStore for PostgresStore {
             .bind(thread_id)
             .execute(tx.conn())
             .await?;
+        let deleted = deleted.rows_affected() == 1;
+        if deleted {
+            tx.note(Change::Crons);
+        }
         self.commit(tx).await?;
-        Ok(deleted.rows_affected() == 1)
+        Ok(deleted)
     }
 
     async fn fire_cron(&self, c: &CronRecord, input: &NewInput, next: Option<Millis>) -> StoreResult<bool> {
@@ -118,6 +123,7 @@ impl ToolStore for PostgresStore {
         if thread.is_none() {
             // Its thread is gone: so is it.
             sqlx::query("DELETE FROM crons WHERE id = $1").bind(&c.id).execute(tx.conn()).await?;
+            tx.note(Change::Crons);
             self.commit(tx).await?;
             return Ok(false);
         }
@@ -141,6 +147,7 @@ impl ToolStore for PostgresStore {
         if moved.rows_affected() == 0 {
             return Ok(false);
         }
+        tx.note(Change::Crons);
         insert_input(&mut tx, &c.thread_id, input, true, None).await?;
         self.commit(tx).await?;
         Ok(true)

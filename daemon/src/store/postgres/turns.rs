@@ -143,31 +143,7 @@ impl TurnStore for PostgresStore {
         .fetch_optional(tx.conn())
         .await?;
         if let Some(thread_id) = thread_id {
-            // A request its turn can no longer act on is answered: expired.
-            sqlx::query(
-                "UPDATE permission_requests SET status = $1, decided_at = $2, reason = $3
-                 WHERE turn_id = $4 AND status = $5",
-            )
-            .bind(PermissionStatus::Expired)
-            .bind(outcome.now)
-            .bind(rules::PERMISSION_OUTLIVED_TURN)
-            .bind(&outcome.turn_id)
-            .bind(PermissionStatus::Pending)
-            .execute(tx.conn())
-            .await?;
-            if let Some(session) = &outcome.agent_session {
-                save_agent_session(&mut tx, &thread_id, session, outcome.now).await?;
-            }
-            sqlx::query("UPDATE threads SET running = false, updated_at = $1 WHERE id = $2")
-                .bind(outcome.now)
-                .bind(&thread_id)
-                .execute(tx.conn())
-                .await?;
-            let mut terminal = event(&thread_id, EventKind::Terminal, outcome.now);
-            terminal.turn_id = Some(outcome.turn_id.clone());
-            terminal.turn_status = Some(outcome.status);
-            terminal.reason = outcome.error.clone();
-            events::insert_event(&mut tx, &terminal).await?;
+            end_turn(&mut tx, &rules::finish_turn(&thread_id, outcome)).await?;
         }
         self.commit(tx).await
     }
@@ -215,30 +191,7 @@ impl TurnStore for PostgresStore {
         .fetch_all(tx.conn())
         .await?;
         for (turn_id, thread_id) in &failed {
-            sqlx::query("UPDATE threads SET running = false, updated_at = $1 WHERE id = $2")
-                .bind(now)
-                .bind(thread_id)
-                .execute(tx.conn())
-                .await?;
-            sqlx::query(
-                "UPDATE permission_requests SET status = $1, decided_at = $2, reason = $3
-                 WHERE turn_id = $4 AND status = $5",
-            )
-            .bind(PermissionStatus::Expired)
-            .bind(now)
-            .bind(rules::PERMISSION_OUTLIVED_DAEMON)
-            .bind(turn_id)
-            .bind(PermissionStatus::Pending)
-            .execute(tx.conn())
-            .await?;
-            tx.note(Change::Thread(thread_id.clone()));
-        }
-        for (turn_id, thread_id) in &failed {
-            let mut terminal = event(thread_id, EventKind::Terminal, now);
-            terminal.turn_id = Some(turn_id.clone());
-            terminal.turn_status = Some(TurnStatus::Failed);
-            terminal.reason = reason.to_string();
-            events::insert_event(&mut tx, &terminal).await?;
+            end_turn(&mut tx, &rules::fail_interrupted_turn(thread_id, turn_id, reason, now)).await?;
         }
         self.commit(tx).await?;
         Ok(failed.into_iter().map(|(_, thread_id)| thread_id).collect())
@@ -385,9 +338,7 @@ pub(super) async fn claim_turn(
         return Ok(None);
     };
     let idle_turns = Some(turns);
-    // Never before the thread's last turn ended: a claim asked for while that turn ran,
-    // and waiting for the home's write lock behind its end, starts after it.
-    let now = now.max(last_ended.unwrap_or(0));
+    let now = rules::turn_start(now, last_ended);
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
     let at = tx.time(now);
@@ -438,6 +389,29 @@ async fn thread_cost(conn: &mut PgConnection, thread_id: &str) -> StoreResult<f6
         .bind(thread_id)
         .fetch_one(conn)
         .await?)
+}
+
+/// Writes what a turn's end does besides its own row (see [`rules::TurnEnd`]).
+async fn end_turn(tx: &mut Tx, end: &rules::TurnEnd) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE permission_requests SET status = $1, decided_at = $2, reason = $3 WHERE turn_id = $4 AND status = $5",
+    )
+    .bind(PermissionStatus::Expired)
+    .bind(end.now)
+    .bind(end.permissions_expired)
+    .bind(&end.turn_id)
+    .bind(PermissionStatus::Pending)
+    .execute(tx.conn())
+    .await?;
+    if let Some(session) = &end.agent_session {
+        save_agent_session(tx, &end.thread_id, session, end.now).await?;
+    }
+    sqlx::query("UPDATE threads SET running = false, updated_at = $1 WHERE id = $2")
+        .bind(end.now)
+        .bind(&end.thread_id)
+        .execute(tx.conn())
+        .await?;
+    events::insert_event(tx, &end.terminal).await.map(drop)
 }
 
 pub(super) async fn save_agent_session(

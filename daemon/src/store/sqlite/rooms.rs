@@ -258,13 +258,9 @@ impl RoomStore for SqliteStore {
 /// A post, as [`RoomStore::post_to_room`] describes it.
 fn post(conn: &Connection, e: &NewEntry, clock: &Clock) -> StoreResult<PostOutcome> {
     let Some(room) = room_by_id(conn, &e.room_id)? else { return Ok(PostOutcome::RoomGone) };
-    // The key decides first: a retry answers with its entry, even if the room changed since.
+    // The key decides first, whatever the room is now.
     if let Some((hash, entry)) = entry_by_key(conn, &e.room_id, &e.key_scope, &e.key)? {
-        return Ok(if hash == e.request_hash {
-            PostOutcome::Replayed(entry)
-        } else {
-            PostOutcome::KeyConflict { entry_id: entry.id }
-        });
+        return Ok(rules::post_by_key(&e.request_hash, &hash, entry));
     }
     let members = members_of(conn, &e.room_id)?;
     let plan = match rules::plan_post(&room, &members, e.author.as_ref(), &e.mentions, e.max_agent_wakes) {

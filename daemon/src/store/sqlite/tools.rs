@@ -113,6 +113,7 @@ impl ToolStore for SqliteStore {
                         added
                     ],
                 )?;
+                note(Change::Crons);
                 Ok(true)
             })
             .await
@@ -139,8 +140,13 @@ impl ToolStore for SqliteStore {
         let (thread_id, id) = (thread_id.to_string(), id.to_string());
         self.db
             .write(move |conn| {
-                Ok(run(conn, "DELETE FROM crons WHERE id = ? AND thread_id = ?", params![id, thread_id])?
-                    == 1)
+                let deleted =
+                    run(conn, "DELETE FROM crons WHERE id = ? AND thread_id = ?", params![id, thread_id])?
+                        == 1;
+                if deleted {
+                    note(Change::Crons);
+                }
+                Ok(deleted)
             })
             .await
     }
@@ -157,6 +163,7 @@ impl ToolStore for SqliteStore {
                 if first(conn, "SELECT 1 FROM threads WHERE id = ?", [&c.thread_id], |_| Ok(()))?.is_none() {
                     // Its thread is gone: so is it.
                     run(conn, "DELETE FROM crons WHERE id = ?", [&c.id])?;
+                    note(Change::Crons);
                     return Ok(false);
                 }
                 let moved = match next {
@@ -174,6 +181,7 @@ impl ToolStore for SqliteStore {
                 if moved == 0 {
                     return Ok(false);
                 }
+                note(Change::Crons);
                 insert_input(conn, &c.thread_id, &input, true, None)?;
                 Ok(true)
             })

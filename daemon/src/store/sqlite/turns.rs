@@ -174,33 +174,7 @@ impl TurnStore for SqliteStore {
                     |row| Ok(row.get::<_, String>(0)?),
                 )?;
                 if let Some(thread_id) = thread_id {
-                    // A request its turn can no longer act on is answered: expired.
-                    run(
-                        conn,
-                        "UPDATE permission_requests SET status = ?, decided_at = ?, reason = ?
-                         WHERE turn_id = ? AND status = ?",
-                        params![
-                            PermissionStatus::Expired.as_str(),
-                            outcome.now,
-                            rules::PERMISSION_OUTLIVED_TURN,
-                            outcome.turn_id,
-                            PermissionStatus::Pending.as_str()
-                        ],
-                    )?;
-                    if let Some(session) = &outcome.agent_session {
-                        save_agent_session(conn, &thread_id, session, outcome.now)?;
-                    }
-                    run(
-                        conn,
-                        "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?",
-                        params![outcome.now, thread_id],
-                    )?;
-                    touched(Some(&thread_id));
-                    let mut terminal = event(&thread_id, EventKind::Terminal, outcome.now);
-                    terminal.turn_id = Some(outcome.turn_id.clone());
-                    terminal.turn_status = Some(outcome.status);
-                    terminal.reason = outcome.error.clone();
-                    insert_event(conn, &terminal)?;
+                    end_turn(conn, &rules::finish_turn(&thread_id, &outcome))?;
                 }
                 Ok(())
             })
@@ -252,28 +226,7 @@ impl TurnStore for SqliteStore {
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )?;
                 for (turn_id, thread_id) in &failed {
-                    run(conn, "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?", params![now, thread_id])?;
-                    run(
-                        conn,
-                        "UPDATE permission_requests SET status = ?, decided_at = ?, reason = ?
-                         WHERE turn_id = ? AND status = ?",
-                        params![
-                            PermissionStatus::Expired,
-                            now,
-                            rules::PERMISSION_OUTLIVED_DAEMON,
-                            turn_id,
-                            PermissionStatus::Pending
-                        ],
-                    )?;
-                    touched(Some(thread_id));
-                    note(Change::Thread(thread_id.clone()));
-                }
-                for (turn_id, thread_id) in &failed {
-                    let mut terminal = event(thread_id, EventKind::Terminal, now);
-                    terminal.turn_id = Some(turn_id.clone());
-                    terminal.turn_status = Some(TurnStatus::Failed);
-                    terminal.reason = reason.clone();
-                    insert_event(conn, &terminal)?;
+                    end_turn(conn, &rules::fail_interrupted_turn(thread_id, turn_id, &reason, now))?;
                 }
                 Ok(failed.into_iter().map(|(_, thread_id)| thread_id).collect())
             })
@@ -459,9 +412,7 @@ pub(super) fn claim_turn(
         return Ok(None);
     };
     let idle_turns = Some(turns);
-    // Never before the thread's last turn ended: a claim asked for while that turn ran,
-    // and queued behind its end, starts after it.
-    let now = now.max(last_ended.unwrap_or(0));
+    let now = rules::turn_start(now, last_ended);
     // What its source gave up on never enters a prompt: checked against the clock as the
     // write runs (a replay may have answered `expired` while this claim was queued).
     let at = write_time(clock, now);
@@ -505,6 +456,31 @@ pub(super) fn claim_turn(
     )?;
     touched(Some(thread_id));
     Ok(Some(ClaimedTurn::started(thread_id, turn_id, seq, rendered, now, inputs)))
+}
+
+/// Writes what a turn's end does besides its own row (see [`rules::TurnEnd`]).
+fn end_turn(conn: &Connection, end: &rules::TurnEnd) -> StoreResult<()> {
+    run(
+        conn,
+        "UPDATE permission_requests SET status = ?, decided_at = ?, reason = ? WHERE turn_id = ? AND status = ?",
+        params![
+            PermissionStatus::Expired,
+            end.now,
+            end.permissions_expired,
+            end.turn_id,
+            PermissionStatus::Pending
+        ],
+    )?;
+    if let Some(session) = &end.agent_session {
+        save_agent_session(conn, &end.thread_id, session, end.now)?;
+    }
+    run(
+        conn,
+        "UPDATE threads SET running = 0, updated_at = ? WHERE id = ?",
+        params![end.now, end.thread_id],
+    )?;
+    touched(Some(&end.thread_id));
+    insert_event(conn, &end.terminal).map(drop)
 }
 
 /// What the thread's turns have cost, in dollars.
