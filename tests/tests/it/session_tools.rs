@@ -232,7 +232,9 @@ async fn a_stopped_task_ends_its_whole_process_group_and_output_pages_by_bytes()
         &home,
         &thread,
         "Bash",
-        json!({"command": "for i in $(seq 1 2000); do echo \"line $i é\"; done", "run_in_background": true, "description": "print"}),
+        // It starts after a pause, so the TaskWait below is waiting when it ends (a task that
+        // ended before anyone waited is the thread's to hear of).
+        json!({"command": "sleep 1; for i in $(seq 1 2000); do echo \"line $i é\"; done", "run_in_background": true, "description": "print"}),
     )
     .await;
     let task = printed["task_id"].as_str().expect("task").to_string();
