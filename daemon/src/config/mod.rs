@@ -72,6 +72,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::store::words;
+
 mod reader;
 use reader::*;
 use toml::de::{DeTable, ValueDeserializer};
@@ -346,34 +348,41 @@ mod duration {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExecutorKind {
-    /// Built-in, deterministic: one `echo: …` line per input item.
-    Echo,
-    /// Runs `command` per turn with the input on stdin; stdout is the output.
-    Exec,
-    /// Claude Code's headless mode, the thread's session resumed at every turn.
-    Claude,
-    /// The Codex app-server (JSON-RPC over stdio), the thread's Codex thread resumed at every
-    /// turn, messages steered into a running turn.
-    Codex,
-    /// Any Agent Client Protocol agent, the thread's ACP session loaded at every turn.
-    Acp,
+words! {
+    /// What runs a profile's turns; its word is the one configs (and metrics' labels) use.
+    ExecutorKind {
+        /// Built-in, deterministic: one `echo: …` line per input item.
+        Echo => "echo",
+        /// Runs `command` per turn with the input on stdin; stdout is the output.
+        Exec => "exec",
+        /// Claude Code's headless mode, the thread's session resumed at every turn.
+        Claude => "claude",
+        /// The Codex app-server (JSON-RPC over stdio), the thread's Codex thread resumed at
+        /// every turn, messages steered into a running turn.
+        Codex => "codex",
+        /// Any Agent Client Protocol agent, the thread's ACP session loaded at every turn.
+        Acp => "acp",
+    }
+}
+
+/// Read from its word; another word is refused naming the words there are.
+impl<'de> Deserialize<'de> for ExecutorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        static WORDS: [&str; ExecutorKind::ALL.len()] = {
+            let mut words = [""; ExecutorKind::ALL.len()];
+            let mut i = 0;
+            while i < words.len() {
+                words[i] = ExecutorKind::ALL[i].as_str();
+                i += 1;
+            }
+            words
+        };
+        let word = String::deserialize(d)?;
+        ExecutorKind::parse(&word).ok_or_else(|| serde::de::Error::unknown_variant(&word, &WORDS))
+    }
 }
 
 impl ExecutorKind {
-    /// Its name in configs (and metrics' labels).
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Echo => "echo",
-            Self::Exec => "exec",
-            Self::Claude => "claude",
-            Self::Codex => "codex",
-            Self::Acp => "acp",
-        }
-    }
-
     /// Whether the executor keeps the agent's own session and resumes it turn after turn.
     pub fn keeps_session(&self) -> bool {
         matches!(self, Self::Claude | Self::Codex | Self::Acp)

@@ -32,7 +32,7 @@ use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mailbox::PermissionRequests;
-use crate::store::{PartKind, Store, ThreadRecord, ToolCallRecord, ToolOutcome};
+use crate::store::{PartKind, Store, ThreadRecord, ToolCallRecord, ToolOutcome, words};
 use crate::threads::Threads;
 use registry::Registry;
 
@@ -45,22 +45,13 @@ pub const RECORDED_RESULT_CHARS: usize = 2_000;
 /// How much of a call's arguments a turn's part shows.
 const PART_ARGUMENTS_CHARS: usize = 500;
 
-/// When a turn's agent must ask the owner first (the listing's word; each call decides with
-/// its arguments).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Approval {
-    Never,
-    OutsideWorkspace,
-    Always,
-}
-
-impl Approval {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Approval::Never => "never",
-            Approval::OutsideWorkspace => "outside_workspace",
-            Approval::Always => "always",
-        }
+words! {
+    /// When a turn's agent must ask the owner first (the listing's word; each call decides
+    /// with its arguments).
+    Approval {
+        Never => "never",
+        OutsideWorkspace => "outside_workspace",
+        Always => "always",
     }
 }
 
