@@ -522,6 +522,19 @@ impl Config {
 
     /// Checks the rules serde cannot express; every violation is listed.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let problems = [
+            self.profile_problems(),
+            self.delivery_problems(),
+            self.store_problems(),
+            self.observability_problems(),
+            self.agent_problems(),
+        ]
+        .concat();
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
+    }
+
+    /// `[profiles.*]`: each profile as its executor takes it, and at most one default.
+    fn profile_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let mut defaults = Vec::new();
         for (name, profile) in &self.profiles {
@@ -558,6 +571,12 @@ impl Config {
                 defaults.join(", ")
             ));
         }
+        problems
+    }
+
+    /// How sends wait, travel between homes and end: `[mailbox]`, `[bridge]`, `[turns]`.
+    fn delivery_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if self.mailbox.key_retention < MIN_KEY_RETENTION || self.mailbox.key_retention > MAX_KEY_RETENTION {
             problems.push("mailbox.key_retention: must be at least 24h and at most 3650d".into());
         }
@@ -580,6 +599,12 @@ impl Config {
         if self.turns.max_output_bytes == 0 {
             problems.push("turns.max_output_bytes: must be at least 1".into());
         }
+        problems
+    }
+
+    /// `[store]`.
+    fn store_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&self.store.lease) {
             problems.push("store.lease: must be between 1s and 10m".into());
         }
@@ -591,6 +616,12 @@ impl Config {
         {
             problems.push("store.password_file: only a postgres:// store takes a password".into());
         }
+        problems
+    }
+
+    /// `[log]` and `[otel]`.
+    fn observability_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&self.log.level) {
             problems.push(format!(
                 "log.level: not a log filter ({e}); e.g. \"info\" or \"warn,kiki_daemon=debug\""
@@ -615,6 +646,12 @@ impl Config {
                 "otel.endpoint: an OTLP/gRPC collector's URL, like \"http://127.0.0.1:4317\", got {endpoint:?}"
             ));
         }
+        problems
+    }
+
+    /// How far agents go without the owner: `[rooms]` and `[threads]`.
+    fn agent_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if !(1..=10_000).contains(&self.rooms.max_agent_wakes) {
             problems.push("rooms.max_agent_wakes: must be between 1 and 10000".into());
         }
@@ -625,7 +662,7 @@ impl Config {
         {
             problems.push("threads.permission_timeout: must be between 1s and 24h".into());
         }
-        if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
+        problems
     }
 
     /// The profile ThreadCreate uses when none is named.
