@@ -53,6 +53,8 @@ const ENUM_FIELDS: &[(&str, &str)] = &[
     ("kiki.v1.HomeEvent.kind", "home_event_kind"),
     ("kiki.v1.ToolCallResponse.outcome", "tool_outcome"),
     ("kiki.v1.ToolCallRecord.outcome", "tool_outcome"),
+    ("kiki.v1.Worker.state", "worker_state"),
+    ("kiki.v1.ToolSpec.approval", "approval"),
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,4 +1,8 @@
 //! Bridge transport on real QUIC over loopback: pinned mutual TLS, 0-RTT off, framed RPC.
+//!
+//! A test binary of its own, apart from `kiki-tests`' one integration binary: it links only
+//! this crate (and `kiki-proto` for messages to carry), so it builds in seconds without the
+//! daemon, and it uses only the crate's public API, as the daemon does.
 
 use std::net::SocketAddr;
 

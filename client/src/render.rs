@@ -47,7 +47,7 @@ pub fn show_status(s: &pb::StatusResponse) {
             "" => String::new(),
             error => format!(" · last error at {}: {error}", w.last_error_at),
         };
-        outln!("          {:<26} {:<8} {} rounds{failed}", w.name, w.state, w.rounds);
+        outln!("          {:<26} {:<8} {} rounds{failed}", w.name, w.state().word(), w.rounds);
     }
 }
 

@@ -4,6 +4,7 @@
 use anyhow::Result;
 use clap::Subcommand;
 use kiki_proto as pb;
+use kiki_proto::Word;
 
 use crate::connect::connect;
 use crate::output::print_json;
@@ -42,9 +43,9 @@ pub async fn run(home: &std::path::Path, command: ToolCommand, json: bool) -> Re
                 return Ok(());
             }
             for tool in &listed.tools {
-                let asks = match tool.approval.as_str() {
-                    "never" => String::new(),
-                    rule => format!("  (asks: {})", rule.replace('_', " ")),
+                let asks = match tool.approval() {
+                    pb::Approval::Never => String::new(),
+                    rule => format!("  (asks: {})", rule.word().replace('_', " ")),
                 };
                 outln!("{:<11} {}{asks}", tool.name, tool.title);
             }
@@ -60,7 +61,7 @@ pub async fn run(home: &std::path::Path, command: ToolCommand, json: bool) -> Re
                 outln!("{}", answer.text);
             }
             if answer.outcome != pb::ToolOutcome::Ok as i32 {
-                let outcome = pb::ToolOutcome::try_from(answer.outcome).map(|o| kiki_proto::Word::word(&o));
+                let outcome = pb::ToolOutcome::try_from(answer.outcome).map(|o| o.word());
                 return Err(crate::output::ToolFailed(outcome.unwrap_or_default()).into());
             }
             Ok(())

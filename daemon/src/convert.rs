@@ -8,6 +8,7 @@ use kiki_proto as pb;
 use kiki_proto::Word;
 
 use crate::mailbox::{Progress, Sent, WaitResult};
+use crate::observe::workers::{WorkerState, WorkerView};
 use crate::rooms::{Posted, RoomPage, RoomView};
 use crate::store::{
     BridgeState, CommunicationSetting, Direction, EntryRecord, EventKind, EventRecord, InputKind,
@@ -16,6 +17,7 @@ use crate::store::{
 };
 use crate::threads::{Read, TurnView};
 use crate::time::rfc3339;
+use crate::tools::Approval;
 
 /// A thread as the API shows it; `communication` is whether its peer communication is open
 /// now and which switch decides it (see `threads::switches::decide`).
@@ -521,6 +523,33 @@ pub fn tool_outcome_to_pb(outcome: ToolOutcome) -> pb::ToolOutcome {
     }
 }
 
+pub fn approval_to_pb(approval: Approval) -> pb::Approval {
+    match approval {
+        Approval::Never => pb::Approval::Never,
+        Approval::OutsideWorkspace => pb::Approval::OutsideWorkspace,
+        Approval::Always => pb::Approval::Always,
+    }
+}
+
+/// A background worker as `kiki status --workers` shows it.
+pub fn worker_to_pb(w: WorkerView) -> pb::Worker {
+    pb::Worker {
+        name: w.name.to_string(),
+        state: worker_state_to_pb(w.state) as i32,
+        rounds: w.rounds,
+        last_error_at: w.last_error.as_ref().map(|(at, _)| rfc3339(*at)).unwrap_or_default(),
+        last_error: w.last_error.map(|(_, e)| e).unwrap_or_default(),
+    }
+}
+
+fn worker_state_to_pb(s: WorkerState) -> pb::WorkerState {
+    match s {
+        WorkerState::Idle => pb::WorkerState::Idle,
+        WorkerState::Busy => pb::WorkerState::Busy,
+        WorkerState::Stopped => pb::WorkerState::Stopped,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,6 +583,12 @@ mod tests {
         }
         for k in PartKind::ALL {
             assert_eq!(part_kind_to_pb(*k).word(), k.as_str());
+        }
+        for a in Approval::ALL {
+            assert_eq!(approval_to_pb(*a).word(), a.as_str());
+        }
+        for s in WorkerState::ALL {
+            assert_eq!(worker_state_to_pb(*s).word(), s.as_str());
         }
         // Words spelled where they are made.
         assert_eq!(pb::DeliveryStatus::Undeliverable.word(), "undeliverable");

@@ -7,21 +7,29 @@
 //! - [`caller`]: who makes a call (the owner, or a turn by its token).
 //! - [`config`]: typed `config.toml`, layered defaults → file → env → code.
 //! - [`identity`]: the home's key and the home id derived from it.
-//! - [`store`]: the [`store::Store`] trait and its SQLite backend, with migrations.
-//! - [`threads`]: thread rules (limits, cursors, content refs) and the turn runner.
+//! - [`logging`]: kikid's log as `[log]` says (filter, text or JSON, stderr or a daily file).
+//! - [`store`]: the [`store::Store`] trait and its two backends, SQLite (a home of its own)
+//!   and Postgres (a team home, served by several replicas), each with its migrations.
+//! - `replica`: this kikid as one of its home's replicas (its heartbeat, taking over what a
+//!   replica gone left running, which replica works the outbox).
+//! - [`migrate`]: `kiki store migrate`, a stopped home's store copied to the other backend.
+//! - [`threads`]: thread rules (limits, cursors, content refs, switches) and the turn runner.
 //! - [`executors`]: `echo`, `exec`, `claude`, `codex` and `acp`, which run one turn.
 //! - [`mailbox`]: sends to this home's threads (group commit, idempotency) and switches;
 //!   ThreadWait, attention and a turn's inbox; permission requests.
 //! - [`rooms`]: rooms of this home, and its threads' places in rooms of other homes.
 //! - [`bridges`]: pairing and calls between homes over `kiki-bridge`'s QUIC endpoint.
 //! - [`messaging`]: the one entry point for ThreadSend, routing local or across a bridge.
+//! - [`tools`]: the session tools a home runs in its threads' workspaces (files, search,
+//!   Bash and its background tasks, TodoList, Cron): one registry, approval, every call
+//!   recorded; the tasks and the cron scheduler.
+//! - [`observe`]: what the home tells its operator as it runs: metrics, the event feed
+//!   (`kiki events`), its background workers (`kiki status --workers`), traces across homes.
 //! - [`doctor`], [`backup`]: `kiki doctor` and `kiki backup`.
 //! - [`grpc`]: the `kiki.v1` services and the one error → status mapping.
 //! - [`convert`]: records ↔ `kiki.v1` messages, for the two protobuf edges (gRPC, the bridge
 //!   wire codec).
-//! - [`tools`]: the session tools a home runs in its threads' workspaces (files, search,
-//!   Bash and its background tasks, TodoList, Cron): one registry, approval, every call
-//!   recorded; the tasks and the cron scheduler.
+//! - [`error`]: the domain's errors, which the gRPC layer maps to statuses.
 //! - [`sync`], [`time`]: small helpers.
 //! - [`runtime`]: the tokio runtime kikid runs on (no LIFO slot, so answers are flushed in batches).
 //!
@@ -30,10 +38,12 @@
 //! [`DaemonBuilder::start`] reads like a startup script: open and lock the home (config,
 //! identity), open the store (failing turns a crash interrupted), assemble the threads and
 //! their services, start turns (the queued ones at once), the session tools' tasks and crons,
-//! the bridges and key pruning, bind the socket (0600) and serve. Each part started is a component that says what it
-//! stops; [`DaemonHandle::shutdown`] stops them in reverse: the calls (in-flight ones
-//! finish within a grace period), key pruning, the bridge endpoint, background tasks and the
-//! cron scheduler, running turns (recorded as failed), the store, then the socket and the lock.
+//! the bridges, the replica's heartbeat, the metrics endpoint (with `[metrics] listen`) and
+//! key pruning, bind the socket (0600) and serve. Each part started is a component that says
+//! what it stops; [`DaemonHandle::shutdown`] stops them in reverse: the calls (in-flight ones
+//! finish within a grace period), key pruning, the metrics endpoint, the heartbeat, the
+//! bridge endpoint, background tasks and the cron scheduler, running turns (recorded as
+//! failed), the store, then the socket and the lock.
 
 pub mod backup;
 mod boot;

@@ -128,6 +128,8 @@ pub mod json {
         super::BridgeRequestStatus => "BRIDGE_REQUEST_STATUS_",
         super::HomeEventKind => "HOME_EVENT_KIND_",
         super::ToolOutcome => "TOOL_OUTCOME_",
+        super::WorkerState => "WORKER_STATE_",
+        super::Approval => "APPROVAL_",
     }
 
     /// The words of a list of values, joined by commas (`read,send`).
@@ -184,6 +186,8 @@ pub mod json {
         bridge_request_status => super::BridgeRequestStatus;
         home_event_kind => super::HomeEventKind;
         tool_outcome => super::ToolOutcome;
+        worker_state => super::WorkerState;
+        approval => super::Approval;
     }
 
     /// A list of permissions, as the list of their words.
@@ -282,6 +286,12 @@ mod tests {
             serde_json::to_string(&content).expect("json"),
             r#"{"content_ref":"","field":"output","utf16_length":0}"#
         );
+        let worker = Worker { state: WorkerState::Busy as i32, ..Default::default() };
+        let json = serde_json::to_string(&worker).expect("json");
+        assert!(json.contains(r#""state":"busy""#), "{json}");
+        let tool = ToolSpec { approval: Approval::OutsideWorkspace as i32, ..Default::default() };
+        let json = serde_json::to_string(&tool).expect("json");
+        assert!(json.contains(r#""approval":"outside_workspace""#), "{json}");
     }
 
     #[test]

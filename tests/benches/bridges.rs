@@ -79,24 +79,60 @@ async fn run() {
     let fsync = fsync_floor(dir.path());
     let idle_fsync = fsync_after_idle(dir.path(), IDLE);
     let udp = udp_round_trip_floor().await;
-    let (a, b) = (home().await, home().await);
-
-    // Latency: `delivered` answers from an idle echo thread behind a send+wake bridge. Each
-    // send goes out once the previous one's turn has ended (a ThreadWait on the echo thread
-    // returns its terminal event), as an agent waiting on the thread sends its next message;
-    // then again with the homes and the disk idle for `IDLE` before each send.
-    a.bridge_named(&b, "wake", "send,wake").await;
-    let echo = b.thread("echo", None).await;
-    let (mut sender, mut watcher) = (a.client().threads(), b.client().threads());
-    let mut cursor = String::new();
-    let (mut latencies, mut idle_latencies) = (Vec::new(), Vec::new());
-    let only = match std::env::var("PHASES").as_deref() {
+    let only_throughput = match std::env::var("PHASES").as_deref() {
         Err(_) | Ok("all") => false,
         Ok("throughput") => true,
         Ok(other) => panic!("PHASES={other}: `all` (the default) or `throughput`"),
     };
-    for i in 0..if only { 0 } else { 2 * LATENCY_SENDS } {
-        let after_idle = i >= LATENCY_SENDS;
+    let (a, b) = (home().await, home().await);
+    let rounds = if only_throughput { 0 } else { LATENCY_SENDS };
+    let (latencies, idle_latencies) = latency(&a, &b, rounds).await;
+    let (c, d) = (home().await, home().await);
+    let throughput = throughput(&c, &d, only_throughput).await;
+    // Done with them: their outbox would go on following up the accepted sends meanwhile.
+    for home in [&a, &b, &c, &d] {
+        home.handle().shutdown();
+        home.handle().stopped().await;
+    }
+    if only_throughput {
+        throughput.print_one_line();
+        return;
+    }
+    let heal = partition_heal().await;
+
+    let budget = fsync * 2 + udp + Duration::from_micros(500);
+    println!("kiki bridges benchmark");
+    println!("  fsync floor, p50                            {:>10}", us(fsync));
+    println!("  the same after {IDLE:?} of disk idle, p50      {:>10}", us(idle_fsync));
+    println!("  UDP round trip on loopback, p50             {:>10}", us(udp));
+    println!(
+        "  cross-home delivered, p50                   {:>10}   (target <= {} = 2 fsync + 1 RTT + 0.5 ms)",
+        us(percentile(&latencies, 0.5)),
+        us(budget)
+    );
+    println!("  cross-home delivered, p99                   {:>10}", us(percentile(&latencies, 0.99)));
+    println!(
+        "  the same after {IDLE:?} idle, p50              {:>10}   ({} = 2 idle fsync + 1 RTT + 0.5 ms)",
+        us(percentile(&idle_latencies, 0.5)),
+        us(idle_fsync * 2 + udp + Duration::from_micros(500))
+    );
+    throughput.print();
+    println!("  first delivery after a 5 s partition heals  {:>10}   (target <= 31 s)", us(heal));
+}
+
+/// Latency: `delivered` answers from an idle echo thread behind a send+wake bridge from `a`
+/// to `b`. Each send goes out once the previous one's turn has ended (a ThreadWait on the
+/// echo thread returns its terminal event), as an agent waiting on the thread sends its next
+/// message; then again with the homes and the disk idle for `IDLE` before each send.
+/// `rounds` of each, sorted.
+async fn latency(a: &TestHome, b: &TestHome, rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+    a.bridge_named(b, "wake", "send,wake").await;
+    let echo = b.thread("echo", None).await;
+    let (mut sender, mut watcher) = (a.client().threads(), b.client().threads());
+    let mut cursor = String::new();
+    let (mut latencies, mut idle_latencies) = (Vec::new(), Vec::new());
+    for i in 0..2 * rounds {
+        let after_idle = i >= rounds;
         if after_idle {
             tokio::time::sleep(IDLE).await;
         }
@@ -111,10 +147,28 @@ async fn run() {
     }
     latencies.sort();
     idle_latencies.sort();
+    (latencies, idle_latencies)
+}
 
-    // Throughput: durable acceptance at the target over a send-only bridge (nothing runs).
-    let (c, d) = (home().await, home().await);
-    c.bridge_named(&d, "nowake", "send").await;
+/// Durable acceptance at the target over a send-only bridge, and what following them up
+/// costs the source.
+struct Throughput {
+    single_rate: f64,
+    single_cpu_per_send: f64,
+    senders: usize,
+    concurrent_rate: f64,
+    cores_busy: f64,
+    cpu_per_send: f64,
+    disk_per_send: f64,
+    accepted: usize,
+    follow_up_cores: f64,
+}
+
+/// Throughput: durable acceptance at `d` over a send-only bridge from `c` (nothing runs),
+/// from one sender, then `SENDERS` at once; then (unless `only`) the CPU the source spends
+/// following up what was accepted.
+async fn throughput(c: &TestHome, d: &TestHome, only: bool) -> Throughput {
+    c.bridge_named(d, "nowake", "send").await;
     let inbox = d.thread("echo", None).await;
     let mut single = c.client().threads();
     let (t, single_cpu) = (Instant::now(), cpu_time());
@@ -143,11 +197,9 @@ async fn run() {
     }
     let (sends, took, used) =
         ((senders * per) as f64, t.elapsed().as_secs_f64(), (cpu_time() - cpu).as_secs_f64());
-    let (concurrent_rate, cores_busy, cpu_per_send) = (sends / took, used / took, used / sends);
     let disk_per_send = (disk_bytes_written() - disk) as f64 / sends;
     // The source now follows up each message the target accepted without delivering it (no
     // `wake`), about a second after it was sent, then two seconds later, and so on.
-    let accepted = SINGLE_SENDS + senders * per;
     if !only {
         tokio::time::sleep(Duration::from_millis(800)).await;
     }
@@ -155,23 +207,66 @@ async fn run() {
     if !only {
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
-    let follow_up_cores = (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64();
-    // Done with them: their outbox would go on following up the accepted sends meanwhile.
-    for home in [&a, &b, &c, &d] {
-        home.handle().shutdown();
-        home.handle().stopped().await;
+    Throughput {
+        single_rate,
+        single_cpu_per_send,
+        senders,
+        concurrent_rate: sends / took,
+        cores_busy: used / took,
+        cpu_per_send: used / sends,
+        disk_per_send,
+        accepted: SINGLE_SENDS + senders * per,
+        follow_up_cores: (cpu_time() - cpu).as_secs_f64() / t.elapsed().as_secs_f64(),
+    }
+}
+
+impl Throughput {
+    /// `PHASES=throughput`'s one line.
+    fn print_one_line(&self) {
+        println!(
+            "throughput: 1 sender {:.0} /s, {} senders {:.0} /s, ratio {:.2}, CPU per send {:.0} µs",
+            self.single_rate,
+            self.senders,
+            self.concurrent_rate,
+            self.concurrent_rate / self.single_rate,
+            self.cpu_per_send * 1e6
+        );
     }
 
-    if only {
+    fn print(&self) {
+        let (senders, cores) = (self.senders, std::thread::available_parallelism().map_or(0, |n| n.get()));
+        println!("  cross-home durable sends, 1 sender          {:>10.0} /s", self.single_rate);
         println!(
-            "throughput: 1 sender {single_rate:.0} /s, {senders} senders {concurrent_rate:.0} /s, ratio {:.2}, \
-             CPU per send {:.0} µs",
-            concurrent_rate / single_rate,
-            cpu_per_send * 1e6
+            "  CPU per send at 1 sender (both homes, client) {:>8.0} µs",
+            self.single_cpu_per_send * 1e6
         );
-        return;
+        println!("  cross-home durable sends, {senders} senders        {:>10.0} /s", self.concurrent_rate);
+        println!(
+            "  ratio                                       {:>10.1} x   (target >= 10x)",
+            self.concurrent_rate / self.single_rate
+        );
+        println!(
+            "  CPU while they send (both homes, clients)     {:>10.2} of {} cores",
+            self.cores_busy, cores
+        );
+        println!(
+            "  CPU per send at {senders} senders (both homes, clients) {:>6.0} µs, disk writes {:.0} KiB",
+            self.cpu_per_send * 1e6,
+            self.disk_per_send / 1024.0
+        );
+        println!(
+            "  ratio if all {cores} cores were busy           {:>10.1} x   (cores / CPU per send / single rate)",
+            cores as f64 / self.cpu_per_send / self.single_rate
+        );
+        println!(
+            "  CPU while following up {} accepted sends    {:>10.2} of {} cores   (the 3 s after them)",
+            self.accepted, self.follow_up_cores, cores
+        );
     }
-    // Partition heal: datagrams dropped for 5 s, then the first delivery.
+}
+
+/// Partition heal: datagrams dropped for 5 s, then the time to the first delivery.
+async fn partition_heal() -> Duration {
     let (e, f) = (home().await, home().await);
     let relay = e.bridge_through_relay(&f, "gap", "send,wake").await;
     let far = f.thread("echo", None).await;
@@ -181,45 +276,5 @@ async fn run() {
     let healed = Instant::now();
     relay.partition(false);
     f.wait_turns(&far.id, 1).await;
-    let heal = healed.elapsed();
-
-    let budget = fsync * 2 + udp + Duration::from_micros(500);
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    println!("kiki bridges benchmark");
-    println!("  fsync floor, p50                            {:>10}", us(fsync));
-    println!("  the same after {IDLE:?} of disk idle, p50      {:>10}", us(idle_fsync));
-    println!("  UDP round trip on loopback, p50             {:>10}", us(udp));
-    println!(
-        "  cross-home delivered, p50                   {:>10}   (target <= {} = 2 fsync + 1 RTT + 0.5 ms)",
-        us(percentile(&latencies, 0.5)),
-        us(budget)
-    );
-    println!("  cross-home delivered, p99                   {:>10}", us(percentile(&latencies, 0.99)));
-    println!(
-        "  the same after {IDLE:?} idle, p50              {:>10}   ({} = 2 idle fsync + 1 RTT + 0.5 ms)",
-        us(percentile(&idle_latencies, 0.5)),
-        us(idle_fsync * 2 + udp + Duration::from_micros(500))
-    );
-    println!("  cross-home durable sends, 1 sender          {:>10.0} /s", single_rate);
-    println!("  CPU per send at 1 sender (both homes, client) {:>8.0} µs", single_cpu_per_send * 1e6);
-    println!("  cross-home durable sends, {senders} senders        {:>10.0} /s", concurrent_rate);
-    println!(
-        "  ratio                                       {:>10.1} x   (target >= 10x)",
-        concurrent_rate / single_rate
-    );
-    println!("  CPU while they send (both homes, clients)     {:>10.2} of {} cores", cores_busy, cores);
-    println!(
-        "  CPU per send at {senders} senders (both homes, clients) {:>6.0} µs, disk writes {:.0} KiB",
-        cpu_per_send * 1e6,
-        disk_per_send / 1024.0
-    );
-    println!(
-        "  ratio if all {cores} cores were busy           {:>10.1} x   (cores / CPU per send / single rate)",
-        cores as f64 / cpu_per_send / single_rate
-    );
-    println!(
-        "  CPU while following up {accepted} accepted sends    {:>10.2} of {} cores   (the 3 s after them)",
-        follow_up_cores, cores
-    );
-    println!("  first delivery after a 5 s partition heals  {:>10}   (target <= 31 s)", us(heal));
+    healed.elapsed()
 }

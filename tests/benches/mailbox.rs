@@ -10,6 +10,7 @@
 //! - wake latency, send answered → ThreadWait returns (target p50 < 1 ms)
 //! - 10,000 parked ThreadWait calls (target < 50 MB extra RSS)
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kiki_client::Client;
@@ -32,27 +33,68 @@ fn send(target: &str, content: String, key: String) -> pb::ThreadSendRequest {
     pb::ThreadSendRequest { target: Some(local(target)), content, idempotency_key: key, ..Default::default() }
 }
 
+/// What the steps measured, printed together at the end.
+struct Numbers {
+    floor: Duration,
+    idle_fsync: Duration,
+    single_rate: f64,
+    concurrent: Concurrent,
+    replays: Vec<Duration>,
+    wal_growth: u64,
+    wakes: Vec<Duration>,
+    rss_before: u64,
+    rss_parked: u64,
+}
+
+/// Sends from [`SENDERS`] senders at once: their rate, and the CPU seconds each send took.
+struct Concurrent {
+    rate: f64,
+    daemon_cpu: f64,
+    client_cpu: f64,
+}
+
 #[tokio::main]
 async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let floor = fsync_floor(dir.path());
     let idle_fsync = fsync_after_idle(dir.path(), Duration::from_millis(1));
     let HeldHome { home, client, pid, held } = HeldHome::start(dir.path()).await;
+    let single_rate = single_sends(&client, &held).await;
+    let concurrent = concurrent_sends(&home, &held, pid).await;
+    let (replays, wal_growth) = replays(&client, &home, &held).await;
+    let wakes = wakes(&client, &home).await;
+    let (rss_before, rss_parked) = parked_waiters(&home, &held, pid).await;
+    kiki_json(&home, &["down"]);
+    report(Numbers {
+        floor,
+        idle_fsync,
+        single_rate,
+        concurrent,
+        replays,
+        wal_growth,
+        wakes,
+        rss_before,
+        rss_parked,
+    });
+}
 
-    // One sender, one durable send at a time.
+/// One sender, one durable send at a time: sends per second.
+async fn single_sends(client: &Client, held: &str) -> f64 {
     let mut threads = client.threads();
     let t = Instant::now();
     for i in 0..SINGLE_SENDS {
-        threads.thread_send(send(&held, format!("single {i}"), format!("single-{i}"))).await.expect("send");
+        threads.thread_send(send(held, format!("single {i}"), format!("single-{i}"))).await.expect("send");
     }
-    let single_rate = SINGLE_SENDS as f64 / t.elapsed().as_secs_f64();
+    SINGLE_SENDS as f64 / t.elapsed().as_secs_f64()
+}
 
-    // 64 senders at once, each on its own connection.
+/// 64 senders at once, each on its own connection.
+async fn concurrent_sends(home: &Path, held: &str, pid: u32) -> Concurrent {
     let mut tasks = Vec::new();
     let (t, daemon_cpu, client_cpu) = (Instant::now(), process_cpu_time(pid), cpu_time());
     for s in 0..SENDERS {
         let socket = home.join("kikid.sock");
-        let held = held.clone();
+        let held = held.to_string();
         tasks.push(tokio::spawn(async move {
             let mut threads = Client::connect(&socket).await.expect("connect").threads();
             for i in 0..SENDS_PER_SENDER {
@@ -66,13 +108,19 @@ async fn main() {
     for task in tasks {
         task.await.expect("sender");
     }
-    let concurrent_rate = (SENDERS * SENDS_PER_SENDER) as f64 / t.elapsed().as_secs_f64();
+    let rate = (SENDERS * SENDS_PER_SENDER) as f64 / t.elapsed().as_secs_f64();
     let sends = (SENDERS * SENDS_PER_SENDER) as f64;
-    let daemon_cpu = (process_cpu_time(pid) - daemon_cpu).as_secs_f64() / sends;
-    let client_cpu = (cpu_time() - client_cpu).as_secs_f64() / sends;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    Concurrent {
+        rate,
+        daemon_cpu: (process_cpu_time(pid) - daemon_cpu).as_secs_f64() / sends,
+        client_cpu: (cpu_time() - client_cpu).as_secs_f64() / sends,
+    }
+}
 
-    // Replays: the same key and content again.
+/// Replays: the single sender's keys and contents again. Their latencies, sorted, and how
+/// much the WAL grew meanwhile.
+async fn replays(client: &Client, home: &Path, held: &str) -> (Vec<Duration>, u64) {
+    let mut threads = client.threads();
     let wal = home.join("kiki.db-wal");
     let wal_before = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     let mut replays = Vec::with_capacity(REPLAYS);
@@ -80,7 +128,7 @@ async fn main() {
         let n = i % SINGLE_SENDS;
         let t = Instant::now();
         let r = threads
-            .thread_send(send(&held, format!("single {n}"), format!("single-{n}")))
+            .thread_send(send(held, format!("single {n}"), format!("single-{n}")))
             .await
             .expect("replay");
         replays.push(t.elapsed());
@@ -88,11 +136,15 @@ async fn main() {
     }
     replays.sort();
     let wal_after = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    (replays, wal_after.saturating_sub(wal_before))
+}
 
-    // Wake latency: a waiter parked on an echo thread returns when the turn the message
-    // started has ended.
+/// Wake latency: a waiter parked on an echo thread returns when the turn the message
+/// started has ended. The latencies, sorted.
+async fn wakes(client: &Client, home: &Path) -> Vec<Duration> {
+    let mut threads = client.threads();
     let echo =
-        kiki_json(&home, &["thread", "create", "--title", "echo"])["id"].as_str().expect("id").to_string();
+        kiki_json(home, &["thread", "create", "--title", "echo"])["id"].as_str().expect("id").to_string();
     let mut wakes = Vec::with_capacity(WAKES);
     for i in 0..WAKES {
         let cursor = threads
@@ -127,8 +179,11 @@ async fn main() {
         wakes.push(wait.await.expect("waiter"));
     }
     wakes.sort();
+    wakes
+}
 
-    // Parked waiters: 10,000 ThreadWait calls held open at once.
+/// Parked waiters: 10,000 ThreadWait calls held open at once. kikid's RSS before and with them.
+async fn parked_waiters(home: &Path, held: &str, pid: u32) -> (u64, u64) {
     let rss_before = rss_kb(pid);
     let mut parked = Vec::new();
     let mut connections = Vec::new();
@@ -137,7 +192,7 @@ async fn main() {
     }
     for i in 0..PARKED {
         let mut threads = connections[i % connections.len()].threads();
-        let target = held.clone();
+        let target = held.to_string();
         parked.push(tokio::spawn(async move {
             let request = pb::ThreadWaitRequest {
                 targets: vec![local(&target)],
@@ -152,17 +207,20 @@ async fn main() {
     for task in &parked {
         task.abort();
     }
-    drop(connections);
-    kiki_json(&home, &["down"]);
+    (rss_before, rss_parked)
+}
 
+fn report(n: Numbers) {
+    let Concurrent { rate: concurrent_rate, daemon_cpu, client_cpu } = n.concurrent;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     println!("kiki mailbox benchmark");
-    println!("  fsync floor (4 KiB write + fsync), p50     {:>10}", us(floor));
-    println!("  the same after 1 ms of disk idle, p50      {:>10}", us(idle_fsync));
-    println!("  durable sends, 1 sender                    {:>10.0} /s", single_rate);
+    println!("  fsync floor (4 KiB write + fsync), p50     {:>10}", us(n.floor));
+    println!("  the same after 1 ms of disk idle, p50      {:>10}", us(n.idle_fsync));
+    println!("  durable sends, 1 sender                    {:>10.0} /s", n.single_rate);
     println!("  durable sends, {SENDERS} senders                  {:>10.0} /s", concurrent_rate);
     println!(
         "  ratio 64 senders / 1 sender                {:>10.1} x   (target >= 10x)",
-        concurrent_rate / single_rate
+        concurrent_rate / n.single_rate
     );
     println!(
         "  CPU per send at 64 senders, kikid / client {:>6.0} µs / {:.0} µs",
@@ -171,25 +229,25 @@ async fn main() {
     );
     println!(
         "  ratio if all {cores} cores were busy           {:>10.1} x   (cores / CPU per send / single rate)",
-        cores / (daemon_cpu + client_cpu) / single_rate
+        cores / (daemon_cpu + client_cpu) / n.single_rate
     );
     println!(
         "  replayed key, p50                          {:>10}   (fsync floor {})",
-        us(percentile(&replays, 0.5)),
-        us(floor)
+        us(percentile(&n.replays, 0.5)),
+        us(n.floor)
     );
     println!(
         "  WAL bytes written by {REPLAYS} replays          {:>10}   (target 0: no write, no fsync)",
-        wal_after.saturating_sub(wal_before)
+        n.wal_growth
     );
     println!(
         "  wake latency send answered -> wait returns, p50 {:>6}   (target < 1 ms)",
-        us(percentile(&wakes, 0.5))
+        us(percentile(&n.wakes, 0.5))
     );
-    println!("  wake latency, p99                          {:>10}", us(percentile(&wakes, 0.99)));
-    println!("  kikid RSS idle / with {PARKED} parked waits   {:>7} kB / {} kB", rss_before, rss_parked);
+    println!("  wake latency, p99                          {:>10}", us(percentile(&n.wakes, 0.99)));
+    println!("  kikid RSS idle / with {PARKED} parked waits   {:>7} kB / {} kB", n.rss_before, n.rss_parked);
     println!(
         "  extra RSS for {PARKED} parked waiters          {:>7} kB   (target < 51,200 kB)",
-        rss_parked.saturating_sub(rss_before)
+        n.rss_parked.saturating_sub(n.rss_before)
     );
 }

@@ -142,65 +142,16 @@ async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let floor = fsync_floor(dir.path());
     let HeldHome { home, client, pid, held } = HeldHome::start(dir.path()).await;
-
-    // 1. Starts, on a quiet machine: `kiki --version`, then `kiki mcp` through tools/list.
-    for _ in 0..3 {
-        version(&kiki);
-        start_and_list(&kiki, &home).await;
-    }
-    let (mut versions, mut initialized, mut listed) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..starts {
-        tokio::time::sleep(BETWEEN_STARTS).await;
-        versions.push(version(&kiki));
-        tokio::time::sleep(BETWEEN_STARTS).await;
-        let (init, list) = start_and_list(&kiki, &home).await;
-        initialized.push(init);
-        listed.push(list);
-    }
-
-    // 2. Interleaved sends: one warm session, one gRPC connection, the same busy thread.
+    let mut starts = Starts::measure(&kiki, &home, starts).await;
     let (session, _pushed) = mcp::start(&kiki, Some(&home), &[], &[], false).await.expect("kiki mcp starts");
     let server = mcp_pid();
-    let (mut grpc, mut through_mcp, mut paired) = (Vec::new(), Vec::new(), Vec::new());
-    let mcp_cpu = schedstat_cpu(server);
-    for i in 0..WARMUP + sends {
-        let (g, m) = if i % 2 == 0 {
-            let g = grpc_send(&client, &held, i).await;
-            (g, mcp_send(&session, &held, i).await)
-        } else {
-            let m = mcp_send(&session, &held, i).await;
-            (grpc_send(&client, &held, i).await, m)
-        };
-        if i >= WARMUP {
-            grpc.push(g);
-            through_mcp.push(m);
-            paired.push(m.as_secs_f64() - g.as_secs_f64());
-        }
-    }
-    let mcp_cpu_interleaved = schedstat_cpu(server) - mcp_cpu;
-
-    // 3. CPU per send, one path at a time: the bench's client, `kiki mcp` and kikid.
-    let base = WARMUP + sends;
-    let (bench, daemon) = (cpu_time(), process_cpu_time(pid));
-    for i in base..base + cpu_sends {
-        grpc_send(&client, &held, i).await;
-    }
-    let (grpc_bench, grpc_daemon) = (cpu_time() - bench, process_cpu_time(pid) - daemon);
-    let (bench, daemon, server_cpu) = (cpu_time(), process_cpu_time(pid), schedstat_cpu(server));
-    for i in base..base + cpu_sends {
-        mcp_send(&session, &held, i).await;
-    }
-    let (mcp_bench, mcp_daemon, mcp_server) =
-        (cpu_time() - bench, process_cpu_time(pid) - daemon, schedstat_cpu(server) - server_cpu);
+    let paths = Paths { client: &client, session: &session, held: &held, server, kikid: pid };
+    let Interleaved { mut grpc, mut through_mcp, mut paired, mcp_cpu } = paths.interleaved(sends).await;
+    let cpu = paths.one_at_a_time(WARMUP + sends, cpu_sends).await;
     session.cancel().await.expect("closed");
     drop(client);
     kiki_json(&home, &["down"]);
 
-    grpc.sort();
-    through_mcp.sort();
-    paired.sort_by(f64::total_cmp);
-    let added = percentile(&through_mcp, 0.5).as_secs_f64() - percentile(&grpc, 0.5).as_secs_f64();
-    let paired_p50 = paired[(paired.len() - 1) / 2];
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
     let line = |what: &str, value: String, note: &str| {
         println!("{}", format!("    {what:<52} {value:>21}   {note}").trim_end());
@@ -211,6 +162,10 @@ async fn main() {
         "  {sends} ThreadSends of each path to one busy thread (each queues one input and answers \
          `pending`), alternating, p50 / p99:"
     );
+    grpc.sort();
+    through_mcp.sort();
+    paired.sort_by(f64::total_cmp);
+    let added = percentile(&through_mcp, 0.5).as_secs_f64() - percentile(&grpc, 0.5).as_secs_f64();
     line("over gRPC (the bench's connection)", p50_p99(&mut grpc), "");
     line("through kiki mcp (ThreadSend tool, rmcp client)", p50_p99(&mut through_mcp), "");
     line(
@@ -218,32 +173,137 @@ async fn main() {
         format!("{:.3} ms", added * 1e3),
         &format!("(target < 0.3 ms: {})", verdict(added < 0.3e-3)),
     );
-    line("added, p50 of each round's difference", format!("{:.3} ms", paired_p50 * 1e3), "");
-    line("kiki mcp CPU per send, interleaved", per_call(mcp_cpu_interleaved, sends + WARMUP), "");
+    line(
+        "added, p50 of each round's difference",
+        format!("{:.3} ms", paired[(paired.len() - 1) / 2] * 1e3),
+        "",
+    );
+    line("kiki mcp CPU per send, interleaved", per_call(mcp_cpu, sends + WARMUP), "");
     println!("  CPU per send, {cpu_sends} sends of one path at a time, gRPC / through kiki mcp:");
     line(
         "the bench's client",
-        format!("{} / {}", per_call(grpc_bench, cpu_sends), per_call(mcp_bench, cpu_sends)),
+        format!("{} / {}", per_call(cpu.grpc_bench, cpu_sends), per_call(cpu.mcp_bench, cpu_sends)),
         "",
     );
-    line("kiki mcp", format!("- / {}", per_call(mcp_server, cpu_sends)), "");
+    line("kiki mcp", format!("- / {}", per_call(cpu.mcp_server, cpu_sends)), "");
     line(
         "kikid (10 ms ticks)",
-        format!("{} / {}", per_call(grpc_daemon, cpu_sends), per_call(mcp_daemon, cpu_sends)),
+        format!("{} / {}", per_call(cpu.grpc_daemon, cpu_sends), per_call(cpu.mcp_daemon, cpu_sends)),
         "",
     );
-    println!("  {starts} starts, p50 / max:");
-    listed.sort();
-    let (p50, max) = (percentile(&listed, 0.5), percentile(&listed, 1.0));
-    line("floor: kiki --version, spawn -> exited", p50_max(&mut versions), "");
-    line("kiki mcp, spawn -> initialize answered", p50_max(&mut initialized), "");
+    println!("  {} starts, p50 / max:", starts.versions.len());
+    starts.listed.sort();
+    let (p50, max) = (percentile(&starts.listed, 0.5), percentile(&starts.listed, 1.0));
+    line("floor: kiki --version, spawn -> exited", p50_max(&mut starts.versions), "");
+    line("kiki mcp, spawn -> initialize answered", p50_max(&mut starts.initialized), "");
     line(
         "kiki mcp, spawn -> tools/list answered",
-        p50_max(&mut listed),
+        p50_max(&mut starts.listed),
         &format!(
             "(target < 50 ms: {} at p50, {} at max)",
             verdict(p50 < Duration::from_millis(50)),
             verdict(max < Duration::from_millis(50))
         ),
     );
+}
+
+/// Starts, each: `kiki --version`, and `kiki mcp` through initialize and tools/list.
+struct Starts {
+    versions: Vec<Duration>,
+    initialized: Vec<Duration>,
+    listed: Vec<Duration>,
+}
+
+impl Starts {
+    /// Starts, on a quiet machine: `kiki --version`, then `kiki mcp` through tools/list;
+    /// `starts` of each after three unmeasured.
+    async fn measure(kiki: &Path, home: &Path, starts: usize) -> Self {
+        for _ in 0..3 {
+            version(kiki);
+            start_and_list(kiki, home).await;
+        }
+        let mut measured = Self { versions: Vec::new(), initialized: Vec::new(), listed: Vec::new() };
+        for _ in 0..starts {
+            tokio::time::sleep(BETWEEN_STARTS).await;
+            measured.versions.push(version(kiki));
+            tokio::time::sleep(BETWEEN_STARTS).await;
+            let (init, list) = start_and_list(kiki, home).await;
+            measured.initialized.push(init);
+            measured.listed.push(list);
+        }
+        measured
+    }
+}
+
+/// The two paths a send takes to the busy thread `held`: the bench's gRPC connection, and a
+/// warm `kiki mcp` session (process `server`); kikid is process `kikid`.
+struct Paths<'a> {
+    client: &'a Client,
+    session: &'a Session,
+    held: &'a str,
+    server: u32,
+    kikid: u32,
+}
+
+/// Sends of both paths, alternating: each one's latency, each round's difference (mcp −
+/// gRPC, seconds), and `kiki mcp`'s CPU meanwhile.
+struct Interleaved {
+    grpc: Vec<Duration>,
+    through_mcp: Vec<Duration>,
+    paired: Vec<f64>,
+    mcp_cpu: Duration,
+}
+
+/// CPU spent by one path's sends at a time: the bench's, kikid's and (for mcp) `kiki mcp`'s.
+struct PathCpu {
+    grpc_bench: Duration,
+    grpc_daemon: Duration,
+    mcp_bench: Duration,
+    mcp_daemon: Duration,
+    mcp_server: Duration,
+}
+
+impl Paths<'_> {
+    /// Interleaved sends: `sends` of each after [`WARMUP`], the order flipped every round.
+    async fn interleaved(&self, sends: usize) -> Interleaved {
+        let (client, session, held) = (self.client, self.session, self.held);
+        let (mut grpc, mut through_mcp, mut paired) = (Vec::new(), Vec::new(), Vec::new());
+        let mcp_cpu = schedstat_cpu(self.server);
+        for i in 0..WARMUP + sends {
+            let (g, m) = if i % 2 == 0 {
+                let g = grpc_send(client, held, i).await;
+                (g, mcp_send(session, held, i).await)
+            } else {
+                let m = mcp_send(session, held, i).await;
+                (grpc_send(client, held, i).await, m)
+            };
+            if i >= WARMUP {
+                grpc.push(g);
+                through_mcp.push(m);
+                paired.push(m.as_secs_f64() - g.as_secs_f64());
+            }
+        }
+        Interleaved { grpc, through_mcp, paired, mcp_cpu: schedstat_cpu(self.server) - mcp_cpu }
+    }
+
+    /// CPU per send, one path at a time: `cpu_sends` of each, keys numbered from `base`.
+    async fn one_at_a_time(&self, base: usize, cpu_sends: usize) -> PathCpu {
+        let (client, session, held, pid) = (self.client, self.session, self.held, self.kikid);
+        let (bench, daemon) = (cpu_time(), process_cpu_time(pid));
+        for i in base..base + cpu_sends {
+            grpc_send(client, held, i).await;
+        }
+        let (grpc_bench, grpc_daemon) = (cpu_time() - bench, process_cpu_time(pid) - daemon);
+        let (bench, daemon, server_cpu) = (cpu_time(), process_cpu_time(pid), schedstat_cpu(self.server));
+        for i in base..base + cpu_sends {
+            mcp_send(session, held, i).await;
+        }
+        PathCpu {
+            grpc_bench,
+            grpc_daemon,
+            mcp_bench: cpu_time() - bench,
+            mcp_daemon: process_cpu_time(pid) - daemon,
+            mcp_server: schedstat_cpu(self.server) - server_cpu,
+        }
+    }
 }

@@ -302,9 +302,34 @@ async fn main() {
     let floor = fsync_floor(dir.path());
     let spawn_floor = spawn_floor(rounds);
     let home = Home::up(&dir.path().join("home"), Some(CONFIG)).await;
+    let wakes = wakes(&home, rounds).await;
+    let load = posts_against_sends(&home, per).await;
+    home.down();
+    let reads = room_reads(&dir.path().join("reads"), entries, reads).await;
 
-    // 1. Six idle members woken by one post. Rooms of echo members and of clock members (an
-    // echo host, never woken); a lone echo and a lone clock thread for the plain-send floor.
+    println!("kiki rooms benchmark");
+    println!("  fsync floor (4 KiB write + fsync), p50 {}", ms(floor));
+    wakes.print(rounds, spawn_floor);
+    load.print(per);
+    reads.print();
+}
+
+/// Prints `what`, its value right-aligned in `width`, and a note.
+fn line(width: usize, what: &str, value: String, note: &str) {
+    println!("{}", format!("    {what:<48} {value:>width$}   {note}").trim_end());
+}
+
+/// Wake rounds: how long from a send's (or post's) answer, each round.
+struct Wakes {
+    echo_posts: Vec<Duration>,
+    echo_sends: Vec<Duration>,
+    clock_posts: Vec<Duration>,
+    clock_sends: Vec<Duration>,
+}
+
+/// Six idle members woken by one post. Rooms of echo members and of clock members (an
+/// echo host, never woken); a lone echo and a lone clock thread for the plain-send floor.
+async fn wakes(home: &Home, rounds: usize) -> Wakes {
     let host = home.thread("echo", "host", None).await;
     let mut echoes = Vec::new();
     let mut clocks = Vec::new();
@@ -316,8 +341,12 @@ async fn main() {
     let clock_room = home.room(&host, &clocks).await;
     let lone_echo = vec![home.thread("echo", "lone echo", None).await];
     let lone_clock = vec![home.thread("clock", "lone clock", None).await];
-    let (mut echo_posts, mut echo_sends, mut clock_posts, mut clock_sends) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut wakes = Wakes {
+        echo_posts: Vec::new(),
+        echo_sends: Vec::new(),
+        clock_posts: Vec::new(),
+        clock_sends: Vec::new(),
+    };
     let c = &home.client;
     for i in 0..WARMUP + rounds {
         let key = |kind: &str| format!("wake-{kind}-{i}");
@@ -330,16 +359,48 @@ async fn main() {
         let clock_send = send(&lone_clock[0], format!("round {i}"), key("clock-send"));
         let clock_send = wake_round(c, clock_send, &lone_clock, Observe::AgentsRunning).await;
         if i >= WARMUP {
-            echo_posts.push(echo_post);
-            echo_sends.push(echo_send);
-            clock_posts.push(clock_post);
-            clock_sends.push(clock_send);
+            wakes.echo_posts.push(echo_post);
+            wakes.echo_sends.push(echo_send);
+            wakes.clock_posts.push(clock_post);
+            wakes.clock_sends.push(clock_send);
         }
     }
+    wakes
+}
 
-    // 2. 64 posters over 16 rooms vs 64 plain senders to 16 busy threads, alternating. Each
-    // room's host is one of the busy threads, and a post by the owner that mentions nobody
-    // wakes the host: like a plain send, each post queues one input for a busy thread.
+impl Wakes {
+    fn print(mut self, rounds: usize, spawn_floor: String) {
+        let line = |what: &str, value: String, note: &str| line(21, what, value, note);
+        println!("  a post by the owner mentioning {MEMBERS} idle members, {rounds} rounds, p50 / p90:");
+        let target = "(target p50 < 5 ms)";
+        line(
+            &format!("answer -> all {MEMBERS} agents running (exec: date)"),
+            p50_p90(&mut self.clock_posts),
+            target,
+        );
+        line("floor: plain send -> 1 agent running", p50_p90(&mut self.clock_sends), "");
+        line("floor: the bench spawning date itself", spawn_floor, "");
+        line(
+            &format!("answer -> all {MEMBERS} echo turns ended (after start)"),
+            p50_p90(&mut self.echo_posts),
+            target,
+        );
+        line("floor: plain send -> 1 echo turn ended", p50_p90(&mut self.echo_sends), "");
+    }
+}
+
+/// Load rounds: requests per second and kikid's CPU per request, each round.
+struct Load {
+    send_rates: Vec<f64>,
+    post_rates: Vec<f64>,
+    send_cpu: Vec<Duration>,
+    post_cpu: Vec<Duration>,
+}
+
+/// 64 posters over 16 rooms vs 64 plain senders to 16 busy threads, alternating. Each
+/// room's host is one of the busy threads, and a post by the owner that mentions nobody
+/// wakes the host: like a plain send, each post queues one input for a busy thread.
+async fn posts_against_sends(home: &Home, per: usize) -> Load {
     let mut busy = Vec::new();
     for i in 0..ROOMS {
         busy.push(home.thread("hold", &format!("busy {i}"), Some("hold")).await);
@@ -349,21 +410,64 @@ async fn main() {
         rooms.push(home.room(host, &[]).await);
     }
     tokio::time::sleep(Duration::from_millis(300)).await; // their agents started
-    let (mut send_rates, mut post_rates, mut send_cpu, mut post_cpu) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut measured =
+        Load { send_rates: Vec::new(), post_rates: Vec::new(), send_cpu: Vec::new(), post_cpu: Vec::new() };
     for round in 0..LOAD_ROUNDS {
-        let (rate, cpu) = load(&home, &busy, false, round, per).await;
-        send_rates.push(rate);
-        send_cpu.push(cpu);
-        let (rate, cpu) = load(&home, &rooms, true, round, per).await;
-        post_rates.push(rate);
-        post_cpu.push(cpu);
+        let (rate, cpu) = load(home, &busy, false, round, per).await;
+        measured.send_rates.push(rate);
+        measured.send_cpu.push(cpu);
+        let (rate, cpu) = load(home, &rooms, true, round, per).await;
+        measured.post_rates.push(rate);
+        measured.post_cpu.push(cpu);
     }
-    home.down();
+    measured
+}
 
-    // 3. RoomRead on a room of a million entries, in a home of its own.
-    let home_path = dir.path().join("reads");
-    let reads_home = Home::up(&home_path, None).await;
+impl Load {
+    fn print(&self, per: usize) {
+        let sends = self.send_rates.iter().sum::<f64>() / self.send_rates.len() as f64;
+        let posts = self.post_rates.iter().sum::<f64>() / self.post_rates.len() as f64;
+        let rates = |rates: &[f64]| rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+        let cpu = |cpu: &[Duration]| {
+            cpu.iter().map(|c| format!("{:.0}", c.as_secs_f64() * 1e6)).collect::<Vec<_>>().join(", ")
+        };
+        let line = |what: &str, value: String, note: &str| line(10, what, value, note);
+        println!(
+            "  {SENDERS} concurrent clients on their own connections, {per} requests each, {LOAD_ROUNDS} rounds of each, alternating;"
+        );
+        println!("  each request queues one input for a busy thread (the posts': for the room's busy host):");
+        line(
+            &format!("plain ThreadSends to {ROOMS} busy threads, per s"),
+            format!("{sends:.0}"),
+            &format!("(rounds {})", rates(&self.send_rates)),
+        );
+        line(
+            &format!("owner posts to {ROOMS} rooms mentioning nobody, per s"),
+            format!("{posts:.0}"),
+            &format!("(rounds {})", rates(&self.post_rates)),
+        );
+        line("ratio posts / plain sends", format!("{:.2} x", posts / sends), "(target >= 0.8x)");
+        line("kikid CPU per send, µs", cpu(&self.send_cpu), "");
+        line("kikid CPU per post, µs", cpu(&self.post_cpu), "");
+    }
+}
+
+/// RoomRead pages: how long each took, and what the seeded store came to.
+struct Reads {
+    entries: i64,
+    reads: usize,
+    seeding: Duration,
+    db_bytes: u64,
+    rss_kb: u64,
+    random: Vec<Duration>,
+    tail: Vec<Duration>,
+    first: Vec<Duration>,
+    floor: Vec<Duration>,
+}
+
+/// RoomRead on a room of a million entries, in a home of its own at `home_path`.
+async fn room_reads(home_path: &Path, entries: i64, reads: usize) -> Reads {
+    let reads_home = Home::up(home_path, None).await;
     let host = reads_home.thread("echo", "host", None).await;
     let big = reads_home.room(&host, &[]).await;
     let small = reads_home.room(&host, &[]).await;
@@ -374,9 +478,9 @@ async fn main() {
     seed(&db, &small, &host, SMALL_ROOM);
     let seeding = t.elapsed();
     let db_bytes = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
-    let reads_home = Home::up(&home_path, None).await;
+    let reads_home = Home::up(home_path, None).await;
     let c = &reads_home.client;
-    let (mut random, mut tail, mut first, mut floor_reads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut random, mut tail, mut first, mut floor) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut state = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..reads {
         let after = (next(&mut state) % (entries - i64::from(PAGE)) as u64) as i64;
@@ -384,66 +488,28 @@ async fn main() {
         tail.push(read_page(c, &big, entries - i64::from(PAGE)).await);
         first.push(read_page(c, &big, 0).await);
         let after = (next(&mut state) % (SMALL_ROOM - i64::from(PAGE)) as u64) as i64;
-        floor_reads.push(read_page(c, &small, after).await);
+        floor.push(read_page(c, &small, after).await);
     }
-    let reads_rss = rss_kb(reads_home.pid);
+    let rss_kb = rss_kb(reads_home.pid);
     reads_home.down();
+    Reads { entries, reads, seeding, db_bytes, rss_kb, random, tail, first, floor }
+}
 
-    let sends = send_rates.iter().sum::<f64>() / send_rates.len() as f64;
-    let posts = post_rates.iter().sum::<f64>() / post_rates.len() as f64;
-    let rates = |rates: &[f64]| rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
-    let cpu = |cpu: &[Duration]| {
-        cpu.iter().map(|c| format!("{:.0}", c.as_secs_f64() * 1e6)).collect::<Vec<_>>().join(", ")
-    };
-    let line = |what: &str, value: String, note: &str| {
-        println!("{}", format!("    {what:<48} {value:>21}   {note}").trim_end());
-    };
-    println!("kiki rooms benchmark");
-    println!("  fsync floor (4 KiB write + fsync), p50 {}", ms(floor));
-    println!("  a post by the owner mentioning {MEMBERS} idle members, {rounds} rounds, p50 / p90:");
-    let target = "(target p50 < 5 ms)";
-    line(&format!("answer -> all {MEMBERS} agents running (exec: date)"), p50_p90(&mut clock_posts), target);
-    line("floor: plain send -> 1 agent running", p50_p90(&mut clock_sends), "");
-    line("floor: the bench spawning date itself", spawn_floor, "");
-    line(
-        &format!("answer -> all {MEMBERS} echo turns ended (after start)"),
-        p50_p90(&mut echo_posts),
-        target,
-    );
-    line("floor: plain send -> 1 echo turn ended", p50_p90(&mut echo_sends), "");
-    println!(
-        "  {SENDERS} concurrent clients on their own connections, {per} requests each, {LOAD_ROUNDS} rounds of each, alternating;"
-    );
-    println!("  each request queues one input for a busy thread (the posts': for the room's busy host):");
-    let line = |what: &str, value: String, note: &str| {
-        println!("{}", format!("    {what:<48} {value:>10}   {note}").trim_end());
-    };
-    line(
-        &format!("plain ThreadSends to {ROOMS} busy threads, per s"),
-        format!("{sends:.0}"),
-        &format!("(rounds {})", rates(&send_rates)),
-    );
-    line(
-        &format!("owner posts to {ROOMS} rooms mentioning nobody, per s"),
-        format!("{posts:.0}"),
-        &format!("(rounds {})", rates(&post_rates)),
-    );
-    line("ratio posts / plain sends", format!("{:.2} x", posts / sends), "(target >= 0.8x)");
-    line("kikid CPU per send, µs", cpu(&send_cpu), "");
-    line("kikid CPU per post, µs", cpu(&post_cpu), "");
-    println!(
-        "  RoomRead, pages of {PAGE}, {reads} of each ({entries} entries seeded in {:.1} s, store {} MB, \
-         kikid RSS after {} kB), p50 / p99:",
-        seeding.as_secs_f64(),
-        db_bytes / 1_000_000,
-        reads_rss
-    );
-    let line = |what: &str, value: String, note: &str| {
-        println!("{}", format!("    {what:<48} {value:>21}   {note}").trim_end());
-    };
-    let target = "(target p99 < 2 ms)";
-    line(&format!("{entries} entries, after a random entry"), p50_p99(&mut random), target);
-    line(&format!("{entries} entries, the last page"), p50_p99(&mut tail), target);
-    line(&format!("{entries} entries, the first page"), p50_p99(&mut first), "");
-    line(&format!("floor: a room of {SMALL_ROOM} entries"), p50_p99(&mut floor_reads), "");
+impl Reads {
+    fn print(mut self) {
+        let (entries, reads) = (self.entries, self.reads);
+        println!(
+            "  RoomRead, pages of {PAGE}, {reads} of each ({entries} entries seeded in {:.1} s, store {} MB, \
+             kikid RSS after {} kB), p50 / p99:",
+            self.seeding.as_secs_f64(),
+            self.db_bytes / 1_000_000,
+            self.rss_kb
+        );
+        let line = |what: &str, value: String, note: &str| line(21, what, value, note);
+        let target = "(target p99 < 2 ms)";
+        line(&format!("{entries} entries, after a random entry"), p50_p99(&mut self.random), target);
+        line(&format!("{entries} entries, the last page"), p50_p99(&mut self.tail), target);
+        line(&format!("{entries} entries, the first page"), p50_p99(&mut self.first), "");
+        line(&format!("floor: a room of {SMALL_ROOM} entries"), p50_p99(&mut self.floor), "");
+    }
 }

@@ -102,7 +102,22 @@ async fn main() {
     let created = kiki_json(&local, &["thread", "create", "--cwd", workspace.to_str().expect("path")]);
     let thread = created["id"].as_str().expect("id").to_string();
 
-    // 1. Grep against rg.
+    grep_against_rg(&client, &thread, &workspace, files, rounds).await;
+    std::fs::write(workspace.join("big.txt"), big_text()).expect("100 KB file");
+    let session = read_through_mcp(&client, &local, &thread, reads).await;
+    read_through_a_space(&local, &session, reads).await;
+
+    let _ = session.cancel().await;
+    kiki_tests::binaries::kiki(&local, &["down"]);
+}
+
+/// 100 KB in 1,000 lines.
+fn big_text() -> String {
+    format!("{}\n", "x".repeat(99)).repeat(1000)
+}
+
+/// Grep over a tree of `files` files against `rg -l`, alternately, `rounds` times.
+async fn grep_against_rg(client: &Client, thread: &str, workspace: &Path, files: usize, rounds: usize) {
     let tree = workspace.join("tree");
     let t = Instant::now();
     make_tree(&tree, files);
@@ -111,7 +126,7 @@ async fn main() {
     let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let grep = json!({"pattern": "needle", "path": "tree", "head_limit": 0});
     // Warm both (the page cache, kikid's first walk).
-    tool(&client, &thread, "Grep", grep.clone()).await;
+    tool(client, thread, "Grep", grep.clone()).await;
     let rg = || {
         let t = Instant::now();
         let out = Command::new("rg").arg("-l").arg("needle").arg(&tree).output().expect("rg");
@@ -122,7 +137,7 @@ async fn main() {
     rg();
     let kiki_grep = async || {
         let t = Instant::now();
-        let answer = tool(&client, &thread, "Grep", grep.clone()).await;
+        let answer = tool(client, thread, "Grep", grep.clone()).await;
         let took = t.elapsed();
         let found: serde_json::Value = serde_json::from_str(&answer.structured).expect("structured");
         assert_eq!(found["total"], expected, "Grep's matches");
@@ -147,18 +162,18 @@ async fn main() {
         ms(p50(&mut theirs)),
         ratios[ratios.len() / 2]
     );
+}
 
-    // 2. Read of 100 KB through kiki mcp.
-    let line = format!("{}\n", "x".repeat(99));
-    std::fs::write(workspace.join("big.txt"), line.repeat(1000)).expect("100 KB file");
-    let (session, _) = mcp::start(&binary("kiki"), Some(&local), &["--thread", &thread], &[], false)
-        .await
-        .expect("kiki mcp");
+/// A Read of the workspace's `big.txt` through a warm `kiki mcp --thread` session, next
+/// to the same call over gRPC; the session, kept for the space's comparison.
+async fn read_through_mcp(client: &Client, local: &Path, thread: &str, reads: usize) -> Session {
+    let (session, _) =
+        mcp::start(&binary("kiki"), Some(local), &["--thread", thread], &[], false).await.expect("kiki mcp");
     let (mut over_mcp, mut over_grpc) = (Vec::new(), Vec::new());
     for i in 0..reads + 30 {
         let through_mcp = mcp_read(&session).await;
         let t = Instant::now();
-        tool(&client, &thread, "Read", json!({"path": "big.txt"})).await;
+        tool(client, thread, "Read", json!({"path": "big.txt"})).await;
         let direct = t.elapsed();
         if i >= 30 {
             over_mcp.push(through_mcp);
@@ -170,15 +185,18 @@ async fn main() {
         ms(p50(&mut over_mcp)),
         ms(p50(&mut over_grpc))
     );
+    session
+}
 
-    // 3. A remote Read through a space.
+/// The same Read in a thread of a space (a real `sshd` on loopback), alternately with the
+/// `local` session, next to `true` over the space's kept SSH master.
+async fn read_through_a_space(local: &Path, session: &Session, reads: usize) {
     let sshd = Sshd::start();
-    let remote_home = sshd.remote_dir("home");
     let ssh_env = [("KIKI_SSH_CONFIG", sshd.config().to_str().expect("path").to_string())];
     let kiki = |args: &[&str]| {
         let out = Command::new(binary("kiki"))
             .arg("--home")
-            .arg(&local)
+            .arg(local)
             .args(args)
             .envs(ssh_env.iter().map(|(k, v)| (*k, v.as_str())))
             .output()
@@ -186,32 +204,11 @@ async fn main() {
         assert!(out.status.success(), "kiki {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         out.stdout
     };
-    kiki(&[
-        "space",
-        "add",
-        &sshd.url(),
-        "--name",
-        "dev",
-        "--remote-home",
-        remote_home.to_str().expect("path"),
-    ]);
-    let remote_workspace = sshd.remote_dir("workspace");
-    std::fs::write(remote_workspace.join("big.txt"), line.repeat(1000)).expect("100 KB file there");
-    let created: serde_json::Value = serde_json::from_slice(&kiki(&[
-        "--json",
-        "--space",
-        "dev",
-        "thread",
-        "create",
-        "--cwd",
-        remote_workspace.to_str().expect("path"),
-    ]))
-    .expect("JSON");
-    let remote_thread = created["id"].as_str().expect("id").to_string();
+    let remote_thread = space_thread(&sshd, &kiki);
     let env: Vec<(&str, &str)> = ssh_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let (remote, _) = mcp::start(
         &binary("kiki"),
-        Some(&local),
+        Some(local),
         &["--space", "dev", "--thread", &remote_thread],
         &env,
         false,
@@ -236,7 +233,7 @@ async fn main() {
     };
     let (mut there, mut here, mut rtt) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..reads + 30 {
-        let (first, second) = if i % 2 == 0 { (&remote, &session) } else { (&session, &remote) };
+        let (first, second) = if i % 2 == 0 { (&remote, session) } else { (session, &remote) };
         let a = mcp_read(first).await;
         let b = mcp_read(second).await;
         let (remote_took, local_took) = if i % 2 == 0 { (a, b) } else { (b, a) };
@@ -256,9 +253,33 @@ async fn main() {
         ms(there.saturating_sub(here)),
         ms(rtt)
     );
-
-    let _ = session.cancel().await;
     let _ = remote.cancel().await;
     kiki(&["space", "remove", "dev", "--stop"]);
-    kiki_tests::binaries::kiki(&local, &["down"]);
+}
+
+/// The space `dev` at `sshd`, and a thread there whose workspace holds `big.txt`.
+fn space_thread(sshd: &Sshd, kiki: &impl Fn(&[&str]) -> Vec<u8>) -> String {
+    let remote_home = sshd.remote_dir("home");
+    kiki(&[
+        "space",
+        "add",
+        &sshd.url(),
+        "--name",
+        "dev",
+        "--remote-home",
+        remote_home.to_str().expect("path"),
+    ]);
+    let remote_workspace = sshd.remote_dir("workspace");
+    std::fs::write(remote_workspace.join("big.txt"), big_text()).expect("100 KB file there");
+    let created: serde_json::Value = serde_json::from_slice(&kiki(&[
+        "--json",
+        "--space",
+        "dev",
+        "thread",
+        "create",
+        "--cwd",
+        remote_workspace.to_str().expect("path"),
+    ]))
+    .expect("JSON");
+    created["id"].as_str().expect("id").to_string()
 }

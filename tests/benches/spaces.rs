@@ -104,97 +104,111 @@ async fn main() {
     let bench = Bench { sshd: Sshd::start(), local, _dir: dir };
     let direct_home = bench.sshd.remote_dir("direct");
     let carried_home = bench.sshd.remote_dir("carried");
-
-    // 1. space add, binaries there.
-    let first = bench.add("dev", &direct_home, &[]);
-    let mut adds = Vec::new();
-    let mut connects = Vec::new();
-    for _ in 0..rounds {
-        bench.kiki(&["space", "remove", "dev"]);
-        adds.push(bench.add("dev", &direct_home, &[]));
-        connects.push(bench.ssh_true(None));
-    }
-    println!("space add (first, uploading the binaries): {}", ms(first));
-    println!(
-        "space add (binaries there, p50 of {rounds}): {}   new ssh connection running `true`: {}   target < 2000 ms",
-        ms(p50(&mut adds)),
-        ms(p50(&mut connects))
-    );
-
-    // 2. --space status against the same home's own socket.
-    let (mut there, mut here, mut mux) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..statuses + 3 {
-        let t = Instant::now();
-        bench.kiki(&["--space", "dev", "status"]);
-        let over_ssh = t.elapsed();
-        let t = Instant::now();
-        kiki_tests::binaries::kiki(&direct_home, &["status"]);
-        let direct = t.elapsed();
-        let round_trip = bench.ssh_true(Some("dev"));
-        if i >= 3 {
-            there.push(over_ssh);
-            here.push(direct);
-            mux.push(round_trip);
-        }
-    }
-    let (there, here, mux) = (p50(&mut there), p50(&mut here), p50(&mut mux));
-    println!(
-        "status p50: --space {}   local {}   difference {}   `true` over the kept master {}   target: difference ≤ one round trip + 5 ms",
-        ms(there),
-        ms(here),
-        ms(there.saturating_sub(here)),
-        ms(mux)
-    );
-
-    // 3. Bridged sends: QUIC straight, and carried over SSH.
-    bench.add("tunnel", &carried_home, &["--via-ssh"]);
-    let mut targets = Vec::new();
-    for space in ["dev", "tunnel"] {
-        let created = bench.json(&["--space", space, "thread", "create", "--profile", "echo"]);
-        let id = created["id"].as_str().expect("id").to_string();
-        bench.json(&["--space", space, "thread", "set", &id, "--communication", "on"]);
-        targets.push((space, id));
-    }
-    let client = Client::connect(&bench.local.join("kikid.sock")).await.expect("the local home");
-    let mut took = [Vec::new(), Vec::new()];
-    for i in 0..sends + 20 {
-        let order: [usize; 2] = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-        for which in order {
-            let (space, id) = &targets[which];
-            let request = pb::ThreadSendRequest {
-                target: Some(pb::ThreadRef {
-                    host_id: (*space).to_string(),
-                    workspace_id: String::new(),
-                    session_id: id.clone(),
-                }),
-                content: format!("message {i:06}"),
-                idempotency_key: format!("{space}-{i:06}"),
-                ..Default::default()
-            };
-            let t = Instant::now();
-            client.threads().thread_send(request).await.expect("send");
-            if i >= 20 {
-                took[which].push(t.elapsed());
-            }
-            // The echo turn ends before the next send to the thread.
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    let [mut quic, mut carried] = took;
-    quic.sort();
-    carried.sort();
-    let (q50, c50) = (percentile(&quic, 0.5), percentile(&carried, 0.5));
-    println!(
-        "bridged send p50 / p90: QUIC {} / {}   carried over ssh {} / {}   ratio {:.2}×   target ≤ 2×",
-        ms(q50),
-        ms(percentile(&quic, 0.9)),
-        ms(c50),
-        ms(percentile(&carried, 0.9)),
-        c50.as_secs_f64() / q50.as_secs_f64()
-    );
-
+    bench.space_adds(&direct_home, rounds);
+    bench.statuses(&direct_home, statuses);
+    bench.bridged_sends(&carried_home, sends).await;
     for space in ["dev", "tunnel"] {
         bench.kiki(&["space", "remove", space, "--stop"]);
     }
     kiki_tests::binaries::kiki(&bench.local, &["down"]);
+}
+
+impl Bench {
+    /// `space add` of `dev` (its home at `direct_home`): the first, uploading the
+    /// binaries, then `rounds` more with the binaries there, each next to a new SSH
+    /// connection running `true`.
+    fn space_adds(&self, direct_home: &Path, rounds: usize) {
+        let first = self.add("dev", direct_home, &[]);
+        let mut adds = Vec::new();
+        let mut connects = Vec::new();
+        for _ in 0..rounds {
+            self.kiki(&["space", "remove", "dev"]);
+            adds.push(self.add("dev", direct_home, &[]));
+            connects.push(self.ssh_true(None));
+        }
+        println!("space add (first, uploading the binaries): {}", ms(first));
+        println!(
+            "space add (binaries there, p50 of {rounds}): {}   new ssh connection running `true`: {}   target < 2000 ms",
+            ms(p50(&mut adds)),
+            ms(p50(&mut connects))
+        );
+    }
+
+    /// `--space dev status` against the same home's own socket, next to `true` over the
+    /// kept master.
+    fn statuses(&self, direct_home: &Path, statuses: usize) {
+        let (mut there, mut here, mut mux) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..statuses + 3 {
+            let t = Instant::now();
+            self.kiki(&["--space", "dev", "status"]);
+            let over_ssh = t.elapsed();
+            let t = Instant::now();
+            kiki_tests::binaries::kiki(direct_home, &["status"]);
+            let direct = t.elapsed();
+            let round_trip = self.ssh_true(Some("dev"));
+            if i >= 3 {
+                there.push(over_ssh);
+                here.push(direct);
+                mux.push(round_trip);
+            }
+        }
+        let (there, here, mux) = (p50(&mut there), p50(&mut here), p50(&mut mux));
+        println!(
+            "status p50: --space {}   local {}   difference {}   `true` over the kept master {}   target: difference ≤ one round trip + 5 ms",
+            ms(there),
+            ms(here),
+            ms(there.saturating_sub(here)),
+            ms(mux)
+        );
+    }
+
+    /// Bridged sends to an echo thread of each space, alternately: `dev` over QUIC
+    /// straight, `tunnel` (its home at `carried_home`) carried over SSH.
+    async fn bridged_sends(&self, carried_home: &Path, sends: usize) {
+        self.add("tunnel", carried_home, &["--via-ssh"]);
+        let mut targets = Vec::new();
+        for space in ["dev", "tunnel"] {
+            let created = self.json(&["--space", space, "thread", "create", "--profile", "echo"]);
+            let id = created["id"].as_str().expect("id").to_string();
+            self.json(&["--space", space, "thread", "set", &id, "--communication", "on"]);
+            targets.push((space, id));
+        }
+        let client = Client::connect(&self.local.join("kikid.sock")).await.expect("the local home");
+        let mut took = [Vec::new(), Vec::new()];
+        for i in 0..sends + 20 {
+            let order: [usize; 2] = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+            for which in order {
+                let (space, id) = &targets[which];
+                let request = pb::ThreadSendRequest {
+                    target: Some(pb::ThreadRef {
+                        host_id: (*space).to_string(),
+                        workspace_id: String::new(),
+                        session_id: id.clone(),
+                    }),
+                    content: format!("message {i:06}"),
+                    idempotency_key: format!("{space}-{i:06}"),
+                    ..Default::default()
+                };
+                let t = Instant::now();
+                client.threads().thread_send(request).await.expect("send");
+                if i >= 20 {
+                    took[which].push(t.elapsed());
+                }
+                // The echo turn ends before the next send to the thread.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let [mut quic, mut carried] = took;
+        quic.sort();
+        carried.sort();
+        let (q50, c50) = (percentile(&quic, 0.5), percentile(&carried, 0.5));
+        println!(
+            "bridged send p50 / p90: QUIC {} / {}   carried over ssh {} / {}   ratio {:.2}×   target ≤ 2×",
+            ms(q50),
+            ms(percentile(&quic, 0.9)),
+            ms(c50),
+            ms(percentile(&carried, 0.9)),
+            c50.as_secs_f64() / q50.as_secs_f64()
+        );
+    }
 }

@@ -72,6 +72,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::store::words;
+
 mod reader;
 use reader::*;
 use toml::de::{DeTable, ValueDeserializer};
@@ -346,34 +348,41 @@ mod duration {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExecutorKind {
-    /// Built-in, deterministic: one `echo: …` line per input item.
-    Echo,
-    /// Runs `command` per turn with the input on stdin; stdout is the output.
-    Exec,
-    /// Claude Code's headless mode, the thread's session resumed at every turn.
-    Claude,
-    /// The Codex app-server (JSON-RPC over stdio), the thread's Codex thread resumed at every
-    /// turn, messages steered into a running turn.
-    Codex,
-    /// Any Agent Client Protocol agent, the thread's ACP session loaded at every turn.
-    Acp,
+words! {
+    /// What runs a profile's turns; its word is the one configs (and metrics' labels) use.
+    ExecutorKind {
+        /// Built-in, deterministic: one `echo: …` line per input item.
+        Echo => "echo",
+        /// Runs `command` per turn with the input on stdin; stdout is the output.
+        Exec => "exec",
+        /// Claude Code's headless mode, the thread's session resumed at every turn.
+        Claude => "claude",
+        /// The Codex app-server (JSON-RPC over stdio), the thread's Codex thread resumed at
+        /// every turn, messages steered into a running turn.
+        Codex => "codex",
+        /// Any Agent Client Protocol agent, the thread's ACP session loaded at every turn.
+        Acp => "acp",
+    }
+}
+
+/// Read from its word; another word is refused naming the words there are.
+impl<'de> Deserialize<'de> for ExecutorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        static WORDS: [&str; ExecutorKind::ALL.len()] = {
+            let mut words = [""; ExecutorKind::ALL.len()];
+            let mut i = 0;
+            while i < words.len() {
+                words[i] = ExecutorKind::ALL[i].as_str();
+                i += 1;
+            }
+            words
+        };
+        let word = String::deserialize(d)?;
+        ExecutorKind::parse(&word).ok_or_else(|| serde::de::Error::unknown_variant(&word, &WORDS))
+    }
 }
 
 impl ExecutorKind {
-    /// Its name in configs (and metrics' labels).
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Echo => "echo",
-            Self::Exec => "exec",
-            Self::Claude => "claude",
-            Self::Codex => "codex",
-            Self::Acp => "acp",
-        }
-    }
-
     /// Whether the executor keeps the agent's own session and resumes it turn after turn.
     pub fn keeps_session(&self) -> bool {
         matches!(self, Self::Claude | Self::Codex | Self::Acp)
@@ -513,6 +522,19 @@ impl Config {
 
     /// Checks the rules serde cannot express; every violation is listed.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let problems = [
+            self.profile_problems(),
+            self.delivery_problems(),
+            self.store_problems(),
+            self.observability_problems(),
+            self.agent_problems(),
+        ]
+        .concat();
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
+    }
+
+    /// `[profiles.*]`: each profile as its executor takes it, and at most one default.
+    fn profile_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let mut defaults = Vec::new();
         for (name, profile) in &self.profiles {
@@ -549,6 +571,12 @@ impl Config {
                 defaults.join(", ")
             ));
         }
+        problems
+    }
+
+    /// How sends wait, travel between homes and end: `[mailbox]`, `[bridge]`, `[turns]`.
+    fn delivery_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if self.mailbox.key_retention < MIN_KEY_RETENTION || self.mailbox.key_retention > MAX_KEY_RETENTION {
             problems.push("mailbox.key_retention: must be at least 24h and at most 3650d".into());
         }
@@ -571,6 +599,12 @@ impl Config {
         if self.turns.max_output_bytes == 0 {
             problems.push("turns.max_output_bytes: must be at least 1".into());
         }
+        problems
+    }
+
+    /// `[store]`.
+    fn store_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&self.store.lease) {
             problems.push("store.lease: must be between 1s and 10m".into());
         }
@@ -582,6 +616,12 @@ impl Config {
         {
             problems.push("store.password_file: only a postgres:// store takes a password".into());
         }
+        problems
+    }
+
+    /// `[log]` and `[otel]`.
+    fn observability_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&self.log.level) {
             problems.push(format!(
                 "log.level: not a log filter ({e}); e.g. \"info\" or \"warn,kiki_daemon=debug\""
@@ -606,6 +646,12 @@ impl Config {
                 "otel.endpoint: an OTLP/gRPC collector's URL, like \"http://127.0.0.1:4317\", got {endpoint:?}"
             ));
         }
+        problems
+    }
+
+    /// How far agents go without the owner: `[rooms]` and `[threads]`.
+    fn agent_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if !(1..=10_000).contains(&self.rooms.max_agent_wakes) {
             problems.push("rooms.max_agent_wakes: must be between 1 and 10000".into());
         }
@@ -616,7 +662,7 @@ impl Config {
         {
             problems.push("threads.permission_timeout: must be between 1s and 24h".into());
         }
-        if problems.is_empty() { Ok(()) } else { Err(ConfigError { source_name: None, problems }) }
+        problems
     }
 
     /// The profile ThreadCreate uses when none is named.

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, instrument};
 
 use super::{caller, communication_from_pb, status, target};
-use crate::convert::thread_to_pb;
+use crate::convert::{thread_to_pb, worker_to_pb};
 use crate::doctor::{self, StoreAt};
 use crate::mailbox::{Mailbox, Waits};
 use crate::threads::Threads;
@@ -137,23 +137,7 @@ impl pb::home_service_server::HomeService for HomeServiceImpl {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let workers = match request.into_inner().workers {
             false => Vec::new(),
-            true => self
-                .threads
-                .observer()
-                .workers()
-                .into_iter()
-                .map(|w| pb::Worker {
-                    name: w.name.to_string(),
-                    state: w.state.to_string(),
-                    rounds: w.rounds,
-                    last_error_at: w
-                        .last_error
-                        .as_ref()
-                        .map(|(at, _)| crate::time::rfc3339(*at))
-                        .unwrap_or_default(),
-                    last_error: w.last_error.map(|(_, e)| e).unwrap_or_default(),
-                })
-                .collect(),
+            true => self.threads.observer().workers().into_iter().map(worker_to_pb).collect(),
         };
         let store = self.threads.store();
         let threads = store.count_threads().await.map_err(|e| status(e.into()))?;

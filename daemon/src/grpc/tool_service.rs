@@ -5,7 +5,7 @@ use kiki_proto as pb;
 use tonic::{Request, Response, Status};
 
 use super::{caller, status};
-use crate::convert::tool_outcome_to_pb;
+use crate::convert::{approval_to_pb, tool_outcome_to_pb};
 use crate::threads::Threads;
 use crate::tools::SessionTools;
 
@@ -28,7 +28,7 @@ impl ToolServiceImpl {
                     description: tool.description.to_string(),
                     input_schema: tool.schema.to_string(),
                     read_only: tool.read_only,
-                    approval: tool.approval.as_str().to_string(),
+                    approval: approval_to_pb(tool.approval) as i32,
                 })
                 .collect(),
         };

@@ -55,30 +55,14 @@ struct Peer {
     peer: String,
 }
 
-/// Every metric of a home.
+/// Every metric of a home, registered by subject in the order the text lists them.
 pub struct Metrics {
     registry: Registry,
-    sends: Family<Outcome, Counter>,
-    rejections: Family<Reason, Counter>,
-    deliveries: Counter,
-    turns: Family<TurnLabels, Counter>,
-    turn_seconds: Family<Executor, Histogram>,
-    tokens: Family<TokenLabels, Counter>,
-    cost_micro_usd: Family<Profile, Counter>,
-    room_posts: Counter,
-    room_wakes: Counter,
-    loop_guard_trips: Counter,
-    loop_guard_holds: Counter,
-    outbox_attempts: Family<Outcome, Counter>,
-    link_rtt_seconds: Family<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    outbox_pending: Family<Peer, Gauge>,
-    outbox_oldest_seconds: Family<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    permission_requests_waiting: Gauge,
-    waiters_parked: Gauge,
-    expirations: Counter,
-    trace_spans_dropped: Counter,
-    commit_seconds: Histogram,
-    commit_writes: Histogram,
+    sends: SendMetrics,
+    turns: TurnMetrics,
+    rooms: RoomMetrics,
+    outbox: OutboxMetrics,
+    home: HomeMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -90,137 +74,210 @@ impl std::fmt::Debug for Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("kiki");
-        let sends = Family::<Outcome, Counter>::default();
-        registry.register(
-            "sends",
-            "ThreadSends and room posts taken by this home, by outcome (delivered, pending, undeliverable, replayed, refused)",
-            sends.clone(),
-        );
-        let rejections = Family::<Reason, Counter>::default();
-        registry.register(
-            "rejections",
-            "Sends refused or made undeliverable, by reason (permission_denied, bridge_revoked, expired, …)",
-            rejections.clone(),
-        );
-        let deliveries = Counter::default();
-        registry.register(
-            "deliveries",
-            "Messages delivered to a thread by their own send's commit",
-            deliveries.clone(),
-        );
-        let turns = Family::<TurnLabels, Counter>::default();
-        registry.register("turns", "Turns ended, by executor and outcome", turns.clone());
-        let turn_seconds = Family::<Executor, Histogram>::new_with_constructor(|| {
+        let sends = SendMetrics::register(&mut registry);
+        let turns = TurnMetrics::register(&mut registry);
+        let rooms = RoomMetrics::register(&mut registry);
+        let outbox = OutboxMetrics::register(&mut registry);
+        let home = HomeMetrics::register(&mut registry);
+        Self { registry, sends, turns, rooms, outbox, home }
+    }
+}
+
+/// Registers `metric` as `name` and keeps a handle to it (the registry holds another).
+fn register<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// Sends to this home's threads and rooms, and what became of them.
+struct SendMetrics {
+    taken: Family<Outcome, Counter>,
+    rejections: Family<Reason, Counter>,
+    deliveries: Counter,
+}
+
+impl SendMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            taken: register(
+                registry,
+                "sends",
+                "ThreadSends and room posts taken by this home, by outcome (delivered, pending, undeliverable, replayed, refused)",
+                Family::default(),
+            ),
+            rejections: register(
+                registry,
+                "rejections",
+                "Sends refused or made undeliverable, by reason (permission_denied, bridge_revoked, expired, …)",
+                Family::default(),
+            ),
+            deliveries: register(
+                registry,
+                "deliveries",
+                "Messages delivered to a thread by their own send's commit",
+                Counter::default(),
+            ),
+        }
+    }
+}
+
+/// Turns, and what their agents reported using.
+struct TurnMetrics {
+    ended: Family<TurnLabels, Counter>,
+    turn_seconds: Family<Executor, Histogram>,
+    tokens: Family<TokenLabels, Counter>,
+    cost_micro_usd: Family<Profile, Counter>,
+}
+
+impl TurnMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let durations = Family::<Executor, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.01, 4.0, 10))
         });
-        registry.register("turn_duration_seconds", "How long turns ran, by executor", turn_seconds.clone());
-        let tokens = Family::<TokenLabels, Counter>::default();
-        registry.register(
-            "agent_tokens",
-            "Tokens agents reported, by profile and kind (input, output)",
-            tokens.clone(),
-        );
-        let cost_micro_usd = Family::<Profile, Counter>::default();
-        registry.register(
-            "agent_cost_micro_usd",
-            "What agents reported spending, by profile, in millionths of a dollar",
-            cost_micro_usd.clone(),
-        );
-        let room_posts = Counter::default();
-        registry.register("room_posts", "Posts to rooms of this home", room_posts.clone());
-        let room_wakes = Counter::default();
-        registry.register("room_wakes", "Members woken by room posts", room_wakes.clone());
-        let loop_guard_trips = Counter::default();
-        registry.register("loop_guard_trips", "Rooms paused by the loop guard", loop_guard_trips.clone());
-        let loop_guard_holds = Counter::default();
-        registry.register(
-            "loop_guard_holds",
-            "Messages between two threads' agents held without waking, past `[threads] max_agent_wakes`",
-            loop_guard_holds.clone(),
-        );
-        let outbox_attempts = Family::<Outcome, Counter>::default();
-        registry.register(
-            "outbox_attempts",
-            "Attempts to reach another home with a pending send, by outcome (answered, retry)",
-            outbox_attempts.clone(),
-        );
-        let link_rtt_seconds = Family::<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "link_rtt_seconds",
-            "The last call's round trip to each peer home this home calls",
-            link_rtt_seconds.clone(),
-        );
-        let outbox_pending = Family::<Peer, Gauge>::default();
-        registry.register(
-            "outbox_pending",
-            "Messages to each peer home not acknowledged yet (at the scrape)",
-            outbox_pending.clone(),
-        );
-        let outbox_oldest_seconds = Family::<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "outbox_oldest_seconds",
-            "How long the oldest message to each peer home not acknowledged yet has waited (at the scrape)",
-            outbox_oldest_seconds.clone(),
-        );
-        let permission_requests_waiting = Gauge::default();
-        registry.register(
-            "permission_requests_waiting",
-            "Agents' permission requests waiting for the owner (at the scrape)",
-            permission_requests_waiting.clone(),
-        );
-        let waiters_parked = Gauge::default();
-        registry.register(
-            "waiters_parked",
-            "Calls parked waiting for a change: ThreadWaits, sends waiting for delivery, followers (at the scrape)",
-            waiters_parked.clone(),
-        );
-        let expirations = Counter::default();
-        registry.register(
-            "expirations",
-            "Messages from other homes that expired here unanswered at the end of their window",
-            expirations.clone(),
-        );
-        let trace_spans_dropped = Counter::default();
-        registry.register(
-            "trace_spans_dropped",
-            "Spans not exported because the export queue was full (`[otel] endpoint` down or slow)",
-            trace_spans_dropped.clone(),
-        );
-        let commit_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 16));
-        registry.register(
-            "store_commit_seconds",
-            "How long the store's commits took (SQLite: a batch's writes and its fsync; Postgres: a batch from taking the write lock to its commit)",
-            commit_seconds.clone(),
-        );
-        let commit_writes = Histogram::new(exponential_buckets(1.0, 2.0, 10));
-        registry.register(
-            "store_commit_writes",
-            "How many writes each commit carried (the store's group commit)",
-            commit_writes.clone(),
-        );
         Self {
-            registry,
-            trace_spans_dropped,
-            commit_seconds,
-            commit_writes,
-            expirations,
-            outbox_pending,
-            outbox_oldest_seconds,
-            permission_requests_waiting,
-            waiters_parked,
-            sends,
-            rejections,
-            deliveries,
-            turns,
-            turn_seconds,
-            tokens,
-            cost_micro_usd,
-            room_posts,
-            room_wakes,
-            loop_guard_trips,
-            loop_guard_holds,
-            outbox_attempts,
-            link_rtt_seconds,
+            ended: register(registry, "turns", "Turns ended, by executor and outcome", Family::default()),
+            turn_seconds: register(
+                registry,
+                "turn_duration_seconds",
+                "How long turns ran, by executor",
+                durations,
+            ),
+            tokens: register(
+                registry,
+                "agent_tokens",
+                "Tokens agents reported, by profile and kind (input, output)",
+                Family::default(),
+            ),
+            cost_micro_usd: register(
+                registry,
+                "agent_cost_micro_usd",
+                "What agents reported spending, by profile, in millionths of a dollar",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// Room posts, and the loop guards between agents.
+struct RoomMetrics {
+    posts: Counter,
+    wakes: Counter,
+    loop_guard_trips: Counter,
+    loop_guard_holds: Counter,
+}
+
+impl RoomMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            posts: register(registry, "room_posts", "Posts to rooms of this home", Counter::default()),
+            wakes: register(registry, "room_wakes", "Members woken by room posts", Counter::default()),
+            loop_guard_trips: register(
+                registry,
+                "loop_guard_trips",
+                "Rooms paused by the loop guard",
+                Counter::default(),
+            ),
+            loop_guard_holds: register(
+                registry,
+                "loop_guard_holds",
+                "Messages between two threads' agents held without waking, past `[threads] max_agent_wakes`",
+                Counter::default(),
+            ),
+        }
+    }
+}
+
+/// Sends to other homes: the outbox's attempts and backlog, the links' round trips.
+struct OutboxMetrics {
+    attempts: Family<Outcome, Counter>,
+    link_rtt_seconds: Family<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pending: Family<Peer, Gauge>,
+    oldest_seconds: Family<Peer, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+impl OutboxMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            attempts: register(
+                registry,
+                "outbox_attempts",
+                "Attempts to reach another home with a pending send, by outcome (answered, retry)",
+                Family::default(),
+            ),
+            link_rtt_seconds: register(
+                registry,
+                "link_rtt_seconds",
+                "The last call's round trip to each peer home this home calls",
+                Family::default(),
+            ),
+            pending: register(
+                registry,
+                "outbox_pending",
+                "Messages to each peer home not acknowledged yet (at the scrape)",
+                Family::default(),
+            ),
+            oldest_seconds: register(
+                registry,
+                "outbox_oldest_seconds",
+                "How long the oldest message to each peer home not acknowledged yet has waited (at the scrape)",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// What waits at the home, what expired, and how its store and traces keep up.
+struct HomeMetrics {
+    permission_requests_waiting: Gauge,
+    waiters_parked: Gauge,
+    expirations: Counter,
+    trace_spans_dropped: Counter,
+    commit_seconds: Histogram,
+    commit_writes: Histogram,
+}
+
+impl HomeMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            permission_requests_waiting: register(
+                registry,
+                "permission_requests_waiting",
+                "Agents' permission requests waiting for the owner (at the scrape)",
+                Gauge::default(),
+            ),
+            waiters_parked: register(
+                registry,
+                "waiters_parked",
+                "Calls parked waiting for a change: ThreadWaits, sends waiting for delivery, followers (at the scrape)",
+                Gauge::default(),
+            ),
+            expirations: register(
+                registry,
+                "expirations",
+                "Messages from other homes that expired here unanswered at the end of their window",
+                Counter::default(),
+            ),
+            trace_spans_dropped: register(
+                registry,
+                "trace_spans_dropped",
+                "Spans not exported because the export queue was full (`[otel] endpoint` down or slow)",
+                Counter::default(),
+            ),
+            commit_seconds: register(
+                registry,
+                "store_commit_seconds",
+                "How long the store's commits took (SQLite: a batch's writes and its fsync; Postgres: a batch from taking the write lock to its commit)",
+                Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            ),
+            commit_writes: register(
+                registry,
+                "store_commit_writes",
+                "How many writes each commit carried (the store's group commit)",
+                Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            ),
         }
     }
 }
@@ -233,7 +290,7 @@ impl Metrics {
             Ok(sent) if sent.replayed => ("replayed", None),
             Ok(sent) => match sent.status {
                 MessageStatus::Delivered => {
-                    self.deliveries.inc();
+                    self.sends.deliveries.inc();
                     ("delivered", None)
                 }
                 MessageStatus::Undeliverable => ("undeliverable", Some(sent.reason.clone())),
@@ -241,16 +298,16 @@ impl Metrics {
             },
             Err(e) => return self.refused(&reason_of(e)),
         };
-        self.sends.get_or_create(&Outcome { outcome: outcome.into() }).inc();
+        self.sends.taken.get_or_create(&Outcome { outcome: outcome.into() }).inc();
         if let Some(reason) = reason {
-            self.rejections.get_or_create(&Reason { reason }).inc();
+            self.sends.rejections.get_or_create(&Reason { reason }).inc();
         }
     }
 
     /// A send refused for `reason` (a refusal's word: `permission_denied`, …).
     pub fn refused(&self, reason: &str) {
-        self.sends.get_or_create(&Outcome { outcome: "refused".into() }).inc();
-        self.rejections.get_or_create(&Reason { reason: reason.into() }).inc();
+        self.sends.taken.get_or_create(&Outcome { outcome: "refused".into() }).inc();
+        self.sends.rejections.get_or_create(&Reason { reason: reason.into() }).inc();
     }
 
     /// A turn that ended.
@@ -263,66 +320,70 @@ impl Metrics {
         usage: Option<TurnUsage>,
     ) {
         let labels = TurnLabels { executor: executor.into(), outcome: status.as_str().into() };
-        self.turns.get_or_create(&labels).inc();
-        self.turn_seconds.get_or_create(&Executor { executor: executor.into() }).observe(ran.as_secs_f64());
+        self.turns.ended.get_or_create(&labels).inc();
+        self.turns
+            .turn_seconds
+            .get_or_create(&Executor { executor: executor.into() })
+            .observe(ran.as_secs_f64());
         if let Some(usage) = usage {
             for (kind, n) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
-                self.tokens
+                self.turns
+                    .tokens
                     .get_or_create(&TokenLabels { profile: profile.into(), kind: kind.into() })
                     .inc_by(n);
             }
             let micro = (usage.cost_usd * 1e6).round().max(0.0) as u64;
-            self.cost_micro_usd.get_or_create(&Profile { profile: profile.into() }).inc_by(micro);
+            self.turns.cost_micro_usd.get_or_create(&Profile { profile: profile.into() }).inc_by(micro);
         }
     }
 
     /// A room post taken, the members it woke, and whether it tripped the loop guard.
     pub fn room_post(&self, woke: usize, paused: bool) {
-        self.room_posts.inc();
-        self.room_wakes.inc_by(woke as u64);
+        self.rooms.posts.inc();
+        self.rooms.wakes.inc_by(woke as u64);
         if paused {
-            self.loop_guard_trips.inc();
+            self.rooms.loop_guard_trips.inc();
         }
     }
 
     /// A message between two threads' agents held by the loop guard.
     pub fn held_by_loop_guard(&self) {
-        self.loop_guard_holds.inc();
+        self.rooms.loop_guard_holds.inc();
     }
 
     /// An outbox attempt at a peer: answered, or to be retried.
     pub fn outbox_attempt(&self, answered: bool) {
         let outcome = if answered { "answered" } else { "retry" };
-        self.outbox_attempts.get_or_create(&Outcome { outcome: outcome.into() }).inc();
+        self.outbox.attempts.get_or_create(&Outcome { outcome: outcome.into() }).inc();
     }
 
     /// A call to `peer` answered after `rtt`.
     pub fn link_rtt(&self, peer: &str, rtt: Duration) {
-        self.link_rtt_seconds.get_or_create(&Peer { peer: peer.into() }).set(rtt.as_secs_f64());
+        self.outbox.link_rtt_seconds.get_or_create(&Peer { peer: peer.into() }).set(rtt.as_secs_f64());
     }
 
     /// A store commit of `writes` writes that took `took`.
     pub fn committed(&self, writes: usize, took: Duration) {
-        self.commit_seconds.observe(took.as_secs_f64());
-        self.commit_writes.observe(writes as f64);
+        self.home.commit_seconds.observe(took.as_secs_f64());
+        self.home.commit_writes.observe(writes as f64);
     }
 
     /// `n` bridged messages expired at their deadline.
     pub fn expired(&self, n: u64) {
-        self.expirations.inc_by(n);
+        self.home.expirations.inc_by(n);
     }
 
     /// Sets the gauges read at a scrape: how much waits, now.
     pub fn sampled(&self, outbox: &[OutboxBacklog], permissions_waiting: usize, parked: usize) {
         for backlog in outbox {
             let peer = Peer { peer: backlog.peer.clone() };
-            self.outbox_pending.get_or_create(&peer).set(backlog.pending as i64);
-            self.outbox_oldest_seconds.get_or_create(&peer).set(backlog.oldest.as_secs_f64());
+            self.outbox.pending.get_or_create(&peer).set(backlog.pending as i64);
+            self.outbox.oldest_seconds.get_or_create(&peer).set(backlog.oldest.as_secs_f64());
         }
-        self.permission_requests_waiting.set(permissions_waiting as i64);
-        self.waiters_parked.set(parked as i64);
+        self.home.permission_requests_waiting.set(permissions_waiting as i64);
+        self.home.waiters_parked.set(parked as i64);
         let dropped = super::traces::dropped_spans();
-        self.trace_spans_dropped.inc_by(dropped.saturating_sub(self.trace_spans_dropped.get()));
+        self.home.trace_spans_dropped.inc_by(dropped.saturating_sub(self.home.trace_spans_dropped.get()));
     }
 
     /// The metrics in the text format.

@@ -6,13 +6,21 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-use crate::store::Millis;
+use crate::store::{Millis, words};
 use crate::sync::lock;
 use crate::time::Clock;
 
-const IDLE: u8 = 0;
-const BUSY: u8 = 1;
-const STOPPED: u8 = 2;
+words! {
+    /// What a worker is doing.
+    WorkerState {
+        /// Waiting for work.
+        Idle => "idle",
+        /// Working on a round.
+        Busy => "busy",
+        /// Its loop ended.
+        Stopped => "stopped",
+    }
+}
 
 /// Every worker the home started, in the order it started them.
 #[derive(Default)]
@@ -23,6 +31,7 @@ pub struct Workers {
 /// What a worker last told.
 struct Slot {
     name: &'static str,
+    /// A [`WorkerState`], by its place in [`WorkerState::ALL`].
     state: AtomicU8,
     rounds: AtomicU64,
     last_error: std::sync::Mutex<Option<(Millis, String)>>,
@@ -32,7 +41,7 @@ struct Slot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerView {
     pub name: &'static str,
-    pub state: &'static str,
+    pub state: WorkerState,
     pub rounds: u64,
     pub last_error: Option<(Millis, String)>,
 }
@@ -49,7 +58,7 @@ impl Workers {
     pub fn start(&self, name: &'static str, clock: &Clock) -> Worker {
         let slot = Arc::new(Slot {
             name,
-            state: AtomicU8::new(IDLE),
+            state: AtomicU8::new(WorkerState::Idle as u8),
             rounds: AtomicU64::new(0),
             last_error: Default::default(),
         });
@@ -62,11 +71,7 @@ impl Workers {
             .iter()
             .map(|slot| WorkerView {
                 name: slot.name,
-                state: match slot.state.load(Ordering::Acquire) {
-                    BUSY => "busy",
-                    STOPPED => "stopped",
-                    _ => "idle",
-                },
+                state: slot.state(),
                 rounds: slot.rounds.load(Ordering::Relaxed),
                 last_error: lock(&slot.last_error).clone(),
             })
@@ -74,16 +79,27 @@ impl Workers {
     }
 }
 
+impl Slot {
+    fn state(&self) -> WorkerState {
+        let state = self.state.load(Ordering::Acquire);
+        WorkerState::ALL.get(usize::from(state)).copied().unwrap_or(WorkerState::Idle)
+    }
+
+    fn set(&self, state: WorkerState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+}
+
 impl Worker {
     /// It works on a round.
     pub fn busy(&self) {
-        self.slot.state.store(BUSY, Ordering::Release);
+        self.slot.set(WorkerState::Busy);
         self.slot.rounds.fetch_add(1, Ordering::Relaxed);
     }
 
     /// It waits for work.
     pub fn idle(&self) {
-        self.slot.state.store(IDLE, Ordering::Release);
+        self.slot.set(WorkerState::Idle);
     }
 
     /// Its round failed with `error` (kept until the next one).
@@ -94,7 +110,7 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.slot.state.store(STOPPED, Ordering::Release);
+        self.slot.set(WorkerState::Stopped);
     }
 }
 
@@ -118,11 +134,11 @@ mod tests {
             [
                 WorkerView {
                     name: "outbox",
-                    state: "busy",
+                    state: WorkerState::Busy,
                     rounds: 1,
                     last_error: Some((5, "peer unreachable".into()))
                 },
-                WorkerView { name: "heartbeat", state: "stopped", rounds: 1, last_error: None },
+                WorkerView { name: "heartbeat", state: WorkerState::Stopped, rounds: 1, last_error: None },
             ]
         );
     }

@@ -7,8 +7,16 @@ use std::sync::Arc;
 use super::registry::{Registry, Spec, Tool, never, outside_workspace};
 use super::{Approval, Output, ToolContext, ToolError, cron, files, search, shell, todo};
 
+/// Every session tool, in the order ToolList shows them.
 pub fn all() -> Arc<Registry> {
-    Registry::new(vec![
+    Registry::new(
+        [file_tools(), search_tools(), shell_tools(), notebook_tools()].into_iter().flatten().collect(),
+    )
+}
+
+/// `Read`, `Write`, `Edit`: one file of the workspace (or, asking first, outside it).
+fn file_tools() -> Vec<Tool> {
+    vec![
         Tool::new(
             Spec {
                 name: "Read",
@@ -56,6 +64,12 @@ pub fn all() -> Arc<Registry> {
                 blocking(move || Ok(Output::json(&files::edit(&context.cwd, &args)?)))
             },
         ),
+    ]
+}
+
+/// `Glob`, `Grep`: finding files and what they hold.
+fn search_tools() -> Vec<Tool> {
+    vec![
         Tool::new(
             Spec {
                 name: "Glob",
@@ -89,6 +103,12 @@ pub fn all() -> Arc<Registry> {
                 })
             },
         ),
+    ]
+}
+
+/// `Bash` and its background tasks: `TaskList`, `TaskOutput`, `TaskStop`, `TaskWait`.
+fn shell_tools() -> Vec<Tool> {
+    vec![
         Tool::new(
             Spec {
                 name: "Bash",
@@ -150,6 +170,12 @@ pub fn all() -> Arc<Registry> {
                 shell::task_wait(&context, args).await
             },
         ),
+    ]
+}
+
+/// What a thread keeps for itself: `TodoList` (its todos and notes), `Cron` (its scheduled prompts).
+fn notebook_tools() -> Vec<Tool> {
+    vec![
         Tool::new(
             Spec {
                 name: "TodoList",
@@ -172,7 +198,7 @@ pub fn all() -> Arc<Registry> {
             |args: &cron::CronArgs, _: &Path| args.check(),
             |context: ToolContext, args: cron::CronArgs| async move { cron::cron_tool(&context, args).await },
         ),
-    ])
+    ]
 }
 
 /// Runs file work on the blocking pool.

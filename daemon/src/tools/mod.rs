@@ -32,9 +32,9 @@ use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mailbox::PermissionRequests;
-use crate::store::{PartKind, Store, ThreadRecord, ToolCallRecord, ToolOutcome};
+use crate::store::{PartKind, Store, ThreadRecord, ToolCallRecord, ToolOutcome, words};
 use crate::threads::Threads;
-use registry::Registry;
+use registry::{Prepared, Registry};
 
 /// The largest arguments a call takes (a `Write` of a whole file).
 pub const ARGUMENTS_MAX_BYTES: usize = 1024 * 1024;
@@ -45,22 +45,13 @@ pub const RECORDED_RESULT_CHARS: usize = 2_000;
 /// How much of a call's arguments a turn's part shows.
 const PART_ARGUMENTS_CHARS: usize = 500;
 
-/// When a turn's agent must ask the owner first (the listing's word; each call decides with
-/// its arguments).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Approval {
-    Never,
-    OutsideWorkspace,
-    Always,
-}
-
-impl Approval {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Approval::Never => "never",
-            Approval::OutsideWorkspace => "outside_workspace",
-            Approval::Always => "always",
-        }
+words! {
+    /// When a turn's agent must ask the owner first (the listing's word; each call decides
+    /// with its arguments).
+    Approval {
+        Never => "never",
+        OutsideWorkspace => "outside_workspace",
+        Always => "always",
     }
 }
 
@@ -157,7 +148,7 @@ impl SessionTools {
     }
 
     /// ToolCall: runs `name` with `arguments` (a JSON object) for a thread — the caller's own
-    /// for a turn's agent, `thread_id` for the owner.
+    /// for a turn's agent, `thread_id` for the owner — in the steps the module lists.
     pub async fn call(
         &self,
         caller: &Caller,
@@ -170,100 +161,102 @@ impl SessionTools {
             .registry
             .get(name)
             .ok_or_else(|| Error::NotFound(format!("no session tool {name:?}: ToolList lists them")))?;
-        if arguments.len() > ARGUMENTS_MAX_BYTES {
-            return Err(Error::invalid(
-                "arguments",
-                format!("at most {ARGUMENTS_MAX_BYTES} bytes, got {}", arguments.len()),
-            ));
-        }
-        let value: Value = if arguments.trim().is_empty() {
-            Value::Object(Default::default())
-        } else {
-            serde_json::from_str(arguments)
-                .map_err(|e| Error::invalid("arguments", format!("not a JSON object: {e}")))?
-        };
-        if !value.is_object() {
-            return Err(Error::invalid("arguments", "must be a JSON object"));
-        }
         let cwd = PathBuf::from(&thread.cwd);
-        let prepared = tool.prepare(value, &cwd).map_err(|e| match e {
-            ToolError::Invalid { field, message } => {
-                Error::invalid("arguments", format!("{field}: {message}"))
-            }
-            ToolError::Failed(m) => Error::FailedPrecondition(m),
-        })?;
+        let prepared = tool.prepare(json_object(arguments)?, &cwd).map_err(refused)?;
         let started = Instant::now();
-        let turn = caller.turn().cloned();
-        let ran = match (&prepared.asks, &turn) {
-            (Some(why), Some(_)) if !self.allowed_by_profile(&thread, name) => {
-                let input = preview(arguments, limits::TOOL_INPUT_MAX_CHARS - 1);
-                let decision = self.permissions.ask_permission(caller, name, &input).await?;
-                if decision.allowed {
-                    None
-                } else {
-                    let reason =
-                        if decision.reason.is_empty() { "denied".to_string() } else { decision.reason };
-                    Some((
-                        ToolOutcome::Denied,
-                        format!(
-                            "{name} was not run ({why}): the owner's answer to {}: {reason}",
-                            decision.request_id
-                        ),
-                        None,
-                    ))
-                }
-            }
-            _ => None,
-        };
-        let (outcome, text, structured) = match ran {
+        let ran = match self.denied(caller, &thread, name, arguments, prepared.asks.as_deref()).await? {
             Some(denied) => denied,
-            None => {
-                let context = ToolContext {
-                    thread: thread.clone(),
-                    cwd,
-                    store: self.threads.store().clone(),
-                    threads: self.threads.clone(),
-                    tasks: self.tasks.clone(),
-                };
-                match (prepared.run)(context).await {
-                    Ok(output) => (ToolOutcome::Ok, output.text, Some(output.structured)),
-                    // Arguments found wrong once the tool looked at them (a range, a field of
-                    // one action): refused like any bad input, nothing kept.
-                    Err(ToolError::Invalid { field, message }) => {
-                        return Err(Error::invalid("arguments", format!("{field}: {message}")));
-                    }
-                    Err(ToolError::Failed(why)) => (ToolOutcome::Error, why, None),
-                }
-            }
+            None => self.run(&thread, cwd, prepared).await?,
         };
         let duration_ms = started.elapsed().as_millis() as i64;
+        self.record(caller, &thread, name, arguments, ran, duration_ms).await
+    }
+
+    /// Approval: a turn's agent asks the owner when the call asks (`asks` says why) and the
+    /// thread's profile does not allow the tool; the owner's answer to a denial, if denied.
+    async fn denied(
+        &self,
+        caller: &Caller,
+        thread: &ThreadRecord,
+        name: &str,
+        arguments: &str,
+        asks: Option<&str>,
+    ) -> Result<Option<Ran>> {
+        let Some(why) = asks else { return Ok(None) };
+        if caller.turn().is_none() || self.allowed_by_profile(thread, name) {
+            return Ok(None);
+        }
+        let input = preview(arguments, limits::TOOL_INPUT_MAX_CHARS - 1);
+        let decision = self.permissions.ask_permission(caller, name, &input).await?;
+        if decision.allowed {
+            return Ok(None);
+        }
+        let reason = if decision.reason.is_empty() { "denied".to_string() } else { decision.reason };
+        let text =
+            format!("{name} was not run ({why}): the owner's answer to {}: {reason}", decision.request_id);
+        Ok(Some(Ran { outcome: ToolOutcome::Denied, text, structured: None }))
+    }
+
+    /// Runs a prepared call in the thread's workspace.
+    async fn run(&self, thread: &ThreadRecord, cwd: PathBuf, prepared: Prepared) -> Result<Ran> {
+        let context = ToolContext {
+            thread: thread.clone(),
+            cwd,
+            store: self.threads.store().clone(),
+            threads: self.threads.clone(),
+            tasks: self.tasks.clone(),
+        };
+        match (prepared.run)(context).await {
+            Ok(output) => {
+                Ok(Ran { outcome: ToolOutcome::Ok, text: output.text, structured: Some(output.structured) })
+            }
+            // Arguments found wrong once the tool looked at them (a range, a field of one
+            // action): refused like any bad input, nothing kept.
+            Err(e @ ToolError::Invalid { .. }) => Err(refused(e)),
+            Err(ToolError::Failed(why)) => {
+                Ok(Ran { outcome: ToolOutcome::Error, text: why, structured: None })
+            }
+        }
+    }
+
+    /// Records the call in the thread's history and, inside a turn, as the turn's parts.
+    async fn record(
+        &self,
+        caller: &Caller,
+        thread: &ThreadRecord,
+        name: &str,
+        arguments: &str,
+        ran: Ran,
+        duration_ms: i64,
+    ) -> Result<Called> {
+        let turn = caller.turn();
         let record = ToolCallRecord {
             seq: 0,
             thread_id: thread.id.clone(),
-            turn_id: turn.as_ref().map(|t| t.turn_id.clone()),
+            turn_id: turn.map(|t| t.turn_id.clone()),
             name: name.to_string(),
             arguments: preview(arguments, RECORDED_ARGUMENTS_CHARS),
-            outcome,
-            result: preview(&text, RECORDED_RESULT_CHARS),
+            outcome: ran.outcome,
+            result: preview(&ran.text, RECORDED_RESULT_CHARS),
             duration_ms,
             at: self.threads.clock().now_ms(),
         };
-        let (store, kept) = (self.threads.store().clone(), record.clone());
+        let store = self.threads.store().clone();
         let seq =
-            crate::sync::uncancelled(async move { Ok::<_, Error>(store.record_tool_call(&kept).await?) })
+            crate::sync::uncancelled(async move { Ok::<_, Error>(store.record_tool_call(&record).await?) })
                 .await?;
         // Inside a turn, also the turn's progress (what `kiki thread read --follow` shows).
-        if let Some(turn) = &turn {
+        if let Some(turn) = turn {
             let call = format!("{name} {}", preview(arguments, PART_ARGUMENTS_CHARS));
             self.part(&turn.turn_id, PartKind::Tool, call).await;
             let result = format!(
                 "{name}: {} in {duration_ms} ms\n{}",
-                outcome.as_str(),
-                preview(&text, PART_ARGUMENTS_CHARS)
+                ran.outcome.as_str(),
+                preview(&ran.text, PART_ARGUMENTS_CHARS)
             );
             self.part(&turn.turn_id, PartKind::ToolResult, result).await;
         }
-        Ok(Called { text, structured, outcome, seq })
+        Ok(Called { text: ran.text, structured: ran.structured, outcome: ran.outcome, seq })
     }
 
     /// ThreadRead with tool_calls: a page of the thread's calls after `after`.
@@ -332,6 +325,40 @@ impl SessionTools {
         if let Err(e) = self.threads.store().add_turn_part(turn_id, kind, &text, now).await {
             tracing::debug!(error = %e, turn_id, "tool call not added to its turn");
         }
+    }
+}
+
+/// What a call came to, before it is recorded.
+struct Ran {
+    outcome: ToolOutcome,
+    text: String,
+    structured: Option<Value>,
+}
+
+/// A call's arguments: a JSON object (empty text: `{}`), at most [`ARGUMENTS_MAX_BYTES`].
+fn json_object(arguments: &str) -> Result<Value> {
+    if arguments.len() > ARGUMENTS_MAX_BYTES {
+        return Err(Error::invalid(
+            "arguments",
+            format!("at most {ARGUMENTS_MAX_BYTES} bytes, got {}", arguments.len()),
+        ));
+    }
+    if arguments.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    let value: Value = serde_json::from_str(arguments)
+        .map_err(|e| Error::invalid("arguments", format!("not a JSON object: {e}")))?;
+    if !value.is_object() {
+        return Err(Error::invalid("arguments", "must be a JSON object"));
+    }
+    Ok(value)
+}
+
+/// A call refused before it ran: wrong arguments (naming the field), or a check that failed.
+fn refused(e: ToolError) -> Error {
+    match e {
+        ToolError::Invalid { field, message } => Error::invalid("arguments", format!("{field}: {message}")),
+        ToolError::Failed(m) => Error::FailedPrecondition(m),
     }
 }
 

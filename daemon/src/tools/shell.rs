@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Output, ToolContext, ToolError};
 use crate::config::BackgroundConfig;
-use crate::store::{EventKind, Millis};
+use crate::store::{EventKind, Millis, words};
 use crate::threads::{Threads, new_id};
 use crate::time::{ms, rfc3339};
 
@@ -108,11 +108,33 @@ pub struct TaskWaitArgs {
     pub sync_reason: Option<String>,
 }
 
+words! {
+    /// Where a task stands.
+    TaskStatus {
+        Running => "running",
+        /// Exited 0.
+        Completed => "completed",
+        /// Exited otherwise, or ended by a signal it was not sent.
+        Failed => "failed",
+        /// By TaskStop, or because kikid stopped.
+        Stopped => "stopped",
+        /// Out of its budget, or past a foreground call's timeout.
+        TimedOut => "timed_out",
+    }
+}
+
+/// A task's status reads as its word in what a tool answers.
+impl Serialize for TaskStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// How a task ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Ending {
-    /// `completed` (exit 0), `failed`, `stopped` or `timed_out`.
-    pub status: &'static str,
+    /// Never `running`.
+    pub status: TaskStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -137,7 +159,7 @@ pub struct Task {
     ended: watch::Sender<Option<Ending>>,
     /// Why it is being stopped, once it is.
     stop: CancellationToken,
-    stop_reason: Mutex<Option<(&'static str, String)>>,
+    stop_reason: Mutex<Option<(TaskStatus, String)>>,
     /// Its budget's end, in the home's clock (`None`: none); `rearm` wakes its supervisor.
     deadline: Mutex<Option<Millis>>,
     rearm: Notify,
@@ -149,7 +171,7 @@ impl Task {
     }
 
     /// Ends it (its group gets SIGTERM, then SIGKILL), saying why.
-    fn stop(&self, status: &'static str, reason: String) {
+    fn stop(&self, status: TaskStatus, reason: String) {
         let mut why = self.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
         if why.is_none() {
             *why = Some((status, reason));
@@ -163,7 +185,7 @@ impl Task {
             task_id: self.id.clone(),
             command: self.command.clone(),
             description: self.description.clone(),
-            status: ending.as_ref().map_or("running", |e| e.status),
+            status: ending.as_ref().map_or(TaskStatus::Running, |e| e.status),
             exit_code: ending.as_ref().and_then(|e| e.exit_code),
             started_at: rfc3339(self.started_at),
             ended_at: ending.map(|e| e.ended_at),
@@ -178,7 +200,7 @@ pub struct TaskSummary {
     pub command: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub description: String,
-    pub status: &'static str,
+    pub status: TaskStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     pub started_at: String,
@@ -308,7 +330,7 @@ impl Tasks {
                 () = task.rearm.notified() => continue,
                 () = out_of_budget => {
                     let seconds = self.inner.config.bash_task_timeout_s;
-                    task.stop("timed_out", format!("ran out of its {seconds} s budget"));
+                    task.stop(TaskStatus::TimedOut, format!("ran out of its {seconds} s budget"));
                 }
                 () = task.stop.cancelled() => {}
             }
@@ -331,9 +353,9 @@ impl Tasks {
         let exit_code = status.and_then(|s| s.code());
         let ending = Ending {
             status: match (&stopped, exit_code) {
-                (Some((status, _)), _) => status,
-                (None, Some(0)) => "completed",
-                _ => "failed",
+                (Some((status, _)), _) => *status,
+                (None, Some(0)) => TaskStatus::Completed,
+                _ => TaskStatus::Failed,
             },
             exit_code,
             signal: status.and_then(|s| s.signal()),
@@ -376,7 +398,7 @@ impl Tasks {
     pub async fn stop_all(&self) {
         let running: Vec<_> = self.list().into_iter().filter(|t| t.ending().is_none()).collect();
         for task in &running {
-            task.stop("stopped", "kikid stopped".to_string());
+            task.stop(TaskStatus::Stopped, "kikid stopped".to_string());
         }
         for task in running {
             let mut ended = task.ended.subscribe();
@@ -428,7 +450,7 @@ pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolE
         let task = tasks.start(&context.thread.id, &cwd, &args.command, description, true, deadline).await?;
         return Ok(Output::json(&serde_json::json!({
             "task_id": task.id,
-            "status": "running",
+            "status": TaskStatus::Running,
             "output_path": task.output_path.display().to_string(),
             "message": "started in the background; its end is reported to this thread",
         })));
@@ -453,7 +475,7 @@ pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolE
             }
             return Ok(Output::json(&serde_json::json!({
                 "task_id": task.id,
-                "status": "running",
+                "status": TaskStatus::Running,
                 "output_path": task.output_path.display().to_string(),
                 "message": format!(
                     "still running after {timeout} ms: moved to the background as {}; its end is reported to this thread",
@@ -461,7 +483,7 @@ pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolE
                 ),
             })));
         }
-        task.stop("timed_out", format!("ran past its {timeout} ms timeout"));
+        task.stop(TaskStatus::TimedOut, format!("ran past its {timeout} ms timeout"));
         let _ = ended.wait_for(Option::is_some).await;
     }
     let ending = task.ending().unwrap_or_else(|| unreachable_ending(&clock));
@@ -474,7 +496,7 @@ pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolE
         );
     }
     match (ending.status, ending.exit_code) {
-        ("completed", _) => {}
+        (TaskStatus::Completed, _) => {}
         (_, Some(code)) => text.push_str(&format!("\n[exit code {code}]")),
         (status, None) => text.push_str(&format!("\n[{status}: {}]", ending.reason)),
     }
@@ -485,7 +507,7 @@ pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolE
         "output_path": task.output_path.display().to_string(),
     });
     match ending.status {
-        "completed" => Ok(Output { text, structured }),
+        TaskStatus::Completed => Ok(Output { text, structured }),
         // A non-zero exit, or ended: the output is the answer, marked as an error.
         _ => Err(ToolError::Failed(text)),
     }
@@ -493,7 +515,7 @@ pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolE
 
 fn unreachable_ending(clock: &crate::time::Clock) -> Ending {
     Ending {
-        status: "failed",
+        status: TaskStatus::Failed,
         exit_code: None,
         signal: None,
         reason: "no end recorded".into(),
@@ -565,7 +587,7 @@ pub fn task_output(context: &ToolContext, args: TaskOutputArgs) -> Result<Output
 pub async fn task_stop(context: &ToolContext, args: TaskStopArgs) -> Result<Output, ToolError> {
     let task = context.tasks.find(&context.thread.id, &args.task_id)?;
     if task.ending().is_none() {
-        task.stop("stopped", args.reason.unwrap_or_else(|| "Stopped by TaskStop".to_string()));
+        task.stop(TaskStatus::Stopped, args.reason.unwrap_or_else(|| "Stopped by TaskStop".to_string()));
         let mut ended = task.ended.subscribe();
         let _ = ended.wait_for(Option::is_some).await;
     }
@@ -597,7 +619,7 @@ pub async fn task_wait(context: &ToolContext, args: TaskWaitArgs) -> Result<Outp
             () = clock.sleep(Duration::from_secs(args.timeout)) => true,
         };
     let (ended, running): (Vec<_>, Vec<_>) =
-        waited.iter().map(|t| t.summary()).partition(|s| s.status != "running");
+        waited.iter().map(|t| t.summary()).partition(|s| s.status != TaskStatus::Running);
     Ok(Output::json(&serde_json::json!({
         "timed_out": timed_out,
         "ended": ended,

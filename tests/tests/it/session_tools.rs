@@ -62,6 +62,41 @@ async fn file_tools_through_kiki_mcp_work_in_the_threads_workspace_and_are_kept(
     let (session, _) = mcp::start(&binary("kiki"), Some(home.dir()), &["--thread", &thread], &[], false)
         .await
         .expect("kiki mcp");
+    every_session_tool_is_listed(&session).await;
+    let tools = Tools(&session);
+    tools.read_and_edit(&workspace).await;
+    tools.write_and_search(&workspace).await;
+    // Bad arguments name the field and leave no record.
+    let before = history(&home, &thread).await.len();
+    let said = tools.refused("Read", json!({"path": "crlf.txt", "n_lines": 1001})).await;
+    assert!(said.contains("invalid_argument") && said.contains("n_lines") && said.contains("1000"), "{said}");
+    let said = tools.refused("Read", json!({"path": "crlf.txt", "lines": 5})).await;
+    assert!(said.contains("lines") && said.contains("unknown field"), "{said}");
+    assert_eq!(history(&home, &thread).await.len(), before, "refused calls are not kept");
+    // A missing file is the tool's error, and kept as one.
+    assert!(tools.refused("Read", json!({"path": "nope.txt"})).await.contains("nope.txt"));
+
+    // Kept: every call that ran (the refused edits above were bad arguments: not kept).
+    let kept = history(&home, &thread).await;
+    let names: Vec<&str> = kept.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["Read", "Edit", "Write", "Edit", "Write", "Write", "Glob", "Glob", "Grep", "Read"]);
+    assert_eq!(kept[0].seq, 1);
+    assert!(kept[0].arguments.contains("crlf.txt") && kept[0].turn_id.is_empty());
+    assert!(kept[..9].iter().all(|c| c.outcome == pb::ToolOutcome::Ok as i32));
+    assert_eq!(kept[9].outcome, pb::ToolOutcome::Error as i32, "the missing file");
+    session.cancel().await.expect("closed");
+
+    // Outside a turn and without --thread, the session tools are not offered.
+    let (plain, _) = mcp::start(&binary("kiki"), Some(home.dir()), &[], &[], false).await.expect("kiki mcp");
+    let names: Vec<String> =
+        plain.list_all_tools().await.expect("tools/list").iter().map(|t| t.name.to_string()).collect();
+    assert!(!names.contains(&"Read".to_string()), "{names:?}");
+    plain.cancel().await.expect("closed");
+}
+
+/// A `kiki mcp --thread` session lists the session tools beside its own, with their schemas
+/// and annotations.
+async fn every_session_tool_is_listed(session: &mcp::Session) {
     let tools = session.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     for name in [
@@ -84,76 +119,69 @@ async fn file_tools_through_kiki_mcp_work_in_the_threads_workspace_and_are_kept(
     let read = tools.iter().find(|t| t.name == "Read").expect("Read");
     assert_eq!(read.input_schema["properties"]["n_lines"]["type"], json!(["integer", "null"]));
     assert_eq!(read.annotations.as_ref().and_then(|a| a.read_only_hint), Some(true));
-    let ok = async |tool: &str, arguments: Value| {
-        let result = mcp::call(&session, tool, arguments).await.expect("answered");
+}
+
+/// The session tools through a `kiki mcp` session.
+struct Tools<'a>(&'a mcp::Session);
+
+impl Tools<'_> {
+    /// A call that ran: its text and structured result.
+    async fn ok(&self, tool: &str, arguments: Value) -> (String, Value) {
+        let result = mcp::call(self.0, tool, arguments).await.expect("answered");
         assert_ne!(result.is_error, Some(true), "{tool}: {}", mcp::text(&result));
         (mcp::text(&result), result.structured_content.unwrap_or_default())
-    };
-    let refused = async |tool: &str, arguments: Value| {
-        let result = mcp::call(&session, tool, arguments).await.expect("answered");
+    }
+
+    /// A call answered as an error: its text.
+    async fn refused(&self, tool: &str, arguments: Value) -> String {
+        let result = mcp::call(self.0, tool, arguments).await.expect("answered");
         assert_eq!(result.is_error, Some(true), "{tool} should fail: {}", mcp::text(&result));
         mcp::text(&result)
-    };
+    }
 
-    // Read: numbered lines, CRLF reported (and shown as LF), negative offsets from the end.
-    let (text, read) = ok("Read", json!({"path": "crlf.txt", "line_offset": -2})).await;
-    assert_eq!(text, "     2\ttwo\n     3\tthree\n");
-    assert_eq!((read["line_endings"].clone(), read["total_lines"].clone()), (json!("crlf"), json!(3)));
-    // Edit keeps the CRLF; a match that is not unique is refused; identical strings too.
-    ok("Edit", json!({"path": "crlf.txt", "old_string": "two", "new_string": "2"})).await;
-    assert_eq!(std::fs::read_to_string(workspace.join("crlf.txt")).expect("file"), "one\r\n2\r\nthree\r\n");
-    ok("Write", json!({"path": "dup.txt", "content": "x x"})).await;
-    let twice = refused("Edit", json!({"path": "dup.txt", "old_string": "x", "new_string": "y"})).await;
-    assert!(twice.starts_with("invalid_argument") && twice.contains("replace_all"), "{twice}");
-    ok("Edit", json!({"path": "dup.txt", "old_string": "x", "new_string": "y", "replace_all": true})).await;
-    assert_eq!(std::fs::read_to_string(workspace.join("dup.txt")).expect("file"), "y y");
-    assert!(
-        refused("Edit", json!({"path": "dup.txt", "old_string": "y", "new_string": "y"}))
-            .await
-            .contains("identical")
-    );
-    // Write creates parents; append appends.
-    ok("Write", json!({"path": "deep/er/new.txt", "content": "a\n"})).await;
-    ok("Write", json!({"path": "deep/er/new.txt", "content": "b\n", "mode": "append"})).await;
-    assert_eq!(std::fs::read_to_string(workspace.join("deep/er/new.txt")).expect("file"), "a\nb\n");
-    // Glob and Grep respect .gitignore unless asked.
-    let (_, globbed) = ok("Glob", json!({"pattern": "**/*.rs"})).await;
-    assert_eq!(globbed["total"], 0, "{globbed}");
-    let (_, globbed) = ok("Glob", json!({"pattern": "**/*.rs", "include_ignored": true})).await;
-    assert_eq!(globbed["total"], 1, "{globbed}");
-    let (_, found) =
-        ok("Grep", json!({"pattern": "needle", "include_ignored": true, "output_mode": "content"})).await;
-    assert_eq!(
-        found["entries"][0].as_str().map(|e| e.ends_with("hidden.rs:1:fn needle() {}")),
-        Some(true),
-        "{found}"
-    );
-    // Bad arguments name the field and leave no record.
-    let before = history(&home, &thread).await.len();
-    let said = refused("Read", json!({"path": "crlf.txt", "n_lines": 1001})).await;
-    assert!(said.contains("invalid_argument") && said.contains("n_lines") && said.contains("1000"), "{said}");
-    let said = refused("Read", json!({"path": "crlf.txt", "lines": 5})).await;
-    assert!(said.contains("lines") && said.contains("unknown field"), "{said}");
-    assert_eq!(history(&home, &thread).await.len(), before, "refused calls are not kept");
-    // A missing file is the tool's error, and kept as one.
-    assert!(refused("Read", json!({"path": "nope.txt"})).await.contains("nope.txt"));
+    /// Read: numbered lines, CRLF reported (and shown as LF), negative offsets from the end.
+    /// Edit keeps the CRLF; a match that is not unique is refused; identical strings too.
+    async fn read_and_edit(&self, workspace: &std::path::Path) {
+        let (text, read) = self.ok("Read", json!({"path": "crlf.txt", "line_offset": -2})).await;
+        assert_eq!(text, "     2\ttwo\n     3\tthree\n");
+        assert_eq!((read["line_endings"].clone(), read["total_lines"].clone()), (json!("crlf"), json!(3)));
+        self.ok("Edit", json!({"path": "crlf.txt", "old_string": "two", "new_string": "2"})).await;
+        assert_eq!(
+            std::fs::read_to_string(workspace.join("crlf.txt")).expect("file"),
+            "one\r\n2\r\nthree\r\n"
+        );
+        self.ok("Write", json!({"path": "dup.txt", "content": "x x"})).await;
+        let twice =
+            self.refused("Edit", json!({"path": "dup.txt", "old_string": "x", "new_string": "y"})).await;
+        assert!(twice.starts_with("invalid_argument") && twice.contains("replace_all"), "{twice}");
+        let all = json!({"path": "dup.txt", "old_string": "x", "new_string": "y", "replace_all": true});
+        self.ok("Edit", all).await;
+        assert_eq!(std::fs::read_to_string(workspace.join("dup.txt")).expect("file"), "y y");
+        assert!(
+            self.refused("Edit", json!({"path": "dup.txt", "old_string": "y", "new_string": "y"}))
+                .await
+                .contains("identical")
+        );
+    }
 
-    // Kept: every call that ran (the refused edits above were bad arguments: not kept).
-    let kept = history(&home, &thread).await;
-    let names: Vec<&str> = kept.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["Read", "Edit", "Write", "Edit", "Write", "Write", "Glob", "Glob", "Grep", "Read"]);
-    assert_eq!(kept[0].seq, 1);
-    assert!(kept[0].arguments.contains("crlf.txt") && kept[0].turn_id.is_empty());
-    assert!(kept[..9].iter().all(|c| c.outcome == pb::ToolOutcome::Ok as i32));
-    assert_eq!(kept[9].outcome, pb::ToolOutcome::Error as i32, "the missing file");
-    session.cancel().await.expect("closed");
-
-    // Outside a turn and without --thread, the session tools are not offered.
-    let (plain, _) = mcp::start(&binary("kiki"), Some(home.dir()), &[], &[], false).await.expect("kiki mcp");
-    let names: Vec<String> =
-        plain.list_all_tools().await.expect("tools/list").iter().map(|t| t.name.to_string()).collect();
-    assert!(!names.contains(&"Read".to_string()), "{names:?}");
-    plain.cancel().await.expect("closed");
+    /// Write creates parents; append appends. Glob and Grep respect .gitignore unless asked.
+    async fn write_and_search(&self, workspace: &std::path::Path) {
+        self.ok("Write", json!({"path": "deep/er/new.txt", "content": "a\n"})).await;
+        self.ok("Write", json!({"path": "deep/er/new.txt", "content": "b\n", "mode": "append"})).await;
+        assert_eq!(std::fs::read_to_string(workspace.join("deep/er/new.txt")).expect("file"), "a\nb\n");
+        let (_, globbed) = self.ok("Glob", json!({"pattern": "**/*.rs"})).await;
+        assert_eq!(globbed["total"], 0, "{globbed}");
+        let (_, globbed) = self.ok("Glob", json!({"pattern": "**/*.rs", "include_ignored": true})).await;
+        assert_eq!(globbed["total"], 1, "{globbed}");
+        let (_, found) = self
+            .ok("Grep", json!({"pattern": "needle", "include_ignored": true, "output_mode": "content"}))
+            .await;
+        assert_eq!(
+            found["entries"][0].as_str().map(|e| e.ends_with("hidden.rs:1:fn needle() {}")),
+            Some(true),
+            "{found}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -2,8 +2,12 @@
 //! database, through the real binaries on the tests' real server.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use kiki_proto as pb;
 
 use kiki_tests::binaries::{Down, free_udp_port, kiki, kiki_json, kiki_with_env, kill_9, new_home, pid_of};
 use kiki_tests::postgres::{TestCluster, TestDatabase};
@@ -161,7 +165,6 @@ fn a_killed_replicas_turn_is_taken_over_after_its_lease_and_never_before() {
 /// never overlap.
 #[tokio::test]
 async fn sends_through_two_replicas_run_each_message_once_one_turn_at_a_time() {
-    use kiki_proto as pb;
     let database = TestDatabase::create().await;
     let ((_a_dir, a), (_b_dir, b)) = (new_home(), new_home());
     let (_down_a, _down_b) = (Down(&a), Down(&b));
@@ -338,9 +341,6 @@ fn a_peer_sends_through_whichever_replica_answers_and_each_message_arrives_once(
 /// after — is there: sent again with its key, it is replayed, never made anew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_under_load_loses_nothing_acknowledged() {
-    use kiki_proto as pb;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let cluster =
         Arc::new(tokio::task::spawn_blocking(TestCluster::start).await.expect("the test's own server"));
     let ((_a_dir, a), (_b_dir, b)) = (new_home(), new_home());
@@ -352,38 +352,12 @@ async fn postgres_restarted_under_load_loses_nothing_acknowledged() {
         kiki_json(&a, &["thread", "create", "--title", "load"])["id"].as_str().expect("id").to_string();
 
     let (stop, answers) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
-    let mut senders = Vec::new();
-    for i in 0..8 {
-        let socket = if i % 2 == 0 { a.join("kikid.sock") } else { b.join("kikid.sock") };
-        let (thread, stop, answers) = (thread.clone(), stop.clone(), answers.clone());
-        senders.push(tokio::spawn(async move {
-            let mut threads = kiki_client::Client::connect(&socket).await.expect("connect").threads();
-            let (mut answered, mut failed) = (Vec::new(), Vec::new());
-            for n in 0.. {
-                if stop.load(Ordering::Acquire) {
-                    break;
-                }
-                let key = format!("s{i}-{n}");
-                let request = pb::ThreadSendRequest {
-                    target: Some(kiki_tests::local(&thread)),
-                    content: key.clone(),
-                    idempotency_key: key.clone(),
-                    ..Default::default()
-                };
-                match threads.thread_send(request).await {
-                    Ok(sent) => {
-                        answered.push((key, sent.into_inner().message_id));
-                        answers.fetch_add(1, Ordering::AcqRel);
-                    }
-                    Err(e) => {
-                        failed.push(e);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-            (socket, answered, failed)
-        }));
-    }
+    let senders: Vec<_> = (0..8)
+        .map(|i| {
+            let socket = if i % 2 == 0 { a.join("kikid.sock") } else { b.join("kikid.sock") };
+            tokio::spawn(send_until_stopped(i, socket, thread.clone(), stop.clone(), answers.clone()))
+        })
+        .collect();
     let answered_by = |n: usize| {
         let answers = answers.clone();
         async move {
@@ -416,20 +390,84 @@ async fn postgres_restarted_under_load_loses_nothing_acknowledged() {
     let database = format!("127.0.0.1:{}", cluster.port);
     let (mut all_failed, mut named) = (0, 0);
     for sender in senders {
-        let (socket, answered, failed) = sender.await.expect("sender");
-        all_failed += failed.len();
-        // A call that found the server down names it; one cut off mid-statement says what
-        // broke. Either is to be retried, and says so.
-        for e in &failed {
+        let sent = sender.await.expect("sender");
+        all_failed += sent.failed.len();
+        named += sent.failures_naming(&database);
+        sent.every_answer_replays(&thread).await;
+    }
+    assert!(all_failed > 0 && named > 0, "the sends met the server down: {named} of {all_failed} named it");
+}
+
+/// What one sender of the load saw through one replica's socket: the sends answered (key,
+/// message id) and the calls that failed.
+struct Sent {
+    socket: PathBuf,
+    answered: Vec<(String, String)>,
+    failed: Vec<tonic::Status>,
+}
+
+/// Sender `i`: sends to `thread` through `socket` until `stop`, each with a key of its own,
+/// counting what was answered in `answers` (a failed call is retried after 50 ms).
+async fn send_until_stopped(
+    i: usize,
+    socket: PathBuf,
+    thread: String,
+    stop: Arc<AtomicBool>,
+    answers: Arc<AtomicUsize>,
+) -> Sent {
+    let mut threads = kiki_client::Client::connect(&socket).await.expect("connect").threads();
+    let (mut answered, mut failed) = (Vec::new(), Vec::new());
+    for n in 0.. {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let key = format!("s{i}-{n}");
+        let request = pb::ThreadSendRequest {
+            target: Some(kiki_tests::local(&thread)),
+            content: key.clone(),
+            idempotency_key: key.clone(),
+            ..Default::default()
+        };
+        match threads.thread_send(request).await {
+            Ok(sent) => {
+                answered.push((key, sent.into_inner().message_id));
+                answers.fetch_add(1, Ordering::AcqRel);
+            }
+            Err(e) => {
+                failed.push(e);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    Sent { socket, answered, failed }
+}
+
+impl Sent {
+    /// How many failed calls named the `database` (`host:port`). A call that found the
+    /// server down names it; one cut off mid-statement says what broke. Either is to be
+    /// retried, and says so.
+    fn failures_naming(&self, database: &str) -> usize {
+        let mut named = 0;
+        for e in &self.failed {
             assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
             assert!(e.message().contains("is unavailable; kikid reconnects by itself: retry"), "{e:?}");
-            named += usize::from(e.message().contains(&database));
+            named += usize::from(e.message().contains(database));
         }
-        assert!(answered.len() > 5, "{} answered through {}", answered.len(), socket.display());
-        let mut threads = kiki_client::Client::connect(&socket).await.expect("connect").threads();
-        for (key, message_id) in answered {
+        named
+    }
+
+    /// Every answered send, sent again with its key, is replayed: none was made anew.
+    async fn every_answer_replays(self, thread: &str) {
+        assert!(
+            self.answered.len() > 5,
+            "{} answered through {}",
+            self.answered.len(),
+            self.socket.display()
+        );
+        let mut threads = kiki_client::Client::connect(&self.socket).await.expect("connect").threads();
+        for (key, message_id) in self.answered {
             let again = pb::ThreadSendRequest {
-                target: Some(kiki_tests::local(&thread)),
+                target: Some(kiki_tests::local(thread)),
                 content: key.clone(),
                 idempotency_key: key.clone(),
                 ..Default::default()
@@ -441,5 +479,4 @@ async fn postgres_restarted_under_load_loses_nothing_acknowledged() {
             );
         }
     }
-    assert!(all_failed > 0 && named > 0, "the sends met the server down: {named} of {all_failed} named it");
 }

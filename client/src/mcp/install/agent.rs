@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use kiki_proto::agents::{self, Env};
 use serde_json::Value;
 
-use super::Scope;
+use super::{Scope, word};
 
 /// An agent CLI whose configuration kiki knows how to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -24,15 +24,6 @@ pub enum AgentCli {
 }
 
 impl AgentCli {
-    pub fn name(self) -> &'static str {
-        match self {
-            AgentCli::Claude => "claude",
-            AgentCli::Codex => "codex",
-            AgentCli::Gemini => "gemini",
-            AgentCli::Kimi => "kimi",
-        }
-    }
-
     /// The kiki profile that runs this agent as threads: its executor, and its command
     /// when the executor has no default.
     pub fn profile(self) -> (&'static str, Option<[&'static str; 2]>) {
@@ -93,7 +84,7 @@ pub fn config_path(
         return Ok(cwd.join(dir).join("config.toml"));
     }
     let Some(user) = home_var.filter(|dir| !dir.is_empty()) else {
-        bail!("HOME is not set, so {}'s user config cannot be found (try --scope project)", agent.name());
+        bail!("HOME is not set, so {}'s user config cannot be found (try --scope project)", word(&agent));
     };
     let user = cwd.join(user);
     Ok(match agent {

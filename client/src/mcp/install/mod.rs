@@ -66,13 +66,10 @@ pub enum Scope {
     Project,
 }
 
-impl Scope {
-    fn name(self) -> &'static str {
-        match self {
-            Scope::User => "user",
-            Scope::Project => "project",
-        }
-    }
+/// The word a user types for `value` (clap's spelling of a `ValueEnum`: the CLI's own enums
+/// have that one), for what kiki prints about it.
+fn word(value: &impl clap::ValueEnum) -> String {
+    value.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
 }
 
 pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
@@ -111,8 +108,8 @@ pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
     }
     if json {
         let mut report = json!({
-            "agent": args.agent.name(),
-            "scope": args.scope.name(),
+            "agent": word(&args.agent),
+            "scope": word(&args.scope),
             "path": path.to_string_lossy(),
             "written": !args.print,
             "config": entry,
@@ -127,8 +124,9 @@ pub fn run(home: &Path, args: InstallArgs, json: bool) -> Result<()> {
         print_json(&report);
     } else if args.print {
         out!("{}", merge(args.agent, None, &entry)?);
-        let scope = if args.scope == Scope::Project { " --scope project" } else { "" };
-        hint!("# for {} (kiki mcp install {}{scope} writes it there)", path.display(), args.agent.name());
+        let scope =
+            if args.scope == Scope::User { String::new() } else { format!(" --scope {}", word(&args.scope)) };
+        hint!("# for {} (kiki mcp install {}{scope} writes it there)", path.display(), word(&args.agent));
         if let Some(name) = &args.profile {
             out!("{}", profile_text(name, args.agent)?);
             hint!("# for {}", profile_file.display());

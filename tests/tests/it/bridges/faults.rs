@@ -99,7 +99,8 @@ async fn a_partition_shorter_than_the_window_delays_but_delivers_once() {
     let turns = b.wait_turns(&t.id, 1).await;
     assert_eq!(turns[0].output, "echo: across the gap");
     // The next attempt comes at most one backoff step after the heal — a pause as long as
-    // the silence so far, +20% jitter — well inside the bound (the 30 s cap + 1 s).
+    // the silence so far, +20% jitter — well inside what a heal may take: the backoff's 30 s
+    // cap plus 1 s.
     let took = healed.elapsed();
     assert!(took < silent.mul_f64(1.2) + std::time::Duration::from_secs(1), "{took:?} after the heal");
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;

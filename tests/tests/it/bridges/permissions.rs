@@ -180,12 +180,16 @@ async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_t
     let got = waiter.await.expect("task").expect("wait");
     assert!(!got.timed_out);
     assert_eq!(got.results[0].events[0].kind(), pb::EventKind::Terminal);
+    one_wait_on_near_and_far_threads(&a, &b, &t.id, &remote).await;
+    a_peer_named_by_alias_or_home_id(&a, &b, &t.id, &remote).await;
+}
 
-    // One call may wait on this home's threads and a bridge's together: whichever side has
-    // events ends it, and every target still gets its cursor.
+/// One call may wait on this home's threads and a bridge's together (`far`, thread `t` at
+/// `b`): whichever side has events ends it, and every target still gets its cursor.
+async fn one_wait_on_near_and_far_threads(a: &TestHome, b: &TestHome, t: &str, far: &pb::ThreadRef) {
     let here = a.thread("echo", None).await;
     let both = |timeout_ms: u32, cursors: std::collections::HashMap<String, String>| pb::ThreadWaitRequest {
-        targets: vec![remote.clone(), kiki_tests::local(&here.id)],
+        targets: vec![far.clone(), kiki_tests::local(&here.id)],
         timeout_ms: Some(timeout_ms),
         cursors,
     };
@@ -208,7 +212,7 @@ async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_t
     assert!(checked.results[1].events.is_empty());
     let order: Vec<String> =
         checked.results.iter().map(|r| pb::format_ref(r.target.as_ref().expect("target"))).collect();
-    assert_eq!(order, [format!("bee/{}", t.id), here.id.clone()], "results in the targets' order");
+    assert_eq!(order, [format!("bee/{t}"), here.id.clone()], "results in the targets' order");
     let homes: Vec<&str> = checked.results.iter().map(|r| r.home_id.as_str()).collect();
     assert_eq!(homes, [b.handle().home_id(), a.handle().home_id()], "named as asked, beside each home id");
     let parked = |request: pb::ThreadWaitRequest| {
@@ -224,16 +228,20 @@ async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_t
     assert_eq!(woke.results[1].events[0].kind(), pb::EventKind::Terminal);
     let waiter = parked(both(10_000, cursors_of(&woke)));
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    b.say(&t.id, "there").await.expect("say");
+    b.say(t, "there").await.expect("say");
     let woke = waiter.await.expect("task").expect("wait");
     assert_eq!(woke.results[0].events[0].kind(), pb::EventKind::Terminal, "the far thread's turn ended");
     assert!(woke.results[1].events.is_empty(), "the near thread's event was not repeated");
     let stray = both(0, std::collections::HashMap::from([("th_elsewhere".to_string(), "c".to_string())]));
     let err = a.client().threads().thread_wait(stray).await.expect_err("a cursor for no target");
     assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+}
 
-    // The peer may be named by alias or by home id: one far thread named both ways is one
-    // thread named twice, and two far threads named either way are answered as named.
+/// The peer may be named by alias (`far`, thread `t` at `b`) or by home id: one far thread
+/// named both ways is one thread named twice, and two far threads named either way are
+/// answered as named.
+async fn a_peer_named_by_alias_or_home_id(a: &TestHome, b: &TestHome, t: &str, far: &pb::ThreadRef) {
+    let remote = far;
     let by_id = pb::ThreadRef { host_id: b.handle().home_id().to_string(), ..remote.clone() };
     let twice = pb::ThreadWaitRequest {
         targets: vec![remote.clone(), by_id.clone()],
@@ -252,7 +260,7 @@ async fn waiting_across_a_bridge_needs_wait_wakes_nothing_and_mixes_with_local_t
     let answer = a.client().threads().thread_wait(two).await.expect("two far threads").into_inner();
     let named: Vec<String> =
         answer.results.iter().map(|r| pb::format_ref(r.target.as_ref().expect("target"))).collect();
-    assert_eq!(named, [format!("bee/{}", t.id), format!("{}/{}", by_id.host_id, other.id)]);
+    assert_eq!(named, [format!("bee/{t}"), format!("{}/{}", by_id.host_id, other.id)]);
 }
 
 /// Turning a bridge's inbound access off refuses its calls and holds back what it already
