@@ -156,6 +156,9 @@ pub struct Task {
     background: AtomicBool,
     /// TaskWaits waiting for it now: its end is theirs to report.
     waiters: AtomicUsize,
+    /// Its end was given to someone: a TaskWait's answer, or the thread's report. Whoever
+    /// sets it first tells; the end is reported to the thread at most once.
+    told: AtomicBool,
     ended: watch::Sender<Option<Ending>>,
     /// Why it is being stopped, once it is.
     stop: CancellationToken,
@@ -292,6 +295,7 @@ impl Tasks {
             output_path,
             background: AtomicBool::new(background),
             waiters: AtomicUsize::new(0),
+            told: AtomicBool::new(false),
             ended: watch::channel(None).0,
             stop: CancellationToken::new(),
             stop_reason: Mutex::new(None),
@@ -363,8 +367,20 @@ impl Tasks {
             ended_at: rfc3339(clock.now_ms()),
         };
         task.ended.send_replace(Some(ending));
-        if task.background.load(Ordering::SeqCst) && task.waiters.load(Ordering::SeqCst) == 0 {
-            self.report(&task).await;
+        self.report_unless_waited(&task).await;
+    }
+
+    /// Reports a background task's end to its thread unless a TaskWait waits for it (which
+    /// answers with it) or someone was told already. Asked by the task's supervisor when it
+    /// ends, and by each TaskWait as it lets go: a wait that gave up at the very moment of
+    /// the end leaves the report to itself.
+    async fn report_unless_waited(&self, task: &Task) {
+        let untold = task.ending().is_some()
+            && task.background.load(Ordering::SeqCst)
+            && task.waiters.load(Ordering::SeqCst) == 0
+            && !task.told.swap(true, Ordering::SeqCst);
+        if untold {
+            self.report(task).await;
         }
     }
 
@@ -469,10 +485,8 @@ pub async fn bash(context: &ToolContext, args: BashArgs) -> Result<Output, ToolE
             *task.deadline.lock().unwrap_or_else(|p| p.into_inner()) = tasks.budget();
             task.background.store(true, Ordering::SeqCst);
             task.rearm.notify_one();
-            // It may have ended just now, unreported: report it.
-            if task.ending().is_some() {
-                tasks.report(&task).await;
-            }
+            // It may have ended just now, unreported: report it (once, whoever sees it first).
+            tasks.report_unless_waited(&task).await;
             return Ok(Output::json(&serde_json::json!({
                 "task_id": task.id,
                 "status": TaskStatus::Running,
@@ -609,7 +623,7 @@ pub async fn task_wait(context: &ToolContext, args: TaskWaitArgs) -> Result<Outp
             .filter(|t| t.ending().is_none())
             .collect(),
     };
-    let _claims: Vec<Claim> = waited.iter().map(|t| Claim::new(t.clone())).collect();
+    let claims: Vec<Claim> = waited.iter().map(|t| Claim::new(t.clone())).collect();
     let any_ended = futures_any(waited.iter().map(|t| t.ended.subscribe()).collect());
     let clock = context.threads.clock().clone();
     let timed_out = waited.iter().all(|t| t.ending().is_none())
@@ -620,6 +634,14 @@ pub async fn task_wait(context: &ToolContext, args: TaskWaitArgs) -> Result<Outp
         };
     let (ended, running): (Vec<_>, Vec<_>) =
         waited.iter().map(|t| t.summary()).partition(|s| s.status != TaskStatus::Running);
+    // The ends in this answer are told; one that came after it is reported to the thread.
+    for task in waited.iter().filter(|t| ended.iter().any(|e| e.task_id == t.id)) {
+        task.told.store(true, Ordering::SeqCst);
+    }
+    drop(claims);
+    for task in &waited {
+        context.tasks.report_unless_waited(task).await;
+    }
     Ok(Output::json(&serde_json::json!({
         "timed_out": timed_out,
         "ended": ended,
