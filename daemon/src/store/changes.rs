@@ -1,11 +1,11 @@
 //! What committed writes changed, published by the store after each commit — before their
 //! callers hear back — to whoever listens: ThreadWait and senders waiting for delivery,
 //! ThreadInbox, followers of running turns, permission requests waiting for an answer, the
-//! outbox worker, the bridge table, the cron scheduler. No write site wakes anybody by hand: a backend notes each change where it
-//! writes it (in the few generic steps every write goes through: an event, a queued input,
-//! a turn started, a part, an answer, an outbox entry, a cron), and a listener that learns of a change
-//! reads the store again, so a change noted by a write that was then rolled back costs one
-//! look and nothing more.
+//! outbox worker, the bridge table, the cron scheduler. No write site wakes anybody by hand:
+//! a backend notes each change where it writes it (in the few generic steps every write goes
+//! through: an event, a queued input, a turn started, a part, an answer, an outbox entry, a
+//! cron), and a listener that learns of a change reads the store again, so a change noted by
+//! a write that was then rolled back costs one look and nothing more.
 
 use std::sync::{Arc, RwLock};
 

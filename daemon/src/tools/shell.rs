@@ -632,12 +632,15 @@ pub async fn task_wait(context: &ToolContext, args: TaskWaitArgs) -> Result<Outp
             () = any_ended => false,
             () = clock.sleep(Duration::from_secs(args.timeout)) => true,
         };
-    let (ended, running): (Vec<_>, Vec<_>) =
-        waited.iter().map(|t| t.summary()).partition(|s| s.status != TaskStatus::Running);
+    let summaries: Vec<TaskSummary> = waited.iter().map(|t| t.summary()).collect();
     // The ends in this answer are told; one that came after it is reported to the thread.
-    for task in waited.iter().filter(|t| ended.iter().any(|e| e.task_id == t.id)) {
-        task.told.store(true, Ordering::SeqCst);
+    for (task, summary) in waited.iter().zip(&summaries) {
+        if summary.status != TaskStatus::Running {
+            task.told.store(true, Ordering::SeqCst);
+        }
     }
+    let (ended, running): (Vec<_>, Vec<_>) =
+        summaries.into_iter().partition(|s| s.status != TaskStatus::Running);
     drop(claims);
     for task in &waited {
         context.tasks.report_unless_waited(task).await;

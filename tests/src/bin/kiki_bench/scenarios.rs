@@ -160,6 +160,15 @@ impl Bench {
         self.rows.push(Row::of(scenario, &measured));
     }
 
+    /// A row of kiki's `times`, its target a bound on their p50 (in µs).
+    fn p50_within(&mut self, scenario: &str, variant: &str, times: &[Duration], bound_us: f64, target: &str) {
+        let mut measured = Measured::new("kiki", variant);
+        measured.add(&round_of(times));
+        let row = Row::of(scenario, &measured);
+        let met = row.p50_us <= bound_us;
+        self.rows.push(row.with_target(target, Some(met)));
+    }
+
     async fn grpc_noop(&mut self) {
         let home = KikiHome::start(&self.dir.join("noop"), 0, 0).await;
         progress("grpc-noop", "ToolList, one client");
@@ -283,11 +292,7 @@ impl Bench {
             };
             wakes.push(home.wake_round(request, &home.idle).await);
         }
-        let mut measured = Measured::new("kiki", "send answered → wait returns");
-        measured.add(&round_of(&wakes));
-        let row = Row::of("wait-wake", &measured);
-        let met = row.p50_us <= 150.0;
-        self.rows.push(row.with_target("p50 ≤ 150 µs", Some(met)));
+        self.p50_within("wait-wake", "send answered → wait returns", &wakes, 150.0, "p50 ≤ 150 µs");
         home.stop();
     }
 
@@ -347,11 +352,7 @@ impl Bench {
             };
             wakes.push(home.wake_round(request, &home.idle).await);
         }
-        let mut measured = Measured::new("kiki", "post answered → six turns ended");
-        measured.add(&round_of(&wakes));
-        let row = Row::of("room-post", &measured);
-        let met = row.p50_us <= 5_000.0;
-        self.rows.push(row.with_target("p50 ≤ 5 ms", Some(met)));
+        self.p50_within("room-post", "post answered → six turns ended", &wakes, 5_000.0, "p50 ≤ 5 ms");
         home.stop();
     }
 

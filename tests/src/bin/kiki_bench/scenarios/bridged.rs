@@ -167,12 +167,8 @@ impl Bench {
             heals.push(healed.elapsed());
             let _ = sending.await;
         }
-        let mut measured = Measured::new("kiki", "heal → delivered, turn ended");
-        measured.add(&round_of(&heals));
-        let row = Row::of("bridge-heal", &measured);
-
-        let met = row.p50_us <= 31_000_000.0;
-        self.rows.push(row.with_target("≤ the backoff cap (30 s) + 1 s", Some(met)));
+        let bound = "≤ the backoff cap (30 s) + 1 s";
+        self.p50_within("bridge-heal", "heal → delivered, turn ended", &heals, 31_000_000.0, bound);
         source.stop();
         target.stop();
     }
